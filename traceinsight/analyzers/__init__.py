@@ -1,0 +1,32 @@
+"""Analyzers: pure functions from a :class:`Context` to frozen result objects (no I/O, no HTML)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from traceinsight.analyzers.comm import analyze_comm
+from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.copies import analyze_copies
+from traceinsight.analyzers.idle import analyze_idle
+from traceinsight.analyzers.kernels import analyze_kernels
+from traceinsight.analyzers.launch import analyze_launch
+from traceinsight.analyzers.optimizer import analyze_optimizer
+from traceinsight.analyzers.recompute import analyze_recompute
+from traceinsight.analyzers.steps import analyze_steps
+from traceinsight.analyzers.syncs import analyze_syncs
+
+ANALYZERS = {
+    "idle": analyze_idle,
+    "steps": analyze_steps,
+    "copies": analyze_copies,
+    "comm": analyze_comm,
+    "kernels": analyze_kernels,
+    "launch": analyze_launch,
+    "syncs": analyze_syncs,
+    "optimizer": analyze_optimizer,
+    "recompute": analyze_recompute,
+}
+
+
+def run_analyzers(ctx: Context) -> dict[str, Any]:
+    return {name: fn(ctx) for name, fn in ANALYZERS.items()}

@@ -1,0 +1,180 @@
+"""What every analyzer needs, computed once per trace: window, steps, launches, host categories.
+
+Pure functions over the event table; the :class:`Context` is frozen and shared read-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceinsight.model import intervals as iv
+from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
+
+DEFAULT_STEP_PATTERN = r"^(ProfilerStep#\d+|train_step#\d+)$"
+
+# Host-side name patterns (runtime API names are matched after version suffixes are stripped).
+LAUNCH_API = (
+    r"^(cuda|hip)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch|ExtLaunchKernel|ModuleLaunchKernel)"
+    r"|^cuLaunchKernel|^cuLaunchKernelEx|^cuGraphLaunch|^(cuda|hip)Memcpy\w*Async|^(cuda|hip)Memset\w*Async"
+    r"|^hipExtModuleLaunchKernel|^launchKernel|^mtiaLaunch"
+)
+SYNC_API = (
+    r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)"
+    r"|^cu(StreamSynchronize|CtxSynchronize|EventSynchronize)"
+)
+BLOCKING_COPY_API = r"^(cuda|hip)Memcpy(2D|3D|ToSymbol|FromSymbol|Peer)?$|^cuMemcpy(HtoD|DtoH|DtoD)?(_v2)?$"
+DATALOADER_PATTERN = r"enumerate\(DataLoader\)#|enumerate\(DataPipe\)#|DataLoader.*__next__|^DataLoader"
+COMM_HOST_PATTERN = (
+    r"^nccl:|^gloo:|^c10d::|record_param_comms|^ncclAllReduce|^ncclAllGather|^ncclReduceScatter"
+    r"|^ncclBroadcast|^ncclSend|^ncclRecv|^ncclGroupEnd|barrier"
+)
+ITEM_OPS = r"^aten::(item|_local_scalar_dense)$"
+
+
+@dataclass(frozen=True)
+class Context:
+    events: pl.DataFrame
+    window_start_ns: int
+    window_end_ns: int
+    steps: pl.DataFrame  # step, start_ns, end_ns, dur_ns (host ranges, last one stretched)
+    gpu: pl.DataFrame  # GPU activity rows (kernel/memcpy/memset) inside the window
+    launches: pl.DataFrame  # GPU activity joined to its launching call (see launch_join)
+    devices: tuple[int, ...]
+    main_tid: int | None
+
+    @property
+    def window_ns(self) -> int:
+        return max(0, self.window_end_ns - self.window_start_ns)
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu.height > 0
+
+
+def find_steps(events: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
+    """Host step ranges named by ``pattern``, one per name (first occurrence), in time order."""
+    steps = (
+        events.filter(
+            pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col("name").str.contains(pattern)
+        )
+        .sort("start_ns")
+        .unique(subset=["name"], keep="first", maintain_order=True)
+        .select(
+            pl.col("name"),
+            pl.col("name").str.extract(r"(\d+)$").cast(pl.Int64, strict=False).alias("step"),
+            "start_ns",
+            "end_ns",
+            "tid",
+        )
+    )
+    return steps
+
+
+def launch_join(events: pl.DataFrame) -> pl.DataFrame:
+    """Each GPU activity with its launching runtime/driver call (correlation within pid/rank).
+
+    Graph launches map many kernels to one call; that is kept (a many-to-one join).
+    """
+    gpu = events.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS) & pl.col("correlation").is_not_null())
+    calls = events.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null())
+    calls = calls.select(
+        "rank",
+        "correlation",
+        pl.col("name").alias("launch_name"),
+        pl.col("start_ns").alias("launch_start_ns"),
+        pl.col("end_ns").alias("launch_end_ns"),
+        pl.col("tid").alias("launch_tid"),
+        pl.col("pid").alias("launch_pid"),
+        pl.col("external_id").alias("launch_external_id"),
+    ).unique(subset=["rank", "correlation"], keep="first")
+    return gpu.join(calls, on=["rank", "correlation"], how="left")
+
+
+def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Context:
+    ev = trace.events
+    gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
+    steps = find_steps(ev, step_pattern)
+    main_tid = int(steps["tid"][0]) if steps.height and steps["tid"][0] is not None else None
+    launches = launch_join(ev)
+    if steps.height:
+        steps = _device_aligned_steps(steps, launches)
+        lo = int(steps["start_ns"].min())
+        hi = int(steps["end_ns"].max())
+    elif gpu_all.height:
+        lo = int(gpu_all["start_ns"].min())
+        hi = int(gpu_all["end_ns"].max())
+    elif ev.height:
+        lo = int(ev["start_ns"].min())
+        hi = int(ev["end_ns"].max())
+    else:
+        lo = hi = 0
+    steps = steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+    gpu = iv.clip(gpu_all, lo, hi) if gpu_all.height else gpu_all
+    devices = tuple(sorted(int(d) for d in gpu["device"].drop_nulls().unique().to_list()))
+    return Context(
+        events=ev,
+        window_start_ns=lo,
+        window_end_ns=hi,
+        steps=steps,
+        gpu=gpu,
+        launches=launches,
+        devices=devices,
+        main_tid=main_tid,
+    )
+
+
+def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
+    """Stretch each step to the GPU work launched inside it (TensorBoard plugin convention).
+
+    end_i = max(host end_i, end of GPU work launched during host step i);
+    start_i = max(host start_i, end_{i-1}). The GPU runs behind the host, so host ranges alone
+    would cut every step's work in two and dump the backlog into the last step.
+    """
+    host = steps.sort("start_ns").with_row_index("_i")
+    work = launches.filter(pl.col("launch_start_ns").is_not_null()).select("launch_start_ns", "end_ns").sort("launch_start_ns")
+    if work.height:
+        tagged = work.join_asof(
+            host.select("_i", pl.col("start_ns").alias("h_s"), pl.col("end_ns").alias("h_e")),
+            left_on="launch_start_ns",
+            right_on="h_s",
+            strategy="backward",
+        ).filter(pl.col("launch_start_ns") < pl.col("h_e"))
+        gpu_end = tagged.group_by("_i").agg(pl.col("end_ns").max().alias("_gpu_end"))
+        host = host.join(gpu_end, on="_i", how="left")
+    else:
+        host = host.with_columns(pl.lit(None, pl.Int64).alias("_gpu_end"))
+    host = host.with_columns(pl.max_horizontal("end_ns", "_gpu_end").alias("end_ns"))
+    # Enforce monotone ends, then starts no earlier than the previous end.
+    host = host.with_columns(pl.col("end_ns").cum_max())
+    host = host.with_columns(pl.max_horizontal("start_ns", pl.col("end_ns").shift(1)).alias("start_ns"))
+    # Work queued before the first recorded step (warm-up backlog) still runs when it begins:
+    # the first step starts once that backlog drains, or it would absorb the previous steps.
+    first_start = int(host["start_ns"][0])
+    backlog = launches.filter(
+        (pl.col("launch_start_ns").is_null() | (pl.col("launch_start_ns") < first_start))
+        & (pl.col("end_ns") > first_start)
+    )
+    if backlog.height:
+        first_end = int(host["end_ns"][0])
+        drained = min(int(backlog["end_ns"].max()), first_end)
+        host = host.with_columns(
+            pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(drained)).otherwise(pl.col("start_ns")).alias("start_ns")
+        )
+    return host.drop("_i", "_gpu_end")
+
+
+def host_ranges(ctx: Context, pattern: str, kinds: tuple[str, ...] = ("cpu_op", "user_annotation")) -> pl.DataFrame:
+    """Union of host ranges whose name matches ``pattern`` (regex), clipped to the window."""
+    rows = ctx.events.filter(pl.col("kind").is_in(kinds) & pl.col("name").str.contains(pattern))
+    return iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns) if rows.height else _empty()
+
+
+def _empty() -> pl.DataFrame:
+    return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+
+
+def strip_api_suffix(name: pl.Expr) -> pl.Expr:
+    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel`` (nsys names carry the API version)."""
+    return name.str.replace(r"_v\d+$", "")

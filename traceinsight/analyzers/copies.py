@@ -1,0 +1,80 @@
+"""Host<->device copies: bytes and time by direction and memory kind, overlap, host blocking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import BLOCKING_COPY_API, Context
+from traceinsight.model import intervals as iv
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    by_kind: tuple[dict[str, Any], ...]  # copy_kind, src_kind, dst_kind, count, bytes, dur_ns
+    h2d_bytes: int
+    h2d_pageable_bytes: int
+    h2d_pageable_bytes_ratio: float | None
+    h2d_dur_ns: int
+    h2d_overlap_ratio: float | None  # share of HtoD copy time overlapped with compute kernels
+    copy_dur_ns: int
+    host_blocking_copy_ns: int  # host time blocked in synchronous/pageable copy calls
+    host_blocking_copy_count: int
+    pageable_calls: tuple[dict[str, Any], ...]  # top pageable copies with timestamps
+
+
+def analyze_copies(ctx: Context) -> CopyResult:
+    copies = ctx.gpu.filter(pl.col("kind") == "memcpy")
+    by_kind = (
+        copies.group_by("copy_kind", "src_kind", "dst_kind")
+        .agg(pl.len().alias("count"), pl.col("bytes").sum().alias("bytes"), pl.col("dur_ns").sum())
+        .sort("dur_ns", descending=True)
+        .with_columns(pl.col(c).cast(pl.String) for c in ("copy_kind", "src_kind", "dst_kind"))
+    )
+    h2d = copies.filter(pl.col("copy_kind") == "HtoD")
+    h2d_bytes = int(h2d["bytes"].fill_null(0).sum())
+    pageable = int(h2d.filter(pl.col("src_kind") == "pageable")["bytes"].fill_null(0).sum())
+    known = int(h2d.filter(pl.col("src_kind").is_in(["pageable", "pinned", "managed"]))["bytes"].fill_null(0).sum())
+
+    overlap_ratio = None
+    if h2d.height:
+        compute = ctx.gpu.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") != "communication"))
+        cu = iv.union(compute, by=["device"])
+        hu = iv.union(h2d, by=["device"])
+        both = iv.intersect(hu, cu, by=["device"]) if cu.height else hu.head(0)
+        overlap_ratio = iv.total(both) / max(1, iv.total(hu))
+
+    launched = ctx.launches.filter(
+        (pl.col("kind") == "memcpy")
+        & pl.col("launch_start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns)
+    )
+    blocking = launched.filter(
+        (pl.col("src_kind") == "pageable")
+        | (pl.col("dst_kind") == "pageable")
+        | pl.col("launch_name").str.contains(BLOCKING_COPY_API)
+    ).with_columns((pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("blocked_ns"))
+    top_pageable = blocking.sort("blocked_ns", descending=True).head(10)
+    return CopyResult(
+        by_kind=tuple(by_kind.iter_rows(named=True)),
+        h2d_bytes=h2d_bytes,
+        h2d_pageable_bytes=pageable,
+        h2d_pageable_bytes_ratio=(pageable / known) if known else None,
+        h2d_dur_ns=int(h2d["dur_ns"].sum()) if h2d.height else 0,
+        h2d_overlap_ratio=overlap_ratio,
+        copy_dur_ns=int(copies["dur_ns"].sum()) if copies.height else 0,
+        host_blocking_copy_ns=int(blocking["blocked_ns"].sum()) if blocking.height else 0,
+        host_blocking_copy_count=blocking.height,
+        pageable_calls=tuple(
+            {
+                "name": r["name"],
+                "api": r["launch_name"],
+                "bytes": r["bytes"],
+                "copy_ns": r["dur_ns"],
+                "blocked_ns": r["blocked_ns"],
+                "offset_ns": r["launch_start_ns"] - ctx.window_start_ns,
+            }
+            for r in top_pageable.iter_rows(named=True)
+        ),
+    )

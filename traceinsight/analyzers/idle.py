@@ -1,0 +1,256 @@
+"""GPU idle segments and their causes.
+
+Busy = the union of kernels, copies and memsets on a device (all streams). Every gap inside the
+analysis window is an idle segment, attributed by what the host was doing during it:
+
+1. ``profiler``: the profiler's own work (buffer requests, its closing sync) covers most of it.
+2. ``dataloader``: the main thread is inside ``DataLoader.__next__`` for most of it.
+3. ``pageable_copy``: a host-synchronous copy from pageable memory covers most of it.
+4. ``host_sync``: a blocking sync (stream/device/event synchronize, blocking memcpy) was in
+   progress when the GPU ran dry, so nothing could be queued ahead; or syncs cover most of it.
+5. ``communication``: the host is blocked in a collective or barrier.
+6. ``launch_overhead``: the work after the gap was launched only after the GPU went idle, and
+   the gap is short or the host spent it in launch calls: the CPU cannot feed the GPU fast enough.
+7. ``cpu_work``: launched late after a longer stretch of other host work (the op is named).
+8. ``gpu_wait``: the next work was already queued (a cross-stream or event dependency).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import (
+    BLOCKING_COPY_API,
+    COMM_HOST_PATTERN,
+    DATALOADER_PATTERN,
+    LAUNCH_API,
+    SYNC_API,
+    Context,
+    host_ranges,
+)
+from traceinsight.model import intervals as iv
+
+CAUSES = (
+    "dataloader",
+    "host_sync",
+    "launch_overhead",
+    "pageable_copy",
+    "communication",
+    "cpu_work",
+    "gpu_wait",
+    "profiler",
+)
+# A gap at least this covered by one host activity is blamed on it.
+MAJORITY = 0.5
+# Gaps shorter than this, with the next kernel launched late, are launch overhead.
+LAUNCH_GAP_MAX_NS = 100_000
+TIMELINE_BINS = 600
+TOP_SEGMENTS = 25
+
+
+@dataclass(frozen=True)
+class IdleResult:
+    window_ns: int
+    devices: tuple[dict[str, Any], ...]
+    busy_ns: int
+    idle_ns: int
+    gpu_busy_ratio: float | None
+    gpu_idle_ratio: float | None
+    idle_by_cause_ns: dict[str, int]
+    segment_count: int
+    top_segments: tuple[dict[str, Any], ...]
+    timeline: dict[str, Any] = field(default_factory=dict)  # per-device busy bins, for the report
+
+
+def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
+    if u.height == 0:
+        return pl.Series(name, [0.0] * gaps.height)
+    ov = iv.overlap_with(gaps, u)
+    return (ov / gaps["dur_ns"].cast(pl.Float64)).alias(name)
+
+
+def _profiler_ranges(ctx: Context) -> pl.DataFrame:
+    ev = ctx.events
+    rows = ev.filter(pl.col("kind") == "overhead")
+    # The profiler's closing cudaDeviceSynchronize: after the last step's host end.
+    if ctx.steps.height:
+        last_host_end = int(ctx.steps["end_ns"].max())
+        tail = ev.filter(
+            pl.col("kind").is_in(["runtime", "driver"])
+            & pl.col("name").str.contains("DeviceSynchronize")
+            & (pl.col("start_ns") >= int(ctx.steps["start_ns"].max()))
+            & (pl.col("end_ns") >= last_host_end - 1)
+        )
+        rows = pl.concat([rows.select("start_ns", "end_ns"), tail.select("start_ns", "end_ns")])
+    if rows.height == 0:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+    return iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns)
+
+
+def _pageable_copy_calls(ctx: Context) -> pl.DataFrame:
+    calls = ctx.launches.filter(
+        (pl.col("kind") == "memcpy")
+        & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable"))
+        & pl.col("launch_start_ns").is_not_null()
+    ).select(pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_end_ns").alias("end_ns"))
+    if calls.height == 0:
+        return calls.cast({"start_ns": pl.Int64, "end_ns": pl.Int64})
+    return iv.clip(iv.union(calls), ctx.window_start_ns, ctx.window_end_ns)
+
+
+def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
+    """For each gap (``gap_id``, start/end), the host op covering most of it (deepest on ties)."""
+    ops = ctx.events.filter(
+        pl.col("kind").is_in(["cpu_op", "user_annotation"])
+        & ~pl.col("name").str.contains(r"^(ProfilerStep#|train_step#)")
+    ).select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"))
+    if ops.height == 0 or gaps.height == 0:
+        return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
+    g = gaps.select("gap_id", "start_ns", "end_ns", ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("mid"))
+    hits = g.join_where(ops, pl.col("op_s") <= pl.col("mid"), pl.col("op_e") > pl.col("mid"))
+    if hits.height == 0:
+        return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
+    return (
+        hits.with_columns(
+            (pl.min_horizontal("op_e", "end_ns") - pl.max_horizontal("op_s", "start_ns")).alias("ov")
+        )
+        .sort(["gap_id", "ov", "op_s"], descending=[False, True, True])
+        .unique(subset=["gap_id"], keep="first")
+        .select("gap_id", "op")
+    )
+
+
+def analyze_idle(ctx: Context) -> IdleResult:
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    if not ctx.has_gpu or hi <= lo:
+        return IdleResult(ctx.window_ns, (), 0, 0, None, None, {c: 0 for c in CAUSES}, 0, ())
+    busy = iv.union(ctx.gpu, by=["device"])
+    gaps = iv.gaps(busy, lo, hi, by=["device"]).with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")
+    ).filter(pl.col("dur_ns") > 0)
+    gaps = gaps.with_row_index("gap_id")
+
+    per_dev = []
+    busy_total = 0
+    for dev in ctx.devices:
+        b = iv.total(busy.filter(pl.col("device") == dev))
+        busy_total += b
+        per_dev.append(
+            {"device": dev, "busy_ns": b, "idle_ns": ctx.window_ns - b, "busy_ratio": b / ctx.window_ns}
+        )
+
+    if gaps.height:
+        gaps = _attribute(ctx, gaps)
+    else:
+        gaps = gaps.with_columns(pl.lit("gpu_wait").alias("cause"), pl.lit(None, pl.String).alias("op"))
+
+    by_cause = {c: 0 for c in CAUSES}
+    for cause, total in gaps.group_by("cause").agg(pl.col("dur_ns").sum()).iter_rows():
+        by_cause[cause] = int(total)
+    top = gaps.sort("dur_ns", descending=True).head(TOP_SEGMENTS)
+    top_rows = tuple(
+        {
+            "device": r["device"],
+            "start_ns": r["start_ns"],
+            "end_ns": r["end_ns"],
+            "dur_ns": r["dur_ns"],
+            "offset_ns": r["start_ns"] - lo,
+            "cause": r["cause"],
+            "host_op": r["op"],
+        }
+        for r in top.iter_rows(named=True)
+    )
+    denom = ctx.window_ns * max(1, len(ctx.devices))
+    return IdleResult(
+        window_ns=ctx.window_ns,
+        devices=tuple(per_dev),
+        busy_ns=busy_total,
+        idle_ns=denom - busy_total,
+        gpu_busy_ratio=busy_total / denom,
+        gpu_idle_ratio=1 - busy_total / denom,
+        idle_by_cause_ns=by_cause,
+        segment_count=gaps.height,
+        top_segments=top_rows,
+        timeline=_timeline(ctx, busy, gaps),
+    )
+
+
+def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
+    host = ("runtime", "driver")
+    dataloader = host_ranges(ctx, DATALOADER_PATTERN)
+    syncs = host_ranges(ctx, f"{SYNC_API}|{BLOCKING_COPY_API}", host)
+    comm = host_ranges(ctx, COMM_HOST_PATTERN)
+    launch = host_ranges(ctx, LAUNCH_API, host)
+    profiler = _profiler_ranges(ctx)
+    pageable = _pageable_copy_calls(ctx)
+
+    gaps = gaps.with_columns(
+        _overlap_frac(gaps, dataloader, "f_dataloader"),
+        _overlap_frac(gaps, syncs, "f_sync"),
+        _overlap_frac(gaps, comm, "f_comm"),
+        _overlap_frac(gaps, launch, "f_launch"),
+        _overlap_frac(gaps, profiler, "f_profiler"),
+        _overlap_frac(gaps, pageable, "f_pageable"),
+    )
+    # Was a blocking sync in progress when the GPU ran dry?
+    at_start = gaps.select(pl.col("start_ns"), (pl.col("start_ns") + 1).alias("end_ns"))
+    gaps = gaps.with_columns(
+        (iv.overlap_with(at_start, syncs) > 0).alias("sync_at_start")
+        if syncs.height
+        else pl.lit(False).alias("sync_at_start")
+    )
+    # When was the work that ends the gap launched?
+    nxt = (
+        ctx.launches.filter(pl.col("launch_start_ns").is_not_null())
+        .group_by(["device", "start_ns"])
+        .agg(pl.col("launch_start_ns").min().alias("next_launch_ns"))
+        .rename({"start_ns": "end_ns"})
+    )
+    gaps = gaps.join(nxt, on=["device", "end_ns"], how="left")
+    launched_late = pl.col("next_launch_ns").is_not_null() & (pl.col("next_launch_ns") >= pl.col("start_ns"))
+    cause = (
+        pl.when(pl.col("f_profiler") >= MAJORITY)
+        .then(pl.lit("profiler"))
+        .when(pl.col("f_dataloader") >= MAJORITY)
+        .then(pl.lit("dataloader"))
+        .when(pl.col("f_pageable") >= MAJORITY)
+        .then(pl.lit("pageable_copy"))
+        .when(pl.col("sync_at_start") | (pl.col("f_sync") >= MAJORITY))
+        .then(pl.lit("host_sync"))
+        .when(pl.col("f_comm") >= MAJORITY)
+        .then(pl.lit("communication"))
+        .when(launched_late & ((pl.col("dur_ns") <= LAUNCH_GAP_MAX_NS) | (pl.col("f_launch") >= MAJORITY)))
+        .then(pl.lit("launch_overhead"))
+        .when(launched_late | pl.col("next_launch_ns").is_null())
+        .then(pl.lit("cpu_work"))
+        .otherwise(pl.lit("gpu_wait"))
+    )
+    gaps = gaps.with_columns(cause.alias("cause"))
+    ops = dominant_ops(ctx, gaps)
+    return gaps.join(ops, on="gap_id", how="left")
+
+
+def _timeline(ctx: Context, busy: pl.DataFrame, gaps: pl.DataFrame) -> dict[str, Any]:
+    """Busy fraction per bin and per device, plus the idle time per cause per bin (bounded size)."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    bins = TIMELINE_BINS
+    width = max(1, -(-(hi - lo) // bins))
+    edges = pl.DataFrame(
+        {"bin": list(range(bins)), "start_ns": [lo + i * width for i in range(bins)], "end_ns": [lo + (i + 1) * width for i in range(bins)]}
+    )
+    out: dict[str, Any] = {"start_ns": lo, "bin_ns": width, "bins": bins, "devices": {}}
+    for dev in ctx.devices:
+        u = busy.filter(pl.col("device") == dev).select("start_ns", "end_ns")
+        cov = iv.overlap_with(edges, u)
+        busy_frac = [round(v / width, 4) for v in cov.to_list()]
+        causes: dict[str, list[float]] = {}
+        g = gaps.filter(pl.col("device") == dev)
+        for cause in CAUSES:
+            cg = g.filter(pl.col("cause") == cause).select("start_ns", "end_ns")
+            if cg.height:
+                causes[cause] = [round(v / width, 4) for v in iv.overlap_with(edges, cg).to_list()]
+        out["devices"][str(dev)] = {"busy": busy_frac, "idle_by_cause": causes}
+    return out

@@ -1,0 +1,86 @@
+"""Kernel breakdown by class, elementwise share (eager vs Triton-fused), top kernels, precision."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import Context
+from traceinsight.model.classify import EAGER_ELEMENTWISE, FP32_SIMT_PATTERN, TRITON_POINTWISE
+
+TOP_KERNELS = 25
+MATH_CLASSES = ("gemm", "conv", "attention")
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    kernel_count: int
+    kernel_ns: int  # sum of kernel durations (not a union)
+    by_class: tuple[dict[str, Any], ...]
+    elementwise_kernel_time_share: float | None
+    elementwise_kernel_count_share: float | None
+    elementwise_eager_count: int
+    elementwise_triton_count: int
+    kernels_per_step: float | None
+    top_kernels: tuple[dict[str, Any], ...]
+    math_ns: int  # GEMM + conv + attention kernel time
+    fp32_math_ns: int  # of which on CUDA cores in fp32 (no tensor cores)
+    fp32_gemm_time_share: float | None
+    top_fp32_kernels: tuple[dict[str, Any], ...]
+
+
+def analyze_kernels(ctx: Context) -> KernelResult:
+    k = ctx.gpu.filter(pl.col("kind") == "kernel")
+    n = k.height
+    total = int(k["dur_ns"].sum()) if n else 0
+    by_class = (
+        k.group_by("kernel_class")
+        .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .with_columns(
+            pl.col("kernel_class").cast(pl.String),
+            (pl.col("total_ns") / max(1, total)).alias("time_share"),
+            (pl.col("count") / max(1, n)).alias("count_share"),
+        )
+        .sort("total_ns", descending=True)
+    )
+    ew = k.filter(pl.col("kernel_class") == "elementwise")
+    eager = ew.filter(pl.col("name").str.contains(EAGER_ELEMENTWISE)).height
+    triton = ew.filter(pl.col("name").str.contains(TRITON_POINTWISE)).height
+    top = (
+        k.group_by("name", "kernel_class")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("total_ns"),
+            pl.col("dur_ns").mean().alias("mean_ns"),
+            pl.col("dur_ns").median().alias("median_ns"),
+            pl.col("dur_ns").max().alias("max_ns"),
+        )
+        .with_columns(pl.col("kernel_class").cast(pl.String), (pl.col("total_ns") / max(1, total)).alias("time_share"))
+        .sort("total_ns", descending=True)
+        .head(TOP_KERNELS)
+    )
+    math = k.filter(pl.col("kernel_class").is_in(MATH_CLASSES))
+    fp32 = math.filter(pl.col("name").str.to_lowercase().str.contains(FP32_SIMT_PATTERN))
+    math_ns = int(math["dur_ns"].sum()) if math.height else 0
+    fp32_ns = int(fp32["dur_ns"].sum()) if fp32.height else 0
+    top_fp32 = (
+        fp32.group_by("name").agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns")).sort("total_ns", descending=True).head(5)
+    )
+    steps = ctx.steps.height
+    return KernelResult(
+        kernel_count=n,
+        kernel_ns=total,
+        by_class=tuple(by_class.iter_rows(named=True)),
+        elementwise_kernel_time_share=(int(ew["dur_ns"].sum()) / total) if total else None,
+        elementwise_kernel_count_share=(ew.height / n) if n else None,
+        elementwise_eager_count=eager,
+        elementwise_triton_count=triton,
+        kernels_per_step=(n / steps) if steps else None,
+        top_kernels=tuple(top.iter_rows(named=True)),
+        math_ns=math_ns,
+        fp32_math_ns=fp32_ns,
+        fp32_gemm_time_share=(fp32_ns / math_ns) if math_ns else None,
+        top_fp32_kernels=tuple(top_fp32.iter_rows(named=True)),
+    )

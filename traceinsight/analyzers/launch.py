@@ -1,0 +1,70 @@
+"""Launch statistics: launch calls per step, CPU launch cost vs GPU kernel time, queue depth."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceinsight.analyzers.context import LAUNCH_API, Context
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    launch_calls: int
+    launch_calls_per_step: float | None
+    launch_call_median_ns: float | None
+    kernel_median_ns: float | None
+    short_kernel_ratio: float | None  # kernels shorter than their own launch call
+    queue_delay_median_ns: float | None  # kernel start - launch call end
+    queue_depth_median: float | None  # kernels launched but not yet started, at each launch
+    graph_launches: int
+    graph_kernels: int
+
+
+def analyze_launch(ctx: Context) -> LaunchResult:
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    calls = ctx.events.filter(
+        pl.col("kind").is_in(["runtime", "driver"])
+        & pl.col("name").str.contains(LAUNCH_API)
+        & pl.col("start_ns").is_between(lo, hi)
+    )
+    kl = ctx.launches.filter(
+        (pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null() & pl.col("start_ns").is_between(lo, hi)
+    ).with_columns(
+        (pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("launch_ns"),
+        (pl.col("start_ns") - pl.col("launch_end_ns")).alias("queue_ns"),
+    )
+    graph = kl.filter(pl.col("launch_name").str.contains("GraphLaunch"))
+    steps = ctx.steps.height
+    if kl.height == 0:
+        return LaunchResult(calls.height, calls.height / steps if steps else None, None, None, None, None, None, 0, 0)
+    direct = kl.filter(~pl.col("launch_name").str.contains("GraphLaunch"))
+    depth = _queue_depth(direct) if direct.height else None
+    return LaunchResult(
+        launch_calls=calls.height,
+        launch_calls_per_step=calls.height / steps if steps else None,
+        launch_call_median_ns=float(calls["dur_ns"].median()) if calls.height else None,
+        kernel_median_ns=float(kl["dur_ns"].median()),
+        short_kernel_ratio=float((direct["dur_ns"] < direct["launch_ns"]).mean()) if direct.height else None,
+        queue_delay_median_ns=float(direct["queue_ns"].median()) if direct.height else None,
+        queue_depth_median=depth,
+        graph_launches=graph["correlation"].n_unique() if graph.height else 0,
+        graph_kernels=graph.height,
+    )
+
+
+def _queue_depth(kl: pl.DataFrame) -> float:
+    """Median number of kernels waiting in the device queue at each launch (per device).
+
+    depth(t) = #kernels whose launch call ended by t - #kernels started by t.
+    """
+    depths = []
+    for dev in kl["device"].unique().to_list():
+        d = kl.filter(pl.col("device") == dev)
+        ends = d["launch_end_ns"].sort()
+        starts = d["start_ns"].sort()
+        t = d["launch_end_ns"]
+        depth = ends.search_sorted(t, side="right").cast(pl.Int64) - starts.search_sorted(t, side="right").cast(pl.Int64)
+        depths.append(depth.clip(0, None))
+    return float(pl.concat(depths).median())

@@ -1,0 +1,60 @@
+"""Optimizer step: kernels and GPU time inside ``Optimizer.step#...``; fused/foreach/per-parameter."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceinsight.analyzers.context import Context
+
+FUSED = r"(?i)fused.*(adam|sgd|lamb|adagrad|optim)|fusedadam|_fused_"
+FOREACH = r"(?i)multi_tensor_apply"
+
+
+@dataclass(frozen=True)
+class OptimizerResult:
+    optimizer_steps: int
+    optimizer: str | None  # e.g. "AdamW"
+    mode: str | None  # "fused" | "foreach" | "per_parameter" | None
+    kernels_per_step: float | None
+    gpu_ns_per_step: float | None
+    host_ns_per_step: float | None
+
+
+def analyze_optimizer(ctx: Context) -> OptimizerResult:
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    ranges = ctx.events.filter(
+        pl.col("kind").is_in(["cpu_op", "user_annotation"])
+        & pl.col("name").str.contains(r"^Optimizer\.step#")
+        & pl.col("start_ns").is_between(lo, hi)
+    ).select(pl.col("name"), pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), pl.col("tid").alias("o_tid"))
+    if ranges.height == 0:
+        return OptimizerResult(0, None, None, None, None, None)
+    name = ranges["name"][0].split("#", 1)[1].split(".")[0]
+    k = ctx.launches.filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null()).select(
+        "name", "dur_ns", "launch_start_ns", "launch_tid"
+    )
+    inside = k.join_where(
+        ranges,
+        pl.col("launch_tid") == pl.col("o_tid"),
+        pl.col("launch_start_ns") >= pl.col("o_s"),
+        pl.col("launch_start_ns") < pl.col("o_e"),
+    )
+    n = ranges.height
+    if inside.height == 0:
+        mode = None
+    elif inside.filter(pl.col("name").str.contains(FUSED)).height:
+        mode = "fused"
+    elif inside.filter(pl.col("name").str.contains(FOREACH)).height:
+        mode = "foreach"
+    else:
+        mode = "per_parameter"
+    return OptimizerResult(
+        optimizer_steps=n,
+        optimizer=name,
+        mode=mode,
+        kernels_per_step=inside.height / n,
+        gpu_ns_per_step=float(inside["dur_ns"].sum()) / n if inside.height else 0.0,
+        host_ns_per_step=float((ranges["o_e"] - ranges["o_s"]).sum()) / n,
+    )

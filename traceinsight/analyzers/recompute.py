@@ -1,0 +1,73 @@
+"""Activation-checkpointing recompute: forward ops executed again inside backward.
+
+Backward nodes run as ``autograd::engine::evaluate_function: XBackward0`` ranges. Forward-only
+ops (``aten::linear``, attention, layer norm, activations...) nested inside one of them can
+only be a recomputation; the GPU time of the kernels they launch is the recompute cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceinsight.analyzers.context import Context
+from traceinsight.model import intervals as iv
+
+FORWARD_OPS = (
+    r"^aten::(linear|conv[123]d|convolution|scaled_dot_product_attention|_scaled_dot_product_\w+"
+    r"|layer_norm|group_norm|batch_norm|gelu|relu|silu|softmax|_softmax|dropout|embedding|matmul|addmm)$"
+)
+BACKWARD_NODE = r"^autograd::engine::evaluate_function: "
+
+
+@dataclass(frozen=True)
+class RecomputeResult:
+    recomputed_ops: int
+    recompute_kernel_ns: int  # GPU time of kernels launched by recomputed ops
+    recompute_host_ns: int  # host time spent re-running the forward ops
+    recompute_ns: int  # the cost: the larger of the two (a launch-bound step pays the host time)
+    recompute_time_share: float | None  # recompute_ns / analysis window
+
+
+def analyze_recompute(ctx: Context) -> RecomputeResult:
+    ev = ctx.events
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    bw = ev.filter(
+        (pl.col("kind") == "cpu_op") & pl.col("name").str.contains(BACKWARD_NODE) & pl.col("start_ns").is_between(lo, hi)
+    ).select(pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid"))
+    fw = ev.filter(
+        (pl.col("kind") == "cpu_op")
+        & pl.col("name").str.contains(FORWARD_OPS)
+        & ~pl.col("name").str.contains("backward")
+        & pl.col("start_ns").is_between(lo, hi)
+    ).select("name", "start_ns", "end_ns", "tid")
+    if bw.height == 0 or fw.height == 0:
+        return RecomputeResult(0, 0, 0, 0, 0.0 if bw.height else None)
+    nested = (
+        fw.join_where(bw, pl.col("b_tid") == pl.col("tid"), pl.col("b_s") <= pl.col("start_ns"), pl.col("b_e") >= pl.col("end_ns"))
+        .select("start_ns", "end_ns", "tid")
+        .unique()
+    )
+    if nested.height == 0:
+        return RecomputeResult(0, 0, 0, 0, 0.0)
+    # Outermost recomputed ops only, then the kernels launched from inside them.
+    k = ctx.launches.filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null()).select(
+        "dur_ns", "launch_start_ns", "launch_tid", "correlation", "start_ns"
+    )
+    inside = k.join_where(
+        nested.rename({"start_ns": "r_s", "end_ns": "r_e", "tid": "r_tid"}),
+        pl.col("launch_tid") == pl.col("r_tid"),
+        pl.col("launch_start_ns") >= pl.col("r_s"),
+        pl.col("launch_start_ns") < pl.col("r_e"),
+    ).unique(subset=["correlation", "start_ns"])
+    ns = int(inside["dur_ns"].sum()) if inside.height else 0
+    host_ns = iv.total(iv.union(nested))
+    cost = max(ns, host_ns)
+    return RecomputeResult(
+        recomputed_ops=nested.height,
+        recompute_kernel_ns=ns,
+        recompute_host_ns=host_ns,
+        recompute_ns=cost,
+        recompute_time_share=cost / ctx.window_ns if ctx.window_ns else None,
+    )

@@ -1,0 +1,66 @@
+"""Step statistics: step times, variance, outliers, and what share each phase takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import DATALOADER_PATTERN, Context, host_ranges
+from traceinsight.model import intervals as iv
+
+# A step is an outlier when it is this much slower than the median (and beyond 3 robust sigmas).
+OUTLIER_FACTOR = 1.25
+
+
+@dataclass(frozen=True)
+class StepResult:
+    steps: int
+    step_time_mean_ns: float | None
+    step_time_median_ns: float | None
+    step_time_p90_ns: float | None
+    step_time_cv: float | None
+    dataloader_ns: int
+    dataloader_ratio: float | None
+    outlier_steps: tuple[int, ...]
+    per_step: tuple[dict[str, Any], ...]
+
+
+def analyze_steps(ctx: Context) -> StepResult:
+    st = ctx.steps
+    dl = host_ranges(ctx, DATALOADER_PATTERN)
+    if st.height == 0:
+        dl_ns = iv.total(dl)
+        return StepResult(0, None, None, None, None, dl_ns, dl_ns / ctx.window_ns if ctx.window_ns and dl_ns else None, (), ())
+    spans = st.select("step", "start_ns", "end_ns", "dur_ns")
+    dl_per = iv.overlap_with(spans, dl) if dl.height else pl.Series([0] * st.height)
+    opt = host_ranges(ctx, r"^Optimizer\.step#", ("gpu_annotation",))
+    if opt.height == 0:
+        opt = host_ranges(ctx, r"^Optimizer\.step#")
+    opt_per = iv.overlap_with(spans, opt) if opt.height else pl.Series([0] * st.height)
+    busy = iv.union(ctx.gpu, by=["device"]).select("start_ns", "end_ns") if ctx.has_gpu else None
+    busy_per = iv.overlap_with(spans, iv.union(busy)) if busy is not None else pl.Series([0] * st.height)
+    spans = spans.with_columns(
+        dl_per.alias("dataloader_ns"), opt_per.alias("optimizer_ns"), busy_per.alias("gpu_busy_ns")
+    )
+    d = spans["dur_ns"].cast(pl.Float64)
+    median = float(d.median())
+    mad = float((d - median).abs().median())
+    threshold = max(OUTLIER_FACTOR * median, median + 3 * 1.4826 * mad)
+    outliers = spans.filter(pl.col("dur_ns") > threshold)["step"].to_list()
+    mean = float(d.mean())
+    std = float(d.std()) if st.height > 1 else 0.0
+    total = int(spans["dur_ns"].sum())
+    dl_total = int(spans["dataloader_ns"].sum())
+    return StepResult(
+        steps=st.height,
+        step_time_mean_ns=mean,
+        step_time_median_ns=median,
+        step_time_p90_ns=float(d.quantile(0.9, "nearest")),
+        step_time_cv=std / mean if mean else None,
+        dataloader_ns=dl_total,
+        dataloader_ratio=dl_total / total if total else None,
+        outlier_steps=tuple(int(s) for s in outliers if s is not None),
+        per_step=tuple(spans.with_columns((pl.col("start_ns") - ctx.window_start_ns).alias("offset_ns")).iter_rows(named=True)),
+    )

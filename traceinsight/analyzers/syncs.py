@@ -1,0 +1,85 @@
+"""Host syncs: where the host blocks on the GPU, and which op asked for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import BLOCKING_COPY_API, SYNC_API, Context
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    host_sync_count: int
+    host_sync_blocked_ns: int
+    syncs_per_step: float | None
+    profiler_syncs: int  # the profiler's own closing sync, not the user's
+    by_op: tuple[dict[str, Any], ...]  # op that caused the syncs: count, blocked_ns
+
+
+def analyze_syncs(ctx: Context) -> SyncResult:
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    ev = ctx.events
+    calls = ev.filter(
+        pl.col("kind").is_in(["runtime", "driver"])
+        & pl.col("name").str.contains(f"{SYNC_API}|{BLOCKING_COPY_API}")
+        & (pl.col("end_ns") > lo)
+        & (pl.col("start_ns") < hi)
+    ).with_row_index("sync_id")
+    profiler = 0
+    if ctx.steps.height and calls.height:
+        # The profiler's cudaDeviceSynchronize closes the window after the last step's host end.
+        last_host_start = int(ctx.steps["start_ns"].max())
+        last_host_end = int(ctx.steps.sort("start_ns")["end_ns"].to_list()[-1])
+        is_prof = pl.col("name").str.contains("DeviceSynchronize") & (pl.col("start_ns") >= last_host_start)
+        enclosing = _enclosing_op(ev, calls)
+        calls = calls.join(enclosing, on="sync_id", how="left")
+        is_prof = is_prof & pl.col("op").is_null() & (pl.col("end_ns") >= last_host_end - 1)
+        profiler = calls.filter(is_prof).height
+        calls = calls.filter(~is_prof)
+    elif calls.height:
+        calls = calls.join(_enclosing_op(ev, calls), on="sync_id", how="left")
+    else:
+        calls = calls.with_columns(pl.lit(None, pl.String).alias("op"))
+    by_op = (
+        calls.with_columns(pl.coalesce(pl.col("op"), pl.lit("(no enclosing op)")).alias("op"))
+        .group_by("op", "name")
+        .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("blocked_ns"))
+        .rename({"name": "api"})
+        .sort("blocked_ns", descending=True)
+        .head(10)
+    )
+    steps = ctx.steps.height
+    return SyncResult(
+        host_sync_count=calls.height,
+        host_sync_blocked_ns=int(calls["dur_ns"].sum()) if calls.height else 0,
+        syncs_per_step=calls.height / steps if steps else None,
+        profiler_syncs=profiler,
+        by_op=tuple(by_op.iter_rows(named=True)),
+    )
+
+
+def _enclosing_op(ev: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """The outermost aten/user op on the same thread around each sync (``aten::item`` over
+    ``aten::_local_scalar_dense``), else the innermost of any."""
+    ops = ev.filter(
+        pl.col("kind").is_in(["cpu_op", "user_annotation"])
+        & ~pl.col("name").str.contains(r"^(ProfilerStep#|train_step#)")
+    ).select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"), pl.col("tid").alias("op_tid"))
+    if ops.height == 0 or calls.height == 0:
+        return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
+    c = calls.select("sync_id", "start_ns", "end_ns", "tid")
+    hits = c.join_where(
+        ops, pl.col("op_tid") == pl.col("tid"), pl.col("op_s") <= pl.col("start_ns"), pl.col("op_e") >= pl.col("end_ns")
+    )
+    if hits.height == 0:
+        return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
+    # Prefer a recognizable user-facing op, else the innermost.
+    return (
+        hits.with_columns(pl.col("op").str.contains(r"^aten::(item|nonzero|cpu|to|copy_|equal|is_nonzero|masked_select|unique)").alias("_named"))
+        .sort(["sync_id", "_named", "op_s"], descending=[False, True, False])
+        .unique(subset=["sync_id"], keep="first")
+        .select("sync_id", "op")
+    )

@@ -1,0 +1,252 @@
+"""Record a trace the right way: a profiler schedule, step marks and NVTX ranges.
+
+Needs the ``capture`` extra (torch, and optionally the ``nvtx`` package); analysis never does.
+
+    from traceinsight import capture
+    with capture.capture(out_dir="traces", steps=5) as c:
+        for batch in loader:
+            train_step(batch)
+            c.step()
+    print(c.trace_path)
+
+``traceinsight profile -- python train.py`` sets ``TRACEINSIGHT_CAPTURE_DIR``; a script then only
+calls the module-level :func:`step` once per iteration and the capture starts by itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ENV_DIR = "TRACEINSIGHT_CAPTURE_DIR"
+ENV_STEPS = "TRACEINSIGHT_CAPTURE_STEPS"
+ENV_WAIT = "TRACEINSIGHT_CAPTURE_WAIT"
+ENV_WARMUP = "TRACEINSIGHT_CAPTURE_WARMUP"
+
+# Defaults chosen so that compilation, autotuning and allocator warm-up stay out of the window:
+# the first step is skipped, two more warm the profiler up, five are recorded.
+DEFAULT_WAIT = 1
+DEFAULT_WARMUP = 2
+DEFAULT_STEPS = 5
+
+
+class CaptureError(RuntimeError):
+    """The capture could not be set up (torch missing, bad arguments)."""
+
+
+def _import_torch() -> Any:
+    try:
+        import torch
+        import torch.profiler  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise CaptureError(
+            "capturing needs PyTorch: pip install 'traceinsight-analyzer[capture]'"
+        ) from exc
+    return torch
+
+
+class _Nvtx:
+    """NVTX ranges through the ``nvtx`` package, else torch's binding, else nothing."""
+
+    def __init__(self, torch: Any) -> None:
+        self._push: Any = None
+        self._pop: Any = None
+        try:
+            import nvtx  # type: ignore[import-not-found]
+
+            self._push = lambda msg: nvtx.push_range(msg, domain="traceinsight")
+            self._pop = lambda: nvtx.pop_range(domain="traceinsight")
+        except ImportError:
+            if torch.cuda.is_available():
+                self._push = torch.cuda.nvtx.range_push
+                self._pop = torch.cuda.nvtx.range_pop
+
+    def push(self, msg: str) -> None:
+        if self._push is not None:
+            self._push(msg)
+
+    def pop(self) -> None:
+        if self._pop is not None:
+            self._pop()
+
+
+@dataclass
+class Capture:
+    """One profiling session over a loop; use :func:`capture` to make one."""
+
+    out_dir: Path
+    steps: int = DEFAULT_STEPS
+    wait: int = DEFAULT_WAIT
+    warmup: int = DEFAULT_WARMUP
+    name: str | None = None
+    record_shapes: bool = True
+    profile_memory: bool = False
+    with_stack: bool = False
+    cuda: bool | None = None
+    analyze: bool = False
+    report_path: Path | None = None
+    trace_path: Path | None = None
+    step_count: int = 0
+    _prof: Any = field(default=None, repr=False)
+    _nvtx: Any = field(default=None, repr=False)
+    _torch: Any = field(default=None, repr=False)
+    _range_open: bool = field(default=False, repr=False)
+
+    def start(self) -> Capture:
+        if self.steps < 1 or self.wait < 0 or self.warmup < 0:
+            raise CaptureError("steps must be >= 1, wait and warmup >= 0")
+        torch = _import_torch()
+        self._torch = torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        use_cuda = torch.cuda.is_available() if self.cuda is None else self.cuda
+        activities = [ProfilerActivity.CPU]
+        if use_cuda:
+            activities.append(ProfilerActivity.CUDA)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._nvtx = _Nvtx(torch)
+        self._prof = profile(
+            activities=activities,
+            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.steps, repeat=1),
+            on_trace_ready=self._write_trace,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+        )
+        self._prof.__enter__()
+        self._open_range()
+        return self
+
+    def _open_range(self) -> None:
+        self._nvtx.push(f"train_step#{self.step_count}")
+        self._range_open = True
+
+    def _close_range(self) -> None:
+        if self._range_open:
+            self._nvtx.pop()
+            self._range_open = False
+
+    def _write_trace(self, prof: Any) -> None:
+        stem = self.name or f"{_safe(socket.gethostname())}_{os.getpid()}"
+        rank = os.environ.get("RANK")
+        if rank is not None and self.name is None:
+            stem = f"rank{rank}_{stem}"
+        path = self.out_dir / f"{stem}.{time.time_ns()}.pt.trace.json.gz"
+        prof.export_chrome_trace(str(path))
+        self.trace_path = path
+
+    def step(self) -> None:
+        """Mark the end of one iteration."""
+        if self._prof is None:
+            return
+        self._close_range()
+        self._prof.step()
+        self.step_count += 1
+        self._open_range()
+
+    def stop(self) -> None:
+        if self._prof is None:
+            return
+        self._close_range()
+        prof, self._prof = self._prof, None
+        prof.__exit__(None, None, None)
+        if self.analyze and self.trace_path is not None:
+            self.report_path = _analyze(self.trace_path, self.report_path)
+
+    def __enter__(self) -> Capture:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", text)
+
+
+def _analyze(trace_path: Path, report_path: Path | None) -> Path:
+    from traceinsight.api import analyze_path
+    from traceinsight.report.html import write_html
+
+    report = report_path or trace_path.with_name(
+        trace_path.name.replace(".pt.trace.json.gz", "") + ".html"
+    )
+    result = analyze_path(trace_path)
+    write_html(result, report, force=True)
+    return report
+
+
+def capture(
+    out_dir: str | os.PathLike[str] = "traces",
+    steps: int = DEFAULT_STEPS,
+    *,
+    wait: int = DEFAULT_WAIT,
+    warmup: int = DEFAULT_WARMUP,
+    name: str | None = None,
+    record_shapes: bool = True,
+    profile_memory: bool = False,
+    with_stack: bool = False,
+    cuda: bool | None = None,
+    analyze: bool = False,
+    report_path: str | os.PathLike[str] | None = None,
+) -> Capture:
+    """Start a capture; use as ``with capture(...) as c:`` and call ``c.step()`` per iteration.
+
+    The profiler skips ``wait`` steps, warms up for ``warmup`` and records ``steps`` iterations;
+    each iteration is also an NVTX range ``train_step#N`` so the same loop profiles well under
+    ``nsys profile``. With ``analyze=True`` the HTML diagnosis is written next to the trace.
+    """
+    c = Capture(
+        out_dir=Path(out_dir),
+        steps=steps,
+        wait=wait,
+        warmup=warmup,
+        name=name,
+        record_shapes=record_shapes,
+        profile_memory=profile_memory,
+        with_stack=with_stack,
+        cuda=cuda,
+        analyze=analyze,
+        report_path=Path(report_path) if report_path else None,
+    )
+    return c.start()
+
+
+_GLOBAL: Capture | None = None
+
+
+def step() -> None:
+    """Per-iteration hook for scripts run by ``traceinsight profile``.
+
+    Outside ``traceinsight profile`` (no ``TRACEINSIGHT_CAPTURE_DIR``) it does nothing, so a
+    script can keep the call in production.
+    """
+    global _GLOBAL
+    if _GLOBAL is None:
+        out = os.environ.get(ENV_DIR)
+        if not out:
+            return
+        _GLOBAL = capture(
+            out,
+            steps=int(os.environ.get(ENV_STEPS, DEFAULT_STEPS)),
+            wait=int(os.environ.get(ENV_WAIT, DEFAULT_WAIT)),
+            warmup=int(os.environ.get(ENV_WARMUP, DEFAULT_WARMUP)),
+        )
+        atexit.register(_finish_global)
+        return  # this call opens the first step; the next one ends it
+    _GLOBAL.step()
+
+
+def _finish_global() -> None:
+    global _GLOBAL
+    if _GLOBAL is not None:
+        with contextlib.suppress(Exception):
+            _GLOBAL.stop()
+        _GLOBAL = None

@@ -1,0 +1,161 @@
+"""Interval algebra on polars frames of [start_ns, end_ns) intervals, vectorized.
+
+Every function takes and returns frames with int64 ``start_ns``/``end_ns`` columns, optionally
+partitioned by ``by`` columns (device, rank, ...). A union is a set of disjoint, sorted intervals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import polars as pl
+
+S, E = "start_ns", "end_ns"
+
+
+def union(df: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = ()) -> pl.DataFrame:
+    """Merge overlapping or touching intervals (per group)."""
+    by = list(by)
+    lf = df.lazy().select([*by, S, E]).filter(pl.col(E) > pl.col(S)).sort([*by, S])
+    # A new merged interval starts where the start exceeds the running max of all previous ends.
+    prev_max_end = pl.col(E).cum_max().shift(1)
+    if by:
+        prev_max_end = prev_max_end.over(by)
+    lf = lf.with_columns(
+        (pl.col(S) > prev_max_end).fill_null(True).cast(pl.Int64).alias("_new")
+    )
+    grp = pl.col("_new").cum_sum()
+    if by:
+        grp = grp.over(by)
+    lf = lf.with_columns(grp.alias("_grp"))
+    return (
+        lf.group_by([*by, "_grp"])
+        .agg(pl.col(S).min(), pl.col(E).max())
+        .drop("_grp")
+        .sort([*by, S])
+        .collect()
+    )
+
+
+def total(df: pl.DataFrame) -> int:
+    """Total length of a union (assumes disjoint intervals)."""
+    if df.height == 0:
+        return 0
+    return int((df[E] - df[S]).sum())
+
+
+def clip(df: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """Clip intervals to [lo, hi) and drop the empty ones."""
+    return df.with_columns(pl.col(S).clip(lo, hi), pl.col(E).clip(lo, hi)).filter(pl.col(E) > pl.col(S))
+
+
+def gaps(u: pl.DataFrame, lo: int | None = None, hi: int | None = None, by: Sequence[str] = ()) -> pl.DataFrame:
+    """The complement of a union inside its own extent (or [lo, hi) when given), per group."""
+    by = list(by)
+    prev_end = pl.col(E).shift(1)
+    if by:
+        prev_end = prev_end.over(by)
+    inner = (
+        u.sort([*by, S])
+        .with_columns(prev_end.alias("_prev_end"))
+        .filter(pl.col("_prev_end").is_not_null() & (pl.col(S) > pl.col("_prev_end")))
+        .select([*by, pl.col("_prev_end").alias(S), pl.col(S).alias(E)])
+    )
+    parts = [inner]
+    if lo is not None and u.height:
+        first = u.group_by(by).agg(pl.col(S).min()) if by else u.select(pl.col(S).min())
+        parts.append(
+            first.filter(pl.col(S) > lo).select([*by, pl.lit(lo, pl.Int64).alias(S), pl.col(S).alias(E)])
+        )
+    if hi is not None and u.height:
+        last = u.group_by(by).agg(pl.col(E).max()) if by else u.select(pl.col(E).max())
+        parts.append(
+            last.filter(pl.col(E) < hi).select([*by, pl.col(E).alias(S), pl.lit(hi, pl.Int64).alias(E)])
+        )
+    if lo is not None and hi is not None and u.height == 0 and not by and hi > lo:
+        parts.append(pl.DataFrame({S: [lo], E: [hi]}, schema={S: pl.Int64, E: pl.Int64}))
+    out = pl.concat([p.select([*by, S, E]).cast({S: pl.Int64, E: pl.Int64}) for p in parts])
+    return out.sort([*by, S])
+
+
+def intersect(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
+    """Intersection of two unions (each disjoint and sorted), per group.
+
+    Sweep over the sorted boundary points of both sets: a point is inside the result while the
+    coverage count from both sets is 2.
+    """
+    by = list(by)
+    pts = pl.concat(
+        [
+            a.select([*by, pl.col(S).alias("t"), pl.lit(1, pl.Int32).alias("d")]),
+            a.select([*by, pl.col(E).alias("t"), pl.lit(-1, pl.Int32).alias("d")]),
+            b.select([*by, pl.col(S).alias("t"), pl.lit(1, pl.Int32).alias("d")]),
+            b.select([*by, pl.col(E).alias("t"), pl.lit(-1, pl.Int32).alias("d")]),
+        ]
+    )
+    if pts.height == 0:
+        return pl.DataFrame(schema={**{c: a.schema[c] for c in by}, S: pl.Int64, E: pl.Int64})
+    # Ends sort before starts at the same instant so touching intervals do not intersect.
+    pts = pts.sort([*by, "t", "d"])
+    cov = pl.col("d").cum_sum()
+    nxt = pl.col("t").shift(-1)
+    if by:
+        cov = cov.over(by)
+        nxt = nxt.over(by)
+    return (
+        pts.with_columns(cov.alias("_cov"), nxt.alias("_next"))
+        .filter((pl.col("_cov") == 2) & pl.col("_next").is_not_null() & (pl.col("_next") > pl.col("t")))
+        .select([*by, pl.col("t").alias(S), pl.col("_next").alias(E)])
+        .pipe(lambda d: union(d, by))
+    )
+
+
+def subtract(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
+    """a minus b, both unions, per group."""
+    by = list(by)
+    pts = pl.concat(
+        [
+            a.select([*by, pl.col(S).alias("t"), pl.lit(1, pl.Int32).alias("da"), pl.lit(0, pl.Int32).alias("db")]),
+            a.select([*by, pl.col(E).alias("t"), pl.lit(-1, pl.Int32).alias("da"), pl.lit(0, pl.Int32).alias("db")]),
+            b.select([*by, pl.col(S).alias("t"), pl.lit(0, pl.Int32).alias("da"), pl.lit(1, pl.Int32).alias("db")]),
+            b.select([*by, pl.col(E).alias("t"), pl.lit(0, pl.Int32).alias("da"), pl.lit(-1, pl.Int32).alias("db")]),
+        ]
+    )
+    if pts.height == 0:
+        return pl.DataFrame(schema={**{c: a.schema[c] for c in by}, S: pl.Int64, E: pl.Int64})
+    pts = pts.group_by([*by, "t"]).agg(pl.col("da").sum(), pl.col("db").sum()).sort([*by, "t"])
+    ca, cb, nxt = pl.col("da").cum_sum(), pl.col("db").cum_sum(), pl.col("t").shift(-1)
+    if by:
+        ca, cb, nxt = ca.over(by), cb.over(by), nxt.over(by)
+    return (
+        pts.with_columns(ca.alias("_a"), cb.alias("_b"), nxt.alias("_next"))
+        .filter((pl.col("_a") > 0) & (pl.col("_b") <= 0) & pl.col("_next").is_not_null())
+        .select([*by, pl.col("t").alias(S), pl.col("_next").alias(E)])
+        .pipe(lambda d: union(d, by))
+    )
+
+
+def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
+    """For each interval in ``points`` (any), the length covered by union ``u`` (sorted, disjoint).
+
+    Prefix sums of the union's lengths plus two sorted searches: O((n + m) log m), no loop.
+    """
+    if u.height == 0 or points.height == 0:
+        return pl.Series("overlap_ns", [0] * points.height, dtype=pl.Int64)
+    us, ue = u[S], u[E]
+    # cum[i] = covered length of the first i intervals
+    cum = pl.concat([pl.Series([0], dtype=pl.Int64), (ue - us).cum_sum()])
+
+    def covered_until(t: pl.Series) -> pl.Series:
+        i = us.search_sorted(t, side="right").cast(pl.Int64)  # intervals starting at or before t
+        j = (i - 1).clip(0, None)
+        frame = pl.DataFrame(
+            {"t": t, "i": i, "full": cum.gather(j), "ls": us.gather(j), "le": ue.gather(j)}
+        )
+        return frame.select(
+            pl.when(pl.col("i") > 0)
+            .then(pl.col("full") + (pl.min_horizontal("t", "le") - pl.col("ls")).clip(0, None))
+            .otherwise(0)
+        ).to_series()
+
+    return (covered_until(points[E]) - covered_until(points[S])).alias("overlap_ns")

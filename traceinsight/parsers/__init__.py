@@ -1,0 +1,42 @@
+"""One module per input format; each returns the same :class:`~traceinsight.model.Trace`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from traceinsight.errors import InputError
+from traceinsight.model.schema import Trace
+from traceinsight.parsers.source import sniff
+
+
+def detect_format(path: Path) -> str:
+    """'kineto', 'nsys-sqlite' or 'nsys-rep', from the content (suffix only for .nsys-rep)."""
+    if not path.exists():
+        raise InputError("no such file", str(path))
+    if path.is_dir():
+        raise InputError("is a directory, expected a trace file", str(path))
+    kind = sniff(path)
+    if kind == "sqlite":
+        return "nsys-sqlite"
+    if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
+        return "nsys-rep"
+    if kind == "empty":
+        raise InputError("empty file (0 bytes)", str(path))
+    return "kineto"
+
+
+def load_trace(path: str | Path, *, max_bytes: int | None = None, step_range: str | None = None) -> Trace:
+    """Parse any supported trace file into the common event table."""
+    p = Path(path)
+    fmt = detect_format(p)
+    if fmt == "kineto":
+        from traceinsight.parsers.kineto import parse_kineto
+
+        return parse_kineto(p, max_bytes=max_bytes)
+    if fmt == "nsys-sqlite":
+        from traceinsight.parsers.nsys import parse_nsys
+
+        return parse_nsys(p)
+    from traceinsight.parsers.nsys import parse_nsys_rep
+
+    return parse_nsys_rep(p)

@@ -1,0 +1,315 @@
+"""PyTorch profiler (Kineto) Chrome traces, every era from the 2020 bare array to today.
+
+The JSON is decoded once with orjson; each needed field is pulled into a flat Python list (one
+C-level comprehension per field) and handed to polars, after which the event dicts are dropped.
+Everything after that is vectorized. Format history: ../shared/KINETO_FORMAT.md.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceinsight.errors import InputError
+from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
+from traceinsight.model.schema import DeviceInfo, Trace, TraceMeta, conform, empty_events
+from traceinsight.parsers.source import read_bytes
+
+# Category (any era, lower-cased) -> event kind. Unknown categories are dropped.
+CATEGORY_KIND: dict[str, str] = {
+    "kernel": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_sync": "gpu_sync",
+    "gpu_user_annotation": "gpu_annotation",
+    "cuda_runtime": "runtime",
+    "runtime": "runtime",
+    "cuda_driver": "driver",
+    "cpu_op": "cpu_op",
+    "operator": "cpu_op",
+    "user_annotation": "user_annotation",
+    "python_function": "python_function",
+    "overhead": "overhead",
+    # other accelerators (MTIA, XPU, PrivateUse1) keep the same shape
+    "mtia_ccp_events": "kernel",
+    "mtia_runtime": "runtime",
+    "xpu_runtime": "runtime",
+    "xpu_driver": "driver",
+    "privateuse1_runtime": "runtime",
+    "privateuse1_driver": "driver",
+}
+GPU_SIDE = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
+
+_MEM_KIND = {
+    "pageable": "pageable",
+    "pinned": "pinned",
+    "device": "device",
+    "managed": "managed",
+    "array": "array",
+    "host": "host",  # ROCm: no pinned/pageable distinction
+    "device static": "device",
+    "managed static": "managed",
+}
+_MEMCPY_RE = r"^Memcpy\s+(\w+)(?:\s*\(([^)]*?)\s*->\s*([^)]*?)\))?"
+
+_EMPTY: dict[str, Any] = {}
+
+
+def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[str]]:
+    """orjson first; then the repairs real traces need (NaN/Infinity, truncation)."""
+    warnings: list[str] = []
+    try:
+        return orjson.loads(data), warnings
+    except orjson.JSONDecodeError as exc:
+        first_error = str(exc)
+    if truncated_gzip:
+        warnings.append("the gzip stream ends early; analyzed the events before the cut")
+    salvaged = _salvage(data)
+    if salvaged is not None:
+        obj, note = salvaged
+        warnings.append(note)
+        return obj, warnings
+    raise InputError(f"not valid JSON ({first_error})", str(path))
+
+
+def _salvage(data: bytes) -> tuple[Any, str] | None:
+    """Recover what a crashed or buggy writer left: bare NaN/Infinity, or a cut-off file."""
+    text = data
+    # Kineto never writes these, but other tools' Chrome traces do.
+    fixed = re.sub(rb"(?<=[:\[,\s])(-?Infinity|NaN)(?=[,\]\}\s])", b"null", text)
+    try:
+        return orjson.loads(fixed), "non-standard NaN/Infinity values were read as missing"
+    except orjson.JSONDecodeError:
+        pass
+    # A truncated file: cut after the last complete event of the traceEvents array and close it.
+    start = fixed.find(b"[")
+    if start < 0:
+        return None
+    for cut in _candidate_cuts(fixed):
+        head = fixed[:cut]
+        for tail in (b"]}", b"]"):
+            try:
+                obj = orjson.loads(head + tail)
+            except orjson.JSONDecodeError:
+                continue
+            events = obj if isinstance(obj, list) else obj.get("traceEvents") if isinstance(obj, dict) else None
+            if isinstance(events, list) and events:
+                return obj, (
+                    f"the file is truncated (damaged after byte {cut:,}); "
+                    f"analyzed the {len(events):,} complete events before the damage"
+                )
+    return None
+
+
+def _candidate_cuts(data: bytes, tries: int = 64) -> list[int]:
+    """Positions just after a '}' that could close the last complete event, latest first."""
+    cuts: list[int] = []
+    pos = len(data)
+    while len(cuts) < tries:
+        pos = data.rfind(b"}", 0, pos)
+        if pos < 0:
+            break
+        cuts.append(pos + 1)
+    return cuts
+
+
+def _events_and_top(obj: Any, path: Path) -> tuple[list[Any], dict[str, Any], str]:
+    if isinstance(obj, list):
+        return obj, {}, "2020 bare event array"
+    if not isinstance(obj, dict):
+        raise InputError("not a Kineto trace (JSON is not an object or array of events)", str(path))
+    events = obj.get("traceEvents")
+    if events is None:
+        if "nodes" in obj and "schema" in obj:
+            raise InputError(
+                "this is a PyTorch Execution Trace, not a Kineto profiler trace; "
+                "pass the matching *.pt.trace.json from torch.profiler",
+                str(path),
+            )
+        raise InputError("not a Kineto trace (no 'traceEvents' array)", str(path))
+    if not isinstance(events, list):
+        raise InputError("not a Kineto trace ('traceEvents' is not an array)", str(path))
+    return events, obj, ""
+
+
+def _era(top: dict[str, Any], cats: set[str], base: bool, frac: bool, array_era: str) -> str:
+    if array_era:
+        return array_era
+    schema = top.get("schemaVersion")
+    parts = [f"schemaVersion {schema}" if schema is not None else "no schemaVersion"]
+    if cats & {"Kernel", "Operator", "Runtime", "Memcpy"}:
+        parts.append("legacy categories (<= torch 1.9)")
+    if base:
+        parts.append("relative ns timestamps (baseTimeNanoseconds, kineto >= 2024-04)")
+    elif frac:
+        parts.append("fractional absolute us timestamps")
+    else:
+        parts.append("integer absolute us timestamps")
+    return "; ".join(parts)
+
+
+def _to_int_ids(values: list[Any]) -> pl.Series:
+    """pid/tid as int64: ints stay, strings like 'stream 7' give their number, others null."""
+    s = pl.Series(values, strict=False)
+    if s.dtype.is_integer():
+        return s.cast(pl.Int64)
+    if s.dtype == pl.String:
+        return s.str.extract(r"(-?\d+)\s*$", 1).cast(pl.Int64, strict=False)
+    return pl.Series([v if type(v) is int else None for v in values], dtype=pl.Int64)
+
+
+def _num(values: list[Any], dtype: pl.DataType) -> pl.Series:
+    s = pl.Series(values, strict=False)
+    if s.dtype == pl.String:  # numbers written as strings by some tools
+        s = s.str.strip_chars().cast(pl.Float64, strict=False)
+    elif s.dtype == pl.Object or s.dtype == pl.Null:
+        s = pl.Series([v if type(v) in (int, float) else None for v in values], dtype=pl.Float64, strict=False)
+    return s.cast(dtype, strict=False)
+
+
+def _us_to_ns(us: pl.Expr) -> pl.Expr:
+    """Microseconds (float) to int64 ns without the precision loss of ``us * 1000``.
+
+    Absolute µs need 16 digits; multiplying first would round to 256 ns steps.
+    """
+    whole = us.floor()
+    return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64)
+
+
+def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
+    path = Path(path)
+    data, truncated = read_bytes(path, max_bytes)
+    obj, warnings = _decode(data, path, truncated)
+    del data
+    events, top, array_era = _events_and_top(obj, path)
+    del obj
+
+    xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
+    n_other_ph = len(events) - len(xs)
+    del events
+    cats = [e.get("cat") for e in xs]
+    args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in xs)]
+    raw = {
+        "cat": pl.Series(cats, dtype=pl.String, strict=False),
+        "name": pl.Series([e.get("name") for e in xs], dtype=pl.String, strict=False),
+        "ts": _num([e.get("ts") for e in xs], pl.Float64),
+        "dur": _num([e.get("dur") for e in xs], pl.Float64),
+        "pid": _to_int_ids([e.get("pid") for e in xs]),
+        "tid": _to_int_ids([e.get("tid") for e in xs]),
+        "a_device": _num([a.get("device") for a in args], pl.Int64),
+        "a_stream": _num([a.get("stream") for a in args], pl.Int64),
+        "correlation": _num([a.get("correlation") for a in args], pl.Int64),
+        "external_id": _num([a.get("External id", a.get("external id")) for a in args], pl.Int64),
+        "bytes": _num([a.get("bytes") for a in args], pl.Int64),
+    }
+    del xs, args
+    df = pl.DataFrame(raw)
+    cat_set = set(df["cat"].drop_nulls().unique().to_list())
+
+    base_raw = top.get("baseTimeNanoseconds")
+    base_ns = base_raw if type(base_raw) is int else 0
+    frac = bool(df.height) and bool(
+        df.select(((pl.col("ts") - pl.col("ts").floor()) != 0).any()).item()
+    )
+
+    kind = pl.col("cat").str.to_lowercase().replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String)
+    df = df.with_columns(kind.alias("kind"))
+    n_bad_time = df.filter(
+        pl.col("kind").is_not_null()
+        & (pl.col("ts").is_null() | pl.col("dur").is_null() | (pl.col("dur") < 0) | ~pl.col("ts").is_finite() | ~pl.col("dur").is_finite())
+    ).height
+    df = df.filter(
+        pl.col("kind").is_not_null()
+        & pl.col("ts").is_finite()
+        & pl.col("dur").is_finite()
+        & (pl.col("dur") >= 0)
+        & pl.col("name").is_not_null()
+    )
+    if n_bad_time:
+        warnings.append(f"{n_bad_time:,} events with missing, negative or non-finite ts/dur were skipped")
+
+    is_gpu = pl.col("kind").is_in(GPU_SIDE)
+    start = _us_to_ns(pl.col("ts")) + base_ns
+    memcpy = pl.col("name").str.extract_groups(_MEMCPY_RE)
+    df = df.with_columns(
+        start.alias("start_ns"),
+        _us_to_ns(pl.col("dur")).alias("dur_ns"),
+        pl.when(is_gpu).then(pl.coalesce("a_device", "pid")).cast(pl.Int32).alias("device"),
+        pl.when(is_gpu).then(pl.coalesce("a_stream", "tid")).alias("stream"),
+        pl.when(pl.col("kind") == "memcpy").then(memcpy).alias("_m"),
+    ).with_columns(
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+        pl.col("_m").struct.field("1").alias("copy_kind"),
+        pl.col("_m").struct.field("2").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("src_kind"),
+        pl.col("_m").struct.field("3").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("dst_kind"),
+    )
+    df = df.with_columns(
+        pl.when(pl.col("kind") == "memcpy")
+        .then(
+            pl.col("copy_kind").replace_strict(
+                {"HtoD": "HtoD", "DtoH": "DtoH", "DtoD": "DtoD", "HtoH": "HtoH", "PtoP": "PtoP"},
+                default="other",
+            )
+        )
+        .alias("copy_kind"),
+    )
+
+    meta = TraceMeta(
+        source_path=str(path),
+        format="kineto",
+        format_version=_era(top, cat_set, "baseTimeNanoseconds" in top, frac, array_era),
+        warnings=warnings,
+    )
+    _fill_meta(meta, top, path)
+    if meta.rank is not None:
+        df = df.with_columns(pl.lit(meta.rank, pl.Int32).alias("rank"))
+    else:
+        df = df.with_columns(pl.lit(0, pl.Int32).alias("rank"))
+    table = conform(df) if df.height else empty_events()
+    table = mark_comm_by_launcher(add_kernel_class(table))
+    if not array_era and "Kernel" in cat_set and top.get("deviceProperties") is None:
+        meta.extra["early_2021"] = True
+    meta.extra["non_duration_events"] = n_other_ph
+    if base_ns == 0 and frac and table.height and int(table["start_ns"].max()) > 10**18:
+        meta.warnings.append(
+            "absolute timestamps with sub-microsecond digits exceed float precision; "
+            "times may be off by up to 0.25 us (kineto#853)"
+        )
+    return Trace(events=table, meta=meta)
+
+
+def _fill_meta(meta: TraceMeta, top: dict[str, Any], path: Path) -> None:
+    dist = top.get("distributedInfo")
+    if isinstance(dist, dict):
+        rank = dist.get("rank")
+        world = dist.get("world_size")
+        meta.rank = rank if type(rank) is int else None
+        meta.world_size = world if type(world) is int else None
+        backend = dist.get("backend")
+        meta.backend = backend if isinstance(backend, str) else None
+    props = top.get("deviceProperties") or top.get("computeProperties")
+    if isinstance(props, list):
+        for p in props:
+            if not isinstance(p, dict) or type(p.get("id")) is not int:
+                continue
+            major, minor = p.get("computeMajor"), p.get("computeMinor")
+            mem = p.get("totalGlobalMem")
+            sms = p.get("numSms")
+            meta.devices.append(
+                DeviceInfo(
+                    id=p["id"],
+                    name=p.get("name") if isinstance(p.get("name"), str) else None,
+                    sm_count=sms if type(sms) is int else None,
+                    memory_bytes=mem if type(mem) is int else None,
+                    compute_capability=f"{major}.{minor}" if type(major) is int and type(minor) is int else None,
+                )
+            )
+    for key in ("cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "cupti_version"):
+        if key in top and isinstance(top[key], (int, str)):
+            meta.extra[key] = top[key]

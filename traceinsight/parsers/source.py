@@ -1,0 +1,90 @@
+"""Reading inputs safely: read-only, gzip detected by content, decompressed size capped."""
+
+from __future__ import annotations
+
+import os
+import zlib
+from pathlib import Path
+
+from traceinsight.errors import InputError
+
+# Decompressed JSON larger than this is refused (a gzip bomb, or a trace beyond this machine).
+# Override with TRACEINSIGHT_MAX_BYTES or the CLI's --max-bytes.
+DEFAULT_MAX_BYTES = 8 * 1024**3
+GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_CHUNK = 8 * 1024 * 1024
+
+
+def max_bytes_default() -> int:
+    raw = os.environ.get("TRACEINSIGHT_MAX_BYTES")
+    return int(raw) if raw and raw.isdigit() else DEFAULT_MAX_BYTES
+
+
+def sniff(path: Path) -> str:
+    """'gzip', 'sqlite', 'json' or 'empty', from the first bytes."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(16)
+    except IsADirectoryError:
+        raise InputError("is a directory, expected a trace file", str(path)) from None
+    except OSError as exc:
+        raise InputError(f"cannot open: {exc.strerror or exc}", str(path)) from None
+    if not head:
+        return "empty"
+    if head.startswith(GZIP_MAGIC):
+        return "gzip"
+    if head.startswith(SQLITE_MAGIC):
+        return "sqlite"
+    return "json"
+
+
+def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
+    """The file's (decompressed) bytes and whether the gzip stream ended early.
+
+    Decompression is streamed so a bomb is stopped at ``max_bytes`` rather than after it has
+    filled memory.
+    """
+    limit = max_bytes or max_bytes_default()
+    kind = sniff(path)
+    if kind == "empty":
+        raise InputError("empty file (0 bytes)", str(path))
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise InputError(f"cannot open: {exc.strerror or exc}", str(path)) from None
+    with fh:
+        if kind != "gzip":
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise InputError(
+                    f"file is {size / 1e9:.1f} GB, over the {limit / 1e9:.1f} GB limit (--max-bytes)",
+                    str(path),
+                )
+            return fh.read(), False
+        out = bytearray()
+        d = zlib.decompressobj(wbits=47)  # gzip header, multi-member handled below
+        truncated = False
+        try:
+            while True:
+                chunk = fh.read(_CHUNK)
+                if not chunk:
+                    truncated = not d.eof
+                    break
+                while chunk:
+                    out += d.decompress(chunk, max(1, limit + 1 - len(out)))
+                    if len(out) > limit:
+                        raise InputError(
+                            f"decompresses to more than {limit / 1e9:.1f} GB (limit --max-bytes); refusing",
+                            str(path),
+                        )
+                    chunk = d.unconsumed_tail
+                    if d.eof and d.unused_data:  # concatenated gzip members
+                        rest = d.unused_data
+                        d = zlib.decompressobj(wbits=47)
+                        chunk = rest
+        except zlib.error as exc:
+            if not out:
+                raise InputError(f"corrupt gzip data ({exc})", str(path)) from None
+            truncated = True
+        return bytes(out), truncated

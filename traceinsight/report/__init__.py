@@ -1,0 +1,1 @@
+"""Renderers: terminal summary, JSON and the HTML diagnosis (one module per output)."""
