@@ -121,6 +121,11 @@ def _candidate_cuts(data: bytes, tries: int = 64) -> list[int]:
 
 def _events_and_top(obj: Any, path: Path) -> tuple[list[Any], dict[str, Any], str]:
     if isinstance(obj, list):
+        if obj and not any(type(e) is dict and "ph" in e for e in obj[:1000]):
+            raise InputError(
+                "not a Kineto trace (a JSON array without trace events; a memory timeline or other export?)",
+                str(path),
+            )
         return obj, {}, "2020 bare event array"
     if not isinstance(obj, dict):
         raise InputError("not a Kineto trace (JSON is not an object or array of events)", str(path))

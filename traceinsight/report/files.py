@@ -26,6 +26,9 @@ def atomic_path(out: Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; outputs are ordinary files
         os.replace(tmp, out)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -1,0 +1,76 @@
+import gzip
+import shutil
+
+import polars as pl
+import pytest
+
+from traceinsight.errors import InputError
+from traceinsight.model.schema import EVENT_SCHEMA
+from traceinsight.parsers import load_trace
+
+from .conftest import CORPUS, H200, TINY
+
+
+def test_tiny_trace_columns_exact():
+    t = load_trace(TINY / "step_dataloader_sync.json")
+    ev = t.events
+    assert dict(ev.schema) == EVENT_SCHEMA
+    k = ev.filter(pl.col("kind") == "kernel").sort("start_ns")
+    assert k["start_ns"].to_list() == [1_000_330_000, 1_000_720_000]
+    assert k["dur_ns"].to_list() == [200_000, 280_000]
+    assert k["device"].to_list() == [0, 0] and k["stream"].to_list() == [7, 7]
+    assert k["kernel_class"].cast(pl.String).to_list() == ["elementwise", "gemm"]
+    m = ev.filter(pl.col("kind") == "memcpy").row(0, named=True)
+    assert (m["copy_kind"], m["src_kind"], m["dst_kind"], m["bytes"]) == ("DtoH", "device", "pinned", 4)
+    assert t.meta.devices[0].name == "Tiny GPU" and t.meta.rank == 0 and t.meta.backend == "nccl"
+
+
+def test_relative_ns_timestamps_are_exact():
+    t = load_trace(CORPUS / "libkineto_test_after_fix_trace.json")
+    k = t.events.filter(pl.col("kind") == "kernel").row(0, named=True)
+    # ts 88511388202.785 us relative to baseTimeNanoseconds; dur 0.02 us = 20 ns
+    assert k["dur_ns"] == 20
+    assert "relative ns" in t.meta.format_version
+    assert t.events.filter(pl.col("kind") == "gpu_sync").height == 2
+
+
+def test_2020_bare_array_with_string_tids():
+    t = load_trace(CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz")
+    assert t.meta.format_version == "2020 bare event array"
+    k = t.events.filter(pl.col("kind") == "kernel")
+    assert k.height == 9538 and k["stream"].unique().to_list() == [7]
+    h2d = t.events.filter(pl.col("copy_kind") == "HtoD")
+    assert set(h2d["src_kind"].cast(pl.String).to_list()) == {"pageable"}
+
+
+def test_gzip_detected_by_content_not_suffix(tmp_path):
+    src = H200 / "h2d_pinned.pt.trace.json.gz"
+    dst = tmp_path / "renamed.json"  # gzip bytes behind a .json name
+    shutil.copy(src, dst)
+    assert load_trace(dst).events.height == load_trace(src).events.height
+    plain = tmp_path / "plain.json.gz"  # plain JSON behind a .gz name
+    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    assert load_trace(plain).events.height == load_trace(src).events.height
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [("benchmark_simple_add_et.json.gz", "Execution Trace"), ("memory_timeline.raw.gz", "not a Kineto trace")],
+)
+def test_non_traces_refused(name, message):
+    with pytest.raises(InputError, match=message):
+        load_trace(CORPUS / name)
+
+
+def test_graph_launch_many_kernels_one_correlation():
+    from traceinsight.analyzers.context import launch_join
+
+    t = load_trace(CORPUS / "inference_vllm_decode_full_graph_execution.json.gz")
+    lj = launch_join(t.events).filter(pl.col("launch_name").str.contains("GraphLaunch"))
+    assert lj["correlation"].n_unique() == 1 and lj.height >= 400
+
+
+def test_rocm_host_memory_kind():
+    t = load_trace(CORPUS / "mi210_gpu_only_trace_gpu_only_trace.json.gz")
+    assert t.events.filter(pl.col("kind") == "cpu_op").height == 0
+    assert t.events.filter(pl.col("kind") == "kernel").height == 562

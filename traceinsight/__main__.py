@@ -1,0 +1,3 @@
+from traceinsight.cli import entry_point
+
+entry_point()

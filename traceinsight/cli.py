@@ -1,0 +1,183 @@
+"""The ``traceinsight`` command: parses options and calls the library, nothing more.
+
+Exit codes (also in the README): 0 ok; 1 analysis error; 2 bad usage or unreadable/invalid
+input (or an output that exists without --force); 3 a performance gate tripped (--fail-on).
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from traceinsight import __version__
+from traceinsight.errors import EXIT_ANALYSIS_ERROR, EXIT_BAD_INPUT, EXIT_OK, AnalysisError, TraceInsightError
+
+SEVERITIES = ["high", "medium", "low", "info"]
+_VERBOSE = False
+
+
+def _guard(path: Path | None, fn: Callable[[], int]) -> int:
+    """Library errors pass through; anything unexpected becomes a one-line AnalysisError."""
+    try:
+        return fn()
+    except (TraceInsightError, click.ClickException, KeyboardInterrupt):
+        raise
+    except MemoryError:
+        raise AnalysisError("ran out of memory; try --max-bytes or a smaller capture", str(path) if path else None) from None
+    except Exception as exc:
+        if _VERBOSE:
+            traceback.print_exc()
+        raise AnalysisError(f"internal error {type(exc).__name__}: {exc}", str(path) if path else None) from exc
+
+
+def _parse_thresholds(values: Sequence[str]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for v in values:
+        key, sep, num = v.partition("=")
+        try:
+            out[key.strip()] = float(num)
+        except ValueError:
+            raise click.BadParameter(f"expected KEY=NUMBER, got {v!r}", param_hint="--threshold") from None
+        if not sep:
+            raise click.BadParameter(f"expected KEY=NUMBER, got {v!r}", param_hint="--threshold")
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="traceinsight")
+@click.option("-v", "--verbose", is_flag=True, help="Show details (tracebacks) on errors.")
+def cli(verbose: bool) -> None:
+    """Why does the GPU starve? Offline diagnosis of PyTorch profiler (Kineto) traces and
+    Nsight Systems SQLite exports.
+
+    \b
+    traceinsight analyze trace.json.gz      terminal summary + one HTML report
+    traceinsight export trace.json.gz -o events.parquet
+    traceinsight profile -- python train.py
+    """
+    global _VERBOSE
+    _VERBOSE = _VERBOSE or verbose
+
+
+trace_path = click.Path(path_type=Path, dir_okay=True, file_okay=True)
+
+
+@cli.command()
+@click.argument("path", type=trace_path)
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="HTML report path (default: ./NAME.traceinsight.html).")
+@click.option("--json", "json_out", metavar="FILE|-", help="Write the machine-readable result to FILE, or '-' for stdout.")
+@click.option("--no-html", is_flag=True, help="Do not write the HTML report.")
+@click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.option("-v", "--verbose", is_flag=True, help="Show details (tracebacks) on errors.")
+@click.option("--force", is_flag=True, help="Overwrite existing outputs.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
+@click.option("--fail-on", type=click.Choice(SEVERITIES), help="Exit 3 if any finding is at least this severe (CI gate).")
+@click.option("--step-range", metavar="NAME", help="Step ranges are annotations/NVTX ranges whose name starts with NAME (default: ProfilerStep#N).")
+@click.option("--max-bytes", type=click.IntRange(min=1), help="Refuse inputs that decompress to more than this many bytes (default 8 GB).")
+@click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE", help="Override a diagnosis threshold (see docs/FINDINGS.md); repeatable.")
+def analyze(
+    path: Path,
+    output: Path | None,
+    json_out: str | None,
+    no_html: bool,
+    quiet: bool,
+    verbose: bool,
+    force: bool,
+    open_browser: bool,
+    fail_on: str | None,
+    step_range: str | None,
+    max_bytes: int | None,
+    thresholds: tuple[str, ...],
+) -> int:
+    """Diagnose one trace: PATH is a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep."""
+    global _VERBOSE
+    _VERBOSE = _VERBOSE or verbose
+    from traceinsight.commands import analyze as cmd
+
+    command = "traceinsight analyze " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["analyze"] else f"traceinsight analyze {path}"
+    return _guard(
+        path,
+        lambda: cmd.run(
+            path,
+            output=output,
+            json_out=json_out,
+            html=not no_html,
+            quiet=quiet,
+            force=force,
+            open_browser=open_browser,
+            fail_on=fail_on,
+            step_range=step_range,
+            max_bytes=max_bytes,
+            thresholds=_parse_thresholds(thresholds),
+            command=command,
+        ),
+    )
+
+
+@cli.command()
+@click.argument("path", type=trace_path)
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True, help="Parquet file to write.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("--max-bytes", type=click.IntRange(min=1), help="Refuse inputs that decompress to more than this.")
+@click.option("-q", "--quiet", is_flag=True)
+def export(path: Path, output: Path, force: bool, max_bytes: int | None, quiet: bool) -> int:
+    """Write the common event table of PATH as Parquet (readable by polars, duckdb, pandas)."""
+    from traceinsight.commands import export as cmd
+
+    return _guard(path, lambda: cmd.run(path, output=output, force=force, max_bytes=max_bytes, quiet=quiet))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("traces"), show_default=True, help="Where traces and the report go.")
+@click.option("--with", "tool", type=click.Choice(["torch", "nsys"]), default="torch", show_default=True, help="Profile with torch.profiler (the script calls traceinsight.capture.step()) or nsys.")
+@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps to record (torch).")
+@click.option("--no-analyze", is_flag=True, help="Only record.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
+def profile(out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tuple[str, ...]) -> int:
+    """Run COMMAND under the profiler, then analyze the trace it wrote.
+
+    \b
+    traceinsight profile -- python train.py --epochs 1
+    traceinsight profile --with nsys -- python train.py
+    """
+    from traceinsight.commands import profile as cmd
+
+    return _guard(None, lambda: cmd.run(list(command), out_dir=out_dir, tool=tool, steps=steps, analyze=not no_analyze))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and map library errors to exit codes; never lets a traceback escape."""
+    global _VERBOSE
+    args = list(sys.argv[1:] if argv is None else argv)
+    _VERBOSE = "-v" in args or "--verbose" in args
+    try:
+        rv: Any = cli.main(args=args, prog_name="traceinsight", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code or 0)
+    except click.ClickException as exc:
+        exc.show()
+        return EXIT_BAD_INPUT
+    except click.exceptions.Abort:
+        print("traceinsight: aborted", file=sys.stderr)
+        return EXIT_ANALYSIS_ERROR
+    except TraceInsightError as exc:
+        print(f"traceinsight: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("traceinsight: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # last resort: one line, details with -v
+        if _VERBOSE:
+            traceback.print_exc()
+        print(f"traceinsight: internal error {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_ANALYSIS_ERROR
+    return rv if isinstance(rv, int) else EXIT_OK
+
+
+def entry_point() -> None:
+    sys.exit(main())

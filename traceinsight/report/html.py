@@ -1,0 +1,115 @@
+"""The HTML diagnosis: one self-contained file (inline CSS/JS/SVG, no network), from Jinja templates.
+
+Templates live in ``report_templates/`` at the repository top and ship inside the wheel as
+``traceinsight/report_templates``. Autoescape is on; data reaches scripts only through ``|tojson``.
+"""
+
+from __future__ import annotations
+
+import html
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+
+from traceinsight.report.files import check_writable, write_text_atomic
+from traceinsight.report.terminal import fmt_bytes, fmt_ns, fmt_pct
+
+if TYPE_CHECKING:
+    from traceinsight.api import Analysis
+
+CAUSE_COLORS = {
+    "dataloader": "#e45756",
+    "host_sync": "#f58518",
+    "launch_overhead": "#b279a2",
+    "pageable_copy": "#9d755d",
+    "communication": "#4c78a8",
+    "cpu_work": "#eeca3b",
+    "gpu_wait": "#bab0ac",
+    "profiler": "#72b7b2",
+}
+CLASS_COLORS = {
+    "gemm": "#4c78a8",
+    "attention": "#72b7b2",
+    "conv": "#54a24b",
+    "elementwise": "#e45756",
+    "reduction": "#f58518",
+    "optimizer": "#b279a2",
+    "communication": "#9d755d",
+    "memcpy": "#bab0ac",
+    "memset": "#d8d8d8",
+    "other": "#eeca3b",
+}
+MAX_TIMELINE_DEVICES = 16
+
+
+def templates_dir() -> Path:
+    """Installed wheel: traceinsight/report_templates; checkout/editable: <repo>/report_templates."""
+    pkg = Path(__file__).resolve().parent.parent
+    for cand in (pkg / "report_templates", pkg.parent / "report_templates"):
+        if (cand / "report.html.j2").is_file():
+            return cand
+    raise FileNotFoundError("report_templates not found (broken installation)")
+
+
+def environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes)
+    env.globals.update(cause_colors=CAUSE_COLORS, class_colors=CLASS_COLORS)
+    return env
+
+
+def _shorten(name: str, n: int = 110) -> str:
+    return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def context(analysis: Analysis | dict[str, Any]) -> dict[str, Any]:
+    doc = analysis if isinstance(analysis, dict) else analysis.to_json()
+    d = doc["details"]
+    idle, steps = d["idle"], d["steps"]
+    tl = idle.get("timeline") or {}
+    devices = list((tl.get("devices") or {}).items())[:MAX_TIMELINE_DEVICES]
+    top = [f for f in doc["findings"] if f["severity"] in ("high", "medium")]
+    verdict_cost = top[0] if top else None
+    command = doc.get("command") or f"traceinsight analyze {shlex.quote(doc['source']['path'])}"
+    return {
+        "doc": doc,
+        "src": doc["source"],
+        "m": doc["metrics"],
+        "d": d,
+        "findings": doc["findings"],
+        "verdict": verdict_cost,
+        "timeline": {"devices": devices, "bins": tl.get("bins", 0), "bin_ns": tl.get("bin_ns", 0), "start_ns": tl.get("start_ns", 0)},
+        "steps": steps.get("per_step") or [],
+        "step_max_ns": max((s["dur_ns"] for s in steps.get("per_step") or []), default=0),
+        "outliers": set(steps.get("outlier_steps") or []),
+        "idle_causes": sorted(((k, v) for k, v in idle["idle_by_cause_ns"].items() if v), key=lambda kv: -kv[1]),
+        "idle_max": max([v for v in idle["idle_by_cause_ns"].values()] or [0]),
+        "shorten": _shorten,
+        "command": command,
+        "data": {
+            "top_segments": idle.get("top_segments", []),
+            "findings": [{"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]} for f in doc["findings"]],
+        },
+    }
+
+
+def render_html(analysis: Analysis | dict[str, Any]) -> str:
+    return environment().get_template("report.html.j2").render(**context(analysis))
+
+
+def write_html(analysis: Analysis, out: Path, *, force: bool = False) -> Path:
+    check_writable(out, force)
+    write_text_atomic(out, render_html(analysis))
+    return out
+
+
+def escape(text: str) -> str:
+    return html.escape(text, quote=True)

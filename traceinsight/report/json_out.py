@@ -1,0 +1,19 @@
+"""The machine-readable result (``--json``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from traceinsight.report.files import write_bytes_atomic
+
+
+def dumps(doc: dict[str, Any]) -> bytes:
+    # Analyzer results can hold numpy-free polars scalars only; default=str guards the rest.
+    return orjson.dumps(doc, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS, default=str)
+
+
+def write_json(doc: dict[str, Any], out: Path) -> None:
+    write_bytes_atomic(out, dumps(doc) + b"\n")

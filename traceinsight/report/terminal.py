@@ -1,0 +1,73 @@
+"""The terminal summary: trace facts, GPU busy, idle by cause, findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    if ns is None:
+        return "n/a"
+    ns = float(ns)
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def render_summary(doc: dict[str, Any], report_path: str | None = None, max_findings: int = 8) -> str:
+    """Plain text for a terminal; ``doc`` is the JSON result (one shape for every output)."""
+    src, m = doc["source"], doc["metrics"]
+    lines = [f"traceinsight {doc['tool']['version']}: {src['path']}"]
+    lines.append(f"  format    {src['format']} ({src['format_version']})")
+    devs = ", ".join(
+        f"{d['id']}: {d['name'] or 'unknown GPU'}" + (f" ({d['sm_count']} SMs)" if d.get("sm_count") else "")
+        for d in src["devices"]
+    )
+    lines.append(f"  devices   {devs or 'none with activity'}")
+    world = f" of {src['world_size']}" if src.get("world_size") else ""
+    lines.append(f"  ranks     {', '.join(map(str, src['ranks']))}{world}" + (f" ({src['backend']})" if src.get("backend") else ""))
+    steps = m.get("steps") or 0
+    step_txt = f"{steps} steps, median {fmt_ns(m['step_time_median_ns'])}, CV {m['step_time_cv']:.2f}" if steps and m.get("step_time_cv") is not None else "no step markers"
+    lines.append(f"  window    {fmt_ns(m['span_ns'])} analyzed ({step_txt}); capture span {fmt_ns(src['span_ns'])}")
+    counts = ", ".join(f"{k} {v:,}" for k, v in src["event_counts"].items() if v)
+    lines.append(f"  events    {counts or 'none'}")
+    if m.get("gpu_busy_ratio") is not None:
+        causes = sorted(((k, v) for k, v in m["idle_by_cause_ns"].items() if v), key=lambda kv: -kv[1])
+        idle_txt = ", ".join(f"{k} {fmt_ns(v)}" for k, v in causes[:5])
+        lines.append(f"  GPU busy  {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}" + (f": {idle_txt}" if idle_txt else ""))
+    else:
+        lines.append("  GPU busy  n/a (no GPU activity)")
+    findings = doc["findings"]
+    shown = [f for f in findings if f["severity"] != "info"] or findings[:1]
+    lines.append("")
+    if not findings:
+        lines.append("No findings: nothing measurable stands out.")
+    else:
+        lines.append(f"Findings ({len(findings)}, {len(shown)} shown):")
+        for f in shown[:max_findings]:
+            lines.append(f"  [{SEV_MARK[f['severity']]}] {f['id']}: {f['title']}")
+            lines.append(f"         -> {f['recommendation']}")
+    for w in doc.get("warnings", []):
+        lines.append(f"warning: {w}")
+    if report_path:
+        lines.append(f"\nReport: {report_path}")
+    return "\n".join(lines)
