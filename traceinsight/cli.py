@@ -15,7 +15,13 @@ from typing import Any
 import click
 
 from traceinsight import __version__
-from traceinsight.errors import EXIT_ANALYSIS_ERROR, EXIT_BAD_INPUT, EXIT_OK, AnalysisError, TraceInsightError
+from traceinsight.errors import (
+    EXIT_ANALYSIS_ERROR,
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    AnalysisError,
+    TraceInsightError,
+)
 
 SEVERITIES = ["high", "medium", "low", "info"]
 _VERBOSE = False

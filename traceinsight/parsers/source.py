@@ -50,7 +50,7 @@ def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
     if kind == "empty":
         raise InputError("empty file (0 bytes)", str(path))
     try:
-        fh = open(path, "rb")
+        fh = open(path, "rb")  # noqa: SIM115 - closed by the with-block below
     except OSError as exc:
         raise InputError(f"cannot open: {exc.strerror or exc}", str(path)) from None
     with fh:

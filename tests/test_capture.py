@@ -1,0 +1,46 @@
+"""A real trace captured on the CPU-only torch goes through the whole pipeline."""
+
+import pytest
+
+from traceinsight.cli import main
+
+torch = pytest.importorskip("torch", reason="capture tests need torch (pip install torch==2.13.0)")
+
+
+def test_capture_then_analyze(tmp_path):
+    from traceinsight import capture
+
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with capture.capture(out_dir=tmp_path, steps=3, name="cpu_mlp", analyze=True) as c:
+        for _ in range(8):
+            loss = model(torch.randn(16, 64)).pow(2).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            c.step()
+    assert c.trace_path is not None and c.trace_path.exists()
+    assert c.report_path is not None and c.report_path.exists()
+    out = tmp_path / "r.json"
+    assert main(["analyze", str(c.trace_path), "--no-html", "-q", "--json", str(out)]) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    assert doc["metrics"]["steps"] == 3
+    assert doc["metrics"]["gpu_busy_ratio"] is None  # CPU-only capture
+    assert doc["source"]["event_counts"]["cpu_op"] > 0
+
+
+def test_profile_command_runs_a_script(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom traceinsight import capture\n"
+        "m = torch.nn.Linear(32, 32)\n"
+        "for _ in range(10):\n    m(torch.randn(8, 32)).sum().backward()\n    capture.step()\n"
+    )
+    import sys
+
+    rc = main(["profile", "--out", str(tmp_path / "traces"), "--steps", "3", "--", sys.executable, str(script)])
+    assert rc == 0
+    assert list((tmp_path / "traces").glob("*.pt.trace.json.gz"))
+    assert list((tmp_path / "traces").glob("*.traceinsight.html"))

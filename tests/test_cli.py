@@ -1,0 +1,101 @@
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+from click.testing import CliRunner
+
+from traceinsight.cli import cli, main
+
+from .conftest import CORPUS, H200, ROOT, TINY
+
+TRACE = H200 / "dataloader_starved.pt.trace.json.gz"
+
+
+def test_analyze_writes_report_and_json(tmp_path):
+    out, js = tmp_path / "r.html", tmp_path / "r.json"
+    rc = main(["analyze", str(TRACE), "-o", str(out), "--json", str(js), "-q"])
+    assert rc == 0
+    doc = json.loads(js.read_text())
+    assert doc["schema"] == "traceinsight/1" and doc["findings"][0]["id"] == "dataloader_stall"
+    assert out.read_text().startswith("<!doctype html>")
+
+
+def test_json_to_stdout_via_runner(tmp_path):
+    r = CliRunner().invoke(cli, ["analyze", str(TINY / "step_dataloader_sync.json"), "--json", "-", "--no-html"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["metrics"]["gpu_busy_ratio"] == pytest.approx(0.49)
+
+
+def test_existing_output_needs_force(tmp_path, capsys):
+    out = tmp_path / "r.html"
+    out.write_text("keep me")
+    assert main(["analyze", str(TINY / "step_dataloader_sync.json"), "-o", str(out), "-q"]) == 2
+    assert out.read_text() == "keep me"
+    assert "--force" in capsys.readouterr().err
+    assert main(["analyze", str(TINY / "step_dataloader_sync.json"), "-o", str(out), "-q", "--force"]) == 0
+
+
+@pytest.mark.parametrize("name", ["benchmark_simple_add_et.json.gz", "memory_timeline.raw.gz"])
+def test_non_trace_exit_2_one_line(name, capsys, tmp_path):
+    rc = main(["analyze", str(CORPUS / name), "-o", str(tmp_path / "x.html")])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and name in err and "Traceback" not in err
+
+
+def test_missing_file_and_bad_option(capsys):
+    assert main(["analyze", "/nonexistent/trace.json", "--no-html"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["analyze", "--bogus"]) == 2
+    assert main(["analyze", str(TINY / "step_dataloader_sync.json"), "--no-html", "--threshold", "nope=1"]) == 2
+
+
+def test_fail_on_gate(capsys):
+    assert main(["analyze", str(TINY / "step_dataloader_sync.json"), "--no-html", "-q", "--fail-on", "high"]) == 3
+    assert main(["analyze", str(H200 / "healthy_bf16.pt.trace.json.gz"), "--no-html", "-q", "--fail-on", "medium"]) == 0
+
+
+def test_export_round_trip(tmp_path):
+    out = tmp_path / "events.parquet"
+    assert main(["export", str(TINY / "step_dataloader_sync.json"), "-o", str(out), "-q"]) == 0
+    df = pl.read_parquet(out)
+    assert df.filter(pl.col("kind") == "kernel")["dur_ns"].sort().to_list() == [200_000, 280_000]
+    assert {"start_ns", "end_ns", "dur_ns", "correlation", "external_id", "kernel_class", "src_kind"} <= set(df.columns)
+
+
+def test_every_command_has_help_and_docs():
+    readme = (ROOT / "README.md").read_text()
+    runner = CliRunner()
+    for name, cmd in cli.commands.items():
+        r = runner.invoke(cli, [name, "--help"])
+        assert r.exit_code == 0 and cmd.help and len(cmd.help) > 20
+        assert f"traceinsight {name}" in readme, f"README does not document `traceinsight {name}`"
+        for param in cmd.params:
+            for opt in getattr(param, "opts", []):
+                if opt.startswith("--") and opt != "--help":
+                    assert opt in readme, f"README does not document {name} {opt}"
+
+
+def test_installed_console_script(tmp_path):
+    exe = shutil.which("traceinsight") or str(Path(sys.executable).with_name("traceinsight"))
+    if not Path(exe).exists():
+        pytest.skip("traceinsight console script not installed (pip install -e .)")
+    r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "analyze" in r.stdout
+    r = subprocess.run(
+        [exe, "analyze", str(TINY / "step_dataloader_sync.json"), "-o", str(tmp_path / "x.html")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"GPU busy\s+49\.0%", r.stdout)
+    r = subprocess.run([sys.executable, "-m", "traceinsight", "--version"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "traceinsight" in r.stdout
+    env = dict(os.environ)
+    r = subprocess.run([exe, "analyze", str(CORPUS / "benchmark_simple_add_et.json.gz"), "--no-html"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "Traceback" not in r.stderr

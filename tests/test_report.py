@@ -1,0 +1,78 @@
+import copy
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from traceinsight.api import analyze_path
+from traceinsight.report.html import render_html
+
+from .conftest import CORPUS, H200, TINY
+
+SECTIONS = ["verdict", "findings", "timeline", "steps", "idle", "kernels", "copies", "comm", "top-kernels", "facts"]
+HOSTILE = ["<script>alert(1)</script>", '</script><img src=x onerror=alert(2)>', '"><svg onload=alert(3)>']
+
+
+@pytest.mark.parametrize(
+    "path",
+    [H200 / "dataloader_starved.pt.trace.json.gz", H200 / "ddp_overlap" / "rank0.pt.trace.json.gz",
+     CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz", CORPUS / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"],
+)
+def test_sections_numbers_offline_and_bounded(path):
+    a = analyze_path(path)
+    html = render_html(a)
+    for s in SECTIONS:
+        assert f'id="{s}"' in html
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "http://" not in html and "https://" not in html
+    assert len(html.encode()) < 3 * 1024 * 1024
+    if a.metrics["gpu_busy_ratio"] is not None:
+        assert f"{100 * a.metrics['gpu_busy_ratio']:.1f}%" in html
+    else:
+        assert "No GPU activity" in html
+
+
+def test_sections_without_data_say_so():
+    html = render_html(analyze_path(CORPUS / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
+    assert "No communication kernels" in html and "No memory copies" in html
+
+
+def test_hostile_names_are_escaped(tmp_path):
+    a = analyze_path(TINY / "step_dataloader_sync.json")
+    doc = copy.deepcopy(a.to_json())
+    for i, row in enumerate(doc["details"]["kernels"]["top_kernels"]):
+        row["name"] = HOSTILE[i % len(HOSTILE)]
+    for seg in doc["details"]["idle"]["top_segments"]:
+        seg["host_op"] = HOSTILE[0]
+    doc["findings"][0]["title"] = HOSTILE[1]
+    doc["source"]["path"] = HOSTILE[2]
+    html = render_html(doc)
+    for h in HOSTILE:
+        assert h not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    # the only scripts are ours: the JSON data block and the app
+    assert len(re.findall(r"<script", html)) == 2
+
+
+def test_report_in_real_browser(tmp_path):
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if chromium is None:
+        pytest.skip("no Chromium installed (.ci/run installs Debian's chromium); browser check skipped")
+    out = tmp_path / "report.html"
+    out.write_text(render_html(analyze_path(H200 / "dataloader_starved.pt.trace.json.gz")))
+    shot = tmp_path / "shot.png"
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2400"]
+    r = subprocess.run([chromium, *flags, f"--screenshot={shot}", out.as_uri()], capture_output=True, text=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 20_000, r.stderr[-2000:]
+    # The DOM after scripts ran: not blank, and our script executed without throwing.
+    r = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+    assert "Biggest lever" in r.stdout and 'id="timeline"' in r.stdout
+    logged = subprocess.run(
+        [chromium, *flags, "--enable-logging=stderr", "--v=0", "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120
+    )
+    assert "Uncaught" not in logged.stderr, logged.stderr[-2000:]
+    Path("/tmp/traceinsight_report_screenshot.png").write_bytes(shot.read_bytes())
