@@ -1,0 +1,98 @@
+"""Nsight Systems exports: numbers cross-checked with plain SQL written independently here."""
+
+import hashlib
+import sqlite3
+
+import polars as pl
+import pytest
+
+from traceinsight.cli import main
+from traceinsight.errors import InputError
+from traceinsight.parsers import load_trace
+
+from .conftest import FIXTURES, SHARED, shared_or_skip
+
+NSYS = FIXTURES / "nsys"
+
+
+def sql(path, q):
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return con.execute(q).fetchall()
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("name", ["nsys-ai__mock.sqlite", "nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"])
+def test_counts_and_times_match_sql(name):
+    path = NSYS / name
+    ev = load_trace(path).events
+    k = ev.filter(pl.col("kind") == "kernel")
+    n, total = sql(path, "SELECT COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
+    assert k.height == n and int(k["dur_ns"].sum()) == total
+    by_kind = dict(sql(path, "SELECT srcKind, SUM(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 GROUP BY srcKind"))
+    h2d = ev.filter(pl.col("copy_kind") == "HtoD")
+    got = {str(kk): int(v) for kk, v in h2d.group_by("src_kind").agg(pl.col("bytes").sum()).iter_rows()}
+    names = {0: "pageable", 1: "pinned", 2: "device", 4: "managed"}
+    assert got == {names[kk]: v for kk, v in by_kind.items()}
+
+
+def test_nccl_kernels_and_two_key_correlation():
+    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    want = sql(
+        path,
+        "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%'",
+    )[0][0]
+    t = load_trace(path)
+    assert t.events.filter(pl.col("kernel_class") == "communication").height == want > 0
+    assert sorted(t.events["rank"].unique().to_list()) == [0, 1]
+    # kernel -> launch join on (process, correlationId), as NVIDIA's own reports do
+    joined = sql(
+        path,
+        "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "ON r.correlationId = k.correlationId AND k.globalPid = (r.globalTid & ~16777215)",
+    )[0][0]
+    from traceinsight.analyzers.context import launch_join
+
+    lj = launch_join(t.events).filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null())
+    assert lj.height == joined
+
+
+def test_input_bytes_unchanged(tmp_path):
+    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert main(["analyze", str(path), "-o", str(tmp_path / "r.html"), "-q"]) == 0
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+    assert not list(path.parent.glob("*-journal")) and not list(path.parent.glob("*-wal"))
+
+
+def test_not_an_nsys_export(tmp_path):
+    p = tmp_path / "other.sqlite"
+    con = sqlite3.connect(p)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match="not an Nsight Systems export"):
+        load_trace(p)
+    bad = tmp_path / "corrupt.sqlite"
+    bad.write_bytes(b"SQLite format 3\x00" + b"\x00garbage" * 100)
+    assert main(["analyze", str(bad), "--no-html"]) == 2
+
+
+def test_old_layout_devices():
+    t = load_trace(NSYS / "Mordred__report1.sqlite")
+    assert t.meta.devices and t.meta.devices[0].name == "Quadro RTX 6000"
+    assert "no export metadata" in t.meta.format_version
+
+
+def all_exports():
+    d = SHARED / "nsys"
+    return sorted(d.glob("*.sqlite")) if d.is_dir() else []
+
+
+@pytest.mark.parametrize("path", all_exports() or [None], ids=lambda p: p.name if p else "corpus-absent")
+def test_every_shared_export(path, tmp_path):
+    shared_or_skip()
+    before = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert main(["analyze", str(path), "--no-html", "-q", "--json", str(tmp_path / "o.json")]) == 0
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == before

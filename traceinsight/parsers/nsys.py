@@ -1,0 +1,296 @@
+"""Nsight Systems SQLite exports (``nsys export --type sqlite``), nsys 2021 through 2026.2.
+
+The file is opened read-only (SQLite URI ``mode=ro``) and nothing is written to it: no temp tables,
+no indexes. Tables are created lazily by nsys, so every table and column is probed first; SQL
+does the string joins and only the needed columns are pulled. Schema notes: ../shared/NSYS_SCHEMA.md.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+import urllib.parse
+from pathlib import Path
+
+import polars as pl
+
+from traceinsight.errors import InputError
+from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
+from traceinsight.model.schema import DeviceInfo, Trace, TraceMeta, conform, empty_events
+
+# ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND values (stable since 2021; the ENUM tables are
+# missing before 2022.4, so the values are fixed here).
+COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
+COPY_LABEL = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
+              9: "HtoH", 10: "PtoP", 11: "Unified HtoD", 12: "Unified DtoH", 13: "Unified DtoD"}
+MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device", 6: "managed", 7: "unknown"}
+MEM_LABEL = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+NVTX_RANGE_TYPES = (59, 60)  # PushPopRange, StartEndRange
+NVTX_DOMAIN_CREATE = 75
+PID_OF = "((({c}) >> 24) & 16777215)"
+TID_OF = "(({c}) & 16777215)"
+
+
+class _Db:
+    def __init__(self, path: Path) -> None:
+        uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+        try:
+            self.con = sqlite3.connect(uri, uri=True)
+            self.con.execute("PRAGMA query_only = ON")
+            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+        except sqlite3.OperationalError as exc:
+            msg = str(exc)
+            if "locked" in msg:
+                raise InputError("SQLite database is locked (still being written by nsys?)", str(path)) from None
+            raise InputError(f"cannot read SQLite database: {msg}", str(path)) from None
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"corrupt or not a SQLite database: {exc}", str(path)) from None
+        self.tables = {r[0] for r in rows}
+        self.path = path
+
+    def table(self, prefix: str) -> str | None:
+        """The table named ``prefix`` or a versioned variant (``PREFIX_V2``)."""
+        if prefix in self.tables:
+            return prefix
+        variants = sorted(t for t in self.tables if t.startswith(prefix + "_V"))
+        return variants[-1] if variants else None
+
+    def columns(self, table: str) -> set[str]:
+        return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")').fetchall()}
+
+    def query(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+        try:
+            rows = self.con.execute(sql).fetchall()
+        except sqlite3.DatabaseError as exc:
+            raise InputError(f"export is damaged or unreadable ({exc})", str(self.path)) from None
+        return pl.DataFrame(rows, schema=schema, orient="row")
+
+    def close(self) -> None:
+        self.con.close()
+
+
+def _name_expr(db: _Db, col: str) -> str:
+    return f"(SELECT value FROM StringIds WHERE id = {col})" if "StringIds" in db.tables else "NULL"
+
+
+def _metadata(db: _Db) -> dict[str, str]:
+    for name in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+        if name in db.tables:
+            return {str(k): str(v) for k, v in db.con.execute(f"SELECT name, value FROM {name}").fetchall()}
+    return {}
+
+
+def _gpu_rows(db: _Db) -> list[pl.DataFrame]:
+    out = []
+    base_schema = {
+        "start_ns": pl.Int64, "end_ns": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
+        "correlation": pl.Int64, "gpid": pl.Int64,
+    }
+    kt = db.table("CUPTI_ACTIVITY_KIND_KERNEL")
+    if kt:
+        cols = db.columns(kt)
+        name_col = "demangledName" if "demangledName" in cols else "shortName"
+        gpid = "globalPid" if "globalPid" in cols else "NULL"
+        df = db.query(
+            f"SELECT start, end, deviceId, streamId, correlationId, {gpid}, {_name_expr(db, 'k.' + name_col)} "
+            f"FROM {kt} AS k",
+            {**base_schema, "name": pl.String},
+        )
+        out.append(df.with_columns(pl.lit("kernel").alias("kind")))
+    mt = db.table("CUPTI_ACTIVITY_KIND_MEMCPY")
+    if mt:
+        cols = db.columns(mt)
+        gpid = "globalPid" if "globalPid" in cols else "NULL"
+        src = "srcKind" if "srcKind" in cols else "7"
+        dst = "dstKind" if "dstKind" in cols else "7"
+        df = db.query(
+            f"SELECT start, end, deviceId, streamId, correlationId, {gpid}, bytes, copyKind, {src}, {dst} FROM {mt}",
+            {**base_schema, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
+        )
+        df = df.with_columns(
+            pl.lit("memcpy").alias("kind"),
+            pl.col("ck").replace_strict(COPY_KIND, default="other", return_dtype=pl.String).alias("copy_kind"),
+            pl.col("sk").replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String).alias("src_kind"),
+            pl.col("dk").replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String).alias("dst_kind"),
+            pl.format(
+                "Memcpy {} ({} -> {})",
+                pl.col("ck").replace_strict(COPY_LABEL, default="Unknown", return_dtype=pl.String),
+                pl.col("sk").replace_strict(MEM_LABEL, default="Unknown", return_dtype=pl.String),
+                pl.col("dk").replace_strict(MEM_LABEL, default="Unknown", return_dtype=pl.String),
+            ).alias("name"),
+        ).drop("ck", "sk", "dk")
+        out.append(df)
+    st = db.table("CUPTI_ACTIVITY_KIND_MEMSET")
+    if st:
+        cols = db.columns(st)
+        gpid = "globalPid" if "globalPid" in cols else "NULL"
+        mk = "memKind" if "memKind" in cols else "2"
+        df = db.query(
+            f"SELECT start, end, deviceId, streamId, correlationId, {gpid}, bytes, {mk} FROM {st}",
+            {**base_schema, "bytes": pl.Int64, "mk": pl.Int64},
+        )
+        out.append(
+            df.with_columns(
+                pl.lit("memset").alias("kind"),
+                pl.format("Memset ({})", pl.col("mk").replace_strict(MEM_LABEL, default="Unknown", return_dtype=pl.String)).alias("name"),
+            ).drop("mk")
+        )
+    yt = db.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+    if yt:
+        cols = db.columns(yt)
+        gpid = "globalPid" if "globalPid" in cols else "NULL"
+        df = db.query(
+            f"SELECT start, end, deviceId, streamId, correlationId, {gpid}, syncType FROM {yt}",
+            {**base_schema, "sync_type": pl.Int64},
+        )
+        names = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
+        out.append(
+            df.with_columns(
+                pl.lit("gpu_sync").alias("kind"),
+                pl.col("sync_type").replace_strict(names, default="Sync", return_dtype=pl.String).alias("name"),
+            ).drop("sync_type")
+        )
+    return out
+
+
+def _host_rows(db: _Db) -> list[pl.DataFrame]:
+    out = []
+    rt = db.table("CUPTI_ACTIVITY_KIND_RUNTIME")
+    if rt:
+        cols = db.columns(rt)
+        ec = "eventClass" if "eventClass" in cols else "0"
+        df = db.query(
+            f"SELECT start, end, {PID_OF.format(c='globalTid')}, {TID_OF.format(c='globalTid')}, "
+            f"(globalTid >> 24) << 24, correlationId, {ec}, {_name_expr(db, 'r.nameId')} FROM {rt} AS r",
+            {"start_ns": pl.Int64, "end_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "gpid": pl.Int64,
+             "correlation": pl.Int64, "event_class": pl.Int64, "name": pl.String},
+        )
+        out.append(
+            df.with_columns(
+                pl.when(pl.col("event_class") == 1).then(pl.lit("driver")).otherwise(pl.lit("runtime")).alias("kind"),
+                pl.col("name").str.replace(r"_v\d+$", ""),
+            ).drop("event_class")
+        )
+    nt = db.table("NVTX_EVENTS")
+    if nt:
+        cols = db.columns(nt)
+        text = "COALESCE(n.text, " + _name_expr(db, "n.textId") + ")" if "textId" in cols else "n.text"
+        dom = "domainId" if "domainId" in cols else "0"
+        df = db.query(
+            f"SELECT start, end, {PID_OF.format(c='globalTid')}, {TID_OF.format(c='globalTid')}, "
+            f"(globalTid >> 24) << 24, {text}, {dom} FROM {nt} AS n "
+            f"WHERE eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL AND end >= start",
+            {"start_ns": pl.Int64, "end_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "gpid": pl.Int64,
+             "name": pl.String, "domain": pl.Int64},
+        )
+        domains = db.query(
+            f"SELECT {dom}, text FROM {nt} WHERE eventType = {NVTX_DOMAIN_CREATE}", {"domain": pl.Int64, "dname": pl.String}
+        ).unique(subset=["domain"])
+        df = df.join(domains, on="domain", how="left")
+        # NCCL's own domain (NCCL >= 2.8.3): name its ranges so collectives are recognized.
+        df = df.with_columns(
+            pl.when(pl.col("dname").str.to_uppercase() == "NCCL")
+            .then(pl.format("nccl:{}", pl.col("name")))
+            .otherwise(pl.col("name"))
+            .alias("name"),
+            pl.lit("user_annotation").alias("kind"),
+        ).drop("domain", "dname")
+        out.append(df.filter(pl.col("name").is_not_null()))
+    for table in ("CUPTI_ACTIVITY_KIND_OVERHEAD", "PROFILER_OVERHEAD"):
+        ot = db.table(table)
+        if ot and {"start", "end", "globalTid"} <= db.columns(ot):
+            df = db.query(
+                f"SELECT start, end, {PID_OF.format(c='globalTid')}, {TID_OF.format(c='globalTid')}, (globalTid >> 24) << 24 FROM {ot}",
+                {"start_ns": pl.Int64, "end_ns": pl.Int64, "pid": pl.Int64, "tid": pl.Int64, "gpid": pl.Int64},
+            )
+            out.append(df.with_columns(pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")))
+    return out
+
+
+def _devices(db: _Db) -> list[DeviceInfo]:
+    t = db.table("TARGET_INFO_GPU")
+    if t:
+        cols = db.columns(t)
+        idc = "id" if "id" in cols else "deviceId" if "deviceId" in cols else None
+        if idc:
+            sm = "smCount" if "smCount" in cols else "NULL"
+            mem = "totalMemory" if "totalMemory" in cols else "NULL"
+            cc = "computeMajor || '.' || computeMinor" if {"computeMajor", "computeMinor"} <= cols else "NULL"
+            rows = db.con.execute(f"SELECT {idc}, name, {sm}, {mem}, {cc} FROM {t}").fetchall()
+            if rows:
+                return [DeviceInfo(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows if r[0] is not None]
+    t = db.table("TARGET_INFO_CUDA_GPU")  # 2021 exports
+    if t and {"deviceId", "name"} <= db.columns(t):
+        rows = db.con.execute(f"SELECT DISTINCT deviceId, name FROM {t}").fetchall()
+        return [DeviceInfo(int(r[0]), r[1]) for r in rows if r[0] is not None]
+    return []
+
+
+def parse_nsys(path: str | Path) -> Trace:
+    path = Path(path)
+    db = _Db(path)
+    try:
+        if "StringIds" not in db.tables or not any(
+            t.startswith(("CUPTI_", "NVTX_", "TARGET_INFO_", "ThreadNames")) for t in db.tables
+        ):
+            raise InputError("SQLite file is not an Nsight Systems export (no StringIds/CUPTI/NVTX tables)", str(path))
+        meta_kv = _metadata(db)
+        gpu = _gpu_rows(db)
+        host = _host_rows(db)
+        devices = _devices(db)
+    finally:
+        db.close()
+
+    frames = [f for f in gpu + host if f.height]
+    version = meta_kv.get("EXPORT_PRODUCT_VERSION") or meta_kv.get("EXPORT_PRODUCT_VERSION_STRING")
+    schema = meta_kv.get("EXPORT_SCHEMA_VERSION")
+    if not schema and {"EXPORT_SCHEMA_VERSION_MAJOR", "EXPORT_SCHEMA_VERSION_MINOR"} <= set(meta_kv):
+        schema = f"{meta_kv['EXPORT_SCHEMA_VERSION_MAJOR']}.{meta_kv['EXPORT_SCHEMA_VERSION_MINOR']}.{meta_kv.get('EXPORT_SCHEMA_VERSION_MICRO', 0)}"
+    era = f"nsys {version or 'unknown (no export metadata, ~2021)'}" + (f"; schema {schema}" if schema else "")
+    meta = TraceMeta(source_path=str(path), format="nsys-sqlite", format_version=era, devices=devices)
+    if not gpu or not any(f.height for f in gpu):
+        meta.warnings.append("the export has no CUDA GPU activity (kernels, copies, memsets)")
+    if not frames:
+        return Trace(events=empty_events(), meta=meta)
+
+    df = pl.concat(frames, how="diagonal_relaxed")
+    # One process = one rank (ordered by process id); correlation ids are unique only per process.
+    # Only processes with CUDA activity are ranks; host-only processes (launchers) fold into rank 0.
+    cuda_kinds = ["kernel", "memcpy", "memset", "gpu_sync", "runtime", "driver"]
+    procs = df.filter(pl.col("kind").is_in(cuda_kinds)).select(pl.col("gpid").drop_nulls().unique().sort()).to_series().to_list()
+    rank_of = {g: i for i, g in enumerate(procs)}
+    df = df.with_columns(
+        pl.col("gpid").replace_strict(rank_of, default=0, return_dtype=pl.Int32).alias("rank"),
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+    ).filter(pl.col("dur_ns") >= 0)
+    if "pid" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.Int64).alias("pid"), pl.lit(None, pl.Int64).alias("tid"))
+    df = df.with_columns(pl.coalesce("pid", (pl.col("gpid") // (1 << 24)) % (1 << 24)).alias("pid"))
+    if len(procs) > 1:
+        meta.world_size = len(procs)
+        meta.warnings.append(f"{len(procs)} processes in one export: analyzed as ranks 0..{len(procs) - 1} by process id")
+    table = mark_comm_by_launcher(add_kernel_class(conform(df)))
+    return Trace(events=table, meta=meta)
+
+
+def parse_nsys_rep(path: str | Path) -> Trace:
+    """A ``.nsys-rep`` report: export it with the local ``nsys`` into a temp dir, then parse."""
+    path = Path(path)
+    nsys = shutil.which("nsys")
+    if nsys is None:
+        raise InputError(
+            "a .nsys-rep needs the nsys binary to export it; run "
+            f"'nsys export --type sqlite -o report.sqlite {path}' and pass the .sqlite",
+            str(path),
+        )
+    with tempfile.TemporaryDirectory(prefix="traceinsight-") as tmp:
+        out = Path(tmp) / "export.sqlite"
+        r = subprocess.run([nsys, "export", "--type", "sqlite", "-o", str(out), str(path)], capture_output=True, text=True)
+        if r.returncode != 0 or not out.exists():
+            raise InputError(f"nsys export failed: {(r.stderr or r.stdout).strip()[-300:]}", str(path))
+        trace = parse_nsys(out)
+    trace.meta.source_path = str(path)
+    return trace
+
