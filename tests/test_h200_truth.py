@@ -112,3 +112,12 @@ def test_recompute_only_with_checkpointing():
     # Checkpointing adds compute_only 44.7 - 33.5 = 11.2 ms to a ~68 ms step (16%); within 8 points.
     expected = (truth["compute_only_ms"] - htruth["compute_only_ms"]) / truth["step_time_ms"][0]
     assert ck.metrics["recompute_time_share"] == pytest.approx(expected, abs=0.08)
+
+
+def test_sync_count_matches_item_calls():
+    a, truth = load("sync_item_print")
+    per_step = truth["per_step"][0]["item_calls"]  # 1 loss.item() + 98 grad-norm .item() per step
+    assert a.metrics["host_sync_count"] == per_step * len(truth["per_step"])
+    sync = next(f for f in a.findings if f.id == "host_sync")
+    assert sync.severity in ("high", "medium")
+    assert sync.evidence["by_op"][0]["op"] == "aten::item"

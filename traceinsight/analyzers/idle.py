@@ -195,11 +195,13 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         _overlap_frac(gaps, profiler, "f_profiler"),
         _overlap_frac(gaps, pageable, "f_pageable"),
     )
-    # Was a blocking sync in progress when the GPU ran dry?
+    # Was a blocking sync (or an op that performs one, like aten::item launching its copy) in
+    # progress when the GPU ran dry? Then the queue was empty because of the sync.
+    sync_scope = _sync_op_ranges(ctx, syncs)
     at_start = gaps.select(pl.col("start_ns"), (pl.col("start_ns") + 1).alias("end_ns"))
     gaps = gaps.with_columns(
-        (iv.overlap_with(at_start, syncs) > 0).alias("sync_at_start")
-        if syncs.height
+        (iv.overlap_with(at_start, sync_scope) > 0).alias("sync_at_start")
+        if sync_scope.height
         else pl.lit(False).alias("sync_at_start")
     )
     # When was the work that ends the gap launched?
@@ -231,6 +233,26 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     gaps = gaps.with_columns(cause.alias("cause"))
     ops = dominant_ops(ctx, gaps)
     return gaps.join(ops, on="gap_id", how="left")
+
+
+def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
+    """Sync calls plus the innermost host op around each (``aten::_local_scalar_dense``...)."""
+    calls = ctx.events.filter(
+        pl.col("kind").is_in(["runtime", "driver"]) & pl.col("name").str.contains(f"{SYNC_API}|{BLOCKING_COPY_API}")
+    ).select(pl.col("start_ns").alias("c_s"), pl.col("end_ns").alias("c_e"), pl.col("tid").alias("c_tid"))
+    if calls.height == 0:
+        return syncs
+    ops = ctx.events.filter(
+        (pl.col("kind") == "cpu_op") & pl.col("name").str.contains(r"^aten::")
+    ).select("start_ns", "end_ns", "tid")
+    inner = (
+        ops.join_where(calls, pl.col("tid") == pl.col("c_tid"), pl.col("start_ns") <= pl.col("c_s"), pl.col("end_ns") >= pl.col("c_e"))
+        .sort("start_ns", descending=True)
+        .unique(subset=["c_s", "c_tid"], keep="first")  # the innermost enclosing op per call
+        .select("start_ns", "end_ns")
+    )
+    both = pl.concat([syncs.select("start_ns", "end_ns"), inner])
+    return iv.clip(iv.union(both), ctx.window_start_ns, ctx.window_end_ns) if both.height else syncs
 
 
 def _timeline(ctx: Context, busy: pl.DataFrame, gaps: pl.DataFrame) -> dict[str, Any]:
