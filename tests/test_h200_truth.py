@@ -19,7 +19,7 @@ def load(name):
 
 @pytest.mark.parametrize(
     "name",
-    ["healthy_bf16", "fp32", "act_checkpoint_bf16", "dataloader_starved", "launch_bound_eager",
+    ["healthy_bf16", "sync_item_print", "fp32", "act_checkpoint_bf16", "dataloader_starved", "launch_bound_eager",
      "launch_bound_compiled", "launch_bound_cudagraph", "h2d_pageable", "h2d_pinned", "unfused_adamw_bf16"],
 )
 def test_step_times_match_cuda_events(name):
@@ -39,6 +39,7 @@ FIRST = {
     "fp32": "fp32_compute",
     "unfused_adamw_bf16": "unfused_optimizer",
     "act_checkpoint_bf16": "recompute_overhead",
+    "sync_item_print": "host_sync",
 }
 
 
@@ -121,3 +122,13 @@ def test_sync_count_matches_item_calls():
     sync = next(f for f in a.findings if f.id == "host_sync")
     assert sync.severity in ("high", "medium")
     assert sync.evidence["by_op"][0]["op"] == "aten::item"
+
+
+def test_sync_cost_matches_the_control():
+    """healthy_bf16 is the same model and batch without the syncs: the syncs cost the difference."""
+    a, truth = load("sync_item_print")
+    steps = len(a.results["steps"].per_step)
+    extra_ns = (sum(truth["step_time_ms"][:3]) / 3 - truth["compute_only_ms"]) * 1e6 * steps
+    idle = a.metrics["idle_by_cause_ns"]
+    # GPU idle caused by the syncs: the gaps they open plus the launch gaps right after them.
+    assert idle["host_sync"] + idle["launch_overhead"] == pytest.approx(extra_ns, rel=0.25)
