@@ -132,3 +132,18 @@ def test_sync_cost_matches_the_control():
     idle = a.metrics["idle_by_cause_ns"]
     # GPU idle caused by the syncs: the gaps they open plus the launch gaps right after them.
     assert idle["host_sync"] + idle["launch_overhead"] == pytest.approx(extra_ns, rel=0.25)
+
+
+@pytest.mark.parametrize("name", ["dataloader_starved", "healthy_bf16", "sync_item_print", "h2d_pageable"])
+def test_per_step_idle_plus_busy_is_step_time(name):
+    a, _ = load(name)
+    idle = {s["step"]: s["idle_ns"] for s in a.results["idle"].per_step}
+    for s in a.results["steps"].per_step:
+        assert idle[s["step"]] + s["gpu_busy_ns"] == s["dur_ns"]
+
+
+def test_phase_shares_on_host_ranges():
+    a, truth = load("dataloader_starved")
+    for s, t in zip(a.results["steps"].per_step, truth["per_step"], strict=False):
+        assert s["dataloader_ns"] == pytest.approx(t["next_ns"], rel=0.02)
+        assert s["forward_ns"] > 0 and s["backward_ns"] > 0

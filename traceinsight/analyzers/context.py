@@ -38,7 +38,7 @@ class Context:
     events: pl.DataFrame
     window_start_ns: int
     window_end_ns: int
-    steps: pl.DataFrame  # step, start_ns, end_ns, dur_ns (host ranges, last one stretched)
+    steps: pl.DataFrame  # step, start_ns, end_ns, dur_ns (GPU-aligned), host_start_ns, host_end_ns
     gpu: pl.DataFrame  # GPU activity rows (kernel/memcpy/memset) inside the window
     launches: pl.DataFrame  # GPU activity joined to its launching call (see launch_join)
     devices: tuple[int, ...]
@@ -132,7 +132,9 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     start_i = max(host start_i, end_{i-1}). The GPU runs behind the host, so host ranges alone
     would cut every step's work in two and dump the backlog into the last step.
     """
-    host = steps.sort("start_ns").with_row_index("_i")
+    host = steps.sort("start_ns").with_row_index("_i").with_columns(
+        pl.col("start_ns").alias("host_start_ns"), pl.col("end_ns").alias("host_end_ns")
+    )
     work = launches.filter(pl.col("launch_start_ns").is_not_null()).select("launch_start_ns", "end_ns").sort("launch_start_ns")
     if work.height:
         tagged = work.join_asof(

@@ -63,6 +63,7 @@ class IdleResult:
     segment_count: int
     top_segments: tuple[dict[str, Any], ...]
     timeline: dict[str, Any] = field(default_factory=dict)  # per-device busy bins, for the report
+    per_step: tuple[dict[str, Any], ...] = ()  # step, idle_ns, idle_by_cause_ns
 
 
 def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
@@ -164,6 +165,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
         for r in top.iter_rows(named=True)
     )
     denom = ctx.window_ns * max(1, len(ctx.devices))
+    per_step = _per_step(ctx, gaps)
     return IdleResult(
         window_ns=ctx.window_ns,
         devices=tuple(per_dev),
@@ -175,7 +177,26 @@ def analyze_idle(ctx: Context) -> IdleResult:
         segment_count=gaps.height,
         top_segments=top_rows,
         timeline=_timeline(ctx, busy, gaps),
+        per_step=per_step,
     )
+
+
+def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[dict[str, Any], ...]:
+    """Idle time by cause inside each step; a gap spanning a step boundary is split there."""
+    if ctx.steps.height == 0 or gaps.height == 0:
+        return ()
+    st = ctx.steps.select("step", pl.col("start_ns").alias("s_s"), pl.col("end_ns").alias("s_e"))
+    parts = gaps.select("start_ns", "end_ns", "cause").join_where(
+        st, pl.col("start_ns") < pl.col("s_e"), pl.col("end_ns") > pl.col("s_s")
+    ).with_columns((pl.min_horizontal("end_ns", "s_e") - pl.max_horizontal("start_ns", "s_s")).alias("part_ns"))
+    sums = parts.group_by("step", "cause").agg(pl.col("part_ns").sum())
+    rows = []
+    for step in ctx.steps["step"].to_list():
+        causes = {c: 0 for c in CAUSES}
+        for _, cause, total in sums.filter(pl.col("step") == step).iter_rows():
+            causes[cause] = int(total)
+        rows.append({"step": step, "idle_ns": sum(causes.values()), "idle_by_cause_ns": causes})
+    return tuple(rows)
 
 
 def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:

@@ -27,6 +27,27 @@ class StepResult:
     per_step: tuple[dict[str, Any], ...]
 
 
+def _forward_ns(spans: pl.DataFrame, bw_rows: pl.DataFrame, dl: pl.DataFrame) -> pl.Series:
+    if bw_rows.height == 0:
+        return pl.Series([None] * spans.height, dtype=pl.Int64)
+    first_bw = (
+        spans.select("step", "start_ns", "end_ns")
+        .join_where(bw_rows.select(pl.col("start_ns").alias("b")), pl.col("b") >= pl.col("start_ns"), pl.col("b") < pl.col("end_ns"))
+        .group_by("step")
+        .agg(pl.col("b").min())
+    )
+    dl_end = (
+        spans.select("step", "start_ns", "end_ns")
+        .join_where(dl.select(pl.col("end_ns").alias("d")), pl.col("d") > pl.col("start_ns"), pl.col("d") <= pl.col("end_ns"))
+        .group_by("step")
+        .agg(pl.col("d").max())
+        if dl.height
+        else pl.DataFrame(schema={"step": pl.Int64, "d": pl.Int64})
+    )
+    out = spans.select("step", "start_ns").join(first_bw, on="step", how="left").join(dl_end, on="step", how="left", maintain_order="left")
+    return out.select((pl.col("b") - pl.max_horizontal("start_ns", pl.col("d").fill_null(0))).clip(0, None)).to_series()
+
+
 def analyze_steps(ctx: Context) -> StepResult:
     st = ctx.steps
     dl = host_ranges(ctx, DATALOADER_PATTERN)
@@ -34,15 +55,31 @@ def analyze_steps(ctx: Context) -> StepResult:
         dl_ns = iv.total(dl)
         return StepResult(0, None, None, None, None, dl_ns, dl_ns / ctx.window_ns if ctx.window_ns and dl_ns else None, (), ())
     spans = st.select("step", "start_ns", "end_ns", "dur_ns")
-    dl_per = iv.overlap_with(spans, dl) if dl.height else pl.Series([0] * st.height)
+    # Host-side phases are measured on the host's own step ranges: with a GPU-bound loop the host
+    # runs a step ahead of the GPU-aligned windows.
+    host = st.select("step", pl.col("host_start_ns").alias("start_ns"), pl.col("host_end_ns").alias("end_ns"))
+    dl_per = iv.overlap_with(host, dl) if dl.height else pl.Series([0] * st.height)
     opt = host_ranges(ctx, r"^Optimizer\.step#", ("gpu_annotation",))
+    gpu_opt = opt.height > 0  # the GPU mirror of the annotation measures GPU-side optimizer time
     if opt.height == 0:
         opt = host_ranges(ctx, r"^Optimizer\.step#")
-    opt_per = iv.overlap_with(spans, opt) if opt.height else pl.Series([0] * st.height)
+    opt_per = iv.overlap_with(spans if gpu_opt else host, opt) if opt.height else pl.Series([0] * st.height)
+    # Backward: autograd node ranges (host); forward: from the end of data loading to the first
+    # backward node of the step. Both need the autograd profiler's op names, so null otherwise.
+    bw_rows = ctx.events.filter(
+        (pl.col("kind") == "cpu_op") & pl.col("name").str.starts_with("autograd::engine::evaluate_function")
+    )
+    bw = iv.clip(iv.union(bw_rows), ctx.window_start_ns, ctx.window_end_ns) if bw_rows.height else None
+    bw_per = iv.overlap_with(host, bw) if bw is not None else pl.Series([None] * st.height, dtype=pl.Int64)
+    fw_per = _forward_ns(host, bw_rows, dl)
     busy = iv.union(ctx.gpu, by=["device"]).select("start_ns", "end_ns") if ctx.has_gpu else None
     busy_per = iv.overlap_with(spans, iv.union(busy)) if busy is not None else pl.Series([0] * st.height)
     spans = spans.with_columns(
-        dl_per.alias("dataloader_ns"), opt_per.alias("optimizer_ns"), busy_per.alias("gpu_busy_ns")
+        dl_per.alias("dataloader_ns"),
+        fw_per.alias("forward_ns"),
+        bw_per.alias("backward_ns"),
+        opt_per.alias("optimizer_ns"),
+        busy_per.alias("gpu_busy_ns"),
     )
     d = spans["dur_ns"].cast(pl.Float64)
     median = float(d.median())
