@@ -7,6 +7,7 @@ Everything after that is vectorized. Format history: ../shared/KINETO_FORMAT.md.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -59,15 +60,37 @@ _MEM_KIND = {
 _MEMCPY_RE = r"^Memcpy\s+(\w+)(?:\s*\(([^)]*?)\s*->\s*([^)]*?)\))?"
 
 _EMPTY: dict[str, Any] = {}
+# Bounds that keep base + ts + dur inside int64 nanoseconds (about 292 years).
+MAX_US = 2.0e15
+MAX_BASE_NS = 4 * 10**18
 
 
 def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[str]]:
-    """orjson first; then the repairs real traces need (NaN/Infinity, truncation)."""
+    """orjson first; then the repairs real traces need (bad UTF-8, quotes, NaN, truncation)."""
     warnings: list[str] = []
     try:
         return orjson.loads(data), warnings
     except orjson.JSONDecodeError as exc:
         first_error = str(exc)
+    if "UTF-8" in first_error or "surrogates" in first_error:
+        data = data.decode("utf-8", "replace").encode("utf-8", "replace")
+        warnings.append("invalid UTF-8 bytes in names were replaced")
+        try:
+            return orjson.loads(data), warnings
+        except orjson.JSONDecodeError as exc:
+            first_error = str(exc)
+    if "64-bit" in first_error or "exceeds" in first_error:
+        try:  # integers beyond 64 bits: the standard library reads them; they become missing later
+            return json.loads(data, parse_constant=lambda _c: None), [*warnings, "integers beyond 64 bits were ignored"]
+        except (ValueError, RecursionError):
+            pass
+    repaired = _escape_stray_quotes(data)
+    if repaired is not data:
+        try:
+            obj = orjson.loads(repaired)
+            return obj, [*warnings, "unescaped quotes in event names were repaired (pytorch#146900)"]
+        except orjson.JSONDecodeError:
+            data = repaired
     if truncated_gzip:
         warnings.append("the gzip stream ends early; analyzed the events before the cut")
     salvaged = _salvage(data)
@@ -75,7 +98,23 @@ def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[st
         obj, note = salvaged
         warnings.append(note)
         return obj, warnings
+    if truncated_gzip:
+        raise InputError("the gzip stream ends early and no complete event could be recovered", str(path))
     raise InputError(f"not valid JSON ({first_error})", str(path))
+
+
+# Kineto writes `"name": "<value>", "<next key>"`; a name with a raw `"` inside (older writers did
+# not escape it) breaks the document. Re-escape quotes between `"name": "` and the next known key.
+_NAME_VALUE = re.compile(rb'("name": ")(.*?)(", "(?:pid|tid|ts|dur|cat|ph|args|id|s|bp)")')
+
+
+def _escape_stray_quotes(data: bytes) -> bytes:
+    def fix(m: re.Match[bytes]) -> bytes:
+        inner = re.sub(rb'(?<!\\)"', rb'\\"', m.group(2))
+        return m.group(1) + inner + m.group(3)
+
+    out = _NAME_VALUE.sub(fix, data)
+    return data if out == data else out
 
 
 def _salvage(data: bytes) -> tuple[Any, str] | None:
@@ -159,23 +198,40 @@ def _era(top: dict[str, Any], cats: set[str], base: bool, frac: bool, array_era:
     return "; ".join(parts)
 
 
+def _series(values: list[Any]) -> pl.Series:
+    """A column from Python values of unknown, possibly hostile types: numbers and strings are
+    kept, anything else (lists, dicts, out-of-range ints) becomes null."""
+    try:
+        s = pl.Series(values, strict=False)
+        if s.dtype.is_numeric() or s.dtype in (pl.String, pl.Null, pl.Boolean):
+            return s
+    except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
+        pass
+    clean = [
+        v if (type(v) is float or type(v) is str or (type(v) is int and -(2**63) <= v < 2**63)) else None
+        for v in values
+    ]
+    return pl.Series(clean, strict=False)
+
+
 def _to_int_ids(values: list[Any]) -> pl.Series:
     """pid/tid as int64: ints stay, strings like 'stream 7' give their number, others null."""
-    s = pl.Series(values, strict=False)
-    if s.dtype.is_integer():
-        return s.cast(pl.Int64)
+    s = _series(values)
     if s.dtype == pl.String:
         return s.str.extract(r"(-?\d+)\s*$", 1).cast(pl.Int64, strict=False)
-    return pl.Series([v if type(v) is int else None for v in values], dtype=pl.Int64)
+    return s.cast(pl.Int64, strict=False)
 
 
 def _num(values: list[Any], dtype: pl.DataType) -> pl.Series:
-    s = pl.Series(values, strict=False)
+    s = _series(values)
     if s.dtype == pl.String:  # numbers written as strings by some tools
         s = s.str.strip_chars().cast(pl.Float64, strict=False)
-    elif s.dtype == pl.Object or s.dtype == pl.Null:
-        s = pl.Series([v if type(v) in (int, float) else None for v in values], dtype=pl.Float64, strict=False)
     return s.cast(dtype, strict=False)
+
+
+def _text(values: list[Any]) -> pl.Series:
+    s = _series(values)
+    return s.cast(pl.String, strict=False) if s.dtype != pl.String else s
 
 
 def _us_to_ns(us: pl.Expr) -> pl.Expr:
@@ -201,8 +257,8 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
     cats = [e.get("cat") for e in xs]
     args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in xs)]
     raw = {
-        "cat": pl.Series(cats, dtype=pl.String, strict=False),
-        "name": pl.Series([e.get("name") for e in xs], dtype=pl.String, strict=False),
+        "cat": _text(cats),
+        "name": _text([e.get("name") for e in xs]),
         "ts": _num([e.get("ts") for e in xs], pl.Float64),
         "dur": _num([e.get("dur") for e in xs], pl.Float64),
         "pid": _to_int_ids([e.get("pid") for e in xs]),
@@ -218,24 +274,23 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
 
     base_raw = top.get("baseTimeNanoseconds")
-    base_ns = base_raw if type(base_raw) is int else 0
+    base_ns = base_raw if type(base_raw) is int and 0 <= base_raw < MAX_BASE_NS else 0
     frac = bool(df.height) and bool(
         df.select(((pl.col("ts") - pl.col("ts").floor()) != 0).any()).item()
     )
 
     kind = pl.col("cat").str.to_lowercase().replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String)
     df = df.with_columns(kind.alias("kind"))
-    n_bad_time = df.filter(
-        pl.col("kind").is_not_null()
-        & (pl.col("ts").is_null() | pl.col("dur").is_null() | (pl.col("dur") < 0) | ~pl.col("ts").is_finite() | ~pl.col("dur").is_finite())
-    ).height
-    df = df.filter(
-        pl.col("kind").is_not_null()
-        & pl.col("ts").is_finite()
+    # Times must be finite, non-negative durations, and fit int64 nanoseconds after conversion.
+    good_time = (
+        pl.col("ts").is_finite()
         & pl.col("dur").is_finite()
         & (pl.col("dur") >= 0)
-        & pl.col("name").is_not_null()
-    )
+        & (pl.col("ts").abs() < MAX_US)
+        & (pl.col("dur") < MAX_US)
+    ).fill_null(False)
+    n_bad_time = df.filter(pl.col("kind").is_not_null() & ~good_time).height
+    df = df.filter(pl.col("kind").is_not_null() & good_time & pl.col("name").is_not_null())
     if n_bad_time:
         warnings.append(f"{n_bad_time:,} events with missing, negative or non-finite ts/dur were skipped")
 

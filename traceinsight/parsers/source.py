@@ -87,4 +87,6 @@ def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
             if not out:
                 raise InputError(f"corrupt gzip data ({exc})", str(path)) from None
             truncated = True
+        if truncated and not out:
+            raise InputError("truncated gzip: nothing could be decompressed", str(path))
         return bytes(out), truncated

@@ -1,0 +1,209 @@
+"""Broken and hostile inputs: exit 0 with a result, or exit 2 with one clean line. Never a traceback."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from traceinsight.cli import main
+
+from .conftest import H200, TINY
+
+FUZZ_EXAMPLES = int(os.environ.get("TRACEINSIGHT_FUZZ_EXAMPLES", "60"))
+EV = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0, "stream": 7, "correlation": 1}}
+
+
+def run(path: Path, capsys, *extra: str) -> tuple[int, str, dict | None]:
+    out = path.with_suffix(".result.json")
+    rc = main(["analyze", str(path), "--no-html", "-q", "--force", "--json", str(out), *extra])
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    if rc == 0:
+        return rc, err, json.loads(out.read_text())
+    assert rc == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and str(path) in lines[0], err
+    return rc, err, None
+
+
+CASES: dict[str, tuple[bytes, int, str]] = {
+    # name: (content, expected exit code, text expected in the error or warnings)
+    "empty": (b"", 2, "empty file"),
+    "zero_gzip": (b"\x1f\x8b", 2, "gzip"),
+    "corrupt_gzip": (b"\x1f\x8b\x08\x00" + bytes(range(256)) * 2, 2, "gzip"),
+    "not_a_trace": (b'{"hello": [1, 2, 3]}', 2, "traceEvents"),
+    "scalar": (b"42", 2, "not a Kineto trace"),
+    "array_of_numbers": (b"[1, 2, 3]", 2, "not a Kineto trace"),
+    "string_ts": (json.dumps({"traceEvents": [dict(EV, ts="10", dur="5")]}).encode(), 0, ""),
+    "null_and_negative_dur": (json.dumps({"traceEvents": [dict(EV, dur=None), dict(EV, dur=-5), EV]}).encode(), 0, "skipped"),
+    "nan_infinity": (b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":NaN,"dur":Infinity}]}', 0, "NaN"),
+    "huge_integers": (b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":10,"dur":5,"args":{"correlation":123456789012345678901234567890}}]}', 0, ""),
+    "nested_garbage_args": (json.dumps({"traceEvents": [dict(EV, args=[[{"a": [1, {"b": None}]}]]), dict(EV, pid="x", tid={"a": 1}, args={"device": "zero", "stream": [1]})]}).encode(), 0, ""),
+    "duplicate_keys": (b'{"traceEvents":[{"ph":"X","ph":"X","cat":"kernel","name":"a","name":"b","pid":0,"tid":7,"ts":10,"dur":5}]}', 0, ""),
+    "non_utf8_name": (b'{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"op\xff\xfe","pid":1,"tid":1,"ts":10,"dur":5}]}', 0, "UTF-8"),
+    "unescaped_quote": (b'{\n  "traceEvents": [\n  {\n    "ph": "X", "cat": "cpu_op", "name": "aten::foo"bar", "pid": 1, "tid": 1,\n    "ts": 10, "dur": 5\n  }\n  ]\n}\n', 0, "quotes"),
+    "events_out_of_order": (json.dumps({"traceEvents": [dict(EV, ts=100), dict(EV, ts=10), dict(EV, ts=50)]}).encode(), 0, ""),
+    "overlapping_kernels_one_stream": (json.dumps({"traceEvents": [dict(EV, ts=10, dur=100), dict(EV, ts=20, dur=10)]}).encode(), 0, ""),
+    "no_gpu_events": (json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}).encode(), 0, "no GPU activity"),
+    "not_events_inside": (json.dumps({"traceEvents": [1, "x", None, [], {}]}).encode(), 0, ""),
+    "traceEvents_not_list": (b'{"traceEvents": {"a": 1}}', 2, "not an array"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_named_hostile_case(name, tmp_path, capsys):
+    content, want_rc, text = CASES[name]
+    p = tmp_path / f"{name}.json"
+    p.write_bytes(content)
+    rc, err, doc = run(p, capsys)
+    assert rc == want_rc
+    if text:
+        assert text in (err if rc else " ".join(doc["warnings"]))
+
+
+def test_truncated_json_salvages_complete_events(tmp_path, capsys):
+    doc = {"schemaVersion": 1, "traceEvents": [dict(EV, name=f"k{i}", ts=10 + 10 * i) for i in range(50)]}
+    text = json.dumps(doc, indent=1)
+    p = tmp_path / "cut.json"
+    p.write_text(text[: len(text) * 3 // 4])  # a job killed mid-write
+    rc, _, out = run(p, capsys)
+    assert rc == 0
+    assert any("truncated" in w for w in out["warnings"])
+    n = out["source"]["event_counts"]["kernel"]
+    assert 30 <= n < 50
+
+
+def test_truncated_gzip_of_real_trace(tmp_path, capsys):
+    raw = (H200 / "h2d_pinned.pt.trace.json.gz").read_bytes()
+    p = tmp_path / "cut.json.gz"
+    p.write_bytes(raw[: len(raw) // 2])
+    rc, _, out = run(p, capsys)
+    assert rc == 0 and any("gzip stream ends early" in w for w in out["warnings"])
+    assert out["source"]["event_counts"]["kernel"] > 0
+
+
+def test_gzip_bomb_stops_at_limit(tmp_path, capsys):
+    p = tmp_path / "bomb.json.gz"
+    with gzip.open(p, "wb", compresslevel=9) as fh:
+        fh.write(b'{"traceEvents": [' + b" " * (64 * 1024 * 1024))  # 64 MiB of spaces, ~65 KB on disk
+    assert p.stat().st_size < 200_000
+    rc, err, _ = run(p, capsys, "--max-bytes", str(8 * 1024 * 1024))
+    assert rc == 2 and "limit" in err
+
+
+def test_locked_sqlite_is_a_clean_error(tmp_path, capsys):
+    src = (Path(__file__).parents[1] / "fixtures" / "nsys" / "nsys-ai__mock.sqlite").read_bytes()
+    p = tmp_path / "busy.sqlite"
+    p.write_bytes(src)
+    con = sqlite3.connect(p, timeout=0.1, isolation_level=None)
+    con.execute("BEGIN EXCLUSIVE")  # nsys still writing
+    try:
+        rc = main(["analyze", str(p), "--no-html", "-q"])
+        err = capsys.readouterr().err
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+    assert rc == 2 and "locked" in err and len(err.strip().splitlines()) == 1
+
+
+def test_directory_is_not_a_trace_file(tmp_path, capsys):
+    rc = main(["export", str(tmp_path), "-o", str(tmp_path / "x.parquet")])
+    assert rc == 2 and "directory" in capsys.readouterr().err
+
+
+def test_input_never_modified(tmp_path, capsys):
+    p = tmp_path / "t.json"
+    p.write_bytes((TINY / "step_dataloader_sync.json").read_bytes())
+    before, mtime = p.read_bytes(), p.stat().st_mtime_ns
+    run(p, capsys)
+    assert p.read_bytes() == before and p.stat().st_mtime_ns == mtime
+
+
+# --- property-based: random event lists, random mutations of real traces ---------------------
+
+json_leaf = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=12)
+json_value = st.recursive(json_leaf, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4), max_leaves=12)
+keys = st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id"])
+plausible = st.fixed_dictionaries(
+    {
+        "ph": st.sampled_from(["X", "i", "M", "s", "f", "C", 1, None]),
+        "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "user_annotation", "Kernel", "Memcpy", "??", None]),
+        "name": st.sampled_from(["ProfilerStep#1", "Memcpy HtoD (Pageable -> Device)", "cudaStreamSynchronize", "ncclDevKernel_X", "k"]) | st.text(max_size=20),
+        "ts": st.integers(-10, 10**17) | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=5),
+        "dur": st.integers(-10, 10**9) | st.floats(allow_nan=True, allow_infinity=True) | st.none(),
+        "pid": st.integers(-5, 5) | st.text(max_size=8),
+        "tid": st.integers(-5, 5) | st.text(max_size=8),
+    },
+    optional={"args": st.dictionaries(st.sampled_from(["device", "stream", "correlation", "External id", "bytes"]), json_value, max_size=5) | json_value},
+)
+events = st.lists(plausible | st.dictionaries(keys, json_value, max_size=6) | json_value, max_size=25)
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(evs=events, wrapper=st.booleans())
+def test_random_event_lists(evs, wrapper, tmp_path_factory, capsys):
+    p = tmp_path_factory.mktemp("fz") / "t.json"
+    body = {"traceEvents": evs} if wrapper else evs
+    p.write_bytes(json.dumps(body, allow_nan=True).encode() if _jsonable(body) else b"[]")
+    run(p, capsys)
+
+
+def _jsonable(obj) -> bool:
+    try:
+        json.dumps(obj, allow_nan=True)
+        return True
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return False
+
+
+SEEDS = [
+    (TINY / "step_dataloader_sync.json").read_bytes(),
+    gzip.decompress((H200 / "h2d_pageable.pt.trace.json.gz").read_bytes())[:60_000],
+]
+
+
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.sampled_from(range(len(SEEDS))), rnd=st.randoms(use_true_random=False), n=st.integers(1, 12), gz=st.booleans())
+def test_byte_mutations_of_real_traces(seed, rnd: random.Random, n, gz, tmp_path_factory, capsys):
+    data = bytearray(SEEDS[seed])
+    for _ in range(n):
+        i = rnd.randrange(len(data))
+        op = rnd.randrange(3)
+        if op == 0:
+            data[i] = rnd.randrange(256)
+        elif op == 1:
+            del data[i : i + rnd.randrange(1, 40)]
+        else:
+            data[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 8)))
+    p = tmp_path_factory.mktemp("mut") / ("m.json.gz" if gz else "m.json")
+    p.write_bytes(gzip.compress(bytes(data)) if gz else bytes(data))
+    run(p, capsys)
+
+
+def test_concurrent_analyses_do_not_interfere(tmp_path, capsys):
+    # outputs are written atomically: two writers to the same report never leave a torn file
+    out = tmp_path / "r.html"
+    errors: list[int] = []
+
+    def go() -> None:
+        errors.append(main(["analyze", str(TINY / "step_dataloader_sync.json"), "-o", str(out), "-q", "--force"]))
+
+    threads = [threading.Thread(target=go) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    capsys.readouterr()
+    assert errors == [0, 0, 0]
+    assert out.read_text().rstrip().endswith("</html>")
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
