@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from traceinsight.errors import EXIT_GATE, EXIT_OK, InputError
 
@@ -34,11 +36,9 @@ def run(
     thresholds: dict[str, float],
     command: str,
 ) -> int:
-    from traceinsight.api import analyze_path
     from traceinsight.diagnosis import Thresholds
     from traceinsight.report.files import check_writable
     from traceinsight.report.json_out import dumps, write_json
-    from traceinsight.report.terminal import render_summary
 
     try:
         th = Thresholds.from_overrides(thresholds)
@@ -52,26 +52,57 @@ def run(
         check_writable(json_path, force)
 
     step_pattern = f"^{step_range}" if step_range else None
-    analysis = analyze_path(path, thresholds=th, step_pattern=step_pattern, max_bytes=max_bytes, command=command)
-    doc = analysis.to_json()
+    findings, doc, render, summary = _analyze_any(path, th, thresholds, step_pattern, max_bytes, command)
     if report is not None:
-        from traceinsight.report.html import write_html
+        from traceinsight.report.files import write_text_atomic
 
-        write_html(analysis, report, force=True)
+        write_text_atomic(report, render(doc))
     if json_out == "-":
         sys.stdout.buffer.write(dumps(doc) + b"\n")
     elif json_path is not None:
         write_json(doc, json_path)
     if not quiet and json_out != "-":
-        print(render_summary(doc, str(report) if report else None))
+        print(summary(doc, str(report) if report else None))
     if report is not None and open_browser:
         import webbrowser
 
         webbrowser.open(report.resolve().as_uri())
     if fail_on:
         limit = SEVERITY_ORDER.index(fail_on)
-        hits = [f for f in analysis.findings if SEVERITY_ORDER.index(f.severity) <= limit]
+        hits = [f for f in findings if SEVERITY_ORDER.index(f["severity"]) <= limit]
         if hits:
-            print(f"traceinsight: --fail-on {fail_on}: {len(hits)} finding(s), first: {hits[0].id}", file=sys.stderr)
+            print(f"traceinsight: --fail-on {fail_on}: {len(hits)} finding(s), first: {hits[0]['id']}", file=sys.stderr)
             return EXIT_GATE
     return EXIT_OK
+
+
+def _analyze_any(
+    path: Path,
+    th: Any,
+    overrides: dict[str, float],
+    step_pattern: str | None,
+    max_bytes: int | None,
+    command: str,
+) -> tuple[list[dict[str, Any]], dict[str, Any], Callable[[dict[str, Any]], str], Callable[..., str]]:
+    """A trace file, a job directory, or a file holding several ranks -> (findings, doc, html, text)."""
+    from traceinsight.report import html, terminal
+
+    if path.is_dir():
+        from traceinsight.jobs import analyze_job
+
+        doc = analyze_job(path, max_bytes=max_bytes, thresholds=overrides).to_json()
+        doc["command"] = command
+        return doc["findings"], doc, html.render_job_html, terminal.render_job_summary
+    from traceinsight.api import analyze_trace
+    from traceinsight.parsers import load_trace
+
+    trace = load_trace(path, max_bytes=max_bytes)
+    if trace.events["rank"].n_unique() > 1:
+        from traceinsight.jobs import analyze_trace_ranks
+
+        doc = analyze_trace_ranks(trace, overrides).to_json()
+        doc["command"] = command
+        return doc["findings"], doc, html.render_job_html, terminal.render_job_summary
+    analysis = analyze_trace(trace, thresholds=th, step_pattern=step_pattern, command=command)
+    doc = analysis.to_json()
+    return doc["findings"], doc, html.render_html, terminal.render_summary

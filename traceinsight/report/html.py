@@ -105,6 +105,30 @@ def render_html(analysis: Analysis | dict[str, Any]) -> str:
     return environment().get_template("report.html.j2").render(**context(analysis))
 
 
+def job_context(doc: dict[str, Any]) -> dict[str, Any]:
+    cross = doc["details"]["cross_rank"]
+    per_rank = {r["rank"]: r for r in doc["ranks"]}
+    # step rows from each rank's per-step metrics are not in the job doc; use step medians only
+    steps = doc.get("step_table") or []
+    top = [f for f in doc["findings"] if f["severity"] in ("high", "medium")]
+    return {
+        "doc": doc,
+        "src": doc["source"],
+        "m": doc["metrics"],
+        "cross": cross,
+        "findings": doc["findings"],
+        "verdict": top[0] if top else None,
+        "step_rows": steps,
+        "per_rank": per_rank,
+        "command": doc.get("command") or f"traceinsight analyze {shlex.quote(doc['source']['path'])}",
+        "data": {"findings": [{"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]} for f in doc["findings"]]},
+    }
+
+
+def render_job_html(doc: dict[str, Any]) -> str:
+    return environment().get_template("job.html.j2").render(**job_context(doc))
+
+
 def write_html(analysis: Analysis, out: Path, *, force: bool = False) -> Path:
     check_writable(out, force)
     write_text_atomic(out, render_html(analysis))

@@ -71,3 +71,28 @@ def render_summary(doc: dict[str, Any], report_path: str | None = None, max_find
     if report_path:
         lines.append(f"\nReport: {report_path}")
     return "\n".join(lines)
+
+
+def render_job_summary(doc: dict[str, Any], report_path: str | None = None, max_findings: int = 8) -> str:
+    src, m = doc["source"], doc["metrics"]
+    lines = [f"traceinsight {doc['tool']['version']}: job {src['path']} ({len(src['ranks'])} ranks, {src['format']})"]
+    lines.append(f"  {'rank':>4}  {'GPU busy':>8}  {'median step':>11}  top finding")
+    for r in doc["ranks"]:
+        rm = r["metrics"]
+        top = r["findings"][0]["id"] if r["findings"] else "-"
+        lines.append(f"  {r['rank']:>4}  {fmt_pct(rm['gpu_busy_ratio']):>8}  {fmt_ns(rm['step_time_median_ns']):>11}  {top}")
+    if m.get("step_skew_mean_ns") is not None:
+        lines.append(f"  step-time skew across ranks: {fmt_ns(m['step_skew_mean_ns'])} per step on average")
+    if m.get("straggler_rank") is not None:
+        lines.append(f"  straggler: rank {m['straggler_rank']} (others wait {fmt_ns(m['straggler_wait_ns'])} in collectives)")
+    findings = [f for f in doc["findings"] if f["severity"] != "info"]
+    lines.append("")
+    lines.append(f"Findings ({len(doc['findings'])}, {min(len(findings), max_findings)} shown):" if doc["findings"] else "No findings.")
+    for f in findings[:max_findings]:
+        lines.append(f"  [{SEV_MARK[f['severity']]}] {f['id']}: {f['title']}")
+        lines.append(f"         -> {f['recommendation']}")
+    for w in doc.get("warnings", []):
+        lines.append(f"warning: {w}")
+    if report_path:
+        lines.append(f"\nReport: {report_path}")
+    return "\n".join(lines)
