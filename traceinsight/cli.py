@@ -63,6 +63,9 @@ def cli(verbose: bool) -> None:
 
     \b
     traceinsight analyze trace.json.gz      terminal summary + one HTML report
+    traceinsight analyze TRACE_DIR/          one trace per rank: a job
+    traceinsight batch ARCHIVE... -o OUT     many traces -> summary + reports
+    traceinsight diff BEFORE AFTER           what changed (--fail-if-slower PCT)
     traceinsight export trace.json.gz -o events.parquet
     traceinsight profile -- python train.py
     """
@@ -136,6 +139,43 @@ def export(path: Path, output: Path, force: bool, max_bytes: int | None, quiet: 
     from traceinsight.commands import export as cmd
 
     return _guard(path, lambda: cmd.run(path, output=output, force=force, max_bytes=max_bytes, quiet=quiet))
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("-o", "--output", "outdir", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output directory (summary.parquet/csv, reports/, index.html).")
+@click.option("-j", "--workers", type=click.IntRange(min=1), help="Local worker processes (default: number of cores).")
+@click.option("--scheduler", metavar="ADDRESS|local", help="Run on Dask: a scheduler address (tcp://host:8786) or 'local' for a LocalCluster.")
+@click.option("--force", is_flag=True, help="Re-analyze items whose report is up to date.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
+def batch(paths: tuple[Path, ...], outdir: Path, workers: int | None, scheduler: str | None, force: bool, quiet: bool) -> int:
+    """Analyze every trace or job under PATHS (directories, .tar/.tar.gz archives, files).
+
+    Resumable: items whose report is newer than the input are skipped. Exit 1 if any item failed
+    (each failure is recorded in the summary with its error).
+    """
+    from traceinsight.commands import batch as cmd
+
+    return _guard(None, lambda: cmd.run(list(paths), outdir=outdir, workers=workers, scheduler=scheduler, force=force, quiet=quiet))
+
+
+@cli.command()
+@click.argument("before", type=trace_path)
+@click.argument("after", type=trace_path)
+@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="HTML diff report path (default: ./diff_BEFORE_AFTER.traceinsight.html).")
+@click.option("--no-html", is_flag=True, help="Do not write the HTML diff report.")
+@click.option("--json", "json_out", metavar="FILE|-", help="Write the machine-readable diff to FILE or stdout.")
+@click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
+@click.option("--force", is_flag=True, help="Overwrite existing outputs.")
+@click.option("--fail-if-slower", type=float, metavar="PCT", help="Exit 3 if the median step time grew by more than PCT percent (CI gate).")
+def diff(before: Path, after: Path, output: Path | None, no_html: bool, json_out: str | None, quiet: bool, force: bool, fail_if_slower: float | None) -> int:
+    """Compare two traces (or job directories): metrics, step time, idle causes, kernels, findings."""
+    from traceinsight.commands import diff as cmd
+
+    return _guard(
+        before,
+        lambda: cmd.run(before, after, output=output, html=not no_html, json_out=json_out, quiet=quiet, force=force, fail_if_slower=fail_if_slower),
+    )
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -129,6 +129,10 @@ def render_job_html(doc: dict[str, Any]) -> str:
     return environment().get_template("job.html.j2").render(**job_context(doc))
 
 
+def render_index_html(rows: list[dict[str, Any]], failed: int) -> str:
+    return environment().get_template("index.html.j2").render(rows=rows, failed=failed)
+
+
 def write_html(analysis: Analysis, out: Path, *, force: bool = False) -> Path:
     check_writable(out, force)
     write_text_atomic(out, render_html(analysis))

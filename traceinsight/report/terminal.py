@@ -96,3 +96,48 @@ def render_job_summary(doc: dict[str, Any], report_path: str | None = None, max_
     if report_path:
         lines.append(f"\nReport: {report_path}")
     return "\n".join(lines)
+
+
+DIFF_METRICS = (
+    "gpu_busy_ratio", "step_time_median_ns", "span_ns", "dataloader_ratio", "host_sync_count",
+    "h2d_pageable_bytes_ratio", "comm_compute_overlap_ratio", "exposed_comm_ratio",
+    "elementwise_kernel_time_share", "kernels_per_step", "fp32_gemm_time_share", "recompute_time_share",
+    "gpu_busy_ratio_mean", "step_skew_mean_ns",
+)
+
+
+def _fmt_metric(key: str, v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if key.endswith("_ns"):
+        return fmt_ns(v)
+    if key.endswith(("_ratio", "_share", "_mean")):
+        return fmt_pct(v)
+    return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
+
+
+def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> str:
+    lines = [f"traceinsight {doc['tool']['version']}: diff", f"  before  {doc['before']}", f"  after   {doc['after']}"]
+    ch = doc["step_time_change"]
+    if ch is not None:
+        word = "slower" if ch > 0 else "faster"
+        lines.append(f"  step time {fmt_ns(doc['step_time_before_ns'])} -> {fmt_ns(doc['step_time_after_ns'])} ({abs(100 * ch):.1f}% {word})")
+    lines.append("")
+    lines.append(f"  {'metric':32s} {'before':>12s} {'after':>12s}")
+    for row in doc["metrics"]:
+        if row["metric"] in DIFF_METRICS:
+            lines.append(f"  {row['metric']:32s} {_fmt_metric(row['metric'], row['before']):>12s} {_fmt_metric(row['metric'], row['after']):>12s}")
+    if doc["idle_by_cause"]:
+        lines.append("  idle by cause: " + ", ".join(f"{r['cause']} {fmt_ns(r['before_ns'])} -> {fmt_ns(r['after_ns'])}" for r in doc["idle_by_cause"]))
+    k = doc["kernels_per_step"]
+    lines.append(f"  kernels: {k['appeared_count']} appeared, {k['disappeared_count']} disappeared")
+    for row in k["changed"][:5]:
+        lines.append(f"    {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} per step  {row['name'][:90]}")
+    f = doc["findings"]
+    if f["resolved"]:
+        lines.append("  resolved: " + ", ".join(x["id"] for x in f["resolved"]))
+    if f["introduced"]:
+        lines.append("  introduced: " + ", ".join(x["id"] for x in f["introduced"]))
+    if report_path:
+        lines.append(f"\nReport: {report_path}")
+    return "\n".join(lines)

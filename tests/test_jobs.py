@@ -1,0 +1,161 @@
+"""Multi-rank jobs, batch mode (local and Dask), archives, and diff."""
+
+import io
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceinsight.cli import main
+from traceinsight.jobs import analyze_job, rank_from_name
+
+from .conftest import CORPUS, FIXTURES, H200, SHARED, TINY
+
+STRAGGLE_MS = 30.0  # the generator's injected host delay on rank 1 before every backward
+
+
+def test_straggler_rank_and_wait():
+    job = analyze_job(H200 / "ddp_straggler")
+    c = job.cross
+    assert c.straggler_rank == 1 and c.straggler_last_share == 1.0
+    assert c.straggler_steps == (3, 4, 5, 6)
+    steps = len(c.straggler_steps)
+    # Rank 0 waits at least the injected delay every step, and at most its whole step time.
+    truth = json.loads((H200 / "ddp_straggler" / "rank1.truth.json").read_text())
+    assert STRAGGLE_MS * 1e6 * steps <= c.wait_caused_ns <= sum(truth["step_time_ms"][:steps]) * 1e6
+    assert c.wait_by_rank_ns["1"] == 0
+    f = job.findings[0]
+    assert f.id == "straggler" and f.evidence["rank"] == 1 and f.severity == "high"
+
+
+def test_no_straggler_when_balanced():
+    job = analyze_job(H200 / "ddp_overlap")
+    assert job.cross.straggler_rank is None
+    assert "straggler" not in [f.id for f in job.findings]
+    doc = job.to_json()
+    assert doc["source"]["ranks"] == [0, 1] and len(doc["step_table"]) == 4
+
+
+def test_ranks_from_file_names_and_fallback(tmp_path):
+    assert rank_from_name("rank-12.Apr_03.pt.trace.json.gz") == 12
+    assert rank_from_name("worker3.123.pt.trace.json") == 3
+    assert rank_from_name("trace.json") is None
+    # traces without distributedInfo: names decide; without rank names: sorted order + warning
+    for i, name in enumerate(["b.json", "a.json"]):
+        doc = json.loads((TINY / "comm_overlap.json").read_text())
+        doc.pop("distributedInfo")
+        (tmp_path / name).write_text(json.dumps(doc))
+        del i
+    job = analyze_job(tmp_path, max_workers=1)
+    assert [r["rank"] for r in job.ranks] == [0, 1]
+    assert [Path(r["path"]).name for r in job.ranks] == ["a.json", "b.json"]
+    assert any("sorted file order" in w for w in job.warnings)
+
+
+def test_hta_trace_filter_two_ranks():
+    if not (SHARED / "hta" / "trace_filter").is_dir():
+        pytest.skip("corpus absent")
+    job = analyze_job(SHARED / "hta" / "trace_filter")
+    assert [r["rank"] for r in job.ranks] == [0, 1]  # from distributedInfo
+    assert job.cross.matched_collectives > 0
+
+
+def test_analyze_dir_cli(tmp_path, capsys):
+    out = tmp_path / "job.json"
+    assert main(["analyze", str(H200 / "ddp_straggler"), "-o", str(tmp_path / "job.html"), "--json", str(out), "-q"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "job" and doc["metrics"]["straggler_rank"] == 1
+    assert doc["findings"][0]["evidence"]["rank"] == 1
+    html = (tmp_path / "job.html").read_text()
+    assert 'id="ranks"' in html and "straggler" in html and "https://" not in html
+
+
+def test_nsys_export_with_two_processes_is_a_job(tmp_path):
+    out = tmp_path / "j.json"
+    assert main(["analyze", str(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite"), "--no-html", "-q", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["kind"] == "job" and doc["source"]["ranks"] == [0, 1]
+
+
+def _make_tree(root: Path) -> None:
+    root.mkdir()
+    shutil.copy(H200 / "h2d_pinned.pt.trace.json.gz", root / "pinned.pt.trace.json.gz")
+    shutil.copytree(H200 / "ddp_overlap", root / "job", ignore=shutil.ignore_patterns("*.truth.json"))
+    (root / "broken.json").write_text('{"traceEvents": [')
+    with tarfile.open(root / "archive.tar.gz", "w:gz") as tar:
+        tar.add(CORPUS / "torch_compile_triton_trace.json.gz", arcname="deep/dir/compiled.json.gz")
+        tar.add(CORPUS / "benchmark_simple_add_et.json.gz", arcname="not_a_trace.json.gz")
+        data = (TINY / "step_dataloader_sync.json").read_bytes()
+        evil = tarfile.TarInfo("../../../escape.json")  # path traversal attempt
+        evil.size = len(data)
+        tar.addfile(evil, io.BytesIO(data))
+        link = tarfile.TarInfo("link.json")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        tar.addfile(link)
+
+
+def test_batch_local_resume_and_failures(tmp_path, capsys):
+    src = tmp_path / "in"
+    _make_tree(src)
+    out = tmp_path / "out"
+    rc = main(["batch", str(src), "-o", str(out), "-j", "2"])
+    assert rc == 1  # some items failed, the rest were analyzed
+    df = pl.read_parquet(out / "summary.parquet")
+    status = dict(zip((lbl.removeprefix(f"{src}/") for lbl in df["label"]), df["status"], strict=True))
+    assert status["pinned.pt.trace.json.gz"] == "ok"
+    assert status["job"] == "ok"
+    assert status["broken.json"] == "error"  # no complete event to salvage
+    assert status["archive.tar.gz!deep/dir/compiled.json.gz"] == "ok"
+    assert status["archive.tar.gz!not_a_trace.json.gz"] == "error"
+    assert status["archive.tar.gz!../../../escape.json"] == "ok"  # analyzed from a safe name
+    assert not (tmp_path / "escape.json").exists() and not list(tmp_path.parent.glob("escape.json"))
+    assert "link.json" not in " ".join(df["label"].to_list())
+    job = df.filter(pl.col("label").str.ends_with("/job")).row(0, named=True)
+    assert job["kind"] == "job" and job["ranks"] == 2
+    assert (out / "summary.csv").read_text().startswith("label,")
+    index = (out / "index.html").read_text()
+    for r in df.filter(pl.col("status") == "ok")["report"].to_list():
+        assert (out / r).exists() and r in index
+    # resume: nothing re-analyzed, same summary
+    capsys.readouterr()
+    assert main(["batch", str(src), "-o", str(out)]) == 1
+    assert "(4 up to date, skipped)" in capsys.readouterr().out
+    df2 = pl.read_parquet(out / "summary.parquet")
+    assert df2.equals(df)
+
+
+def test_batch_on_dask_local_cluster_equals_local(tmp_path):
+    pytest.importorskip("dask.distributed", reason="pip install 'traceinsight-analyzer[dask]'")
+    src = tmp_path / "in"
+    src.mkdir()
+    for name in ("h2d_pinned", "h2d_pageable", "launch_bound_cudagraph"):
+        shutil.copy(H200 / f"{name}.pt.trace.json.gz", src)
+    (src / "bad.json").write_text("nope")
+    assert main(["batch", str(src), "-o", str(tmp_path / "local"), "-q", "-j", "1"]) == 1
+    assert main(["batch", str(src), "-o", str(tmp_path / "dask"), "-q", "-j", "2", "--scheduler", "local"]) == 1
+    a = pl.read_parquet(tmp_path / "local" / "summary.parquet")
+    b = pl.read_parquet(tmp_path / "dask" / "summary.parquet")
+    assert a.height == 4 and a.equals(b)
+
+
+def test_diff_and_gate(tmp_path, capsys):
+    before = H200 / "dataloader_starved.pt.trace.json.gz"
+    after = H200 / "dataloader_workers.pt.trace.json.gz"
+    out = tmp_path / "d.json"
+    assert main(["diff", str(before), str(after), "-o", str(tmp_path / "d.html"), "--json", str(out), "-q", "--fail-if-slower", "5"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["step_time_change"] == pytest.approx(20.26 / 50.68 - 1, abs=0.02)
+    assert [f["id"] for f in doc["findings"]["resolved"]] == ["dataloader_stall"]
+    idle = {r["cause"]: r for r in doc["idle_by_cause"]}
+    assert idle["dataloader"]["after_ns"] == 0 and idle["dataloader"]["before_ns"] > 100e6
+    assert (tmp_path / "d.html").read_text().count("dataloader_stall") >= 1
+    assert main(["diff", str(after), str(before), "--no-html", "-q", "--fail-if-slower", "5"]) == 3
+    # graphs replace eager launches: kernels appear and disappear, matched by name and class
+    assert main(["diff", str(H200 / "launch_bound_eager.pt.trace.json.gz"), str(H200 / "launch_bound_compiled.pt.trace.json.gz"), "--no-html", "-q", "--json", str(out), "--force"]) == 0
+    k = json.loads(out.read_text())["kernels_per_step"]
+    assert k["appeared_count"] > 0 and k["disappeared_count"] > 0
+    assert any(r["name"].startswith("triton_") for r in k["appeared"])
