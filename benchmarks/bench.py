@@ -1,31 +1,34 @@
-"""Wall time and peak memory of ``traceinsight analyze`` on real traces (medians of N runs).
+"""Wall time and peak memory of ``traceinsight analyze`` vs the peer, medians of N fresh runs.
 
-    python benchmarks/bench.py [--repeat 3] [--scale 10] [TRACE ...]
+    python benchmarks/bench.py [--repeat 3] [--scale 10] [--hta] [TRACE ...]
 
-Each run is a fresh process (``python -m traceinsight analyze ... --no-html``, plus one run with
-HTML) so peak RSS is the whole pipeline's. ``--scale K`` builds a K-times longer copy of
-df_index_resolver (steps repeated with shifted timestamps and offset correlation/external ids)
-under benchmarks/data/ first. Prints a table; record results in benchmarks/RESULTS.md.
+Every run is a fresh process timed by ``/usr/bin/time`` (wall seconds, peak RSS). ``--scale K``
+builds a K-times longer copy of df_index_resolver under benchmarks/data/ (steps repeated with
+shifted timestamps and offset correlation/external/flow ids). ``--hta`` installs the peer
+(PyPI ``traceinsight==0.6.1``, import ``hta``) into its own venv under benchmarks/data/ and runs
+load + temporal + idle + overlap + kernel breakdown on the same files (benchmarks/hta_run.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import os
-import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "data"
 SHARED = ROOT.parent / "shared" / "traces"
+DF_INDEX = SHARED / "hta" / "df_index_resolver" / "df_index_resolver.json.gz"
 DEFAULT = [
-    SHARED / "hta" / "df_index_resolver" / "df_index_resolver.json.gz",
+    DF_INDEX,
     SHARED / "hta" / "mtia_trace_single_rank" / "mtia_rank_0.json.gz",
     SHARED / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite",
     ROOT / "fixtures" / "h200" / "healthy_bf16.pt.trace.json.gz",
@@ -33,10 +36,10 @@ DEFAULT = [
 
 
 def scaled(src: Path, k: int) -> Path:
-    out = ROOT / "benchmarks" / "data" / f"{src.name.split('.')[0]}_x{k}.json.gz"
+    out = DATA / f"{src.name.split('.')[0]}_x{k}.json.gz"
     if out.exists():
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
+    DATA.mkdir(parents=True, exist_ok=True)
     doc = orjson.loads(gzip.decompress(src.read_bytes()))
     events = doc["traceEvents"]
     ts = [e["ts"] for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
@@ -45,7 +48,7 @@ def scaled(src: Path, k: int) -> Path:
     for i in range(k):
         for e in events:
             e2 = dict(e)
-            if isinstance(e2.get("ts"), (int, float)):
+            if isinstance(e2.get("ts"), (int, float)) and e2.get("ph") != "M":
                 e2["ts"] = e2["ts"] + i * span
             args = e2.get("args")
             if isinstance(args, dict):
@@ -56,43 +59,65 @@ def scaled(src: Path, k: int) -> Path:
                 e2["args"] = args
             if e2.get("ph") in ("s", "f") and isinstance(e2.get("id"), int):
                 e2["id"] = e2["id"] + i * 10_000_000
-            if isinstance(e2.get("name"), str) and e2["name"].startswith("ProfilerStep#"):
-                e2["name"] = f"ProfilerStep#{i}_{e2['name'][13:]}"
+            name = e2.get("name")
+            if isinstance(name, str) and name.startswith("ProfilerStep#"):
+                e2["name"] = f"ProfilerStep#{i * 1000 + int(name[13:] or 0)}"
             big.append(e2)
     doc["traceEvents"] = big
-    out.write_bytes(gzip.compress(orjson.dumps(doc), compresslevel=1))
+    # kineto's own layout: one event per line, so the streamed decoder applies as it would
+    body = b",\n".join(b"  " + orjson.dumps(e) for e in big)
+    head = orjson.dumps({k: v for k, v in doc.items() if k != "traceEvents"})[:-1]
+    out.write_bytes(gzip.compress(head + b',\n"traceEvents": [\n' + body + b"\n]}\n", compresslevel=6))
     return out
 
 
-def run_once(trace: Path, html: bool) -> tuple[float, float]:
-    cmd = [sys.executable, "-m", "traceinsight", "analyze", str(trace), "-q", "--force"]
-    cmd += ["-o", "/tmp/_bench.html"] if html else ["--no-html"]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    wall = time.perf_counter() - t0
-    peak_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    return wall, max(peak_kb, before) / 1024  # MiB (max over children so far: run small->large)
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one fresh process."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        t0 = time.perf_counter()
+        subprocess.run(["/usr/bin/time", "-o", tf.name, "-f", "%e %M", *cmd], check=True, stdout=subprocess.DEVNULL)
+        wall = time.perf_counter() - t0
+        _, kb = tf.read().split()
+    return wall, int(kb) / 1024
+
+
+def hta_python() -> str:
+    venv = DATA / "hta-venv"
+    py = venv / "bin" / "python"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(py), "-m", "pip", "install", "-q", "traceinsight==0.6.1"], check=True)
+    return str(py)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("traces", nargs="*", type=Path)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--scale", type=int, default=0, help="also build and run a K-times longer df_index_resolver")
+    ap.add_argument("--scale", type=int, default=0)
+    ap.add_argument("--hta", action="store_true")
     args = ap.parse_args()
     traces = [p for p in (args.traces or DEFAULT) if p.exists()]
     if args.scale:
-        traces.append(scaled(DEFAULT[0], args.scale))
-    print(f"{'trace':48s} {'size MB':>8s} {'wall s (no html)':>17s} {'wall s (html)':>14s} {'peak MiB':>9s}")
+        traces.append(scaled(DF_INDEX, args.scale))
+    hpy = hta_python() if args.hta else None
+    print(f"{'trace':34s} {'MB gz':>6s} | {'ours s':>7s} {'ours MiB':>8s} {'+html s':>7s} | {'HTA s':>7s} {'HTA MiB':>8s} {'speedup':>7s}")
     for t in sorted(traces, key=lambda p: p.stat().st_size):
-        walls = [run_once(t, False)[0] for _ in range(args.repeat)]
-        w_html, peak = run_once(t, True)
-        size = t.stat().st_size / 1e6
-        print(f"{t.name[:48]:48s} {size:8.1f} {statistics.median(walls):17.2f} {w_html:14.2f} {peak:9.0f}")
+        ours = [timed([sys.executable, "-m", "traceinsight", "analyze", str(t), "-q", "--no-html"]) for _ in range(args.repeat)]
+        html = timed([sys.executable, "-m", "traceinsight", "analyze", str(t), "-q", "--force", "-o", "/tmp/_bench.html"])
+        w = statistics.median(x[0] for x in ours)
+        m = statistics.median(x[1] for x in ours)
+        hta_cols = ""
+        if hpy and t.suffix != ".sqlite":
+            with tempfile.TemporaryDirectory() as d:
+                shutil.copy(t, Path(d) / t.name)
+                runs = [timed([hpy, str(ROOT / "benchmarks" / "hta_run.py"), d]) for _ in range(args.repeat)]
+            hw = statistics.median(x[0] for x in runs)
+            hm = statistics.median(x[1] for x in runs)
+            hta_cols = f"{hw:7.2f} {hm:8.0f} {hw / w:6.1f}x"
+        print(f"{t.name[:34]:34s} {t.stat().st_size / 1e6:6.1f} | {w:7.2f} {m:8.0f} {html[0]:7.2f} | {hta_cols}", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("POLARS_MAX_THREADS", "2")
     raise SystemExit(main())

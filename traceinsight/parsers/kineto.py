@@ -18,6 +18,7 @@ import polars as pl
 from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import DeviceInfo, Trace, TraceMeta, conform, empty_events
+from traceinsight.parsers import kineto_fast as _fast
 from traceinsight.parsers.source import read_bytes
 
 # Category (any era, lower-cased) -> event kind. Unknown categories are dropped.
@@ -215,11 +216,20 @@ def _series(values: list[Any]) -> pl.Series:
 
 
 def _to_int_ids(values: list[Any]) -> pl.Series:
-    """pid/tid as int64: ints stay, strings like 'stream 7' give their number, others null."""
-    s = _series(values)
-    if s.dtype == pl.String:
-        return s.str.extract(r"(-?\d+)\s*$", 1).cast(pl.Int64, strict=False)
-    return s.cast(pl.Int64, strict=False)
+    """pid/tid as int64: ints stay, strings like 'stream 7' give their number, others null.
+
+    Ints and strings are converted separately: a mixed list sends polars down a slow path.
+    """
+    ints = [v if v.__class__ is int else None for v in values]
+    try:
+        out = pl.Series(ints, dtype=pl.Int64)
+    except OverflowError:  # an integer beyond 64 bits somewhere: drop those
+        out = pl.Series([v if v is not None and -(2**63) <= v < 2**63 else None for v in ints], dtype=pl.Int64)
+    if out.null_count():
+        strs = [v if type(v) is str else None for v in values]
+        parsed = pl.Series(strs, dtype=pl.String).str.extract(r"(-?\d+)\s*$", 1).cast(pl.Int64, strict=False)
+        out = out.fill_null(parsed)
+    return out
 
 
 def _num(values: list[Any], dtype: pl.DataType) -> pl.Series:
@@ -243,34 +253,65 @@ def _us_to_ns(us: pl.Expr) -> pl.Expr:
     return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64)
 
 
+def _raw_frame(
+    cats: list[Any], names: list[Any], ts: list[Any], dur: list[Any], pids: list[Any], tids: list[Any],
+    device: list[Any], stream: list[Any], corr: list[Any], ext: list[Any], nbytes: list[Any],
+) -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "cat": _text(cats),
+            "name": _text(names),
+            "ts": _num(ts, pl.Float64),
+            "dur": _num(dur, pl.Float64),
+            "pid": _to_int_ids(pids),
+            "tid": _to_int_ids(tids),
+            "a_device": _num(device, pl.Int64),
+            "a_stream": _num(stream, pl.Int64),
+            "correlation": _num(corr, pl.Int64),
+            "external_id": _num(ext, pl.Int64),
+            "bytes": _num(nbytes, pl.Int64),
+        }
+    )
+
+
+def _frame_from_dicts(events: list[Any]) -> tuple[pl.DataFrame, int]:
+    xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
+    args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in xs)]
+    df = _raw_frame(
+        [e.get("cat") for e in xs],
+        [e.get("name") for e in xs],
+        [e.get("ts") for e in xs],
+        [e.get("dur") for e in xs],
+        [e.get("pid") for e in xs],
+        [e.get("tid") for e in xs],
+        [a.get("device") for a in args],
+        [a.get("stream") for a in args],
+        [a.get("correlation") for a in args],
+        [a.get("External id", a.get("external id")) for a in args],
+        [a.get("bytes") for a in args],
+    )
+    return df, len(events) - len(xs)
+
+
+def _robust(data: bytes, path: Path, truncated: bool) -> tuple[pl.DataFrame, dict[str, Any], str, int, list[str]]:
+    """orjson into dicts, with every repair; the path for damaged or unusual files."""
+    obj, warnings = _decode(data, path, truncated)
+    events, top, array_era = _events_and_top(obj, path)
+    del obj
+    df, n_other = _frame_from_dicts(events)
+    return df, top, array_era, n_other, warnings
+
+
 def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
     path = Path(path)
     data, truncated = read_bytes(path, max_bytes)
-    obj, warnings = _decode(data, path, truncated)
+    fast = None if truncated else _fast.decode(data)
+    if fast is not None:
+        df, top, array_era, n_other_ph = fast
+        warnings: list[str] = []
+    else:
+        df, top, array_era, n_other_ph, warnings = _robust(data, path, truncated)
     del data
-    events, top, array_era = _events_and_top(obj, path)
-    del obj
-
-    xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
-    n_other_ph = len(events) - len(xs)
-    del events
-    cats = [e.get("cat") for e in xs]
-    args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in xs)]
-    raw = {
-        "cat": _text(cats),
-        "name": _text([e.get("name") for e in xs]),
-        "ts": _num([e.get("ts") for e in xs], pl.Float64),
-        "dur": _num([e.get("dur") for e in xs], pl.Float64),
-        "pid": _to_int_ids([e.get("pid") for e in xs]),
-        "tid": _to_int_ids([e.get("tid") for e in xs]),
-        "a_device": _num([a.get("device") for a in args], pl.Int64),
-        "a_stream": _num([a.get("stream") for a in args], pl.Int64),
-        "correlation": _num([a.get("correlation") for a in args], pl.Int64),
-        "external_id": _num([a.get("External id", a.get("external id")) for a in args], pl.Int64),
-        "bytes": _num([a.get("bytes") for a in args], pl.Int64),
-    }
-    del xs, args
-    df = pl.DataFrame(raw)
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
 
     base_raw = top.get("baseTimeNanoseconds")
@@ -279,7 +320,9 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
         df.select(((pl.col("ts") - pl.col("ts").floor()) != 0).any()).item()
     )
 
-    kind = pl.col("cat").str.to_lowercase().replace_strict(CATEGORY_KIND, default=None, return_dtype=pl.String)
+    # Map the few distinct categories in Python, then the column once.
+    cat_map = {c: CATEGORY_KIND.get(c.lower()) for c in cat_set}
+    kind = pl.col("cat").replace_strict(cat_map, default=None, return_dtype=pl.String)
     df = df.with_columns(kind.alias("kind"))
     # Times must be finite, non-negative durations, and fit int64 nanoseconds after conversion.
     good_time = (
@@ -296,19 +339,22 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
 
     is_gpu = pl.col("kind").is_in(GPU_SIDE)
     start = _us_to_ns(pl.col("ts")) + base_ns
-    memcpy = pl.col("name").str.extract_groups(_MEMCPY_RE)
     df = df.with_columns(
         start.alias("start_ns"),
         _us_to_ns(pl.col("dur")).alias("dur_ns"),
         pl.when(is_gpu).then(pl.coalesce("a_device", "pid")).cast(pl.Int32).alias("device"),
         pl.when(is_gpu).then(pl.coalesce("a_stream", "tid")).alias("stream"),
-        pl.when(pl.col("kind") == "memcpy").then(memcpy).alias("_m"),
-    ).with_columns(
-        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+    ).with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    # Copy direction and memory kinds come from the memcpy name; parse each distinct name once.
+    names = df.filter(pl.col("kind") == "memcpy").select(pl.col("name").unique())
+    copies = names.with_columns(pl.col("name").str.extract_groups(_MEMCPY_RE).alias("_m")).select(
+        "name",
         pl.col("_m").struct.field("1").alias("copy_kind"),
         pl.col("_m").struct.field("2").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("src_kind"),
         pl.col("_m").struct.field("3").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("dst_kind"),
+        pl.lit("memcpy").alias("kind"),
     )
+    df = df.join(copies, on=["name", "kind"], how="left", maintain_order="left")
     df = df.with_columns(
         pl.when(pl.col("kind") == "memcpy")
         .then(

@@ -62,7 +62,8 @@ def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
                     str(path),
                 )
             return fh.read(), False
-        out = bytearray()
+        parts: list[bytes] = []
+        size = 0
         d = zlib.decompressobj(wbits=47)  # gzip header, multi-member handled below
         truncated = False
         try:
@@ -72,8 +73,10 @@ def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
                     truncated = not d.eof
                     break
                 while chunk:
-                    out += d.decompress(chunk, max(1, limit + 1 - len(out)))
-                    if len(out) > limit:
+                    part = d.decompress(chunk, max(1, limit + 1 - size))
+                    parts.append(part)
+                    size += len(part)
+                    if size > limit:
                         raise InputError(
                             f"decompresses to more than {limit / 1e9:.1f} GB (limit --max-bytes); refusing",
                             str(path),
@@ -84,9 +87,9 @@ def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
                         d = zlib.decompressobj(wbits=47)
                         chunk = rest
         except zlib.error as exc:
-            if not out:
+            if not size:
                 raise InputError(f"corrupt gzip data ({exc})", str(path)) from None
             truncated = True
-        if truncated and not out:
+        if truncated and not size:
             raise InputError("truncated gzip: nothing could be decompressed", str(path))
-        return bytes(out), truncated
+        return b"".join(parts), truncated
