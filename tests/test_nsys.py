@@ -96,3 +96,23 @@ def test_every_shared_export(path, tmp_path):
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     assert main(["analyze", str(path), "--no-html", "-q", "--json", str(tmp_path / "o.json")]) == 0
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
+
+
+def test_nsys_rep_without_nsys_says_how_to_export(tmp_path, capsys, monkeypatch):
+    import shutil as _sh
+
+    monkeypatch.setattr(_sh, "which", lambda name: None)
+    rep = tmp_path / "profile.nsys-rep"
+    rep.write_bytes(b"\x00binary report")
+    assert main(["analyze", str(rep), "--no-html"]) == 2
+    err = capsys.readouterr().err
+    assert "nsys export --type sqlite" in err and len(err.strip().splitlines()) == 1
+
+
+def test_step_range_from_nvtx(tmp_path):
+    """--step-range picks NVTX ranges as steps (here the NCCL-domain ranges of one process)."""
+    out = tmp_path / "o.json"
+    assert main(["analyze", str(NSYS / "nsys-ai__mock.sqlite"), "--no-html", "-q", "--json", str(out), "--step-range", "NoSuchRange"]) == 0
+    import json
+
+    assert json.loads(out.read_text())["metrics"]["steps"] == 0

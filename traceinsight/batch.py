@@ -16,9 +16,8 @@ import sys
 import tarfile
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from dataclasses import dataclass
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ import polars as pl
 
 from traceinsight.errors import InputError, TraceInsightError
 from traceinsight.jobs import TRACE_SUFFIXES, rank_from_name
+from traceinsight.parallel import process_pool
 
 SUMMARY_METRICS = [
     "gpu_busy_ratio",
@@ -274,6 +274,14 @@ class _Progress:
             sys.stderr.write("\n")
 
 
+def _size(item: Item) -> int:
+    p = Path(item.path)
+    try:
+        return sum(f.stat().st_size for f in p.iterdir()) if p.is_dir() else p.stat().st_size
+    except OSError:
+        return 0
+
+
 def _run_local(items: list[Item], outdir: Path, force: bool, workers: int, on_row: Callable[[dict[str, Any]], None]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     if workers <= 1 or len(items) <= 1:
@@ -281,8 +289,10 @@ def _run_local(items: list[Item], outdir: Path, force: bool, workers: int, on_ro
             rows.append(analyze_item(it, str(outdir), force))
             on_row(rows[-1])
         return rows
-    with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
-        futs = {pool.submit(analyze_item, it, str(outdir), force): it for it in items}
+    with process_pool(workers) as pool:
+        # largest first, so the long items do not start last and leave a worker idle at the end
+        ordered = sorted(items, key=_size, reverse=True)
+        futs = {pool.submit(analyze_item, it, str(outdir), force): it for it in ordered}
         for fut in as_completed(futs):
             try:
                 row = fut.result()

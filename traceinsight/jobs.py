@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
-from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from traceinsight.analyzers.cross_rank import CrossRankResult, RankPayload, anal
 from traceinsight.diagnosis import SEVERITIES, Finding, Thresholds
 from traceinsight.errors import InputError
 from traceinsight.model.classify import KERNEL_RULES
+from traceinsight.parallel import process_pool
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
 COLLECTIVE_KERNEL = KERNEL_RULES[0][1]  # the communication rule's name pattern
@@ -216,8 +215,7 @@ def analyze_job(
     if workers == 1:
         results = [(p, _analyze_rank(str(p), max_bytes, th)) for p in files]
     else:
-        # spawn: forking a process that already runs polars' thread pool can deadlock
-        with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
+        with process_pool(workers) as pool:
             futs = [(p, pool.submit(_analyze_rank, str(p), max_bytes, th)) for p in files]
             results = [(p, f.result()) for p, f in futs]
     warnings: list[str] = []

@@ -267,7 +267,7 @@ def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
         (pl.col("kind") == "cpu_op") & pl.col("name").str.contains(r"^aten::")
     ).select("start_ns", "end_ns", "tid")
     inner = (
-        ops.join_where(calls, pl.col("tid") == pl.col("c_tid"), pl.col("start_ns") <= pl.col("c_s"), pl.col("end_ns") >= pl.col("c_e"))
+        iv.containing(calls, ops, inner_start="c_s", inner_end="c_e", outer_start="start_ns", outer_end="end_ns", same=("tid", "c_tid"))
         .sort("start_ns", descending=True)
         .unique(subset=["c_s", "c_tid"], keep="first")  # the innermost enclosing op per call
         .select("start_ns", "end_ns")

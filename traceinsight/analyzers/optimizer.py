@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analyzers.context import Context
+from traceinsight.model import intervals as iv
 
 FUSED = r"(?i)fused.*(adam|sgd|lamb|adagrad|optim)|fusedadam|_fused_"
 FOREACH = r"(?i)multi_tensor_apply"
@@ -35,11 +36,14 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
     k = ctx.launches.filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null()).select(
         "name", "dur_ns", "launch_start_ns", "launch_tid"
     )
-    inside = k.join_where(
+    inside = iv.containing(
+        k.with_columns(pl.col("launch_start_ns").alias("_ls")),
         ranges,
-        pl.col("launch_tid") == pl.col("o_tid"),
-        pl.col("launch_start_ns") >= pl.col("o_s"),
-        pl.col("launch_start_ns") < pl.col("o_e"),
+        inner_start="launch_start_ns",
+        inner_end="_ls",
+        outer_start="o_s",
+        outer_end="o_e",
+        same=("launch_tid", "o_tid"),
     )
     n = ranges.height
     if inside.height == 0:

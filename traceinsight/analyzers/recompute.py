@@ -45,7 +45,7 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
     if bw.height == 0 or fw.height == 0:
         return RecomputeResult(0, 0, 0, 0, 0.0 if bw.height else None)
     nested = (
-        fw.join_where(bw, pl.col("b_tid") == pl.col("tid"), pl.col("b_s") <= pl.col("start_ns"), pl.col("b_e") >= pl.col("end_ns"))
+        iv.containing(fw, bw, inner_start="start_ns", inner_end="end_ns", outer_start="b_s", outer_end="b_e", same=("b_tid", "tid"))
         .select("start_ns", "end_ns", "tid")
         .unique()
     )
@@ -55,11 +55,14 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
     k = ctx.launches.filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null()).select(
         "dur_ns", "launch_start_ns", "launch_tid", "correlation", "start_ns"
     )
-    inside = k.join_where(
+    inside = iv.containing(
+        k.with_columns(pl.col("launch_start_ns").alias("_ls")),
         nested.rename({"start_ns": "r_s", "end_ns": "r_e", "tid": "r_tid"}),
-        pl.col("launch_tid") == pl.col("r_tid"),
-        pl.col("launch_start_ns") >= pl.col("r_s"),
-        pl.col("launch_start_ns") < pl.col("r_e"),
+        inner_start="launch_start_ns",
+        inner_end="_ls",
+        outer_start="r_s",
+        outer_end="r_e",
+        same=("launch_tid", "r_tid"),
     ).unique(subset=["correlation", "start_ns"])
     ns = int(inside["dur_ns"].sum()) if inside.height else 0
     host_ns = iv.total(iv.union(nested))

@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import BLOCKING_COPY_API, SYNC_API, Context
+from traceinsight.model import intervals as iv
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,7 @@ def _enclosing_op(ev: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     if ops.height == 0 or calls.height == 0:
         return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
     c = calls.select("sync_id", "start_ns", "end_ns", "tid")
-    hits = c.join_where(
-        ops, pl.col("op_tid") == pl.col("tid"), pl.col("op_s") <= pl.col("start_ns"), pl.col("op_e") >= pl.col("end_ns")
-    )
+    hits = iv.containing(c, ops, inner_start="start_ns", inner_end="end_ns", outer_start="op_s", outer_end="op_e", same=("op_tid", "tid"))
     if hits.height == 0:
         return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
     # Prefer a recognizable user-facing op, else the innermost.

@@ -159,3 +159,26 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
         ).to_series()
 
     return (covered_until(points[E]) - covered_until(points[S])).alias("overlap_ns")
+
+
+def containing(
+    inner: pl.DataFrame,
+    outer: pl.DataFrame,
+    *,
+    inner_start: str,
+    inner_end: str,
+    outer_start: str,
+    outer_end: str,
+    same: tuple[str, str] | None = None,
+) -> pl.DataFrame:
+    """Pairs (inner row, outer row) where the outer range contains the inner one.
+
+    Only the two inequalities go to the join (an interval join whose output is the containing
+    pairs, bounded by nesting depth); an equality such as "same thread" is applied afterwards,
+    because inside ``join_where`` it becomes a hash join that pairs every row of a busy thread
+    with every other before filtering.
+    """
+    pairs = inner.join_where(outer, pl.col(outer_start) <= pl.col(inner_start), pl.col(outer_end) >= pl.col(inner_end))
+    if same is not None:
+        pairs = pairs.filter(pl.col(same[0]) == pl.col(same[1]))
+    return pairs

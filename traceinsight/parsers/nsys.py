@@ -27,6 +27,7 @@ COPY_LABEL = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA
               9: "HtoH", 10: "PtoP", 11: "Unified HtoD", 12: "Unified DtoH", 13: "Unified DtoD"}
 MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device", 6: "managed", 7: "unknown"}
 MEM_LABEL = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+FETCH_ROWS = 200_000
 NVTX_RANGE_TYPES = (59, 60)  # PushPopRange, StartEndRange
 NVTX_DOMAIN_CREATE = 75
 PID_OF = "((({c}) >> 24) & 16777215)"
@@ -61,11 +62,15 @@ class _Db:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")').fetchall()}
 
     def query(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+        """Rows in batches straight into polars frames: Python tuples never outlive one batch."""
+        frames = []
         try:
-            rows = self.con.execute(sql).fetchall()
+            cur = self.con.execute(sql)
+            while rows := cur.fetchmany(FETCH_ROWS):
+                frames.append(pl.DataFrame(rows, schema=schema, orient="row"))
         except sqlite3.DatabaseError as exc:
             raise InputError(f"export is damaged or unreadable ({exc})", str(self.path)) from None
-        return pl.DataFrame(rows, schema=schema, orient="row")
+        return pl.concat(frames) if frames else pl.DataFrame(schema=schema)
 
     def close(self) -> None:
         self.con.close()
