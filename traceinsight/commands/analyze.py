@@ -38,7 +38,7 @@ def run(
 ) -> int:
     from traceinsight.diagnosis import Thresholds
     from traceinsight.report.files import check_writable
-    from traceinsight.report.json_out import dumps, write_json
+    from traceinsight.report.json_out import emit_json
 
     try:
         th = Thresholds.from_overrides(thresholds)
@@ -57,10 +57,7 @@ def run(
         from traceinsight.report.files import write_text_atomic
 
         write_text_atomic(report, render(doc))
-    if json_out == "-":
-        sys.stdout.buffer.write(dumps(doc) + b"\n")
-    elif json_path is not None:
-        write_json(doc, json_path)
+    emit_json(doc, json_out)
     if not quiet and json_out != "-":
         print(summary(doc, str(report) if report else None))
     if report is not None and open_browser:

@@ -21,7 +21,7 @@ def run(
 ) -> int:
     from traceinsight.diff import diff_paths
     from traceinsight.report.files import check_writable, write_text_atomic
-    from traceinsight.report.json_out import dumps, write_json
+    from traceinsight.report.json_out import emit_json
     from traceinsight.report.terminal import render_diff_summary
 
     report = (output or Path.cwd() / f"diff_{before.name.split('.')[0]}_{after.name.split('.')[0]}.traceinsight.html") if html else None
@@ -35,10 +35,7 @@ def run(
         from traceinsight.report.html import environment
 
         write_text_atomic(report, environment().get_template("diff.html.j2").render(doc=doc))
-    if json_out == "-":
-        sys.stdout.buffer.write(dumps(doc) + b"\n")
-    elif json_path is not None:
-        write_json(doc, json_path)
+    emit_json(doc, json_out)
     if not quiet and json_out != "-":
         print(render_diff_summary(doc, str(report) if report else None))
     ch = doc["step_time_change"]

@@ -17,3 +17,13 @@ def dumps(doc: dict[str, Any]) -> bytes:
 
 def write_json(doc: dict[str, Any], out: Path) -> None:
     write_bytes_atomic(out, dumps(doc) + b"\n")
+
+
+def emit_json(doc: dict[str, Any], json_out: str | None) -> None:
+    """``--json -`` writes to stdout, ``--json FILE`` to a file (atomically), None does nothing."""
+    import sys
+
+    if json_out == "-":
+        sys.stdout.buffer.write(dumps(doc) + b"\n")
+    elif json_out:
+        write_json(doc, Path(json_out))

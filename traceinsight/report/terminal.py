@@ -56,21 +56,25 @@ def render_summary(doc: dict[str, Any], report_path: str | None = None, max_find
         lines.append(f"  GPU busy  {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}" + (f": {idle_txt}" if idle_txt else ""))
     else:
         lines.append("  GPU busy  n/a (no GPU activity)")
+    return "\n".join(lines + _tail(doc, report_path, max_findings))
+
+
+def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> list[str]:
+    """Findings (non-info first), warnings and the report path: the end of every summary."""
     findings = doc["findings"]
     shown = [f for f in findings if f["severity"] != "info"] or findings[:1]
-    lines.append("")
+    lines = [""]
     if not findings:
         lines.append("No findings: nothing measurable stands out.")
     else:
-        lines.append(f"Findings ({len(findings)}, {len(shown)} shown):")
+        lines.append(f"Findings ({len(findings)}, {min(len(shown), max_findings)} shown):")
         for f in shown[:max_findings]:
             lines.append(f"  [{SEV_MARK[f['severity']]}] {f['id']}: {f['title']}")
             lines.append(f"         -> {f['recommendation']}")
-    for w in doc.get("warnings", []):
-        lines.append(f"warning: {w}")
+    lines.extend(f"warning: {w}" for w in doc.get("warnings", []))
     if report_path:
         lines.append(f"\nReport: {report_path}")
-    return "\n".join(lines)
+    return lines
 
 
 def render_job_summary(doc: dict[str, Any], report_path: str | None = None, max_findings: int = 8) -> str:
@@ -85,17 +89,7 @@ def render_job_summary(doc: dict[str, Any], report_path: str | None = None, max_
         lines.append(f"  step-time skew across ranks: {fmt_ns(m['step_skew_mean_ns'])} per step on average")
     if m.get("straggler_rank") is not None:
         lines.append(f"  straggler: rank {m['straggler_rank']} (others wait {fmt_ns(m['straggler_wait_ns'])} in collectives)")
-    findings = [f for f in doc["findings"] if f["severity"] != "info"]
-    lines.append("")
-    lines.append(f"Findings ({len(doc['findings'])}, {min(len(findings), max_findings)} shown):" if doc["findings"] else "No findings.")
-    for f in findings[:max_findings]:
-        lines.append(f"  [{SEV_MARK[f['severity']]}] {f['id']}: {f['title']}")
-        lines.append(f"         -> {f['recommendation']}")
-    for w in doc.get("warnings", []):
-        lines.append(f"warning: {w}")
-    if report_path:
-        lines.append(f"\nReport: {report_path}")
-    return "\n".join(lines)
+    return "\n".join(lines + _tail(doc, report_path, max_findings))
 
 
 DIFF_METRICS = (
