@@ -35,39 +35,47 @@ DEFAULT = [
 ]
 
 
+def _shifted(events: list, i: int, span: float):
+    for e in events:
+        e2 = dict(e)
+        if isinstance(e2.get("ts"), (int, float)) and e2.get("ph") != "M":
+            e2["ts"] = e2["ts"] + i * span
+        args = e2.get("args")
+        if isinstance(args, dict):
+            args = dict(args)
+            for key in ("correlation", "External id", "external id"):
+                if isinstance(args.get(key), int) and args[key] > 0:
+                    args[key] = args[key] + i * 10_000_000
+            e2["args"] = args
+        if e2.get("ph") in ("s", "f") and isinstance(e2.get("id"), int):
+            e2["id"] = e2["id"] + i * 10_000_000
+        name = e2.get("name")
+        if isinstance(name, str) and name.startswith("ProfilerStep#"):
+            e2["name"] = f"ProfilerStep#{i * 1000 + int(name[13:] or 0)}"
+        yield e2
+
+
 def scaled(src: Path, k: int) -> Path:
+    """K shifted copies of ``src``'s events, streamed to a gzip file in kineto's layout (one
+    event per line), holding only the original events in memory."""
     out = DATA / f"{src.name.split('.')[0]}_x{k}.json.gz"
     if out.exists():
         return out
     DATA.mkdir(parents=True, exist_ok=True)
     doc = orjson.loads(gzip.decompress(src.read_bytes()))
-    events = doc["traceEvents"]
+    events = doc.pop("traceEvents")
     ts = [e["ts"] for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
     span = max(ts) - min(ts) + 1000
-    big = []
-    for i in range(k):
-        for e in events:
-            e2 = dict(e)
-            if isinstance(e2.get("ts"), (int, float)) and e2.get("ph") != "M":
-                e2["ts"] = e2["ts"] + i * span
-            args = e2.get("args")
-            if isinstance(args, dict):
-                args = dict(args)
-                for key in ("correlation", "External id", "external id"):
-                    if isinstance(args.get(key), int) and args[key] > 0:
-                        args[key] = args[key] + i * 10_000_000
-                e2["args"] = args
-            if e2.get("ph") in ("s", "f") and isinstance(e2.get("id"), int):
-                e2["id"] = e2["id"] + i * 10_000_000
-            name = e2.get("name")
-            if isinstance(name, str) and name.startswith("ProfilerStep#"):
-                e2["name"] = f"ProfilerStep#{i * 1000 + int(name[13:] or 0)}"
-            big.append(e2)
-    doc["traceEvents"] = big
-    # kineto's own layout: one event per line, so the streamed decoder applies as it would
-    body = b",\n".join(b"  " + orjson.dumps(e) for e in big)
-    head = orjson.dumps({k: v for k, v in doc.items() if k != "traceEvents"})[:-1]
-    out.write_bytes(gzip.compress(head + b',\n"traceEvents": [\n' + body + b"\n]}\n", compresslevel=6))
+    tmp = out.with_suffix(".partial")
+    with gzip.open(tmp, "wb", compresslevel=1) as fh:
+        fh.write(orjson.dumps(doc)[:-1] + b',\n"traceEvents": [\n')
+        first = True
+        for i in range(k):
+            for e in _shifted(events, i, span):
+                fh.write((b"  " if first else b",\n  ") + orjson.dumps(e))
+                first = False
+        fh.write(b"\n]}\n")
+    tmp.rename(out)
     return out
 
 
