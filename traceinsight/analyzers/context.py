@@ -175,8 +175,3 @@ def host_ranges(ctx: Context, pattern: str, kinds: tuple[str, ...] = ("cpu_op", 
 
 def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
-
-
-def strip_api_suffix(name: pl.Expr) -> pl.Expr:
-    """``cudaLaunchKernel_v7000`` -> ``cudaLaunchKernel`` (nsys names carry the API version)."""
-    return name.str.replace(r"_v\d+$", "")

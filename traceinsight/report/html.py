@@ -6,7 +6,6 @@ Templates live in ``report_templates/`` at the repository top and ship inside th
 
 from __future__ import annotations
 
-import html
 import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -137,7 +136,3 @@ def write_html(analysis: Analysis, out: Path, *, force: bool = False) -> Path:
     check_writable(out, force)
     write_text_atomic(out, render_html(analysis))
     return out
-
-
-def escape(text: str) -> str:
-    return html.escape(text, quote=True)
