@@ -74,3 +74,20 @@ def test_rocm_host_memory_kind():
     t = load_trace(CORPUS / "mi210_gpu_only_trace_gpu_only_trace.json.gz")
     assert t.events.filter(pl.col("kind") == "cpu_op").height == 0
     assert t.events.filter(pl.col("kind") == "kernel").height == 562
+
+
+def test_absolute_fractional_us_keeps_exact_ns(tmp_path):
+    """kineto#853 builds: 19 significant digits; a float would round to 256 ns steps."""
+    from decimal import Decimal
+
+    stamps = ["1712195495519689.047", "1712195495519695.812", "1712195495519698.687"]
+    body = ",\n".join(
+        f'  {{"ph": "X", "cat": "cpu_op", "name": "op{i}", "pid": 1, "tid": 1, "ts": {ts}, "dur": 63.813}}'
+        for i, ts in enumerate(stamps)
+    )
+    p = tmp_path / "t.json"
+    p.write_text('{"schemaVersion": 1, "traceEvents": [\n' + body + "\n]}")
+    t = load_trace(p)
+    assert t.events["start_ns"].to_list() == [int(Decimal(s) * 1000) for s in stamps]
+    assert t.events["dur_ns"].to_list() == [63813] * 3
+    assert not t.meta.warnings

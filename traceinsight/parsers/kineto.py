@@ -302,6 +302,17 @@ def _robust(data: bytes, path: Path, truncated: bool) -> tuple[pl.DataFrame, dic
     return df, top, array_era, n_other, warnings
 
 
+def _needs_exact(df: pl.DataFrame, top: dict[str, Any]) -> bool:
+    """Absolute (no baseTimeNanoseconds) fractional microseconds beyond float precision."""
+    if "baseTimeNanoseconds" in top or df.height == 0:
+        return False
+    ts = df["ts"].drop_nulls()
+    ts = ts.filter(ts.is_finite())
+    if ts.len() == 0 or float(ts.max()) * 1000 <= 2**53:
+        return False
+    return bool((ts - ts.floor() != 0).any())
+
+
 def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
     path = Path(path)
     data, truncated = read_bytes(path, max_bytes)
@@ -311,6 +322,7 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
         warnings: list[str] = []
     else:
         df, top, array_era, n_other_ph, warnings = _robust(data, path, truncated)
+    exact = _fast.exact_times(data) if fast is not None and _needs_exact(df, top) else None
     del data
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
 
@@ -324,6 +336,14 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
     cat_map = {c: CATEGORY_KIND.get(c.lower()) for c in cat_set}
     kind = pl.col("cat").replace_strict(cat_map, default=None, return_dtype=pl.String)
     df = df.with_columns(kind.alias("kind"))
+    # Absolute microseconds with 3 decimals (kineto builds of 2024-03/04) have more digits than a
+    # float holds: take ts/dur from their decimal text instead (exact ns).
+    needs_exact = _needs_exact(df, top)
+    if exact is not None and exact[0].len() == df.height:
+        df = df.with_columns(exact[0].alias("_ts_ns"), exact[1].alias("_dur_ns"))
+    else:
+        exact = None
+        df = df.with_columns(pl.lit(None, pl.Int64).alias("_ts_ns"), pl.lit(None, pl.Int64).alias("_dur_ns"))
     # Times must be finite, non-negative durations, and fit int64 nanoseconds after conversion.
     good_time = (
         pl.col("ts").is_finite()
@@ -340,8 +360,8 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
     is_gpu = pl.col("kind").is_in(GPU_SIDE)
     start = _us_to_ns(pl.col("ts")) + base_ns
     df = df.with_columns(
-        start.alias("start_ns"),
-        _us_to_ns(pl.col("dur")).alias("dur_ns"),
+        pl.coalesce(pl.col("_ts_ns") + base_ns, start).alias("start_ns"),
+        pl.coalesce("_dur_ns", _us_to_ns(pl.col("dur"))).alias("dur_ns"),
         pl.when(is_gpu).then(pl.coalesce("a_device", "pid")).cast(pl.Int32).alias("device"),
         pl.when(is_gpu).then(pl.coalesce("a_stream", "tid")).alias("stream"),
     ).with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
@@ -382,7 +402,7 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
     if not array_era and "Kernel" in cat_set and top.get("deviceProperties") is None:
         meta.extra["early_2021"] = True
     meta.extra["non_duration_events"] = n_other_ph
-    if base_ns == 0 and frac and table.height and int(table["start_ns"].max()) > 10**18:
+    if exact is None and needs_exact:
         meta.warnings.append(
             "absolute timestamps with sub-microsecond digits exceed float precision; "
             "times may be off by up to 0.25 us (kineto#853)"

@@ -52,7 +52,16 @@ class _Top(msgspec.Struct):
     cupti_version: Any = None
 
 
+class _EventTime(msgspec.Struct, gc=False):
+    """Only what exact timestamps need: ts/dur kept as their JSON text."""
+
+    ph: Any = None
+    ts: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
+    dur: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b""))
+
+
 _TOP = msgspec.json.Decoder(_Top)
+_TIMES = msgspec.json.Decoder(list[_EventTime])
 _EVENTS = msgspec.json.Decoder(list[_Event])
 _EMPTY_ARGS = _Args()
 
@@ -146,3 +155,28 @@ def decode(data: bytes) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
         return df, meta, "", other
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, UnicodeDecodeError):
         return None
+
+
+def exact_times(data: bytes) -> tuple[pl.Series, pl.Series] | None:
+    """ts/dur of the X events as int64 ns parsed from their decimal text, for traces whose
+    absolute microseconds carry more digits than a float holds (kineto#853). None if unsure."""
+    try:
+        top = _TOP.decode(data) if data.lstrip()[:1] == b"{" else None
+        events = _TIMES.decode(top.traceEvents if top is not None else data)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError):
+        return None
+    xs = [e for e in events if e.ph == "X"]
+    ts = [bytes(e.ts).decode() or None for e in xs]
+    dur = [bytes(e.dur).decode() or None for e in xs]
+    return _decimal_us_to_ns(ts), _decimal_us_to_ns(dur)
+
+
+def _decimal_us_to_ns(text: list[str | None]) -> pl.Series:
+    s = pl.Series(text, dtype=pl.String)
+    if s.str.contains(r"[eE]").any():  # exponent notation: not kineto's writer
+        return s.cast(pl.Float64, strict=False).mul(1000).round().cast(pl.Int64, strict=False)
+    parts = s.str.split_exact(".", 1).struct.rename_fields(["i", "f"]).struct.unnest()
+    whole = parts["i"].cast(pl.Int64, strict=False)
+    frac = parts["f"].fill_null("").str.pad_end(3, "0").str.slice(0, 3).cast(pl.Int64, strict=False)
+    sign = pl.Series([-1 if t is not None and t.startswith("-") else 1 for t in text], dtype=pl.Int64)
+    return whole * 1000 + frac * sign
