@@ -167,3 +167,14 @@ def test_nsys_rep_is_exported_then_analyzed(tmp_path, monkeypatch):
     doc = json.loads(out.read_text())
     assert doc["source"]["path"] == str(rep) and doc["source"]["format"] == "nsys-sqlite"
     assert doc["source"]["event_counts"]["kernel"] == 2
+
+
+def test_times_are_aligned_to_session_start():
+    """Ranks exported separately line up: session-relative ns + TARGET_INFO_SESSION_START_TIME."""
+    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    start = sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
+    first = sql(path, "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+    ev = load_trace(path).events.filter(pl.col("kind") == "kernel")
+    assert int(ev["start_ns"].min()) == start + first
+    old = load_trace(NSYS / "Mordred__report1.sqlite")  # 2021: no session table
+    assert any("relative to the capture start" in w for w in old.meta.warnings)

@@ -214,6 +214,14 @@ def _host_rows(db: _Db) -> list[pl.DataFrame]:
     return out
 
 
+def _session_start(db: _Db) -> int | None:
+    t = db.table("TARGET_INFO_SESSION_START_TIME")
+    if not t or "utcEpochNs" not in db.columns(t):
+        return None
+    row = db.con.execute(f"SELECT utcEpochNs FROM {t} LIMIT 1").fetchone()
+    return int(row[0]) if row and isinstance(row[0], int) and 0 < row[0] < 4 * 10**18 else None
+
+
 def _devices(db: _Db) -> list[DeviceInfo]:
     t = db.table("TARGET_INFO_GPU")
     if t:
@@ -242,6 +250,7 @@ def parse_nsys(path: str | Path) -> Trace:
         ):
             raise InputError("SQLite file is not an Nsight Systems export (no StringIds/CUPTI/NVTX tables)", str(path))
         meta_kv = _metadata(db)
+        session_start_ns = _session_start(db)
         gpu = _gpu_rows(db)
         host = _host_rows(db)
         devices = _devices(db)
@@ -261,6 +270,12 @@ def parse_nsys(path: str | Path) -> Trace:
         return Trace(events=empty_events(), meta=meta)
 
     df = pl.concat(frames, how="diagonal_relaxed")
+    if session_start_ns:
+        # Session-relative ns -> UTC ns: ranks exported separately line up (as Kineto's do).
+        df = df.with_columns(pl.col("start_ns") + session_start_ns, pl.col("end_ns") + session_start_ns)
+        meta.extra["session_start_utc_ns"] = session_start_ns
+    else:
+        meta.warnings.append("no session start time in the export: times are relative to the capture start")
     # One process = one rank (ordered by process id); correlation ids are unique only per process.
     # Only processes with CUDA activity are ranks; host-only processes (launchers) fold into rank 0.
     cuda_kinds = ["kernel", "memcpy", "memset", "gpu_sync", "runtime", "driver"]
