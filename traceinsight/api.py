@@ -37,9 +37,9 @@ class Analysis:
 
     def source_json(self) -> dict[str, Any]:
         m = self.trace.meta
-        active = set(self.results["idle"].devices and [d["device"] for d in self.results["idle"].devices])
+        active = sorted(d["device"] for d in self.results["idle"].devices)
         known = {d.id: d for d in m.devices}
-        device_ids = sorted(active) if active else sorted(known)
+        device_ids = active or sorted(known)
         devices = [
             known[i].to_json() if i in known else {"id": i, "name": None, "sm_count": None, "memory_bytes": None, "compute_capability": None}
             for i in device_ids

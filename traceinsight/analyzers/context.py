@@ -30,7 +30,7 @@ COMM_HOST_PATTERN = (
     r"^nccl:|^gloo:|^c10d::|record_param_comms|^ncclAllReduce|^ncclAllGather|^ncclReduceScatter"
     r"|^ncclBroadcast|^ncclSend|^ncclRecv|^ncclGroupEnd|barrier"
 )
-ITEM_OPS = r"^aten::(item|_local_scalar_dense)$"
+STEP_MARKER = r"^(ProfilerStep#|train_step#)"
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,8 @@ class Context:
     gpu: pl.DataFrame  # GPU activity rows (kernel/memcpy/memset) inside the window
     launches: pl.DataFrame  # GPU activity joined to its launching call (see launch_join)
     devices: tuple[int, ...]
-    main_tid: int | None
+    ops: pl.DataFrame  # host ops and annotations, step markers excluded (whole trace)
+    sync_calls: pl.DataFrame  # blocking sync / blocking copy API calls (whole trace)
 
     @property
     def window_ns(self) -> int:
@@ -96,7 +97,6 @@ def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Con
     ev = trace.events
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
     steps = find_steps(ev, step_pattern)
-    main_tid = int(steps["tid"][0]) if steps.height and steps["tid"][0] is not None else None
     launches = launch_join(ev)
     if steps.height:
         steps = _device_aligned_steps(steps, launches)
@@ -121,7 +121,10 @@ def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Con
         gpu=gpu,
         launches=launches,
         devices=devices,
-        main_tid=main_tid,
+        ops=ev.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]) & ~pl.col("name").str.contains(STEP_MARKER)),
+        sync_calls=ev.filter(
+            pl.col("kind").is_in(["runtime", "driver"]) & pl.col("name").str.contains(f"{SYNC_API}|{BLOCKING_COPY_API}")
+        ),
     )
 
 
@@ -175,3 +178,15 @@ def host_ranges(ctx: Context, pattern: str, kinds: tuple[str, ...] = ("cpu_op", 
 
 def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+
+
+def closing_profiler_sync(ctx: Context) -> pl.Expr | None:
+    """The profiler's own ``cudaDeviceSynchronize`` when the window closes: it starts in the last
+    step and ends at or after that step's end. Not the user's; None when there are no steps."""
+    if ctx.steps.height == 0:
+        return None
+    return (
+        pl.col("name").str.contains("DeviceSynchronize")
+        & (pl.col("start_ns") >= int(ctx.steps["start_ns"].max()))
+        & (pl.col("end_ns") >= int(ctx.steps["end_ns"].max()) - 1)
+    )

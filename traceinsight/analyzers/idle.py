@@ -23,12 +23,11 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import (
-    BLOCKING_COPY_API,
     COMM_HOST_PATTERN,
     DATALOADER_PATTERN,
     LAUNCH_API,
-    SYNC_API,
     Context,
+    closing_profiler_sync,
     host_ranges,
 )
 from traceinsight.model import intervals as iv
@@ -74,17 +73,10 @@ def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
 
 
 def _profiler_ranges(ctx: Context) -> pl.DataFrame:
-    ev = ctx.events
-    rows = ev.filter(pl.col("kind") == "overhead")
-    # The profiler's closing cudaDeviceSynchronize: after the last step's host end.
-    if ctx.steps.height:
-        last_host_end = int(ctx.steps["end_ns"].max())
-        tail = ev.filter(
-            pl.col("kind").is_in(["runtime", "driver"])
-            & pl.col("name").str.contains("DeviceSynchronize")
-            & (pl.col("start_ns") >= int(ctx.steps["start_ns"].max()))
-            & (pl.col("end_ns") >= last_host_end - 1)
-        )
+    rows = ctx.events.filter(pl.col("kind") == "overhead")
+    closing = closing_profiler_sync(ctx)
+    if closing is not None:
+        tail = ctx.sync_calls.filter(closing)
         rows = pl.concat([rows.select("start_ns", "end_ns"), tail.select("start_ns", "end_ns")])
     if rows.height == 0:
         return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
@@ -104,10 +96,7 @@ def _pageable_copy_calls(ctx: Context) -> pl.DataFrame:
 
 def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     """For each gap (``gap_id``, start/end), the host op covering most of it (deepest on ties)."""
-    ops = ctx.events.filter(
-        pl.col("kind").is_in(["cpu_op", "user_annotation"])
-        & ~pl.col("name").str.contains(r"^(ProfilerStep#|train_step#)")
-    ).select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"))
+    ops = ctx.ops.select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"))
     if ops.height == 0 or gaps.height == 0:
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
     g = gaps.select("gap_id", "start_ns", "end_ns", ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("mid"))
@@ -202,7 +191,11 @@ def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[dict[str, Any], ...]:
 def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     host = ("runtime", "driver")
     dataloader = host_ranges(ctx, DATALOADER_PATTERN)
-    syncs = host_ranges(ctx, f"{SYNC_API}|{BLOCKING_COPY_API}", host)
+    syncs = (
+        iv.clip(iv.union(ctx.sync_calls), ctx.window_start_ns, ctx.window_end_ns)
+        if ctx.sync_calls.height
+        else ctx.sync_calls.select("start_ns", "end_ns")
+    )
     comm = host_ranges(ctx, COMM_HOST_PATTERN)
     launch = host_ranges(ctx, LAUNCH_API, host)
     profiler = _profiler_ranges(ctx)
@@ -258,9 +251,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
 
 def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
     """Sync calls plus the innermost host op around each (``aten::_local_scalar_dense``...)."""
-    calls = ctx.events.filter(
-        pl.col("kind").is_in(["runtime", "driver"]) & pl.col("name").str.contains(f"{SYNC_API}|{BLOCKING_COPY_API}")
-    ).select(pl.col("start_ns").alias("c_s"), pl.col("end_ns").alias("c_e"), pl.col("tid").alias("c_tid"))
+    calls = ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("end_ns").alias("c_e"), pl.col("tid").alias("c_tid"))
     if calls.height == 0:
         return syncs
     ops = ctx.events.filter(

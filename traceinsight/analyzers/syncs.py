@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import BLOCKING_COPY_API, SYNC_API, Context
+from traceinsight.analyzers.context import Context, closing_profiler_sync
 from traceinsight.model import intervals as iv
 
 
@@ -22,28 +22,15 @@ class SyncResult:
 
 def analyze_syncs(ctx: Context) -> SyncResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    ev = ctx.events
-    calls = ev.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
-        & pl.col("name").str.contains(f"{SYNC_API}|{BLOCKING_COPY_API}")
-        & (pl.col("end_ns") > lo)
-        & (pl.col("start_ns") < hi)
-    ).with_row_index("sync_id")
+    calls = ctx.sync_calls.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).with_row_index("sync_id")
+    calls = calls.join(_enclosing_op(ctx.ops, calls), on="sync_id", how="left")
     profiler = 0
-    if ctx.steps.height and calls.height:
-        # The profiler's cudaDeviceSynchronize closes the window after the last step's host end.
-        last_host_start = int(ctx.steps["start_ns"].max())
-        last_host_end = int(ctx.steps.sort("start_ns")["end_ns"].to_list()[-1])
-        is_prof = pl.col("name").str.contains("DeviceSynchronize") & (pl.col("start_ns") >= last_host_start)
-        enclosing = _enclosing_op(ev, calls)
-        calls = calls.join(enclosing, on="sync_id", how="left")
-        is_prof = is_prof & pl.col("op").is_null() & (pl.col("end_ns") >= last_host_end - 1)
+    closing = closing_profiler_sync(ctx)
+    if closing is not None:
+        # called by the profiler itself, so no op of the user's encloses it
+        is_prof = closing & pl.col("op").is_null()
         profiler = calls.filter(is_prof).height
         calls = calls.filter(~is_prof)
-    elif calls.height:
-        calls = calls.join(_enclosing_op(ev, calls), on="sync_id", how="left")
-    else:
-        calls = calls.with_columns(pl.lit(None, pl.String).alias("op"))
     by_op = (
         calls.with_columns(pl.coalesce(pl.col("op"), pl.lit("(no enclosing op)")).alias("op"))
         .group_by("op", "name")
@@ -62,13 +49,10 @@ def analyze_syncs(ctx: Context) -> SyncResult:
     )
 
 
-def _enclosing_op(ev: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+def _enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """The outermost aten/user op on the same thread around each sync (``aten::item`` over
     ``aten::_local_scalar_dense``), else the innermost of any."""
-    ops = ev.filter(
-        pl.col("kind").is_in(["cpu_op", "user_annotation"])
-        & ~pl.col("name").str.contains(r"^(ProfilerStep#|train_step#)")
-    ).select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"), pl.col("tid").alias("op_tid"))
+    ops = host_ops.select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"), pl.col("tid").alias("op_tid"))
     if ops.height == 0 or calls.height == 0:
         return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
     c = calls.select("sync_id", "start_ns", "end_ns", "tid")

@@ -399,8 +399,6 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
         df = df.with_columns(pl.lit(0, pl.Int32).alias("rank"))
     table = conform(df) if df.height else empty_events()
     table = mark_comm_by_launcher(add_kernel_class(table))
-    if not array_era and "Kernel" in cat_set and top.get("deviceProperties") is None:
-        meta.extra["early_2021"] = True
     meta.extra["non_duration_events"] = n_other_ph
     if exact is None and needs_exact:
         meta.warnings.append(

@@ -87,6 +87,16 @@ def _metadata(db: _Db) -> dict[str, str]:
     return {}
 
 
+def _pick(cols: set[str], name: str, default: str = "NULL") -> str:
+    """The column if this export has it, else an SQL default: tables gain columns over versions."""
+    return name if name in cols else default
+
+
+def _gpu_base(cols: set[str]) -> str:
+    """The leading columns every GPU activity table shares (base_schema's order)."""
+    return f"start, end, deviceId, streamId, correlationId, {_pick(cols, 'globalPid')}"
+
+
 def _gpu_rows(db: _Db) -> list[pl.DataFrame]:
     out = []
     base_schema = {
@@ -96,10 +106,10 @@ def _gpu_rows(db: _Db) -> list[pl.DataFrame]:
     kt = db.table("CUPTI_ACTIVITY_KIND_KERNEL")
     if kt:
         cols = db.columns(kt)
-        name_col = "demangledName" if "demangledName" in cols else "shortName"
-        gpid = "globalPid" if "globalPid" in cols else "NULL"
+        base = _gpu_base(cols)
+        name_col = _pick(cols, "demangledName", "shortName")
         df = db.query(
-            f"SELECT start, end, deviceId, streamId, correlationId, {gpid}, {_name_expr(db, 'k.' + name_col)} "
+            f"SELECT {base}, {_name_expr(db, 'k.' + name_col)} "
             f"FROM {kt} AS k",
             {**base_schema, "name": pl.String},
         )
@@ -107,11 +117,9 @@ def _gpu_rows(db: _Db) -> list[pl.DataFrame]:
     mt = db.table("CUPTI_ACTIVITY_KIND_MEMCPY")
     if mt:
         cols = db.columns(mt)
-        gpid = "globalPid" if "globalPid" in cols else "NULL"
-        src = "srcKind" if "srcKind" in cols else "7"
-        dst = "dstKind" if "dstKind" in cols else "7"
+        base = _gpu_base(cols)
         df = db.query(
-            f"SELECT start, end, deviceId, streamId, correlationId, {gpid}, bytes, copyKind, {src}, {dst} FROM {mt}",
+            f"SELECT {base}, bytes, copyKind, {_pick(cols, 'srcKind', '7')}, {_pick(cols, 'dstKind', '7')} FROM {mt}",
             {**base_schema, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
         )
         df = df.with_columns(
@@ -130,10 +138,9 @@ def _gpu_rows(db: _Db) -> list[pl.DataFrame]:
     st = db.table("CUPTI_ACTIVITY_KIND_MEMSET")
     if st:
         cols = db.columns(st)
-        gpid = "globalPid" if "globalPid" in cols else "NULL"
-        mk = "memKind" if "memKind" in cols else "2"
+        base = _gpu_base(cols)
         df = db.query(
-            f"SELECT start, end, deviceId, streamId, correlationId, {gpid}, bytes, {mk} FROM {st}",
+            f"SELECT {base}, bytes, {_pick(cols, 'memKind', '2')} FROM {st}",
             {**base_schema, "bytes": pl.Int64, "mk": pl.Int64},
         )
         out.append(
@@ -145,9 +152,9 @@ def _gpu_rows(db: _Db) -> list[pl.DataFrame]:
     yt = db.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
     if yt:
         cols = db.columns(yt)
-        gpid = "globalPid" if "globalPid" in cols else "NULL"
+        base = _gpu_base(cols)
         df = db.query(
-            f"SELECT start, end, deviceId, streamId, correlationId, {gpid}, syncType FROM {yt}",
+            f"SELECT {base}, syncType FROM {yt}",
             {**base_schema, "sync_type": pl.Int64},
         )
         names = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
@@ -165,7 +172,7 @@ def _host_rows(db: _Db) -> list[pl.DataFrame]:
     rt = db.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     if rt:
         cols = db.columns(rt)
-        ec = "eventClass" if "eventClass" in cols else "0"
+        ec = _pick(cols, "eventClass", "0")
         df = db.query(
             f"SELECT start, end, {PID_OF.format(c='globalTid')}, {TID_OF.format(c='globalTid')}, "
             f"(globalTid >> 24) << 24, correlationId, {ec}, {_name_expr(db, 'r.nameId')} FROM {rt} AS r",
@@ -182,7 +189,7 @@ def _host_rows(db: _Db) -> list[pl.DataFrame]:
     if nt:
         cols = db.columns(nt)
         text = "COALESCE(n.text, " + _name_expr(db, "n.textId") + ")" if "textId" in cols else "n.text"
-        dom = "domainId" if "domainId" in cols else "0"
+        dom = _pick(cols, "domainId", "0")
         df = db.query(
             f"SELECT start, end, {PID_OF.format(c='globalTid')}, {TID_OF.format(c='globalTid')}, "
             f"(globalTid >> 24) << 24, {text}, {dom} FROM {nt} AS n "
@@ -228,8 +235,8 @@ def _devices(db: _Db) -> list[DeviceInfo]:
         cols = db.columns(t)
         idc = "id" if "id" in cols else "deviceId" if "deviceId" in cols else None
         if idc:
-            sm = "smCount" if "smCount" in cols else "NULL"
-            mem = "totalMemory" if "totalMemory" in cols else "NULL"
+            sm = _pick(cols, "smCount")
+            mem = _pick(cols, "totalMemory")
             cc = "computeMajor || '.' || computeMinor" if {"computeMajor", "computeMinor"} <= cols else "NULL"
             rows = db.con.execute(f"SELECT {idc}, name, {sm}, {mem}, {cc} FROM {t}").fetchall()
             if rows:

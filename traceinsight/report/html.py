@@ -106,8 +106,6 @@ def render_html(analysis: Analysis | dict[str, Any]) -> str:
 
 def job_context(doc: dict[str, Any]) -> dict[str, Any]:
     cross = doc["details"]["cross_rank"]
-    per_rank = {r["rank"]: r for r in doc["ranks"]}
-    # step rows from each rank's per-step metrics are not in the job doc; use step medians only
     steps = doc.get("step_table") or []
     top = [f for f in doc["findings"] if f["severity"] in ("high", "medium")]
     return {
@@ -118,7 +116,6 @@ def job_context(doc: dict[str, Any]) -> dict[str, Any]:
         "findings": doc["findings"],
         "verdict": top[0] if top else None,
         "step_rows": steps,
-        "per_rank": per_rank,
         "command": doc.get("command") or f"traceinsight analyze {shlex.quote(doc['source']['path'])}",
         "data": {"findings": [{"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]} for f in doc["findings"]]},
     }
