@@ -3,7 +3,8 @@
 import pytest
 
 import traceinsight.parsers.kineto_fast as fast
-from traceinsight.api import analyze_path
+from traceinsight.api import analyze_trace
+from traceinsight.parsers import load_trace
 
 from .conftest import CORPUS, H200, TINY
 
@@ -18,11 +19,14 @@ CASES = [
 ]
 
 
-def _doc(path, monkeypatch, *, use_fast: bool, chunk: int = fast.CHUNK_BYTES):
+def _doc(path, monkeypatch, *, use_fast: bool, chunk: int = fast.CHUNK_BYTES, streamed: bool = True, helpers: int = 0):
     monkeypatch.setattr(fast, "CHUNK_BYTES", chunk)
+    monkeypatch.setattr(fast, "MIN_HELPER_BYTES", 0)
     if not use_fast:
         monkeypatch.setattr(fast, "decode", lambda data: None)
-    doc = analyze_path(path).to_json()
+    if not use_fast or not streamed:
+        monkeypatch.setattr(fast, "decode_path", lambda *a, **k: None)
+    doc = analyze_trace(load_trace(path, parse_helpers=helpers)).to_json()
     monkeypatch.undo()
     return doc
 
@@ -31,8 +35,49 @@ def _doc(path, monkeypatch, *, use_fast: bool, chunk: int = fast.CHUNK_BYTES):
 def test_fast_path_json_identical(path, monkeypatch):
     reference = _doc(path, monkeypatch, use_fast=False)
     assert _doc(path, monkeypatch, use_fast=True) == reference
-    # small chunks: many cut points inside the events array
+    # the whole document in memory, cut into small chunks: many cut points inside the array
+    assert _doc(path, monkeypatch, use_fast=True, streamed=False, chunk=64 * 1024) == reference
+    # streamed and cut while inflating, small chunks
     assert _doc(path, monkeypatch, use_fast=True, chunk=64 * 1024) == reference
+
+
+def test_streamed_with_helper_processes_identical(monkeypatch):
+    """Chunks decoded in a spawned helper give the same analysis as one process."""
+    path = H200 / "ddp_straggler" / "rank1.pt.trace.json.gz"
+    reference = _doc(path, monkeypatch, use_fast=False)
+    assert _doc(path, monkeypatch, use_fast=True, chunk=256 * 1024, helpers=1) == reference
+
+
+def test_streamed_path_is_taken(monkeypatch):
+    """The streamed decoder accepts kineto's layouts (object and bare array) and declines others."""
+    for path in (H200 / "healthy_bf16.pt.trace.json.gz", CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"):
+        assert fast.decode_path(path, None) is not None, path
+
+
+def test_streamed_path_declines(tmp_path):
+    cases = {
+        "args_list.json": b'{"traceEvents": [\n  {"ph": "X", "args": [1]}\n]}',
+        "numbers.json": b"[1, 2]",
+        "events_not_array.json": b'{"traceEvents": {"a": 1}}',
+        "unclosed.json": b'{"traceEvents": [\n  {"ph": "X", "name": "a", "ts": 1, "dur": 1}',
+        "trailing_garbage.json": b'[{"ph": "X"}] xx',
+    }
+    for name, text in cases.items():
+        p = tmp_path / name
+        p.write_bytes(text)
+        assert fast.decode_path(p, None) is None, name
+
+
+def test_streamed_metadata_after_events(tmp_path):
+    """Keys after the events array (baseTimeNanoseconds, arrays with brackets) are read."""
+    p = tmp_path / "t.json"
+    p.write_bytes(
+        b'{"schemaVersion": 1, "traceEvents": [\n  {"ph": "X", "cat": "kernel", "name": "k]", "ts": 1, "dur": 2},'
+        b'\n  {"ph": "i", "name": "x"}\n],\n "deviceProperties": [{"id": 0, "name": "G]"}], "baseTimeNanoseconds": 5}'
+    )
+    df, meta, era, other = fast.decode_path(p, None)
+    assert df.height == 1 and other == 1 and era == ""
+    assert meta["baseTimeNanoseconds"] == 5 and meta["deviceProperties"][0]["name"] == "G]"
 
 
 def test_fast_path_is_taken_for_kineto_output(monkeypatch):

@@ -178,3 +178,25 @@ def test_times_are_aligned_to_session_start():
     assert int(ev["start_ns"].min()) == start + first
     old = load_trace(NSYS / "Mordred__report1.sqlite")  # 2021: no session table
     assert any("relative to the capture start" in w for w in old.meta.warnings)
+
+
+@pytest.mark.parametrize("name", ["nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"])
+def test_adbc_and_sqlite3_fetch_agree(name, monkeypatch):
+    """The Arrow fetch (ADBC) is taken and gives the same table as the sqlite3 fallback."""
+    import traceinsight.parsers.nsys as nsys
+
+    path = NSYS / name
+    calls = []
+    real = nsys._fetch_adbc
+
+    def spy(uri, q):
+        out = real(uri, q)
+        calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(nsys, "_fetch_adbc", spy)
+    fast = load_trace(path).events
+    assert calls and all(calls)  # every fetch went through ADBC
+    monkeypatch.setattr(nsys, "_fetch_adbc", lambda uri, q: None)
+    slow = load_trace(path).events
+    assert fast.equals(slow)

@@ -6,10 +6,12 @@ Pure functions over the event table; the :class:`Context` is frozen and shared r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import polars as pl
 
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import names_matching
 from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
 
 DEFAULT_STEP_PATTERN = r"^(ProfilerStep#\d+|train_step#\d+)$"
@@ -53,13 +55,16 @@ class Context:
     def has_gpu(self) -> bool:
         return self.gpu.height > 0
 
+    @cached_property
+    def busy(self) -> pl.DataFrame:
+        """Per-device union of GPU activity in the window (device, start_ns, end_ns)."""
+        return iv.union(self.gpu, by=["device"])
+
 
 def find_steps(events: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
     """Host step ranges named by ``pattern``, one per name (first occurrence), in time order."""
     steps = (
-        events.filter(
-            pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col("name").str.contains(pattern)
-        )
+        names_matching(events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])), pattern)
         .sort("start_ns")
         .unique(subset=["name"], keep="first", maintain_order=True)
         .select(
@@ -121,10 +126,8 @@ def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Con
         gpu=gpu,
         launches=launches,
         devices=devices,
-        ops=ev.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]) & ~pl.col("name").str.contains(STEP_MARKER)),
-        sync_calls=ev.filter(
-            pl.col("kind").is_in(["runtime", "driver"]) & pl.col("name").str.contains(f"{SYNC_API}|{BLOCKING_COPY_API}")
-        ),
+        ops=names_matching(ev.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])), STEP_MARKER, negate=True),
+        sync_calls=names_matching(ev.filter(pl.col("kind").is_in(["runtime", "driver"])), f"{SYNC_API}|{BLOCKING_COPY_API}"),
     )
 
 
@@ -172,7 +175,7 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
 
 def host_ranges(ctx: Context, pattern: str, kinds: tuple[str, ...] = ("cpu_op", "user_annotation")) -> pl.DataFrame:
     """Union of host ranges whose name matches ``pattern`` (regex), clipped to the window."""
-    rows = ctx.events.filter(pl.col("kind").is_in(kinds) & pl.col("name").str.contains(pattern))
+    rows = names_matching(ctx.events.filter(pl.col("kind").is_in(kinds)), pattern)
     return iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns) if rows.height else _empty()
 
 

@@ -31,6 +31,7 @@ from traceinsight.analyzers.context import (
     host_ranges,
 )
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import names_matching
 
 CAUSES = (
     "dataloader",
@@ -117,7 +118,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     if not ctx.has_gpu or hi <= lo:
         return IdleResult(ctx.window_ns, (), 0, 0, None, None, {c: 0 for c in CAUSES}, 0, ())
-    busy = iv.union(ctx.gpu, by=["device"])
+    busy = ctx.busy
     gaps = iv.gaps(busy, lo, hi, by=["device"]).with_columns(
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")
     ).filter(pl.col("dur_ns") > 0)
@@ -171,19 +172,24 @@ def analyze_idle(ctx: Context) -> IdleResult:
 
 
 def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[dict[str, Any], ...]:
-    """Idle time by cause inside each step; a gap spanning a step boundary is split there."""
+    """Idle time by cause inside each step; a gap spanning a step boundary is split there.
+
+    A device's gaps are disjoint and sorted, so each (device, cause) set is a union and its
+    overlap with every step is two sorted searches (no pairwise join of gaps and steps).
+    """
     if ctx.steps.height == 0 or gaps.height == 0:
         return ()
-    st = ctx.steps.select("step", pl.col("start_ns").alias("s_s"), pl.col("end_ns").alias("s_e"))
-    parts = gaps.select("start_ns", "end_ns", "cause").join_where(
-        st, pl.col("start_ns") < pl.col("s_e"), pl.col("end_ns") > pl.col("s_s")
-    ).with_columns((pl.min_horizontal("end_ns", "s_e") - pl.max_horizontal("start_ns", "s_s")).alias("part_ns"))
-    sums = parts.group_by("step", "cause").agg(pl.col("part_ns").sum())
+    steps = ctx.steps.select("start_ns", "end_ns")
+    totals = {c: [0] * steps.height for c in CAUSES}
+    for (dev, cause), part in gaps.sort("start_ns").partition_by(["device", "cause"], as_dict=True).items():
+        del dev
+        ov = iv.overlap_with(steps, part.select("start_ns", "end_ns")).to_list()
+        acc = totals[str(cause)]
+        for i, v in enumerate(ov):
+            acc[i] += int(v)
     rows = []
-    for step in ctx.steps["step"].to_list():
-        causes = {c: 0 for c in CAUSES}
-        for _, cause, total in sums.filter(pl.col("step") == step).iter_rows():
-            causes[cause] = int(total)
+    for i, step in enumerate(ctx.steps["step"].to_list()):
+        causes = {c: totals[c][i] for c in CAUSES}
         rows.append({"step": step, "idle_ns": sum(causes.values()), "idle_by_cause_ns": causes})
     return tuple(rows)
 
@@ -245,7 +251,9 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .otherwise(pl.lit("gpu_wait"))
     )
     gaps = gaps.with_columns(cause.alias("cause"))
-    ops = dominant_ops(ctx, gaps)
+    # Only the reported (longest) segments name their host op; the join is per gap, so skip
+    # the hundreds of thousands of short gaps a long trace has.
+    ops = dominant_ops(ctx, gaps.top_k(TOP_SEGMENTS, by="dur_ns"))
     return gaps.join(ops, on="gap_id", how="left")
 
 
@@ -254,9 +262,7 @@ def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
     calls = ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("end_ns").alias("c_e"), pl.col("tid").alias("c_tid"))
     if calls.height == 0:
         return syncs
-    ops = ctx.events.filter(
-        (pl.col("kind") == "cpu_op") & pl.col("name").str.contains(r"^aten::")
-    ).select("start_ns", "end_ns", "tid")
+    ops = names_matching(ctx.events.filter(pl.col("kind") == "cpu_op"), r"^aten::").select("start_ns", "end_ns", "tid")
     inner = (
         iv.containing(calls, ops, inner_start="c_s", inner_end="c_e", outer_start="start_ns", outer_end="end_ns", same=("tid", "c_tid"))
         .sort("start_ns", descending=True)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analyzers.context import LAUNCH_API, Context
+from traceinsight.model.classify import names_matching
 
 
 @dataclass(frozen=True)
@@ -24,10 +25,8 @@ class LaunchResult:
 
 def analyze_launch(ctx: Context) -> LaunchResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    calls = ctx.events.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
-        & pl.col("name").str.contains(LAUNCH_API)
-        & pl.col("start_ns").is_between(lo, hi)
+    calls = names_matching(
+        ctx.events.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("start_ns").is_between(lo, hi)), LAUNCH_API
     )
     kl = ctx.launches.filter(
         (pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null() & pl.col("start_ns").is_between(lo, hi)

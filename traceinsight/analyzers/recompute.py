@@ -13,6 +13,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import names_matching
 
 FORWARD_OPS = (
     r"^aten::(linear|conv[123]d|convolution|scaled_dot_product_attention|_scaled_dot_product_\w+"
@@ -33,15 +34,9 @@ class RecomputeResult:
 def analyze_recompute(ctx: Context) -> RecomputeResult:
     ev = ctx.events
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    bw = ev.filter(
-        (pl.col("kind") == "cpu_op") & pl.col("name").str.contains(BACKWARD_NODE) & pl.col("start_ns").is_between(lo, hi)
-    ).select(pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid"))
-    fw = ev.filter(
-        (pl.col("kind") == "cpu_op")
-        & pl.col("name").str.contains(FORWARD_OPS)
-        & ~pl.col("name").str.contains("backward")
-        & pl.col("start_ns").is_between(lo, hi)
-    ).select("name", "start_ns", "end_ns", "tid")
+    cpu = ev.filter((pl.col("kind") == "cpu_op") & pl.col("start_ns").is_between(lo, hi))
+    bw = names_matching(cpu, BACKWARD_NODE).select(pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid"))
+    fw = names_matching(names_matching(cpu, FORWARD_OPS), "backward", negate=True).select("name", "start_ns", "end_ns", "tid")
     if bw.height == 0 or fw.height == 0:
         return RecomputeResult(0, 0, 0, 0, 0.0 if bw.height else None)
     nested = (

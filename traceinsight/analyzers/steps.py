@@ -72,7 +72,7 @@ def analyze_steps(ctx: Context) -> StepResult:
     bw = iv.clip(iv.union(bw_rows), ctx.window_start_ns, ctx.window_end_ns) if bw_rows.height else None
     bw_per = iv.overlap_with(host, bw) if bw is not None else pl.Series([None] * st.height, dtype=pl.Int64)
     fw_per = _forward_ns(host, bw_rows, dl)
-    busy = iv.union(ctx.gpu, by=["device"]).select("start_ns", "end_ns") if ctx.has_gpu else None
+    busy = ctx.busy.select("start_ns", "end_ns") if ctx.has_gpu else None
     busy_per = iv.overlap_with(spans, iv.union(busy)) if busy is not None else pl.Series([0] * st.height)
     spans = spans.with_columns(
         dl_per.alias("dataloader_ns"),

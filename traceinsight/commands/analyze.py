@@ -92,8 +92,10 @@ def _analyze_any(
         return doc["findings"], doc, html.render_job_html, terminal.render_job_summary
     from traceinsight.api import analyze_trace
     from traceinsight.parsers import load_trace
+    from traceinsight.parsers.kineto_fast import default_helpers
 
-    trace = load_trace(path, max_bytes=max_bytes)
+    # The command's own __main__ is import-safe, so a large trace may use helper processes.
+    trace = load_trace(path, max_bytes=max_bytes, parse_helpers=default_helpers())
     if trace.events["rank"].n_unique() > 1:
         from traceinsight.jobs import analyze_trace_ranks
 

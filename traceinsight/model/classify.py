@@ -65,21 +65,38 @@ def classify_names(names: pl.Series) -> pl.Series:
     return frame.select(expr.cast(KernelClassT).alias("kernel_class")).to_series()
 
 
+def names_matching(df: pl.DataFrame, pattern: str, *, col: str = "name", negate: bool = False) -> pl.DataFrame:
+    """Rows of ``df`` whose ``col`` matches the regex (or not, with ``negate``); null never matches.
+
+    The regex runs once per distinct name and the rows are picked by hash lookup: a long trace
+    repeats a few thousand names millions of times.
+    """
+    names = df.get_column(col).unique()
+    hits = names.filter(names.str.contains(pattern))
+    member = pl.col(col).is_in(hits.implode())
+    return df.filter(pl.col(col).is_not_null() & (~member if negate else member))
+
+
 def add_kernel_class(events: pl.DataFrame) -> pl.DataFrame:
-    """Fill ``kernel_class`` for GPU activity rows; rules run once per unique kernel name."""
-    kernels = events.filter(pl.col("kind") == "kernel").select("name").unique()
-    mapping = kernels.with_columns(classify_names(kernels["name"]).alias("_cls"))
-    out = events.join(mapping, on="name", how="left", maintain_order="left")
-    cls = (
+    """Fill ``kernel_class`` for GPU activity rows; rules run once per unique kernel name and
+    only kernel rows are looked up (a join over every row would hash every host op's name)."""
+    base = (
         pl.when(pl.col("kind") == "memcpy")
         .then(pl.lit("memcpy"))
         .when(pl.col("kind") == "memset")
         .then(pl.lit("memset"))
-        .when(pl.col("kind") == "kernel")
-        .then(pl.col("_cls").cast(pl.String).fill_null("other"))
         .otherwise(pl.lit(None, pl.String))
+        .cast(KernelClassT)
+        .alias("kernel_class")
     )
-    return out.with_columns(cls.cast(KernelClassT).alias("kernel_class")).drop("_cls")
+    out = events.with_columns(base)
+    rows = (out.get_column("kind") == "kernel").arg_true()
+    if rows.len() == 0:
+        return out
+    names = out.get_column("name").gather(rows)
+    uniq = names.drop_nulls().unique()
+    classes = names.replace_strict(uniq, classify_names(uniq), default=None, return_dtype=KernelClassT).fill_null("other")
+    return out.with_columns(out.get_column("kernel_class").scatter(rows, classes))
 
 
 def mark_comm_by_launcher(events: pl.DataFrame) -> pl.DataFrame:
@@ -89,10 +106,9 @@ def mark_comm_by_launcher(events: pl.DataFrame) -> pl.DataFrame:
     on the runtime call's external id: the kernel's own external id is unreliable for NCCL in
     torch 2.0/2.1 (kineto#782).
     """
-    host_ops = events.filter(
-        pl.col("kind").is_in(["cpu_op", "user_annotation"])
-        & pl.col("external_id").is_not_null()
-        & pl.col("name").str.contains(COMM_OP_PATTERN)
+    host_ops = names_matching(
+        events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null()),
+        COMM_OP_PATTERN,
     ).select("external_id").unique()
     if host_ops.height == 0:
         return events

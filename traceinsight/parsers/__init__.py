@@ -25,14 +25,17 @@ def detect_format(path: Path) -> str:
     return "kineto"
 
 
-def load_trace(path: str | Path, *, max_bytes: int | None = None, step_range: str | None = None) -> Trace:
-    """Parse any supported trace file into the common event table."""
+def load_trace(
+    path: str | Path, *, max_bytes: int | None = None, step_range: str | None = None, parse_helpers: int = 0
+) -> Trace:
+    """Parse any supported trace file into the common event table (``parse_helpers``: extra
+    processes for a large Kineto trace; see :func:`~traceinsight.parsers.kineto.parse_kineto`)."""
     p = Path(path)
     fmt = detect_format(p)
     if fmt == "kineto":
         from traceinsight.parsers.kineto import parse_kineto
 
-        return parse_kineto(p, max_bytes=max_bytes)
+        return parse_kineto(p, max_bytes=max_bytes, parse_helpers=parse_helpers)
     if fmt == "nsys-sqlite":
         from traceinsight.parsers.nsys import parse_nsys
 

@@ -19,6 +19,7 @@ from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import DeviceInfo, Trace, TraceMeta, conform, empty_events
 from traceinsight.parsers import kineto_fast as _fast
+from traceinsight.parsers.kineto_fast import raw_frame
 from traceinsight.parsers.source import read_bytes
 
 # Category (any era, lower-cased) -> event kind. Unknown categories are dropped.
@@ -199,51 +200,6 @@ def _era(top: dict[str, Any], cats: set[str], base: bool, frac: bool, array_era:
     return "; ".join(parts)
 
 
-def _series(values: list[Any]) -> pl.Series:
-    """A column from Python values of unknown, possibly hostile types: numbers and strings are
-    kept, anything else (lists, dicts, out-of-range ints) becomes null."""
-    try:
-        s = pl.Series(values, strict=False)
-        if s.dtype.is_numeric() or s.dtype in (pl.String, pl.Null, pl.Boolean):
-            return s
-    except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
-        pass
-    clean = [
-        v if (type(v) is float or type(v) is str or (type(v) is int and -(2**63) <= v < 2**63)) else None
-        for v in values
-    ]
-    return pl.Series(clean, strict=False)
-
-
-def _to_int_ids(values: list[Any]) -> pl.Series:
-    """pid/tid as int64: ints stay, strings like 'stream 7' give their number, others null.
-
-    Ints and strings are converted separately: a mixed list sends polars down a slow path.
-    """
-    ints = [v if v.__class__ is int else None for v in values]
-    try:
-        out = pl.Series(ints, dtype=pl.Int64)
-    except OverflowError:  # an integer beyond 64 bits somewhere: drop those
-        out = pl.Series([v if v is not None and -(2**63) <= v < 2**63 else None for v in ints], dtype=pl.Int64)
-    if out.null_count():
-        strs = [v if type(v) is str else None for v in values]
-        parsed = pl.Series(strs, dtype=pl.String).str.extract(r"(-?\d+)\s*$", 1).cast(pl.Int64, strict=False)
-        out = out.fill_null(parsed)
-    return out
-
-
-def _num(values: list[Any], dtype: pl.DataType) -> pl.Series:
-    s = _series(values)
-    if s.dtype == pl.String:  # numbers written as strings by some tools
-        s = s.str.strip_chars().cast(pl.Float64, strict=False)
-    return s.cast(dtype, strict=False)
-
-
-def _text(values: list[Any]) -> pl.Series:
-    s = _series(values)
-    return s.cast(pl.String, strict=False) if s.dtype != pl.String else s
-
-
 def _us_to_ns(us: pl.Expr) -> pl.Expr:
     """Microseconds (float) to int64 ns without the precision loss of ``us * 1000``.
 
@@ -253,31 +209,10 @@ def _us_to_ns(us: pl.Expr) -> pl.Expr:
     return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64)
 
 
-def _raw_frame(
-    cats: list[Any], names: list[Any], ts: list[Any], dur: list[Any], pids: list[Any], tids: list[Any],
-    device: list[Any], stream: list[Any], corr: list[Any], ext: list[Any], nbytes: list[Any],
-) -> pl.DataFrame:
-    return pl.DataFrame(
-        {
-            "cat": _text(cats),
-            "name": _text(names),
-            "ts": _num(ts, pl.Float64),
-            "dur": _num(dur, pl.Float64),
-            "pid": _to_int_ids(pids),
-            "tid": _to_int_ids(tids),
-            "a_device": _num(device, pl.Int64),
-            "a_stream": _num(stream, pl.Int64),
-            "correlation": _num(corr, pl.Int64),
-            "external_id": _num(ext, pl.Int64),
-            "bytes": _num(nbytes, pl.Int64),
-        }
-    )
-
-
 def _frame_from_dicts(events: list[Any]) -> tuple[pl.DataFrame, int]:
     xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
     args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in xs)]
-    df = _raw_frame(
+    df = raw_frame(
         [e.get("cat") for e in xs],
         [e.get("name") for e in xs],
         [e.get("ts") for e in xs],
@@ -313,16 +248,24 @@ def _needs_exact(df: pl.DataFrame, top: dict[str, Any]) -> bool:
     return bool((ts - ts.floor() != 0).any())
 
 
-def parse_kineto(path: str | Path, *, max_bytes: int | None = None) -> Trace:
+def parse_kineto(path: str | Path, *, max_bytes: int | None = None, parse_helpers: int = 0) -> Trace:
+    """``parse_helpers`` extra processes decode chunks of a large trace (spawned: the caller's
+    ``__main__`` must be import-safe); 0 decodes in this process only."""
     path = Path(path)
-    data, truncated = read_bytes(path, max_bytes)
-    fast = None if truncated else _fast.decode(data)
+    data = b""
+    truncated = False
+    fast = _fast.decode_path(path, max_bytes, parse_helpers)
+    if fast is None:  # streamed layout not recognized: whole document, fast then robust
+        data, truncated = read_bytes(path, max_bytes)
+        fast = None if truncated else _fast.decode(data)
     if fast is not None:
         df, top, array_era, n_other_ph = fast
         warnings: list[str] = []
     else:
         df, top, array_era, n_other_ph, warnings = _robust(data, path, truncated)
-    exact = _fast.exact_times(data) if fast is not None and _needs_exact(df, top) else None
+    exact = None
+    if fast is not None and _needs_exact(df, top):
+        exact = _fast.exact_times(data or read_bytes(path, max_bytes)[0])
     del data
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
 

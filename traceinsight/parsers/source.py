@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from traceinsight.errors import InputError
@@ -39,57 +40,73 @@ def sniff(path: Path) -> str:
     return "json"
 
 
-def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
-    """The file's (decompressed) bytes and whether the gzip stream ended early.
+class Decompressed:
+    """The file's (decompressed) bytes as a stream of blocks; ``truncated`` is set once the
+    stream is exhausted if the gzip data ended early.
 
     Decompression is streamed so a bomb is stopped at ``max_bytes`` rather than after it has
-    filled memory.
+    filled memory, and so a consumer can start on the first blocks while the rest inflate.
     """
-    limit = max_bytes or max_bytes_default()
-    kind = sniff(path)
-    if kind == "empty":
-        raise InputError("empty file (0 bytes)", str(path))
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 - closed by the with-block below
-    except OSError as exc:
-        raise InputError(f"cannot open: {exc.strerror or exc}", str(path)) from None
-    with fh:
-        if kind != "gzip":
-            size = os.fstat(fh.fileno()).st_size
-            if size > limit:
-                raise InputError(
-                    f"file is {size / 1e9:.1f} GB, over the {limit / 1e9:.1f} GB limit (--max-bytes)",
-                    str(path),
-                )
-            return fh.read(), False
-        parts: list[bytes] = []
-        size = 0
-        d = zlib.decompressobj(wbits=47)  # gzip header, multi-member handled below
-        truncated = False
+
+    def __init__(self, path: Path, max_bytes: int | None = None, read_size: int = _CHUNK) -> None:
+        self.path = path
+        self.limit = max_bytes or max_bytes_default()
+        self.kind = sniff(path)
+        if self.kind == "empty":
+            raise InputError("empty file (0 bytes)", str(path))
+        self.read_size = read_size
+        self.truncated = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        path, limit = self.path, self.limit
         try:
-            while True:
-                chunk = fh.read(_CHUNK)
-                if not chunk:
-                    truncated = not d.eof
-                    break
-                while chunk:
-                    part = d.decompress(chunk, max(1, limit + 1 - size))
-                    parts.append(part)
-                    size += len(part)
-                    if size > limit:
-                        raise InputError(
-                            f"decompresses to more than {limit / 1e9:.1f} GB (limit --max-bytes); refusing",
-                            str(path),
-                        )
-                    chunk = d.unconsumed_tail
-                    if d.eof and d.unused_data:  # concatenated gzip members
-                        rest = d.unused_data
-                        d = zlib.decompressobj(wbits=47)
-                        chunk = rest
-        except zlib.error as exc:
-            if not size:
-                raise InputError(f"corrupt gzip data ({exc})", str(path)) from None
-            truncated = True
-        if truncated and not size:
-            raise InputError("truncated gzip: nothing could be decompressed", str(path))
-        return b"".join(parts), truncated
+            fh = open(path, "rb")  # noqa: SIM115 - closed by the with-block below
+        except OSError as exc:
+            raise InputError(f"cannot open: {exc.strerror or exc}", str(path)) from None
+        with fh:
+            if self.kind != "gzip":
+                size = os.fstat(fh.fileno()).st_size
+                if size > limit:
+                    raise InputError(
+                        f"file is {size / 1e9:.1f} GB, over the {limit / 1e9:.1f} GB limit (--max-bytes)",
+                        str(path),
+                    )
+                while block := fh.read(self.read_size):
+                    yield block
+                return
+            size = 0
+            d = zlib.decompressobj(wbits=47)  # gzip header, multi-member handled below
+            try:
+                while True:
+                    chunk = fh.read(self.read_size)
+                    if not chunk:
+                        self.truncated = not d.eof
+                        break
+                    while chunk:
+                        part = d.decompress(chunk, max(1, limit + 1 - size))
+                        size += len(part)
+                        if size > limit:
+                            raise InputError(
+                                f"decompresses to more than {limit / 1e9:.1f} GB (limit --max-bytes); refusing",
+                                str(path),
+                            )
+                        if part:
+                            yield part
+                        chunk = d.unconsumed_tail
+                        if d.eof and d.unused_data:  # concatenated gzip members
+                            rest = d.unused_data
+                            d = zlib.decompressobj(wbits=47)
+                            chunk = rest
+            except zlib.error as exc:
+                if not size:
+                    raise InputError(f"corrupt gzip data ({exc})", str(path)) from None
+                self.truncated = True
+            if self.truncated and not size:
+                raise InputError("truncated gzip: nothing could be decompressed", str(path))
+
+
+def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
+    """The file's (decompressed) bytes and whether the gzip stream ended early."""
+    stream = Decompressed(path, max_bytes)
+    data = b"".join(stream)
+    return data, stream.truncated
