@@ -79,18 +79,20 @@ def names_matching(df: pl.DataFrame, pattern: str, *, col: str = "name", negate:
 
 def add_kernel_class(events: pl.DataFrame) -> pl.DataFrame:
     """Fill ``kernel_class`` for GPU activity rows; rules run once per unique kernel name and
-    only kernel rows are looked up (a join over every row would hash every host op's name)."""
+    only kernel rows are looked up (a join over every row would hash every host op's name).
+    Kernels a parser already classified (nsys, by string id) keep their class."""
     base = (
         pl.when(pl.col("kind") == "memcpy")
-        .then(pl.lit("memcpy"))
+        .then(pl.lit("memcpy").cast(KernelClassT))
         .when(pl.col("kind") == "memset")
-        .then(pl.lit("memset"))
-        .otherwise(pl.lit(None, pl.String))
-        .cast(KernelClassT)
+        .then(pl.lit("memset").cast(KernelClassT))
+        .when(pl.col("kind") == "kernel")
+        .then(pl.col("kernel_class"))
+        .otherwise(pl.lit(None, KernelClassT))
         .alias("kernel_class")
     )
     out = events.with_columns(base)
-    rows = (out.get_column("kind") == "kernel").arg_true()
+    rows = ((out.get_column("kind") == "kernel") & out.get_column("kernel_class").is_null()).arg_true()
     if rows.len() == 0:
         return out
     names = out.get_column("name").gather(rows)

@@ -20,7 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from traceinsight.errors import InputError
-from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
+from traceinsight.model.classify import add_kernel_class, classify_names, mark_comm_by_launcher
 from traceinsight.model.schema import DeviceInfo, Trace, TraceMeta, conform, empty_events
 
 # ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND values (stable since 2021; the ENUM tables are
@@ -32,10 +32,22 @@ MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5
 MEM_LABEL = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
 FETCH_ROWS = 200_000
 FETCH_THREADS = 2  # SQLite steps rows without the GIL: two scans at once on two cores
+ROWS_PER_PART = 1_000_000  # big tables are fetched as rowid ranges of about this many rows
 NVTX_RANGE_TYPES = (59, 60)  # PushPopRange, StartEndRange
 NVTX_DOMAIN_CREATE = 75
 PID_OF = "((({c}) >> 24) & 16777215)"
 TID_OF = "(({c}) & 16777215)"
+
+
+class _Rows:
+    """A fetch split into parts, in rowid order."""
+
+    def __init__(self, parts: list[Future[pl.DataFrame]]) -> None:
+        self.parts = parts
+
+    def result(self) -> pl.DataFrame:
+        frames = [f.result() for f in self.parts]
+        return frames[0] if len(frames) == 1 else pl.concat(frames)
 
 
 class _Db:
@@ -70,11 +82,31 @@ class _Db:
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")').fetchall()}
 
-    def query(self, cols: list[str], rest: str, schema: dict[str, pl.DataType]) -> Future[pl.DataFrame]:
-        """``SELECT cols rest`` as a frame with ``schema`` (one name and type per column, each
-        column aliased to its name), fetched on the pool."""
+    def query(self, cols: list[str], table: str, schema: dict[str, pl.DataType], where: str = "") -> _Rows:
+        """``SELECT cols FROM table [WHERE where]`` as a frame with ``schema`` (one name and type
+        per column, each column aliased to its name), fetched on the pool. A large table is
+        read as several rowid ranges so both threads stay busy until the end."""
         exprs = ", ".join(f'{c} AS "{n}"' for c, n in zip(cols, schema, strict=True))
-        return self.pool.submit(self._fetch, f"SELECT {exprs} {rest}", schema)
+        sql = f"SELECT {exprs} FROM {table}"
+        ranges = self._rowid_ranges(table)
+        if not ranges:
+            return _Rows([self.pool.submit(self._fetch, sql + (f" WHERE {where}" if where else ""), schema)])
+        cond = f"({where}) AND " if where else ""
+        return _Rows(
+            [self.pool.submit(self._fetch, f"{sql} WHERE {cond}rowid BETWEEN {lo} AND {hi}", schema) for lo, hi in ranges]
+        )
+
+    def _rowid_ranges(self, table: str) -> list[tuple[int, int]]:
+        try:  # one B-tree descent each; asked together, SQLite would scan the table
+            (lo,) = self.con.execute(f"SELECT MIN(rowid) FROM {table}").fetchone()
+            (hi,) = self.con.execute(f"SELECT MAX(rowid) FROM {table}").fetchone()
+        except sqlite3.DatabaseError:
+            return []  # a view or a table without rowid: one query
+        if lo is None or hi - lo < ROWS_PER_PART:
+            return []
+        parts = -(-(hi - lo + 1) // ROWS_PER_PART)
+        step = -(-(hi - lo + 1) // parts)
+        return [(a, min(hi, a + step - 1)) for a in range(lo, hi + 1, step)]
 
     def _fetch(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
         df = _fetch_adbc(self.uri, sql)
@@ -122,7 +154,7 @@ def _fetch_adbc(uri: str, sql: str) -> pl.DataFrame | None:
 class _Pending:
     """A fetch under way and what turns its rows into event rows (given the string table)."""
 
-    rows: Future[pl.DataFrame]
+    rows: _Rows
     finish: Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame]
 
 
@@ -162,14 +194,14 @@ def _gpu_rows(db: _Db) -> list[_Pending]:
     if kt:
         cols = db.columns(kt)
         name_col = _pick(cols, "demangledName", _pick(cols, "shortName"))
-        rows = db.query([*_gpu_base(cols), name_col], f"FROM {kt}", {**base_schema, "name_id": pl.Int64})
-        out.append(_Pending(rows, lambda df, strings: _named(df, strings).with_columns(pl.lit("kernel").alias("kind"))))
+        rows = db.query([*_gpu_base(cols), name_col], kt, {**base_schema, "name_id": pl.Int64})
+        out.append(_Pending(rows, lambda df, strings: _named(_kernel_classes(df, strings), strings).with_columns(pl.lit("kernel").alias("kind"))))
     mt = db.table("CUPTI_ACTIVITY_KIND_MEMCPY")
     if mt:
         cols = db.columns(mt)
         rows = db.query(
             [*_gpu_base(cols), "bytes", "copyKind", _pick(cols, "srcKind", "7"), _pick(cols, "dstKind", "7")],
-            f"FROM {mt}",
+            mt,
             {**base_schema, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
         )
         out.append(_Pending(rows, lambda df, _s: _memcpy_rows(df)))
@@ -178,7 +210,7 @@ def _gpu_rows(db: _Db) -> list[_Pending]:
         cols = db.columns(st)
         rows = db.query(
             [*_gpu_base(cols), "bytes", _pick(cols, "memKind", "2")],
-            f"FROM {st}",
+            st,
             {**base_schema, "bytes": pl.Int64, "mk": pl.Int64},
         )
         out.append(
@@ -193,7 +225,7 @@ def _gpu_rows(db: _Db) -> list[_Pending]:
     yt = db.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
     if yt:
         cols = db.columns(yt)
-        rows = db.query([*_gpu_base(cols), "syncType"], f"FROM {yt}", {**base_schema, "sync_type": pl.Int64})
+        rows = db.query([*_gpu_base(cols), "syncType"], yt, {**base_schema, "sync_type": pl.Int64})
         names = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
         out.append(
             _Pending(
@@ -205,6 +237,14 @@ def _gpu_rows(db: _Db) -> list[_Pending]:
             )
         )
     return out
+
+
+def _kernel_classes(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
+    """Classify each distinct kernel name id once and join back on the integer id: hashing
+    millions of long demangled names is the slow part otherwise."""
+    ids = df.select(pl.col("name_id").unique()).join(strings, left_on="name_id", right_on="sid", how="left")
+    ids = ids.with_columns(classify_names(ids["svalue"].fill_null("")).alias("kernel_class")).select("name_id", "kernel_class")
+    return df.join(ids, on="name_id", how="left", maintain_order="left")
 
 
 def _memcpy_rows(df: pl.DataFrame) -> pl.DataFrame:
@@ -233,15 +273,14 @@ def _host_rows(db: _Db) -> list[_Pending]:
         cols = db.columns(rt)
         rows = db.query(
             [*_HOST_COLS, "correlationId", _pick(cols, "eventClass", "0"), "nameId"],
-            f"FROM {rt}",
+            rt,
             {**_HOST_SCHEMA, "correlation": pl.Int64, "event_class": pl.Int64, "name_id": pl.Int64},
         )
         out.append(
             _Pending(
                 rows,
-                lambda df, strings: _named(df, strings).with_columns(
+                lambda df, strings: _named(df, strings.with_columns(pl.col("svalue").str.replace(r"_v\d+$", ""))).with_columns(
                     pl.when(pl.col("event_class") == 1).then(pl.lit("driver")).otherwise(pl.lit("runtime")).alias("kind"),
-                    pl.col("name").str.replace(r"_v\d+$", ""),
                 ).drop("event_class"),
             )
         )
@@ -251,24 +290,32 @@ def _host_rows(db: _Db) -> list[_Pending]:
         dom = _pick(cols, "domainId", "0")
         rows = db.query(
             [*_HOST_COLS, "text", _pick(cols, "textId"), dom],
-            f"FROM {nt} WHERE eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL AND end >= start",
+            nt,
             {**_HOST_SCHEMA, "name": pl.String, "text_id": pl.Int64, "domain": pl.Int64},
+            f"eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL AND end >= start",
         )
         domains = db.query(
-            [dom, "text"], f"FROM {nt} WHERE eventType = {NVTX_DOMAIN_CREATE}", {"domain": pl.Int64, "dname": pl.String}
+            [dom, "text"], nt, {"domain": pl.Int64, "dname": pl.String}, f"eventType = {NVTX_DOMAIN_CREATE}"
         )
         out.append(_Pending(rows, lambda df, strings: _nvtx_rows(_named(df, strings, "text_id"), domains.result())))
     for table in ("CUPTI_ACTIVITY_KIND_OVERHEAD", "PROFILER_OVERHEAD"):
         ot = db.table(table)
         if ot and {"start", "end", "globalTid"} <= db.columns(ot):
-            rows = db.query(_HOST_COLS, f"FROM {ot}", _HOST_SCHEMA)
+            rows = db.query(_HOST_COLS, ot, _HOST_SCHEMA)
             out.append(
                 _Pending(rows, lambda df, _s: df.with_columns(pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")))
             )
     return out
 
 
+# torch.autograd.profiler.emit_nvtx decorates each op's range: "aten::mul, seq = 7, op_id = 12,
+# sizes = [[8, 4]], input_op_ids = [...]". The op is the part before; keeping the counters would
+# make every range's name unique (millions of distinct names) and unlike Kineto's.
+EMIT_NVTX_SUFFIX = r", (?:seq|op_id|sizes|input_op_ids|stashed seq) = .*$"
+
+
 def _nvtx_rows(df: pl.DataFrame, domains: pl.DataFrame) -> pl.DataFrame:
+    df = df.with_columns(pl.col("name").str.replace(EMIT_NVTX_SUFFIX, ""))
     df = df.join(domains.unique(subset=["domain"]), on="domain", how="left", maintain_order="left")
     # NCCL's own domain (NCCL >= 2.8.3): name its ranges so collectives are recognized.
     df = df.with_columns(
@@ -319,7 +366,7 @@ def parse_nsys(path: str | Path) -> Trace:
         meta_kv = _metadata(db)
         session_start_ns = _session_start(db)
         devices = _devices(db)
-        strings = db.query(["id", "value"], "FROM StringIds", {"sid": pl.Int64, "svalue": pl.String})
+        strings = db.query(["id", "value"], "StringIds", {"sid": pl.Int64, "svalue": pl.String})
         pending_gpu = _gpu_rows(db)
         pending_host = _host_rows(db)
         string_table = strings.result()
