@@ -1,6 +1,6 @@
 """Wall time and peak memory of ``traceinsight analyze`` vs the peer, medians of N fresh runs.
 
-    python benchmarks/bench.py [--repeat 3] [--scale 10] [--hta] [TRACE ...]
+    python benchmarks/bench.py [--repeat 3] [--scale 10] [--hta] [--hta-repeat N] [--floor] [TRACE ...]
 
 Every run is a fresh process timed by ``/usr/bin/time`` (wall seconds, peak RSS). ``--scale K``
 builds a K-times longer copy of df_index_resolver under benchmarks/data/ (steps repeated with
@@ -121,6 +121,35 @@ def timed(cmd: list[str]) -> tuple[float, float]:
     return wall, max(int(kb), peak_tree) / 1024
 
 
+FLOOR_SCRIPT = """
+import sys, time, zlib, msgspec
+from typing import Any, Optional
+class A(msgspec.Struct, gc=False):
+    device: Any = None; stream: Any = None; correlation: Any = None; bytes: Any = None
+    ext: Any = msgspec.field(default=None, name="External id")
+class E(msgspec.Struct, gc=False):
+    ph: Any = None; cat: Any = None; name: Any = None; pid: Any = None; tid: Any = None
+    ts: Any = None; dur: Any = None; args: Optional[A] = None
+class D(msgspec.Struct):
+    traceEvents: list[E] = []
+raw = open(sys.argv[1], "rb").read()
+t0 = time.perf_counter()
+data = zlib.decompress(raw, wbits=47) if raw[:2] == b"\\x1f\\x8b" else raw
+t1 = time.perf_counter()
+doc = msgspec.json.decode(data, type=D)
+t2 = time.perf_counter()
+print(t1 - t0, t2 - t1)
+"""
+
+
+def floor(trace: Path) -> tuple[float, float]:
+    """The issue's floor on this machine: (gunzip s, typed decode s) of the whole document in
+    one process, every event's declared fields into msgspec structs and nothing else."""
+    out = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, str(trace)], capture_output=True, text=True, check=True)
+    gz, dec = (float(x) for x in out.stdout.split())
+    return gz, dec
+
+
 def hta_python() -> str:
     venv = DATA / "hta-venv"
     py = venv / "bin" / "python"
@@ -136,6 +165,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--scale", type=int, default=0)
     ap.add_argument("--hta", action="store_true")
+    ap.add_argument("--hta-repeat", type=int, default=0, help="runs of the peer per trace (default: --repeat)")
+    ap.add_argument("--floor", action="store_true", help="also time gunzip + typed decode (the floor)")
     args = ap.parse_args()
     traces = [p for p in (args.traces or DEFAULT) if p.exists()]
     if args.scale:
@@ -151,11 +182,15 @@ def main() -> int:
         if hpy and t.suffix != ".sqlite":
             with tempfile.TemporaryDirectory() as d:
                 shutil.copy(t, Path(d) / t.name)
-                runs = [timed([hpy, str(ROOT / "benchmarks" / "hta_run.py"), d]) for _ in range(args.repeat)]
+                runs = [timed([hpy, str(ROOT / "benchmarks" / "hta_run.py"), d]) for _ in range(args.hta_repeat or args.repeat)]
             hw = statistics.median(x[0] for x in runs)
             hm = statistics.median(x[1] for x in runs)
             hta_cols = f"{hw:7.2f} {hm:8.0f} {hw / w:6.1f}x"
-        print(f"{t.name[:34]:34s} {t.stat().st_size / 1e6:6.1f} | {w:7.2f} {m:8.0f} {html[0]:7.2f} | {hta_cols}", flush=True)
+        floor_cols = ""
+        if args.floor and t.suffix != ".sqlite":
+            gz, dec = floor(t)
+            floor_cols = f" | floor {gz:.2f}+{dec:.2f}={gz + dec:.2f} s, ours/floor {html[0] / (gz + dec):.2f}"
+        print(f"{t.name[:34]:34s} {t.stat().st_size / 1e6:6.1f} | {w:7.2f} {m:8.0f} {html[0]:7.2f} | {hta_cols}{floor_cols}", flush=True)
     return 0
 
 
