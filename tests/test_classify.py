@@ -42,3 +42,14 @@ def test_lambda_is_not_lamb_optimizer():
 def test_fp32_pattern():
     s = pl.Series(["cutlass_80_simt_sgemm_128x256", "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x8_stage3_warpsize2x2x1_ffma", "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"])
     assert s.str.to_lowercase().str.contains(FP32_SIMT_PATTERN).to_list() == [True, True, False]
+
+
+def test_names_matching_once_per_name():
+    import polars as pl
+
+    from traceinsight.model.classify import names_matching
+
+    df = pl.DataFrame({"name": ["aten::mm", "aten::add", None, "aten::mm", "nccl:all_reduce"], "i": [0, 1, 2, 3, 4]})
+    assert names_matching(df, r"^aten::")["i"].to_list() == [0, 1, 3]
+    assert names_matching(df, r"^aten::", negate=True)["i"].to_list() == [4]  # null never matches
+    assert names_matching(df.head(0), "x").height == 0

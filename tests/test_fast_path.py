@@ -87,3 +87,79 @@ def test_fast_path_is_taken_for_kineto_output(monkeypatch):
     assert fast.decode(data) is not None
     assert fast.decode(b'{"traceEvents": [{"ph": "X", "args": [1]}]}') is None  # bad args: robust path
     assert fast.decode(b"[1, 2]") is None
+
+
+def _spool_files():
+    import glob
+    import tempfile
+
+    return set(glob.glob("/dev/shm/traceinsight-*")) | set(glob.glob(f"{tempfile.gettempdir()}/traceinsight-*.json"))
+
+
+def test_spool_is_removed_and_optional(monkeypatch):
+    """The spool file is deleted after the parse; without room for one, the whole-document path
+    gives the same analysis."""
+    path = H200 / "h2d_pageable.pt.trace.json.gz"
+    before = _spool_files()
+    reference = _doc(path, monkeypatch, use_fast=True)
+    assert _spool_files() == before
+
+    def no_room(size):
+        raise OSError("no room")
+
+    monkeypatch.setattr(fast, "_spool_file", no_room)
+    assert fast.decode_path(path, None) is None
+    assert analyze_trace(load_trace(path)).to_json() == reference
+
+
+def test_multi_member_gzip(tmp_path, monkeypatch):
+    """gzip's ISIZE only covers the last member: the spool notices and the parse still works."""
+    import gzip
+
+    data = gzip.decompress((H200 / "h2d_pinned.pt.trace.json.gz").read_bytes())
+    cut = len(data) // 2
+    p = tmp_path / "two_members.json.gz"
+    p.write_bytes(gzip.compress(data[:cut]) + gzip.compress(data[cut:]))
+    assert fast.decode_path(p, None) is None
+    single = tmp_path / "one.json.gz"
+    single.write_bytes(gzip.compress(data))
+    assert analyze_trace(load_trace(p)).metrics == analyze_trace(load_trace(single)).metrics
+
+
+def test_lost_helper_chunks_are_decoded_here(tmp_path):
+    """A helper that dies (or a pool that breaks) costs time, not results."""
+    from concurrent.futures import Future
+
+    path = H200 / "healthy_bf16.pt.trace.json.gz"
+    stream = fast.Decompressed(path, None)
+    spool = fast._Spool(fast._inflated_size(path, stream.kind))
+    try:
+        cutter = fast._Cutter(spool)
+        spans = []
+        for block in stream:
+            spool.write(block)
+            spans += cutter.cut()
+        last, _ = cutter.finish()
+        spans += last
+
+        class DeadPool:
+            def submit(self, *a, **k):
+                f = Future()
+                f.set_exception(RuntimeError("helper died"))
+                return f
+
+            def shutdown(self, **k):
+                pass
+
+        sched = fast._Scheduler(spool, helpers=1)
+        sched.pool = DeadPool()
+        for span in spans:
+            sched.add(*span)
+        parts = sched.results()
+        assert parts is not None and len(parts) == len(spans)
+        local = fast._Scheduler(spool, helpers=0)
+        for span in spans:
+            local.add(*span)
+        assert all(a[0].equals(b[0]) and a[1] == b[1] for a, b in zip(parts, local.results(), strict=True))
+    finally:
+        spool.close()

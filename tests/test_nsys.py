@@ -211,3 +211,21 @@ def test_rowid_range_parts_give_the_same_table(monkeypatch):
     monkeypatch.setattr(nsys, "ROWS_PER_PART", 97)
     parts = load_trace(path).events
     assert parts.equals(whole)
+
+
+def test_emit_nvtx_decorations_are_stripped():
+    """emit_nvtx ranges keep their count but are named by their op, as in Kineto."""
+    import re
+
+    from traceinsight.parsers.nsys import EMIT_NVTX_SUFFIX
+
+    assert re.sub(EMIT_NVTX_SUFFIX, "", "aten::mul, seq = 7, op_id = 12, sizes = [[8, 4]]") == "aten::mul"
+    assert re.sub(EMIT_NVTX_SUFFIX, "", "aten::lift_fresh, op_id = 993403") == "aten::lift_fresh"
+    assert re.sub(EMIT_NVTX_SUFFIX, "", "my range, with comma") == "my range, with comma"
+    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    ev = load_trace(path).events.filter(pl.col("kind") == "user_annotation")
+    (n,) = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL AND end >= start AND COALESCE(text, textId) IS NOT NULL")[0]
+    assert ev.height == n
+    assert not ev["name"].str.contains(", op_id = |, seq = ").any()
+    decorated = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE '%, op_id = %'")[0][0]
+    assert decorated > 0  # the fixture really has emit_nvtx ranges

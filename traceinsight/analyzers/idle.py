@@ -95,6 +95,12 @@ def _pageable_copy_calls(ctx: Context) -> pl.DataFrame:
     return iv.clip(iv.union(calls), ctx.window_start_ns, ctx.window_end_ns)
 
 
+def top_gaps(gaps: pl.DataFrame) -> pl.DataFrame:
+    """The reported segments: longest first, ties in time order (deterministic, so the gaps
+    that get a host op are exactly the ones listed)."""
+    return gaps.sort(["dur_ns", "start_ns", "device"], descending=[True, False, False]).head(TOP_SEGMENTS)
+
+
 def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     """For each gap (``gap_id``, start/end), the host op covering most of it (deepest on ties)."""
     ops = ctx.ops.select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"))
@@ -151,7 +157,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
     by_cause = {c: 0 for c in CAUSES}
     for cause, total in gaps.group_by("cause").agg(pl.col("dur_ns").sum()).iter_rows():
         by_cause[cause] = int(total)
-    top = gaps.sort("dur_ns", descending=True).head(TOP_SEGMENTS)
+    top = top_gaps(gaps)
     top_rows = tuple(
         {
             "device": r["device"],
@@ -263,7 +269,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     gaps = gaps.with_columns(cause.alias("cause"))
     # Only the reported (longest) segments name their host op; the join is per gap, so skip
     # the hundreds of thousands of short gaps a long trace has.
-    ops = dominant_ops(ctx, gaps.top_k(TOP_SEGMENTS, by="dur_ns"))
+    ops = dominant_ops(ctx, top_gaps(gaps))
     return gaps.join(ops, on="gap_id", how="left")
 
 

@@ -4,10 +4,11 @@ msgspec decodes only the fields declared below (an event's grid, shapes and stac
 without being allocated), about 2x faster than building dicts with orjson and with a fraction of
 the memory. The events array is cut into chunks of whole events: Kineto writes every event on its
 own line as ``\\n  {`` at depth one (JSON strings cannot hold a raw newline), so those positions
-are safe cut points. :func:`decode_path` cuts while the file inflates and hands chunks to helper
-processes (decoding holds the GIL, so threads would not help) while it keeps inflating; then it
-decodes the rest itself. Anything unexpected (bad types, NaN, invalid UTF-8, truncation) returns
-None and the caller uses the robust orjson path with its repairs.
+are safe cut points. :func:`decode_path` inflates the file into a shared spool and cuts it as it
+fills; helper processes (decoding holds the GIL, so threads would not help) decode the chunks in
+place while it keeps inflating. :func:`decode` is the same decoding on a document in memory, for
+what the spool cannot take. Anything unexpected (bad types, NaN, invalid UTF-8, truncation)
+returns None and the caller uses the robust orjson path with its repairs.
 """
 
 from __future__ import annotations
@@ -259,8 +260,6 @@ def decode(data: bytes) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
         return df, meta, "", other
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, UnicodeDecodeError):
         return None
-
-
 
 
 class _Unusable(Exception):
