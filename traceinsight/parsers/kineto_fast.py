@@ -425,11 +425,14 @@ class _Cutter:
                 except (msgspec.DecodeError, msgspec.ValidationError):
                     continue
                 meta = {f: getattr(top, f) for f in top.__struct_fields__ if f != "traceEvents" and getattr(top, f) is not None}
-            with memoryview(sp.mm) as mv, mv[self.start : pos + 1] as last:
-                try:
-                    msgspec.json.decode(last)  # this bracket closes the events array
-                except msgspec.DecodeError:
-                    continue
+            # Does this bracket close the events? The last event before it must parse on its
+            # own (one event, not the whole chunk); an array in the tail would not.
+            ev = sp.rfind(EVENT_START, self.start, pos)
+            last = b"[" + sp.bytes(ev + 1, pos) + b"]" if ev >= 0 else sp.bytes(self.start, pos + 1)
+            try:
+                msgspec.json.decode(last)
+            except msgspec.DecodeError:
+                continue
             return [(self.start, pos + 1)], meta
         raise _Unusable("the events array does not close")
 
