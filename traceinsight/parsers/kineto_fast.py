@@ -27,11 +27,11 @@ import polars as pl
 
 from traceinsight.parsers.source import Decompressed
 
-CHUNK_BYTES = 16 * 1024 * 1024  # ~40k events per chunk: bounded struct memory, cache friendly
+CHUNK_BYTES = 8 * 1024 * 1024  # ~40k events: bounded struct memory; small enough to balance helpers
 EVENT_START = b"\n  {"
 HEAD_MAX_BYTES = 64 * 1024 * 1024  # metadata before traceEvents beyond this: not a kineto layout
 IN_FLIGHT_PER_HELPER = 3  # chunks queued per helper so it never waits on the inflating thread
-MIN_HELPER_BYTES = 4 * CHUNK_BYTES  # smaller documents finish before a helper could start
+MIN_HELPER_BYTES = 64 * 1024 * 1024  # smaller documents finish before a helper could start
 SPOOL_MARGIN_BYTES = 256 * 1024 * 1024  # free space left beside a spool
 
 
