@@ -59,6 +59,7 @@ _MEM_KIND = {
     "device static": "device",
     "managed static": "managed",
 }
+_COPY_KIND = {"HtoD": "HtoD", "DtoH": "DtoH", "DtoD": "DtoD", "HtoH": "HtoH", "PtoP": "PtoP"}
 _MEMCPY_RE = r"^Memcpy\s+(\w+)(?:\s*\(([^)]*?)\s*->\s*([^)]*?)\))?"
 
 _EMPTY: dict[str, Any] = {}
@@ -308,26 +309,7 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None, parse_helper
         pl.when(is_gpu).then(pl.coalesce("a_device", "pid")).cast(pl.Int32).alias("device"),
         pl.when(is_gpu).then(pl.coalesce("a_stream", "tid")).alias("stream"),
     ).with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
-    # Copy direction and memory kinds come from the memcpy name; parse each distinct name once.
-    names = df.filter(pl.col("kind") == "memcpy").select(pl.col("name").unique())
-    copies = names.with_columns(pl.col("name").str.extract_groups(_MEMCPY_RE).alias("_m")).select(
-        "name",
-        pl.col("_m").struct.field("1").alias("copy_kind"),
-        pl.col("_m").struct.field("2").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("src_kind"),
-        pl.col("_m").struct.field("3").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("dst_kind"),
-        pl.lit("memcpy").alias("kind"),
-    )
-    df = df.join(copies, on=["name", "kind"], how="left", maintain_order="left")
-    df = df.with_columns(
-        pl.when(pl.col("kind") == "memcpy")
-        .then(
-            pl.col("copy_kind").replace_strict(
-                {"HtoD": "HtoD", "DtoH": "DtoH", "DtoD": "DtoD", "HtoH": "HtoH", "PtoP": "PtoP"},
-                default="other",
-            )
-        )
-        .alias("copy_kind"),
-    )
+    df = _with_copy_kinds(df)
 
     meta = TraceMeta(
         source_path=str(path),
@@ -349,6 +331,25 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None, parse_helper
             "times may be off by up to 0.25 us (kineto#853)"
         )
     return Trace(events=table, meta=meta)
+
+
+def _with_copy_kinds(df: pl.DataFrame) -> pl.DataFrame:
+    """Copy direction and memory kinds from the memcpy names ("Memcpy HtoD (Pageable -> Device)"):
+    each distinct name is parsed once, and only the memcpy rows are looked up and filled in."""
+    rows = (df.get_column("kind") == "memcpy").arg_true()
+    out = {c: pl.repeat(None, df.height, dtype=pl.String, eager=True).alias(c) for c in ("copy_kind", "src_kind", "dst_kind")}
+    if rows.len():
+        names = df.get_column("name").gather(rows).to_frame()
+        m = pl.col("_m")
+        parsed = names.unique().with_columns(pl.col("name").str.extract_groups(_MEMCPY_RE).alias("_m")).select(
+            "name",
+            m.struct.field("1").replace_strict(_COPY_KIND, default="other", return_dtype=pl.String).alias("copy_kind"),
+            m.struct.field("2").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("src_kind"),
+            m.struct.field("3").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("dst_kind"),
+        )
+        per_row = names.join(parsed, on="name", how="left", maintain_order="left")
+        out = {c: s.scatter(rows, per_row.get_column(c)) for c, s in out.items()}
+    return df.with_columns(*out.values())
 
 
 def _fill_meta(meta: TraceMeta, top: dict[str, Any], path: Path) -> None:
