@@ -18,7 +18,7 @@ from traceinsight import __version__
 from traceinsight.analyzers.cross_rank import CrossRankResult, RankPayload, analyze_cross_rank
 from traceinsight.diagnosis import SEVERITIES, Finding, Thresholds
 from traceinsight.errors import InputError
-from traceinsight.model.classify import KERNEL_RULES
+from traceinsight.model.classify import KERNEL_RULES, names_matching
 from traceinsight.parallel import process_pool
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
@@ -44,7 +44,7 @@ def _payload(analysis: Any, rank: int) -> RankPayload:
     """The rank's collective kernels (by name: NCCL/RCCL, not helper kernels launched under a
     collective op), each tagged with the step it ran in."""
     ev = analysis.trace.events
-    comm = ev.filter((pl.col("kind") == "kernel") & pl.col("name").str.to_lowercase().str.contains(COLLECTIVE_KERNEL))
+    comm = names_matching(ev.filter(pl.col("kind") == "kernel"), f"(?i){COLLECTIVE_KERNEL}")
     steps = analysis.results["steps"].per_step
     if comm.height:
         first_dev = comm["device"].min()

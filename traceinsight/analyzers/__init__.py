@@ -36,6 +36,7 @@ def run_analyzers(ctx: Context, threads: int = 2) -> dict[str, Any]:
     if threads <= 1:
         return {name: fn(ctx) for name, fn in ANALYZERS.items()}
     ctx.busy  # noqa: B018 - computed once here rather than raced for by two analyzers
+    ctx.compute_busy  # noqa: B018
     with ThreadPoolExecutor(max_workers=threads) as pool:
         futures = {name: pool.submit(fn, ctx) for name, fn in ANALYZERS.items()}
         return {name: f.result() for name, f in futures.items()}

@@ -28,9 +28,8 @@ def analyze_comm(ctx: Context) -> CommResult:
     comm = k.filter(pl.col("kernel_class") == "communication")
     if comm.height == 0:
         return CommResult(0, 0, 0, None, None, None, (), ())
-    compute = k.filter(pl.col("kernel_class") != "communication")
     cu = iv.union(comm, by=["device"])
-    pu = iv.union(compute, by=["device"]) if compute.height else cu.head(0)
+    pu = ctx.compute_busy
     both = iv.intersect(cu, pu, by=["device"]) if pu.height else cu.head(0)
     per_device = []
     tot_c = tot_b = 0

@@ -60,6 +60,12 @@ class Context:
         """Per-device union of GPU activity in the window (device, start_ns, end_ns)."""
         return iv.union(self.gpu, by=["device"])
 
+    @cached_property
+    def compute_busy(self) -> pl.DataFrame:
+        """Per-device union of the non-communication kernels in the window."""
+        compute = self.gpu.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") != "communication"))
+        return iv.union(compute, by=["device"])
+
 
 def find_steps(events: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
     """Host step ranges named by ``pattern``, one per name (first occurrence), in time order."""

@@ -40,8 +40,7 @@ def analyze_copies(ctx: Context) -> CopyResult:
 
     overlap_ratio = None
     if h2d.height:
-        compute = ctx.gpu.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") != "communication"))
-        cu = iv.union(compute, by=["device"])
+        cu = ctx.compute_busy
         hu = iv.union(h2d, by=["device"])
         both = iv.intersect(hu, cu, by=["device"]) if cu.height else hu.head(0)
         overlap_ratio = iv.total(both) / max(1, iv.total(hu))

@@ -8,7 +8,12 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import Context
-from traceinsight.model.classify import EAGER_ELEMENTWISE, FP32_SIMT_PATTERN, TRITON_POINTWISE
+from traceinsight.model.classify import (
+    EAGER_ELEMENTWISE,
+    FP32_SIMT_PATTERN,
+    TRITON_POINTWISE,
+    names_matching,
+)
 
 TOP_KERNELS = 25
 MATH_CLASSES = ("gemm", "conv", "attention")
@@ -46,8 +51,8 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         .sort("total_ns", descending=True)
     )
     ew = k.filter(pl.col("kernel_class") == "elementwise")
-    eager = ew.filter(pl.col("name").str.contains(EAGER_ELEMENTWISE)).height
-    triton = ew.filter(pl.col("name").str.contains(TRITON_POINTWISE)).height
+    eager = names_matching(ew, EAGER_ELEMENTWISE).height
+    triton = names_matching(ew, TRITON_POINTWISE).height
     top = (
         k.group_by("name", "kernel_class")
         .agg(
@@ -62,7 +67,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         .head(TOP_KERNELS)
     )
     math = k.filter(pl.col("kernel_class").is_in(MATH_CLASSES))
-    fp32 = math.filter(pl.col("name").str.to_lowercase().str.contains(FP32_SIMT_PATTERN))
+    fp32 = names_matching(math, f"(?i){FP32_SIMT_PATTERN}")
     math_ns = int(math["dur_ns"].sum()) if math.height else 0
     fp32_ns = int(fp32["dur_ns"].sum()) if fp32.height else 0
     top_fp32 = (
