@@ -229,3 +229,29 @@ def test_emit_nvtx_decorations_are_stripped():
     assert not ev["name"].str.contains(", op_id = |, seq = ").any()
     decorated = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE '%, op_id = %'")[0][0]
     assert decorated > 0  # the fixture really has emit_nvtx ranges
+
+
+def test_nccl_nvtx_domain_names_its_ranges(tmp_path):
+    """Ranges in NCCL's own NVTX domain become nccl:<range>; other domains' ranges do not.
+    No corpus export has that domain, so a copy of one gets a domain and two ranges added."""
+    import shutil
+
+    path = tmp_path / "with_nccl_domain.sqlite"
+    shutil.copy(NSYS / "nsys-ai__mfu_2gpu_after.sqlite", path)
+    con = sqlite3.connect(path)
+    (tid, start) = con.execute("SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1").fetchone()
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (start, None, 75, "NCCL", tid, 7),
+            (start, start + 500, 59, "ncclAllReduce", tid, 7),
+            (start, None, 75, "MyLib", tid, 8),
+            (start, start + 400, 59, "my_op", tid, 8),
+        ],
+    )
+    con.commit()
+    con.close()
+    names = load_trace(path).events.filter(pl.col("kind") == "user_annotation")["name"]
+    assert "nccl:ncclAllReduce" in names.to_list()
+    assert "my_op" in names.to_list() and "nccl:my_op" not in names.to_list()
+    assert "NCCL" not in names.to_list() and "MyLib" not in names.to_list()  # domain rows are not ranges

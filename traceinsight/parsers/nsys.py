@@ -14,7 +14,6 @@ import tempfile
 import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
 import polars as pl
@@ -82,19 +81,27 @@ class _Db:
     def columns(self, table: str) -> set[str]:
         return {r[1] for r in self.con.execute(f'PRAGMA table_info("{table}")').fetchall()}
 
-    def query(self, cols: list[str], table: str, schema: dict[str, pl.DataType], where: str = "") -> _Rows:
+    def query(
+        self,
+        cols: list[str],
+        table: str,
+        schema: dict[str, pl.DataType],
+        where: str = "",
+        finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+    ) -> _Rows:
         """``SELECT cols FROM table [WHERE where]`` as a frame with ``schema`` (one name and type
-        per column, each column aliased to its name), fetched on the pool. A large table is
-        read as several rowid ranges so both threads stay busy until the end."""
+        per column, each column aliased to its name), fetched on the pool and turned into event
+        rows there by ``finish``. A large table is read as several rowid ranges so both threads
+        stay busy until the end (polars releases the GIL, so ``finish`` runs in parallel too)."""
         exprs = ", ".join(f'{c} AS "{n}"' for c, n in zip(cols, schema, strict=True))
         sql = f"SELECT {exprs} FROM {table}"
         ranges = self._rowid_ranges(table)
         if not ranges:
-            return _Rows([self.pool.submit(self._fetch, sql + (f" WHERE {where}" if where else ""), schema)])
-        cond = f"({where}) AND " if where else ""
-        return _Rows(
-            [self.pool.submit(self._fetch, f"{sql} WHERE {cond}rowid BETWEEN {lo} AND {hi}", schema) for lo, hi in ranges]
-        )
+            sqls = [sql + (f" WHERE {where}" if where else "")]
+        else:
+            cond = f"({where}) AND " if where else ""
+            sqls = [f"{sql} WHERE {cond}rowid BETWEEN {lo} AND {hi}" for lo, hi in ranges]
+        return _Rows([self.pool.submit(self._fetch, q, schema, finish) for q in sqls])
 
     def _rowid_ranges(self, table: str) -> list[tuple[int, int]]:
         try:  # one B-tree descent each; asked together, SQLite would scan the table
@@ -108,11 +115,14 @@ class _Db:
         step = -(-(hi - lo + 1) // parts)
         return [(a, min(hi, a + step - 1)) for a in range(lo, hi + 1, step)]
 
-    def _fetch(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    def _fetch(
+        self, sql: str, schema: dict[str, pl.DataType], finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+    ) -> pl.DataFrame:
         df = _fetch_adbc(self.uri, sql)
         if df is None:
             df = self._fetch_sqlite3(sql, schema)
-        return df.cast(schema, strict=False)  # type: ignore[arg-type]
+        df = df.cast(schema, strict=False)  # type: ignore[arg-type]
+        return finish(df) if finish is not None else df
 
     def _fetch_sqlite3(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
         """Rows in batches straight into polars frames: Python tuples never outlive one batch."""
@@ -150,14 +160,6 @@ def _fetch_adbc(uri: str, sql: str) -> pl.DataFrame | None:
         return None
 
 
-@dataclass(frozen=True)
-class _Pending:
-    """A fetch under way and what turns its rows into event rows (given the string table)."""
-
-    rows: _Rows
-    finish: Callable[[pl.DataFrame, pl.DataFrame], pl.DataFrame]
-
-
 def _named(df: pl.DataFrame, strings: pl.DataFrame, id_col: str = "name_id") -> pl.DataFrame:
     """Resolve a StringIds id column into ``name`` in polars (a hash join) rather than with a
     correlated subquery per row in SQL."""
@@ -184,7 +186,7 @@ def _gpu_base(cols: set[str]) -> list[str]:
     return ["start", "end", "deviceId", "streamId", "correlationId", _pick(cols, "globalPid")]
 
 
-def _gpu_rows(db: _Db) -> list[_Pending]:
+def _gpu_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
     out = []
     base_schema = {
         "start_ns": pl.Int64, "end_ns": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
@@ -194,29 +196,34 @@ def _gpu_rows(db: _Db) -> list[_Pending]:
     if kt:
         cols = db.columns(kt)
         name_col = _pick(cols, "demangledName", _pick(cols, "shortName"))
-        rows = db.query([*_gpu_base(cols), name_col], kt, {**base_schema, "name_id": pl.Int64})
-        out.append(_Pending(rows, lambda df, strings: _named(_kernel_classes(df, strings), strings).with_columns(pl.lit("kernel").alias("kind"))))
+        out.append(
+            db.query(
+                [*_gpu_base(cols), name_col],
+                kt,
+                {**base_schema, "name_id": pl.Int64},
+                finish=lambda df: _named(_kernel_classes(df, strings), strings).with_columns(pl.lit("kernel").alias("kind")),
+            )
+        )
     mt = db.table("CUPTI_ACTIVITY_KIND_MEMCPY")
     if mt:
         cols = db.columns(mt)
-        rows = db.query(
-            [*_gpu_base(cols), "bytes", "copyKind", _pick(cols, "srcKind", "7"), _pick(cols, "dstKind", "7")],
-            mt,
-            {**base_schema, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
+        out.append(
+            db.query(
+                [*_gpu_base(cols), "bytes", "copyKind", _pick(cols, "srcKind", "7"), _pick(cols, "dstKind", "7")],
+                mt,
+                {**base_schema, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
+                finish=_memcpy_rows,
+            )
         )
-        out.append(_Pending(rows, lambda df, _s: _memcpy_rows(df)))
     st = db.table("CUPTI_ACTIVITY_KIND_MEMSET")
     if st:
         cols = db.columns(st)
-        rows = db.query(
-            [*_gpu_base(cols), "bytes", _pick(cols, "memKind", "2")],
-            st,
-            {**base_schema, "bytes": pl.Int64, "mk": pl.Int64},
-        )
         out.append(
-            _Pending(
-                rows,
-                lambda df, _s: df.with_columns(
+            db.query(
+                [*_gpu_base(cols), "bytes", _pick(cols, "memKind", "2")],
+                st,
+                {**base_schema, "bytes": pl.Int64, "mk": pl.Int64},
+                finish=lambda df: df.with_columns(
                     pl.lit("memset").alias("kind"),
                     pl.format("Memset ({})", pl.col("mk").replace_strict(MEM_LABEL, default="Unknown", return_dtype=pl.String)).alias("name"),
                 ).drop("mk"),
@@ -225,12 +232,13 @@ def _gpu_rows(db: _Db) -> list[_Pending]:
     yt = db.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
     if yt:
         cols = db.columns(yt)
-        rows = db.query([*_gpu_base(cols), "syncType"], yt, {**base_schema, "sync_type": pl.Int64})
         names = {1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync", 4: "Context Sync"}
         out.append(
-            _Pending(
-                rows,
-                lambda df, _s: df.with_columns(
+            db.query(
+                [*_gpu_base(cols), "syncType"],
+                yt,
+                {**base_schema, "sync_type": pl.Int64},
+                finish=lambda df: df.with_columns(
                     pl.lit("gpu_sync").alias("kind"),
                     pl.col("sync_type").replace_strict(names, default="Sync", return_dtype=pl.String).alias("name"),
                 ).drop("sync_type"),
@@ -266,20 +274,18 @@ _HOST_SCHEMA = {"start_ns": pl.Int64, "end_ns": pl.Int64, "pid": pl.Int64, "tid"
 _HOST_COLS = ["start", "end", PID_OF.format(c="globalTid"), TID_OF.format(c="globalTid"), "(globalTid >> 24) << 24"]
 
 
-def _host_rows(db: _Db) -> list[_Pending]:
+def _host_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
     out = []
     rt = db.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     if rt:
         cols = db.columns(rt)
-        rows = db.query(
-            [*_HOST_COLS, "correlationId", _pick(cols, "eventClass", "0"), "nameId"],
-            rt,
-            {**_HOST_SCHEMA, "correlation": pl.Int64, "event_class": pl.Int64, "name_id": pl.Int64},
-        )
+        api_names = strings.with_columns(pl.col("svalue").str.replace(r"_v\d+$", ""))  # cudaLaunchKernel_v7000
         out.append(
-            _Pending(
-                rows,
-                lambda df, strings: _named(df, strings.with_columns(pl.col("svalue").str.replace(r"_v\d+$", ""))).with_columns(
+            db.query(
+                [*_HOST_COLS, "correlationId", _pick(cols, "eventClass", "0"), "nameId"],
+                rt,
+                {**_HOST_SCHEMA, "correlation": pl.Int64, "event_class": pl.Int64, "name_id": pl.Int64},
+                finish=lambda df: _named(df, api_names).with_columns(
                     pl.when(pl.col("event_class") == 1).then(pl.lit("driver")).otherwise(pl.lit("runtime")).alias("kind"),
                 ).drop("event_class"),
             )
@@ -288,22 +294,26 @@ def _host_rows(db: _Db) -> list[_Pending]:
     if nt:
         cols = db.columns(nt)
         dom = _pick(cols, "domainId", "0")
-        rows = db.query(
-            [*_HOST_COLS, "text", _pick(cols, "textId"), dom],
-            nt,
-            {**_HOST_SCHEMA, "name": pl.String, "text_id": pl.Int64, "domain": pl.Int64},
-            f"eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL AND end >= start",
+        # Ranges and domain names in one scan of the (largest) table.
+        out.append(
+            db.query(
+                [*_HOST_COLS, "text", _pick(cols, "textId"), dom, "eventType"],
+                nt,
+                {**_HOST_SCHEMA, "name": pl.String, "text_id": pl.Int64, "domain": pl.Int64, "_etype": pl.Int64},
+                f"(eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL AND end >= start) OR eventType = {NVTX_DOMAIN_CREATE}",
+                finish=lambda df: _nvtx_rows(_named(df, strings, "text_id")),
+            )
         )
-        domains = db.query(
-            [dom, "text"], nt, {"domain": pl.Int64, "dname": pl.String}, f"eventType = {NVTX_DOMAIN_CREATE}"
-        )
-        out.append(_Pending(rows, lambda df, strings: _nvtx_rows(_named(df, strings, "text_id"), domains.result())))
     for table in ("CUPTI_ACTIVITY_KIND_OVERHEAD", "PROFILER_OVERHEAD"):
         ot = db.table(table)
         if ot and {"start", "end", "globalTid"} <= db.columns(ot):
-            rows = db.query(_HOST_COLS, ot, _HOST_SCHEMA)
             out.append(
-                _Pending(rows, lambda df, _s: df.with_columns(pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")))
+                db.query(
+                    _HOST_COLS,
+                    ot,
+                    _HOST_SCHEMA,
+                    finish=lambda df: df.with_columns(pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")),
+                )
             )
     return out
 
@@ -314,18 +324,26 @@ def _host_rows(db: _Db) -> list[_Pending]:
 EMIT_NVTX_SUFFIX = r", (?:seq|op_id|sizes|input_op_ids|stashed seq) = .*$"
 
 
-def _nvtx_rows(df: pl.DataFrame, domains: pl.DataFrame) -> pl.DataFrame:
-    df = df.with_columns(pl.col("name").str.replace(EMIT_NVTX_SUFFIX, ""))
-    df = df.join(domains.unique(subset=["domain"]), on="domain", how="left", maintain_order="left")
-    # NCCL's own domain (NCCL >= 2.8.3): name its ranges so collectives are recognized.
-    df = df.with_columns(
-        pl.when(pl.col("dname").str.to_uppercase() == "NCCL")
+def _nvtx_rows(df: pl.DataFrame) -> pl.DataFrame:
+    return df.with_columns(pl.col("name").str.replace(EMIT_NVTX_SUFFIX, ""), pl.lit("user_annotation").alias("kind")).filter(
+        pl.col("name").is_not_null()
+    )
+
+
+def _nccl_domain(nvtx: pl.DataFrame) -> pl.DataFrame:
+    """The NVTX ranges, those of NCCL's own domain (NCCL >= 2.8.3) named ``nccl:<range>`` so
+    collectives are recognized. Domain-creation rows name the domains."""
+    create = pl.col("_etype") == NVTX_DOMAIN_CREATE
+    nccl = nvtx.filter(create & (pl.col("name").str.to_uppercase() == "NCCL")).get_column("domain").unique()
+    df = nvtx.filter(~create).drop("_etype")
+    if nccl.len() == 0:
+        return df.drop("domain")
+    return df.with_columns(
+        pl.when(pl.col("domain").is_in(nccl.implode()))
         .then(pl.format("nccl:{}", pl.col("name")))
         .otherwise(pl.col("name"))
-        .alias("name"),
-        pl.lit("user_annotation").alias("kind"),
-    ).drop("domain", "dname")
-    return df.filter(pl.col("name").is_not_null())
+        .alias("name")
+    ).drop("domain")
 
 
 def _session_start(db: _Db) -> int | None:
@@ -366,12 +384,11 @@ def parse_nsys(path: str | Path) -> Trace:
         meta_kv = _metadata(db)
         session_start_ns = _session_start(db)
         devices = _devices(db)
-        strings = db.query(["id", "value"], "StringIds", {"sid": pl.Int64, "svalue": pl.String})
-        pending_gpu = _gpu_rows(db)
-        pending_host = _host_rows(db)
-        string_table = strings.result()
-        gpu = [p.finish(p.rows.result(), string_table) for p in pending_gpu]
-        host = [p.finish(p.rows.result(), string_table) for p in pending_host]
+        strings = db.query(["id", "value"], "StringIds", {"sid": pl.Int64, "svalue": pl.String}).result()
+        pending_gpu = _gpu_rows(db, strings)
+        pending_host = _host_rows(db, strings)
+        gpu = [p.result() for p in pending_gpu]
+        host = [_nccl_domain(h) if "_etype" in h.columns else h for h in (p.result() for p in pending_host)]
     finally:
         db.close()
 
