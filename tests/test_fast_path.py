@@ -1,5 +1,7 @@
 """The streamed msgspec path must give exactly the result of the reference orjson path."""
 
+import os
+
 import pytest
 
 import traceinsight.parsers.kineto_fast as fast
@@ -93,7 +95,7 @@ def _spool_files():
     import glob
     import tempfile
 
-    return set(glob.glob("/dev/shm/traceinsight-*")) | set(glob.glob(f"{tempfile.gettempdir()}/traceinsight-*.json"))
+    return set(glob.glob("/dev/shm/traceinsight-spool-*")) | set(glob.glob(f"{tempfile.gettempdir()}/traceinsight-spool-*"))
 
 
 def test_spool_is_removed_and_optional(monkeypatch):
@@ -163,3 +165,17 @@ def test_lost_helper_chunks_are_decoded_here(tmp_path):
         assert all(a[0].equals(b[0]) and a[1] == b[1] for a, b in zip(parts, local.results(), strict=True))
     finally:
         spool.close()
+
+
+def test_spool_of_a_killed_parse_is_swept(tmp_path, monkeypatch):
+    """A spool left by a process that no longer exists is removed by the next parse; a live
+    process's spool is not."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = tmp_path / f"{fast.SPOOL_PREFIX}999999999-abc.json"
+    live = tmp_path / f"{fast.SPOOL_PREFIX}{os.getpid()}-abc.json"
+    dead.write_bytes(b"x")
+    live.write_bytes(b"x")
+    fast._sweep(str(tmp_path))
+    assert not dead.exists() and live.exists()

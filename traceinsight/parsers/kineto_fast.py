@@ -13,6 +13,7 @@ returns None and the caller uses the robust orjson path with its repairs.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import tempfile
@@ -33,6 +34,7 @@ HEAD_MAX_BYTES = 64 * 1024 * 1024  # metadata before traceEvents beyond this: no
 IN_FLIGHT_PER_HELPER = 3  # chunks queued per helper so it never waits on the inflating thread
 MIN_HELPER_BYTES = 64 * 1024 * 1024  # smaller documents finish before a helper could start
 SPOOL_MARGIN_BYTES = 256 * 1024 * 1024  # free space left beside a spool
+SPOOL_PREFIX = "traceinsight-spool-"  # + owner pid: a killed parse's spool is swept by the next
 
 
 class _Args(msgspec.Struct, gc=False):  # no GC tracking: millions of acyclic objects
@@ -311,17 +313,29 @@ class _Spool:
 
 def _spool_file(size: int) -> str:
     """A new file for the spool where the free space holds it (writing past a full tmpfs through
-    a mapping would kill the process with SIGBUS, so check first)."""
+    a mapping would kill the process with SIGBUS, so check first). Spools of processes that no
+    longer exist (killed mid-parse) are removed first."""
     for folder in ("/dev/shm", tempfile.gettempdir()):
         try:
+            _sweep(folder)
             st = os.statvfs(folder)
         except OSError:
             continue
         if st.f_bavail * st.f_frsize >= size + SPOOL_MARGIN_BYTES:
-            fd, name = tempfile.mkstemp(prefix="traceinsight-", suffix=".json", dir=folder)
+            fd, name = tempfile.mkstemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", suffix=".json", dir=folder)
             os.close(fd)
             return name
     raise OSError("no room to spool the trace")
+
+
+def _sweep(folder: str) -> None:
+    for entry in os.scandir(folder):
+        if not entry.name.startswith(SPOOL_PREFIX):
+            continue
+        pid = entry.name[len(SPOOL_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not os.path.exists(f"/proc/{pid}") and os.path.exists("/proc/self"):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
 
 
 # Helper side: the spool mapped once per process.
