@@ -570,8 +570,9 @@ def _inflated_size(path: Path, kind: str) -> int:
 
 def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
     """Inflate ``path`` into a spool, cutting chunks as it fills and handing them to ``helpers``
-    processes; this process decodes the rest. Same result as :func:`decode`; None to fall back
-    (truncated, unusual layout, unexpected types, no room for the spool)."""
+    processes (or decoding them here, without helpers or below ``MIN_HELPER_BYTES``). Same result
+    as :func:`decode`; None to fall back (truncated, unusual layout, unexpected types, no room
+    for the spool)."""
     stream = Decompressed(path, max_bytes, read_size=1024 * 1024)  # ~10-20 MB inflated per read
     try:
         size = _inflated_size(path, stream.kind)
@@ -594,7 +595,7 @@ def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> tuple[pl
         for span in spans:
             sched.add(*span)
         parts = sched.results()
-    except _Unusable:
+    except (_Unusable, OSError):  # OSError: the spool ran out of room (another parse took it)
         return None
     finally:
         sched.close()
