@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,10 +30,14 @@ ANALYZERS = {
 }
 
 
-def run_analyzers(ctx: Context, threads: int = 2) -> dict[str, Any]:
+def run_analyzers(ctx: Context, threads: int | None = None) -> dict[str, Any]:
     """Every analyzer on one context. They are independent and spend their time inside polars,
     which releases the GIL, so two threads overlap one analyzer's Python with another's
-    queries (10% faster on the 10x trace); results do not depend on the order."""
+    queries (10% faster on the 10x trace); results do not depend on the order. By default one
+    thread where polars is held to one (a batch or job worker that shares the cores)."""
+    if threads is None:
+        limit = os.environ.get("POLARS_MAX_THREADS", "")
+        threads = 1 if limit == "1" else 2
     if threads <= 1:
         return {name: fn(ctx) for name, fn in ANALYZERS.items()}
     ctx.busy  # noqa: B018 - computed once here rather than raced for by two analyzers
