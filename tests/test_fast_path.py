@@ -142,7 +142,7 @@ def test_lost_helper_chunks_are_decoded_here(tmp_path):
             spool.write(block)
             spans += cutter.cut()
         last, _ = cutter.finish()
-        spans += last
+        spans.append(last)
 
         class DeadPool:
             def submit(self, *a, **k):

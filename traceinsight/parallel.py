@@ -9,6 +9,17 @@ from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 
 
+def cores_available() -> int:
+    """Cores this process may use: its CPU affinity, capped by POLARS_MAX_THREADS (which a
+    worker pool sets to each worker's share)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cores = os.cpu_count() or 1
+    limit = os.environ.get("POLARS_MAX_THREADS", "")
+    return min(cores, int(limit)) if limit.isdigit() and int(limit) > 0 else cores
+
+
 @contextlib.contextmanager
 def process_pool(workers: int) -> Iterator[ProcessPoolExecutor]:
     """Spawned workers (forking a process that runs polars' thread pool can deadlock), each

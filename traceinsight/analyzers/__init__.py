@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,6 +15,7 @@ from traceinsight.analyzers.optimizer import analyze_optimizer
 from traceinsight.analyzers.recompute import analyze_recompute
 from traceinsight.analyzers.steps import analyze_steps
 from traceinsight.analyzers.syncs import analyze_syncs
+from traceinsight.parallel import cores_available
 
 ANALYZERS = {
     "idle": analyze_idle,
@@ -36,8 +36,7 @@ def run_analyzers(ctx: Context, threads: int | None = None) -> dict[str, Any]:
     queries (10% faster on the 10x trace); results do not depend on the order. By default one
     thread where polars is held to one (a batch or job worker that shares the cores)."""
     if threads is None:
-        limit = os.environ.get("POLARS_MAX_THREADS", "")
-        threads = 1 if limit == "1" else 2
+        threads = min(2, cores_available())
     if threads <= 1:
         return {name: fn(ctx) for name, fn in ANALYZERS.items()}
     ctx.busy  # noqa: B018 - computed once here rather than raced for by two analyzers

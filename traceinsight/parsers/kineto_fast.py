@@ -6,8 +6,8 @@ the memory. The events array is cut into chunks of whole events: Kineto writes e
 own line as ``\\n  {`` at depth one (JSON strings cannot hold a raw newline), so those positions
 are safe cut points. :func:`decode_path` inflates the file into a shared spool and cuts it as it
 fills; helper processes (decoding holds the GIL, so threads would not help) decode the chunks in
-place while it keeps inflating. :func:`decode` is the same decoding on a document in memory, for
-what the spool cannot take. Anything unexpected (bad types, NaN, invalid UTF-8, truncation)
+place while it keeps inflating. :func:`decode` cuts and decodes a document already in memory the
+same way, for what the spool cannot take. Anything unexpected (bad types, NaN, invalid UTF-8, truncation)
 returns None and the caller uses the robust orjson path with its repairs.
 """
 
@@ -194,86 +194,34 @@ def decode_chunk(array: bytes | bytearray | memoryview) -> tuple[pl.DataFrame, i
     return _frame(events)
 
 
-def _chunks(array: bytes | bytearray) -> list[tuple[int, int]]:
-    """Byte ranges of ``array`` (a JSON array) holding whole events, cut at event starts; the
-    last range ends at the closing bracket."""
-    body_start = array.index(b"[") + 1
-    body_end = array.rindex(b"]")
-    cuts = [body_start]
-    pos = body_start
-    while True:
-        nxt = array.find(EVENT_START, pos + CHUNK_BYTES, body_end)
-        if nxt < 0:
-            break
-        cuts.append(nxt)
-        pos = nxt
-    cuts.append(body_end)
-    return list(zip(cuts[:-1], cuts[1:], strict=True))
-
-
-def _decode_array(array: bytes | msgspec.Raw) -> tuple[pl.DataFrame, int]:
-    if len(array) <= CHUNK_BYTES:  # one chunk: decode in place, no copies
-        events = _EVENTS.decode(array)
-        return _frame(events)
-    # One writable copy; each chunk becomes a JSON array in place by turning the newline before
-    # its first event into '[' and the comma after its last event into ']'.
-    buf = bytearray(array)
-    view = memoryview(buf)
-    frames: list[pl.DataFrame] = []
-    other = 0
-    ranges = _chunks(buf)
-    for i, (a, b) in enumerate(ranges):
-        if i == len(ranges) - 1:
-            end = b + 1  # the array's own closing bracket
-        else:
-            comma = buf.rindex(b",", a, b)
-            buf[comma] = ord("]")
-            end = comma + 1
-        if i > 0:
-            buf[a] = ord("[")  # the '\\n' of '\\n  {'
-        else:
-            a = buf.index(b"[")
-        events = _EVENTS.decode(view[a:end])
-        df, n = _frame(events)
-        del events
-        frames.append(df)
-        other += n
-    view.release()
-    return pl.concat(frames, how="vertical_relaxed"), other
-
-
-def decode(data: bytes) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
-    """(raw event frame, top-level metadata, era note, non-X event count), or None to fall back."""
-    try:
-        head = data.lstrip()[:1]
-        if head == b"[":
-            df, other = _decode_array(data)
-            if df.height == 0 and other:
-                return None  # an array of something else: let the robust path explain
-            return df, {}, "2020 bare event array", other
-        if head != b"{":
-            return None
-        top = _TOP.decode(data)
-        raw = top.traceEvents
-        if not len(raw) or bytes(memoryview(raw)[:1]) != b"[":
-            return None
-        df, other = _decode_array(raw)
-        meta = {f: getattr(top, f) for f in top.__struct_fields__ if f != "traceEvents" and getattr(top, f) is not None}
-        return df, meta, "", other
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, UnicodeDecodeError):
-        return None
-
-
 class _Unusable(Exception):
     """The document does not have the layout the streamed path relies on."""
 
 
-class _Spool:
+class _Buffer:
+    """A document the cutter works on: ``mm`` is writable and sliceable (a bytearray here, a
+    shared mapping in :class:`_Spool`); ``len`` bytes of it have arrived."""
+
+    def __init__(self, data: bytearray) -> None:
+        self.mm: bytearray | mmap.mmap = data
+        self.len = len(data)
+
+    def find(self, sub: bytes, start: int, end: int | None = None) -> int:
+        return self.mm.find(sub, start, self.len if end is None else end)
+
+    def rfind(self, sub: bytes, start: int, end: int) -> int:
+        return self.mm.rfind(sub, start, end)
+
+    def bytes(self, start: int, end: int) -> bytes:
+        return bytes(self.mm[start:end])
+
+
+class _Spool(_Buffer):
     """The inflated document in a file-backed shared mapping (tmpfs where it has room), written
     block by block; helper processes map the same file and decode their chunks in place, so no
     chunk is copied through a pipe."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int) -> None:  # the mapping replaces _Buffer's bytearray
         self.path = _spool_file(size)
         try:
             self.fd = os.open(self.path, os.O_RDWR)
@@ -293,15 +241,6 @@ class _Spool:
         # per 4 KiB page (0.4 s less on a 433 MB trace)
         os.pwrite(self.fd, block, self.len)
         self.len = end
-
-    def find(self, sub: bytes, start: int, end: int | None = None) -> int:
-        return self.mm.find(sub, start, self.len if end is None else end)
-
-    def rfind(self, sub: bytes, start: int, end: int) -> int:
-        return self.mm.rfind(sub, start, end)
-
-    def bytes(self, start: int, end: int) -> bytes:
-        return self.mm[start:end]
 
     def close(self) -> None:
         try:
@@ -357,11 +296,11 @@ def decode_span(spool_path: str, start: int, end: int) -> tuple[pl.DataFrame, in
 
 
 class _Cutter:
-    """Finds chunks of whole events (about ``CHUNK_BYTES`` each) in the spool as it fills, and
+    """Finds chunks of whole events (about ``CHUNK_BYTES`` each) in a buffer as it fills, and
     makes each a JSON array in place: the newline before its first event becomes '[', the comma
     after its last event ']'. Also keeps what surrounds the events array, for the metadata."""
 
-    def __init__(self, spool: _Spool) -> None:
+    def __init__(self, spool: _Buffer) -> None:
         self.spool = spool
         self.head: bytes | None = None  # the document up to and including the events' '['
         self.bare = False  # 2020 traces: the document is the events array itself
@@ -377,8 +316,7 @@ class _Cutter:
             if nxt < 0:
                 return out
             comma = sp.rfind(b",", self.start, nxt)
-            before = sp.bytes(max(self.start, comma - 256), comma).rstrip()
-            if comma < 0 or sp.bytes(comma + 1, nxt).strip() or not before.endswith(b"}"):
+            if comma < 0 or sp.bytes(comma + 1, nxt).strip() or not sp.bytes(max(self.start, comma - 256), comma).rstrip().endswith(b"}"):
                 raise _Unusable("a cut point does not follow an event")
             sp.mm[comma] = ord("]")
             sp.mm[nxt] = ord("[")  # the newline of the next chunk's '\\n  {'
@@ -417,9 +355,8 @@ class _Cutter:
         self.start = bracket
         return True
 
-    def finish(self) -> tuple[list[tuple[int, int]], dict[str, Any]]:
-        """The last chunk (none if the array ends right after a cut) and the top-level
-        metadata, once the whole document is in the spool."""
+    def finish(self) -> tuple[tuple[int, int], dict[str, Any]]:
+        """The last chunk and the top-level metadata, once the whole document has arrived."""
         if self.head is None:
             raise _Unusable("no events array")
         sp = self.spool
@@ -447,23 +384,19 @@ class _Cutter:
                 msgspec.json.decode(last)
             except msgspec.DecodeError:
                 continue
-            return [(self.start, pos + 1)], meta
+            return (self.start, pos + 1), meta
         raise _Unusable("the events array does not close")
 
 
 def default_helpers() -> int:
     """Helper processes for one parse: one per core this process may use (the parent mostly
     waits); none on one core, e.g. a batch worker limited by POLARS_MAX_THREADS."""
+    from traceinsight.parallel import cores_available
+
     raw = os.environ.get("TRACEINSIGHT_PARSE_HELPERS")
     if raw is not None and raw.strip().isdigit():
         return int(raw)
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cores = os.cpu_count() or 1
-    limit = os.environ.get("POLARS_MAX_THREADS", "")
-    if limit.isdigit():
-        cores = min(cores, int(limit))
+    cores = cores_available()
     return 0 if cores < 2 else min(cores, 8)
 
 
@@ -474,8 +407,8 @@ class _Scheduler:
     10x trace: 3.7 s with two helpers and an idle parent, 4.2 s with one helper plus the parent).
     Without helpers (or once they are lost) it decodes everything itself."""
 
-    def __init__(self, spool: _Spool, helpers: int) -> None:
-        self.spool = spool
+    def __init__(self, spool: _Buffer, helpers: int) -> None:
+        self.spool = spool  # a _Spool whenever helpers > 0: they map its file
         self.helpers = helpers
         self.todo: deque[tuple[int, int, int]] = deque()
         self.done: dict[int, tuple[pl.DataFrame, int] | None] = {}
@@ -528,7 +461,7 @@ class _Scheduler:
         while self.todo and len(self.inflight) < IN_FLIGHT_PER_HELPER * self.helpers:
             item = self.todo.pop()  # helpers take from the back, this process from the front
             try:
-                fut = self.pool.submit(decode_span, self.spool.path, item[1], item[2])
+                fut = self.pool.submit(decode_span, self.spool.path, item[1], item[2])  # type: ignore[attr-defined]
             except RuntimeError:  # broken pool
                 self.todo.append(item)
                 self.pool = None
@@ -568,6 +501,21 @@ def _inflated_size(path: Path, kind: str) -> int:
         return int.from_bytes(fh.read(4), "little")
 
 
+def decode(data: bytes) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
+    """:func:`decode_path` for a document already in memory (what the spool cannot take: a
+    gzip of several members, no room for the spool), in this process: (raw event frame,
+    top-level metadata, era note, non-X event count), or None to fall back."""
+    buf = _Buffer(bytearray(data))
+    cutter = _Cutter(buf)
+    sched = _Scheduler(buf, 0)
+    try:
+        for span in cutter.cut():
+            sched.add(*span)
+        return _finish(cutter, sched)
+    except _Unusable:
+        return None
+
+
 def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
     """Inflate ``path`` into a spool, cutting chunks as it fills and handing them to ``helpers``
     processes (or decoding them here, without helpers or below ``MIN_HELPER_BYTES``). Same result
@@ -591,20 +539,23 @@ def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> tuple[pl
                 sched.add(*span)
         if stream.truncated or spool.len != spool.size:
             return None
-        spans, meta = cutter.finish()
-        for span in spans:
-            sched.add(*span)
-        parts = sched.results()
+        return _finish(cutter, sched)
     except (_Unusable, OSError):  # OSError: the spool ran out of room (another parse took it)
         return None
     finally:
         sched.close()
         spool.close()
+
+
+def _finish(cutter: _Cutter, sched: _Scheduler) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
+    """The last chunk in, every chunk's frame out, in document order."""
+    last, meta = cutter.finish()
+    sched.add(*last)
+    parts = sched.results()
     if parts is None:
         return None
-    frames = [df for df, _ in parts]
+    df = pl.concat([df for df, _ in parts], how="vertical_relaxed")
     other = sum(n for _, n in parts)
-    df = pl.concat(frames, how="vertical_relaxed") if frames else raw_frame(*([[]] * 11))
     if df.height == 0 and other and cutter.bare:
         return None  # an array of something else: let the robust path explain
     return df, meta, "2020 bare event array" if cutter.bare else "", other

@@ -57,7 +57,7 @@ class _Db:
     def __init__(self, path: Path) -> None:
         self.uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
         try:
-            self.con = sqlite3.connect(self.uri, uri=True, check_same_thread=False)
+            self.con = sqlite3.connect(self.uri, uri=True)
             self.con.execute("PRAGMA query_only = ON")
             rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
         except sqlite3.OperationalError as exc:
