@@ -68,9 +68,9 @@ def compare_docs(before: dict[str, Any], after: dict[str, Any], kb: pl.DataFrame
         pl.col("total_ns").fill_null(0.0), pl.col("total_ns_after").fill_null(0.0),
         pl.col("count").fill_null(0.0), pl.col("count_after").fill_null(0.0),
     ).with_columns((pl.col("total_ns_after") - pl.col("total_ns")).alias("delta_ns"))
-    appeared = k.filter((pl.col("count") == 0) & (pl.col("count_after") > 0)).sort("total_ns_after", descending=True)
-    gone = k.filter((pl.col("count") > 0) & (pl.col("count_after") == 0)).sort("total_ns", descending=True)
-    changed = k.filter((pl.col("count") > 0) & (pl.col("count_after") > 0)).sort(pl.col("delta_ns").abs(), descending=True)
+    appeared = k.filter((pl.col("count") == 0) & (pl.col("count_after") > 0)).sort(["total_ns_after", "name"], descending=[True, False])
+    gone = k.filter((pl.col("count") > 0) & (pl.col("count_after") == 0)).sort(["total_ns", "name"], descending=[True, False])
+    changed = k.filter((pl.col("count") > 0) & (pl.col("count_after") > 0)).sort([pl.col("delta_ns").abs(), pl.col("name")], descending=[True, False])
     fb = {f["id"]: f for f in before["findings"] if f["severity"] != "info"}
     fa = {f["id"]: f for f in after["findings"] if f["severity"] != "info"}
     return {

@@ -39,8 +39,9 @@ def run_analyzers(ctx: Context, threads: int | None = None) -> dict[str, Any]:
         threads = min(2, cores_available())
     if threads <= 1:
         return {name: fn(ctx) for name, fn in ANALYZERS.items()}
-    ctx.busy  # noqa: B018 - computed once here rather than raced for by two analyzers
-    ctx.compute_busy  # noqa: B018
+    # computed once here rather than raced for by two analyzers
+    for shared in ("busy", "compute_busy", "ops", "sync_calls"):
+        getattr(ctx, shared)
     with ThreadPoolExecutor(max_workers=threads) as pool:
         futures = {name: pool.submit(fn, ctx) for name, fn in ANALYZERS.items()}
         return {name: f.result() for name, f in futures.items()}

@@ -45,7 +45,7 @@ def analyze_comm(ctx: Context) -> CommResult:
     top = (
         comm.group_by("name")
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
-        .sort("total_ns", descending=True)
+        .sort(["total_ns", "name"], descending=[True, False])
         .head(10)
     )
     return CommResult(

@@ -5,8 +5,9 @@ Pure functions over the event table; the :class:`Context` is frozen and shared r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import polars as pl
 
@@ -33,6 +34,8 @@ COMM_HOST_PATTERN = (
     r"|^ncclBroadcast|^ncclSend|^ncclRecv|^ncclGroupEnd|barrier"
 )
 STEP_MARKER = r"^(ProfilerStep#|train_step#)"
+HOST_OP_KINDS = ("cpu_op", "user_annotation")
+API_KINDS = ("runtime", "driver")
 
 
 @dataclass(frozen=True)
@@ -44,8 +47,8 @@ class Context:
     gpu: pl.DataFrame  # GPU activity rows (kernel/memcpy/memset) inside the window
     launches: pl.DataFrame  # GPU activity joined to its launching call (see launch_join)
     devices: tuple[int, ...]
-    ops: pl.DataFrame  # host ops and annotations, step markers excluded (whole trace)
-    sync_calls: pl.DataFrame  # blocking sync / blocking copy API calls (whole trace)
+    # rows() subsets and their distinct names, filled on first use (analyzers share them)
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def window_ns(self) -> int:
@@ -54,6 +57,30 @@ class Context:
     @property
     def has_gpu(self) -> bool:
         return self.gpu.height > 0
+
+    def rows(self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False) -> pl.DataFrame:
+        """Events of ``kinds`` (whole trace), those whose name matches ``pattern`` (or not, with
+        ``negate``). Each subset is filtered once and each of its distinct names matched once per
+        pattern (see :func:`names_matching`), whichever analyzer asks first."""
+        subset = self._cache.get(kinds)
+        if subset is None:
+            subset = self._cache[kinds] = self.events.filter(pl.col("kind").is_in(list(kinds)))
+        if pattern is None:
+            return subset
+        names = self._cache.get(("names", kinds))
+        if names is None:
+            names = self._cache[("names", kinds)] = subset.get_column("name").unique()
+        return names_matching(subset, pattern, negate=negate, names=names)
+
+    @cached_property
+    def ops(self) -> pl.DataFrame:
+        """Host ops and annotations, step markers excluded (whole trace)."""
+        return self.rows(HOST_OP_KINDS, STEP_MARKER, negate=True)
+
+    @cached_property
+    def sync_calls(self) -> pl.DataFrame:
+        """Blocking sync / blocking copy API calls (whole trace)."""
+        return self.rows(API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}")
 
     @cached_property
     def busy(self) -> pl.DataFrame:
@@ -70,7 +97,7 @@ class Context:
 def find_steps(events: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
     """Host step ranges named by ``pattern``, one per name (first occurrence), in time order."""
     steps = (
-        names_matching(events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])), pattern)
+        names_matching(events.filter(pl.col("kind").is_in(HOST_OP_KINDS)), pattern)
         .sort("start_ns")
         .unique(subset=["name"], keep="first", maintain_order=True)
         .select(
@@ -106,8 +133,9 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
 
 def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Context:
     ev = trace.events
+    host = ev.filter(pl.col("kind").is_in(HOST_OP_KINDS))
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
-    steps = find_steps(ev, step_pattern)
+    steps = find_steps(host, step_pattern)
     launches = launch_join(ev)
     if steps.height:
         steps = _device_aligned_steps(steps, launches)
@@ -132,8 +160,7 @@ def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Con
         gpu=gpu,
         launches=launches,
         devices=devices,
-        ops=names_matching(ev.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])), STEP_MARKER, negate=True),
-        sync_calls=names_matching(ev.filter(pl.col("kind").is_in(["runtime", "driver"])), f"{SYNC_API}|{BLOCKING_COPY_API}"),
+        _cache={HOST_OP_KINDS: host},
     )
 
 
@@ -179,9 +206,9 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     return host.drop("_i", "_gpu_end")
 
 
-def host_ranges(ctx: Context, pattern: str, kinds: tuple[str, ...] = ("cpu_op", "user_annotation")) -> pl.DataFrame:
+def host_ranges(ctx: Context, pattern: str, kinds: tuple[str, ...] = HOST_OP_KINDS) -> pl.DataFrame:
     """Union of host ranges whose name matches ``pattern`` (regex), clipped to the window."""
-    rows = names_matching(ctx.events.filter(pl.col("kind").is_in(kinds)), pattern)
+    rows = ctx.rows(kinds, pattern)
     return iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns) if rows.height else _empty()
 
 

@@ -94,7 +94,7 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         return CrossRankResult(ranks, 0, counts, 0, None, None, 0, {str(r): 0 for r in ranks}, (), (), medians, skew, differing, tuple(warnings))
     per_j = df.group_by("j").agg(
         pl.col("start_ns").max().alias("last_start"),
-        pl.col("rank").sort_by("start_ns").last().alias("last_rank"),
+        pl.col("rank").sort_by("start_ns", "rank").last().alias("last_rank"),
         pl.col("name").n_unique().alias("names"),
         pl.col("name").first().alias("name"),
     )
@@ -109,7 +109,8 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     if waits.height:
         for r, w in iv.union(waits, by=["rank"]).group_by("rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum()).iter_rows():
             wait_by_rank[str(r)] = int(w)
-    last_counts = per_j.group_by("last_rank").len().sort("len", descending=True)
+    # ties (replicated or symmetric ranks) resolve the same way on every run
+    last_counts = per_j.group_by("last_rank").len().sort(["len", "last_rank"], descending=[True, False])
     cand, cand_n = last_counts.row(0)
     share = cand_n / n
     blamed = waits.filter((pl.col("last_rank") == cand) & (pl.col("rank") != cand))
@@ -120,7 +121,7 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         df.filter(pl.col("rank") != pl.col("last_rank"))
         .group_by("j", "name", "last_rank")
         .agg(pl.col("wait_ns").sum().alias("wait_ns"))
-        .sort("wait_ns", descending=True)
+        .sort(["wait_ns", "j"], descending=[True, False])
         .head(10)
     )
     return CrossRankResult(

@@ -31,7 +31,6 @@ from traceinsight.analyzers.context import (
     host_ranges,
 )
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import names_matching
 
 CAUSES = (
     "dataloader",
@@ -74,7 +73,7 @@ def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
 
 
 def _profiler_ranges(ctx: Context) -> pl.DataFrame:
-    rows = ctx.events.filter(pl.col("kind") == "overhead")
+    rows = ctx.rows(("overhead",))
     closing = closing_profiler_sync(ctx)
     if closing is not None:
         tail = ctx.sync_calls.filter(closing)
@@ -97,7 +96,10 @@ def _pageable_copy_calls(ctx: Context) -> pl.DataFrame:
 
 def top_gaps(gaps: pl.DataFrame) -> pl.DataFrame:
     """The reported segments: longest first, ties in time order (deterministic, so the gaps
-    that get a host op are exactly the ones listed)."""
+    that get a host op are exactly the ones listed). Only gaps at least as long as the 25th
+    longest are sorted, not the hundreds of thousands a long trace has."""
+    if gaps.height > TOP_SEGMENTS:
+        gaps = gaps.filter(pl.col("dur_ns") >= gaps.get_column("dur_ns").top_k(TOP_SEGMENTS).min())
     return gaps.sort(["dur_ns", "start_ns", "device"], descending=[True, False, False]).head(TOP_SEGMENTS)
 
 
@@ -275,7 +277,7 @@ def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
     calls = ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("end_ns").alias("c_e"), pl.col("tid").alias("c_tid"))
     if calls.height == 0:
         return syncs
-    ops = names_matching(ctx.events.filter(pl.col("kind") == "cpu_op"), r"^aten::").select("start_ns", "end_ns", "tid")
+    ops = ctx.rows(("cpu_op",), r"^aten::").select("start_ns", "end_ns", "tid")
     inner = (
         iv.containing(calls, ops, inner_start="c_s", inner_end="c_e", outer_start="start_ns", outer_end="end_ns", same=("tid", "c_tid"))
         .sort("start_ns", descending=True)

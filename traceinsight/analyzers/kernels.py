@@ -48,7 +48,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
             (pl.col("total_ns") / max(1, total)).alias("time_share"),
             (pl.col("count") / max(1, n)).alias("count_share"),
         )
-        .sort("total_ns", descending=True)
+        .sort(["total_ns", "kernel_class"], descending=[True, False])
     )
     ew = k.filter(pl.col("kernel_class") == "elementwise")
     eager = names_matching(ew, EAGER_ELEMENTWISE).height
@@ -63,7 +63,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
             pl.col("dur_ns").max().alias("max_ns"),
         )
         .with_columns(pl.col("kernel_class").cast(pl.String), (pl.col("total_ns") / max(1, total)).alias("time_share"))
-        .sort("total_ns", descending=True)
+        .sort(["total_ns", "name"], descending=[True, False])
         .head(TOP_KERNELS)
     )
     math = k.filter(pl.col("kernel_class").is_in(MATH_CLASSES))
@@ -71,7 +71,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
     math_ns = int(math["dur_ns"].sum()) if math.height else 0
     fp32_ns = int(fp32["dur_ns"].sum()) if fp32.height else 0
     top_fp32 = (
-        fp32.group_by("name").agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns")).sort("total_ns", descending=True).head(5)
+        fp32.group_by("name").agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns")).sort(["total_ns", "name"], descending=[True, False]).head(5)
     )
     steps = ctx.steps.height
     return KernelResult(

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import LAUNCH_API, Context
-from traceinsight.model.classify import names_matching
+from traceinsight.analyzers.context import API_KINDS, LAUNCH_API, Context
 
 
 @dataclass(frozen=True)
@@ -25,9 +24,7 @@ class LaunchResult:
 
 def analyze_launch(ctx: Context) -> LaunchResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    calls = names_matching(
-        ctx.events.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("start_ns").is_between(lo, hi)), LAUNCH_API
-    )
+    calls = ctx.rows(API_KINDS, LAUNCH_API).filter(pl.col("start_ns").is_between(lo, hi))
     kl = ctx.launches.filter(
         (pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null() & pl.col("start_ns").is_between(lo, hi)
     ).with_columns(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import HOST_OP_KINDS, Context
 from traceinsight.model import intervals as iv
 
 FUSED = r"(?i)fused.*(adam|sgd|lamb|adagrad|optim)|fusedadam|_fused_"
@@ -25,11 +25,8 @@ class OptimizerResult:
 
 def analyze_optimizer(ctx: Context) -> OptimizerResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    ranges = ctx.events.filter(
-        pl.col("kind").is_in(["cpu_op", "user_annotation"])
-        & pl.col("name").str.contains(r"^Optimizer\.step#")
-        & pl.col("start_ns").is_between(lo, hi)
-    ).select(pl.col("name"), pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), pl.col("tid").alias("o_tid"))
+    ranges = ctx.rows(HOST_OP_KINDS, r"^Optimizer\.step#").filter(pl.col("start_ns").is_between(lo, hi))
+    ranges = ranges.select(pl.col("name"), pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), pl.col("tid").alias("o_tid"))
     if ranges.height == 0:
         return OptimizerResult(0, None, None, None, None, None)
     name = ranges["name"][0].split("#", 1)[1].split(".")[0]

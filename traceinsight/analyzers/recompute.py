@@ -32,11 +32,12 @@ class RecomputeResult:
 
 
 def analyze_recompute(ctx: Context) -> RecomputeResult:
-    ev = ctx.events
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    cpu = ev.filter((pl.col("kind") == "cpu_op") & pl.col("start_ns").is_between(lo, hi))
-    bw = names_matching(cpu, BACKWARD_NODE).select(pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid"))
-    fw = names_matching(names_matching(cpu, FORWARD_OPS), "backward", negate=True).select("name", "start_ns", "end_ns", "tid")
+    inside = pl.col("start_ns").is_between(lo, hi)
+    bw = ctx.rows(("cpu_op",), BACKWARD_NODE).filter(inside)
+    bw = bw.select(pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid"))
+    fw = names_matching(ctx.rows(("cpu_op",), FORWARD_OPS).filter(inside), "backward", negate=True)
+    fw = fw.select("name", "start_ns", "end_ns", "tid")
     if bw.height == 0 or fw.height == 0:
         return RecomputeResult(0, 0, 0, 0, 0.0 if bw.height else None)
     nested = (

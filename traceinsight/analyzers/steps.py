@@ -66,9 +66,7 @@ def analyze_steps(ctx: Context) -> StepResult:
     opt_per = iv.overlap_with(spans if gpu_opt else host, opt) if opt.height else pl.Series([0] * st.height)
     # Backward: autograd node ranges (host); forward: from the end of data loading to the first
     # backward node of the step. Both need the autograd profiler's op names, so null otherwise.
-    bw_rows = ctx.events.filter(
-        (pl.col("kind") == "cpu_op") & pl.col("name").str.starts_with("autograd::engine::evaluate_function")
-    )
+    bw_rows = ctx.rows(("cpu_op",), "^autograd::engine::evaluate_function")
     bw = iv.clip(iv.union(bw_rows), ctx.window_start_ns, ctx.window_end_ns) if bw_rows.height else None
     bw_per = iv.overlap_with(host, bw) if bw is not None else pl.Series([None] * st.height, dtype=pl.Int64)
     fw_per = _forward_ns(host, bw_rows, dl)

@@ -36,7 +36,7 @@ def analyze_syncs(ctx: Context) -> SyncResult:
         .group_by("op", "name")
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("blocked_ns"))
         .rename({"name": "api"})
-        .sort("blocked_ns", descending=True)
+        .sort(["blocked_ns", "op", "api"], descending=[True, False, False])
         .head(10)
     )
     steps = ctx.steps.height

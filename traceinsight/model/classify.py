@@ -65,13 +65,17 @@ def classify_names(names: pl.Series) -> pl.Series:
     return frame.select(expr.cast(KernelClassT).alias("kernel_class")).to_series()
 
 
-def names_matching(df: pl.DataFrame, pattern: str, *, col: str = "name", negate: bool = False) -> pl.DataFrame:
+def names_matching(
+    df: pl.DataFrame, pattern: str, *, col: str = "name", negate: bool = False, names: pl.Series | None = None
+) -> pl.DataFrame:
     """Rows of ``df`` whose ``col`` matches the regex (or not, with ``negate``); null never matches.
 
     The regex runs once per distinct name and the rows are picked by hash lookup: a long trace
-    repeats a few thousand names millions of times.
+    repeats a few thousand names millions of times. ``names``: the column's distinct values,
+    where the caller already has them.
     """
-    names = df.get_column(col).unique()
+    if names is None:
+        names = df.get_column(col).unique()
     hits = names.filter(names.str.contains(pattern))
     member = pl.col(col).is_in(hits.implode())
     return df.filter(pl.col(col).is_not_null() & (~member if negate else member))
