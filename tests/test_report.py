@@ -76,3 +76,30 @@ def test_report_in_real_browser(tmp_path):
     )
     assert "Uncaught" not in logged.stderr, logged.stderr[-2000:]
     Path("/tmp/traceinsight_report_screenshot.png").write_bytes(shot.read_bytes())
+
+
+def test_compiled_templates_are_reused_and_a_bad_cache_is_ignored(tmp_path):
+    import jinja2
+
+    from traceinsight.report.html import _BytecodeCache, environment, templates_dir
+
+    def fresh(cache: jinja2.BytecodeCache) -> jinja2.Environment:
+        return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), bytecode_cache=cache)
+
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    fresh(_BytecodeCache(str(cache_dir))).get_template("report.html.j2")
+    files = list(cache_dir.iterdir())
+    assert files  # compiled once, stored
+    # Another process (a new environment) loads the stored code instead of compiling again.
+    env = fresh(_BytecodeCache(str(cache_dir)))
+    env.compile = lambda *a, **k: (_ for _ in ()).throw(AssertionError("compiled again"))
+    env.get_template("report.html.j2")
+    # A truncated cache file and a cache folder that is not a folder both fall back to compiling.
+    for f in files:
+        f.write_bytes(f.read_bytes()[:20])
+    fresh(_BytecodeCache(str(cache_dir))).get_template("report.html.j2")
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    fresh(_BytecodeCache(str(not_a_dir))).get_template("report.html.j2")
+    assert isinstance(environment().bytecode_cache, _BytecodeCache)

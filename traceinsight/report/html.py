@@ -6,6 +6,7 @@ Templates live in ``report_templates/`` at the repository top and ship inside th
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import shlex
 from pathlib import Path
@@ -53,12 +54,36 @@ def templates_dir() -> Path:
     raise FileNotFoundError("report_templates not found (broken installation)")
 
 
+class _BytecodeCache(jinja2.FileSystemBytecodeCache):
+    """Compiled templates kept between runs in jinja's per-user temp folder (checked against the
+    template source on load): compiling them takes 0.1 s of every ``analyze``. A cache that
+    cannot be read or written is simply not used."""
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        try:
+            super().load_bytecode(bucket)
+        except Exception:  # noqa: BLE001 - an unreadable entry (truncated, foreign): compile instead
+            bucket.reset()
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        with contextlib.suppress(OSError):
+            super().dump_bytecode(bucket)
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    try:
+        return _BytecodeCache()
+    except (OSError, RuntimeError):  # no private temp folder to be had
+        return None
+
+
 @functools.cache
 def environment() -> jinja2.Environment:
     """One per process: jinja compiles each template once and keeps it (0.1 s per report saved
     in batch runs, where a worker renders many)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
+        bytecode_cache=_bytecode_cache(),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
