@@ -20,7 +20,14 @@ import polars as pl
 
 from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, classify_names, mark_comm_by_launcher
-from traceinsight.model.schema import DeviceInfo, Trace, TraceMeta, conform, empty_events
+from traceinsight.model.schema import (
+    EVENT_SCHEMA,
+    DeviceInfo,
+    Trace,
+    TraceMeta,
+    conform,
+    empty_events,
+)
 
 # ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND values (stable since 2021; the ENUM tables are
 # missing before 2022.4, so the values are fixed here).
@@ -69,6 +76,7 @@ class _Db:
             raise InputError(f"corrupt or not a SQLite database: {exc}", str(path)) from None
         self.tables = {r[0] for r in rows}
         self.path = path
+        self.offset_ns = 0  # added to every event time (the session start, once known)
         self.pool = ThreadPoolExecutor(max_workers=FETCH_THREADS)
 
     def table(self, prefix: str) -> str | None:
@@ -87,12 +95,13 @@ class _Db:
         table: str,
         schema: dict[str, pl.DataType],
         where: str = "",
-        finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+        to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
     ) -> _Rows:
         """``SELECT cols FROM table [WHERE where]`` as a frame with ``schema`` (one name and type
-        per column, each column aliased to its name), fetched on the pool and turned into event
-        rows there by ``finish``. A large table is read as several rowid ranges so both threads
-        stay busy until the end (polars releases the GIL, so ``finish`` runs in parallel too)."""
+        per column, each column aliased to its name), fetched on the pool and, with ``to_events``,
+        turned into event rows there (see :func:`_event_rows`). A large table is read as several
+        rowid ranges so both threads stay busy until the end (polars releases the GIL, so the
+        conversion of one part runs beside the fetch of the next)."""
         exprs = ", ".join(f'{c} AS "{n}"' for c, n in zip(cols, schema, strict=True))
         sql = f"SELECT {exprs} FROM {table}"
         ranges = self._rowid_ranges(table)
@@ -101,7 +110,7 @@ class _Db:
         else:
             cond = f"({where}) AND " if where else ""
             sqls = [f"{sql} WHERE {cond}rowid BETWEEN {lo} AND {hi}" for lo, hi in ranges]
-        return _Rows([self.pool.submit(self._fetch, q, schema, finish) for q in sqls])
+        return _Rows([self.pool.submit(self._fetch, q, schema, to_events) for q in sqls])
 
     def _rowid_ranges(self, table: str) -> list[tuple[int, int]]:
         try:  # one B-tree descent each; asked together, SQLite would scan the table
@@ -116,13 +125,13 @@ class _Db:
         return [(a, min(hi, a + step - 1)) for a in range(lo, hi + 1, step)]
 
     def _fetch(
-        self, sql: str, schema: dict[str, pl.DataType], finish: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+        self, sql: str, schema: dict[str, pl.DataType], to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None
     ) -> pl.DataFrame:
         df = _fetch_adbc(self.uri, sql)
         if df is None:
             df = self._fetch_sqlite3(sql, schema)
         df = df.cast(schema, strict=False)  # type: ignore[arg-type]
-        return finish(df) if finish is not None else df
+        return _event_rows(to_events(df), self.offset_ns) if to_events is not None else df
 
     def _fetch_sqlite3(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
         """Rows in batches straight into polars frames: Python tuples never outlive one batch."""
@@ -158,6 +167,24 @@ def _fetch_adbc(uri: str, sql: str) -> pl.DataFrame | None:
             return pl.DataFrame(cur.fetch_arrow())
     except (Exception, pl.exceptions.PanicException):  # noqa: BLE001 - any driver error: sqlite3 reports real damage
         return None
+
+
+def _event_rows(df: pl.DataFrame, offset_ns: int) -> pl.DataFrame:
+    """What every table's rows need, done per fetched part on the fetch threads (in parallel,
+    and on parts small enough to reuse memory, where the whole 15M-row table after the concat
+    spent seconds faulting in fresh pages): times moved by ``offset_ns``, ``dur_ns``, negative
+    durations dropped, the pid of GPU rows from their process id, the event schema's types.
+    NVTX domain-creation rows (no end) are kept for :func:`_nccl_domain`."""
+    df = df.with_columns(pl.col("start_ns") + offset_ns, pl.col("end_ns") + offset_ns)
+    keep = (pl.col("end_ns") - pl.col("start_ns")) >= 0
+    if "_etype" in df.columns:
+        keep = keep | (pl.col("_etype") == NVTX_DOMAIN_CREATE)
+    derived_pid = (pl.col("gpid") // (1 << 24)) % (1 << 24)
+    df = df.filter(keep).with_columns(
+        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
+        (pl.coalesce("pid", derived_pid) if "pid" in df.columns else derived_pid).alias("pid"),
+    )
+    return df.cast({c: t for c, t in EVENT_SCHEMA.items() if c in df.columns})  # type: ignore[arg-type]
 
 
 def _named(df: pl.DataFrame, strings: pl.DataFrame, id_col: str = "name_id") -> pl.DataFrame:
@@ -201,7 +228,7 @@ def _gpu_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
                 [*_gpu_base(cols), name_col],
                 kt,
                 {**base_schema, "name_id": pl.Int64},
-                finish=lambda df: _named(_kernel_classes(df, strings), strings).with_columns(pl.lit("kernel").alias("kind")),
+                to_events=lambda df: _named(_kernel_classes(df, strings), strings).with_columns(pl.lit("kernel").alias("kind")),
             )
         )
     mt = db.table("CUPTI_ACTIVITY_KIND_MEMCPY")
@@ -212,7 +239,7 @@ def _gpu_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
                 [*_gpu_base(cols), "bytes", "copyKind", _pick(cols, "srcKind", "7"), _pick(cols, "dstKind", "7")],
                 mt,
                 {**base_schema, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
-                finish=_memcpy_rows,
+                to_events=_memcpy_rows,
             )
         )
     st = db.table("CUPTI_ACTIVITY_KIND_MEMSET")
@@ -223,7 +250,7 @@ def _gpu_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
                 [*_gpu_base(cols), "bytes", _pick(cols, "memKind", "2")],
                 st,
                 {**base_schema, "bytes": pl.Int64, "mk": pl.Int64},
-                finish=lambda df: df.with_columns(
+                to_events=lambda df: df.with_columns(
                     pl.lit("memset").alias("kind"),
                     pl.format("Memset ({})", pl.col("mk").replace_strict(MEM_LABEL, default="Unknown", return_dtype=pl.String)).alias("name"),
                 ).drop("mk"),
@@ -238,7 +265,7 @@ def _gpu_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
                 [*_gpu_base(cols), "syncType"],
                 yt,
                 {**base_schema, "sync_type": pl.Int64},
-                finish=lambda df: df.with_columns(
+                to_events=lambda df: df.with_columns(
                     pl.lit("gpu_sync").alias("kind"),
                     pl.col("sync_type").replace_strict(names, default="Sync", return_dtype=pl.String).alias("name"),
                 ).drop("sync_type"),
@@ -285,7 +312,7 @@ def _host_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
                 [*_HOST_COLS, "correlationId", _pick(cols, "eventClass", "0"), "nameId"],
                 rt,
                 {**_HOST_SCHEMA, "correlation": pl.Int64, "event_class": pl.Int64, "name_id": pl.Int64},
-                finish=lambda df: _named(df, api_names).with_columns(
+                to_events=lambda df: _named(df, api_names).with_columns(
                     pl.when(pl.col("event_class") == 1).then(pl.lit("driver")).otherwise(pl.lit("runtime")).alias("kind"),
                 ).drop("event_class"),
             )
@@ -301,7 +328,7 @@ def _host_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
                 nt,
                 {**_HOST_SCHEMA, "name": pl.String, "text_id": pl.Int64, "domain": pl.Int64, "_etype": pl.Int64},
                 f"(eventType IN {NVTX_RANGE_TYPES} AND end IS NOT NULL AND end >= start) OR eventType = {NVTX_DOMAIN_CREATE}",
-                finish=lambda df: _nvtx_rows(_named(df, strings, "text_id")),
+                to_events=lambda df: _nvtx_rows(_named(df, strings, "text_id")),
             )
         )
     for table in ("CUPTI_ACTIVITY_KIND_OVERHEAD", "PROFILER_OVERHEAD"):
@@ -312,7 +339,7 @@ def _host_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
                     _HOST_COLS,
                     ot,
                     _HOST_SCHEMA,
-                    finish=lambda df: df.with_columns(pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")),
+                    to_events=lambda df: df.with_columns(pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")),
                 )
             )
     return out
@@ -383,6 +410,8 @@ def parse_nsys(path: str | Path) -> Trace:
             raise InputError("SQLite file is not an Nsight Systems export (no StringIds/CUPTI/NVTX tables)", str(path))
         meta_kv = _metadata(db)
         session_start_ns = _session_start(db)
+        # Session-relative ns -> UTC ns: ranks exported separately line up (as Kineto's do).
+        db.offset_ns = session_start_ns or 0
         devices = _devices(db)
         strings = db.query(["id", "value"], "StringIds", {"sid": pl.Int64, "svalue": pl.String}).result()
         pending_gpu = _gpu_rows(db, strings)
@@ -406,8 +435,6 @@ def parse_nsys(path: str | Path) -> Trace:
 
     df = pl.concat(frames, how="diagonal_relaxed")
     if session_start_ns:
-        # Session-relative ns -> UTC ns: ranks exported separately line up (as Kineto's do).
-        df = df.with_columns(pl.col("start_ns") + session_start_ns, pl.col("end_ns") + session_start_ns)
         meta.extra["session_start_utc_ns"] = session_start_ns
     else:
         meta.warnings.append("no session start time in the export: times are relative to the capture start")
@@ -416,13 +443,7 @@ def parse_nsys(path: str | Path) -> Trace:
     cuda_kinds = ["kernel", "memcpy", "memset", "gpu_sync", "runtime", "driver"]
     procs = df.filter(pl.col("kind").is_in(cuda_kinds)).select(pl.col("gpid").drop_nulls().unique().sort()).to_series().to_list()
     rank_of = {g: i for i, g in enumerate(procs)}
-    df = df.with_columns(
-        pl.col("gpid").replace_strict(rank_of, default=0, return_dtype=pl.Int32).alias("rank"),
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-    ).filter(pl.col("dur_ns") >= 0)
-    if "pid" not in df.columns:
-        df = df.with_columns(pl.lit(None, pl.Int64).alias("pid"), pl.lit(None, pl.Int64).alias("tid"))
-    df = df.with_columns(pl.coalesce("pid", (pl.col("gpid") // (1 << 24)) % (1 << 24)).alias("pid"))
+    df = df.with_columns(pl.col("gpid").replace_strict(rank_of, default=0, return_dtype=pl.Int32).alias("rank"))
     if len(procs) > 1:
         meta.world_size = len(procs)
         meta.warnings.append(f"{len(procs)} processes in one export: analyzed as ranks 0..{len(procs) - 1} by process id")
