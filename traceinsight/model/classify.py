@@ -112,22 +112,20 @@ def mark_comm_by_launcher(events: pl.DataFrame) -> pl.DataFrame:
     on the runtime call's external id: the kernel's own external id is unreliable for NCCL in
     torch 2.0/2.1 (kineto#782).
     """
+    cols = events.select("kind", "name", "external_id", "correlation")  # filter 4 columns, not all
     host_ops = names_matching(
-        events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null()),
+        cols.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null()),
         COMM_OP_PATTERN,
     ).select("external_id").unique()
     if host_ops.height == 0:
         return events
-    calls = events.filter(
+    calls = cols.filter(
         pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null()
-    ).join(host_ops, on="external_id", how="semi").select("correlation").unique()
+    ).join(host_ops, on="external_id", how="semi")
     if calls.height == 0:
         return events
-    comm_corr = calls.with_columns(pl.lit(True).alias("_comm"))
-    out = events.join(comm_corr, on="correlation", how="left", maintain_order="left")
-    return out.with_columns(
-        pl.when((pl.col("kind") == "kernel") & pl.col("_comm").fill_null(False))
-        .then(pl.lit("communication").cast(KernelClassT))
-        .otherwise(pl.col("kernel_class"))
-        .alias("kernel_class")
-    ).drop("_comm")
+    # a membership test, not a join: joining would copy every column of every event
+    comm = (pl.col("kind") == "kernel") & pl.col("correlation").is_in(calls.get_column("correlation").unique().implode())
+    return events.with_columns(
+        pl.when(comm).then(pl.lit("communication", KernelClassT)).otherwise(pl.col("kernel_class")).alias("kernel_class")
+    )

@@ -17,7 +17,16 @@ import polars as pl
 
 from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
-from traceinsight.model.schema import DeviceInfo, Trace, TraceMeta, conform, empty_events
+from traceinsight.model.schema import (
+    CopyKindT,
+    DeviceInfo,
+    KindT,
+    MemoryKindT,
+    Trace,
+    TraceMeta,
+    conform,
+    empty_events,
+)
 from traceinsight.parsers import kineto_fast as _fast
 from traceinsight.parsers.kineto_fast import raw_frame
 from traceinsight.parsers.source import read_bytes
@@ -278,7 +287,7 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None, parse_helper
 
     # Map the few distinct categories in Python, then the column once.
     cat_map = {c: CATEGORY_KIND.get(c.lower()) for c in cat_set}
-    kind = pl.col("cat").replace_strict(cat_map, default=None, return_dtype=pl.String)
+    kind = pl.col("cat").replace_strict(cat_map, default=None, return_dtype=KindT)
     df = df.with_columns(kind.alias("kind"))
     # Absolute microseconds with 3 decimals (kineto builds of 2024-03/04) have more digits than a
     # float holds: take ts/dur from their decimal text instead (exact ns).
@@ -337,15 +346,16 @@ def _with_copy_kinds(df: pl.DataFrame) -> pl.DataFrame:
     """Copy direction and memory kinds from the memcpy names ("Memcpy HtoD (Pageable -> Device)"):
     each distinct name is parsed once, and only the memcpy rows are looked up and filled in."""
     rows = (df.get_column("kind") == "memcpy").arg_true()
-    out = {c: pl.repeat(None, df.height, dtype=pl.String, eager=True).alias(c) for c in ("copy_kind", "src_kind", "dst_kind")}
+    types = {"copy_kind": CopyKindT, "src_kind": MemoryKindT, "dst_kind": MemoryKindT}
+    out = {c: pl.repeat(None, df.height, dtype=t, eager=True).alias(c) for c, t in types.items()}
     if rows.len():
         names = df.get_column("name").gather(rows).to_frame()
         m = pl.col("_m")
         parsed = names.unique().with_columns(pl.col("name").str.extract_groups(_MEMCPY_RE).alias("_m")).select(
             "name",
-            m.struct.field("1").replace_strict(_COPY_KIND, default="other", return_dtype=pl.String).alias("copy_kind"),
-            m.struct.field("2").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("src_kind"),
-            m.struct.field("3").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown").alias("dst_kind"),
+            m.struct.field("1").replace_strict(_COPY_KIND, default="other", return_dtype=CopyKindT).alias("copy_kind"),
+            m.struct.field("2").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown", return_dtype=MemoryKindT).alias("src_kind"),
+            m.struct.field("3").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown", return_dtype=MemoryKindT).alias("dst_kind"),
         )
         per_row = names.join(parsed, on="name", how="left", maintain_order="left")
         out = {c: s.scatter(rows, per_row.get_column(c)) for c, s in out.items()}
