@@ -52,3 +52,42 @@ def test_algebra_matches_brute_force(a, b):
     if b and a:
         got = iv.overlap_with(frame(b), ua).to_list()
         assert got == [len(cover([p]) & cover(a)) for p in b]
+
+
+tagged = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0, 15)), max_size=20)
+
+
+def tagged_frame(rows, tag="device"):
+    return pl.DataFrame(
+        {tag: [g for g, _, _ in rows], "start_ns": [s for _, s, _ in rows], "end_ns": [s + d for _, s, d in rows]},
+        schema={tag: pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64},
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(tagged)
+def test_grouped_union_matches_per_group_brute_force(rows):
+    u = iv.union(tagged_frame(rows), by=["device"])
+    assert u.rows() == sorted(u.rows())  # ordered by group, then start
+    for g in range(3):
+        mine = u.filter(pl.col("device") == g)
+        spans = [(s, s + d) for dev, s, d in rows if dev == g]
+        assert as_points(mine) == cover(spans)
+        # disjoint and not touching: a union has no two intervals that should have merged
+        ends = mine["end_ns"].to_list()
+        assert all(a < b for a, b in zip(ends, mine["start_ns"].to_list()[1:], strict=False))
+
+
+@settings(max_examples=200, deadline=None)
+@given(tagged, tagged)
+def test_containing_matches_brute_force(inner_rows, outer_rows):
+    inner = tagged_frame(inner_rows, "tid").with_row_index("i")
+    outer = tagged_frame(outer_rows, "o_tid").rename({"start_ns": "o_s", "end_ns": "o_e"}).with_row_index("o")
+    got = iv.containing(inner, outer, inner_start="start_ns", inner_end="end_ns", outer_start="o_s", outer_end="o_e", same=("o_tid", "tid"))
+    want = {
+        (i, o)
+        for i, (t, s, d) in enumerate(inner_rows)
+        for o, (ot, os_, od) in enumerate(outer_rows)
+        if t == ot and os_ <= s and os_ + od >= s + d
+    }
+    assert set(zip(got["i"].to_list(), got["o"].to_list(), strict=True)) == want

@@ -40,7 +40,7 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
         inner_end="_ls",
         outer_start="o_s",
         outer_end="o_e",
-        same=("launch_tid", "o_tid"),
+        same=("o_tid", "launch_tid"),
     )
     n = ranges.height
     if inside.height == 0:

@@ -176,10 +176,18 @@ def containing(
     """Pairs (inner row, outer row) where the outer range contains the inner one.
 
     Only the two inequalities go to the join (an interval join whose output is the containing
-    pairs, bounded by nesting depth); an equality such as "same thread" is applied afterwards,
-    because inside ``join_where`` it becomes a hash join that pairs every row of a busy thread
-    with every other before filtering.
+    pairs, bounded by nesting depth); an equality such as "same thread" (``same``: the outer
+    column, then the inner one) is applied afterwards, because inside ``join_where`` it becomes
+    a hash join that pairs every row of a busy thread with every other before filtering.
     """
+    if inner.height == 0:
+        return inner.join(outer, how="cross")
+    # Only outer rows that can contain some inner row go to the join (its sorts dominate): a
+    # few sync calls against every host op of a long trace is the common shape.
+    reach = (pl.col(outer_start) <= inner.get_column(inner_start).max()) & (pl.col(outer_end) >= inner.get_column(inner_end).min())
+    if same is not None:
+        reach = reach & pl.col(same[0]).is_in(inner.get_column(same[1]).unique().implode())
+    outer = outer.filter(reach)
     pairs = inner.join_where(outer, pl.col(outer_start) <= pl.col(inner_start), pl.col(outer_end) >= pl.col(inner_end))
     if same is not None:
         pairs = pairs.filter(pl.col(same[0]) == pl.col(same[1]))
