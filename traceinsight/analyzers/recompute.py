@@ -58,7 +58,7 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
         inner_end="_ls",
         outer_start="r_s",
         outer_end="r_e",
-        same=("launch_tid", "r_tid"),
+        same=("r_tid", "launch_tid"),
     ).unique(subset=["correlation", "start_ns"])
     ns = int(inside["dur_ns"].sum()) if inside.height else 0
     host_ns = iv.total(iv.union(nested))
