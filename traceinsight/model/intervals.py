@@ -180,11 +180,15 @@ def containing(
     column, then the inner one) is applied afterwards, because inside ``join_where`` it becomes
     a hash join that pairs every row of a busy thread with every other before filtering.
     """
-    if inner.height == 0:
-        return inner.join(outer, how="cross")
-    # Only outer rows that can contain some inner row go to the join (its sorts dominate): a
-    # few sync calls against every host op of a long trace is the common shape.
-    reach = (pl.col(outer_start) <= inner.get_column(inner_start).max()) & (pl.col(outer_end) >= inner.get_column(inner_end).min())
+    starts = inner.get_column(inner_start).drop_nulls().sort()
+    if starts.len() == 0:
+        return inner.head(0).join(outer.head(0), how="cross")
+    # Only outer rows that hold some inner start go to the join (its sorts dominate: a few
+    # thousand sync calls against millions of host ops is the common shape). A sorted search
+    # finds, for each outer row, the first inner start at or after its own start.
+    first = starts.search_sorted(outer.get_column(outer_start), side="left")
+    holds = (first < starts.len()) & (starts.gather(first.clip(0, starts.len() - 1)) <= outer.get_column(outer_end))
+    reach = pl.lit(holds)
     if same is not None:
         reach = reach & pl.col(same[0]).is_in(inner.get_column(same[1]).unique().implode())
     outer = outer.filter(reach)
