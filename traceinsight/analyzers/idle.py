@@ -29,6 +29,7 @@ from traceinsight.analyzers.context import (
     Context,
     closing_profiler_sync,
     host_ranges,
+    join_pair,
 )
 from traceinsight.model import intervals as iv
 
@@ -246,7 +247,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .agg(pl.col("launch_start_ns").min().alias("next_launch_ns"))
         .rename({"start_ns": "end_ns"})
     )
-    gaps = gaps.join(nxt, on=["device", "end_ns"], how="left")
+    gaps = join_pair(gaps, nxt, "device", "end_ns")
     launched_late = pl.col("next_launch_ns").is_not_null() & (pl.col("next_launch_ns") >= pl.col("start_ns"))
     cause = (
         pl.when(pl.col("f_profiler") >= MAJORITY)
