@@ -83,7 +83,12 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
             exprs.append(pl.col(col).cast(dtype))
         else:
             exprs.append(pl.lit(None, dtype=dtype).alias(col))
-    return df.select(exprs).sort("start_ns", maintain_order=True)
+    df = df.select(exprs)
+    # A stable arg-sort and one gather: DataFrame.sort(maintain_order=True) took 1-2 s on the
+    # 15M rows of a 1 GB nsys export against 0.5 s this way (same order).
+    order = df.select(pl.arg_sort_by("start_ns", maintain_order=True)).to_series()
+    df = df[order]
+    return df.with_columns(pl.col("start_ns").set_sorted()) if df.get_column("start_ns").null_count() == 0 else df
 
 
 @dataclass(frozen=True)
