@@ -146,7 +146,11 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("tid").alias("launch_tid"),
         pl.col("pid").alias("launch_pid"),
         pl.col("external_id").alias("launch_external_id"),
-    ).filter(pl.col("correlation").is_first_distinct().over("rank"))  # 4x cheaper than unique()
+    )
+    # The first call per (rank, correlation); a single rank's unique ids (the usual case, checked
+    # by a cheap count) need no filtering.
+    if calls.get_column("rank").n_unique() > 1 or calls.get_column("correlation").n_unique() < calls.height:
+        calls = calls.filter(pl.col("correlation").is_first_distinct().over("rank"))  # 4x cheaper than unique()
     return join_pair(gpu, calls, "rank", "correlation")
 
 

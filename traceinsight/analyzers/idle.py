@@ -303,10 +303,11 @@ def _timeline(ctx: Context, busy: pl.DataFrame, gaps: pl.DataFrame) -> dict[str,
         cov = iv.overlap_with(edges, u)
         busy_frac = [round(v / width, 4) for v in cov.to_list()]
         causes: dict[str, list[float]] = {}
-        g = gaps.filter(pl.col("device") == dev)
-        for cause in CAUSES:
-            cg = g.filter(pl.col("cause") == cause).select("start_ns", "end_ns")
-            if cg.height:
+        g = gaps.filter(pl.col("device") == dev).select("cause", "start_ns", "end_ns")
+        by_cause = {str(k[0]): part.drop("cause") for k, part in g.partition_by("cause", as_dict=True).items()}
+        for cause in CAUSES:  # in CAUSES order, as before
+            cg = by_cause.get(cause)
+            if cg is not None and cg.height:
                 causes[cause] = [round(v / width, 4) for v in iv.overlap_with(edges, cg).to_list()]
         out["devices"][str(dev)] = {"busy": busy_frac, "idle_by_cause": causes}
     return out

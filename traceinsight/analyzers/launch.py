@@ -31,11 +31,14 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         (pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("launch_ns"),
         (pl.col("start_ns") - pl.col("launch_end_ns")).alias("queue_ns"),
     )
-    graph = kl.filter(pl.col("launch_name").str.contains("GraphLaunch"))
+    # matched once per distinct launch API name, not once per kernel
+    names = kl.get_column("launch_name").unique()
+    is_graph = pl.col("launch_name").is_in(names.filter(names.str.contains("GraphLaunch")).implode())
+    graph = kl.filter(is_graph)
     steps = ctx.steps.height
     if kl.height == 0:
         return LaunchResult(calls.height, calls.height / steps if steps else None, None, None, None, None, None, 0, 0)
-    direct = kl.filter(~pl.col("launch_name").str.contains("GraphLaunch"))
+    direct = kl.filter(~is_graph)
     depth = _queue_depth(direct) if direct.height else None
     return LaunchResult(
         launch_calls=calls.height,
