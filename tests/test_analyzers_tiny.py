@@ -74,3 +74,43 @@ def test_join_pair_equals_a_two_column_join():
     assert join_pair(left, wide, "rank", "corr").rows() == want
     neg = left.with_columns(pl.Series("rank", [0, 1, 1, -1, 0]))
     assert join_pair(neg, right, "rank", "corr").rows() == [(0, 5, 1, "b"), (1, 5, 2, "a"), (1, 7, 3, None), (-1, 5, 4, None), (0, None, 5, None)]
+
+
+def test_launch_join_takes_the_first_call_per_rank_and_correlation():
+    from traceinsight.analyzers.context import launch_join
+    from traceinsight.model.schema import EVENT_SCHEMA, conform
+
+    def ev(kind, name, start, rank, corr):
+        return {"kind": kind, "name": name, "start_ns": start, "end_ns": start + 5, "dur_ns": 5, "rank": rank, "correlation": corr, "tid": 1}
+
+    rows = [
+        ev("runtime", "cudaLaunchKernel", 0, 0, 7),
+        ev("runtime", "cudaMemcpyAsync", 10, 0, 7),  # a repeated id: the first call wins
+        ev("runtime", "cudaLaunchKernel", 20, 1, 7),  # the same id on another rank is its own call
+        ev("kernel", "k0", 30, 0, 7),
+        ev("kernel", "k1", 40, 1, 7),
+    ]
+    events = conform(pl.DataFrame(rows).cast({c: t for c, t in EVENT_SCHEMA.items() if c in rows[0]}))
+    got = launch_join(events).select("name", "launch_name", "launch_start_ns").rows()
+    assert got == [("k0", "cudaLaunchKernel", 0), ("k1", "cudaLaunchKernel", 20)]
+    # One rank with unique ids takes the unfiltered path: same pairs.
+    one = events.filter(pl.col("rank") == 1)
+    assert launch_join(one).select("name", "launch_start_ns").rows() == [("k1", 20)]
+
+
+def test_conform_sorts_by_start_keeping_ties_in_input_order():
+    from traceinsight.model.schema import conform
+
+    df = pl.DataFrame({"name": ["c", "a", "b", "d"], "start_ns": [5, 1, 5, 1], "end_ns": [6, 2, 6, 2]})
+    out = conform(df)
+    assert out.select("name", "start_ns").rows() == [("a", 1), ("d", 1), ("c", 5), ("b", 5)]
+    assert out.get_column("start_ns").flags["SORTED_ASC"]
+
+
+def test_nsys_rank_of_both_paths_agree():
+    from traceinsight.parsers.nsys import _rank_of
+
+    gpid = pl.DataFrame({"gpid": [30, 10, None, 20, 99, 10]})
+    assert gpid.select(_rank_of([10, 20, 30])).to_series().to_list() == [2, 0, 0, 1, 0, 0]
+    many = list(range(0, 200, 10))  # over 16 processes: the lookup table
+    assert gpid.select(_rank_of(many)).to_series().to_list() == [3, 1, 0, 2, 0, 1]
