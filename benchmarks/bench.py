@@ -166,7 +166,8 @@ def main() -> int:
     args = ap.parse_args()
     traces = [p for p in (args.traces or DEFAULT) if p.exists()]
     if args.scale:
-        traces.append(scaled(DF_INDEX, args.scale))
+        big = scaled(DF_INDEX, args.scale)
+        traces = [t for t in traces if t.resolve() != big.resolve()] + [big]  # named too: once
     hpy = hta_python() if args.hta else None
     print(f"{'trace':34s} {'MB gz':>6s} | {'ours s':>7s} {'ours MiB':>8s} {'no-html':>7s} | {'HTA s':>7s} {'HTA MiB':>8s} {'speedup':>7s}")
     for t in sorted(traces, key=lambda p: p.stat().st_size):
