@@ -215,13 +215,20 @@ def test_rowid_range_parts_give_the_same_table(monkeypatch):
 
 def test_emit_nvtx_decorations_are_stripped():
     """emit_nvtx ranges keep their count but are named by their op, as in Kineto."""
-    import re
+    from traceinsight.parsers.nsys import strip_emit_nvtx
 
-    from traceinsight.parsers.nsys import EMIT_NVTX_SUFFIX
-
-    assert re.sub(EMIT_NVTX_SUFFIX, "", "aten::mul, seq = 7, op_id = 12, sizes = [[8, 4]]") == "aten::mul"
-    assert re.sub(EMIT_NVTX_SUFFIX, "", "aten::lift_fresh, op_id = 993403") == "aten::lift_fresh"
-    assert re.sub(EMIT_NVTX_SUFFIX, "", "my range, with comma") == "my range, with comma"
+    names = {
+        "aten::mul, seq = 7, op_id = 12, sizes = [[8, 4]]": "aten::mul",
+        "aten::lift_fresh, op_id = 993403": "aten::lift_fresh",
+        "my range, with comma": "my range, with comma",
+        "a, b, sizes = [[1]]": "a, b",  # the first decoration, after a comma of the name
+        "ünïcode op, stashed seq = 3": "ünïcode op",  # a byte offset cut as bytes
+        "q, seq = 1\nmore": "q",
+        "": "",
+        None: None,
+    }
+    got = pl.select(strip_emit_nvtx(pl.lit(pl.Series(list(names), dtype=pl.String)))).to_series().to_list()
+    assert got == list(names.values())
     path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
     ev = load_trace(path).events.filter(pl.col("kind") == "user_annotation")
     (n,) = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL AND end >= start AND COALESCE(text, textId) IS NOT NULL")[0]

@@ -200,9 +200,14 @@ def _event_rows(df: pl.DataFrame, offset_ns: int) -> pl.DataFrame:
 def _named(df: pl.DataFrame, strings: pl.DataFrame, id_col: str = "name_id") -> pl.DataFrame:
     """Resolve a StringIds id column into ``name`` in polars (a hash join) rather than with a
     correlated subquery per row in SQL."""
+    if "name" in df.columns:  # inline text first (NVTX); only rows without text look their id up
+        need = (df.get_column("name").is_null() & df.get_column(id_col).is_not_null()).arg_true()
+        if need.len() == 0:
+            return df.drop(id_col)
+        ids = df.get_column(id_col).gather(need).to_frame()
+        found = ids.join(strings, left_on=id_col, right_on="sid", how="left", maintain_order="left").get_column("svalue")
+        return df.with_columns(df.get_column("name").scatter(need, found)).drop(id_col)
     named = df.join(strings, left_on=id_col, right_on="sid", how="left", maintain_order="left")
-    if "name" in df.columns:  # inline text first (NVTX), the id otherwise
-        return named.with_columns(pl.coalesce("name", "svalue").alias("name")).drop(id_col, "svalue")
     return named.rename({"svalue": "name"}).drop(id_col)
 
 
@@ -358,13 +363,19 @@ def _host_rows(db: _Db, strings: pl.DataFrame) -> list[_Rows]:
 # torch.autograd.profiler.emit_nvtx decorates each op's range: "aten::mul, seq = 7, op_id = 12,
 # sizes = [[8, 4]], input_op_ids = [...]". The op is the part before; keeping the counters would
 # make every range's name unique (millions of distinct names) and unlike Kineto's.
-EMIT_NVTX_SUFFIX = r", (?:seq|op_id|sizes|input_op_ids|stashed seq) = .*$"
+EMIT_NVTX_DECORATION = r", (?:seq|op_id|sizes|input_op_ids|stashed seq) = "
+
+
+def strip_emit_nvtx(name: pl.Expr) -> pl.Expr:
+    """``name`` up to its first emit_nvtx decoration. The search gives a byte offset, so the
+    bytes are cut (at an ASCII comma: still valid UTF-8); half the cost of a regex replace that
+    rewrites every one of millions of names."""
+    cut = name.str.find(EMIT_NVTX_DECORATION).fill_null(1 << 32)
+    return name.cast(pl.Binary).bin.head(cut).cast(pl.String)
 
 
 def _nvtx_rows(df: pl.DataFrame) -> pl.DataFrame:
-    return df.with_columns(pl.col("name").str.replace(EMIT_NVTX_SUFFIX, ""), pl.lit("user_annotation").alias("kind")).filter(
-        pl.col("name").is_not_null()
-    )
+    return df.with_columns(strip_emit_nvtx(pl.col("name")), pl.lit("user_annotation").alias("kind")).filter(pl.col("name").is_not_null())
 
 
 def _nccl_domain(nvtx: pl.DataFrame) -> pl.DataFrame:
