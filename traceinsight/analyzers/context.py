@@ -94,10 +94,11 @@ class Context:
         return iv.union(compute, by=["device"])
 
 
-def find_steps(events: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
-    """Host step ranges named by ``pattern``, one per name (first occurrence), in time order."""
+def find_steps(host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
+    """Step ranges among the host ops and annotations ``host`` named by ``pattern``, one per
+    name (first occurrence), in time order."""
     steps = (
-        names_matching(events.filter(pl.col("kind").is_in(HOST_OP_KINDS)), pattern)
+        names_matching(host, pattern)
         .sort("start_ns")
         .unique(subset=["name"], keep="first", maintain_order=True)
         .select(

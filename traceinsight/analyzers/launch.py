@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analyzers.context import API_KINDS, LAUNCH_API, Context
+from traceinsight.model.classify import names_matching
 
 
 @dataclass(frozen=True)
@@ -31,14 +32,12 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         (pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("launch_ns"),
         (pl.col("start_ns") - pl.col("launch_end_ns")).alias("queue_ns"),
     )
-    # matched once per distinct launch API name, not once per kernel
-    names = kl.get_column("launch_name").unique()
-    is_graph = pl.col("launch_name").is_in(names.filter(names.str.contains("GraphLaunch")).implode())
-    graph = kl.filter(is_graph)
+    names = kl.get_column("launch_name").unique()  # matched once per distinct API name, for both
+    graph = names_matching(kl, "GraphLaunch", col="launch_name", names=names)
     steps = ctx.steps.height
     if kl.height == 0:
         return LaunchResult(calls.height, calls.height / steps if steps else None, None, None, None, None, None, 0, 0)
-    direct = kl.filter(~is_graph)
+    direct = names_matching(kl, "GraphLaunch", col="launch_name", negate=True, names=names)
     depth = _queue_depth(direct) if direct.height else None
     return LaunchResult(
         launch_calls=calls.height,

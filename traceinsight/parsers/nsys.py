@@ -179,22 +179,25 @@ def _event_rows(df: pl.DataFrame, offset_ns: int) -> pl.DataFrame:
     process id, the event schema's types. NVTX domain-creation rows (no end) are kept for
     :func:`_nccl_domain`."""
     df = df.with_columns(pl.col("start_ns") + offset_ns, pl.col("end_ns") + offset_ns)
+    # globalTid / globalPid pack (hardware id, pid, tid) as 24-bit fields. Host rows carry the
+    # thread id, unpacked here rather than by SQL expressions (those cost SQLite a third of its
+    # time on the NVTX and runtime scans); GPU rows carry the process id.
     if "gtid" in df.columns:
-        # globalTid packs (hardware id, pid, tid) as 24-bit fields; unpacked here rather than by
-        # SQL expressions, which cost SQLite a third of its time on the NVTX and runtime scans
-        high = pl.col("gtid") // (1 << 24)  # floor division: SQLite's arithmetic >> 24
+        gtid = pl.col("gtid")
         df = df.with_columns(
-            (high & 0xFFFFFF).alias("pid"), (pl.col("gtid") & 0xFFFFFF).alias("tid"), (high * (1 << 24)).alias("gpid")
+            _packed_pid(gtid).alias("pid"), (gtid & 0xFFFFFF).alias("tid"), (gtid // (1 << 24) * (1 << 24)).alias("gpid")
         ).drop("gtid")
+    else:
+        df = df.with_columns(_packed_pid(pl.col("gpid")).alias("pid"))
     keep = (pl.col("end_ns") - pl.col("start_ns")) >= 0
     if "_etype" in df.columns:
         keep = keep | (pl.col("_etype") == NVTX_DOMAIN_CREATE)
-    derived_pid = (pl.col("gpid") // (1 << 24)) % (1 << 24)
-    df = df.filter(keep).with_columns(
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"),
-        (pl.coalesce("pid", derived_pid) if "pid" in df.columns else derived_pid).alias("pid"),
-    )
+    df = df.filter(keep).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     return df.cast({c: t for c, t in EVENT_SCHEMA.items() if c in df.columns})  # type: ignore[arg-type]
+
+
+def _packed_pid(packed: pl.Expr) -> pl.Expr:
+    return (packed // (1 << 24)) & 0xFFFFFF  # floor division: SQLite's arithmetic >> 24
 
 
 def _named(df: pl.DataFrame, strings: pl.DataFrame, id_col: str = "name_id") -> pl.DataFrame:
