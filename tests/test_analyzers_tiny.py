@@ -62,18 +62,18 @@ def test_json_shape_is_stable(tiny_analysis):
         assert set(f) >= {"id", "severity", "title", "evidence", "recommendation"}
 
 
-def test_join_pair_equals_a_two_column_join():
-    from traceinsight.analyzers.context import join_pair
+def test_pair_key_packs_only_values_that_fit():
+    from traceinsight.analyzers.context import pair_key
 
-    left = pl.DataFrame({"rank": [0, 1, 1, None, 0], "corr": [5, 5, 7, 5, None], "x": [1, 2, 3, 4, 5]})
-    right = pl.DataFrame({"rank": [1, 0, 1], "corr": [5, 5, 9], "y": ["a", "b", "c"]})
-    want = [(0, 5, 1, "b"), (1, 5, 2, "a"), (1, 7, 3, None), (None, 5, 4, None), (0, None, 5, None)]
-    assert join_pair(left, right, "rank", "corr").rows() == want  # packed key
-    # Values too wide to pack (a negative rank, a span of 2**50): the plain join, same answer.
-    wide = right.with_columns(pl.col("corr") + pl.Series([0, 0, 2**50]))
-    assert join_pair(left, wide, "rank", "corr").rows() == want
-    neg = left.with_columns(pl.Series("rank", [0, 1, 1, -1, 0]))
-    assert join_pair(neg, right, "rank", "corr").rows() == [(0, 5, 1, "b"), (1, 5, 2, "a"), (1, 7, 3, None), (-1, 5, 4, None), (0, None, 5, None)]
+    left = pl.DataFrame({"rank": [0, 1, 1, None], "corr": [5, 5, 7, 5]})
+    right = pl.DataFrame({"rank": [1, 0], "corr": [9, 3]})
+    key = pair_key([left, right], "rank", "corr")
+    assert key is not None
+    # rank * 2**42 + (corr - the smallest corr of both frames, 3); a null rank stays null
+    assert left.select(key).to_series().to_list() == [2, 2**42 + 2, 2**42 + 4, None]
+    assert pair_key([left, right.with_columns(pl.col("corr") + 2**50)], "rank", "corr") is None  # span too wide
+    assert pair_key([left.with_columns(pl.col("rank") - 1), right], "rank", "corr") is None  # negative rank
+    assert pair_key([left, right.with_columns(pl.lit(1 << 20).alias("rank"))], "rank", "corr") is None
 
 
 def test_launch_join_takes_the_first_call_per_rank_and_correlation():
@@ -96,6 +96,9 @@ def test_launch_join_takes_the_first_call_per_rank_and_correlation():
     # One rank with unique ids takes the unfiltered path: same pairs.
     one = events.filter(pl.col("rank") == 1)
     assert launch_join(one).select("name", "launch_start_ns").rows() == [("k1", 20)]
+    # Ids too far apart to pack into one key: the two-column join, same pairs.
+    wide = events.with_columns(pl.when(pl.col("rank") == 1).then(pl.col("correlation") + 2**50).otherwise(pl.col("correlation")).alias("correlation"))
+    assert launch_join(wide).select("name", "launch_name", "launch_start_ns").rows() == got
 
 
 def test_conform_sorts_by_start_keeping_ties_in_input_order():
@@ -105,6 +108,63 @@ def test_conform_sorts_by_start_keeping_ties_in_input_order():
     out = conform(df)
     assert out.select("name", "start_ns").rows() == [("a", 1), ("d", 1), ("c", 5), ("b", 5)]
     assert out.get_column("start_ns").flags["SORTED_ASC"]
+
+
+def test_conform_orders_several_ranks_rank_by_rank_and_by_rank_slices_them():
+    from traceinsight.model.schema import by_rank, conform
+
+    df = pl.DataFrame(
+        {
+            "name": ["r1a", "r0a", "none", "r1b", "r0b", "r0c"],
+            "start_ns": [1, 2, 0, 1, 1, 2],
+            "end_ns": [9, 9, 9, 9, 9, 9],
+            "rank": [1, 0, None, 1, 0, 0],
+            "bytes": [None] * 6,  # all null: made, not gathered
+        },
+        schema_overrides={"bytes": pl.Int64},
+    )
+    out = conform(df)
+    # rows without a rank first, then rank by rank, each in start order with ties as given
+    assert out.get_column("name").to_list() == ["none", "r0b", "r0a", "r0c", "r1a", "r1b"]
+    assert not out.get_column("start_ns").flags["SORTED_ASC"]  # not in start order overall
+    assert out.get_column("bytes").null_count() == 6
+    # Filters when the table has rows without a rank (null runs are left out either way) ...
+    parts = by_rank(out)
+    assert [(r, p.get_column("name").to_list()) for r, p in parts] == [(0, ["r0b", "r0a", "r0c"]), (1, ["r1a", "r1b"])]
+    # ... slices of the rank-ordered table otherwise, each flagged as in start order.
+    ranked = conform(df.filter(pl.col("rank").is_not_null()))
+    sliced = by_rank(ranked)
+    assert [(r, p.get_column("name").to_list()) for r, p in sliced] == [(0, ["r0b", "r0a", "r0c"]), (1, ["r1a", "r1b"])]
+    assert all(p.get_column("start_ns").flags["SORTED_ASC"] for _, p in sliced)
+    # A table not in rank order (built elsewhere) is filtered, same answer.
+    shuffled = ranked.reverse()
+    assert [(r, p.sort("start_ns", maintain_order=True).get_column("name").to_list()) for r, p in by_rank(shuffled)] == [
+        (0, ["r0b", "r0c", "r0a"]),
+        (1, ["r1b", "r1a"]),
+    ]
+
+
+def test_next_launch_per_device():
+    """Each gap gets the earliest launch of the work starting exactly at its end on its own
+    device; none where that work has no launch or nothing starts there."""
+    from traceinsight.analyzers.idle import _next_launch
+
+    class Ctx:
+        launches = pl.DataFrame(
+            {
+                "device": [0, 0, 1, 0, 1],
+                "start_ns": [10, 10, 10, 30, 50],
+                "launch_start_ns": [7, 5, 1, None, 40],
+            }
+        )
+
+    gaps = pl.DataFrame(
+        {"gap_id": [0, 1, 2, 3, 4], "device": [0, 0, 0, 1, 1], "start_ns": [0, 20, 40, 0, 20], "end_ns": [10, 30, 45, 10, 50]},
+        schema_overrides={"gap_id": pl.UInt32},
+    )
+    got = _next_launch(Ctx(), gaps)  # type: ignore[arg-type]
+    assert got.get_column("gap_id").to_list() == [0, 1, 2, 3, 4]
+    assert got.get_column("next_launch_ns").to_list() == [5, None, None, 1, 40]
 
 
 def test_nsys_rank_of_both_paths_agree():

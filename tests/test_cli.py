@@ -99,3 +99,24 @@ def test_installed_console_script(tmp_path):
     env = dict(os.environ)
     r = subprocess.run([exe, "analyze", str(CORPUS / "benchmark_simple_add_et.json.gz"), "--no-html"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_command_keeps_freed_memory_longer_unless_told_otherwise():
+    """The command sets polars' allocator decay before polars loads (benchmarks/RESULTS.md);
+    a value already in the environment is left alone."""
+    import os
+    import subprocess
+    import sys
+
+    from traceinsight.cli import ALLOCATOR_CONF, ALLOCATOR_ENV
+
+    probe = (
+        "import os, sys; from traceinsight.cli import main; main(['--version']); "
+        f"print(os.environ.get({ALLOCATOR_ENV!r})); print('polars' in sys.modules)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != ALLOCATOR_ENV}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout.splitlines()
+    assert out[-2:] == [ALLOCATOR_CONF, "False"]
+    env[ALLOCATOR_ENV] = "dirty_decay_ms:0"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout.splitlines()
+    assert out[-2] == "dirty_decay_ms:0"

@@ -91,3 +91,44 @@ def test_containing_matches_brute_force(inner_rows, outer_rows):
         if t == ot and os_ <= s and os_ + od >= s + d
     }
     assert set(zip(got["i"].to_list(), got["o"].to_list(), strict=True)) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(tagged, intervals)
+def test_overlap_with_points_in_sorted_runs_matches_brute_force(rows, b):
+    """Gaps of several devices, one device after another: each device's points are in order
+    but the whole column is not (the run-by-run path); plus the same points shuffled."""
+    points = iv.gaps(iv.union(tagged_frame(rows), by=["device"]), 0, 80, by=["device"])
+    u = iv.union(frame(b))
+    want = [len(cover([(s, e)]) & cover(b)) for s, e in zip(points["start_ns"], points["end_ns"], strict=True)]
+    assert iv.overlap_with(points, u).to_list() == want
+    shuffled = points.sample(fraction=1.0, shuffle=True, seed=3) if points.height else points
+    want_shuffled = [len(cover([(s, e)]) & cover(b)) for s, e in zip(shuffled["start_ns"], shuffled["end_ns"], strict=True)]
+    assert iv.overlap_with(shuffled, u).to_list() == want_shuffled
+
+
+def test_overlap_with_many_runs_sorts_once():
+    # more runs than MAX_SORTED_RUNS: the sort path, same answer
+    n = iv.MAX_SORTED_RUNS + 5
+    points = frame([(10 * (n - i), 10 * (n - i) + 4) for i in range(n)])
+    u = iv.union(frame([(0, 10 * n + 10)]))
+    assert iv.overlap_with(points, u).to_list() == [4] * n
+
+
+@settings(max_examples=200, deadline=None)
+@given(tagged, tagged)
+def test_overlap_by_equals_the_grouped_intersection(a_rows, b_rows):
+    a, b = iv.union(tagged_frame(a_rows), by=["device"]), iv.union(tagged_frame(b_rows), by=["device"])
+    both = iv.intersect(a, b, by=["device"])
+    want = {g: iv.total(both.filter(pl.col("device") == g)) for g in a["device"].unique().to_list()}
+    assert iv.overlap_by(a, b, "device") == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([None, 0, 1, 2]), st.sampled_from([None, 0, 1])), max_size=7))
+def test_in_order_and_sort_keys_match_a_stable_sort(rows):
+    df = pl.DataFrame({"a": [r[0] for r in rows], "b": [r[1] for r in rows], "i": list(range(len(rows)))}, schema={"a": pl.Int64, "b": pl.Int64, "i": pl.Int64})
+    for keys in (["a"], ["a", "b"], ["b", "a"]):
+        want = df.sort(keys, nulls_last=False, maintain_order=True)
+        assert iv.in_order(df, keys) == df.equals(want)
+        assert iv.sort_keys(df, keys).equals(want)

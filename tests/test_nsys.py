@@ -262,3 +262,37 @@ def test_nccl_nvtx_domain_names_its_ranges(tmp_path):
     assert "nccl:ncclAllReduce" in names.to_list()
     assert "my_op" in names.to_list() and "nccl:my_op" not in names.to_list()
     assert "NCCL" not in names.to_list() and "MyLib" not in names.to_list()  # domain rows are not ranges
+
+
+def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
+    """NVTX names come from the inline text or, for registered strings, from StringIds (fetched
+    as a marker plus the id in the same column); marks, unclosed and backwards ranges and ids
+    with no string are left out."""
+    import shutil
+
+    path = tmp_path / "registered.sqlite"
+    shutil.copy(NSYS / "nsys-ai__mfu_2gpu_after.sqlite", path)
+    con = sqlite3.connect(path)
+    (tid, start) = con.execute("SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1").fetchone()
+    (sid,) = con.execute("SELECT MAX(id) + 1 FROM StringIds").fetchone()
+    con.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (sid, "registered range"))
+    con.executemany(
+        "INSERT INTO NVTX_EVENTS (start, end, eventType, text, textId, globalTid) VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (start, start + 300, 59, None, sid, tid),  # a registered string
+            (start, start + 250, 60, None, sid + 1000, tid),  # an id with no string: dropped
+            (start, start + 200, 59, "\x01not an id", None, tid),  # starts with the marker, kept as is
+            (start, None, 59, "unclosed", None, tid),
+            (start, start - 5, 59, "backwards", None, tid),
+            (start, None, 34, "a mark", None, tid),
+        ],
+    )
+    con.commit()
+    con.close()
+    before = load_trace(NSYS / "nsys-ai__mfu_2gpu_after.sqlite").events.filter(pl.col("kind") == "user_annotation")
+    ev = load_trace(path).events.filter(pl.col("kind") == "user_annotation")
+    assert ev.height == before.height + 2
+    added = ev.filter(pl.col("name").is_in(["registered range", "\x01not an id"]))
+    assert sorted(added.select("name", "dur_ns").rows()) == [("\x01not an id", 200), ("registered range", 300)]
+    for dropped in ("unclosed", "backwards", "a mark"):
+        assert dropped not in ev["name"].to_list()

@@ -238,13 +238,13 @@ def analyze_job(
 def analyze_trace_ranks(trace: Any, thresholds: dict[str, float] | None = None) -> JobAnalysis:
     """One parsed trace holding several ranks (an nsys export of several processes)."""
     from traceinsight.api import analyze_trace
-    from traceinsight.model.schema import Trace
+    from traceinsight.model.schema import Trace, by_rank
 
     ranks = []
     payloads = []
     th = Thresholds.from_overrides(thresholds or {})
-    for rank in sorted(trace.events["rank"].drop_nulls().unique().to_list()):
-        sub = Trace(events=trace.events.filter(pl.col("rank") == rank), meta=trace.meta)
+    for rank, events in by_rank(trace.events):
+        sub = Trace(events=events, meta=trace.meta)
         a = analyze_trace(sub, thresholds=th)
         doc = a.to_json()
         doc["source"]["ranks"] = [rank]

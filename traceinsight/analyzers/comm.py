@@ -30,12 +30,12 @@ def analyze_comm(ctx: Context) -> CommResult:
         return CommResult(0, 0, 0, None, None, None, (), ())
     cu = iv.union(comm, by=["device"])
     pu = ctx.compute_busy
-    both = iv.intersect(cu, pu, by=["device"]) if pu.height else cu.head(0)
+    overlapped = iv.overlap_by(cu, pu, "device")
     per_device = []
     tot_c = tot_b = 0
     for dev in sorted(cu["device"].unique().to_list()):
         c = iv.total(cu.filter(pl.col("device") == dev))
-        b = iv.total(both.filter(pl.col("device") == dev))
+        b = overlapped.get(dev, 0)
         tot_c += c
         tot_b += b
         per_device.append(

@@ -36,6 +36,9 @@ COMM_HOST_PATTERN = (
 STEP_MARKER = r"^(ProfilerStep#|train_step#)"
 HOST_OP_KINDS = ("cpu_op", "user_annotation")
 API_KINDS = ("runtime", "driver")
+# Host rows leave the GPU-only columns out: they are null there, and a subset of millions of
+# host rows copies every column it keeps.
+GPU_ONLY_COLUMNS = ("device", "stream", "copy_kind", "src_kind", "dst_kind", "bytes", "kernel_class")
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ class Context:
         pattern (see :func:`names_matching`), whichever analyzer asks first."""
         subset = self._cache.get(kinds)
         if subset is None:
-            subset = self._cache[kinds] = self.events.filter(pl.col("kind").is_in(list(kinds)))
+            subset = self._cache[kinds] = host_rows(self.events, kinds)
         if pattern is None:
             return subset
         names = self._cache.get(("names", kinds))
@@ -94,6 +97,11 @@ class Context:
         return iv.union(compute, by=["device"])
 
 
+def host_rows(events: pl.DataFrame, kinds: tuple[str, ...]) -> pl.DataFrame:
+    """Events of the host ``kinds``, without the GPU-only columns."""
+    return events.drop(GPU_ONLY_COLUMNS, strict=False).filter(pl.col("kind").is_in(list(kinds)))
+
+
 def find_steps(host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
     """Step ranges among the host ops and annotations ``host`` named by ``pattern``, one per
     name (first occurrence), in time order."""
@@ -112,23 +120,18 @@ def find_steps(host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.Da
     return steps
 
 
-def join_pair(left: pl.DataFrame, right: pl.DataFrame, small: str, big: str, how: str = "left") -> pl.DataFrame:
-    """``left.join(right, on=[small, big])`` in left order, through one packed int64 key where the
-    values allow it (``small`` a few bits, ``big`` within 2**42 of its minimum; rank+correlation,
-    device+timestamp): twice as fast as hashing two columns, on millions of rows."""
-    both = pl.concat([left.select(small, big), right.select(small, big)], how="vertical_relaxed")
+def pair_key(frames: list[pl.DataFrame], small: str, big: str) -> pl.Expr | None:
+    """One int64 standing for the pair (``small``, ``big``) across ``frames``, where the values
+    allow it (``small`` a few bits, ``big`` within 2**42 of its minimum: rank+correlation,
+    device+timestamp); None otherwise. Hashing it is twice as fast as hashing two columns."""
+    both = pl.concat([f.select(small, big) for f in frames], how="vertical_relaxed")
     bounds = both.select(
         pl.col(small).min().alias("s_lo"), pl.col(small).max().alias("s_hi"), pl.col(big).min().alias("b_lo"), pl.col(big).max().alias("b_hi")
     ).row(0)
     s_lo, s_hi, b_lo, b_hi = bounds
     if None in bounds or s_lo < 0 or s_hi >= 1 << 20 or b_hi - b_lo >= 1 << 42:
-        return left.join(right, on=[small, big], how=how, maintain_order="left")  # type: ignore[arg-type]
-    key = pl.col(small).cast(pl.Int64) * (1 << 42) + (pl.col(big) - b_lo)
-    return (
-        left.with_columns(key.alias("_pair"))
-        .join(right.with_columns(key.alias("_pair")).drop(small, big), on="_pair", how=how, maintain_order="left")  # type: ignore[arg-type]
-        .drop("_pair")
-    )
+        return None
+    return pl.col(small).cast(pl.Int64) * (1 << 42) + (pl.col(big) - b_lo)
 
 
 def launch_join(events: pl.DataFrame) -> pl.DataFrame:
@@ -137,8 +140,8 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
     Graph launches map many kernels to one call; that is kept (a many-to-one join).
     """
     gpu = events.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS) & pl.col("correlation").is_not_null())
-    calls = events.filter(pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null())
-    calls = calls.select(
+    calls = events.select(
+        "kind",
         "rank",
         "correlation",
         pl.col("name").alias("launch_name"),
@@ -148,16 +151,22 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("pid").alias("launch_pid"),
         pl.col("external_id").alias("launch_external_id"),
     )
-    # The first call per (rank, correlation); a single rank's unique ids (the usual case, checked
-    # by a cheap count) need no filtering.
-    if calls.get_column("rank").n_unique() > 1 or calls.get_column("correlation").n_unique() < calls.height:
+    calls = calls.filter(pl.col("kind").is_in(API_KINDS) & pl.col("correlation").is_not_null()).drop("kind")
+    # The first call per (rank, correlation); unique pairs (the usual case, checked by a cheap
+    # count) need no filtering.
+    key = pair_key([gpu, calls], "rank", "correlation")
+    if key is None:
         calls = calls.filter(pl.col("correlation").is_first_distinct().over("rank"))  # 4x cheaper than unique()
-    return join_pair(gpu, calls, "rank", "correlation")
+        return gpu.join(calls, on=["rank", "correlation"], how="left", maintain_order="left")
+    calls = calls.with_columns(key.alias("_pair")).drop("rank", "correlation")
+    if calls.get_column("_pair").n_unique() < calls.height:
+        calls = calls.filter(pl.col("_pair").is_first_distinct())
+    return gpu.with_columns(key.alias("_pair")).join(calls, on="_pair", how="left", maintain_order="left").drop("_pair")
 
 
 def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Context:
     ev = trace.events
-    host = ev.filter(pl.col("kind").is_in(HOST_OP_KINDS))
+    host = host_rows(ev, HOST_OP_KINDS)
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
     steps = find_steps(host, step_pattern)
     launches = launch_join(ev)

@@ -42,8 +42,7 @@ def analyze_copies(ctx: Context) -> CopyResult:
     if h2d.height:
         cu = ctx.compute_busy
         hu = iv.union(h2d, by=["device"])
-        both = iv.intersect(hu, cu, by=["device"]) if cu.height else hu.head(0)
-        overlap_ratio = iv.total(both) / max(1, iv.total(hu))
+        overlap_ratio = sum(iv.overlap_by(hu, cu, "device").values()) / max(1, iv.total(hu))
 
     launched = ctx.launches.filter(
         (pl.col("kind") == "memcpy")
