@@ -207,7 +207,7 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     host = steps.sort("start_ns").with_row_index("_i").with_columns(
         pl.col("start_ns").alias("host_start_ns"), pl.col("end_ns").alias("host_end_ns")
     )
-    work = launches.filter(pl.col("launch_start_ns").is_not_null()).select("launch_start_ns", "end_ns").sort("launch_start_ns")
+    work = launches.select("launch_start_ns", "end_ns").filter(pl.col("launch_start_ns").is_not_null()).sort("launch_start_ns")
     if work.height:
         tagged = work.join_asof(
             host.select("_i", pl.col("start_ns").alias("h_s"), pl.col("end_ns").alias("h_e")),

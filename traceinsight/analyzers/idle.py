@@ -84,11 +84,16 @@ def _profiler_ranges(ctx: Context) -> pl.DataFrame:
 
 
 def _pageable_copy_calls(ctx: Context) -> pl.DataFrame:
-    calls = ctx.launches.filter(
-        (pl.col("kind") == "memcpy")
-        & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable"))
-        & pl.col("launch_start_ns").is_not_null()
-    ).select(pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_end_ns").alias("end_ns"))
+    calls = (
+        ctx.launches.lazy()  # lazy: only the two columns are copied by the filter
+        .filter(
+            (pl.col("kind") == "memcpy")
+            & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable"))
+            & pl.col("launch_start_ns").is_not_null()
+        )
+        .select(pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_end_ns").alias("end_ns"))
+        .collect()
+    )
     if calls.height == 0:
         return calls.cast({"start_ns": pl.Int64, "end_ns": pl.Int64})
     return iv.clip(iv.union(calls), ctx.window_start_ns, ctx.window_end_ns)
@@ -140,6 +145,8 @@ def analyze_idle(ctx: Context) -> IdleResult:
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")
     ).filter(pl.col("dur_ns") > 0)
     gaps = gaps.with_row_index("gap_id")
+    if gaps.get_column("device").n_unique() == 1:  # one device's gaps: disjoint, in time order
+        gaps = gaps.with_columns(pl.col("start_ns").set_sorted(), pl.col("end_ns").set_sorted())
 
     per_dev = []
     busy_total = 0
@@ -239,7 +246,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         if sync_scope.height
         else pl.lit(False).alias("sync_at_start")
     )
-    gaps = _next_launch(ctx, gaps)
+    gaps = gaps.with_columns(_next_launch(ctx, gaps))
     launched_late = pl.col("next_launch_ns").is_not_null() & (pl.col("next_launch_ns") >= pl.col("start_ns"))
     cause = (
         pl.when(pl.col("f_profiler") >= MAJORITY)
@@ -265,16 +272,17 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     return gaps.join(ops, on="gap_id", how="left")
 
 
-def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
-    """``gaps`` with ``next_launch_ns``: when the work that ends each gap was launched (the
-    earliest launch call of the activities starting at the gap's end on its device).
+def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
+    """For each gap (in ``gaps`` order), when the work that ends it was launched: the earliest
+    launch call of the activities starting at the gap's end on its device.
 
     Per device, both sides are in time order (gaps from :func:`iv.gaps`, the launches from the
     sorted event table), so a forward as-of join on the distinct start times finds them: a
     fifth of the cost of a group-by and hash join over (device, time) pairs."""
-    launched = ctx.launches.filter(pl.col("launch_start_ns").is_not_null()).select("device", "start_ns", "launch_start_ns")
+    launched = ctx.launches.select("device", "start_ns", "launch_start_ns").filter(pl.col("launch_start_ns").is_not_null())
+    ends = gaps.select("gap_id", "device", "end_ns")
     parts = []
-    for (dev,), g in gaps.partition_by("device", as_dict=True, maintain_order=True).items():
+    for (dev,), g in ends.partition_by("device", as_dict=True, maintain_order=True).items():
         first = (
             launched.filter(pl.col("device").eq_missing(dev))
             .group_by("start_ns", maintain_order=True)
@@ -284,11 +292,13 @@ def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         first = first.with_columns(pl.col("_at").set_sorted()) if first.get_column("_at").is_sorted() else first.sort("_at")
         g = g.with_columns(pl.col("end_ns").set_sorted()) if g.get_column("end_ns").is_sorted() else g.sort("end_ns")
         hit = g.join_asof(first, left_on="end_ns", right_on="_at", strategy="forward")
-        parts.append(hit.with_columns(pl.when(pl.col("_at") == pl.col("end_ns")).then(pl.col("next_launch_ns")).alias("next_launch_ns")).drop("_at"))
+        parts.append(hit.select("gap_id", pl.when(pl.col("_at") == pl.col("end_ns")).then(pl.col("next_launch_ns")).alias("next_launch_ns")))
     if not parts:
-        return gaps.with_columns(pl.lit(None, pl.Int64).alias("next_launch_ns"))
+        return pl.Series("next_launch_ns", [None] * gaps.height, dtype=pl.Int64)
     out = pl.concat(parts)
-    return out if out.get_column("gap_id").is_sorted() else out.sort("gap_id")
+    if not out.get_column("gap_id").equals(gaps.get_column("gap_id")):
+        out = gaps.select("gap_id").join(out, on="gap_id", how="left", maintain_order="left")
+    return out.get_column("next_launch_ns")
 
 
 def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
@@ -321,7 +331,7 @@ def _timeline(ctx: Context, busy: pl.DataFrame, gaps: pl.DataFrame) -> dict[str,
         cov = iv.overlap_with(edges, u)
         busy_frac = [round(v / width, 4) for v in cov.to_list()]
         causes: dict[str, list[float]] = {}
-        g = gaps.filter(pl.col("device") == dev).select("cause", "start_ns", "end_ns")
+        g = gaps.select("device", "cause", "start_ns", "end_ns").filter(pl.col("device") == dev).drop("device")
         by_cause = {str(k[0]): part.drop("cause") for k, part in g.partition_by("cause", as_dict=True).items()}
         for cause in CAUSES:  # in CAUSES order, as before
             cg = by_cause.get(cause)

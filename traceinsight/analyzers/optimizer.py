@@ -30,8 +30,11 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
     if ranges.height == 0:
         return OptimizerResult(0, None, None, None, None, None)
     name = ranges["name"][0].split("#", 1)[1].split(".")[0]
-    k = ctx.launches.filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null()).select(
-        "name", "dur_ns", "launch_start_ns", "launch_tid"
+    k = (
+        ctx.launches.lazy()  # lazy: only the selected columns are copied by the filter
+        .filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null())
+        .select("name", "dur_ns", "launch_start_ns", "launch_tid")
+        .collect()
     )
     inside = iv.containing(
         k.with_columns(pl.col("launch_start_ns").alias("_ls")),

@@ -168,9 +168,11 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
     right = pl.DataFrame({"ls": u[S], "le": u[E], "full": length.cum_sum() - length}).with_columns(pl.col("ls").set_sorted())
 
     def covered_until(t: pl.Series) -> pl.Series:
-        left = pl.DataFrame({"t": t}).with_row_index("_i")
         in_order = t.is_sorted()
-        left = left.with_columns(pl.col("t").set_sorted()) if in_order else left.sort("t")
+        if in_order:
+            left = pl.DataFrame({"t": t}).with_columns(pl.col("t").set_sorted())
+        else:
+            left = pl.DataFrame({"t": t}).with_row_index("_i").sort("t")
         hit = left.join_asof(right, left_on="t", right_on="ls", strategy="backward")
         if not in_order:
             hit = hit.sort("_i")
@@ -181,7 +183,7 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
     def covered(t: pl.Series) -> pl.Series:
         # Points sorted within a few runs (gaps per device, one device after another) go run by
         # run: each is already in order, where sorting millions of points was most of the cost.
-        if t.null_count() == 0:
+        if t.null_count() == 0 and not t.flags["SORTED_ASC"]:
             breaks = (t.diff() < 0).arg_true()
             if 0 < breaks.len() <= MAX_SORTED_RUNS:
                 bounds = [0, *breaks.to_list(), t.len()]

@@ -407,7 +407,8 @@ def _nccl_domain(nvtx: pl.DataFrame) -> pl.DataFrame:
     collectives are recognized. Domain-creation rows (``domain`` = -1 - the domain's id) name
     the domains."""
     create = pl.col("domain") < 0
-    nccl = nvtx.filter(create & (pl.col("name").str.to_uppercase() == "NCCL")).select(-1 - pl.col("domain")).to_series().unique()
+    domains = nvtx.filter(create)  # a handful of rows: only those have their names compared
+    nccl = domains.filter(pl.col("name").str.to_uppercase() == "NCCL").select(-1 - pl.col("domain")).to_series().unique()
     df = _keep(nvtx, ~create | pl.col("domain").is_null())
     if nccl.len() == 0:
         return df.drop("domain")
