@@ -461,8 +461,10 @@ def parse_nsys(path: str | Path) -> Trace:
         db.offset_ns = session_start_ns or 0
         devices = _devices(db)
         strings = db.query(["id", "value"], "StringIds", {"sid": pl.Int64, "svalue": pl.String}).result()
-        pending_gpu = _gpu_rows(db, strings)
+        # The host tables (NVTX, runtime: the costliest rows) are queued first, so the GPU
+        # tables' smaller parts fill the end, when one thread would otherwise wait on the other.
         pending_host = _host_rows(db, strings)
+        pending_gpu = _gpu_rows(db, strings)
         gpu = [p.result() for p in pending_gpu]
         host = [_nccl_domain(h) if "domain" in h.columns else h for h in (p.result() for p in pending_host)]
     finally:
