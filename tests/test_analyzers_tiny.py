@@ -110,6 +110,24 @@ def test_conform_sorts_by_start_keeping_ties_in_input_order():
     assert out.get_column("start_ns").flags["SORTED_ASC"]
 
 
+def test_conform_per_column_path_matches_the_small_table_path(monkeypatch):
+    """Tables of millions of rows are gathered column by column (on two threads where there
+    are two cores); the result is the one select-and-gather of small tables."""
+    import traceinsight.model.schema as schema
+
+    parts = [
+        pl.DataFrame({"name": ["c", "a", None], "start_ns": [5, 1, 5], "end_ns": [6, 2, 9], "rank": [1, 0, 1], "bytes": [None, 3, None]}),
+        pl.DataFrame({"name": ["d", "b"], "start_ns": [1, 0], "end_ns": [2, 1], "rank": [0, 1], "tid": [7, 8]}),
+    ]
+    df = pl.concat(parts, how="diagonal_relaxed")  # several chunks, as a concatenation gives
+    small = schema.conform(df)
+    monkeypatch.setattr(schema, "PER_COLUMN_MIN_ROWS", 0)
+    for cores in (1, 2):
+        monkeypatch.setattr(schema, "cores_available", lambda cores=cores: cores)
+        assert schema.conform(df).equals(small)
+    assert small.get_column("name").to_list() == ["a", "d", "b", "c", None]  # rank by rank, ties as given
+
+
 def test_conform_orders_several_ranks_rank_by_rank_and_by_rank_slices_them():
     from traceinsight.model.schema import by_rank, conform
 

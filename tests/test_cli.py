@@ -101,22 +101,23 @@ def test_installed_console_script(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
-def test_command_keeps_freed_memory_longer_unless_told_otherwise():
-    """The command sets polars' allocator decay before polars loads (benchmarks/RESULTS.md);
-    a value already in the environment is left alone."""
-    import os
-    import subprocess
-    import sys
+def test_analyze_keeps_freed_memory_longer_unless_told_otherwise(tmp_path):
+    """``analyze`` of one trace sets polars' allocator decay before polars loads
+    (benchmarks/RESULTS.md); a value already in the environment is left alone."""
+    from traceinsight.commands.analyze import ALLOCATOR_CONF, ALLOCATOR_ENV
 
-    from traceinsight.cli import ALLOCATOR_CONF, ALLOCATOR_ENV
-
+    trace = TINY / "step_dataloader_sync.json"
     probe = (
-        "import os, sys; from traceinsight.cli import main; main(['--version']); "
-        f"print(os.environ.get({ALLOCATOR_ENV!r})); print('polars' in sys.modules)"
+        "import os, sys; from traceinsight.cli import main; "
+        f"rc = main(['analyze', {str(trace)!r}, '--no-html', '-q']); "
+        f"print(rc, os.environ.get({ALLOCATOR_ENV!r}))"
     )
     env = {k: v for k, v in os.environ.items() if k != ALLOCATOR_ENV}
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout.splitlines()
-    assert out[-2:] == [ALLOCATOR_CONF, "False"]
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    # polars puts its own defaults first; jemalloc takes the last value of each option
+    rc, conf = run.stdout.split()[-2:]
+    assert rc == "0" and conf.endswith("," + ALLOCATOR_CONF)
     env[ALLOCATOR_ENV] = "dirty_decay_ms:0"
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, check=True).stdout.splitlines()
-    assert out[-2] == "dirty_decay_ms:0"
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    conf = run.stdout.split()[-1]
+    assert conf.endswith(",dirty_decay_ms:0") and ALLOCATOR_CONF not in conf

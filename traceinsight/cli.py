@@ -27,13 +27,6 @@ from traceinsight.errors import (
 
 SEVERITIES = ["high", "medium", "low", "info"]
 _VERBOSE = False
-# polars' allocator (jemalloc) hands freed memory back to the OS within a fraction of a second,
-# so each phase of a large analysis faults fresh pages in again. Kept for 10 s: on the 1 GB nsys
-# export 25% fewer page faults, 1 s less kernel time and 0.6 s less wall, for 0.8 GB more peak
-# (benchmarks/RESULTS.md). Set for the command only, before polars loads (worker processes
-# inherit it); a user's own setting wins.
-ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
-ALLOCATOR_CONF = "dirty_decay_ms:10000,muzzy_decay_ms:10000"
 
 
 def _guard(path: Path | None, fn: Callable[[], int]) -> int:
@@ -208,8 +201,6 @@ def profile(out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tup
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and map library errors to exit codes; never lets a traceback escape."""
     global _VERBOSE
-    if "polars" not in sys.modules:
-        os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)
     args = list(sys.argv[1:] if argv is None else argv)
     _VERBOSE = "-v" in args or "--verbose" in args
     try:

@@ -78,6 +78,9 @@ def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
 
 
+PER_COLUMN_MIN_ROWS = 1_000_000  # conform: below this, a thread pool costs more than it saves
+
+
 def conform(df: pl.DataFrame) -> pl.DataFrame:
     """Add missing columns as nulls, cast to the schema, order the columns, sort by start
     (stable: rows that start together keep their input order)."""
@@ -94,10 +97,20 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
         # One chunk before the gather: gathering across many chunks is several times slower.
         return df.get_column(name).cast(dtype).rechunk().gather(order)
 
-    # Two columns at a time: polars releases the GIL, and a column's copy and gather run on one
-    # core, mostly waiting on memory.
-    with ThreadPoolExecutor(max_workers=min(2, cores_available())) as pool:
-        out = pl.DataFrame(list(pool.map(column, EVENT_SCHEMA, EVENT_SCHEMA.values())))
+    threads = min(2, cores_available())
+    if n < PER_COLUMN_MIN_ROWS:  # one select and one gather: less overhead on small tables
+        exprs = [
+            pl.col(name).cast(dtype) if name in df.columns else pl.lit(None, dtype=dtype).alias(name)
+            for name, dtype in EVENT_SCHEMA.items()
+        ]
+        out = df.select(exprs)[order]
+    elif threads == 1:
+        out = pl.DataFrame([column(name, dtype) for name, dtype in EVENT_SCHEMA.items()])
+    else:
+        # Two columns at a time: polars releases the GIL, and a column's copy and gather run
+        # on one core, mostly waiting on memory.
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            out = pl.DataFrame(list(pool.map(column, EVENT_SCHEMA, EVENT_SCHEMA.values())))
     if out.get_column("start_ns").null_count() or out.get_column("rank").n_unique() > 1:
         return out
     return out.with_columns(pl.col("start_ns").set_sorted())
