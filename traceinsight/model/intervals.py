@@ -168,13 +168,13 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
     right = pl.DataFrame({"ls": u[S], "le": u[E], "full": length.cum_sum() - length}).with_columns(pl.col("ls").set_sorted())
 
     def covered_until(t: pl.Series) -> pl.Series:
-        in_order = t.is_sorted()
-        if in_order:
+        ordered = t.is_sorted()
+        if ordered:
             left = pl.DataFrame({"t": t}).with_columns(pl.col("t").set_sorted())
         else:
             left = pl.DataFrame({"t": t}).with_row_index("_i").sort("t")
         hit = left.join_asof(right, left_on="t", right_on="ls", strategy="backward")
-        if not in_order:
+        if not ordered:
             hit = hit.sort("_i")
         return hit.select(
             (pl.col("full") + (pl.min_horizontal("t", "le") - pl.col("ls")).clip(0, None)).fill_null(0)
