@@ -13,12 +13,14 @@ from traceinsight.errors import EXIT_GATE, EXIT_OK, InputError
 SEVERITY_ORDER = ("high", "medium", "low", "info")
 # polars' allocator (jemalloc) hands freed memory back to the OS within half a second, so each
 # phase of a large analysis faults fresh pages in again. For one trace, kept 10 s: on the 1 GB
-# nsys export 25% fewer page faults and 0.5 s less wall, for 0.8 GB more peak
-# (benchmarks/RESULTS.md). Not for a directory of ranks, nor in `batch`: worker processes
-# holding on to freed memory made two-worker batches 10% slower. Set before polars loads (it
-# appends this to its own defaults, and jemalloc takes the last value); a user's own setting wins.
+# nsys export 25% fewer page faults and 0.5 s less wall. Blocks from 1 MiB (not 8) come from the
+# arena all threads share, so a column freed by one thread is reused by the next: 0.3 GB less
+# peak there, 0.1 GB on the 10x trace (benchmarks/RESULTS.md). Not for a directory of ranks,
+# nor in `batch`: worker processes holding on to freed memory made two-worker batches 10%
+# slower. Set before polars loads (it appends this to its own defaults, and jemalloc takes the
+# last value); a user's own setting wins.
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
-ALLOCATOR_CONF = "dirty_decay_ms:10000,muzzy_decay_ms:10000"
+ALLOCATOR_CONF = "dirty_decay_ms:10000,muzzy_decay_ms:10000,oversize_threshold:1048576"
 
 
 def default_report_path(trace: Path) -> Path:
