@@ -39,9 +39,16 @@ def run_analyzers(ctx: Context, threads: int | None = None) -> dict[str, Any]:
         threads = min(2, cores_available())
     if threads <= 1:
         return {name: fn(ctx) for name, fn in ANALYZERS.items()}
-    # computed once here rather than raced for by two analyzers
-    for shared in ("busy", "compute_busy", "ops", "sync_calls"):
-        getattr(ctx, shared)
     with ThreadPoolExecutor(max_workers=threads) as pool:
+        # computed once here rather than raced for by two analyzers: GPU unions on one thread,
+        # host subsets on the other
+        shared = [pool.submit(_compute, ctx, names) for names in (("busy", "compute_busy"), ("ops", "sync_calls"))]
+        for f in shared:
+            f.result()
         futures = {name: pool.submit(fn, ctx) for name, fn in ANALYZERS.items()}
         return {name: f.result() for name, f in futures.items()}
+
+
+def _compute(ctx: Context, names: tuple[str, ...]) -> None:
+    for name in names:
+        getattr(ctx, name)
