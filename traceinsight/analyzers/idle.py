@@ -289,9 +289,7 @@ def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
             .agg(pl.col("launch_start_ns").min().alias("next_launch_ns"))
             .rename({"start_ns": "_at"})
         )
-        first = first.with_columns(pl.col("_at").set_sorted()) if first.get_column("_at").is_sorted() else first.sort("_at")
-        g = g.with_columns(pl.col("end_ns").set_sorted()) if g.get_column("end_ns").is_sorted() else g.sort("end_ns")
-        hit = g.join_asof(first, left_on="end_ns", right_on="_at", strategy="forward")
+        hit = iv.in_time_order(g, "end_ns").join_asof(iv.in_time_order(first, "_at"), left_on="end_ns", right_on="_at", strategy="forward")
         parts.append(hit.select("gap_id", pl.when(pl.col("_at") == pl.col("end_ns")).then(pl.col("next_launch_ns")).alias("next_launch_ns")))
     if not parts:
         return pl.Series("next_launch_ns", [None] * gaps.height, dtype=pl.Int64)

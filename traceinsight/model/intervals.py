@@ -193,6 +193,12 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
     return (covered(points[E]) - covered(points[S])).alias("overlap_ns")
 
 
+def in_time_order(df: pl.DataFrame, col: str) -> pl.DataFrame:
+    """``df`` sorted by ``col``, flagged so as-of joins take it as it is; no sort when it is
+    already in order (per-device gaps and launches usually are)."""
+    return df.with_columns(pl.col(col).set_sorted()) if df.get_column(col).is_sorted() else df.sort(col)
+
+
 def overlap_by(a: pl.DataFrame, b: pl.DataFrame, by: str) -> dict[object, int]:
     """For each group of ``a`` (a union per ``by`` value), the length of its intersection with
     ``b``'s union of the same group: ``total(intersect(a, b, [by]))`` per group, by as-of joins
@@ -200,7 +206,7 @@ def overlap_by(a: pl.DataFrame, b: pl.DataFrame, by: str) -> dict[object, int]:
     (a few thousand copies or collectives against millions of compute intervals)."""
     out: dict[object, int] = {}
     for (key,), part in a.partition_by(by, as_dict=True, maintain_order=True).items():
-        other = b.filter(pl.col(by) == key) if key is not None else b.filter(pl.col(by).is_null())
+        other = b.filter(pl.col(by).eq_missing(key))
         out[key] = int(overlap_with(part, other).sum()) if other.height else 0
     return out
 

@@ -89,7 +89,8 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
     # every column into one chunk when the input is a concatenation (1.5 GB and 0.6 s of page
     # faults on a 1 GB nsys export). A stable arg-sort and one gather per column take 0.5 s
     # there where DataFrame.sort(maintain_order=True) took 1-2 s.
-    order = _row_order(df)
+    several_ranks = "rank" in df.columns and df.get_column("rank").n_unique() > 1
+    order = _row_order(df, several_ranks)
 
     def column(name: str, dtype: pl.DataType) -> pl.Series:
         if name not in df.columns or df.get_column(name).null_count() == n:  # nothing to gather
@@ -97,33 +98,30 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
         # One chunk before the gather: gathering across many chunks is several times slower.
         return df.get_column(name).cast(dtype).rechunk().gather(order)
 
-    threads = min(2, cores_available())
     if n < PER_COLUMN_MIN_ROWS:  # one select and one gather: less overhead on small tables
         exprs = [
             pl.col(name).cast(dtype) if name in df.columns else pl.lit(None, dtype=dtype).alias(name)
             for name, dtype in EVENT_SCHEMA.items()
         ]
         out = df.select(exprs)[order]
-    elif threads == 1:
-        out = pl.DataFrame([column(name, dtype) for name, dtype in EVENT_SCHEMA.items()])
     else:
-        # Two columns at a time: polars releases the GIL, and a column's copy and gather run
-        # on one core, mostly waiting on memory.
-        with ThreadPoolExecutor(max_workers=threads) as pool:
+        # Two columns at a time where there are two cores: polars releases the GIL, and a
+        # column's copy and gather run on one core, mostly waiting on memory.
+        with ThreadPoolExecutor(max_workers=min(2, cores_available())) as pool:
             out = pl.DataFrame(list(pool.map(column, EVENT_SCHEMA, EVENT_SCHEMA.values())))
-    if out.get_column("start_ns").null_count() or out.get_column("rank").n_unique() > 1:
+    if out.get_column("start_ns").null_count() or several_ranks:
         return out
     return out.with_columns(pl.col("start_ns").set_sorted())
 
 
-def _row_order(df: pl.DataFrame) -> pl.Series:
+def _row_order(df: pl.DataFrame, several_ranks: bool) -> pl.Series:
     """The table's row order: by start, stable; with several ranks in one table (an nsys export
     of several processes), rank by rank, so each rank's rows are one slice (see
     :func:`by_rank`) and nothing copies them out again. The start order split by rank keeps
     each rank's rows in it: polars' two-key arg-sort took 5 s on 15M rows, this 0.5 s."""
     start = df.get_column("start_ns").cast(pl.Int64)
     order = start.to_frame().select(pl.arg_sort_by("start_ns", maintain_order=True)).to_series()
-    if "rank" not in df.columns or df.get_column("rank").n_unique() < 2:
+    if not several_ranks:
         return order
     rank = df.get_column("rank").cast(pl.Int32).gather(order)
     parts = pl.DataFrame({"i": order, "rank": rank}).partition_by("rank", as_dict=True)

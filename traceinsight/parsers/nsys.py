@@ -42,6 +42,8 @@ ROWS_PER_PART = 1_000_000  # big tables are fetched as rowid ranges of about thi
 NVTX_RANGE_TYPES = (59, 60)  # PushPopRange, StartEndRange
 NVTX_DOMAIN_CREATE = 75
 REGISTERED = "\x01"  # marks an NVTX name fetched as a StringIds id (see _host_rows)
+# NVTX DomainCreate rows: fetched with -1 - their domain id in ``domain`` (see _host_rows)
+IS_DOMAIN_CREATE = (pl.col("domain") < 0).fill_null(False)
 
 
 class _Rows:
@@ -192,7 +194,7 @@ def _event_rows(df: pl.DataFrame, offset_ns: int) -> pl.DataFrame:
         df = df.with_columns(_packed_pid(pl.col("gpid")).alias("pid"))
     keep = (pl.col("end_ns") - pl.col("start_ns")) >= 0
     if "domain" in df.columns:  # NVTX: DomainCreate rows (no end) name the domains
-        keep = keep | (pl.col("domain") < 0)
+        keep = keep | IS_DOMAIN_CREATE
     df = _keep(df, keep).with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     return df.cast({c: t for c, t in EVENT_SCHEMA.items() if c in df.columns})  # type: ignore[arg-type]
 
@@ -406,10 +408,9 @@ def _nccl_domain(nvtx: pl.DataFrame) -> pl.DataFrame:
     """The NVTX ranges, those of NCCL's own domain (NCCL >= 2.8.3) named ``nccl:<range>`` so
     collectives are recognized. Domain-creation rows (``domain`` = -1 - the domain's id) name
     the domains."""
-    create = pl.col("domain") < 0
-    domains = nvtx.filter(create)  # a handful of rows: only those have their names compared
+    domains = nvtx.filter(IS_DOMAIN_CREATE)  # a handful of rows: only those have their names compared
     nccl = domains.filter(pl.col("name").str.to_uppercase() == "NCCL").select(-1 - pl.col("domain")).to_series().unique()
-    df = _keep(nvtx, ~create | pl.col("domain").is_null())
+    df = _keep(nvtx, ~IS_DOMAIN_CREATE)
     if nccl.len() == 0:
         return df.drop("domain")
     return df.with_columns(
