@@ -97,6 +97,13 @@ class Context:
         return iv.union(compute, by=["device"])
 
 
+def launched(launches: pl.DataFrame, columns: list[str | pl.Expr], where: pl.Expr | None = None) -> pl.DataFrame:
+    """The rows of ``launches`` with a known launching call (and matching ``where``), in
+    ``columns`` only: lazily, so the filter copies just those columns, not all of them."""
+    keep = pl.col("launch_start_ns").is_not_null()
+    return launches.lazy().filter(keep if where is None else keep & where).select(columns).collect()
+
+
 def host_rows(events: pl.DataFrame, kinds: tuple[str, ...]) -> pl.DataFrame:
     """Events of the host ``kinds``, in the :data:`HOST_COLUMNS`."""
     return events.select(HOST_COLUMNS).filter(pl.col("kind").is_in(list(kinds)))
@@ -207,7 +214,7 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     host = steps.sort("start_ns").with_row_index("_i").with_columns(
         pl.col("start_ns").alias("host_start_ns"), pl.col("end_ns").alias("host_end_ns")
     )
-    work = launches.select("launch_start_ns", "end_ns").filter(pl.col("launch_start_ns").is_not_null()).sort("launch_start_ns")
+    work = launched(launches, ["launch_start_ns", "end_ns"]).sort("launch_start_ns")
     if work.height:
         tagged = work.join_asof(
             host.select("_i", pl.col("start_ns").alias("h_s"), pl.col("end_ns").alias("h_e")),

@@ -29,6 +29,7 @@ from traceinsight.analyzers.context import (
     Context,
     closing_profiler_sync,
     host_ranges,
+    launched,
 )
 from traceinsight.model import intervals as iv
 
@@ -84,15 +85,10 @@ def _profiler_ranges(ctx: Context) -> pl.DataFrame:
 
 
 def _pageable_copy_calls(ctx: Context) -> pl.DataFrame:
-    calls = (
-        ctx.launches.lazy()  # lazy: only the two columns are copied by the filter
-        .filter(
-            (pl.col("kind") == "memcpy")
-            & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable"))
-            & pl.col("launch_start_ns").is_not_null()
-        )
-        .select(pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_end_ns").alias("end_ns"))
-        .collect()
+    calls = launched(
+        ctx.launches,
+        [pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_end_ns").alias("end_ns")],
+        (pl.col("kind") == "memcpy") & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")),
     )
     if calls.height == 0:
         return calls.cast({"start_ns": pl.Int64, "end_ns": pl.Int64})
@@ -279,12 +275,12 @@ def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
     Per device, both sides are in time order (gaps from :func:`iv.gaps`, the launches from the
     sorted event table), so a forward as-of join on the distinct start times finds them: a
     fifth of the cost of a group-by and hash join over (device, time) pairs."""
-    launched = ctx.launches.select("device", "start_ns", "launch_start_ns").filter(pl.col("launch_start_ns").is_not_null())
+    calls = launched(ctx.launches, ["device", "start_ns", "launch_start_ns"])
     ends = gaps.select("gap_id", "device", "end_ns")
     parts = []
     for (dev,), g in ends.partition_by("device", as_dict=True, maintain_order=True).items():
         first = (
-            launched.filter(pl.col("device").eq_missing(dev))
+            calls.filter(pl.col("device").eq_missing(dev))
             .group_by("start_ns", maintain_order=True)
             .agg(pl.col("launch_start_ns").min().alias("next_launch_ns"))
             .rename({"start_ns": "_at"})

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import HOST_OP_KINDS, Context
+from traceinsight.analyzers.context import HOST_OP_KINDS, Context, launched
 from traceinsight.model import intervals as iv
 
 FUSED = r"(?i)fused.*(adam|sgd|lamb|adagrad|optim)|fusedadam|_fused_"
@@ -30,12 +30,7 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
     if ranges.height == 0:
         return OptimizerResult(0, None, None, None, None, None)
     name = ranges["name"][0].split("#", 1)[1].split(".")[0]
-    k = (
-        ctx.launches.lazy()  # lazy: only the selected columns are copied by the filter
-        .filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null())
-        .select("name", "dur_ns", "launch_start_ns", "launch_tid")
-        .collect()
-    )
+    k = launched(ctx.launches, ["name", "dur_ns", "launch_start_ns", "launch_tid"], pl.col("kind") == "kernel")
     inside = iv.containing(
         k.with_columns(pl.col("launch_start_ns").alias("_ls")),
         ranges,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, launched
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import names_matching
 
@@ -48,11 +48,8 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
     if nested.height == 0:
         return RecomputeResult(0, 0, 0, 0, 0.0)
     # Outermost recomputed ops only, then the kernels launched from inside them.
-    k = (
-        ctx.launches.lazy()  # lazy: only the selected columns are copied by the filter
-        .filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null())
-        .select("dur_ns", "launch_start_ns", "launch_tid", "correlation", "start_ns")
-        .collect()
+    k = launched(
+        ctx.launches, ["dur_ns", "launch_start_ns", "launch_tid", "correlation", "start_ns"], pl.col("kind") == "kernel"
     )
     inside = iv.containing(
         k.with_columns(pl.col("launch_start_ns").alias("_ls")),
