@@ -21,6 +21,6 @@ def shared_or_skip() -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_analysis():
-    from traceinsight.api import analyze_path
+    from traceinsight import analyze
 
-    return analyze_path(TINY / "step_dataloader_sync.json")
+    return analyze(TINY / "step_dataloader_sync.json")

@@ -104,7 +104,7 @@ def test_installed_console_script(tmp_path):
 def test_analyze_keeps_freed_memory_longer_unless_told_otherwise(tmp_path):
     """``analyze`` of one trace sets polars' allocator decay before polars loads
     (benchmarks/RESULTS.md); a value already in the environment is left alone."""
-    from traceinsight.commands.analyze import ALLOCATOR_CONF, ALLOCATOR_ENV
+    from traceinsight.runtime import ALLOCATOR_CONF, ALLOCATOR_ENV
 
     trace = TINY / "step_dataloader_sync.json"
     probe = (

@@ -11,6 +11,7 @@ import pytest
 
 from traceinsight.cli import main
 from traceinsight.jobs import analyze_job, rank_from_name
+from traceinsight.runtime import Runtime
 
 from .conftest import CORPUS, FIXTURES, H200, SHARED, TINY
 
@@ -20,7 +21,7 @@ STRAGGLE_MS = 30.0  # the generator's injected host delay on rank 1 before every
 def test_straggler_rank_and_wait():
     job = analyze_job(H200 / "ddp_straggler")
     c = job.cross
-    assert c.straggler_rank == 1 and c.straggler_last_share == 1.0
+    assert c.straggler_rank == 1 and c.straggler_last_ratio == 1.0
     assert c.straggler_steps == (3, 4, 5, 6)
     steps = len(c.straggler_steps)
     # Rank 0 waits at least the injected delay every step, and at most its whole step time.
@@ -49,9 +50,9 @@ def test_ranks_from_file_names_and_fallback(tmp_path):
         doc.pop("distributedInfo")
         (tmp_path / name).write_text(json.dumps(doc))
         del i
-    job = analyze_job(tmp_path, max_workers=1)
-    assert [r["rank"] for r in job.ranks] == [0, 1]
-    assert [Path(r["path"]).name for r in job.ranks] == ["a.json", "b.json"]
+    job = analyze_job(tmp_path, runtime=Runtime(workers=1))
+    assert [r.rank for r in job.ranks] == [0, 1]
+    assert [Path(r.source["path"]).name for r in job.ranks] == ["a.json", "b.json"]
     assert any("sorted file order" in w for w in job.warnings)
 
 
@@ -59,7 +60,7 @@ def test_hta_trace_filter_two_ranks():
     if not (SHARED / "hta" / "trace_filter").is_dir():
         pytest.skip("corpus absent")
     job = analyze_job(SHARED / "hta" / "trace_filter")
-    assert [r["rank"] for r in job.ranks] == [0, 1]  # from distributedInfo
+    assert [r.rank for r in job.ranks] == [0, 1]  # from distributedInfo
     assert job.cross.matched_collectives > 0
 
 

@@ -25,9 +25,9 @@ def test_wheel_contains_templates_and_renders(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)
     code = (
         "import traceinsight.report.html as h, sys;"
-        "from traceinsight.api import analyze_path;"
+        "from traceinsight import analyze;"
         "assert str(h.templates_dir()).startswith(sys.argv[1]), h.templates_dir();"
-        "print(len(h.render_html(analyze_path(sys.argv[2]))))"
+        "print(len(h.render_html(analyze(sys.argv[2]))))"
     )
     # -I: ignore the checkout and PYTHONPATH; the extracted wheel is the only traceinsight.
     r = subprocess.run(

@@ -172,14 +172,15 @@ def _safe(text: str) -> str:
 
 
 def _analyze(trace_path: Path, report_path: Path | None) -> Path:
-    from traceinsight.api import analyze_path
-    from traceinsight.report.html import write_html
+    from traceinsight.api import analyze
+    from traceinsight.io import write_text_atomic
+    from traceinsight.report.html import render
 
     report = report_path or trace_path.with_name(
         trace_path.name.replace(".pt.trace.json.gz", "") + ".html"
     )
-    result = analyze_path(trace_path)
-    write_html(result, report, force=True)
+    result = analyze(trace_path)
+    write_text_atomic(report, render(result.to_json()))
     return report
 
 

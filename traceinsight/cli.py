@@ -6,8 +6,7 @@ input (or an output that exists without --force); 3 a performance gate tripped (
 
 from __future__ import annotations
 
-import contextlib
-import os
+import functools
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from typing import Any
 import click
 
 from traceinsight import __version__
+from traceinsight.constants import SEVERITIES
 from traceinsight.errors import (
     EXIT_ANALYSIS_ERROR,
     EXIT_BAD_INPUT,
@@ -25,7 +25,6 @@ from traceinsight.errors import (
     TraceInsightError,
 )
 
-SEVERITIES = ["high", "medium", "low", "info"]
 _VERBOSE = False
 
 
@@ -78,6 +77,26 @@ def cli(verbose: bool) -> None:
 trace_path = click.Path(path_type=Path, dir_okay=True, file_okay=True)
 
 
+def analysis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every analysis takes, gathered into one ``opts`` argument (an
+    :class:`~traceinsight.api.Options`) for the command."""
+    decorators = [
+        click.option("--step-range", metavar="NAME", help="Step ranges are annotations/NVTX ranges whose name starts with NAME (default: ProfilerStep#N, train_step#N)."),
+        click.option("--max-bytes", type=click.IntRange(min=1), help="Refuse inputs that decompress to more than this many bytes (default 8 GB)."),
+        click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE", help="Override a diagnosis threshold (see docs/FINDINGS.md); repeatable."),
+    ]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, step_range: str | None, max_bytes: int | None, thresholds: tuple[str, ...], **kwargs: Any) -> Any:
+        from traceinsight.options import Options
+
+        return fn(*args, opts=Options(_parse_thresholds(thresholds), step_range, max_bytes), **kwargs)
+
+    for d in reversed(decorators):
+        wrapper = d(wrapper)
+    return wrapper
+
+
 @cli.command()
 @click.argument("path", type=trace_path)
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="HTML report path (default: ./NAME.traceinsight.html).")
@@ -87,60 +106,34 @@ trace_path = click.Path(path_type=Path, dir_okay=True, file_okay=True)
 @click.option("-v", "--verbose", is_flag=True, help="Show details (tracebacks) on errors.")
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
 @click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
-@click.option("--fail-on", type=click.Choice(SEVERITIES), help="Exit 3 if any finding is at least this severe (CI gate).")
-@click.option("--step-range", metavar="NAME", help="Step ranges are annotations/NVTX ranges whose name starts with NAME (default: ProfilerStep#N).")
-@click.option("--max-bytes", type=click.IntRange(min=1), help="Refuse inputs that decompress to more than this many bytes (default 8 GB).")
-@click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE", help="Override a diagnosis threshold (see docs/FINDINGS.md); repeatable.")
-def analyze(
-    path: Path,
-    output: Path | None,
-    json_out: str | None,
-    no_html: bool,
-    quiet: bool,
-    verbose: bool,
-    force: bool,
-    open_browser: bool,
-    fail_on: str | None,
-    step_range: str | None,
-    max_bytes: int | None,
-    thresholds: tuple[str, ...],
-) -> int:
-    """Diagnose one trace: PATH is a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep."""
+@click.option("--fail-on", type=click.Choice(list(SEVERITIES)), help="Exit 3 if any finding is at least this severe (CI gate).")
+@analysis_options
+def analyze(path: Path, output: Path | None, json_out: str | None, no_html: bool, quiet: bool, verbose: bool, force: bool, open_browser: bool, fail_on: str | None, opts: Any) -> int:
+    """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep) or a job (a
+    directory with one trace per rank)."""
     global _VERBOSE
     _VERBOSE = _VERBOSE or verbose
+    from dataclasses import replace
+
     from traceinsight.commands import analyze as cmd
 
     command = "traceinsight analyze " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["analyze"] else f"traceinsight analyze {path}"
-    return _guard(
-        path,
-        lambda: cmd.run(
-            path,
-            output=output,
-            json_out=json_out,
-            html=not no_html,
-            quiet=quiet,
-            force=force,
-            open_browser=open_browser,
-            fail_on=fail_on,
-            step_range=step_range,
-            max_bytes=max_bytes,
-            thresholds=_parse_thresholds(thresholds),
-            command=command,
-        ),
-    )
+    opts = replace(opts, command=command)
+    return _guard(path, lambda: cmd.run(path, opts, output=output, json_out=json_out, html=not no_html, quiet=quiet, force=force, open_browser=open_browser, fail_on=fail_on))
 
 
 @cli.command()
 @click.argument("path", type=trace_path)
 @click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True, help="Parquet file to write.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
-@click.option("--max-bytes", type=click.IntRange(min=1), help="Refuse inputs that decompress to more than this.")
-@click.option("-q", "--quiet", is_flag=True)
-def export(path: Path, output: Path, force: bool, max_bytes: int | None, quiet: bool) -> int:
-    """Write the common event table of PATH as Parquet (readable by polars, duckdb, pandas)."""
+@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@analysis_options
+def export(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> int:
+    """Write the common event table of PATH (a trace, or a job directory: every rank's rows) as
+    Parquet (readable by polars, duckdb, pandas)."""
     from traceinsight.commands import export as cmd
 
-    return _guard(path, lambda: cmd.run(path, output=output, force=force, max_bytes=max_bytes, quiet=quiet))
+    return _guard(path, lambda: cmd.run(path, opts, output=output, force=force, quiet=quiet))
 
 
 @cli.command()
@@ -150,7 +143,8 @@ def export(path: Path, output: Path, force: bool, max_bytes: int | None, quiet: 
 @click.option("--scheduler", metavar="ADDRESS|local", help="Run on Dask: a scheduler address (tcp://host:8786) or 'local' for a LocalCluster.")
 @click.option("--force", is_flag=True, help="Re-analyze items whose report is up to date.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
-def batch(paths: tuple[Path, ...], outdir: Path, workers: int | None, scheduler: str | None, force: bool, quiet: bool) -> int:
+@analysis_options
+def batch(paths: tuple[Path, ...], outdir: Path, workers: int | None, scheduler: str | None, force: bool, quiet: bool, opts: Any) -> int:
     """Analyze every trace or job under PATHS (directories, .tar/.tar.gz archives, files).
 
     Resumable: items whose report is newer than the input are skipped. Exit 1 if any item failed
@@ -158,7 +152,7 @@ def batch(paths: tuple[Path, ...], outdir: Path, workers: int | None, scheduler:
     """
     from traceinsight.commands import batch as cmd
 
-    return _guard(None, lambda: cmd.run(list(paths), outdir=outdir, workers=workers, scheduler=scheduler, force=force, quiet=quiet))
+    return _guard(None, lambda: cmd.run(list(paths), opts, outdir=outdir, workers=workers, scheduler=scheduler, force=force, quiet=quiet))
 
 
 @cli.command()
@@ -170,14 +164,12 @@ def batch(paths: tuple[Path, ...], outdir: Path, workers: int | None, scheduler:
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
 @click.option("--fail-if-slower", type=float, metavar="PCT", help="Exit 3 if the median step time grew by more than PCT percent (CI gate).")
-def diff(before: Path, after: Path, output: Path | None, no_html: bool, json_out: str | None, quiet: bool, force: bool, fail_if_slower: float | None) -> int:
+@analysis_options
+def diff(before: Path, after: Path, output: Path | None, no_html: bool, json_out: str | None, quiet: bool, force: bool, fail_if_slower: float | None, opts: Any) -> int:
     """Compare two traces (or job directories): metrics, step time, idle causes, kernels, findings."""
     from traceinsight.commands import diff as cmd
 
-    return _guard(
-        before,
-        lambda: cmd.run(before, after, output=output, html=not no_html, json_out=json_out, quiet=quiet, force=force, fail_if_slower=fail_if_slower),
-    )
+    return _guard(before, lambda: cmd.run(before, after, opts, output=output, html=not no_html, json_out=json_out, quiet=quiet, force=force, fail_if_slower=fail_if_slower))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -185,8 +177,9 @@ def diff(before: Path, after: Path, output: Path | None, no_html: bool, json_out
 @click.option("--with", "tool", type=click.Choice(["torch", "nsys"]), default="torch", show_default=True, help="Profile with torch.profiler (the script calls traceinsight.capture.step()) or nsys.")
 @click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps to record (torch).")
 @click.option("--no-analyze", is_flag=True, help="Only record.")
+@analysis_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def profile(out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tuple[str, ...]) -> int:
+def profile(out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tuple[str, ...], opts: Any) -> int:
     """Run COMMAND under the profiler, then analyze the trace it wrote.
 
     \b
@@ -195,7 +188,7 @@ def profile(out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tup
     """
     from traceinsight.commands import profile as cmd
 
-    return _guard(None, lambda: cmd.run(list(command), out_dir=out_dir, tool=tool, steps=steps, analyze=not no_analyze))
+    return _guard(None, lambda: cmd.run(list(command), opts, out_dir=out_dir, tool=tool, steps=steps, analyze=not no_analyze))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -228,10 +221,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def entry_point() -> None:
-    code = main()
-    # Every output is written and closed and every worker pool shut down by now; skip the
-    # interpreter's teardown of the event tables (70 ms per run, more on large traces).
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe (| head): nothing more to say
-            stream.flush()
-    os._exit(code)
+    from traceinsight.runtime import exit_now
+
+    exit_now(main())

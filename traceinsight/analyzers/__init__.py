@@ -1,23 +1,76 @@
-"""Analyzers: pure functions from a :class:`Context` to frozen result objects (no I/O, no HTML)."""
+"""Analyzers: pure functions from a :class:`Context` to frozen result objects (no I/O, no HTML).
+
+:class:`Results` holds one typed field per analyzer; adding an analyzer means a module with its
+function and result class, one field here, and its entry in :data:`ANALYZERS`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
-from traceinsight.analyzers.comm import analyze_comm
+from traceinsight.analyzers.comm import CommResult, analyze_comm
 from traceinsight.analyzers.context import Context
-from traceinsight.analyzers.copies import analyze_copies
-from traceinsight.analyzers.idle import analyze_idle
-from traceinsight.analyzers.kernels import analyze_kernels
-from traceinsight.analyzers.launch import analyze_launch
-from traceinsight.analyzers.optimizer import analyze_optimizer
-from traceinsight.analyzers.recompute import analyze_recompute
-from traceinsight.analyzers.steps import analyze_steps
-from traceinsight.analyzers.syncs import analyze_syncs
-from traceinsight.parallel import cores_available
+from traceinsight.analyzers.copies import CopyResult, analyze_copies
+from traceinsight.analyzers.idle import IdleResult, analyze_idle
+from traceinsight.analyzers.kernels import KernelResult, analyze_kernels
+from traceinsight.analyzers.launch import LaunchResult, analyze_launch
+from traceinsight.analyzers.optimizer import OptimizerResult, analyze_optimizer
+from traceinsight.analyzers.recompute import RecomputeResult, analyze_recompute
+from traceinsight.analyzers.steps import StepResult, analyze_steps
+from traceinsight.analyzers.syncs import SyncResult, analyze_syncs
 
-ANALYZERS = {
+
+@dataclass(frozen=True)
+class Results:
+    """Every analyzer's result for one trace (field order = the JSON ``details`` order)."""
+
+    idle: IdleResult
+    steps: StepResult
+    copies: CopyResult
+    comm: CommResult
+    kernels: KernelResult
+    launch: LaunchResult
+    syncs: SyncResult
+    optimizer: OptimizerResult
+    recompute: RecomputeResult
+
+    def metrics(self) -> dict[str, Any]:
+        """The headline numbers (documented one by one in the README)."""
+        idle, steps, copies, comm = self.idle, self.steps, self.copies, self.comm
+        kern, launch, syncs, rec = self.kernels, self.launch, self.syncs, self.recompute
+        return {
+            "window_ns": idle.window_ns,
+            "gpu_busy_ratio": idle.gpu_busy_ratio,
+            "gpu_idle_ratio": idle.gpu_idle_ratio,
+            "idle_by_cause_ns": dict(idle.idle_by_cause_ns),
+            "steps": steps.steps,
+            "step_time_median_ns": steps.step_time_median_ns,
+            "step_time_cv": steps.step_time_cv,
+            "dataloader_ratio": steps.dataloader_ratio,
+            "host_sync_count": syncs.host_sync_count,
+            "host_sync_blocked_ns": syncs.host_sync_blocked_ns,
+            "h2d_bytes": copies.h2d_bytes,
+            "h2d_pageable_bytes_ratio": copies.h2d_pageable_bytes_ratio,
+            "h2d_overlap_ratio": copies.h2d_overlap_ratio,
+            "comm_compute_overlap_ratio": comm.comm_compute_overlap_ratio,
+            "exposed_comm_ratio": comm.exposed_comm_ratio,
+            "elementwise_kernel_time_ratio": kern.elementwise_kernel_time_ratio,
+            "elementwise_kernel_count_ratio": kern.elementwise_kernel_count_ratio,
+            "kernels_per_step": kern.kernels_per_step,
+            "short_kernel_ratio": launch.short_kernel_ratio,
+            "fp32_gemm_time_ratio": kern.fp32_gemm_time_ratio,
+            "recompute_time_ratio": rec.recompute_time_ratio,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+ANALYZERS: dict[str, Callable[[Context], Any]] = {
     "idle": analyze_idle,
     "steps": analyze_steps,
     "copies": analyze_copies,
@@ -30,25 +83,25 @@ ANALYZERS = {
 }
 
 
-def run_analyzers(ctx: Context, threads: int | None = None) -> dict[str, Any]:
+def run_analyzers(ctx: Context, threads: int = 1) -> Results:
     """Every analyzer on one context. They are independent and spend their time inside polars,
     which releases the GIL, so two threads overlap one analyzer's Python with another's
-    queries (10% faster on the 10x trace); results do not depend on the order. By default one
-    thread where polars is held to one (a batch or job worker that shares the cores)."""
-    if threads is None:
-        threads = min(2, cores_available())
+    queries (10% faster on the 10x trace); results do not depend on the order."""
     if threads <= 1:
-        return {name: fn(ctx) for name, fn in ANALYZERS.items()}
+        return Results(**{name: fn(ctx) for name, fn in ANALYZERS.items()})
     with ThreadPoolExecutor(max_workers=threads) as pool:
-        # computed once here rather than raced for by two analyzers: GPU unions on one thread,
-        # host subsets on the other
-        shared = [pool.submit(_compute, ctx, names) for names in (("busy", "compute_busy"), ("ops", "sync_calls"))]
-        for f in shared:
-            f.result()
         futures = {name: pool.submit(fn, ctx) for name, fn in ANALYZERS.items()}
-        return {name: f.result() for name, f in futures.items()}
+        return Results(**{name: f.result() for name, f in futures.items()})
 
 
-def _compute(ctx: Context, names: tuple[str, ...]) -> None:
-    for name in names:
-        getattr(ctx, name)
+def jsonable(obj: Any) -> Any:
+    """Result dataclasses, tuples and dicts as plain JSON values (NaN as null)."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, float) and obj != obj:  # NaN never reaches the JSON
+        return None
+    return obj

@@ -18,7 +18,7 @@ class CommResult:
     exposed_comm_ns: int  # communication not hidden behind compute
     comm_compute_overlap_ratio: float | None  # null when there is no communication
     exposed_comm_ratio: float | None  # exposed communication / analysis window
-    comm_time_share: float | None  # communication union / window
+    comm_time_ratio: float | None  # communication union / window
     per_device: tuple[dict[str, Any], ...]
     top_collectives: tuple[dict[str, Any], ...]
 
@@ -54,7 +54,7 @@ def analyze_comm(ctx: Context) -> CommResult:
         exposed_comm_ns=tot_c - tot_b,
         comm_compute_overlap_ratio=tot_b / tot_c if tot_c else None,
         exposed_comm_ratio=(tot_c - tot_b) / window,
-        comm_time_share=tot_c / window,
+        comm_time_ratio=tot_c / window,
         per_device=tuple(per_device),
         top_collectives=tuple(top.iter_rows(named=True)),
     )

@@ -5,17 +5,16 @@ Pure functions over the event table; the :class:`Context` is frozen and shared r
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any
 
 import polars as pl
 
+from traceinsight.constants import DEFAULT_STEP_PATTERN
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import names_matching
 from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
 
-DEFAULT_STEP_PATTERN = r"^(ProfilerStep#\d+|train_step#\d+)$"
 
 # Host-side name patterns (runtime API names are matched after version suffixes are stripped).
 LAUNCH_API = (
@@ -41,8 +40,35 @@ API_KINDS = ("runtime", "driver")
 HOST_COLUMNS = ("kind", "name", "start_ns", "end_ns", "dur_ns", "tid")
 
 
+class HostIndex:
+    """Subsets of the host rows by kind, and their distinct names, each computed on first use and
+    then shared by every analyzer. A memo, not state: two threads racing for one subset compute
+    the same table twice, never a different one."""
+
+    def __init__(self, events: pl.DataFrame, seed: dict[tuple[str, ...], pl.DataFrame]) -> None:
+        self._events = events
+        self._subsets = dict(seed)
+        self._names: dict[tuple[str, ...], pl.Series] = {}
+
+    def rows(self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False) -> pl.DataFrame:
+        """Events of ``kinds`` (whole trace), those whose name matches ``pattern`` (or not, with
+        ``negate``); each subset's distinct names are matched once per pattern
+        (:func:`names_matching`)."""
+        subset = self._subsets.get(kinds)
+        if subset is None:
+            subset = self._subsets[kinds] = host_rows(self._events, kinds)
+        if pattern is None:
+            return subset
+        names = self._names.get(kinds)
+        if names is None:
+            names = self._names[kinds] = subset.get_column("name").unique()
+        return names_matching(subset, pattern, negate=negate, names=names)
+
+
 @dataclass(frozen=True)
 class Context:
+    """What every analyzer reads, computed once per trace (all tables read-only)."""
+
     events: pl.DataFrame
     window_start_ns: int
     window_end_ns: int
@@ -50,8 +76,11 @@ class Context:
     gpu: pl.DataFrame  # GPU activity rows (kernel/memcpy/memset) inside the window
     launches: pl.DataFrame  # GPU activity joined to its launching call (see launch_join)
     devices: tuple[int, ...]
-    # rows() subsets and their distinct names, filled on first use (analyzers share them)
-    _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
+    host: HostIndex = field(repr=False, compare=False)
+    ops: pl.DataFrame  # host ops and annotations, step markers excluded (whole trace)
+    sync_calls: pl.DataFrame  # blocking sync / blocking copy API calls (whole trace)
+    busy: pl.DataFrame  # per-device union of GPU activity in the window (device, start_ns, end_ns)
+    compute_busy: pl.DataFrame  # per-device union of the non-communication kernels in the window
 
     @property
     def window_ns(self) -> int:
@@ -62,39 +91,16 @@ class Context:
         return self.gpu.height > 0
 
     def rows(self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False) -> pl.DataFrame:
-        """Events of ``kinds`` (whole trace), those whose name matches ``pattern`` (or not, with
-        ``negate``). Each subset is filtered once and each of its distinct names matched once per
-        pattern (see :func:`names_matching`), whichever analyzer asks first."""
-        subset = self._cache.get(kinds)
-        if subset is None:
-            subset = self._cache[kinds] = host_rows(self.events, kinds)
-        if pattern is None:
-            return subset
-        names = self._cache.get(("names", kinds))
-        if names is None:
-            names = self._cache[("names", kinds)] = subset.get_column("name").unique()
-        return names_matching(subset, pattern, negate=negate, names=names)
+        return self.host.rows(kinds, pattern, negate=negate)
 
-    @cached_property
-    def ops(self) -> pl.DataFrame:
-        """Host ops and annotations, step markers excluded (whole trace)."""
-        return self.rows(HOST_OP_KINDS, STEP_MARKER, negate=True)
 
-    @cached_property
-    def sync_calls(self) -> pl.DataFrame:
-        """Blocking sync / blocking copy API calls (whole trace)."""
-        return self.rows(API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}")
+def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    compute = gpu.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") != "communication"))
+    return iv.union(gpu, by=["device"]), iv.union(compute, by=["device"])
 
-    @cached_property
-    def busy(self) -> pl.DataFrame:
-        """Per-device union of GPU activity in the window (device, start_ns, end_ns)."""
-        return iv.union(self.gpu, by=["device"])
 
-    @cached_property
-    def compute_busy(self) -> pl.DataFrame:
-        """Per-device union of the non-communication kernels in the window."""
-        compute = self.gpu.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") != "communication"))
-        return iv.union(compute, by=["device"])
+def _host_subsets(host: HostIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
+    return host.rows(HOST_OP_KINDS, STEP_MARKER, negate=True), host.rows(API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}")
 
 
 def launched(launches: pl.DataFrame, columns: list[str | pl.Expr], where: pl.Expr | None = None) -> pl.DataFrame:
@@ -171,11 +177,13 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
     return gpu.with_columns(key.alias("_pair")).join(calls, on="_pair", how="left", maintain_order="left").drop("_pair")
 
 
-def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Context:
+def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN, threads: int = 1) -> Context:
+    """The window, the steps and the shared tables; with two threads the GPU unions and the
+    host subsets are computed side by side (polars releases the GIL)."""
     ev = trace.events
-    host = host_rows(ev, HOST_OP_KINDS)
+    host_ops = host_rows(ev, HOST_OP_KINDS)
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
-    steps = find_steps(host, step_pattern)
+    steps = find_steps(host_ops, step_pattern)
     launches = launch_join(ev)
     if steps.height:
         steps = _device_aligned_steps(steps, launches)
@@ -192,6 +200,15 @@ def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Con
     steps = steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     gpu = iv.clip(gpu_all, lo, hi) if gpu_all.height else gpu_all
     devices = tuple(sorted(int(d) for d in gpu["device"].drop_nulls().unique().to_list()))
+    host = HostIndex(ev, {HOST_OP_KINDS: host_ops})
+    if threads > 1:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            unions = pool.submit(_gpu_unions, gpu)
+            ops, sync_calls = _host_subsets(host)
+            busy, compute_busy = unions.result()
+    else:
+        busy, compute_busy = _gpu_unions(gpu)
+        ops, sync_calls = _host_subsets(host)
     return Context(
         events=ev,
         window_start_ns=lo,
@@ -200,7 +217,11 @@ def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN) -> Con
         gpu=gpu,
         launches=launches,
         devices=devices,
-        _cache={HOST_OP_KINDS: host},
+        host=host,
+        ops=ops,
+        sync_calls=sync_calls,
+        busy=busy,
+        compute_busy=compute_busy,
     )
 
 

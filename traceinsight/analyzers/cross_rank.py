@@ -38,7 +38,7 @@ class CrossRankResult:
     collective_counts: dict[str, int]
     name_mismatches: int
     straggler_rank: int | None
-    straggler_last_share: float | None
+    straggler_last_ratio: float | None
     wait_caused_ns: int  # waiting the straggler imposes on the other ranks, summed
     wait_by_rank_ns: dict[str, int]  # time each rank spent waiting for later arrivals
     straggler_steps: tuple[int, ...]  # step numbers (ProfilerStep#N) in which it arrived last
@@ -130,7 +130,7 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         collective_counts=counts,
         name_mismatches=mismatches,
         straggler_rank=straggler,
-        straggler_last_share=share,
+        straggler_last_ratio=share,
         wait_caused_ns=caused if straggler is not None else 0,
         wait_by_rank_ns=wait_by_rank,
         straggler_steps=tuple(sorted(steps_hit)) if straggler is not None else (),

@@ -24,15 +24,15 @@ class KernelResult:
     kernel_count: int
     kernel_ns: int  # sum of kernel durations (not a union)
     by_class: tuple[dict[str, Any], ...]
-    elementwise_kernel_time_share: float | None
-    elementwise_kernel_count_share: float | None
+    elementwise_kernel_time_ratio: float | None
+    elementwise_kernel_count_ratio: float | None
     elementwise_eager_count: int
     elementwise_triton_count: int
     kernels_per_step: float | None
     top_kernels: tuple[dict[str, Any], ...]
     math_ns: int  # GEMM + conv + attention kernel time
     fp32_math_ns: int  # of which on CUDA cores in fp32 (no tensor cores)
-    fp32_gemm_time_share: float | None
+    fp32_gemm_time_ratio: float | None
     top_fp32_kernels: tuple[dict[str, Any], ...]
 
 
@@ -45,8 +45,8 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
         .with_columns(
             pl.col("kernel_class").cast(pl.String),
-            (pl.col("total_ns") / max(1, total)).alias("time_share"),
-            (pl.col("count") / max(1, n)).alias("count_share"),
+            (pl.col("total_ns") / max(1, total)).alias("time_ratio"),
+            (pl.col("count") / max(1, n)).alias("count_ratio"),
         )
         .sort(["total_ns", "kernel_class"], descending=[True, False])
     )
@@ -62,7 +62,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
             pl.col("dur_ns").median().alias("median_ns"),
             pl.col("dur_ns").max().alias("max_ns"),
         )
-        .with_columns(pl.col("kernel_class").cast(pl.String), (pl.col("total_ns") / max(1, total)).alias("time_share"))
+        .with_columns(pl.col("kernel_class").cast(pl.String), (pl.col("total_ns") / max(1, total)).alias("time_ratio"))
         .sort(["total_ns", "name"], descending=[True, False])
         .head(TOP_KERNELS)
     )
@@ -78,14 +78,14 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         kernel_count=n,
         kernel_ns=total,
         by_class=tuple(by_class.iter_rows(named=True)),
-        elementwise_kernel_time_share=(int(ew["dur_ns"].sum()) / total) if total else None,
-        elementwise_kernel_count_share=(ew.height / n) if n else None,
+        elementwise_kernel_time_ratio=(int(ew["dur_ns"].sum()) / total) if total else None,
+        elementwise_kernel_count_ratio=(ew.height / n) if n else None,
         elementwise_eager_count=eager,
         elementwise_triton_count=triton,
         kernels_per_step=(n / steps) if steps else None,
         top_kernels=tuple(top.iter_rows(named=True)),
         math_ns=math_ns,
         fp32_math_ns=fp32_ns,
-        fp32_gemm_time_share=(fp32_ns / math_ns) if math_ns else None,
+        fp32_gemm_time_ratio=(fp32_ns / math_ns) if math_ns else None,
         top_fp32_kernels=tuple(top_fp32.iter_rows(named=True)),
     )

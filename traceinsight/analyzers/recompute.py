@@ -28,7 +28,7 @@ class RecomputeResult:
     recompute_kernel_ns: int  # GPU time of kernels launched by recomputed ops
     recompute_host_ns: int  # host time spent re-running the forward ops
     recompute_ns: int  # the cost: the larger of the two (a launch-bound step pays the host time)
-    recompute_time_share: float | None  # recompute_ns / analysis window
+    recompute_time_ratio: float | None  # recompute_ns / analysis window
 
 
 def analyze_recompute(ctx: Context) -> RecomputeResult:
@@ -68,5 +68,5 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
         recompute_kernel_ns=ns,
         recompute_host_ns=host_ns,
         recompute_ns=cost,
-        recompute_time_share=cost / ctx.window_ns if ctx.window_ns else None,
+        recompute_time_ratio=cost / ctx.window_ns if ctx.window_ns else None,
     )

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from traceinsight.options import Options
 from traceinsight.errors import EXIT_ANALYSIS_ERROR, EXIT_OK
 
 
-def run(paths: list[Path], *, outdir: Path, workers: int | None, scheduler: str | None, force: bool, quiet: bool) -> int:
+def run(paths: list[Path], opts: Options, *, outdir: Path, workers: int | None, scheduler: str | None, force: bool, quiet: bool) -> int:
     from traceinsight.batch import run_batch
 
-    result = run_batch(paths, outdir, workers=workers, scheduler=scheduler, force=force, progress=not quiet)
+    opts.graded()
+    result = run_batch(paths, outdir, workers=workers, scheduler=scheduler, force=force, progress=not quiet, opts=opts)
     if not quiet:
         ok = len(result.rows) - result.failed
         print(

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from traceinsight.options import Options
 from traceinsight.errors import EXIT_OK
 
 
-def run(path: Path, *, output: Path, force: bool, max_bytes: int | None, quiet: bool) -> int:
-    from traceinsight.api import export_events
-    from traceinsight.parsers import load_trace
-    from traceinsight.report.files import check_writable
+def run(path: Path, opts: Options, *, output: Path, force: bool, quiet: bool) -> int:
+    from traceinsight.api import export_events, load_events
+    from traceinsight.io import check_writable
 
     check_writable(output, force)
-    trace = load_trace(path, max_bytes=max_bytes)
+    trace = load_events(path, opts)
     export_events(trace, output)
     if not quiet:
         print(f"wrote {trace.events.height:,} events to {output}")

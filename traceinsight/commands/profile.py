@@ -7,13 +7,15 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
+from traceinsight.options import Options
 from traceinsight.capture import ENV_DIR, ENV_STEPS
 from traceinsight.errors import EXIT_OK, AnalysisError, InputError
 
 
-def run(command: list[str], *, out_dir: Path, tool: str, steps: int, analyze: bool) -> int:
+def run(command: list[str], opts: Options, *, out_dir: Path, tool: str, steps: int, analyze: bool) -> int:
     if not command:
         raise InputError("no command to profile; usage: traceinsight profile -- python train.py")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -46,15 +48,7 @@ def run(command: list[str], *, out_dir: Path, tool: str, steps: int, analyze: bo
 
     return analyze_cmd.run(
         trace,
+        replace(opts, command="traceinsight profile -- " + " ".join(command)),
         output=trace.with_name(trace.name.split(".pt.trace")[0].removesuffix(".sqlite") + ".traceinsight.html"),
-        json_out=None,
-        html=True,
-        quiet=False,
         force=True,
-        open_browser=False,
-        fail_on=None,
-        step_range=None,
-        max_bytes=None,
-        thresholds={},
-        command="traceinsight profile -- " + " ".join(command),
     )

@@ -13,8 +13,6 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.parallel import cores_available
-
 # What an event is. GPU-side kinds carry device and stream; host-side kinds carry pid/tid.
 KINDS = [
     "kernel",
@@ -81,9 +79,10 @@ def empty_events() -> pl.DataFrame:
 PER_COLUMN_MIN_ROWS = 1_000_000  # conform: below this, a thread pool costs more than it saves
 
 
-def conform(df: pl.DataFrame) -> pl.DataFrame:
+def conform(df: pl.DataFrame, threads: int = 1) -> pl.DataFrame:
     """Add missing columns as nulls, cast to the schema, order the columns, sort by start
-    (stable: rows that start together keep their input order)."""
+    (stable: rows that start together keep their input order). ``threads``: the runtime's
+    threads for a large table's columns."""
     n = df.height
     # The order from the start column alone: a select over the whole frame would first copy
     # every column into one chunk when the input is a concatenation (1.5 GB and 0.6 s of page
@@ -98,7 +97,7 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
         # One chunk before the gather: gathering across many chunks is several times slower.
         return df.get_column(name).cast(dtype).rechunk().gather(order)
 
-    if n < PER_COLUMN_MIN_ROWS:  # one select and one gather: less overhead on small tables
+    if n < PER_COLUMN_MIN_ROWS or threads < 2:  # one select and one gather: less overhead on small tables
         exprs = [
             pl.col(name).cast(dtype) if name in df.columns else pl.lit(None, dtype=dtype).alias(name)
             for name, dtype in EVENT_SCHEMA.items()
@@ -107,7 +106,7 @@ def conform(df: pl.DataFrame) -> pl.DataFrame:
     else:
         # Two columns at a time where there are two cores: polars releases the GIL, and a
         # column's copy and gather run on one core, mostly waiting on memory.
-        with ThreadPoolExecutor(max_workers=min(2, cores_available())) as pool:
+        with ThreadPoolExecutor(max_workers=2) as pool:
             out = pl.DataFrame(list(pool.map(column, EVENT_SCHEMA, EVENT_SCHEMA.values())))
     if out.get_column("start_ns").null_count() or several_ranks:
         return out

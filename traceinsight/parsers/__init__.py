@@ -25,11 +25,10 @@ def detect_format(path: Path) -> str:
     return "kineto"
 
 
-def load_trace(
-    path: str | Path, *, max_bytes: int | None = None, step_range: str | None = None, parse_helpers: int = 0
-) -> Trace:
+def load_trace(path: str | Path, *, max_bytes: int | None = None, parse_helpers: int = 0, threads: int = 1) -> Trace:
     """Parse any supported trace file into the common event table (``parse_helpers``: extra
-    processes for a large Kineto trace; see :func:`~traceinsight.parsers.kineto.parse_kineto`)."""
+    processes for a large Kineto trace, see :func:`~traceinsight.parsers.kineto.parse_kineto`;
+    ``threads``: threads for building a large table; both from the :class:`Runtime`)."""
     p = Path(path)
     fmt = detect_format(p)
     if fmt == "kineto":
@@ -39,7 +38,7 @@ def load_trace(
     if fmt == "nsys-sqlite":
         from traceinsight.parsers.nsys import parse_nsys
 
-        return parse_nsys(p)
+        return parse_nsys(p, threads=threads)
     from traceinsight.parsers.nsys import parse_nsys_rep
 
-    return parse_nsys_rep(p)
+    return parse_nsys_rep(p, threads=threads)

@@ -446,7 +446,7 @@ def _devices(db: _Db) -> list[DeviceInfo]:
     return []
 
 
-def parse_nsys(path: str | Path) -> Trace:
+def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
     path = Path(path)
     db = _Db(path)
     try:
@@ -498,7 +498,7 @@ def parse_nsys(path: str | Path) -> Trace:
     if len(procs) > 1:
         meta.world_size = len(procs)
         meta.warnings.append(f"{len(procs)} processes in one export: analyzed as ranks 0..{len(procs) - 1} by process id")
-    table = mark_comm_by_launcher(add_kernel_class(conform(df)))
+    table = mark_comm_by_launcher(add_kernel_class(conform(df, threads)))
     return Trace(events=table, meta=meta)
 
 
@@ -514,7 +514,7 @@ def _rank_of(procs: list[int]) -> pl.Expr:
     return rank.alias("rank")
 
 
-def parse_nsys_rep(path: str | Path) -> Trace:
+def parse_nsys_rep(path: str | Path, threads: int = 1) -> Trace:
     """A ``.nsys-rep`` report: export it with the local ``nsys`` into a temp dir, then parse."""
     path = Path(path)
     nsys = shutil.which("nsys")
@@ -529,7 +529,7 @@ def parse_nsys_rep(path: str | Path) -> Trace:
         r = subprocess.run([nsys, "export", "--type", "sqlite", "-o", str(out), str(path)], capture_output=True, text=True)
         if r.returncode != 0 or not out.exists():
             raise InputError(f"nsys export failed: {(r.stderr or r.stdout).strip()[-300:]}", str(path))
-        trace = parse_nsys(out)
+        trace = parse_nsys(out, threads)
     trace.meta.source_path = str(path)
     return trace
 

@@ -6,7 +6,6 @@ Templates live in ``report_templates/`` at the repository top and ship inside th
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import shlex
 from pathlib import Path
@@ -14,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
-from traceinsight.report.files import check_writable, write_text_atomic
-from traceinsight.report.terminal import fmt_bytes, fmt_ns, fmt_pct
+from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct
+from traceinsight.runtime import template_cache
 
 if TYPE_CHECKING:
-    from traceinsight.api import Analysis
+    from traceinsight.analysis import TraceAnalysis
 
 CAUSE_COLORS = {
     "dataloader": "#e45756",
@@ -54,36 +53,13 @@ def templates_dir() -> Path:
     raise FileNotFoundError("report_templates not found (broken installation)")
 
 
-class _BytecodeCache(jinja2.FileSystemBytecodeCache):
-    """Compiled templates kept between runs in jinja's per-user temp folder (checked against the
-    template source on load): compiling them takes 0.1 s of every ``analyze``. A cache that
-    cannot be read or written is simply not used."""
-
-    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        try:
-            super().load_bytecode(bucket)
-        except Exception:  # noqa: BLE001 - an unreadable entry (truncated, foreign): compile instead
-            bucket.reset()
-
-    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
-        with contextlib.suppress(OSError):
-            super().dump_bytecode(bucket)
-
-
-def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    try:
-        return _BytecodeCache()
-    except (OSError, RuntimeError):  # no private temp folder to be had
-        return None
-
-
 @functools.cache
 def environment() -> jinja2.Environment:
     """One per process: jinja compiles each template once and keeps it (0.1 s per report saved
     in batch runs, where a worker renders many)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir())),
-        bytecode_cache=_bytecode_cache(),
+        bytecode_cache=template_cache(),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
@@ -98,7 +74,7 @@ def _shorten(name: str, n: int = 110) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
-def context(analysis: Analysis | dict[str, Any]) -> dict[str, Any]:
+def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
     doc = analysis if isinstance(analysis, dict) else analysis.to_json()
     d = doc["details"]
     idle, steps = d["idle"], d["steps"]
@@ -129,7 +105,7 @@ def context(analysis: Analysis | dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def render_html(analysis: Analysis | dict[str, Any]) -> str:
+def render_html(analysis: TraceAnalysis | dict[str, Any]) -> str:
     return environment().get_template("report.html.j2").render(**context(analysis))
 
 
@@ -158,7 +134,6 @@ def render_index_html(rows: list[dict[str, Any]], failed: int) -> str:
     return environment().get_template("index.html.j2").render(rows=rows, failed=failed)
 
 
-def write_html(analysis: Analysis, out: Path, *, force: bool = False) -> Path:
-    check_writable(out, force)
-    write_text_atomic(out, render_html(analysis))
-    return out
+def render(doc: dict[str, Any]) -> str:
+    """The report of any analysis document: a job's or a single trace's."""
+    return render_job_html(doc) if doc.get("kind") == "job" else render_html(doc)

@@ -7,7 +7,7 @@ from typing import Any
 
 import orjson
 
-from traceinsight.report.files import write_bytes_atomic
+from traceinsight.io import write_bytes_atomic
 
 
 def dumps(doc: dict[str, Any]) -> bytes:

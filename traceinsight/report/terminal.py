@@ -4,33 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceinsight.report.format import fmt_metric, fmt_ns, fmt_pct
+
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
-
-
-def fmt_ns(ns: float | int | None) -> str:
-    if ns is None:
-        return "n/a"
-    ns = float(ns)
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    if abs(ns) >= 1e6:
-        return f"{ns / 1e6:.2f} ms"
-    if abs(ns) >= 1e3:
-        return f"{ns / 1e3:.1f} us"
-    return f"{ns:.0f} ns"
-
-
-def fmt_pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
-def fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "n/a"
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} B"
 
 
 def render_summary(doc: dict[str, Any], report_path: str | None = None, max_findings: int = 8) -> str:
@@ -47,7 +23,7 @@ def render_summary(doc: dict[str, Any], report_path: str | None = None, max_find
     lines.append(f"  ranks     {', '.join(map(str, src['ranks']))}{world}" + (f" ({src['backend']})" if src.get("backend") else ""))
     steps = m.get("steps") or 0
     step_txt = f"{steps} steps, median {fmt_ns(m['step_time_median_ns'])}, CV {m['step_time_cv']:.2f}" if steps and m.get("step_time_cv") is not None else "no step markers"
-    lines.append(f"  window    {fmt_ns(m['span_ns'])} analyzed ({step_txt}); capture span {fmt_ns(src['span_ns'])}")
+    lines.append(f"  window    {fmt_ns(m['window_ns'])} analyzed ({step_txt}); capture span {fmt_ns(src['capture_span_ns'])}")
     counts = ", ".join(f"{k} {v:,}" for k, v in src["event_counts"].items() if v)
     lines.append(f"  events    {counts or 'none'}")
     if m.get("gpu_busy_ratio") is not None:
@@ -93,21 +69,11 @@ def render_job_summary(doc: dict[str, Any], report_path: str | None = None, max_
 
 
 DIFF_METRICS = (
-    "gpu_busy_ratio", "step_time_median_ns", "span_ns", "dataloader_ratio", "host_sync_count",
+    "gpu_busy_ratio", "step_time_median_ns", "window_ns", "dataloader_ratio", "host_sync_count",
     "h2d_pageable_bytes_ratio", "comm_compute_overlap_ratio", "exposed_comm_ratio",
-    "elementwise_kernel_time_share", "kernels_per_step", "fp32_gemm_time_share", "recompute_time_share",
+    "elementwise_kernel_time_ratio", "kernels_per_step", "fp32_gemm_time_ratio", "recompute_time_ratio",
     "gpu_busy_ratio_mean", "step_skew_mean_ns",
 )
-
-
-def _fmt_metric(key: str, v: Any) -> str:
-    if v is None:
-        return "n/a"
-    if key.endswith("_ns"):
-        return fmt_ns(v)
-    if key.endswith(("_ratio", "_share", "_mean")):
-        return fmt_pct(v)
-    return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
 
 
 def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> str:
@@ -120,7 +86,7 @@ def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> 
     lines.append(f"  {'metric':32s} {'before':>12s} {'after':>12s}")
     for row in doc["metrics"]:
         if row["metric"] in DIFF_METRICS:
-            lines.append(f"  {row['metric']:32s} {_fmt_metric(row['metric'], row['before']):>12s} {_fmt_metric(row['metric'], row['after']):>12s}")
+            lines.append(f"  {row['metric']:32s} {fmt_metric(row['metric'], row['before']):>12s} {fmt_metric(row['metric'], row['after']):>12s}")
     if doc["idle_by_cause"]:
         lines.append("  idle by cause: " + ", ".join(f"{r['cause']} {fmt_ns(r['before_ns'])} -> {fmt_ns(r['after_ns'])}" for r in doc["idle_by_cause"]))
     k = doc["kernels_per_step"]
@@ -135,3 +101,8 @@ def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> 
     if report_path:
         lines.append(f"\nReport: {report_path}")
     return "\n".join(lines)
+
+
+def render(doc: dict[str, Any], report_path: str | None = None) -> str:
+    """The summary of any analysis document: a job's or a single trace's."""
+    return render_job_summary(doc, report_path) if doc.get("kind") == "job" else render_summary(doc, report_path)

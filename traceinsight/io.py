@@ -1,4 +1,4 @@
-"""Writing outputs atomically: a temp file beside the target, renamed into place."""
+"""The I/O floor: output checks and atomic writes (a temp file beside the target, renamed into place)."""
 
 from __future__ import annotations
 

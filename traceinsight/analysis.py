@@ -1,0 +1,181 @@
+"""What an analysis returns: :class:`TraceAnalysis` for one rank, :class:`JobAnalysis` for a job.
+
+Both are frozen and serialize to the documented JSON document (``to_json``); reporters read
+that document or these objects, never the other way round.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import polars as pl
+
+from traceinsight import __version__
+from traceinsight.analyzers import Results, jsonable
+from traceinsight.analyzers.cross_rank import CrossRankResult
+from traceinsight.constants import SCHEMA
+from traceinsight.findings import Finding
+from traceinsight.model.schema import KINDS, Trace
+
+KERNEL_TABLE_SCHEMA = {"name": pl.String, "kernel_class": pl.String, "count": pl.Float64, "total_ns": pl.Float64}
+
+
+def tool_json() -> dict[str, str]:
+    return {"name": "traceinsight", "version": __version__}
+
+
+@dataclass(frozen=True)
+class TraceAnalysis:
+    """One rank's (or one single-process trace's) analysis.
+
+    ``trace`` holds the event table; it is None for ranks analyzed in a worker process, which
+    send back only their results and their per-step kernel table."""
+
+    rank: int
+    source: dict[str, Any]
+    results: Results
+    metrics: dict[str, Any]
+    findings: list[Finding]
+    warnings: list[str]
+    command: str | None = None
+    trace: Trace | None = field(default=None, repr=False, compare=False)
+    kernels: pl.DataFrame | None = field(default=None, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "tool": tool_json(),
+            "command": self.command,
+            "source": self.source,
+            "metrics": self.metrics,
+            "findings": [f.to_json() for f in self.findings],
+            "warnings": self.warnings,
+            "details": self.results.to_json(),
+        }
+
+    def kernel_table(self) -> pl.DataFrame:
+        """Kernels per step by name and class (count, total_ns): what ``diff`` compares."""
+        if self.kernels is not None:
+            return self.kernels
+        if self.trace is None:
+            return pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
+        steps = max(1, self.metrics["steps"] or 1)
+        return (
+            self.trace.events.filter(pl.col("kind") == "kernel")
+            .group_by("name", "kernel_class")
+            .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+            .select(
+                "name",
+                pl.col("kernel_class").cast(pl.String),
+                (pl.col("count") / steps).alias("count"),
+                (pl.col("total_ns") / steps).alias("total_ns"),
+            )
+        )
+
+    def detached(self) -> TraceAnalysis:
+        """This analysis without the event table (to send from a worker): kernels kept."""
+        return replace(self, trace=None, kernels=self.kernel_table())
+
+    def as_rank(self, rank: int) -> TraceAnalysis:
+        return replace(self, rank=rank, source=dict(self.source, ranks=[rank]))
+
+
+def source_json(trace: Trace, results: Results, capture_span_ns: int) -> dict[str, Any]:
+    """The ``source`` block: the file, its format, ranks, the active devices, event counts."""
+    m = trace.meta
+    ev = trace.events
+    active = sorted(d["device"] for d in results.idle.devices)
+    known = {d.id: d for d in m.devices}
+    devices = [
+        known[i].to_json()
+        if i in known
+        else {"id": i, "name": None, "sm_count": None, "memory_bytes": None, "compute_capability": None}
+        for i in (active or sorted(known))
+    ]
+    counts = dict.fromkeys(KINDS, 0)
+    for kind, n in ev.group_by("kind").len().iter_rows():
+        counts[str(kind)] = int(n)
+    ranks = sorted({int(r) for r in ev["rank"].drop_nulls().unique().to_list()}) or [m.rank or 0]
+    return {
+        "path": m.source_path,
+        "format": m.format,
+        "format_version": m.format_version,
+        "ranks": ranks,
+        "world_size": m.world_size,
+        "backend": m.backend,
+        "devices": devices,
+        "capture_span_ns": capture_span_ns,
+        "event_counts": counts,
+    }
+
+
+@dataclass(frozen=True)
+class JobAnalysis:
+    """A multi-rank job: one :class:`TraceAnalysis` per rank (rank order), the cross-rank
+    comparison, and the job's own findings."""
+
+    path: str
+    ranks: list[TraceAnalysis]
+    cross: CrossRankResult
+    findings: list[Finding]
+    warnings: list[str] = field(default_factory=list)
+    command: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        ranks = self.ranks
+        busy = [r.metrics["gpu_busy_ratio"] for r in ranks if r.metrics["gpu_busy_ratio"] is not None]
+        medians = [r.metrics["step_time_median_ns"] for r in ranks if r.metrics["step_time_median_ns"] is not None]
+        counts: dict[str, int] = {}
+        for r in ranks:
+            for k, v in r.source["event_counts"].items():
+                counts[k] = counts.get(k, 0) + v
+        first = ranks[0].source if ranks else {}
+        return {
+            "schema": SCHEMA,
+            "kind": "job",
+            "tool": tool_json(),
+            "command": self.command,
+            "source": {
+                "path": self.path,
+                "format": first.get("format"),
+                "format_version": first.get("format_version"),
+                "ranks": [r.rank for r in ranks],
+                "world_size": len(ranks),
+                "backend": first.get("backend"),
+                "devices": [dict(dev, rank=r.rank) for r in ranks for dev in r.source["devices"]],
+                "capture_span_ns": max((r.source["capture_span_ns"] for r in ranks), default=0),
+                "event_counts": counts,
+            },
+            "metrics": {
+                "ranks": len(ranks),
+                "gpu_busy_ratio_mean": sum(busy) / len(busy) if busy else None,
+                "gpu_busy_ratio_min": min(busy) if busy else None,
+                "step_time_median_ns": sorted(medians)[len(medians) // 2] if medians else None,
+                "step_skew_mean_ns": self.cross.step_skew_mean_ns,
+                "straggler_rank": self.cross.straggler_rank,
+                "straggler_wait_ns": self.cross.wait_caused_ns,
+                "per_rank": {str(r.rank): r.metrics for r in ranks},
+            },
+            "findings": [f.to_json() for f in self.findings],
+            "warnings": self.warnings,
+            "ranks": [
+                {
+                    "rank": r.rank,
+                    "path": r.source["path"],
+                    "metrics": r.metrics,
+                    "findings": [f.to_json() for f in r.findings],
+                    "warnings": r.warnings,
+                }
+                for r in ranks
+            ],
+            "step_table": self.step_table(),
+            "details": {"cross_rank": jsonable(self.cross)},
+        }
+
+    def step_table(self, limit: int = 200) -> list[dict[str, Any]]:
+        """Step number -> each rank's step time (ranks in the job's order), for steps all ranks have."""
+        per = [{s["step"]: s["dur_ns"] for s in r.results.steps.per_step} for r in self.ranks]
+        common = sorted(set.intersection(*(set(p) for p in per))) if per else []
+        return [{"step": st, "times": [p[st] for p in per]} for st in common[:limit]]
+

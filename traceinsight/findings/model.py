@@ -1,0 +1,113 @@
+"""What a finding is, how it is graded, and the shape of a rule that makes one.
+
+A rule is data: an id, a check (results in, a :class:`Draft` or None out), its recommendation,
+its snippet and its own thresholds. :func:`make_finding` turns a draft into a graded
+:class:`Finding` the same way for single traces and for jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from traceinsight.constants import SEVERITIES, Severity
+
+__all__ = ["SEVERITIES", "Draft", "Finding", "Rule", "Severity", "Thresholds", "make_finding", "ranked"]
+# Severity from the cost's share of the window (summed over devices).
+GRADING: Mapping[str, float] = MappingProxyType({"high_ratio": 0.25, "medium_ratio": 0.10, "low_ratio": 0.03})
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    severity: Severity
+    title: str
+    cost_ns: int
+    cost_ratio: float
+    evidence: dict[str, Any]
+    recommendation: str
+    snippet: str = ""
+    tags: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["tags"] = list(self.tags)
+        return d
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Every rule's thresholds and the grading ones, by name; overridable (``--threshold``)."""
+
+    values: Mapping[str, float]
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[name]
+
+    @classmethod
+    def defaults(cls, rules: Iterable[Rule]) -> Thresholds:
+        merged = dict(GRADING)
+        for r in rules:
+            merged.update(r.thresholds)
+        return cls(MappingProxyType(merged))
+
+    def with_overrides(self, overrides: Mapping[str, float]) -> Thresholds:
+        unknown = set(overrides) - set(self.values)
+        if unknown:
+            raise ValueError(f"unknown threshold(s): {', '.join(sorted(unknown))}")
+        return Thresholds(MappingProxyType({**self.values, **{k: float(v) for k, v in overrides.items()}}))
+
+    def severity(self, ratio: float) -> Severity:
+        if ratio >= self["high_ratio"]:
+            return "high"
+        if ratio >= self["medium_ratio"]:
+            return "medium"
+        if ratio >= self["low_ratio"]:
+            return "low"
+        return "info"
+
+
+@dataclass(frozen=True)
+class Draft:
+    """What a rule's check found: the cost, the title, the evidence (and, where the advice
+    depends on what was found, the recommendation)."""
+
+    cost_ns: float
+    title: str
+    evidence: dict[str, Any]
+    recommendation: str | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    check: Callable[..., Draft | None]
+    recommendation: str
+    snippet: str = ""
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    cap: Severity | None = None  # the most severe grade this finding may get
+
+
+def make_finding(rule: Rule, draft: Draft, window_ns: int, t: Thresholds) -> Finding:
+    """Grade ``draft`` by its cost's share of ``window_ns`` (capped by the rule)."""
+    ratio = min(1.0, max(0.0, draft.cost_ns / max(1, window_ns)))
+    sev = t.severity(ratio)
+    if rule.cap and SEVERITIES.index(sev) < SEVERITIES.index(rule.cap):
+        sev = rule.cap
+    return Finding(
+        rule.id,
+        sev,
+        draft.title,
+        int(draft.cost_ns),
+        ratio,
+        draft.evidence,
+        draft.recommendation or rule.recommendation,
+        rule.snippet,
+    )
+
+
+def ranked(findings: Iterable[Finding]) -> list[Finding]:
+    """By severity, then cost: ``[0]`` is the biggest lever (ties keep rule order)."""
+    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), -f.cost_ns))

@@ -1,0 +1,455 @@
+"""The single-trace rules, in the order they are checked (data: one small function each).
+
+Each check reads the typed analyzer results and returns a :class:`Draft` (cost, title, evidence)
+or None. Costs are the time the cause measurably takes in the analysis window; severity follows
+from the cost's share of the window (:func:`make_finding`). docs/FINDINGS.md has a row per rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from traceinsight.analyzers import Results
+from traceinsight.findings.model import (
+    Draft,
+    Finding,
+    Rule,
+    Severity,
+    Thresholds,
+    make_finding,
+    ranked,
+)
+from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct
+
+RULES: list[Rule] = []
+
+
+@dataclass(frozen=True)
+class RuleInput:
+    """What a check sees: the results, the thresholds, the window (ns x devices) and the
+    findings of the rules before it."""
+
+    r: Results
+    t: Thresholds
+    window_ns: int
+    found: Sequence[Finding]
+
+    def idle(self, cause: str) -> int:
+        return self.r.idle.idle_by_cause_ns.get(cause, 0)
+
+    def segments(self, cause: str, n: int = 5) -> list[dict[str, Any]]:
+        return [s for s in self.r.idle.top_segments if s["cause"] == cause][:n]
+
+
+def rule(
+    rule_id: str,
+    *,
+    recommendation: str,
+    snippet: str = "",
+    thresholds: Mapping[str, float] | None = None,
+    cap: Severity | None = None,
+) -> Callable[[Callable[[RuleInput], Draft | None]], Callable[[RuleInput], Draft | None]]:
+    """Register the decorated check as a rule (registry order = checking order)."""
+
+    def register(check: Callable[[RuleInput], Draft | None]) -> Callable[[RuleInput], Draft | None]:
+        RULES.append(Rule(rule_id, check, recommendation, snippet, dict(thresholds or {}), cap))
+        return check
+
+    return register
+
+
+@rule(
+    "dataloader_stall",
+    recommendation="Load batches in parallel and ahead of time: num_workers > 0, pin_memory=True, prefetch_factor 4, "
+    "persistent_workers=True; move tokenization/decoding out of __getitem__ (pre-tokenize to Arrow/Parquet).",
+    snippet=(
+        "loader = DataLoader(dataset, batch_size=B, num_workers=8, pin_memory=True,\n"
+        "                    prefetch_factor=4, persistent_workers=True)\n"
+        "# and tokenize/pre-process once, offline (datasets.map(..., num_proc=16) -> Arrow/Parquet)"
+    ),
+)
+def dataloader_stall(x: RuleInput) -> Draft | None:
+    steps = x.r.steps
+    cost = x.idle("dataloader")
+    if cost <= 0 and (steps.dataloader_ratio or 0) <= 0.05:
+        return None
+    return Draft(
+        cost,
+        f"GPU waits for the input pipeline: {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window)",
+        {
+            "idle_ns": cost,
+            "dataloader_ratio": steps.dataloader_ratio,
+            "dataloader_ns": steps.dataloader_ns,
+            "per_step_dataloader_ns": [s["dataloader_ns"] for s in steps.per_step],
+            "top_segments": x.segments("dataloader"),
+        },
+    )
+
+
+@rule(
+    "host_sync",
+    recommendation="Remove per-step .item(), .cpu(), print(tensor) and tensor-valued if-conditions from the loop; "
+    "accumulate metrics on the GPU and read them every N steps; time with CUDA events.",
+    snippet=(
+        "# before: print(loss.item()) every step\n"
+        "if step % 100 == 0:\n"
+        "    print(loss.detach().float().item())   # one sync per 100 steps\n"
+        "# time steps with torch.cuda.Event(enable_timing=True) instead of synchronize()"
+    ),
+)
+def host_sync(x: RuleInput) -> Draft | None:
+    syncs = x.r.syncs
+    if syncs.host_sync_count <= 0:
+        return None
+    cost = x.idle("host_sync")
+    top = syncs.by_op[0] if syncs.by_op else {}
+    return Draft(
+        cost,
+        f"{syncs.host_sync_count} host syncs ({fmt_num(syncs.syncs_per_step)} per step) leave the GPU idle {fmt_ms(cost)}"
+        + (f"; most from {top.get('op')}" if top else ""),
+        {
+            "idle_ns": cost,
+            "host_sync_count": syncs.host_sync_count,
+            "syncs_per_step": syncs.syncs_per_step,
+            "host_sync_blocked_ns": syncs.host_sync_blocked_ns,
+            "by_op": list(syncs.by_op),
+            "top_segments": x.segments("host_sync"),
+            "profiler_syncs_excluded": syncs.profiler_syncs,
+        },
+    )
+
+
+@rule(
+    "launch_bound",
+    recommendation="Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs), capture the step "
+    "in a CUDA graph, use fused kernels, or give each kernel more work (larger batch).",
+    snippet=(
+        'model = torch.compile(model, mode="reduce-overhead")  # fuses ops and replays CUDA graphs\n'
+        "# or capture a static step by hand: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): ...\n"
+        "# and raise the per-step work: a larger batch or sequence length"
+    ),
+)
+def launch_bound(x: RuleInput) -> Draft | None:
+    cost = x.idle("launch_overhead")
+    if cost <= 0:
+        return None
+    launch = x.r.launch
+    return Draft(
+        cost,
+        f"Launch-bound: the GPU drains faster than the CPU issues kernels ({fmt_ms(cost)} idle between launches)",
+        {
+            "idle_ns": cost,
+            "kernels_per_step": x.r.kernels.kernels_per_step,
+            "launch_calls_per_step": launch.launch_calls_per_step,
+            "launch_call_median_ns": launch.launch_call_median_ns,
+            "kernel_median_ns": launch.kernel_median_ns,
+            "short_kernel_ratio": launch.short_kernel_ratio,
+            "queue_depth_median": launch.queue_depth_median,
+            "top_segments": x.segments("launch_overhead"),
+        },
+    )
+
+
+@rule(
+    "pageable_memcpy",
+    recommendation="Copy from pinned memory (DataLoader(pin_memory=True) or tensor.pin_memory()) with "
+    "non_blocking=True so the copy runs asynchronously and can overlap compute.",
+    snippet=(
+        "loader = DataLoader(..., pin_memory=True)\n"
+        "x = x.to(device, non_blocking=True)          # async only from pinned memory\n"
+        "# for your own buffers: host = torch.empty(shape, pin_memory=True)"
+    ),
+)
+def pageable_memcpy(x: RuleInput) -> Draft | None:
+    copies = x.r.copies
+    if copies.h2d_pageable_bytes <= 0 and x.idle("pageable_copy") <= 0:
+        return None
+    ratio = copies.h2d_pageable_bytes_ratio
+    blocked = sum(c["blocked_ns"] for c in copies.pageable_calls if c["blocked_ns"]) if copies.pageable_calls else 0
+    cost = max(copies.host_blocking_copy_ns, x.idle("pageable_copy"))
+    return Draft(
+        cost,
+        f"Host-to-device copies from pageable memory block the host: {fmt_pct(ratio)} of HtoD bytes, {fmt_ms(cost)} blocked",
+        {
+            "h2d_bytes": copies.h2d_bytes,
+            "h2d_pageable_bytes": copies.h2d_pageable_bytes,
+            "h2d_pageable_bytes_ratio": ratio,
+            "host_blocking_copy_ns": copies.host_blocking_copy_ns,
+            "host_blocking_copy_count": copies.host_blocking_copy_count,
+            "top_blocked_ns": blocked,
+            "top_copies": list(copies.pageable_calls[:5]),
+        },
+    )
+
+
+@rule(
+    "h2d_not_overlapped",
+    recommendation="Prefetch the next batch on a side stream from pinned memory (non_blocking=True) so copies overlap "
+    "the current step's kernels.",
+    snippet=(
+        "copy_stream = torch.cuda.Stream()\n"
+        "with torch.cuda.stream(copy_stream):          # prefetch batch i+1 while computing batch i\n"
+        "    nxt = next_batch.to(device, non_blocking=True)\n"
+        "torch.cuda.current_stream().wait_stream(copy_stream)"
+    ),
+    thresholds={"h2d_overlap_min": 0.5},
+)
+def h2d_not_overlapped(x: RuleInput) -> Draft | None:
+    copies = x.r.copies
+    overlap = copies.h2d_overlap_ratio
+    mostly_pageable = (copies.h2d_pageable_bytes_ratio or 0) >= 0.5  # then pageable_memcpy names the fix
+    if overlap is None or overlap >= x.t["h2d_overlap_min"] or not copies.h2d_dur_ns or mostly_pageable:
+        return None
+    exposed = copies.h2d_dur_ns * (1 - overlap)
+    return Draft(
+        exposed,
+        f"Host-to-device copies run alone: only {fmt_pct(overlap)} of copy time overlaps compute",
+        {
+            "h2d_dur_ns": copies.h2d_dur_ns,
+            "h2d_overlap_ratio": overlap,
+            "exposed_copy_ns": int(exposed),
+            "by_kind": list(copies.by_kind),
+        },
+    )
+
+
+@rule(
+    "comm_not_overlapped",
+    recommendation="Let gradient reduction overlap backward: DDP with buckets (bucket_cap_mb), static_graph=True, "
+    "gradient_as_bucket_view=True; no manual all_reduce after backward(); FSDP backward_prefetch.",
+    snippet=(
+        "model = DDP(model, device_ids=[rank], bucket_cap_mb=100,\n"
+        "            gradient_as_bucket_view=True, static_graph=True)\n"
+        "# do not reduce gradients by hand after backward(); let DDP overlap them with backward"
+    ),
+    thresholds={"comm_overlap_min": 0.5},
+)
+def comm_not_overlapped(x: RuleInput) -> Draft | None:
+    comm = x.r.comm
+    if comm.comm_compute_overlap_ratio is None or comm.comm_compute_overlap_ratio >= x.t["comm_overlap_min"]:
+        return None
+    return Draft(
+        comm.exposed_comm_ns,
+        f"Communication is exposed: {fmt_pct(comm.comm_compute_overlap_ratio)} of it overlaps compute, "
+        f"{fmt_ms(comm.exposed_comm_ns)} exposed",
+        {
+            "comm_ns": comm.comm_ns,
+            "exposed_comm_ns": comm.exposed_comm_ns,
+            "comm_compute_overlap_ratio": comm.comm_compute_overlap_ratio,
+            "exposed_comm_ratio": comm.exposed_comm_ratio,
+            "per_device": list(comm.per_device),
+            "top_collectives": list(comm.top_collectives[:5]),
+        },
+    )
+
+
+@rule(
+    "comm_heavy",
+    recommendation="Communicate less often or less: gradient accumulation, larger per-GPU batch, ZeRO-2/SHARD_GRAD_OP "
+    "instead of full sharding, bf16 gradient reduction.",
+    snippet=(
+        "# accumulate gradients: reduce every K micro-batches\n"
+        "with model.no_sync():\n"
+        "    loss.backward()\n"
+        "# FSDP: ShardingStrategy.SHARD_GRAD_OP (ZeRO-2) instead of FULL_SHARD"
+    ),
+    thresholds={"comm_heavy_ratio": 0.3},
+)
+def comm_heavy(x: RuleInput) -> Draft | None:
+    comm = x.r.comm
+    if comm.comm_compute_overlap_ratio is None or (comm.comm_time_ratio or 0) < x.t["comm_heavy_ratio"]:
+        return None
+    return Draft(
+        comm.exposed_comm_ns,
+        f"Communication takes {fmt_pct(comm.comm_time_ratio)} of the window",
+        {"comm_ns": comm.comm_ns, "comm_time_ratio": comm.comm_time_ratio, "top_collectives": list(comm.top_collectives[:5])},
+    )
+
+
+@rule(
+    "elementwise_heavy",
+    recommendation="Fuse elementwise chains: torch.compile, fused LayerNorm/RMSNorm, Flash attention "
+    "(F.scaled_dot_product_attention); each unfused op reads and writes memory again.",
+    snippet=(
+        "model = torch.compile(model)   # fuses elementwise chains into Triton kernels\n"
+        "# attention: F.scaled_dot_product_attention (Flash); norms: fused LayerNorm/RMSNorm"
+    ),
+    thresholds={"elementwise_time_ratio": 0.25, "elementwise_count_ratio": 0.5},
+    cap="low",  # an optimization opportunity, not a reason the GPU starves
+)
+def elementwise_heavy(x: RuleInput) -> Draft | None:
+    kern = x.r.kernels
+    time_ratio, count_ratio = kern.elementwise_kernel_time_ratio, kern.elementwise_kernel_count_ratio
+    if time_ratio is None or (time_ratio < x.t["elementwise_time_ratio"] and (count_ratio or 0) < x.t["elementwise_count_ratio"]):
+        return None
+    ew_ns = int(time_ratio * kern.kernel_ns)
+    return Draft(
+        ew_ns / 2,  # fusion typically removes about half of the elementwise memory traffic
+        f"Elementwise kernels: {fmt_pct(time_ratio)} of kernel time, {fmt_pct(count_ratio)} of kernels "
+        f"({kern.elementwise_eager_count} eager, {kern.elementwise_triton_count} Triton-fused)",
+        {
+            "elementwise_kernel_time_ratio": time_ratio,
+            "elementwise_kernel_count_ratio": count_ratio,
+            "elementwise_eager_count": kern.elementwise_eager_count,
+            "elementwise_triton_count": kern.elementwise_triton_count,
+            "elementwise_ns": ew_ns,
+        },
+    )
+
+
+@rule(
+    "unfused_optimizer",
+    recommendation="Use the fused implementation: torch.optim.<Optimizer>(..., fused=True) (or foreach=True where fused is unavailable).",
+    snippet="optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
+)
+def unfused_optimizer(x: RuleInput) -> Draft | None:
+    opt = x.r.optimizer
+    if opt.mode not in ("per_parameter", "foreach") or not opt.optimizer_steps:
+        return None
+    per_step = max(opt.gpu_ns_per_step or 0, opt.host_ns_per_step or 0)
+    cost = per_step * min(opt.optimizer_steps, max(1, x.r.steps.steps or opt.optimizer_steps))
+    if opt.mode == "foreach":
+        cost *= 0.3  # foreach is already batched; fused saves a fraction
+    return Draft(
+        cost,
+        f"{opt.optimizer} runs {opt.mode.replace('_', '-')}: {fmt_num(opt.kernels_per_step)} kernels and "
+        f"{fmt_ms(per_step)} per optimizer step",
+        {
+            "optimizer": opt.optimizer,
+            "mode": opt.mode,
+            "kernels_per_step": opt.kernels_per_step,
+            "gpu_ns_per_step": opt.gpu_ns_per_step,
+            "host_ns_per_step": opt.host_ns_per_step,
+        },
+        recommendation=f"Use the fused implementation: torch.optim.{opt.optimizer}(..., fused=True) "
+        "(or foreach=True where fused is unavailable).",
+    )
+
+
+@rule(
+    "fp32_compute",
+    recommendation="Train in bf16 with torch.autocast (no GradScaler needed), or at least enable TF32 "
+    "(torch.set_float32_matmul_precision('high')).",
+    snippet=(
+        'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
+        "    loss = model(batch)\n"
+        '# at least: torch.set_float32_matmul_precision("high")  # TF32 tensor cores'
+    ),
+    thresholds={"fp32_math_ratio": 0.2},
+)
+def fp32_compute(x: RuleInput) -> Draft | None:
+    kern = x.r.kernels
+    fp32 = kern.fp32_gemm_time_ratio
+    if fp32 is None or fp32 < x.t["fp32_math_ratio"]:
+        return None
+    return Draft(
+        kern.fp32_math_ns * 0.5,  # bf16 tensor cores run these several times faster; count half
+        f"Matrix math runs in fp32 on CUDA cores: {fmt_pct(fp32)} of GEMM/conv/attention time",
+        {
+            "fp32_gemm_time_ratio": fp32,
+            "fp32_math_ns": kern.fp32_math_ns,
+            "math_ns": kern.math_ns,
+            "top_fp32_kernels": list(kern.top_fp32_kernels),
+        },
+    )
+
+
+@rule(
+    "recompute_overhead",
+    recommendation="Checkpoint only as much as memory requires (every other block, or selective checkpointing of "
+    "cheap ops); if memory allows, turn it off.",
+    snippet=(
+        "# checkpoint only what memory needs, e.g. every other block:\n"
+        "x = checkpoint(block, x, use_reentrant=False) if i % 2 == 0 else block(x)\n"
+        "# or use selective activation checkpointing (torch.utils.checkpoint.create_selective_checkpoint_contexts)"
+    ),
+)
+def recompute_overhead(x: RuleInput) -> Draft | None:
+    rec = x.r.recompute
+    if rec.recompute_ns <= 0:
+        return None
+    return Draft(
+        rec.recompute_ns,
+        f"Activation checkpointing recomputes the forward in backward: {fmt_ms(rec.recompute_ns)} "
+        f"({fmt_pct(rec.recompute_time_ratio)} of the window)",
+        {
+            "recomputed_ops": rec.recomputed_ops,
+            "recompute_kernel_ns": rec.recompute_kernel_ns,
+            "recompute_host_ns": rec.recompute_host_ns,
+            "recompute_time_ratio": rec.recompute_time_ratio,
+        },
+    )
+
+
+@rule(
+    "step_time_variance",
+    recommendation="Find what differs in the slow steps (data, GC pauses, logging/checkpointing every N steps, other "
+    "processes) and move it out of the step or amortize it.",
+    snippet=(
+        "# time every step with CUDA events and look at the slow ones\n"
+        "gc.freeze(); gc.disable()  # if Python GC pauses line up with the slow steps"
+    ),
+    thresholds={"step_cv": 0.15},
+)
+def step_time_variance(x: RuleInput) -> Draft | None:
+    steps = x.r.steps
+    if steps.steps < 3 or steps.step_time_cv is None or (steps.step_time_cv < x.t["step_cv"] and not steps.outlier_steps):
+        return None
+    median = steps.step_time_median_ns or 0
+    excess = sum(max(0, s["dur_ns"] - median) for s in steps.per_step if s["step"] in steps.outlier_steps)
+    return Draft(
+        excess,
+        f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {list(steps.outlier_steps) or 'none'}",
+        {
+            "step_time_cv": steps.step_time_cv,
+            "step_time_median_ns": median,
+            "outlier_steps": list(steps.outlier_steps),
+            "step_times_ns": [s["dur_ns"] for s in steps.per_step],
+        },
+    )
+
+
+IDLE_RULES = ("dataloader_stall", "host_sync", "launch_bound", "pageable_memcpy")  # explain idle time
+
+
+@rule(
+    "gpu_underutilized",
+    recommendation="Give the GPU more work per step (batch/sequence) and look at the host ops named in the idle "
+    "segments: they run while the GPU waits.",
+    snippet=(
+        "# give the GPU more work per launch: larger batch / sequence, fewer small ops\n"
+        "model = torch.compile(model)"
+    ),
+    thresholds={"underutilized_busy_ratio": 0.6},
+)
+def gpu_underutilized(x: RuleInput) -> Draft | None:
+    idle = x.r.idle
+    if idle.gpu_busy_ratio is None or idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"]:
+        return None
+    explained = sum(f.cost_ns for f in x.found if f.id in IDLE_RULES)
+    rest = max(0, idle.idle_ns - explained)
+    top_ops = [s["host_op"] for s in x.segments("cpu_work", 10) if s["host_op"]]
+    return Draft(
+        rest,
+        f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of idle time has no more specific cause",
+        {
+            "gpu_busy_ratio": idle.gpu_busy_ratio,
+            "idle_ns": idle.idle_ns,
+            "unexplained_idle_ns": rest,
+            "cpu_work_idle_ns": x.idle("cpu_work"),
+            "top_host_ops_during_idle": top_ops[:5],
+        },
+    )
+
+
+def diagnose(results: Results, t: Thresholds) -> list[Finding]:
+    """Every rule on one trace's results, ranked: ``[0]`` is the biggest lever."""
+    window = max(1, results.idle.window_ns) * max(1, len(results.idle.devices))
+    found: list[Finding] = []
+    for r in RULES:
+        draft = r.check(RuleInput(results, t, window, found))
+        if draft is not None:
+            found.append(make_finding(r, draft, window, t))
+    return ranked(found)

@@ -1,0 +1,54 @@
+"""Number formatting shared by every reporter and by finding titles: one place, one style."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def fmt_ns(ns: float | int | None) -> str:
+    """A duration in the largest unit that keeps it above 1 (s, ms, us, ns)."""
+    if ns is None:
+        return "n/a"
+    ns = float(ns)
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    if abs(ns) >= 1e6:
+        return f"{ns / 1e6:.2f} ms"
+    if abs(ns) >= 1e3:
+        return f"{ns / 1e3:.1f} us"
+    return f"{ns:.0f} ns"
+
+
+def fmt_ms(ns: float | int | None) -> str:
+    """A duration in milliseconds (finding titles compare in one unit)."""
+    return "n/a" if ns is None else f"{ns / 1e6:.2f} ms"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def fmt_num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
+def fmt_metric(key: str, v: Any) -> str:
+    """A metric by its name's unit suffix (docs/ARCHITECTURE.md, "Names")."""
+    if v is None:
+        return "n/a"
+    if key.endswith("_ns"):
+        return fmt_ns(v)
+    if key.endswith(("_ratio", "_mean")):
+        return fmt_pct(v)
+    if key.endswith("_bytes"):
+        return fmt_bytes(v)
+    return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"

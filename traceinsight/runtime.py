@@ -1,0 +1,145 @@
+"""Performance policy in one place: threads, helper processes, worker pools, allocator settings.
+
+A :class:`Runtime` is decided once (by the command, or by :func:`traceinsight.analyze`) and passed
+down explicitly; nothing below reads environment variables back as signals. The only variables
+this module sets are the ones polars itself reads as it loads (its thread count, its allocator),
+and it sets them where polars loads: before the first import, or in a worker at spawn.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from multiprocessing import get_context
+from typing import Any
+
+# polars' allocator (jemalloc) hands freed memory back to the OS within half a second, so each
+# phase of a large analysis faults fresh pages in again. For one trace, kept 10 s: on the 1 GB
+# nsys export 25% fewer page faults and 0.5 s less wall. Blocks from 1 MiB (not 8) come from the
+# arena all threads share, so a column freed by one thread is reused by the next: 0.3 GB less
+# peak there, 0.1 GB on the 10x trace (benchmarks/RESULTS.md). Not for a directory of ranks,
+# nor in `batch`: worker processes holding on to freed memory made two-worker batches 10%
+# slower. jemalloc takes the last value, polars appends this to its own defaults; a user's own
+# setting wins.
+ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
+ALLOCATOR_CONF = "dirty_decay_ms:10000,muzzy_decay_ms:10000,oversize_threshold:1048576"
+POLARS_THREADS_ENV = "POLARS_MAX_THREADS"
+PARSE_HELPERS_ENV = "TRACEINSIGHT_PARSE_HELPERS"  # a user's switch: 0 parses in one process
+HELPERS_MAX = 8
+ANALYZER_THREADS_MAX = 2  # more threads than two only add contention (benchmarks/RESULTS.md)
+
+
+def cores_available() -> int:
+    """Cores this process may use (its CPU affinity)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """How much of the machine one analysis may use.
+
+    ``threads``: threads for polars work and the analyzers' two-thread overlap; ``parse_helpers``:
+    extra processes that decode chunks of one large Kineto trace; ``workers``: processes for the
+    ranks of a job or the items of a batch; ``in_worker``: this process is one of such workers
+    (its polars pool was sized at spawn)."""
+
+    threads: int = 1
+    parse_helpers: int = 0
+    workers: int = 1
+    in_worker: bool = False
+
+    @classmethod
+    def detect(cls, *, helpers: bool = True) -> Runtime:
+        """The whole machine: every core, helper processes unless the user turned them off."""
+        cores = cores_available()
+        raw = os.environ.get(PARSE_HELPERS_ENV, "").strip()
+        # the parent mostly waits on them; past 8 they queue on the inflate
+        n = int(raw) if raw.isdigit() else (0 if cores < 2 else min(cores, HELPERS_MAX))
+        return cls(threads=cores, parse_helpers=n if helpers else 0, workers=cores)
+
+    @property
+    def analyzer_threads(self) -> int:
+        return max(1, min(ANALYZER_THREADS_MAX, self.threads))
+
+    def for_workers(self, n: int) -> Runtime:
+        """What each of ``n`` worker processes gets: its share of the cores, no helpers of its own."""
+        share = max(1, cores_available() // max(1, n))
+        return replace(self, threads=share, parse_helpers=0, workers=1, in_worker=True)
+
+
+def configure_single_trace_process() -> None:
+    """Allocator settings for a process that analyzes one large trace; effective only before
+    polars is imported (afterwards the allocator is fixed and this does nothing)."""
+    if "polars" not in sys.modules:
+        os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)
+
+
+@contextlib.contextmanager
+def process_pool(workers: int, runtime: Runtime) -> Iterator[tuple[ProcessPoolExecutor, Runtime]]:
+    """Spawned workers (forking a process that runs polars' thread pool can deadlock) and the
+    runtime each of them runs under; polars in each child starts with that many threads."""
+    child = runtime.for_workers(workers)
+    with _env(POLARS_THREADS_ENV, str(child.threads)), ProcessPoolExecutor(
+        max_workers=workers, mp_context=get_context("spawn")
+    ) as pool:
+        yield pool, child
+
+
+@contextlib.contextmanager
+def single_thread_children() -> Iterator[None]:
+    """Children spawned inside this block start polars with one thread (decoder helpers)."""
+    with _env(POLARS_THREADS_ENV, "1"):
+        yield
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str) -> Iterator[None]:
+    """``name=value`` for children spawned inside the block (read by polars at its import)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
+
+
+def exit_now(code: int) -> None:
+    """End the process without the interpreter's teardown of the event tables (70 ms per run,
+    more on large traces); every output must be written and every pool shut down by now."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe (| head): nothing more to say
+            stream.flush()
+    os._exit(code)
+
+
+def template_cache(directory: str | None = None) -> Any:
+    """A bytecode cache for the report templates in jinja's per-user temp folder (checked
+    against the template source on load): compiling them takes 0.1 s of every ``analyze``.
+    None where no private temp folder can be had; an unreadable entry is compiled anew."""
+    import jinja2
+
+    class _Cache(jinja2.FileSystemBytecodeCache):
+        def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+            try:
+                super().load_bytecode(bucket)
+            except Exception:  # noqa: BLE001 - a truncated or foreign entry: compile instead
+                bucket.reset()
+
+        def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+            with contextlib.suppress(OSError):
+                super().dump_bytecode(bucket)
+
+    try:
+        return _Cache(directory)
+    except (OSError, RuntimeError):
+        return None
