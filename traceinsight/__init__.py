@@ -15,8 +15,8 @@ __all__ = ["Finding", "JobAnalysis", "Options", "Runtime", "TraceAnalysis", "__v
 if TYPE_CHECKING:
     from traceinsight.analysis import JobAnalysis, TraceAnalysis
     from traceinsight.api import analyze
-    from traceinsight.options import Options
     from traceinsight.findings import Finding
+    from traceinsight.options import Options
     from traceinsight.runtime import Runtime
 
 _LAZY = {

@@ -16,11 +16,11 @@ import polars as pl
 from traceinsight.analysis import JobAnalysis, TraceAnalysis
 from traceinsight.analyzers.cross_rank import RankPayload, analyze_cross_rank
 from traceinsight.api import analyze_trace
-from traceinsight.options import Options
 from traceinsight.errors import InputError
 from traceinsight.findings import RankFindings, diagnose_job
 from traceinsight.model.classify import KERNEL_RULES, names_matching
 from traceinsight.model.schema import Trace, by_rank
+from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.runtime import Runtime, process_pool
 

@@ -15,7 +15,6 @@ from traceinsight.model import intervals as iv
 from traceinsight.model.classify import names_matching
 from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
 
-
 # Host-side name patterns (runtime API names are matched after version suffixes are stripped).
 LAUNCH_API = (
     r"^(cuda|hip)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch|ExtLaunchKernel|ModuleLaunchKernel)"

@@ -17,7 +17,6 @@ from typing import Any
 import orjson
 
 from traceinsight.api import analyze_with
-from traceinsight.options import Options
 from traceinsight.batch.discover import Item, discover
 from traceinsight.batch.outputs import (
     BatchResult,
@@ -28,6 +27,7 @@ from traceinsight.batch.outputs import (
 )
 from traceinsight.errors import InputError, TraceInsightError
 from traceinsight.io import write_bytes_atomic, write_text_atomic
+from traceinsight.options import Options
 from traceinsight.runtime import Runtime, process_pool
 
 OnRow = Callable[[dict[str, Any]], None]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from traceinsight.options import Options
 from traceinsight.constants import SEVERITIES
 from traceinsight.errors import EXIT_GATE, EXIT_OK
+from traceinsight.options import Options
 from traceinsight.runtime import Runtime, configure_single_trace_process
 
 

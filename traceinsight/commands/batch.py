@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traceinsight.options import Options
 from traceinsight.errors import EXIT_ANALYSIS_ERROR, EXIT_OK
+from traceinsight.options import Options
 
 
 def run(paths: list[Path], opts: Options, *, outdir: Path, workers: int | None, scheduler: str | None, force: bool, quiet: bool) -> int:

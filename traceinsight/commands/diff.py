@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from traceinsight.options import Options
 from traceinsight.errors import EXIT_GATE, EXIT_OK
+from traceinsight.options import Options
 
 
 def default_report_path(before: Path, after: Path) -> Path:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traceinsight.options import Options
 from traceinsight.errors import EXIT_OK
+from traceinsight.options import Options
 
 
 def run(path: Path, opts: Options, *, output: Path, force: bool, quiet: bool) -> int:

@@ -10,9 +10,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from traceinsight.options import Options
 from traceinsight.capture import ENV_DIR, ENV_STEPS
 from traceinsight.errors import EXIT_OK, AnalysisError, InputError
+from traceinsight.options import Options
 
 
 def run(command: list[str], opts: Options, *, out_dir: Path, tool: str, steps: int, analyze: bool) -> int:

@@ -1,0 +1,101 @@
+"""NVTX ranges: names (inline or registered strings), emit_nvtx decorations, NCCL's domain."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceinsight.parsers.nsys.db import Db, Rows
+from traceinsight.parsers.nsys.tables import HOST_COLS, HOST_SCHEMA, keep_rows, pick
+
+NVTX_RANGE_TYPES = (59, 60)  # PushPopRange, StartEndRange
+NVTX_DOMAIN_CREATE = 75
+# SQL transport only (see nvtx_query): a registered string's id rides in the text column
+# behind this marker; decode() turns it into the real ``text_id`` column.
+REGISTERED = "\x01"
+
+
+def nvtx_query(db: Db, strings: pl.DataFrame) -> Rows | None:
+    """The NVTX ranges and domain names, or None when the export has no NVTX table."""
+    nt = db.table("NVTX_EVENTS")
+    if not nt:
+        return None
+    cols = db.columns(nt)
+    cols = db.columns(nt)
+    dom = pick(cols, "domainId")
+    # Ranges and domain names in one scan of the (largest) table, in as few columns as
+    # possible: each integer column costs the driver about as much as SQLite's whole row
+    # step. A registered string's id rides in the text column (REGISTERED + id; the text is
+    # NULL on those rows) and the event type in the domain column (DomainCreate rows get
+    # -1 - domainId): 20% less time on the NVTX scan than the four columns fetched apart.
+    text_id = f"char({ord(REGISTERED)}) || textId" if "textId" in cols else "NULL"
+    return (
+        db.query(
+        [*HOST_COLS, f"ifnull(text, {text_id})", f"CASE eventType WHEN {NVTX_DOMAIN_CREATE} THEN -1 - ifnull({dom}, 0) ELSE {dom} END"],
+        nt,
+        {**HOST_SCHEMA, "name": pl.String, "packed_domain": pl.Int64},
+        f"eventType IN {(*NVTX_RANGE_TYPES, NVTX_DOMAIN_CREATE)}",
+        to_events=lambda df: nvtx_rows(decode(df), strings),
+        )
+    )
+
+
+# torch.autograd.profiler.emit_nvtx decorates each op's range: "aten::mul, seq = 7, op_id = 12,
+# sizes = [[8, 4]], input_op_ids = [...]". The op is the part before; keeping the counters would
+# make every range's name unique (millions of distinct names) and unlike Kineto's.
+EMIT_NVTX_DECORATION = r", (?:seq|op_id|sizes|input_op_ids|stashed seq) = "
+
+
+def strip_emit_nvtx(name: pl.Expr) -> pl.Expr:
+    """``name`` up to its first emit_nvtx decoration. The search gives a byte offset, so the
+    bytes are cut (at an ASCII comma: still valid UTF-8); half the cost of a regex replace that
+    rewrites every one of millions of names."""
+    cut = name.str.find(EMIT_NVTX_DECORATION).fill_null(1 << 32)
+    return name.cast(pl.Binary).bin.head(cut).cast(pl.String)
+
+
+def decode(df: pl.DataFrame) -> pl.DataFrame:
+    """The transport packing undone at once, into real columns: ``text_id`` (the StringIds id
+    of a registered string, where ``name`` is null), ``domain_id`` and ``domain_create`` (the
+    row is a DomainCreate event naming its domain)."""
+    name, packed = pl.col("name"), pl.col("packed_domain")
+    registered = name.str.starts_with(REGISTERED).fill_null(False)
+    text_id = name.str.slice(1).cast(pl.Int64, strict=False)
+    # A text of its own that merely starts with the marker (no id after it) stays as it is.
+    is_id = registered & text_id.is_not_null()
+    return df.with_columns(
+        pl.when(is_id).then(None).otherwise(name).alias("name"),
+        pl.when(is_id).then(text_id).otherwise(None).alias("text_id"),
+        pl.when(packed < 0).then(-1 - packed).otherwise(packed).alias("domain_id"),
+        (packed < 0).fill_null(False).alias("domain_create"),
+    ).drop("packed_domain")
+
+
+def registered_names(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
+    """``name`` from StringIds where the row carries a ``text_id`` (looked up only for those)."""
+    need = df.get_column("text_id").is_not_null().arg_true()
+    if need.len() == 0:
+        return df.drop("text_id")
+    ids = df.get_column("text_id").gather(need).alias("sid").to_frame()
+    found = ids.join(strings, on="sid", how="left", maintain_order="left").get_column("svalue")
+    return df.with_columns(df.get_column("name").scatter(need, found)).drop("text_id")
+
+
+def nvtx_rows(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
+    df = registered_names(df, strings)
+    return keep_rows(df, pl.col("name").is_not_null()).with_columns(strip_emit_nvtx(pl.col("name")), pl.lit("user_annotation").alias("kind"))
+
+
+def nccl_domain(nvtx: pl.DataFrame) -> pl.DataFrame:
+    """The NVTX ranges, those of NCCL's own domain (NCCL >= 2.8.3) named ``nccl:<range>`` so
+    collectives are recognized. Domain-creation rows name the domains."""
+    domains = nvtx.filter(pl.col("domain_create"))  # a handful of rows: only those have their names compared
+    nccl = domains.filter(pl.col("name").str.to_uppercase() == "NCCL").get_column("domain_id").unique()
+    df = keep_rows(nvtx, ~pl.col("domain_create")).drop("domain_create")
+    if nccl.len() == 0:
+        return df.drop("domain_id")
+    return df.with_columns(
+        pl.when(pl.col("domain_id").is_in(nccl.implode()))
+        .then(pl.format("nccl:{}", pl.col("name")))
+        .otherwise(pl.col("name"))
+        .alias("name")
+    ).drop("domain_id")
