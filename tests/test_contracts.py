@@ -1,0 +1,144 @@
+"""Contracts: every parser yields the event schema; every analyzer and rule runs on an empty, a
+CPU-only and a multi-stream table; the rules and metrics are documented; layers import downward."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceinsight.analyzers import ANALYZERS, Results
+from traceinsight.api import analyze_trace
+from traceinsight.findings import JOB_RULES, RULES
+from traceinsight.model.schema import EVENT_SCHEMA
+from traceinsight.parsers import load_trace
+
+from .builder import Events
+from .conftest import CORPUS, FIXTURES, H200, ROOT, TINY
+
+PARSER_SAMPLES = [
+    TINY / "step_dataloader_sync.json",  # Kineto, hand-made
+    H200 / "healthy_bf16.pt.trace.json.gz",  # Kineto, PyTorch 2.11 gzip
+    CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",  # Kineto 2021 era
+    CORPUS / "libkineto_test_after_fix_trace.json",  # libkineto's own test trace
+    FIXTURES / "nsys" / "nsys-ai__mock.sqlite",  # Nsight Systems export
+    FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite",  # two processes in one export
+]
+
+
+@pytest.mark.parametrize("path", PARSER_SAMPLES, ids=lambda p: p.name)
+def test_every_parser_yields_the_schema(path: Path) -> None:
+    ev = load_trace(path).events
+    assert dict(ev.schema) == EVENT_SCHEMA
+    assert ev.height > 0
+    ok = ev.filter(pl.col("end_ns").is_not_null())
+    assert (ok["end_ns"] - ok["start_ns"] == ok["dur_ns"]).all()
+    assert (ok["dur_ns"] >= 0).all()
+
+
+def _empty() -> Events:
+    return Events()
+
+
+def _cpu_only() -> Events:
+    e = Events()
+    e.step(1, 0, 100).step(2, 100, 100)
+    e.op("aten::mm", 10, 30).op("aten::add", 150, 20).op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 40)
+    return e
+
+
+def _multi_stream() -> Events:
+    """Two steps of 100 us; stream 7 runs a GEMM 10-60 and 110-160, stream 9 an elementwise
+    kernel 40-80 and 140-180 (launched 5 us before it starts)."""
+    e = Events()
+    for i, base in enumerate((0, 100), start=1):
+        e.step(i, base, 100)
+        e.kernel("ampere_bf16_s16816gemm_bf16_128x128", base + 10, 50, launch_us=base + 2, stream=7)
+        e.kernel("vectorized_elementwise_kernel<add>", base + 40, 40, launch_us=base + 35, stream=9)
+    return e
+
+
+@pytest.mark.parametrize("make", [_empty, _cpu_only, _multi_stream], ids=["empty", "cpu_only", "multi_stream"])
+def test_every_analyzer_and_rule_runs(make) -> None:
+    a = analyze_trace(make().trace())
+    assert isinstance(a.results, Results)
+    assert set(ANALYZERS) == {f for f in Results.__dataclass_fields__}
+    doc = a.to_json()
+    assert set(doc["details"]) == set(ANALYZERS)
+    assert all(f.severity in ("high", "medium", "low", "info") for f in a.findings)
+
+
+def test_multi_stream_busy_is_the_union_of_streams() -> None:
+    """Busy per step: [10, 80) = 70 of 100 us (the streams overlap 40-60)."""
+    a = analyze_trace(_multi_stream().trace())
+    assert a.metrics["window_ns"] == 200_000
+    assert a.metrics["gpu_busy_ratio"] == pytest.approx(140 / 200)
+    assert a.metrics["steps"] == 2 and a.metrics["step_time_median_ns"] == 100_000
+
+
+def test_cpu_only_has_no_gpu_metrics() -> None:
+    """No GPU: no busy ratio, no idle to blame; the loader's 40 of 200 us is a ratio only (an
+    info finding, cost 0: nothing on a GPU waited)."""
+    a = analyze_trace(_cpu_only().trace())
+    assert a.metrics["gpu_busy_ratio"] is None
+    assert a.metrics["dataloader_ratio"] == pytest.approx(40 / 200)
+    assert [(f.id, f.severity, f.cost_ns) for f in a.findings] == [("dataloader_stall", "info", 0)]
+    assert any("no GPU activity" in w for w in a.warnings)
+
+
+def test_every_rule_has_a_findings_row_and_unique_thresholds() -> None:
+    text = (ROOT / "docs" / "FINDINGS.md").read_text()
+    rows = set(re.findall(r"^\| ([a-z0-9_]+)(?: \(jobs\))? \|", text, re.M))
+    ids = [r.id for r in [*RULES, *JOB_RULES]]
+    assert len(ids) == len(set(ids))
+    assert set(ids) <= rows, f"rules without a docs/FINDINGS.md row: {sorted(set(ids) - rows)}"
+    names = [k for r in [*RULES, *JOB_RULES] for k in r.thresholds]
+    assert len(names) == len(set(names))  # one namespace for --threshold
+    for n in names:
+        assert f"`{n}`" in text, f"threshold {n} is not documented in docs/FINDINGS.md"
+
+
+def test_every_metric_has_a_readme_entry(tiny_analysis) -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [k for k in tiny_analysis.metrics if f"`{k}`" not in readme]
+    assert not missing, f"metrics without a README entry: {missing}"
+
+
+# Which of our top-level modules each layer may import (besides its own package).
+LAYERS: dict[str, set[str]] = {
+    "constants": set(),
+    "errors": set(),
+    "io": {"errors"},
+    "runtime": set(),
+    "options": {"constants", "errors", "findings"},
+    "model": {"constants", "errors"},
+    "parsers": {"model", "errors", "constants", "runtime"},
+    "analyzers": {"model", "constants"},
+    "findings": {"analyzers", "constants", "report"},
+    "report": {"runtime", "analysis", "io"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("traceinsight."):
+            out.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("traceinsight."))
+    return out
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_layers_import_only_downward(layer: str) -> None:
+    pkg = ROOT / "traceinsight"
+    files = list((pkg / layer).rglob("*.py")) if (pkg / layer).is_dir() else [pkg / f"{layer}.py"]
+    for f in files:
+        upward = _imports(f) - LAYERS[layer] - {layer}
+        if layer == "report":  # reporters may use the number formatting of their own package only
+            upward -= {"report"}
+        assert not upward, f"{f.relative_to(ROOT)} imports {sorted(upward)}"
