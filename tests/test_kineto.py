@@ -91,3 +91,29 @@ def test_absolute_fractional_us_keeps_exact_ns(tmp_path):
     assert t.events["start_ns"].to_list() == [int(Decimal(s) * 1000) for s in stamps]
     assert t.events["dur_ns"].to_list() == [63813] * 3
     assert not t.meta.warnings
+
+
+def test_repeated_step_names_are_each_a_step(tmp_path):
+    """Three ranges all named ``train_step`` are three steps, numbered in time order. Hand-computed
+    from fixtures/tiny/repeated_step_names.json (µs): hosts 1000-1100, 1200-1300, 1400-1500, their
+    kernels end at 1130, 1280, 1550; a step ends at the later of its host end and its kernels' end
+    and starts no earlier than the previous step's end: 1000-1130, 1200-1300, 1400-1550."""
+    import json
+
+    from traceinsight.cli import main
+
+    out = tmp_path / "o.json"
+    trace = TINY / "repeated_step_names.json"
+    args = ["analyze", str(trace), "--no-html", "-q", "--json", str(out)]
+    assert main([*args, "--step-range", "train_step"]) == 0
+    doc = json.loads(out.read_text())
+    per_step = doc["details"]["steps"]["per_step"]
+    assert [(s["step"], s["start_ns"], s["dur_ns"]) for s in per_step] == [
+        (0, 1_000_000, 130_000),
+        (1, 1_200_000, 100_000),
+        (2, 1_400_000, 150_000),
+    ]
+    assert doc["metrics"]["steps"] == 3
+    # the default pattern wants a number (train_step#N): no steps, the GPU span is the window
+    assert main([*args, "--force"]) == 0
+    assert json.loads(out.read_text())["metrics"]["steps"] == 0

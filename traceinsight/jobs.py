@@ -235,7 +235,9 @@ def analyze_job(
     return JobAnalysis(source=str(d), ranks=ranks, cross=cross, findings=findings, warnings=warnings)
 
 
-def analyze_trace_ranks(trace: Any, thresholds: dict[str, float] | None = None) -> JobAnalysis:
+def analyze_trace_ranks(
+    trace: Any, thresholds: dict[str, float] | None = None, step_pattern: str | None = None
+) -> JobAnalysis:
     """One parsed trace holding several ranks (an nsys export of several processes)."""
     from traceinsight.api import analyze_trace
     from traceinsight.model.schema import Trace, by_rank
@@ -245,7 +247,7 @@ def analyze_trace_ranks(trace: Any, thresholds: dict[str, float] | None = None) 
     th = Thresholds.from_overrides(thresholds or {})
     for rank, events in by_rank(trace.events):
         sub = Trace(events=events, meta=trace.meta)
-        a = analyze_trace(sub, thresholds=th)
+        a = analyze_trace(sub, thresholds=th, step_pattern=step_pattern)
         doc = a.to_json()
         doc["source"]["ranks"] = [rank]
         ranks.append({"rank": rank, "path": trace.meta.source_path, "doc": doc})

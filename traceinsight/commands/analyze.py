@@ -112,7 +112,7 @@ def _analyze_any(
     if trace.events["rank"].n_unique() > 1:
         from traceinsight.jobs import analyze_trace_ranks
 
-        doc = analyze_trace_ranks(trace, overrides).to_json()
+        doc = analyze_trace_ranks(trace, overrides, step_pattern).to_json()
         doc["command"] = command
         return doc["findings"], doc, html.render_job_html, terminal.render_job_summary
     analysis = analyze_trace(trace, thresholds=th, step_pattern=step_pattern, command=command)
