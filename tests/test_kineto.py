@@ -133,6 +133,10 @@ def test_repeated_step_names_are_each_a_step(tmp_path):
         (2, 1_400_000, 150_000),
     ]
     assert doc["metrics"]["steps"] == 3
+    # NAME is a literal prefix (README): "train.step" matches no name, "(" is no regex error
+    for literal in ("train.step", "train_step("):
+        assert main([*args, "--force", "--step-range", literal]) == 0
+        assert json.loads(out.read_text())["metrics"]["steps"] == 0
     # the default pattern wants a number (train_step#N): no steps, the GPU span is the window
     assert main([*args, "--force"]) == 0
     assert json.loads(out.read_text())["metrics"]["steps"] == 0

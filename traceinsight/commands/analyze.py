@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -64,7 +65,8 @@ def run(
     if json_path is not None:
         check_writable(json_path, force)
 
-    step_pattern = f"^{step_range}" if step_range else None
+    # --step-range is a name prefix (its help, the README): literal, so "(" is no regex error
+    step_pattern = "^" + re.escape(step_range) if step_range else None
     findings, doc, render, summary = _analyze_any(path, th, thresholds, step_pattern, max_bytes, command)
     if report is not None:
         from traceinsight.report.files import write_text_atomic
