@@ -324,3 +324,35 @@ def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
     assert sorted(added.select("name", "dur_ns").rows()) == [("\x01not an id", 200), ("registered range", 300)]
     for dropped in ("unclosed", "backwards", "a mark"):
         assert dropped not in ev["name"].to_list()
+
+
+def test_text_and_blob_values_in_number_columns(tmp_path, monkeypatch):
+    """SQLite keeps any value in any column; a BLOB in correlationId made ADBC return the column
+    as bytes and the analysis fail with exit 1 (found by tests/test_fuzz_new_inputs.py). Such
+    values become null, on both fetch paths; the other rows keep their values (read by SQL)."""
+    import shutil
+
+    import traceinsight.parsers.nsys as nsys
+
+    path = tmp_path / "mixed.sqlite"
+    shutil.copy(NSYS / "nsys-ai__mock.sqlite", path)
+    con = sqlite3.connect(path)
+    update = "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = {} WHERE correlationId = {}"
+    con.execute(update.format("x''", 143))
+    con.execute(update.format("'x'", 159))
+    # a string stored as a BLOB, and a number, in the names' table
+    con.execute("INSERT INTO StringIds (id, value) VALUES (100000, x'6e6f7420757365'), (100001, 7)")
+    con.commit()
+    con.close()
+    ids = sql(path, "SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    want = sorted(c for (c,) in ids if isinstance(c, int))
+    fast = load_trace(path).events
+    monkeypatch.setattr(nsys, "_fetch_adbc", lambda uri, q: None)
+    slow = load_trace(path).events
+    assert fast.equals(slow)
+    runtime = fast.filter(pl.col("kind").is_in(["runtime", "driver"]))  # the table holds both
+    assert sorted(runtime["correlation"].drop_nulls().to_list()) == want
+    assert runtime["correlation"].null_count() == 2
+    names = "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName"
+    kernels = sorted(v for (v,) in sql(path, names))
+    assert sorted(fast.filter(pl.col("kind") == "kernel")["name"].to_list()) == kernels
