@@ -44,3 +44,32 @@ def test_profile_command_runs_a_script(tmp_path):
     assert rc == 0
     assert list((tmp_path / "traces").glob("*.pt.trace.json.gz"))
     assert list((tmp_path / "traces").glob("*.traceinsight.html"))
+
+
+def test_profile_redirects_a_scripts_own_capture(tmp_path, monkeypatch, capsys):
+    """A script with its own ``capture(out_dir="runs")`` under ``traceinsight profile --out T``:
+    the trace is written into T (the capture helper honours the command's directory), the
+    command says it redirected it, and analyzes it (3 recorded steps: the script's own steps=3)."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import torch\nfrom traceinsight import capture\n"
+        "m = torch.nn.Linear(32, 32)\n"
+        "with capture.capture(out_dir='runs', steps=3, wait=0, warmup=1) as c:\n"
+        "    for _ in range(6):\n        m(torch.randn(8, 32)).sum().backward()\n        c.step()\n"
+    )
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "traces"
+    rc = main(["profile", "--out", str(out), "--no-analyze", "--", sys.executable, str(script)])
+    stdout = capsys.readouterr().out
+    assert rc == 0, stdout
+    (trace,) = out.glob("*.pt.trace.json.gz")
+    assert not (tmp_path / "runs").exists()
+    said = "the script's capture(out_dir='runs') was redirected to --out"
+    assert f"trace: {trace} ({said})" in stdout
+    js = tmp_path / "r.json"
+    assert main(["analyze", str(trace), "--no-html", "-q", "--json", str(js)]) == 0
+    import json
+
+    assert json.loads(js.read_text())["metrics"]["steps"] == 3

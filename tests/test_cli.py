@@ -121,3 +121,27 @@ def test_analyze_keeps_freed_memory_longer_unless_told_otherwise(tmp_path):
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
     conf = run.stdout.split()[-1]
     assert conf.endswith(",dirty_decay_ms:0") and ALLOCATOR_CONF not in conf
+
+
+def test_profile_finds_a_trace_written_outside_out(tmp_path, monkeypatch, capsys):
+    """A script that records with its own profiler (here: copies a trace) into ./runs/: not in
+    --out and not listed by traceinsight.capture, so the command looks below the working
+    directory, says where it found it, and analyzes it (the tiny trace: GPU busy 49.0%)."""
+    script = tmp_path / "train.py"
+    src = TINY / "step_dataloader_sync.json"
+    script.write_text(
+        "import pathlib, shutil\npathlib.Path('runs/a').mkdir(parents=True)\n"
+        f"shutil.copy({str(src)!r}, 'runs/a/w0.123.pt.trace.json')\n"
+    )
+    (tmp_path / "old").mkdir()
+    stale = tmp_path / "old" / "w0.1.pt.trace.json"  # written before the command: not its trace
+    shutil.copy(src, stale)
+    os.utime(stale, (1, 1))
+    monkeypatch.chdir(tmp_path)
+    rc = main(["profile", "--out", str(tmp_path / "traces"), "--", sys.executable, str(script)])
+    stdout = capsys.readouterr().out
+    assert rc == 0, stdout
+    found = tmp_path / "runs" / "a" / "w0.123.pt.trace.json"
+    assert f"trace: {found} (found where the script wrote it, outside --out)" in stdout
+    assert re.search(r"GPU busy\s+49\.0%", stdout)
+    assert (tmp_path / "runs" / "a" / "w0.123.traceinsight.html").exists()

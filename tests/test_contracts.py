@@ -118,7 +118,7 @@ LAYERS: dict[str, set[str]] = {
     "parsers": {"model", "errors", "constants", "runtime"},
     "analyzers": {"model", "constants"},
     "findings": {"analyzers", "constants", "report"},
-    "report": {"runtime", "analysis", "io"},
+    "report": {"runtime", "analysis", "io", "constants"},
 }
 
 

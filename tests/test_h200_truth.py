@@ -14,13 +14,26 @@ STEP_TOLERANCE = 0.03  # 3% of the CUDA-event step time
 
 
 def load(name):
-    return analyze(H200 / f"{name}.pt.trace.json.gz"), json.loads((H200 / f"{name}.truth.json").read_text())
+    return analyze(H200 / f"{name}.pt.trace.json.gz"), json.loads(
+        (H200 / f"{name}.truth.json").read_text()
+    )
 
 
 @pytest.mark.parametrize(
     "name",
-    ["healthy_bf16", "sync_item_print", "fp32", "act_checkpoint_bf16", "dataloader_starved", "launch_bound_eager",
-     "launch_bound_compiled", "launch_bound_cudagraph", "h2d_pageable", "h2d_pinned", "unfused_adamw_bf16"],
+    [
+        "healthy_bf16",
+        "sync_item_print",
+        "fp32",
+        "act_checkpoint_bf16",
+        "dataloader_starved",
+        "launch_bound_eager",
+        "launch_bound_compiled",
+        "launch_bound_cudagraph",
+        "h2d_pageable",
+        "h2d_pinned",
+        "unfused_adamw_bf16",
+    ],
 )
 def test_step_times_match_cuda_events(name):
     a, truth = load(name)
@@ -60,16 +73,27 @@ def test_healthy_or_fixed_workloads_have_no_starvation_finding(name):
 def test_healthy_has_no_high_or_medium_and_busy_matches_compute():
     a, truth = load("healthy_bf16")
     assert not [f for f in a.findings if f.severity in ("high", "medium")]
-    # Pure compute takes 33.48 ms of a 33.7 ms step: the GPU is busy > 95% of the window.
-    assert a.metrics["gpu_busy_ratio"] > 0.95
-    assert truth["compute_only_ms"] / truth["step_time_ms"][0] > 0.95
+    # compute_only_ms: the same step timed by CUDA events with nothing but compute in it (33.48 ms).
+    # The GPU's busy time in each recorded step is that, less the ~2.5% of launch gaps between
+    # kernels that the CUDA-event span includes: within 4% below, never above.
+    compute_ns = truth["compute_only_ms"] * 1e6
+    for s in a.results.steps.per_step[:COMPARED_STEPS]:
+        assert 0.96 * compute_ns <= s["gpu_busy_ns"] <= compute_ns
+    # busy share of the window: compute-only time over the CUDA-event step time (0.99), within 3 points
+    step_ms = sum(truth["step_time_ms"][:COMPARED_STEPS]) / COMPARED_STEPS
+    assert a.metrics["gpu_busy_ratio"] == pytest.approx(
+        truth["compute_only_ms"] / step_ms, abs=0.03
+    )
 
 
 def test_dataloader_idle_matches_time_in_next():
     a, truth = load("dataloader_starved")
-    in_next_ns = sum(s["next_ns"] for s in truth["per_step"])  # measured with perf_counter in the loop
+    # time in next(loader), measured with perf_counter in the loop
+    in_next_ns = sum(s["next_ns"] for s in truth["per_step"])
     assert a.metrics["idle_by_cause_ns"]["dataloader"] == pytest.approx(in_next_ns, rel=0.05)
-    assert a.metrics["dataloader_ratio"] == pytest.approx(in_next_ns / sum(s["dur_ns"] for s in a.results.steps.per_step), rel=0.05)
+    assert a.metrics["dataloader_ratio"] == pytest.approx(
+        in_next_ns / sum(s["dur_ns"] for s in a.results.steps.per_step), rel=0.05
+    )
 
 
 def test_pageable_vs_pinned_copies():
@@ -110,9 +134,12 @@ def test_recompute_only_with_checkpointing():
     ck, truth = load("act_checkpoint_bf16")
     h, htruth = load("healthy_bf16")
     assert h.metrics["recompute_time_ratio"] == 0.0
-    # Checkpointing adds compute_only 44.7 - 33.5 = 11.2 ms to a ~68 ms step (16%); within 8 points.
-    expected = (truth["compute_only_ms"] - htruth["compute_only_ms"]) / truth["step_time_ms"][0]
-    assert ck.metrics["recompute_time_ratio"] == pytest.approx(expected, abs=0.08)
+    # Checkpointing adds compute_only 44.69 - 33.48 = 11.2 ms (CUDA events, truth files) to a
+    # 67.9 ms step (mean of the compared steps): 16.5%. Within 10%: the checkpointed step times
+    # themselves spread 5% (65.6-69.0 ms); counting only the recomputed kernels (12.4%) fails.
+    step_ms = sum(truth["step_time_ms"][:COMPARED_STEPS]) / COMPARED_STEPS
+    expected = (truth["compute_only_ms"] - htruth["compute_only_ms"]) / step_ms
+    assert ck.metrics["recompute_time_ratio"] == pytest.approx(expected, rel=0.10)
 
 
 def test_sync_count_matches_item_calls():
@@ -124,17 +151,75 @@ def test_sync_count_matches_item_calls():
     assert sync.evidence["by_op"][0]["op"] == "aten::item"
 
 
+def _gaps_opened_inside(name: str, op: str) -> int:
+    """Plain sweep over the raw events: the GPU idle gaps (all kernels, copies and memsets merged)
+    inside the host ProfilerStep ranges that begin while a host ``op`` is running, summed in ns."""
+    import bisect
+    import gzip
+    import itertools
+    from decimal import Decimal
+
+    raw = json.loads(gzip.decompress((H200 / f"{name}.pt.trace.json.gz").read_bytes()))[
+        "traceEvents"
+    ]
+    xs = [e for e in raw if e.get("ph") == "X"]
+
+    def span(e: dict) -> tuple[int, int]:
+        start = int(Decimal(str(e["ts"])) * 1000)
+        return start, start + int(Decimal(str(e["dur"])) * 1000)
+
+    busy: list[list[int]] = []
+    for s, e in sorted(
+        span(e) for e in xs if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+    ):
+        if busy and s <= busy[-1][1]:
+            busy[-1][1] = max(busy[-1][1], e)
+        else:
+            busy.append([s, e])
+    steps = [
+        span(e)
+        for e in xs
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
+    ops = sorted(span(e) for e in xs if e.get("cat") == "cpu_op" and e["name"] == op)
+    starts = [s for s, _ in ops]
+
+    def inside_op(t: int) -> bool:
+        k = bisect.bisect_right(starts, t) - 1
+        return k >= 0 and ops[k][0] <= t < ops[k][1]
+
+    lo, hi = min(s for s, _ in steps), max(e for _, e in steps)
+    gaps = [(a[1], b[0]) for a, b in itertools.pairwise(busy)]
+    return sum(e - s for s, e in gaps if lo <= s < hi and inside_op(s))
+
+
 def test_sync_cost_matches_the_control():
     """healthy_bf16 is the same model and batch without the syncs: the syncs cost the difference."""
     a, truth = load("sync_item_print")
-    steps = len(a.results.steps.per_step)
-    extra_ns = (sum(truth["step_time_ms"][:3]) / 3 - truth["compute_only_ms"]) * 1e6 * steps
+    h, control = load("healthy_bf16")
     idle = a.metrics["idle_by_cause_ns"]
-    # GPU idle caused by the syncs: the gaps they open plus the launch gaps right after them.
-    assert idle["host_sync"] + idle["launch_overhead"] == pytest.approx(extra_ns, rel=0.25)
+    # host_sync is the idle opened while a sync runs: the gaps that begin inside aten::item (the
+    # op that syncs, 396 calls), summed from the raw events here (20.1 ms). Within 3%.
+    assert idle["host_sync"] == pytest.approx(
+        _gaps_opened_inside("sync_item_print", "aten::item"), rel=0.03
+    )
+    # The control has no host_sync, launch_overhead or cpu_work idle: all of it here is the
+    # syncs' doing, so together it is at most their cost, the extra step time measured by CUDA
+    # events (truth files: 43.65 - 33.71 ms a step, 4 steps), and most of it (the rest is the
+    # gradient-norm kernels' own busy time). 95% measured; at least 85%.
+    assert all(
+        h.metrics["idle_by_cause_ns"][c] == 0 for c in ("host_sync", "launch_overhead", "cpu_work")
+    )
+    steps = len(a.results.steps.per_step)
+    mean = lambda t: sum(t["step_time_ms"][:COMPARED_STEPS]) / COMPARED_STEPS  # noqa: E731
+    extra_ns = (mean(truth) - mean(control)) * 1e6 * steps
+    caused = idle["host_sync"] + idle["launch_overhead"] + idle["cpu_work"]
+    assert 0.85 * extra_ns <= caused <= extra_ns
 
 
-@pytest.mark.parametrize("name", ["dataloader_starved", "healthy_bf16", "sync_item_print", "h2d_pageable"])
+@pytest.mark.parametrize(
+    "name", ["dataloader_starved", "healthy_bf16", "sync_item_print", "h2d_pageable"]
+)
 def test_per_step_idle_plus_busy_is_step_time(name):
     a, _ = load(name)
     idle = {s["step"]: s["idle_ns"] for s in a.results.idle.per_step}
@@ -144,6 +229,7 @@ def test_per_step_idle_plus_busy_is_step_time(name):
 
 def test_phase_shares_on_host_ranges():
     a, truth = load("dataloader_starved")
-    for s, t in zip(a.results.steps.per_step, truth["per_step"], strict=False):
+    assert len(a.results.steps.per_step) == len(truth["per_step"]) == 4  # every recorded step
+    for s, t in zip(a.results.steps.per_step, truth["per_step"], strict=True):
         assert s["dataloader_ns"] == pytest.approx(t["next_ns"], rel=0.02)
         assert s["forward_ns"] > 0 and s["backward_ns"] > 0

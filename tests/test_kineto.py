@@ -8,7 +8,7 @@ from traceinsight.errors import InputError
 from traceinsight.model.schema import EVENT_SCHEMA
 from traceinsight.parsers import load_trace
 
-from .conftest import CORPUS, H200, TINY
+from .conftest import CORPUS, H200, TINY, shared_or_skip
 
 
 def test_tiny_trace_columns_exact():
@@ -70,10 +70,29 @@ def test_graph_launch_many_kernels_one_correlation():
     assert lj["correlation"].n_unique() == 1 and lj.height >= 400
 
 
-def test_rocm_host_memory_kind():
+def test_rocm_gpu_only_trace():
+    """Counts from the raw events: 562 X events of cat kernel, no cpu_op."""
     t = load_trace(CORPUS / "mi210_gpu_only_trace_gpu_only_trace.json.gz")
     assert t.events.filter(pl.col("kind") == "cpu_op").height == 0
     assert t.events.filter(pl.col("kind") == "kernel").height == 562
+
+
+def test_rocm_host_memory_kind():
+    """ROCm names both ends of a copy without pinned/pageable: ``Memcpy HtoD (Host -> Device)``.
+    The MI250 ROCm 6.2 trace has two; each must read as HtoD from "host" memory (not pageable,
+    not pinned) to "device", with device and duration as in the raw events read here by json."""
+    import json
+    from decimal import Decimal
+
+    path = shared_or_skip() / "hta" / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    raw = [e for e in events if e.get("cat") == "gpu_memcpy"]
+    assert [e["name"] for e in raw] == ["Memcpy HtoD (Host -> Device)"] * 2
+    want = sorted((e["args"]["device"], int(Decimal(str(e["dur"])) * 1000)) for e in raw)
+    copies = load_trace(path).events.filter(pl.col("kind") == "memcpy").sort("start_ns")
+    kinds = copies.select(pl.col("copy_kind", "src_kind", "dst_kind").cast(pl.String)).rows()
+    assert kinds == [("HtoD", "host", "device")] * 2
+    assert sorted(copies.select("device", "dur_ns").rows()) == want == [(2, 15720), (2, 22441)]
 
 
 def test_absolute_fractional_us_keeps_exact_ns(tmp_path):
@@ -91,3 +110,33 @@ def test_absolute_fractional_us_keeps_exact_ns(tmp_path):
     assert t.events["start_ns"].to_list() == [int(Decimal(s) * 1000) for s in stamps]
     assert t.events["dur_ns"].to_list() == [63813] * 3
     assert not t.meta.warnings
+
+
+def test_repeated_step_names_are_each_a_step(tmp_path):
+    """Three ranges all named ``train_step`` are three steps, numbered in time order. Hand-computed
+    from fixtures/tiny/repeated_step_names.json (µs): hosts 1000-1100, 1200-1300, 1400-1500, their
+    kernels end at 1130, 1280, 1550; a step ends at the later of its host end and its kernels' end
+    and starts no earlier than the previous step's end: 1000-1130, 1200-1300, 1400-1550."""
+    import json
+
+    from traceinsight.cli import main
+
+    out = tmp_path / "o.json"
+    trace = TINY / "repeated_step_names.json"
+    args = ["analyze", str(trace), "--no-html", "-q", "--json", str(out)]
+    assert main([*args, "--step-range", "train_step"]) == 0
+    doc = json.loads(out.read_text())
+    per_step = doc["details"]["steps"]["per_step"]
+    assert [(s["step"], s["start_ns"], s["dur_ns"]) for s in per_step] == [
+        (0, 1_000_000, 130_000),
+        (1, 1_200_000, 100_000),
+        (2, 1_400_000, 150_000),
+    ]
+    assert doc["metrics"]["steps"] == 3
+    # NAME is a literal prefix (README): "train.step" matches no name, "(" is no regex error
+    for literal in ("train.step", "train_step("):
+        assert main([*args, "--force", "--step-range", literal]) == 0
+        assert json.loads(out.read_text())["metrics"]["steps"] == 0
+    # the default pattern wants a number (train_step#N): no steps, the GPU span is the window
+    assert main([*args, "--force"]) == 0
+    assert json.loads(out.read_text())["metrics"]["steps"] == 0

@@ -110,12 +110,40 @@ def test_nsys_rep_without_nsys_says_how_to_export(tmp_path, capsys, monkeypatch)
 
 
 def test_step_range_from_nvtx(tmp_path):
-    """--step-range picks NVTX ranges as steps (here the NCCL-domain ranges of one process)."""
-    out = tmp_path / "o.json"
-    assert main(["analyze", str(NSYS / "nsys-ai__mock.sqlite"), "--no-html", "-q", "--json", str(out), "--step-range", "NoSuchRange"]) == 0
+    """--step-range makes every NVTX range of that name a step: the 2-GPU export has 30
+    ``ncclGroupStart`` ranges per process (counted and timed by SQL here), so 30 steps per rank;
+    one step per distinct name would give 1, an ignored --step-range 0 (no ProfilerStep ranges)."""
     import json
 
-    assert json.loads(out.read_text())["metrics"]["steps"] == 0
+    from traceinsight.analyzers.context import build_context
+    from traceinsight.model.schema import Trace, by_rank
+
+    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    (session,) = sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
+    rows = sql(
+        path,
+        "SELECT (n.globalTid >> 24) & 16777215, n.start FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId "
+        "WHERE COALESCE(n.text, s.value) = 'ncclGroupStart' AND n.eventType IN (59, 60) ORDER BY n.start",
+    )
+    want: dict[int, list[int]] = {}
+    for pid, start in rows:
+        want.setdefault(pid, []).append(session + start)
+    assert sorted(len(v) for v in want.values()) == [30, 30]
+    trace = load_trace(path)
+    got = {}
+    for rank, events in by_rank(trace.events):
+        steps = build_context(Trace(events=events, meta=trace.meta), "^ncclGroupStart").steps
+        assert steps["step"].to_list() == list(range(30))  # repeated names: numbered in time order
+        got[rank] = steps["host_start_ns"].to_list()
+    assert sorted(got.values()) == sorted(want.values())
+
+    out = tmp_path / "o.json"
+    args = ["analyze", str(path), "--no-html", "-q", "--json", str(out)]
+    assert main([*args, "--step-range", "ncclGroupStart"]) == 0
+    per_rank = json.loads(out.read_text())["metrics"]["per_rank"]
+    assert {r: m["steps"] for r, m in per_rank.items()} == {"0": 30, "1": 30}
+    assert main([*args, "--force"]) == 0
+    assert {m["steps"] for m in json.loads(out.read_text())["metrics"]["per_rank"].values()} == {0}
 
 
 FAKE_NSYS = """#!{python}
@@ -298,3 +326,35 @@ def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
     assert sorted(added.select("name", "dur_ns").rows()) == [("\x01not an id", 200), ("registered range", 300)]
     for dropped in ("unclosed", "backwards", "a mark"):
         assert dropped not in ev["name"].to_list()
+
+
+def test_text_and_blob_values_in_number_columns(tmp_path, monkeypatch):
+    """SQLite keeps any value in any column; a BLOB in correlationId made ADBC return the column
+    as bytes and the analysis fail with exit 1 (found by tests/test_fuzz_new_inputs.py). Such
+    values become null, on both fetch paths; the other rows keep their values (read by SQL)."""
+    import shutil
+
+    import traceinsight.parsers.nsys.db as nsys
+
+    path = tmp_path / "mixed.sqlite"
+    shutil.copy(NSYS / "nsys-ai__mock.sqlite", path)
+    con = sqlite3.connect(path)
+    update = "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = {} WHERE correlationId = {}"
+    con.execute(update.format("x''", 143))
+    con.execute(update.format("'x'", 159))
+    # a string stored as a BLOB, and a number, in the names' table
+    con.execute("INSERT INTO StringIds (id, value) VALUES (100000, x'6e6f7420757365'), (100001, 7)")
+    con.commit()
+    con.close()
+    ids = sql(path, "SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    want = sorted(c for (c,) in ids if isinstance(c, int))
+    fast = load_trace(path).events
+    monkeypatch.setattr(nsys, "fetch_adbc", lambda uri, q: None)
+    slow = load_trace(path).events
+    assert fast.equals(slow)
+    runtime = fast.filter(pl.col("kind").is_in(["runtime", "driver"]))  # the table holds both
+    assert sorted(runtime["correlation"].drop_nulls().to_list()) == want
+    assert runtime["correlation"].null_count() == 2
+    names = "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName"
+    kernels = sorted(v for (v,) in sql(path, names))
+    assert sorted(fast.filter(pl.col("kind") == "kernel")["name"].to_list()) == kernels

@@ -10,22 +10,28 @@ Needs the ``capture`` extra (torch, and optionally the ``nvtx`` package); analys
     print(c.trace_path)
 
 ``traceinsight profile -- python train.py`` sets ``TRACEINSIGHT_CAPTURE_DIR``; a script then only
-calls the module-level :func:`step` once per iteration and the capture starts by itself.
+calls the module-level :func:`step` once per iteration and the capture starts by itself. A script
+that makes its own :func:`capture` writes into that directory too, whatever ``out_dir`` it names
+(it says so on stderr), and every trace written is listed in ``TRACEINSIGHT_CAPTURE_MANIFEST``:
+that is how the command finds them.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import re
 import socket
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 ENV_DIR = "TRACEINSIGHT_CAPTURE_DIR"
+ENV_MANIFEST = "TRACEINSIGHT_CAPTURE_MANIFEST"  # a file: one JSON line per trace written
 ENV_STEPS = "TRACEINSIGHT_CAPTURE_STEPS"
 ENV_WAIT = "TRACEINSIGHT_CAPTURE_WAIT"
 ENV_WARMUP = "TRACEINSIGHT_CAPTURE_WARMUP"
@@ -94,6 +100,7 @@ class Capture:
     report_path: Path | None = None
     trace_path: Path | None = None
     step_count: int = 0
+    requested_dir: Path | None = None  # the out_dir asked for, where an override replaced it
     _prof: Any = field(default=None, repr=False)
     _nvtx: Any = field(default=None, repr=False)
     _torch: Any = field(default=None, repr=False)
@@ -104,6 +111,14 @@ class Capture:
             raise CaptureError("steps must be >= 1, wait and warmup >= 0")
         torch = _import_torch()
         self._torch = torch
+        override = os.environ.get(ENV_DIR)
+        if override and Path(override).resolve() != self.out_dir.resolve():
+            # Under `traceinsight profile` the trace goes where the command looks for it.
+            self.requested_dir, self.out_dir = self.out_dir, Path(override)
+            print(
+                f"traceinsight.capture: writing to {self.out_dir} ({ENV_DIR}), not {self.requested_dir}",
+                file=sys.stderr,
+            )
         from torch.profiler import ProfilerActivity, profile, schedule
 
         use_cuda = torch.cuda.is_available() if self.cuda is None else self.cuda
@@ -141,6 +156,12 @@ class Capture:
         path = self.out_dir / f"{stem}.{time.time_ns()}.pt.trace.json.gz"
         prof.export_chrome_trace(str(path))
         self.trace_path = path
+        manifest = os.environ.get(ENV_MANIFEST)
+        if manifest:
+            asked = str(self.requested_dir) if self.requested_dir else None
+            line = {"trace": str(path.resolve()), "requested_dir": asked}
+            with open(manifest, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(line) + "\n")
 
     def step(self) -> None:
         """Mark the end of one iteration."""

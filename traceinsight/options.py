@@ -3,6 +3,7 @@ the CLI builds these before anything heavy loads)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -27,7 +28,8 @@ class Options:
 
     @property
     def step_pattern(self) -> str:
-        return f"^{self.step_range}" if self.step_range else DEFAULT_STEP_PATTERN
+        # a name prefix (its help, the README): literal, so "(" is no regex error
+        return "^" + re.escape(self.step_range) if self.step_range else DEFAULT_STEP_PATTERN
 
     def graded(self) -> Thresholds:
         """The thresholds with the overrides applied; InputError names unknown keys."""

@@ -115,12 +115,13 @@ def host_rows(events: pl.DataFrame, kinds: tuple[str, ...]) -> pl.DataFrame:
 
 
 def find_steps(host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
-    """Step ranges among the host ops and annotations ``host`` named by ``pattern``, one per
-    name (first occurrence), in time order."""
+    """Step ranges: every host op or annotation in ``host`` whose name ``pattern`` matches, in
+    time order. A loop that names each iteration alike (NVTX ``train_step``, ``ncclGroupStart``)
+    has one step per occurrence, so names never merge; steps keep the names' trailing numbers
+    (ProfilerStep#N) where each has a distinct one, else they are numbered 0.. in time order."""
     steps = (
         names_matching(host, pattern)
-        .sort("start_ns")
-        .unique(subset=["name"], keep="first", maintain_order=True)
+        .sort("start_ns", "end_ns")
         .select(
             pl.col("name"),
             pl.col("name").str.extract(r"(\d+)$").cast(pl.Int64, strict=False).alias("step"),
@@ -129,6 +130,9 @@ def find_steps(host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.Da
             "tid",
         )
     )
+    numbers = steps.get_column("step")
+    if numbers.null_count() or numbers.n_unique() < steps.height:
+        steps = steps.with_columns(pl.int_range(pl.len(), dtype=pl.Int64).alias("step"))
     return steps
 
 

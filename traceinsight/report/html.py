@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import jinja2
 
+from traceinsight.constants import SEVERITIES
 from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct
 from traceinsight.runtime import template_cache
 
@@ -80,7 +81,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
     idle, steps = d["idle"], d["steps"]
     tl = idle.get("timeline") or {}
     devices = list((tl.get("devices") or {}).items())[:MAX_TIMELINE_DEVICES]
-    top = [f for f in doc["findings"] if f["severity"] in ("high", "medium")]
+    top = [f for f in doc["findings"] if f["severity"] in SEVERITIES[:2]]
     verdict_cost = top[0] if top else None
     command = doc.get("command") or f"traceinsight analyze {shlex.quote(doc['source']['path'])}"
     return {
@@ -112,7 +113,7 @@ def render_html(analysis: TraceAnalysis | dict[str, Any]) -> str:
 def job_context(doc: dict[str, Any]) -> dict[str, Any]:
     cross = doc["details"]["cross_rank"]
     steps = doc.get("step_table") or []
-    top = [f for f in doc["findings"] if f["severity"] in ("high", "medium")]
+    top = [f for f in doc["findings"] if f["severity"] in SEVERITIES[:2]]
     return {
         "doc": doc,
         "src": doc["source"],

@@ -11,6 +11,7 @@ import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -107,6 +108,9 @@ class Db:
         df = fetch_adbc(self.uri, sql)
         if df is None:
             df = self._fetch_sqlite3(sql, schema)
+        blobs = [c for c, t in df.schema.items() if t == pl.Binary != schema.get(c)]
+        if blobs:
+            df = df.with_columns(unblob(df.get_column(c), schema[c]) for c in blobs)
         df = df.cast(schema, strict=False)  # type: ignore[arg-type]
         # Arrow's batches stay as they are: conform copies each column into one chunk once, on
         # its way into the table (re-chunking every part here as well cost 0.4 s on a 1 GB export).
@@ -120,7 +124,7 @@ class Db:
             uri_con.execute("PRAGMA query_only = ON")
             cur = uri_con.execute(sql)
             while rows := cur.fetchmany(FETCH_ROWS):
-                frames.append(pl.DataFrame(rows, schema=schema, orient="row"))
+                frames.append(rows_frame(rows, schema))
         except sqlite3.DatabaseError as exc:
             raise InputError(f"export is damaged or unreadable ({exc})", str(self.path)) from None
         finally:
@@ -130,6 +134,33 @@ class Db:
     def close(self) -> None:
         self.pool.shutdown(wait=True)
         self.con.close()
+
+
+def unblob(s: pl.Series, dtype: pl.DataType) -> pl.Series:
+    """A BLOB anywhere in a column makes ADBC return all of it as bytes, integers as their
+    ASCII digits; polars casts no bytes to numbers, nor invalid UTF-8 to text. Integers are
+    read back from the digits' hex codes (0x30-0x39, a leading 0x2d minus), text columns as
+    UTF-8 where all of it is; anything else becomes null."""
+    if not dtype.is_integer():
+        try:
+            return s.cast(pl.String)
+        except pl.exceptions.ComputeError:
+            return pl.Series(s.name, [None] * s.len(), dtype=pl.String)
+    hexed = pl.col(s.name).bin.encode("hex")
+    digits = hexed.str.replace(r"^2d", "-").str.replace_all(r"3([0-9])", "$1")
+    is_int = hexed.str.contains(r"^(2d)?(3[0-9])+$")
+    return s.to_frame().select(pl.when(is_int).then(digits)).to_series()
+
+
+def rows_frame(rows: list[tuple[Any, ...]], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    try:
+        return pl.DataFrame(rows, schema=schema, orient="row")
+    except pl.exceptions.ComputeError:
+        # SQLite keeps any value in any column: text or a BLOB among numbers fails the row
+        # builder; column by column, such values become null.
+        cols = zip(*rows, strict=True)
+        named = zip(schema.items(), cols, strict=True)
+        return pl.DataFrame([pl.Series(n, c, dtype=t, strict=False) for (n, t), c in named])
 
 
 def fetch_adbc(uri: str, sql: str) -> pl.DataFrame | None:
