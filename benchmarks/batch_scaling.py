@@ -37,10 +37,26 @@ def main() -> int:
         for workers in (1, 2):
             out = Path(d) / f"out{workers}"
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "traceinsight", "batch", str(src), "-o", str(out), "-q", "-j", str(workers)], check=False)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "traceinsight",
+                    "batch",
+                    str(src),
+                    "-o",
+                    str(out),
+                    "-q",
+                    "-j",
+                    str(workers),
+                ],
+                check=False,
+            )
             times[workers] = time.perf_counter() - t0
         n = len(list(src.iterdir()))
-        print(f"{n} traces: 1 worker {times[1]:.1f} s, 2 workers {times[2]:.1f} s, speedup {times[1] / times[2]:.2f}x")
+        print(
+            f"{n} traces: 1 worker {times[1]:.1f} s, 2 workers {times[2]:.1f} s, speedup {times[1] / times[2]:.2f}x"
+        )
     return 0
 
 

@@ -39,9 +39,14 @@ def build(target_mb: int) -> Path:
     con.execute("PRAGMA journal_mode=OFF")
     con.execute("PRAGMA synchronous=OFF")
     while tmp.stat().st_size < target_mb * 1024 * 1024:
-        lo, hi = con.execute("SELECT MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+        lo, hi = con.execute(
+            "SELECT MIN(start), MAX(end) FROM CUPTI_ACTIVITY_KIND_KERNEL"
+        ).fetchone()
         span = hi - lo + 1_000_000
-        corr = con.execute("SELECT MAX(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0] + 1
+        corr = (
+            con.execute("SELECT MAX(correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME").fetchone()[0]
+            + 1
+        )
         for table, (s, e) in TABLES.items():
             cols = [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
             if not cols:
@@ -54,7 +59,9 @@ def build(target_mb: int) -> Path:
                     exprs.append(f'"{c}" + {corr}')
                 else:
                     exprs.append(f'"{c}"')
-            con.execute(f'INSERT INTO "{table}" ({", ".join(map(repr, cols)).replace(chr(39), chr(34))}) SELECT {", ".join(exprs)} FROM "{table}"')
+            con.execute(
+                f'INSERT INTO "{table}" ({", ".join(map(repr, cols)).replace(chr(39), chr(34))}) SELECT {", ".join(exprs)} FROM "{table}"'
+            )
         con.commit()
         print(f"  {tmp.stat().st_size / 1e6:.0f} MB", file=sys.stderr)
     con.close()
@@ -68,10 +75,19 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     path = build(args.target_mb)
-    runs = [timed([sys.executable, "-m", "traceinsight", "analyze", str(path), "-q", "--no-html"]) for _ in range(args.repeat)]
-    rows = sqlite3.connect(f"file:{path}?mode=ro", uri=True).execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    print(f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {rows:,} kernels: median {statistics.median(r[0] for r in runs):.2f} s, "
-          f"peak {statistics.median(r[1] for r in runs):.0f} MiB (runs: {[round(r[0], 2) for r in runs]})")
+    runs = [
+        timed([sys.executable, "-m", "traceinsight", "analyze", str(path), "-q", "--no-html"])
+        for _ in range(args.repeat)
+    ]
+    rows = (
+        sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        .execute("SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")
+        .fetchone()[0]
+    )
+    print(
+        f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {rows:,} kernels: median {statistics.median(r[0] for r in runs):.2f} s, "
+        f"peak {statistics.median(r[1] for r in runs):.0f} MiB (runs: {[round(r[0], 2) for r in runs]})"
+    )
     return 0
 
 

@@ -24,14 +24,27 @@ class Events:
 
     def _add(self, kind: str, name: str, start_us: float, dur_us: float, **cols: Any) -> Events:
         start, dur = round(start_us * US), round(dur_us * US)
-        self.rows.append({"kind": kind, "name": name, "start_ns": start, "end_ns": start + dur, "dur_ns": dur, "rank": self.rank, "pid": self.pid, **cols})
+        self.rows.append(
+            {
+                "kind": kind,
+                "name": name,
+                "start_ns": start,
+                "end_ns": start + dur,
+                "dur_ns": dur,
+                "rank": self.rank,
+                "pid": self.pid,
+                **cols,
+            }
+        )
         return self
 
     def next_correlation(self) -> int:
         self._corr += 1
         return self._corr
 
-    def op(self, name: str, start_us: float, dur_us: float, *, tid: int = 1, kind: str = "cpu_op") -> Events:
+    def op(
+        self, name: str, start_us: float, dur_us: float, *, tid: int = 1, kind: str = "cpu_op"
+    ) -> Events:
         return self._add(kind, name, start_us, dur_us, tid=tid)
 
     def annotation(self, name: str, start_us: float, dur_us: float, *, tid: int = 1) -> Events:
@@ -40,7 +53,15 @@ class Events:
     def step(self, n: int, start_us: float, dur_us: float, *, tid: int = 1) -> Events:
         return self.annotation(f"ProfilerStep#{n}", start_us, dur_us, tid=tid)
 
-    def runtime(self, name: str, start_us: float, dur_us: float, *, tid: int = 1, correlation: int | None = None) -> Events:
+    def runtime(
+        self,
+        name: str,
+        start_us: float,
+        dur_us: float,
+        *,
+        tid: int = 1,
+        correlation: int | None = None,
+    ) -> Events:
         return self._add("runtime", name, start_us, dur_us, tid=tid, correlation=correlation)
 
     def kernel(
@@ -59,16 +80,45 @@ class Events:
         corr = self.next_correlation()
         if launch_us is not None:
             self.runtime("cudaLaunchKernel", launch_us, launch_dur_us, tid=tid, correlation=corr)
-        return self._add("kernel", name, start_us, dur_us, device=device, stream=stream, correlation=corr)
+        return self._add(
+            "kernel", name, start_us, dur_us, device=device, stream=stream, correlation=corr
+        )
 
-    def memcpy(self, copy_kind: str, start_us: float, dur_us: float, *, nbytes: int, src: str, dst: str, device: int = 0, stream: int = 7) -> Events:
+    def memcpy(
+        self,
+        copy_kind: str,
+        start_us: float,
+        dur_us: float,
+        *,
+        nbytes: int,
+        src: str,
+        dst: str,
+        device: int = 0,
+        stream: int = 7,
+    ) -> Events:
         corr = self.next_correlation()
         return self._add(
-            "memcpy", f"Memcpy {copy_kind}", start_us, dur_us, device=device, stream=stream, correlation=corr,
-            copy_kind=copy_kind, bytes=nbytes, src_kind=src, dst_kind=dst,
+            "memcpy",
+            f"Memcpy {copy_kind}",
+            start_us,
+            dur_us,
+            device=device,
+            stream=stream,
+            correlation=corr,
+            copy_kind=copy_kind,
+            bytes=nbytes,
+            src_kind=src,
+            dst_kind=dst,
         )
 
     def trace(self, path: str = "builder") -> Trace:
         df = pl.DataFrame(self.rows, infer_schema_length=None) if self.rows else pl.DataFrame()
-        table = conform(df) if self.rows else conform(pl.DataFrame({"start_ns": pl.Series([], dtype=pl.Int64)}))
-        return Trace(events=add_kernel_class(table), meta=TraceMeta(source_path=path, format="kineto", format_version="builder"))
+        table = (
+            conform(df)
+            if self.rows
+            else conform(pl.DataFrame({"start_ns": pl.Series([], dtype=pl.Int64)}))
+        )
+        return Trace(
+            events=add_kernel_class(table),
+            meta=TraceMeta(source_path=path, format="kineto", format_version="builder"),
+        )

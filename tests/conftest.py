@@ -15,7 +15,9 @@ SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", ROOT.parent / "shared")) / "
 
 def shared_or_skip() -> Path:
     if not SHARED.is_dir():
-        pytest.skip(f"corpus not present at {SHARED} (set TRACEINSIGHT_SHARED); corpus-wide test skipped")
+        pytest.skip(
+            f"corpus not present at {SHARED} (set TRACEINSIGHT_SHARED); corpus-wide test skipped"
+        )
     return SHARED
 
 

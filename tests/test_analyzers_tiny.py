@@ -16,7 +16,9 @@ def test_busy_and_idle_by_cause(tiny_analysis):
     assert m["gpu_busy_ratio"] == pytest.approx(0.49)
     idle = m["idle_by_cause_ns"]
     assert idle["dataloader"] == 330 * US  # [0, 330): host in __next__ for 300 of 330 us
-    assert idle["host_sync"] == 180 * US  # [530, 540) and [550, 720): sync in progress as the GPU ran dry
+    assert (
+        idle["host_sync"] == 180 * US
+    )  # [530, 540) and [550, 720): sync in progress as the GPU ran dry
     assert sum(idle.values()) == 510 * US
 
 
@@ -71,9 +73,15 @@ def test_pair_key_packs_only_values_that_fit():
     assert key is not None
     # rank * 2**42 + (corr - the smallest corr of both frames, 3); a null rank stays null
     assert left.select(key).to_series().to_list() == [2, 2**42 + 2, 2**42 + 4, None]
-    assert pair_key([left, right.with_columns(pl.col("corr") + 2**50)], "rank", "corr") is None  # span too wide
-    assert pair_key([left.with_columns(pl.col("rank") - 1), right], "rank", "corr") is None  # negative rank
-    assert pair_key([left, right.with_columns(pl.lit(1 << 20).alias("rank"))], "rank", "corr") is None
+    assert (
+        pair_key([left, right.with_columns(pl.col("corr") + 2**50)], "rank", "corr") is None
+    )  # span too wide
+    assert (
+        pair_key([left.with_columns(pl.col("rank") - 1), right], "rank", "corr") is None
+    )  # negative rank
+    assert (
+        pair_key([left, right.with_columns(pl.lit(1 << 20).alias("rank"))], "rank", "corr") is None
+    )
 
 
 def test_launch_join_takes_the_first_call_per_rank_and_correlation():
@@ -81,7 +89,16 @@ def test_launch_join_takes_the_first_call_per_rank_and_correlation():
     from traceinsight.model.schema import EVENT_SCHEMA, conform
 
     def ev(kind, name, start, rank, corr):
-        return {"kind": kind, "name": name, "start_ns": start, "end_ns": start + 5, "dur_ns": 5, "rank": rank, "correlation": corr, "tid": 1}
+        return {
+            "kind": kind,
+            "name": name,
+            "start_ns": start,
+            "end_ns": start + 5,
+            "dur_ns": 5,
+            "rank": rank,
+            "correlation": corr,
+            "tid": 1,
+        }
 
     rows = [
         ev("runtime", "cudaLaunchKernel", 0, 0, 7),
@@ -90,21 +107,30 @@ def test_launch_join_takes_the_first_call_per_rank_and_correlation():
         ev("kernel", "k0", 30, 0, 7),
         ev("kernel", "k1", 40, 1, 7),
     ]
-    events = conform(pl.DataFrame(rows).cast({c: t for c, t in EVENT_SCHEMA.items() if c in rows[0]}))
+    events = conform(
+        pl.DataFrame(rows).cast({c: t for c, t in EVENT_SCHEMA.items() if c in rows[0]})
+    )
     got = launch_join(events).select("name", "launch_name", "launch_start_ns").rows()
     assert got == [("k0", "cudaLaunchKernel", 0), ("k1", "cudaLaunchKernel", 20)]
     # One rank with unique ids takes the unfiltered path: same pairs.
     one = events.filter(pl.col("rank") == 1)
     assert launch_join(one).select("name", "launch_start_ns").rows() == [("k1", 20)]
     # Ids too far apart to pack into one key: the two-column join, same pairs.
-    wide = events.with_columns(pl.when(pl.col("rank") == 1).then(pl.col("correlation") + 2**50).otherwise(pl.col("correlation")).alias("correlation"))
+    wide = events.with_columns(
+        pl.when(pl.col("rank") == 1)
+        .then(pl.col("correlation") + 2**50)
+        .otherwise(pl.col("correlation"))
+        .alias("correlation")
+    )
     assert launch_join(wide).select("name", "launch_name", "launch_start_ns").rows() == got
 
 
 def test_conform_sorts_by_start_keeping_ties_in_input_order():
     from traceinsight.model.schema import conform
 
-    df = pl.DataFrame({"name": ["c", "a", "b", "d"], "start_ns": [5, 1, 5, 1], "end_ns": [6, 2, 6, 2]})
+    df = pl.DataFrame(
+        {"name": ["c", "a", "b", "d"], "start_ns": [5, 1, 5, 1], "end_ns": [6, 2, 6, 2]}
+    )
     out = conform(df)
     assert out.select("name", "start_ns").rows() == [("a", 1), ("d", 1), ("c", 5), ("b", 5)]
     assert out.get_column("start_ns").flags["SORTED_ASC"]
@@ -116,15 +142,37 @@ def test_conform_per_column_path_matches_the_small_table_path(monkeypatch):
     import traceinsight.model.schema as schema
 
     parts = [
-        pl.DataFrame({"name": ["c", "a", None], "start_ns": [5, 1, 5], "end_ns": [6, 2, 9], "rank": [1, 0, 1], "bytes": [None, 3, None]}),
-        pl.DataFrame({"name": ["d", "b"], "start_ns": [1, 0], "end_ns": [2, 1], "rank": [0, 1], "tid": [7, 8]}),
+        pl.DataFrame(
+            {
+                "name": ["c", "a", None],
+                "start_ns": [5, 1, 5],
+                "end_ns": [6, 2, 9],
+                "rank": [1, 0, 1],
+                "bytes": [None, 3, None],
+            }
+        ),
+        pl.DataFrame(
+            {
+                "name": ["d", "b"],
+                "start_ns": [1, 0],
+                "end_ns": [2, 1],
+                "rank": [0, 1],
+                "tid": [7, 8],
+            }
+        ),
     ]
     df = pl.concat(parts, how="diagonal_relaxed")  # several chunks, as a concatenation gives
     small = schema.conform(df)
     monkeypatch.setattr(schema, "PER_COLUMN_MIN_ROWS", 0)
     for threads in (1, 2):
         assert schema.conform(df, threads).equals(small)
-    assert small.get_column("name").to_list() == ["a", "d", "b", "c", None]  # rank by rank, ties as given
+    assert small.get_column("name").to_list() == [
+        "a",
+        "d",
+        "b",
+        "c",
+        None,
+    ]  # rank by rank, ties as given
 
 
 def test_conform_orders_several_ranks_rank_by_rank_and_by_rank_slices_them():
@@ -147,15 +195,24 @@ def test_conform_orders_several_ranks_rank_by_rank_and_by_rank_slices_them():
     assert out.get_column("bytes").null_count() == 6
     # Filters when the table has rows without a rank (null runs are left out either way) ...
     parts = by_rank(out)
-    assert [(r, p.get_column("name").to_list()) for r, p in parts] == [(0, ["r0b", "r0a", "r0c"]), (1, ["r1a", "r1b"])]
+    assert [(r, p.get_column("name").to_list()) for r, p in parts] == [
+        (0, ["r0b", "r0a", "r0c"]),
+        (1, ["r1a", "r1b"]),
+    ]
     # ... slices of the rank-ordered table otherwise, each flagged as in start order.
     ranked = conform(df.filter(pl.col("rank").is_not_null()))
     sliced = by_rank(ranked)
-    assert [(r, p.get_column("name").to_list()) for r, p in sliced] == [(0, ["r0b", "r0a", "r0c"]), (1, ["r1a", "r1b"])]
+    assert [(r, p.get_column("name").to_list()) for r, p in sliced] == [
+        (0, ["r0b", "r0a", "r0c"]),
+        (1, ["r1a", "r1b"]),
+    ]
     assert all(p.get_column("start_ns").flags["SORTED_ASC"] for _, p in sliced)
     # A table not in rank order (built elsewhere) is filtered, same answer.
     shuffled = ranked.reverse()
-    assert [(r, p.sort("start_ns", maintain_order=True).get_column("name").to_list()) for r, p in by_rank(shuffled)] == [
+    assert [
+        (r, p.sort("start_ns", maintain_order=True).get_column("name").to_list())
+        for r, p in by_rank(shuffled)
+    ] == [
         (0, ["r0b", "r0c", "r0a"]),
         (1, ["r1b", "r1a"]),
     ]
@@ -176,7 +233,12 @@ def test_next_launch_per_device():
         )
 
     gaps = pl.DataFrame(
-        {"gap_id": [0, 1, 2, 3, 4], "device": [0, 0, 0, 1, 1], "start_ns": [0, 20, 40, 0, 20], "end_ns": [10, 30, 45, 10, 50]},
+        {
+            "gap_id": [0, 1, 2, 3, 4],
+            "device": [0, 0, 0, 1, 1],
+            "start_ns": [0, 20, 40, 0, 20],
+            "end_ns": [10, 30, 45, 10, 50],
+        },
         schema_overrides={"gap_id": pl.UInt32},
     )
     assert _next_launch(Ctx(), gaps).to_list() == [5, None, None, 1, 40]  # type: ignore[arg-type]

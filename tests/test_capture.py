@@ -40,7 +40,18 @@ def test_profile_command_runs_a_script(tmp_path):
     )
     import sys
 
-    rc = main(["profile", "--out", str(tmp_path / "traces"), "--steps", "3", "--", sys.executable, str(script)])
+    rc = main(
+        [
+            "profile",
+            "--out",
+            str(tmp_path / "traces"),
+            "--steps",
+            "3",
+            "--",
+            sys.executable,
+            str(script),
+        ]
+    )
     assert rc == 0
     assert list((tmp_path / "traces").glob("*.pt.trace.json.gz"))
     assert list((tmp_path / "traces").glob("*.traceinsight.html"))

@@ -27,7 +27,9 @@ def test_analyze_writes_report_and_json(tmp_path):
 
 
 def test_json_to_stdout_via_runner(tmp_path):
-    r = CliRunner().invoke(cli, ["analyze", str(TINY / "step_dataloader_sync.json"), "--json", "-", "--no-html"])
+    r = CliRunner().invoke(
+        cli, ["analyze", str(TINY / "step_dataloader_sync.json"), "--json", "-", "--no-html"]
+    )
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["metrics"]["gpu_busy_ratio"] == pytest.approx(0.49)
 
@@ -38,7 +40,10 @@ def test_existing_output_needs_force(tmp_path, capsys):
     assert main(["analyze", str(TINY / "step_dataloader_sync.json"), "-o", str(out), "-q"]) == 2
     assert out.read_text() == "keep me"
     assert "--force" in capsys.readouterr().err
-    assert main(["analyze", str(TINY / "step_dataloader_sync.json"), "-o", str(out), "-q", "--force"]) == 0
+    assert (
+        main(["analyze", str(TINY / "step_dataloader_sync.json"), "-o", str(out), "-q", "--force"])
+        == 0
+    )
 
 
 @pytest.mark.parametrize("name", ["benchmark_simple_add_et.json.gz", "memory_timeline.raw.gz"])
@@ -53,12 +58,47 @@ def test_missing_file_and_bad_option(capsys):
     assert main(["analyze", "/nonexistent/trace.json", "--no-html"]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main(["analyze", "--bogus"]) == 2
-    assert main(["analyze", str(TINY / "step_dataloader_sync.json"), "--no-html", "--threshold", "nope=1"]) == 2
+    assert (
+        main(
+            [
+                "analyze",
+                str(TINY / "step_dataloader_sync.json"),
+                "--no-html",
+                "--threshold",
+                "nope=1",
+            ]
+        )
+        == 2
+    )
 
 
 def test_fail_on_gate(capsys):
-    assert main(["analyze", str(TINY / "step_dataloader_sync.json"), "--no-html", "-q", "--fail-on", "high"]) == 3
-    assert main(["analyze", str(H200 / "healthy_bf16.pt.trace.json.gz"), "--no-html", "-q", "--fail-on", "medium"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(TINY / "step_dataloader_sync.json"),
+                "--no-html",
+                "-q",
+                "--fail-on",
+                "high",
+            ]
+        )
+        == 3
+    )
+    assert (
+        main(
+            [
+                "analyze",
+                str(H200 / "healthy_bf16.pt.trace.json.gz"),
+                "--no-html",
+                "-q",
+                "--fail-on",
+                "medium",
+            ]
+        )
+        == 0
+    )
 
 
 def test_export_round_trip(tmp_path):
@@ -66,7 +106,15 @@ def test_export_round_trip(tmp_path):
     assert main(["export", str(TINY / "step_dataloader_sync.json"), "-o", str(out), "-q"]) == 0
     df = pl.read_parquet(out)
     assert df.filter(pl.col("kind") == "kernel")["dur_ns"].sort().to_list() == [200_000, 280_000]
-    assert {"start_ns", "end_ns", "dur_ns", "correlation", "external_id", "kernel_class", "src_kind"} <= set(df.columns)
+    assert {
+        "start_ns",
+        "end_ns",
+        "dur_ns",
+        "correlation",
+        "external_id",
+        "kernel_class",
+        "src_kind",
+    } <= set(df.columns)
 
 
 def test_every_command_has_help_and_docs():
@@ -90,14 +138,28 @@ def test_installed_console_script(tmp_path):
     assert r.returncode == 0 and "analyze" in r.stdout
     r = subprocess.run(
         [exe, "analyze", str(TINY / "step_dataloader_sync.json"), "-o", str(tmp_path / "x.html")],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr
     assert re.search(r"GPU busy\s+49\.0%", r.stdout)
-    r = subprocess.run([sys.executable, "-m", "traceinsight", "--version"], capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "traceinsight", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "traceinsight" in r.stdout
     env = dict(os.environ)
-    r = subprocess.run([exe, "analyze", str(CORPUS / "benchmark_simple_add_et.json.gz"), "--no-html"], capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [exe, "analyze", str(CORPUS / "benchmark_simple_add_et.json.gz"), "--no-html"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
@@ -113,12 +175,26 @@ def test_analyze_keeps_freed_memory_longer_unless_told_otherwise(tmp_path):
         f"print(rc, os.environ.get({ALLOCATOR_ENV!r}))"
     )
     env = {k: v for k, v in os.environ.items() if k != ALLOCATOR_ENV}
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
+    )
     # polars puts its own defaults first; jemalloc takes the last value of each option
     rc, conf = run.stdout.split()[-2:]
     assert rc == "0" and conf.endswith("," + ALLOCATOR_CONF)
     env[ALLOCATOR_ENV] = "dirty_decay_ms:0"
-    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, cwd=tmp_path, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
+    )
     conf = run.stdout.split()[-1]
     assert conf.endswith(",dirty_decay_ms:0") and ALLOCATOR_CONF not in conf
 

@@ -46,7 +46,9 @@ def _empty() -> Events:
 def _cpu_only() -> Events:
     e = Events()
     e.step(1, 0, 100).step(2, 100, 100)
-    e.op("aten::mm", 10, 30).op("aten::add", 150, 20).op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 40)
+    e.op("aten::mm", 10, 30).op("aten::add", 150, 20).op(
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 40
+    )
     return e
 
 
@@ -61,7 +63,9 @@ def _multi_stream() -> Events:
     return e
 
 
-@pytest.mark.parametrize("make", [_empty, _cpu_only, _multi_stream], ids=["empty", "cpu_only", "multi_stream"])
+@pytest.mark.parametrize(
+    "make", [_empty, _cpu_only, _multi_stream], ids=["empty", "cpu_only", "multi_stream"]
+)
 def test_every_analyzer_and_rule_runs(make) -> None:
     a = analyze_trace(make().trace())
     assert isinstance(a.results, Results)
@@ -126,10 +130,16 @@ def _imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("traceinsight."):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("traceinsight.")
+        ):
             out.add(node.module.split(".")[1])
         elif isinstance(node, ast.Import):
-            out.update(a.name.split(".")[1] for a in node.names if a.name.startswith("traceinsight."))
+            out.update(
+                a.name.split(".")[1] for a in node.names if a.name.startswith("traceinsight.")
+            )
     return out
 
 

@@ -8,16 +8,26 @@ from traceinsight.cli import main
 
 from .conftest import SHARED, shared_or_skip
 
-NOT_TRACES = {"benchmark_simple_add_et.json.gz", "memory_timeline.raw.gz", "gpu_metrics_expected.json"}
+NOT_TRACES = {
+    "benchmark_simple_add_et.json.gz",
+    "memory_timeline.raw.gz",
+    "gpu_metrics_expected.json",
+}
 
 
 def kineto_files() -> list[Path]:
     if not SHARED.is_dir():
         return []
-    return sorted(p for p in SHARED.rglob("*") if p.is_file() and (".json" in p.name or p.name.endswith(".raw.gz")))
+    return sorted(
+        p
+        for p in SHARED.rglob("*")
+        if p.is_file() and (".json" in p.name or p.name.endswith(".raw.gz"))
+    )
 
 
-@pytest.mark.parametrize("path", kineto_files() or [None], ids=lambda p: p.name if p else "corpus-absent")
+@pytest.mark.parametrize(
+    "path", kineto_files() or [None], ids=lambda p: p.name if p else "corpus-absent"
+)
 def test_corpus_trace(path, tmp_path, capsys):
     shared_or_skip()
     rc = main(["analyze", str(path), "--no-html", "-q", "--json", str(tmp_path / "o.json")])

@@ -20,18 +20,33 @@ def test_analyze_returns_typed_results_for_each_kind_of_input():
     one = traceinsight.analyze(TINY / "step_dataloader_sync.json")
     assert isinstance(one, traceinsight.TraceAnalysis)
     f = one.findings[0]
-    assert isinstance(f, traceinsight.Finding) and f.id == "dataloader_stall" and f.severity == "high"
-    assert f.cost_ns == 330_000  # the hand-computed dataloader idle of fixtures/tiny (test_analyzers_tiny)
+    assert (
+        isinstance(f, traceinsight.Finding) and f.id == "dataloader_stall" and f.severity == "high"
+    )
+    assert (
+        f.cost_ns == 330_000
+    )  # the hand-computed dataloader idle of fixtures/tiny (test_analyzers_tiny)
     assert one.results.idle.window_ns == one.metrics["window_ns"] == 1_000_000
     job = traceinsight.analyze(H200 / "ddp_straggler")
     assert isinstance(job, traceinsight.JobAnalysis)
-    assert [r.rank for r in job.ranks] == [0, 1] and all(isinstance(r, traceinsight.TraceAnalysis) for r in job.ranks)
+    assert [r.rank for r in job.ranks] == [0, 1] and all(
+        isinstance(r, traceinsight.TraceAnalysis) for r in job.ranks
+    )
     export = traceinsight.analyze(TWO_GPU)
     assert isinstance(export, traceinsight.JobAnalysis) and [r.rank for r in export.ranks] == [0, 1]
 
 
 def test_unknown_threshold_is_refused_before_parsing(tmp_path, capsys):
-    rc = main(["analyze", str(TINY / "step_dataloader_sync.json"), "--no-html", "-q", "--threshold", "no_such=1"])
+    rc = main(
+        [
+            "analyze",
+            str(TINY / "step_dataloader_sync.json"),
+            "--no-html",
+            "-q",
+            "--threshold",
+            "no_such=1",
+        ]
+    )
     assert rc == 2 and "unknown threshold(s): no_such" in capsys.readouterr().err
     rc = main(["batch", str(TINY), "-o", str(tmp_path / "b"), "-q", "--threshold", "no_such=1"])
     assert rc == 2
@@ -42,7 +57,9 @@ def test_threshold_override_changes_the_grade():
     when high needs 40%."""
     path = TINY / "step_dataloader_sync.json"
     assert traceinsight.analyze(path).findings[0].severity == "high"
-    assert traceinsight.analyze(path, thresholds={"high_ratio": 0.4}).findings[0].severity == "medium"
+    assert (
+        traceinsight.analyze(path, thresholds={"high_ratio": 0.4}).findings[0].severity == "medium"
+    )
 
 
 def test_batch_treats_a_two_process_export_as_a_two_rank_job(tmp_path):
@@ -61,7 +78,11 @@ def test_diff_of_jobs_has_one_entry_per_matched_rank(tmp_path):
     assert [r["rank"] for r in doc["ranks"]] == [0, 1]
     for r in doc["ranks"]:
         assert r["step_time_change"] in (0.0, None)  # the same export on both sides
-        assert r["kernels_per_step"]["appeared_count"] == 0 == r["kernels_per_step"]["disappeared_count"]
+        assert (
+            r["kernels_per_step"]["appeared_count"]
+            == 0
+            == r["kernels_per_step"]["disappeared_count"]
+        )
         assert r["kernels_per_step"]["changed"]  # the rank's own kernels are compared
 
 

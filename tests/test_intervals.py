@@ -6,7 +6,10 @@ from traceinsight.model import intervals as iv
 
 
 def frame(pairs):
-    return pl.DataFrame({"start_ns": [a for a, _ in pairs], "end_ns": [b for _, b in pairs]}, schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+    return pl.DataFrame(
+        {"start_ns": [a for a, _ in pairs], "end_ns": [b for _, b in pairs]},
+        schema={"start_ns": pl.Int64, "end_ns": pl.Int64},
+    )
 
 
 def cover(pairs):
@@ -37,7 +40,10 @@ def test_union_touching_and_grouped():
     assert u.sort("device").rows() == [(0, 0, 9), (1, 1, 2)]
 
 
-intervals = st.lists(st.tuples(st.integers(0, 60), st.integers(1, 15)).map(lambda t: (t[0], t[0] + t[1])), max_size=12)
+intervals = st.lists(
+    st.tuples(st.integers(0, 60), st.integers(1, 15)).map(lambda t: (t[0], t[0] + t[1])),
+    max_size=12,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -59,7 +65,11 @@ tagged = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60), st.integers(0
 
 def tagged_frame(rows, tag="device"):
     return pl.DataFrame(
-        {tag: [g for g, _, _ in rows], "start_ns": [s for _, s, _ in rows], "end_ns": [s + d for _, s, d in rows]},
+        {
+            tag: [g for g, _, _ in rows],
+            "start_ns": [s for _, s, _ in rows],
+            "end_ns": [s + d for _, s, d in rows],
+        },
         schema={tag: pl.Int32, "start_ns": pl.Int64, "end_ns": pl.Int64},
     )
 
@@ -82,8 +92,20 @@ def test_grouped_union_matches_per_group_brute_force(rows):
 @given(tagged, tagged)
 def test_containing_matches_brute_force(inner_rows, outer_rows):
     inner = tagged_frame(inner_rows, "tid").with_row_index("i")
-    outer = tagged_frame(outer_rows, "o_tid").rename({"start_ns": "o_s", "end_ns": "o_e"}).with_row_index("o")
-    got = iv.containing(inner, outer, inner_start="start_ns", inner_end="end_ns", outer_start="o_s", outer_end="o_e", same=("o_tid", "tid"))
+    outer = (
+        tagged_frame(outer_rows, "o_tid")
+        .rename({"start_ns": "o_s", "end_ns": "o_e"})
+        .with_row_index("o")
+    )
+    got = iv.containing(
+        inner,
+        outer,
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="o_s",
+        outer_end="o_e",
+        same=("o_tid", "tid"),
+    )
     want = {
         (i, o)
         for i, (t, s, d) in enumerate(inner_rows)
@@ -100,10 +122,16 @@ def test_overlap_with_points_in_sorted_runs_matches_brute_force(rows, b):
     but the whole column is not (the run-by-run path); plus the same points shuffled."""
     points = iv.gaps(iv.union(tagged_frame(rows), by=["device"]), 0, 80, by=["device"])
     u = iv.union(frame(b))
-    want = [len(cover([(s, e)]) & cover(b)) for s, e in zip(points["start_ns"], points["end_ns"], strict=True)]
+    want = [
+        len(cover([(s, e)]) & cover(b))
+        for s, e in zip(points["start_ns"], points["end_ns"], strict=True)
+    ]
     assert iv.overlap_with(points, u).to_list() == want
     shuffled = points.sample(fraction=1.0, shuffle=True, seed=3) if points.height else points
-    want_shuffled = [len(cover([(s, e)]) & cover(b)) for s, e in zip(shuffled["start_ns"], shuffled["end_ns"], strict=True)]
+    want_shuffled = [
+        len(cover([(s, e)]) & cover(b))
+        for s, e in zip(shuffled["start_ns"], shuffled["end_ns"], strict=True)
+    ]
     assert iv.overlap_with(shuffled, u).to_list() == want_shuffled
 
 
@@ -118,16 +146,24 @@ def test_overlap_with_many_runs_sorts_once():
 @settings(max_examples=200, deadline=None)
 @given(tagged, tagged)
 def test_overlap_by_equals_the_grouped_intersection(a_rows, b_rows):
-    a, b = iv.union(tagged_frame(a_rows), by=["device"]), iv.union(tagged_frame(b_rows), by=["device"])
+    a, b = (
+        iv.union(tagged_frame(a_rows), by=["device"]),
+        iv.union(tagged_frame(b_rows), by=["device"]),
+    )
     both = iv.intersect(a, b, by=["device"])
     want = {g: iv.total(both.filter(pl.col("device") == g)) for g in a["device"].unique().to_list()}
     assert iv.overlap_by(a, b, "device") == want
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([None, 0, 1, 2]), st.sampled_from([None, 0, 1])), max_size=7))
+@given(
+    st.lists(st.tuples(st.sampled_from([None, 0, 1, 2]), st.sampled_from([None, 0, 1])), max_size=7)
+)
 def test_in_order_and_sort_keys_match_a_stable_sort(rows):
-    df = pl.DataFrame({"a": [r[0] for r in rows], "b": [r[1] for r in rows], "i": list(range(len(rows)))}, schema={"a": pl.Int64, "b": pl.Int64, "i": pl.Int64})
+    df = pl.DataFrame(
+        {"a": [r[0] for r in rows], "b": [r[1] for r in rows], "i": list(range(len(rows)))},
+        schema={"a": pl.Int64, "b": pl.Int64, "i": pl.Int64},
+    )
     for keys in (["a"], ["a", "b"], ["b", "a"]):
         want = df.sort(keys, nulls_last=False, maintain_order=True)
         assert iv.in_order(df, keys) == df.equals(want)

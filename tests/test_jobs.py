@@ -67,7 +67,20 @@ def test_hta_trace_filter_two_ranks():
 
 def test_analyze_dir_cli(tmp_path, capsys):
     out = tmp_path / "job.json"
-    assert main(["analyze", str(H200 / "ddp_straggler"), "-o", str(tmp_path / "job.html"), "--json", str(out), "-q"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(H200 / "ddp_straggler"),
+                "-o",
+                str(tmp_path / "job.html"),
+                "--json",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert doc["kind"] == "job" and doc["metrics"]["straggler_rank"] == 1
     assert doc["findings"][0]["evidence"]["rank"] == 1
@@ -77,7 +90,19 @@ def test_analyze_dir_cli(tmp_path, capsys):
 
 def test_nsys_export_with_two_processes_is_a_job(tmp_path):
     out = tmp_path / "j.json"
-    assert main(["analyze", str(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite"), "--no-html", "-q", "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite"),
+                "--no-html",
+                "-q",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     assert doc["kind"] == "job" and doc["source"]["ranks"] == [0, 1]
 
@@ -85,7 +110,9 @@ def test_nsys_export_with_two_processes_is_a_job(tmp_path):
 def _make_tree(root: Path) -> None:
     root.mkdir()
     shutil.copy(H200 / "h2d_pinned.pt.trace.json.gz", root / "pinned.pt.trace.json.gz")
-    shutil.copytree(H200 / "ddp_overlap", root / "job", ignore=shutil.ignore_patterns("*.truth.json"))
+    shutil.copytree(
+        H200 / "ddp_overlap", root / "job", ignore=shutil.ignore_patterns("*.truth.json")
+    )
     (root / "broken.json").write_text('{"traceEvents": [')
     with tarfile.open(root / "archive.tar.gz", "w:gz") as tar:
         tar.add(CORPUS / "torch_compile_triton_trace.json.gz", arcname="deep/dir/compiled.json.gz")
@@ -107,7 +134,9 @@ def test_batch_local_resume_and_failures(tmp_path, capsys):
     rc = main(["batch", str(src), "-o", str(out), "-j", "2"])
     assert rc == 1  # some items failed, the rest were analyzed
     df = pl.read_parquet(out / "summary.parquet")
-    status = dict(zip((lbl.removeprefix(f"{src}/") for lbl in df["label"]), df["status"], strict=True))
+    status = dict(
+        zip((lbl.removeprefix(f"{src}/") for lbl in df["label"]), df["status"], strict=True)
+    )
     assert status["pinned.pt.trace.json.gz"] == "ok"
     assert status["job"] == "ok"
     assert status["broken.json"] == "error"  # no complete event to salvage
@@ -138,7 +167,22 @@ def test_batch_on_dask_local_cluster_equals_local(tmp_path):
         shutil.copy(H200 / f"{name}.pt.trace.json.gz", src)
     (src / "bad.json").write_text("nope")
     assert main(["batch", str(src), "-o", str(tmp_path / "local"), "-q", "-j", "1"]) == 1
-    assert main(["batch", str(src), "-o", str(tmp_path / "dask"), "-q", "-j", "2", "--scheduler", "local"]) == 1
+    assert (
+        main(
+            [
+                "batch",
+                str(src),
+                "-o",
+                str(tmp_path / "dask"),
+                "-q",
+                "-j",
+                "2",
+                "--scheduler",
+                "local",
+            ]
+        )
+        == 1
+    )
     a = pl.read_parquet(tmp_path / "local" / "summary.parquet")
     b = pl.read_parquet(tmp_path / "dask" / "summary.parquet")
     assert a.height == 4 and a.equals(b)
@@ -148,7 +192,23 @@ def test_diff_and_gate(tmp_path, capsys):
     names = ("dataloader_starved", "dataloader_workers")
     before, after = (H200 / f"{n}.pt.trace.json.gz" for n in names)
     out = tmp_path / "d.json"
-    assert main(["diff", str(before), str(after), "-o", str(tmp_path / "d.html"), "--json", str(out), "-q", "--fail-if-slower", "5"]) == 0
+    assert (
+        main(
+            [
+                "diff",
+                str(before),
+                str(after),
+                "-o",
+                str(tmp_path / "d.html"),
+                "--json",
+                str(out),
+                "-q",
+                "--fail-if-slower",
+                "5",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(out.read_text())
     # The change in median step time, from the CUDA-event step times in the truth files (first
     # three recorded steps; the fourth holds the profiler's export): 20.62 / 50.58 ms - 1 = -59.2%.
@@ -165,7 +225,21 @@ def test_diff_and_gate(tmp_path, capsys):
     assert (tmp_path / "d.html").read_text().count("dataloader_stall") >= 1
     assert main(["diff", str(after), str(before), "--no-html", "-q", "--fail-if-slower", "5"]) == 3
     # graphs replace eager launches: kernels appear and disappear, matched by name and class
-    assert main(["diff", str(H200 / "launch_bound_eager.pt.trace.json.gz"), str(H200 / "launch_bound_compiled.pt.trace.json.gz"), "--no-html", "-q", "--json", str(out), "--force"]) == 0
+    assert (
+        main(
+            [
+                "diff",
+                str(H200 / "launch_bound_eager.pt.trace.json.gz"),
+                str(H200 / "launch_bound_compiled.pt.trace.json.gz"),
+                "--no-html",
+                "-q",
+                "--json",
+                str(out),
+                "--force",
+            ]
+        )
+        == 0
+    )
     k = json.loads(out.read_text())["kernels_per_step"]
     assert k["appeared_count"] > 0 and k["disappeared_count"] > 0
     assert any(r["name"].startswith("triton_") for r in k["appeared"])

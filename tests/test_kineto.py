@@ -21,7 +21,12 @@ def test_tiny_trace_columns_exact():
     assert k["device"].to_list() == [0, 0] and k["stream"].to_list() == [7, 7]
     assert k["kernel_class"].cast(pl.String).to_list() == ["elementwise", "gemm"]
     m = ev.filter(pl.col("kind") == "memcpy").row(0, named=True)
-    assert (m["copy_kind"], m["src_kind"], m["dst_kind"], m["bytes"]) == ("DtoH", "device", "pinned", 4)
+    assert (m["copy_kind"], m["src_kind"], m["dst_kind"], m["bytes"]) == (
+        "DtoH",
+        "device",
+        "pinned",
+        4,
+    )
     assert t.meta.devices[0].name == "Tiny GPU" and t.meta.rank == 0 and t.meta.backend == "nccl"
 
 
@@ -55,7 +60,10 @@ def test_gzip_detected_by_content_not_suffix(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [("benchmark_simple_add_et.json.gz", "Execution Trace"), ("memory_timeline.raw.gz", "not a Kineto trace")],
+    [
+        ("benchmark_simple_add_et.json.gz", "Execution Trace"),
+        ("memory_timeline.raw.gz", "not a Kineto trace"),
+    ],
 )
 def test_non_traces_refused(name, message):
     with pytest.raises(InputError, match=message):

@@ -23,16 +23,25 @@ def sql(path, q):
         con.close()
 
 
-@pytest.mark.parametrize("name", ["nsys-ai__mock.sqlite", "nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"])
+@pytest.mark.parametrize(
+    "name", ["nsys-ai__mock.sqlite", "nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"]
+)
 def test_counts_and_times_match_sql(name):
     path = NSYS / name
     ev = load_trace(path).events
     k = ev.filter(pl.col("kind") == "kernel")
     n, total = sql(path, "SELECT COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
     assert k.height == n and int(k["dur_ns"].sum()) == total
-    by_kind = dict(sql(path, "SELECT srcKind, SUM(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 GROUP BY srcKind"))
+    by_kind = dict(
+        sql(
+            path,
+            "SELECT srcKind, SUM(bytes) FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE copyKind = 1 GROUP BY srcKind",
+        )
+    )
     h2d = ev.filter(pl.col("copy_kind") == "HtoD")
-    got = {str(kk): int(v) for kk, v in h2d.group_by("src_kind").agg(pl.col("bytes").sum()).iter_rows()}
+    got = {
+        str(kk): int(v) for kk, v in h2d.group_by("src_kind").agg(pl.col("bytes").sum()).iter_rows()
+    }
     names = {0: "pageable", 1: "pinned", 2: "device", 4: "managed"}
     assert got == {names[kk]: v for kk, v in by_kind.items()}
 
@@ -54,7 +63,9 @@ def test_nccl_kernels_and_two_key_correlation():
     )[0][0]
     from traceinsight.analyzers.context import launch_join
 
-    lj = launch_join(t.events).filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null())
+    lj = launch_join(t.events).filter(
+        (pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null()
+    )
     assert lj.height == joined
 
 
@@ -90,7 +101,9 @@ def all_exports():
     return sorted(d.glob("*.sqlite")) if d.is_dir() else []
 
 
-@pytest.mark.parametrize("path", all_exports() or [None], ids=lambda p: p.name if p else "corpus-absent")
+@pytest.mark.parametrize(
+    "path", all_exports() or [None], ids=lambda p: p.name if p else "corpus-absent"
+)
 def test_every_shared_export(path, tmp_path):
     shared_or_skip()
     before = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -178,9 +191,23 @@ def test_profile_with_nsys_orchestration(tmp_path, monkeypatch, capsys):
 
     _fake_nsys(tmp_path, monkeypatch)
     marker = tmp_path / "ran.txt"
-    rc = main(["profile", "--with", "nsys", "--out", str(tmp_path / "t"), "--", sys.executable, "-c", f"open({str(marker)!r}, 'w').write('x')"])
+    rc = main(
+        [
+            "profile",
+            "--with",
+            "nsys",
+            "--out",
+            str(tmp_path / "t"),
+            "--",
+            sys.executable,
+            "-c",
+            f"open({str(marker)!r}, 'w').write('x')",
+        ]
+    )
     assert rc == 0 and marker.exists()  # the command ran under "nsys profile"
-    assert list((tmp_path / "t").glob("*.sqlite")) and list((tmp_path / "t").glob("*.traceinsight.html"))
+    assert list((tmp_path / "t").glob("*.sqlite")) and list(
+        (tmp_path / "t").glob("*.traceinsight.html")
+    )
     assert "GPU busy" in capsys.readouterr().out
 
 
@@ -257,11 +284,18 @@ def test_emit_nvtx_decorations_are_stripped():
         "": "",
         None: None,
     }
-    got = pl.select(strip_emit_nvtx(pl.lit(pl.Series(list(names), dtype=pl.String)))).to_series().to_list()
+    got = (
+        pl.select(strip_emit_nvtx(pl.lit(pl.Series(list(names), dtype=pl.String))))
+        .to_series()
+        .to_list()
+    )
     assert got == list(names.values())
     path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
     ev = load_trace(path).events.filter(pl.col("kind") == "user_annotation")
-    (n,) = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL AND end >= start AND COALESCE(text, textId) IS NOT NULL")[0]
+    (n,) = sql(
+        path,
+        "SELECT COUNT(*) FROM NVTX_EVENTS WHERE eventType IN (59, 60) AND end IS NOT NULL AND end >= start AND COALESCE(text, textId) IS NOT NULL",
+    )[0]
     assert ev.height == n
     assert not ev["name"].str.contains(", op_id = |, seq = ").any()
     decorated = sql(path, "SELECT COUNT(*) FROM NVTX_EVENTS WHERE text LIKE '%, op_id = %'")[0][0]
@@ -276,7 +310,9 @@ def test_nccl_nvtx_domain_names_its_ranges(tmp_path):
     path = tmp_path / "with_nccl_domain.sqlite"
     shutil.copy(NSYS / "nsys-ai__mfu_2gpu_after.sqlite", path)
     con = sqlite3.connect(path)
-    (tid, start) = con.execute("SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1").fetchone()
+    (tid, start) = con.execute(
+        "SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1"
+    ).fetchone()
     con.executemany(
         "INSERT INTO NVTX_EVENTS (start, end, eventType, text, globalTid, domainId) VALUES (?, ?, ?, ?, ?, ?)",
         [
@@ -291,7 +327,9 @@ def test_nccl_nvtx_domain_names_its_ranges(tmp_path):
     names = load_trace(path).events.filter(pl.col("kind") == "user_annotation")["name"]
     assert "nccl:ncclAllReduce" in names.to_list()
     assert "my_op" in names.to_list() and "nccl:my_op" not in names.to_list()
-    assert "NCCL" not in names.to_list() and "MyLib" not in names.to_list()  # domain rows are not ranges
+    assert (
+        "NCCL" not in names.to_list() and "MyLib" not in names.to_list()
+    )  # domain rows are not ranges
 
 
 def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
@@ -303,7 +341,9 @@ def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
     path = tmp_path / "registered.sqlite"
     shutil.copy(NSYS / "nsys-ai__mfu_2gpu_after.sqlite", path)
     con = sqlite3.connect(path)
-    (tid, start) = con.execute("SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1").fetchone()
+    (tid, start) = con.execute(
+        "SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1"
+    ).fetchone()
     (sid,) = con.execute("SELECT MAX(id) + 1 FROM StringIds").fetchone()
     con.execute("INSERT INTO StringIds (id, value) VALUES (?, ?)", (sid, "registered range"))
     con.executemany(
@@ -311,7 +351,14 @@ def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
         [
             (start, start + 300, 59, None, sid, tid),  # a registered string
             (start, start + 250, 60, None, sid + 1000, tid),  # an id with no string: dropped
-            (start, start + 200, 59, "\x01not an id", None, tid),  # starts with the marker, kept as is
+            (
+                start,
+                start + 200,
+                59,
+                "\x01not an id",
+                None,
+                tid,
+            ),  # starts with the marker, kept as is
             (start, None, 59, "unclosed", None, tid),
             (start, start - 5, 59, "backwards", None, tid),
             (start, None, 34, "a mark", None, tid),
@@ -319,11 +366,16 @@ def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
     )
     con.commit()
     con.close()
-    before = load_trace(NSYS / "nsys-ai__mfu_2gpu_after.sqlite").events.filter(pl.col("kind") == "user_annotation")
+    before = load_trace(NSYS / "nsys-ai__mfu_2gpu_after.sqlite").events.filter(
+        pl.col("kind") == "user_annotation"
+    )
     ev = load_trace(path).events.filter(pl.col("kind") == "user_annotation")
     assert ev.height == before.height + 2
     added = ev.filter(pl.col("name").is_in(["registered range", "\x01not an id"]))
-    assert sorted(added.select("name", "dur_ns").rows()) == [("\x01not an id", 200), ("registered range", 300)]
+    assert sorted(added.select("name", "dur_ns").rows()) == [
+        ("\x01not an id", 200),
+        ("registered range", 300),
+    ]
     for dropped in ("unclosed", "backwards", "a mark"):
         assert dropped not in ev["name"].to_list()
 

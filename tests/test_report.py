@@ -11,14 +11,33 @@ from traceinsight.report.html import render_html
 
 from .conftest import CORPUS, H200, TINY
 
-SECTIONS = ["verdict", "findings", "timeline", "steps", "idle", "kernels", "copies", "comm", "top-kernels", "facts"]
-HOSTILE = ["<script>alert(1)</script>", '</script><img src=x onerror=alert(2)>', '"><svg onload=alert(3)>']
+SECTIONS = [
+    "verdict",
+    "findings",
+    "timeline",
+    "steps",
+    "idle",
+    "kernels",
+    "copies",
+    "comm",
+    "top-kernels",
+    "facts",
+]
+HOSTILE = [
+    "<script>alert(1)</script>",
+    "</script><img src=x onerror=alert(2)>",
+    '"><svg onload=alert(3)>',
+]
 
 
 @pytest.mark.parametrize(
     "path",
-    [H200 / "dataloader_starved.pt.trace.json.gz", H200 / "ddp_overlap" / "rank0.pt.trace.json.gz",
-     CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz", CORPUS / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"],
+    [
+        H200 / "dataloader_starved.pt.trace.json.gz",
+        H200 / "ddp_overlap" / "rank0.pt.trace.json.gz",
+        CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",
+        CORPUS / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+    ],
 )
 def test_sections_numbers_offline_and_bounded(path):
     a = analyze(path)
@@ -57,22 +76,47 @@ def test_hostile_names_are_escaped(tmp_path):
 
 
 def test_report_in_real_browser(tmp_path):
-    chromium = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    chromium = (
+        shutil.which("chromium")
+        or shutil.which("chromium-browser")
+        or shutil.which("google-chrome")
+    )
     if chromium is None:
-        pytest.skip("no Chromium installed (.ci/run installs Debian's chromium); browser check skipped")
+        pytest.skip(
+            "no Chromium installed (.ci/run installs Debian's chromium); browser check skipped"
+        )
     out = tmp_path / "report.html"
     out.write_text(render_html(analyze(H200 / "dataloader_starved.pt.trace.json.gz")))
     shot = tmp_path / "shot.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={tmp_path / 'profile'}", "--window-size=1280,2400"]
-    r = subprocess.run([chromium, *flags, f"--screenshot={shot}", out.as_uri()], capture_output=True, text=True, timeout=120)
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--window-size=1280,2400",
+    ]
+    r = subprocess.run(
+        [chromium, *flags, f"--screenshot={shot}", out.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.exists() and shot.stat().st_size > 20_000, r.stderr[-2000:]
     # The DOM after scripts ran: not blank, and our script executed without throwing.
-    r = subprocess.run([chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [chromium, *flags, "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120
+    )
     assert "Biggest lever" in r.stdout and 'id="timeline"' in r.stdout
     logged = subprocess.run(
-        [chromium, *flags, "--enable-logging=stderr", "--v=0", "--dump-dom", out.as_uri()], capture_output=True, text=True, timeout=120
+        [chromium, *flags, "--enable-logging=stderr", "--v=0", "--dump-dom", out.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "Uncaught" not in logged.stderr, logged.stderr[-2000:]
     Path("/tmp/traceinsight_report_screenshot.png").write_bytes(shot.read_bytes())
@@ -85,7 +129,9 @@ def test_compiled_templates_are_reused_and_a_bad_cache_is_ignored(tmp_path):
     from traceinsight.runtime import template_cache as _BytecodeCache
 
     def fresh(cache: jinja2.BytecodeCache) -> jinja2.Environment:
-        return jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())), bytecode_cache=cache)
+        return jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(templates_dir())), bytecode_cache=cache
+        )
 
     cache_dir = tmp_path / "cache"
     cache_dir.mkdir()

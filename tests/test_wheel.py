@@ -11,8 +11,20 @@ from .conftest import ROOT, TINY
 
 def test_wheel_contains_templates_and_renders(tmp_path):
     r = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if r.returncode != 0 and "hatchling" in (r.stderr + r.stdout):
         pytest.skip("hatchling not importable for a no-isolation build")
@@ -31,8 +43,18 @@ def test_wheel_contains_templates_and_renders(tmp_path):
     )
     # -I: ignore the checkout and PYTHONPATH; the extracted wheel is the only traceinsight.
     r = subprocess.run(
-        [sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(site)!r}); " + code, str(site), str(TINY / "step_dataloader_sync.json")],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-I",
+            "-c",
+            f"import sys; sys.path.insert(0, {str(site)!r}); " + code,
+            str(site),
+            str(TINY / "step_dataloader_sync.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert int(r.stdout.strip()) > 10_000

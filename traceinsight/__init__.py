@@ -10,7 +10,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["Finding", "JobAnalysis", "Options", "Runtime", "TraceAnalysis", "__version__", "analyze"]
+__all__ = [
+    "Finding",
+    "JobAnalysis",
+    "Options",
+    "Runtime",
+    "TraceAnalysis",
+    "__version__",
+    "analyze",
+]
 
 if TYPE_CHECKING:
     from traceinsight.analysis import JobAnalysis, TraceAnalysis

@@ -18,7 +18,12 @@ from traceinsight.constants import SCHEMA
 from traceinsight.findings import Finding
 from traceinsight.model.schema import KINDS, Trace
 
-KERNEL_TABLE_SCHEMA = {"name": pl.String, "kernel_class": pl.String, "count": pl.Float64, "total_ns": pl.Float64}
+KERNEL_TABLE_SCHEMA = {
+    "name": pl.String,
+    "kernel_class": pl.String,
+    "count": pl.Float64,
+    "total_ns": pl.Float64,
+}
 
 
 def tool_json() -> dict[str, str]:
@@ -90,7 +95,13 @@ def source_json(trace: Trace, results: Results, capture_span_ns: int) -> dict[st
     devices = [
         known[i].to_json()
         if i in known
-        else {"id": i, "name": None, "sm_count": None, "memory_bytes": None, "compute_capability": None}
+        else {
+            "id": i,
+            "name": None,
+            "sm_count": None,
+            "memory_bytes": None,
+            "compute_capability": None,
+        }
         for i in (active or sorted(known))
     ]
     counts = dict.fromkeys(KINDS, 0)
@@ -124,8 +135,14 @@ class JobAnalysis:
 
     def to_json(self) -> dict[str, Any]:
         ranks = self.ranks
-        busy = [r.metrics["gpu_busy_ratio"] for r in ranks if r.metrics["gpu_busy_ratio"] is not None]
-        medians = [r.metrics["step_time_median_ns"] for r in ranks if r.metrics["step_time_median_ns"] is not None]
+        busy = [
+            r.metrics["gpu_busy_ratio"] for r in ranks if r.metrics["gpu_busy_ratio"] is not None
+        ]
+        medians = [
+            r.metrics["step_time_median_ns"]
+            for r in ranks
+            if r.metrics["step_time_median_ns"] is not None
+        ]
         counts: dict[str, int] = {}
         for r in ranks:
             for k, v in r.source["event_counts"].items():
@@ -178,4 +195,3 @@ class JobAnalysis:
         per = [{s["step"]: s["dur_ns"] for s in r.results.steps.per_step} for r in self.ranks]
         common = sorted(set.intersection(*(set(p) for p in per))) if per else []
         return [{"step": st, "times": [p[st] for p in per]} for st in common[:limit]]
-

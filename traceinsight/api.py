@@ -46,7 +46,12 @@ def analyze_with(path: Path, opts: Options, runtime: Runtime) -> TraceAnalysis |
         from traceinsight.jobs import analyze_job
 
         return analyze_job(path, opts, runtime)
-    trace = load_trace(path, max_bytes=opts.max_bytes, parse_helpers=runtime.parse_helpers, threads=runtime.analyzer_threads)
+    trace = load_trace(
+        path,
+        max_bytes=opts.max_bytes,
+        parse_helpers=runtime.parse_helpers,
+        threads=runtime.analyzer_threads,
+    )
     if trace.events["rank"].n_unique() > 1:
         from traceinsight.jobs import analyze_trace_ranks
 
@@ -54,7 +59,9 @@ def analyze_with(path: Path, opts: Options, runtime: Runtime) -> TraceAnalysis |
     return analyze_trace(trace, opts, runtime)
 
 
-def analyze_trace(trace: Trace, opts: Options | None = None, runtime: Runtime | None = None) -> TraceAnalysis:
+def analyze_trace(
+    trace: Trace, opts: Options | None = None, runtime: Runtime | None = None
+) -> TraceAnalysis:
     """Every analyzer and every rule on one parsed single-rank trace."""
     opts = opts or Options()
     runtime = runtime or Runtime.detect(helpers=False)

@@ -35,11 +35,15 @@ def _guard(path: Path | None, fn: Callable[[], int]) -> int:
     except (TraceInsightError, click.ClickException, KeyboardInterrupt):
         raise
     except MemoryError:
-        raise AnalysisError("ran out of memory; try --max-bytes or a smaller capture", str(path) if path else None) from None
+        raise AnalysisError(
+            "ran out of memory; try --max-bytes or a smaller capture", str(path) if path else None
+        ) from None
     except Exception as exc:
         if _VERBOSE:
             traceback.print_exc()
-        raise AnalysisError(f"internal error {type(exc).__name__}: {exc}", str(path) if path else None) from exc
+        raise AnalysisError(
+            f"internal error {type(exc).__name__}: {exc}", str(path) if path else None
+        ) from exc
 
 
 def _parse_thresholds(values: Sequence[str]) -> dict[str, float]:
@@ -49,7 +53,9 @@ def _parse_thresholds(values: Sequence[str]) -> dict[str, float]:
         try:
             out[key.strip()] = float(num)
         except ValueError:
-            raise click.BadParameter(f"expected KEY=NUMBER, got {v!r}", param_hint="--threshold") from None
+            raise click.BadParameter(
+                f"expected KEY=NUMBER, got {v!r}", param_hint="--threshold"
+            ) from None
         if not sep:
             raise click.BadParameter(f"expected KEY=NUMBER, got {v!r}", param_hint="--threshold")
     return out
@@ -81,16 +87,38 @@ def analysis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The options every analysis takes, gathered into one ``opts`` argument (an
     :class:`~traceinsight.api.Options`) for the command."""
     decorators = [
-        click.option("--step-range", metavar="NAME", help="Step ranges are annotations/NVTX ranges whose name starts with NAME (default: ProfilerStep#N, train_step#N)."),
-        click.option("--max-bytes", type=click.IntRange(min=1), help="Refuse inputs that decompress to more than this many bytes (default 8 GB)."),
-        click.option("--threshold", "thresholds", multiple=True, metavar="KEY=VALUE", help="Override a diagnosis threshold (see docs/FINDINGS.md); repeatable."),
+        click.option(
+            "--step-range",
+            metavar="NAME",
+            help="Step ranges are annotations/NVTX ranges whose name starts with NAME (default: ProfilerStep#N, train_step#N).",
+        ),
+        click.option(
+            "--max-bytes",
+            type=click.IntRange(min=1),
+            help="Refuse inputs that decompress to more than this many bytes (default 8 GB).",
+        ),
+        click.option(
+            "--threshold",
+            "thresholds",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="Override a diagnosis threshold (see docs/FINDINGS.md); repeatable.",
+        ),
     ]
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, step_range: str | None, max_bytes: int | None, thresholds: tuple[str, ...], **kwargs: Any) -> Any:
+    def wrapper(
+        *args: Any,
+        step_range: str | None,
+        max_bytes: int | None,
+        thresholds: tuple[str, ...],
+        **kwargs: Any,
+    ) -> Any:
         from traceinsight.options import Options
 
-        return fn(*args, opts=Options(_parse_thresholds(thresholds), step_range, max_bytes), **kwargs)
+        return fn(
+            *args, opts=Options(_parse_thresholds(thresholds), step_range, max_bytes), **kwargs
+        )
 
     for d in reversed(decorators):
         wrapper = d(wrapper)
@@ -99,16 +127,43 @@ def analysis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @cli.command()
 @click.argument("path", type=trace_path)
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="HTML report path (default: ./NAME.traceinsight.html).")
-@click.option("--json", "json_out", metavar="FILE|-", help="Write the machine-readable result to FILE, or '-' for stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="HTML report path (default: ./NAME.traceinsight.html).",
+)
+@click.option(
+    "--json",
+    "json_out",
+    metavar="FILE|-",
+    help="Write the machine-readable result to FILE, or '-' for stdout.",
+)
 @click.option("--no-html", is_flag=True, help="Do not write the HTML report.")
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Show details (tracebacks) on errors.")
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
-@click.option("--open", "open_browser", is_flag=True, help="Open the report in the default browser.")
-@click.option("--fail-on", type=click.Choice(list(SEVERITIES)), help="Exit 3 if any finding is at least this severe (CI gate).")
+@click.option(
+    "--open", "open_browser", is_flag=True, help="Open the report in the default browser."
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(list(SEVERITIES)),
+    help="Exit 3 if any finding is at least this severe (CI gate).",
+)
 @analysis_options
-def analyze(path: Path, output: Path | None, json_out: str | None, no_html: bool, quiet: bool, verbose: bool, force: bool, open_browser: bool, fail_on: str | None, opts: Any) -> int:
+def analyze(
+    path: Path,
+    output: Path | None,
+    json_out: str | None,
+    no_html: bool,
+    quiet: bool,
+    verbose: bool,
+    force: bool,
+    open_browser: bool,
+    fail_on: str | None,
+    opts: Any,
+) -> int:
     """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep) or a job (a
     directory with one trace per rank)."""
     global _VERBOSE
@@ -117,14 +172,37 @@ def analyze(path: Path, output: Path | None, json_out: str | None, no_html: bool
 
     from traceinsight.commands import analyze as cmd
 
-    command = "traceinsight analyze " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["analyze"] else f"traceinsight analyze {path}"
+    command = (
+        "traceinsight analyze " + " ".join(sys.argv[2:])
+        if sys.argv[1:2] == ["analyze"]
+        else f"traceinsight analyze {path}"
+    )
     opts = replace(opts, command=command)
-    return _guard(path, lambda: cmd.run(path, opts, output=output, json_out=json_out, html=not no_html, quiet=quiet, force=force, open_browser=open_browser, fail_on=fail_on))
+    return _guard(
+        path,
+        lambda: cmd.run(
+            path,
+            opts,
+            output=output,
+            json_out=json_out,
+            html=not no_html,
+            quiet=quiet,
+            force=force,
+            open_browser=open_browser,
+            fail_on=fail_on,
+        ),
+    )
 
 
 @cli.command()
 @click.argument("path", type=trace_path)
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), required=True, help="Parquet file to write.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Parquet file to write.",
+)
 @click.option("--force", is_flag=True, help="Overwrite an existing output.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
 @analysis_options
@@ -138,13 +216,37 @@ def export(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> int
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("-o", "--output", "outdir", type=click.Path(path_type=Path, file_okay=False), required=True, help="Output directory (summary.parquet/csv, reports/, index.html).")
-@click.option("-j", "--workers", type=click.IntRange(min=1), help="Local worker processes (default: number of cores).")
-@click.option("--scheduler", metavar="ADDRESS|local", help="Run on Dask: a scheduler address (tcp://host:8786) or 'local' for a LocalCluster.")
+@click.option(
+    "-o",
+    "--output",
+    "outdir",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="Output directory (summary.parquet/csv, reports/, index.html).",
+)
+@click.option(
+    "-j",
+    "--workers",
+    type=click.IntRange(min=1),
+    help="Local worker processes (default: number of cores).",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS|local",
+    help="Run on Dask: a scheduler address (tcp://host:8786) or 'local' for a LocalCluster.",
+)
 @click.option("--force", is_flag=True, help="Re-analyze items whose report is up to date.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
 @analysis_options
-def batch(paths: tuple[Path, ...], outdir: Path, workers: int | None, scheduler: str | None, force: bool, quiet: bool, opts: Any) -> int:
+def batch(
+    paths: tuple[Path, ...],
+    outdir: Path,
+    workers: int | None,
+    scheduler: str | None,
+    force: bool,
+    quiet: bool,
+    opts: Any,
+) -> int:
     """Analyze every trace or job under PATHS (directories, .tar/.tar.gz archives, files).
 
     Resumable: items whose report is newer than the input are skipped. Exit 1 if any item failed
@@ -152,34 +254,105 @@ def batch(paths: tuple[Path, ...], outdir: Path, workers: int | None, scheduler:
     """
     from traceinsight.commands import batch as cmd
 
-    return _guard(None, lambda: cmd.run(list(paths), opts, outdir=outdir, workers=workers, scheduler=scheduler, force=force, quiet=quiet))
+    return _guard(
+        None,
+        lambda: cmd.run(
+            list(paths),
+            opts,
+            outdir=outdir,
+            workers=workers,
+            scheduler=scheduler,
+            force=force,
+            quiet=quiet,
+        ),
+    )
 
 
 @cli.command()
 @click.argument("before", type=trace_path)
 @click.argument("after", type=trace_path)
-@click.option("-o", "--output", type=click.Path(path_type=Path, dir_okay=False), help="HTML diff report path (default: ./diff_BEFORE_AFTER.traceinsight.html).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="HTML diff report path (default: ./diff_BEFORE_AFTER.traceinsight.html).",
+)
 @click.option("--no-html", is_flag=True, help="Do not write the HTML diff report.")
-@click.option("--json", "json_out", metavar="FILE|-", help="Write the machine-readable diff to FILE or stdout.")
+@click.option(
+    "--json",
+    "json_out",
+    metavar="FILE|-",
+    help="Write the machine-readable diff to FILE or stdout.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
-@click.option("--fail-if-slower", type=float, metavar="PCT", help="Exit 3 if the median step time grew by more than PCT percent (CI gate).")
+@click.option(
+    "--fail-if-slower",
+    type=float,
+    metavar="PCT",
+    help="Exit 3 if the median step time grew by more than PCT percent (CI gate).",
+)
 @analysis_options
-def diff(before: Path, after: Path, output: Path | None, no_html: bool, json_out: str | None, quiet: bool, force: bool, fail_if_slower: float | None, opts: Any) -> int:
+def diff(
+    before: Path,
+    after: Path,
+    output: Path | None,
+    no_html: bool,
+    json_out: str | None,
+    quiet: bool,
+    force: bool,
+    fail_if_slower: float | None,
+    opts: Any,
+) -> int:
     """Compare two traces (or job directories): metrics, step time, idle causes, kernels, findings."""
     from traceinsight.commands import diff as cmd
 
-    return _guard(before, lambda: cmd.run(before, after, opts, output=output, html=not no_html, json_out=json_out, quiet=quiet, force=force, fail_if_slower=fail_if_slower))
+    return _guard(
+        before,
+        lambda: cmd.run(
+            before,
+            after,
+            opts,
+            output=output,
+            html=not no_html,
+            json_out=json_out,
+            quiet=quiet,
+            force=force,
+            fail_if_slower=fail_if_slower,
+        ),
+    )
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("traces"), show_default=True, help="Where traces and the report go.")
-@click.option("--with", "tool", type=click.Choice(["torch", "nsys"]), default="torch", show_default=True, help="Profile with torch.profiler (the script calls traceinsight.capture.step()) or nsys.")
-@click.option("--steps", type=click.IntRange(min=1), default=5, show_default=True, help="Steps to record (torch).")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("traces"),
+    show_default=True,
+    help="Where traces and the report go.",
+)
+@click.option(
+    "--with",
+    "tool",
+    type=click.Choice(["torch", "nsys"]),
+    default="torch",
+    show_default=True,
+    help="Profile with torch.profiler (the script calls traceinsight.capture.step()) or nsys.",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Steps to record (torch).",
+)
 @click.option("--no-analyze", is_flag=True, help="Only record.")
 @analysis_options
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
-def profile(out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tuple[str, ...], opts: Any) -> int:
+def profile(
+    out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tuple[str, ...], opts: Any
+) -> int:
     """Run COMMAND under the profiler, then analyze the trace it wrote.
 
     \b
@@ -188,7 +361,12 @@ def profile(out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tup
     """
     from traceinsight.commands import profile as cmd
 
-    return _guard(None, lambda: cmd.run(list(command), opts, out_dir=out_dir, tool=tool, steps=steps, analyze=not no_analyze))
+    return _guard(
+        None,
+        lambda: cmd.run(
+            list(command), opts, out_dir=out_dir, tool=tool, steps=steps, analyze=not no_analyze
+        ),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,15 +30,31 @@ def _step_time(doc: dict[str, Any]) -> float | None:
 
 def _kernels(a: Analysis) -> pl.DataFrame:
     """A trace's kernels per step; a job's top level has none (its ranks are diffed one by one)."""
-    return a.kernel_table() if isinstance(a, TraceAnalysis) else pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
+    return (
+        a.kernel_table()
+        if isinstance(a, TraceAnalysis)
+        else pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
+    )
 
 
 def _metric_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for key in mb:
         vb, va = mb.get(key), ma.get(key)
-        if isinstance(vb, (int, float)) and isinstance(va, (int, float)) and not isinstance(vb, bool):
-            rows.append({"metric": key, "before": vb, "after": va, "delta": va - vb, "change": (va - vb) / vb if vb else None})
+        if (
+            isinstance(vb, (int, float))
+            and isinstance(va, (int, float))
+            and not isinstance(vb, bool)
+        ):
+            rows.append(
+                {
+                    "metric": key,
+                    "before": vb,
+                    "after": va,
+                    "delta": va - vb,
+                    "change": (va - vb) / vb if vb else None,
+                }
+            )
     return rows
 
 
@@ -53,15 +69,25 @@ def _idle_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _kernel_changes(kb: pl.DataFrame, ka: pl.DataFrame) -> dict[str, Any]:
-    k = kb.join(ka, on=["name", "kernel_class"], how="full", suffix="_after", coalesce=True).with_columns(
-        pl.col("total_ns").fill_null(0.0),
-        pl.col("total_ns_after").fill_null(0.0),
-        pl.col("count").fill_null(0.0),
-        pl.col("count_after").fill_null(0.0),
-    ).with_columns((pl.col("total_ns_after") - pl.col("total_ns")).alias("delta_ns"))
-    appeared = k.filter((pl.col("count") == 0) & (pl.col("count_after") > 0)).sort(["total_ns_after", "name"], descending=[True, False])
-    gone = k.filter((pl.col("count") > 0) & (pl.col("count_after") == 0)).sort(["total_ns", "name"], descending=[True, False])
-    changed = k.filter((pl.col("count") > 0) & (pl.col("count_after") > 0)).sort([pl.col("delta_ns").abs(), pl.col("name")], descending=[True, False])
+    k = (
+        kb.join(ka, on=["name", "kernel_class"], how="full", suffix="_after", coalesce=True)
+        .with_columns(
+            pl.col("total_ns").fill_null(0.0),
+            pl.col("total_ns_after").fill_null(0.0),
+            pl.col("count").fill_null(0.0),
+            pl.col("count_after").fill_null(0.0),
+        )
+        .with_columns((pl.col("total_ns_after") - pl.col("total_ns")).alias("delta_ns"))
+    )
+    appeared = k.filter((pl.col("count") == 0) & (pl.col("count_after") > 0)).sort(
+        ["total_ns_after", "name"], descending=[True, False]
+    )
+    gone = k.filter((pl.col("count") > 0) & (pl.col("count_after") == 0)).sort(
+        ["total_ns", "name"], descending=[True, False]
+    )
+    changed = k.filter((pl.col("count") > 0) & (pl.col("count_after") > 0)).sort(
+        [pl.col("delta_ns").abs(), pl.col("name")], descending=[True, False]
+    )
     return {
         "appeared": appeared.head(TOP_KERNEL_CHANGES).to_dicts(),
         "disappeared": gone.head(TOP_KERNEL_CHANGES).to_dicts(),
@@ -75,13 +101,27 @@ def _finding_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) 
     fb = {f["id"]: f for f in before if f["severity"] != "info"}
     fa = {f["id"]: f for f in after if f["severity"] != "info"}
     return {
-        "resolved": [{"id": i, "title": fb[i]["title"], "severity": fb[i]["severity"]} for i in fb if i not in fa],
-        "introduced": [{"id": i, "title": fa[i]["title"], "severity": fa[i]["severity"]} for i in fa if i not in fb],
-        "remaining": [{"id": i, "before": fb[i]["severity"], "after": fa[i]["severity"]} for i in fb if i in fa],
+        "resolved": [
+            {"id": i, "title": fb[i]["title"], "severity": fb[i]["severity"]}
+            for i in fb
+            if i not in fa
+        ],
+        "introduced": [
+            {"id": i, "title": fa[i]["title"], "severity": fa[i]["severity"]}
+            for i in fa
+            if i not in fb
+        ],
+        "remaining": [
+            {"id": i, "before": fb[i]["severity"], "after": fa[i]["severity"]}
+            for i in fb
+            if i in fa
+        ],
     }
 
 
-def compare_docs(before: dict[str, Any], after: dict[str, Any], kb: pl.DataFrame, ka: pl.DataFrame) -> dict[str, Any]:
+def compare_docs(
+    before: dict[str, Any], after: dict[str, Any], kb: pl.DataFrame, ka: pl.DataFrame
+) -> dict[str, Any]:
     """The diff of two analysis documents and their kernel tables."""
     sb, sa = _step_time(before), _step_time(after)
     return {
@@ -111,13 +151,22 @@ def compare(before: Analysis, after: Analysis) -> dict[str, Any]:
     if isinstance(before, JobAnalysis) or isinstance(after, JobAnalysis):
         rb, ra = _ranks(before), _ranks(after)
         doc["ranks"] = [
-            {"rank": r, **compare_docs(rb[r].to_json(), ra[r].to_json(), rb[r].kernel_table(), ra[r].kernel_table())}
+            {
+                "rank": r,
+                **compare_docs(
+                    rb[r].to_json(), ra[r].to_json(), rb[r].kernel_table(), ra[r].kernel_table()
+                ),
+            }
             for r in sorted(set(rb) & set(ra))
         ]
     return doc
 
 
-def diff_paths(before: Path, after: Path, opts: Options | None = None, runtime: Runtime | None = None) -> dict[str, Any]:
+def diff_paths(
+    before: Path, after: Path, opts: Options | None = None, runtime: Runtime | None = None
+) -> dict[str, Any]:
     opts = opts or Options()
     runtime = runtime or Runtime.detect(helpers=False)
-    return compare(analyze_with(Path(before), opts, runtime), analyze_with(Path(after), opts, runtime))
+    return compare(
+        analyze_with(Path(before), opts, runtime), analyze_with(Path(after), opts, runtime)
+    )

@@ -35,7 +35,9 @@ def discover_rank_files(directory: Path) -> list[Path]:
     kineto = [p for p in files if ".pt.trace.json" in p.name]
     if kineto:
         return kineto
-    return [p for p in files if p.name.endswith(TRACE_SUFFIXES) and not p.name.endswith(".truth.json")]
+    return [
+        p for p in files if p.name.endswith(TRACE_SUFFIXES) and not p.name.endswith(".truth.json")
+    ]
 
 
 def rank_from_name(name: str) -> int | None:
@@ -55,8 +57,16 @@ def rank_payload(analysis: TraceAnalysis, rank: int) -> RankPayload:
         first_dev = comm["device"].min()
         comm = comm.filter(pl.col("device") == first_dev).sort("start_ns")
         if steps:
-            st = pl.DataFrame({"step": [s["step"] for s in steps], "s_s": [s["start_ns"] for s in steps], "s_e": [s["end_ns"] for s in steps]})
-            comm = comm.join_asof(st, left_on="start_ns", right_on="s_s", strategy="backward").filter(pl.col("start_ns") < pl.col("s_e"))
+            st = pl.DataFrame(
+                {
+                    "step": [s["step"] for s in steps],
+                    "s_s": [s["start_ns"] for s in steps],
+                    "s_e": [s["end_ns"] for s in steps],
+                }
+            )
+            comm = comm.join_asof(
+                st, left_on="start_ns", right_on="s_s", strategy="backward"
+            ).filter(pl.col("start_ns") < pl.col("s_e"))
         else:
             comm = comm.with_columns(pl.lit(0, pl.Int64).alias("step"))
     else:
@@ -71,9 +81,16 @@ def rank_payload(analysis: TraceAnalysis, rank: int) -> RankPayload:
     )
 
 
-def _analyze_rank(path: str, opts: Options, runtime: Runtime) -> tuple[TraceAnalysis, int | None, RankPayload]:
+def _analyze_rank(
+    path: str, opts: Options, runtime: Runtime
+) -> tuple[TraceAnalysis, int | None, RankPayload]:
     """Worker: parse and analyze one rank file; send back the analysis without its events."""
-    trace = load_trace(path, max_bytes=opts.max_bytes, parse_helpers=runtime.parse_helpers, threads=runtime.analyzer_threads)
+    trace = load_trace(
+        path,
+        max_bytes=opts.max_bytes,
+        parse_helpers=runtime.parse_helpers,
+        threads=runtime.analyzer_threads,
+    )
     a = analyze_trace(trace, opts, runtime)
     return a.detached(), trace.meta.rank, rank_payload(a, trace.meta.rank or 0)
 
@@ -84,8 +101,12 @@ def choose_ranks(meta: list[int | None], paths: list[Path]) -> tuple[list[int], 
         return [int(r) for r in meta if r is not None], None
     named = [rank_from_name(p.name) for p in paths]
     if all(r is not None for r in named) and len(set(named)) == len(named):
-        return [int(r) for r in named if r is not None], "ranks taken from file names (no usable distributedInfo)"
-    return list(range(len(paths))), "ranks could not be read from distributedInfo or file names; numbered in sorted file order"
+        return [
+            int(r) for r in named if r is not None
+        ], "ranks taken from file names (no usable distributedInfo)"
+    return list(
+        range(len(paths))
+    ), "ranks could not be read from distributedInfo or file names; numbered in sorted file order"
 
 
 def _assign_ranks(
@@ -94,11 +115,19 @@ def _assign_ranks(
     ranks, warning = choose_ranks([res[1] for _, res in results], [p for p, _ in results])
     if warning:
         warnings.append(warning)
-    out = [(r, a.as_rank(r), replace(p, rank=r)) for r, (_, (a, _m, p)) in zip(ranks, results, strict=True)]
+    out = [
+        (r, a.as_rank(r), replace(p, rank=r))
+        for r, (_, (a, _m, p)) in zip(ranks, results, strict=True)
+    ]
     return sorted(out, key=lambda t: t[0])
 
 
-def _job(path: str, ranked: list[tuple[int, TraceAnalysis, RankPayload]], opts: Options, warnings: list[str]) -> JobAnalysis:
+def _job(
+    path: str,
+    ranked: list[tuple[int, TraceAnalysis, RankPayload]],
+    opts: Options,
+    warnings: list[str],
+) -> JobAnalysis:
     cross = analyze_cross_rank([p for _, _, p in ranked])
     ranks = [a for _, a, _ in ranked]
     per = [RankFindings(a.rank, a.metrics["window_ns"] or 0, a.findings) for a in ranks]
@@ -106,14 +135,18 @@ def _job(path: str, ranked: list[tuple[int, TraceAnalysis, RankPayload]], opts: 
     return JobAnalysis(path, ranks, cross, findings, warnings + list(cross.warnings), opts.command)
 
 
-def analyze_job(directory: str | Path, opts: Options | None = None, runtime: Runtime | None = None) -> JobAnalysis:
+def analyze_job(
+    directory: str | Path, opts: Options | None = None, runtime: Runtime | None = None
+) -> JobAnalysis:
     """A directory holding one trace per rank."""
     opts = opts or Options()
     runtime = runtime or Runtime.detect(helpers=False)
     d = Path(directory)
     files = discover_rank_files(d)
     if not files:
-        raise InputError("directory holds no trace files (*.pt.trace.json[.gz], *.json, *.sqlite)", str(d))
+        raise InputError(
+            "directory holds no trace files (*.pt.trace.json[.gz], *.json, *.sqlite)", str(d)
+        )
     workers = max(1, min(len(files), runtime.workers))
     if workers == 1:
         solo = runtime.for_workers(1) if not runtime.in_worker else runtime
@@ -127,7 +160,9 @@ def analyze_job(directory: str | Path, opts: Options | None = None, runtime: Run
     return _job(str(d), ranked, opts, warnings)
 
 
-def analyze_trace_ranks(trace: Trace, opts: Options | None = None, runtime: Runtime | None = None) -> JobAnalysis:
+def analyze_trace_ranks(
+    trace: Trace, opts: Options | None = None, runtime: Runtime | None = None
+) -> JobAnalysis:
     """One parsed trace holding several ranks (an nsys export of several processes)."""
     opts = opts or Options()
     ranked = []
@@ -142,9 +177,20 @@ def load_rank_tables(directory: Path, opts: Options) -> Trace:
     numbers the ranks (one file at a time: this is for ``export``)."""
     files = discover_rank_files(directory)
     if not files:
-        raise InputError("directory holds no trace files (*.pt.trace.json[.gz], *.json, *.sqlite)", str(directory))
+        raise InputError(
+            "directory holds no trace files (*.pt.trace.json[.gz], *.json, *.sqlite)",
+            str(directory),
+        )
     traces = [load_trace(p, max_bytes=opts.max_bytes) for p in files]
     ranks, _ = choose_ranks([t.meta.rank for t in traces], files)
-    events = pl.concat([t.events.with_columns(pl.lit(r, pl.Int32).alias("rank")) for r, t in zip(ranks, traces, strict=True)])
+    events = pl.concat(
+        [
+            t.events.with_columns(pl.lit(r, pl.Int32).alias("rank"))
+            for r, t in zip(ranks, traces, strict=True)
+        ]
+    )
     first = traces[0].meta
-    return Trace(events=events, meta=replace(first, source_path=str(directory), rank=None, world_size=len(files)))
+    return Trace(
+        events=events,
+        meta=replace(first, source_path=str(directory), rank=None, world_size=len(files)),
+    )

@@ -86,9 +86,10 @@ def process_pool(workers: int, runtime: Runtime) -> Iterator[tuple[ProcessPoolEx
     """Spawned workers (forking a process that runs polars' thread pool can deadlock) and the
     runtime each of them runs under; polars in each child starts with that many threads."""
     child = runtime.for_workers(workers)
-    with _env(POLARS_THREADS_ENV, str(child.threads)), ProcessPoolExecutor(
-        max_workers=workers, mp_context=get_context("spawn")
-    ) as pool:
+    with (
+        _env(POLARS_THREADS_ENV, str(child.threads)),
+        ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool,
+    ):
         yield pool, child
 
 
@@ -117,7 +118,9 @@ def exit_now(code: int) -> None:
     """End the process without the interpreter's teardown of the event tables (70 ms per run,
     more on large traces); every output must be written and every pool shut down by now."""
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):  # a closed pipe (| head): nothing more to say
+        with contextlib.suppress(
+            OSError, ValueError
+        ):  # a closed pipe (| head): nothing more to say
             stream.flush()
     os._exit(code)
 

@@ -39,7 +39,13 @@ def analyze_comm(ctx: Context) -> CommResult:
         tot_c += c
         tot_b += b
         per_device.append(
-            {"device": dev, "comm_ns": c, "overlapped_ns": b, "exposed_ns": c - b, "overlap_ratio": b / c if c else None}
+            {
+                "device": dev,
+                "comm_ns": c,
+                "overlapped_ns": b,
+                "exposed_ns": c - b,
+                "overlap_ratio": b / c if c else None,
+            }
         )
     window = max(1, ctx.window_ns) * max(1, len(ctx.devices))
     top = (

@@ -25,8 +25,12 @@ SYNC_API = (
     r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)"
     r"|^cu(StreamSynchronize|CtxSynchronize|EventSynchronize)"
 )
-BLOCKING_COPY_API = r"^(cuda|hip)Memcpy(2D|3D|ToSymbol|FromSymbol|Peer)?$|^cuMemcpy(HtoD|DtoH|DtoD)?(_v2)?$"
-DATALOADER_PATTERN = r"enumerate\(DataLoader\)#|enumerate\(DataPipe\)#|DataLoader.*__next__|^DataLoader"
+BLOCKING_COPY_API = (
+    r"^(cuda|hip)Memcpy(2D|3D|ToSymbol|FromSymbol|Peer)?$|^cuMemcpy(HtoD|DtoH|DtoD)?(_v2)?$"
+)
+DATALOADER_PATTERN = (
+    r"enumerate\(DataLoader\)#|enumerate\(DataPipe\)#|DataLoader.*__next__|^DataLoader"
+)
 COMM_HOST_PATTERN = (
     r"^nccl:|^gloo:|^c10d::|record_param_comms|^ncclAllReduce|^ncclAllGather|^ncclReduceScatter"
     r"|^ncclBroadcast|^ncclSend|^ncclRecv|^ncclGroupEnd|barrier"
@@ -49,7 +53,9 @@ class HostIndex:
         self._subsets = dict(seed)
         self._names: dict[tuple[str, ...], pl.Series] = {}
 
-    def rows(self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False) -> pl.DataFrame:
+    def rows(
+        self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
+    ) -> pl.DataFrame:
         """Events of ``kinds`` (whole trace), those whose name matches ``pattern`` (or not, with
         ``negate``); each subset's distinct names are matched once per pattern
         (:func:`names_matching`)."""
@@ -89,7 +95,9 @@ class Context:
     def has_gpu(self) -> bool:
         return self.gpu.height > 0
 
-    def rows(self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False) -> pl.DataFrame:
+    def rows(
+        self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
+    ) -> pl.DataFrame:
         return self.host.rows(kinds, pattern, negate=negate)
 
 
@@ -99,10 +107,14 @@ def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _host_subsets(host: HostIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
-    return host.rows(HOST_OP_KINDS, STEP_MARKER, negate=True), host.rows(API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}")
+    return host.rows(HOST_OP_KINDS, STEP_MARKER, negate=True), host.rows(
+        API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}"
+    )
 
 
-def launched(launches: pl.DataFrame, columns: list[str | pl.Expr], where: pl.Expr | None = None) -> pl.DataFrame:
+def launched(
+    launches: pl.DataFrame, columns: list[str | pl.Expr], where: pl.Expr | None = None
+) -> pl.DataFrame:
     """The rows of ``launches`` with a known launching call (and matching ``where``), in
     ``columns`` only: lazily, so the filter copies just those columns, not all of them."""
     keep = pl.col("launch_start_ns").is_not_null()
@@ -142,7 +154,10 @@ def pair_key(frames: list[pl.DataFrame], small: str, big: str) -> pl.Expr | None
     device+timestamp); None otherwise. Hashing it is twice as fast as hashing two columns."""
     both = pl.concat([f.select(small, big) for f in frames], how="vertical_relaxed")
     bounds = both.select(
-        pl.col(small).min().alias("s_lo"), pl.col(small).max().alias("s_hi"), pl.col(big).min().alias("b_lo"), pl.col(big).max().alias("b_hi")
+        pl.col(small).min().alias("s_lo"),
+        pl.col(small).max().alias("s_hi"),
+        pl.col(big).min().alias("b_lo"),
+        pl.col(big).max().alias("b_hi"),
     ).row(0)
     s_lo, s_hi, b_lo, b_hi = bounds
     if None in bounds or s_lo < 0 or s_hi >= 1 << 20 or b_hi - b_lo >= 1 << 42:
@@ -155,7 +170,9 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
 
     Graph launches map many kernels to one call; that is kept (a many-to-one join).
     """
-    gpu = events.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS) & pl.col("correlation").is_not_null())
+    gpu = events.filter(
+        pl.col("kind").is_in(GPU_ACTIVITY_KINDS) & pl.col("correlation").is_not_null()
+    )
     calls = events.select(
         "kind",
         "rank",
@@ -167,20 +184,30 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
         pl.col("pid").alias("launch_pid"),
         pl.col("external_id").alias("launch_external_id"),
     )
-    calls = calls.filter(pl.col("kind").is_in(API_KINDS) & pl.col("correlation").is_not_null()).drop("kind")
+    calls = calls.filter(
+        pl.col("kind").is_in(API_KINDS) & pl.col("correlation").is_not_null()
+    ).drop("kind")
     # The first call per (rank, correlation); unique pairs (the usual case, checked by a cheap
     # count) need no filtering.
     key = pair_key([gpu, calls], "rank", "correlation")
     if key is None:
-        calls = calls.filter(pl.col("correlation").is_first_distinct().over("rank"))  # 4x cheaper than unique()
+        calls = calls.filter(
+            pl.col("correlation").is_first_distinct().over("rank")
+        )  # 4x cheaper than unique()
         return gpu.join(calls, on=["rank", "correlation"], how="left", maintain_order="left")
     calls = calls.with_columns(key.alias("_pair")).drop("rank", "correlation")
     if calls.get_column("_pair").n_unique() < calls.height:
         calls = calls.filter(pl.col("_pair").is_first_distinct())
-    return gpu.with_columns(key.alias("_pair")).join(calls, on="_pair", how="left", maintain_order="left").drop("_pair")
+    return (
+        gpu.with_columns(key.alias("_pair"))
+        .join(calls, on="_pair", how="left", maintain_order="left")
+        .drop("_pair")
+    )
 
 
-def build_context(trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN, threads: int = 1) -> Context:
+def build_context(
+    trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN, threads: int = 1
+) -> Context:
     """The window, the steps and the shared tables; with two threads the GPU unions and the
     host subsets are computed side by side (polars releases the GIL)."""
     ev = trace.events
@@ -235,8 +262,12 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     start_i = max(host start_i, end_{i-1}). The GPU runs behind the host, so host ranges alone
     would cut every step's work in two and dump the backlog into the last step.
     """
-    host = steps.sort("start_ns").with_row_index("_i").with_columns(
-        pl.col("start_ns").alias("host_start_ns"), pl.col("end_ns").alias("host_end_ns")
+    host = (
+        steps.sort("start_ns")
+        .with_row_index("_i")
+        .with_columns(
+            pl.col("start_ns").alias("host_start_ns"), pl.col("end_ns").alias("host_end_ns")
+        )
     )
     work = launched(launches, ["launch_start_ns", "end_ns"]).sort("launch_start_ns")
     if work.height:
@@ -253,7 +284,9 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     host = host.with_columns(pl.max_horizontal("end_ns", "_gpu_end").alias("end_ns"))
     # Enforce monotone ends, then starts no earlier than the previous end.
     host = host.with_columns(pl.col("end_ns").cum_max())
-    host = host.with_columns(pl.max_horizontal("start_ns", pl.col("end_ns").shift(1)).alias("start_ns"))
+    host = host.with_columns(
+        pl.max_horizontal("start_ns", pl.col("end_ns").shift(1)).alias("start_ns")
+    )
     # Work queued before the first recorded step (warm-up backlog) still runs when it begins:
     # the first step starts once that backlog drains, or it would absorb the previous steps.
     first_start = int(host["start_ns"][0])
@@ -265,7 +298,10 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
         first_end = int(host["end_ns"][0])
         drained = min(int(backlog["end_ns"].max()), first_end)
         host = host.with_columns(
-            pl.when(pl.int_range(pl.len()) == 0).then(pl.lit(drained)).otherwise(pl.col("start_ns")).alias("start_ns")
+            pl.when(pl.int_range(pl.len()) == 0)
+            .then(pl.lit(drained))
+            .otherwise(pl.col("start_ns"))
+            .alias("start_ns")
         )
     return host.drop("_i", "_gpu_end")
 
@@ -273,7 +309,9 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
 def host_ranges(ctx: Context, pattern: str, kinds: tuple[str, ...] = HOST_OP_KINDS) -> pl.DataFrame:
     """Union of host ranges whose name matches ``pattern`` (regex), clipped to the window."""
     rows = ctx.rows(kinds, pattern)
-    return iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns) if rows.height else _empty()
+    return (
+        iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns) if rows.height else _empty()
+    )
 
 
 def _empty() -> pl.DataFrame:

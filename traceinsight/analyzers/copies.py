@@ -30,13 +30,19 @@ def analyze_copies(ctx: Context) -> CopyResult:
     by_kind = (
         copies.group_by("copy_kind", "src_kind", "dst_kind")
         .agg(pl.len().alias("count"), pl.col("bytes").sum().alias("bytes"), pl.col("dur_ns").sum())
-        .sort(["dur_ns", "copy_kind", "src_kind", "dst_kind"], descending=[True, False, False, False])
+        .sort(
+            ["dur_ns", "copy_kind", "src_kind", "dst_kind"], descending=[True, False, False, False]
+        )
         .with_columns(pl.col(c).cast(pl.String) for c in ("copy_kind", "src_kind", "dst_kind"))
     )
     h2d = copies.filter(pl.col("copy_kind") == "HtoD")
     h2d_bytes = int(h2d["bytes"].fill_null(0).sum())
     pageable = int(h2d.filter(pl.col("src_kind") == "pageable")["bytes"].fill_null(0).sum())
-    known = int(h2d.filter(pl.col("src_kind").is_in(["pageable", "pinned", "managed"]))["bytes"].fill_null(0).sum())
+    known = int(
+        h2d.filter(pl.col("src_kind").is_in(["pageable", "pinned", "managed"]))["bytes"]
+        .fill_null(0)
+        .sum()
+    )
 
     overlap_ratio = None
     if h2d.height:
@@ -53,7 +59,9 @@ def analyze_copies(ctx: Context) -> CopyResult:
         | (pl.col("dst_kind") == "pageable")
         | pl.col("launch_name").str.contains(BLOCKING_COPY_API)
     ).with_columns((pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("blocked_ns"))
-    top_pageable = blocking.sort(["blocked_ns", "launch_start_ns"], descending=[True, False]).head(10)
+    top_pageable = blocking.sort(["blocked_ns", "launch_start_ns"], descending=[True, False]).head(
+        10
+    )
     return CopyResult(
         by_kind=tuple(by_kind.iter_rows(named=True)),
         h2d_bytes=h2d_bytes,

@@ -25,7 +25,9 @@ STRAGGLER_LAST_SHARE = 0.6
 class RankPayload:
     rank: int
     window_ns: int
-    collectives: tuple[tuple[str, int, int, int], ...]  # (kernel name, start_ns, end_ns, step), time order
+    collectives: tuple[
+        tuple[str, int, int, int], ...
+    ]  # (kernel name, start_ns, end_ns, step), time order
     step_times_ns: tuple[int, ...]
     step_starts_ns: tuple[int, ...]
     top_finding: str | None
@@ -62,7 +64,10 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     steps = min((len(p.step_times_ns) for p in payloads), default=0)
     skew = None
     if steps and len(payloads) > 1:
-        per_step = [max(p.step_times_ns[i] for p in payloads) - min(p.step_times_ns[i] for p in payloads) for i in range(steps)]
+        per_step = [
+            max(p.step_times_ns[i] for p in payloads) - min(p.step_times_ns[i] for p in payloads)
+            for i in range(steps)
+        ]
         skew = sum(per_step) / steps
 
     tops = {str(p.rank): p.top_finding for p in payloads}
@@ -78,45 +83,90 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
             rows.append((p.rank, step, k, name, start, end))
     df = pl.DataFrame(
         rows,
-        schema={"rank": pl.Int64, "step": pl.Int64, "k": pl.Int64, "name": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64},
+        schema={
+            "rank": pl.Int64,
+            "step": pl.Int64,
+            "k": pl.Int64,
+            "name": pl.String,
+            "start_ns": pl.Int64,
+            "end_ns": pl.Int64,
+        },
         orient="row",
     )
     # Match the k-th collective of each step across ranks; keep only (step, k) every rank has.
-    full = df.group_by("step", "k").agg(pl.col("rank").n_unique().alias("n")).filter(pl.col("n") == len(payloads))
+    full = (
+        df.group_by("step", "k")
+        .agg(pl.col("rank").n_unique().alias("n"))
+        .filter(pl.col("n") == len(payloads))
+    )
     unmatched = df.height - full.height * len(payloads)
     if unmatched:
-        warnings.append(f"{unmatched} collective kernels had no counterpart on every rank (steps {counts}) and were not matched")
+        warnings.append(
+            f"{unmatched} collective kernels had no counterpart on every rank (steps {counts}) and were not matched"
+        )
     df = df.join(full.select("step", "k"), on=["step", "k"]).with_columns(
         (pl.col("step").rank("dense").cast(pl.Int64) * 1_000_000 + pl.col("k")).alias("j")
     )
     n = full.height
     if n == 0 or len(payloads) < 2:
-        return CrossRankResult(ranks, 0, counts, 0, None, None, 0, {str(r): 0 for r in ranks}, (), (), medians, skew, differing, tuple(warnings))
+        return CrossRankResult(
+            ranks,
+            0,
+            counts,
+            0,
+            None,
+            None,
+            0,
+            {str(r): 0 for r in ranks},
+            (),
+            (),
+            medians,
+            skew,
+            differing,
+            tuple(warnings),
+        )
     per_j = df.group_by("j").agg(
         pl.col("start_ns").max().alias("last_start"),
         pl.col("rank").sort_by("start_ns", "rank").last().alias("last_rank"),
         pl.col("name").n_unique().alias("names"),
         pl.col("name").first().alias("name"),
     )
-    df = df.join(per_j, on="j").with_columns((pl.col("last_start") - pl.col("start_ns")).alias("wait_ns"))
+    df = df.join(per_j, on="j").with_columns(
+        (pl.col("last_start") - pl.col("start_ns")).alias("wait_ns")
+    )
     mismatches = int((per_j["names"] > 1).sum())
     if mismatches:
-        warnings.append(f"{mismatches} matched collectives have different kernel names across ranks")
+        warnings.append(
+            f"{mismatches} matched collectives have different kernel names across ranks"
+        )
     # A rank waits over [its start, the last arrival] of each collective; consecutive collectives'
     # waits overlap, so the time waited is the union of those intervals, not their sum.
-    waits = df.filter(pl.col("wait_ns") > 0).select("rank", "last_rank", "start_ns", pl.col("last_start").alias("end_ns"))
+    waits = df.filter(pl.col("wait_ns") > 0).select(
+        "rank", "last_rank", "start_ns", pl.col("last_start").alias("end_ns")
+    )
     wait_by_rank = {str(r): 0 for r in ranks}
     if waits.height:
-        for r, w in iv.union(waits, by=["rank"]).group_by("rank").agg((pl.col("end_ns") - pl.col("start_ns")).sum()).iter_rows():
+        for r, w in (
+            iv.union(waits, by=["rank"])
+            .group_by("rank")
+            .agg((pl.col("end_ns") - pl.col("start_ns")).sum())
+            .iter_rows()
+        ):
             wait_by_rank[str(r)] = int(w)
     # ties (replicated or symmetric ranks) resolve the same way on every run
-    last_counts = per_j.group_by("last_rank").len().sort(["len", "last_rank"], descending=[True, False])
+    last_counts = (
+        per_j.group_by("last_rank").len().sort(["len", "last_rank"], descending=[True, False])
+    )
     cand, cand_n = last_counts.row(0)
     share = cand_n / n
     blamed = waits.filter((pl.col("last_rank") == cand) & (pl.col("rank") != cand))
-    caused = iv.total(iv.union(blamed, by=["rank"]).select("start_ns", "end_ns")) if blamed.height else 0
+    caused = (
+        iv.total(iv.union(blamed, by=["rank"]).select("start_ns", "end_ns")) if blamed.height else 0
+    )
     straggler = cand if share >= STRAGGLER_LAST_SHARE and caused > 0 else None
-    steps_hit = set(df.filter((pl.col("last_rank") == cand) & (pl.col("rank") == cand))["step"].to_list())
+    steps_hit = set(
+        df.filter((pl.col("last_rank") == cand) & (pl.col("rank") == cand))["step"].to_list()
+    )
     worst = (
         df.filter(pl.col("rank") != pl.col("last_rank"))
         .group_by("j", "name", "last_rank")

@@ -88,7 +88,8 @@ def _pageable_copy_calls(ctx: Context) -> pl.DataFrame:
     calls = launched(
         ctx.launches,
         [pl.col("launch_start_ns").alias("start_ns"), pl.col("launch_end_ns").alias("end_ns")],
-        (pl.col("kind") == "memcpy") & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")),
+        (pl.col("kind") == "memcpy")
+        & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")),
     )
     if calls.height == 0:
         return calls.cast({"start_ns": pl.Int64, "end_ns": pl.Int64})
@@ -101,21 +102,29 @@ def top_gaps(gaps: pl.DataFrame) -> pl.DataFrame:
     longest are sorted, not the hundreds of thousands a long trace has."""
     if gaps.height > TOP_SEGMENTS:
         gaps = gaps.filter(pl.col("dur_ns") >= gaps.get_column("dur_ns").top_k(TOP_SEGMENTS).min())
-    return gaps.sort(["dur_ns", "start_ns", "device"], descending=[True, False, False]).head(TOP_SEGMENTS)
+    return gaps.sort(["dur_ns", "start_ns", "device"], descending=[True, False, False]).head(
+        TOP_SEGMENTS
+    )
 
 
 def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     """For each reported gap (``gap_id``, start/end; a handful, see :func:`top_gaps`), the host
     op covering most of it (deepest on ties). One scan of the ops per gap: cheaper than the sort
     of millions of ops an interval join needs."""
-    ops = ctx.ops.select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"))
+    ops = ctx.ops.select(
+        pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e")
+    )
     if ops.height == 0 or gaps.height == 0:
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
-    g = gaps.select("gap_id", "start_ns", "end_ns", ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("mid"))
+    g = gaps.select(
+        "gap_id", "start_ns", "end_ns", ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("mid")
+    )
     hits = pl.concat(
         [
             ops.filter((pl.col("op_s") <= mid) & (pl.col("op_e") > mid)).with_columns(
-                pl.lit(gid, pl.UInt32).alias("gap_id"), pl.lit(s, pl.Int64).alias("start_ns"), pl.lit(e, pl.Int64).alias("end_ns")
+                pl.lit(gid, pl.UInt32).alias("gap_id"),
+                pl.lit(s, pl.Int64).alias("start_ns"),
+                pl.lit(e, pl.Int64).alias("end_ns"),
             )
             for gid, s, e, mid in g.iter_rows()
         ]
@@ -124,7 +133,9 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
     return (
         hits.with_columns(
-            (pl.min_horizontal("op_e", "end_ns") - pl.max_horizontal("op_s", "start_ns")).alias("ov")
+            (pl.min_horizontal("op_e", "end_ns") - pl.max_horizontal("op_s", "start_ns")).alias(
+                "ov"
+            )
         )
         .sort(["gap_id", "ov", "op_s"], descending=[False, True, True])
         .unique(subset=["gap_id"], keep="first")
@@ -137,9 +148,11 @@ def analyze_idle(ctx: Context) -> IdleResult:
     if not ctx.has_gpu or hi <= lo:
         return IdleResult(ctx.window_ns, (), 0, 0, None, None, {c: 0 for c in CAUSES}, 0, ())
     busy = ctx.busy
-    gaps = iv.gaps(busy, lo, hi, by=["device"]).with_columns(
-        (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")
-    ).filter(pl.col("dur_ns") > 0)
+    gaps = (
+        iv.gaps(busy, lo, hi, by=["device"])
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
+        .filter(pl.col("dur_ns") > 0)
+    )
     gaps = gaps.with_row_index("gap_id")
     if gaps.get_column("device").n_unique() == 1:  # one device's gaps: disjoint, in time order
         gaps = gaps.with_columns(pl.col("start_ns").set_sorted(), pl.col("end_ns").set_sorted())
@@ -150,13 +163,20 @@ def analyze_idle(ctx: Context) -> IdleResult:
         b = iv.total(busy.filter(pl.col("device") == dev))
         busy_total += b
         per_dev.append(
-            {"device": dev, "busy_ns": b, "idle_ns": ctx.window_ns - b, "busy_ratio": b / ctx.window_ns}
+            {
+                "device": dev,
+                "busy_ns": b,
+                "idle_ns": ctx.window_ns - b,
+                "busy_ratio": b / ctx.window_ns,
+            }
         )
 
     if gaps.height:
         gaps = _attribute(ctx, gaps)
     else:
-        gaps = gaps.with_columns(pl.lit("gpu_wait").alias("cause"), pl.lit(None, pl.String).alias("op"))
+        gaps = gaps.with_columns(
+            pl.lit("gpu_wait").alias("cause"), pl.lit(None, pl.String).alias("op")
+        )
 
     by_cause = {c: 0 for c in CAUSES}
     for cause, total in gaps.group_by("cause").agg(pl.col("dur_ns").sum()).iter_rows():
@@ -202,8 +222,12 @@ def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[dict[str, Any], ...]:
     steps = ctx.steps.select("start_ns", "end_ns")
     zero = pl.repeat(0, steps.height, dtype=pl.Int64, eager=True)
     totals = dict.fromkeys(CAUSES, zero)
-    for (_dev, cause), part in gaps.sort("start_ns").partition_by(["device", "cause"], as_dict=True).items():
-        totals[str(cause)] = totals[str(cause)] + iv.overlap_with(steps, part.select("start_ns", "end_ns"))
+    for (_dev, cause), part in (
+        gaps.sort("start_ns").partition_by(["device", "cause"], as_dict=True).items()
+    ):
+        totals[str(cause)] = totals[str(cause)] + iv.overlap_with(
+            steps, part.select("start_ns", "end_ns")
+        )
     per_cause = {c: totals[c].to_list() for c in CAUSES}
     rows = []
     for i, step in enumerate(ctx.steps["step"].to_list()):
@@ -243,7 +267,9 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         else pl.lit(False).alias("sync_at_start")
     )
     gaps = gaps.with_columns(_next_launch(ctx, gaps))
-    launched_late = pl.col("next_launch_ns").is_not_null() & (pl.col("next_launch_ns") >= pl.col("start_ns"))
+    launched_late = pl.col("next_launch_ns").is_not_null() & (
+        pl.col("next_launch_ns") >= pl.col("start_ns")
+    )
     cause = (
         pl.when(pl.col("f_profiler") >= MAJORITY)
         .then(pl.lit("profiler"))
@@ -255,7 +281,10 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("host_sync"))
         .when(pl.col("f_comm") >= MAJORITY)
         .then(pl.lit("communication"))
-        .when(launched_late & ((pl.col("dur_ns") <= LAUNCH_GAP_MAX_NS) | (pl.col("f_launch") >= MAJORITY)))
+        .when(
+            launched_late
+            & ((pl.col("dur_ns") <= LAUNCH_GAP_MAX_NS) | (pl.col("f_launch") >= MAJORITY))
+        )
         .then(pl.lit("launch_overhead"))
         .when(launched_late | pl.col("next_launch_ns").is_null())
         .then(pl.lit("cpu_work"))
@@ -285,8 +314,17 @@ def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
             .agg(pl.col("launch_start_ns").min().alias("next_launch_ns"))
             .rename({"start_ns": "_at"})
         )
-        hit = iv.in_time_order(g, "end_ns").join_asof(iv.in_time_order(first, "_at"), left_on="end_ns", right_on="_at", strategy="forward")
-        parts.append(hit.select("gap_id", pl.when(pl.col("_at") == pl.col("end_ns")).then(pl.col("next_launch_ns")).alias("next_launch_ns")))
+        hit = iv.in_time_order(g, "end_ns").join_asof(
+            iv.in_time_order(first, "_at"), left_on="end_ns", right_on="_at", strategy="forward"
+        )
+        parts.append(
+            hit.select(
+                "gap_id",
+                pl.when(pl.col("_at") == pl.col("end_ns"))
+                .then(pl.col("next_launch_ns"))
+                .alias("next_launch_ns"),
+            )
+        )
     if not parts:
         return pl.Series("next_launch_ns", [None] * gaps.height, dtype=pl.Int64)
     out = pl.concat(parts)
@@ -297,12 +335,22 @@ def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
 
 def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
     """Sync calls plus the innermost host op around each (``aten::_local_scalar_dense``...)."""
-    calls = ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("end_ns").alias("c_e"), pl.col("tid").alias("c_tid"))
+    calls = ctx.sync_calls.select(
+        pl.col("start_ns").alias("c_s"), pl.col("end_ns").alias("c_e"), pl.col("tid").alias("c_tid")
+    )
     if calls.height == 0:
         return syncs
     ops = ctx.rows(("cpu_op",), r"^aten::").select("start_ns", "end_ns", "tid")
     inner = (
-        iv.containing(calls, ops, inner_start="c_s", inner_end="c_e", outer_start="start_ns", outer_end="end_ns", same=("tid", "c_tid"))
+        iv.containing(
+            calls,
+            ops,
+            inner_start="c_s",
+            inner_end="c_e",
+            outer_start="start_ns",
+            outer_end="end_ns",
+            same=("tid", "c_tid"),
+        )
         .sort("start_ns", descending=True)
         .unique(subset=["c_s", "c_tid"], keep="first")  # the innermost enclosing op per call
         .select("start_ns", "end_ns")
@@ -317,7 +365,11 @@ def _timeline(ctx: Context, busy: pl.DataFrame, gaps: pl.DataFrame) -> dict[str,
     bins = TIMELINE_BINS
     width = max(1, -(-(hi - lo) // bins))
     edges = pl.DataFrame(
-        {"bin": list(range(bins)), "start_ns": [lo + i * width for i in range(bins)], "end_ns": [lo + (i + 1) * width for i in range(bins)]}
+        {
+            "bin": list(range(bins)),
+            "start_ns": [lo + i * width for i in range(bins)],
+            "end_ns": [lo + (i + 1) * width for i in range(bins)],
+        }
     )
     out: dict[str, Any] = {"start_ns": lo, "bin_ns": width, "bins": bins, "devices": {}}
     for dev in ctx.devices:
@@ -325,8 +377,15 @@ def _timeline(ctx: Context, busy: pl.DataFrame, gaps: pl.DataFrame) -> dict[str,
         cov = iv.overlap_with(edges, u)
         busy_frac = [round(v / width, 4) for v in cov.to_list()]
         causes: dict[str, list[float]] = {}
-        g = gaps.select("device", "cause", "start_ns", "end_ns").filter(pl.col("device") == dev).drop("device")
-        by_cause = {str(k[0]): part.drop("cause") for k, part in g.partition_by("cause", as_dict=True).items()}
+        g = (
+            gaps.select("device", "cause", "start_ns", "end_ns")
+            .filter(pl.col("device") == dev)
+            .drop("device")
+        )
+        by_cause = {
+            str(k[0]): part.drop("cause")
+            for k, part in g.partition_by("cause", as_dict=True).items()
+        }
         for cause in CAUSES:  # in CAUSES order, as before
             cg = by_cause.get(cause)
             if cg is not None and cg.height:

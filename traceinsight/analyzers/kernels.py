@@ -62,7 +62,10 @@ def analyze_kernels(ctx: Context) -> KernelResult:
             pl.col("dur_ns").median().alias("median_ns"),
             pl.col("dur_ns").max().alias("max_ns"),
         )
-        .with_columns(pl.col("kernel_class").cast(pl.String), (pl.col("total_ns") / max(1, total)).alias("time_ratio"))
+        .with_columns(
+            pl.col("kernel_class").cast(pl.String),
+            (pl.col("total_ns") / max(1, total)).alias("time_ratio"),
+        )
         .sort(["total_ns", "name"], descending=[True, False])
         .head(TOP_KERNELS)
     )
@@ -71,7 +74,10 @@ def analyze_kernels(ctx: Context) -> KernelResult:
     math_ns = int(math["dur_ns"].sum()) if math.height else 0
     fp32_ns = int(fp32["dur_ns"].sum()) if fp32.height else 0
     top_fp32 = (
-        fp32.group_by("name").agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns")).sort(["total_ns", "name"], descending=[True, False]).head(5)
+        fp32.group_by("name")
+        .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+        .sort(["total_ns", "name"], descending=[True, False])
+        .head(5)
     )
     steps = ctx.steps.height
     return KernelResult(

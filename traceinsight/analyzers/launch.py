@@ -27,7 +27,9 @@ def analyze_launch(ctx: Context) -> LaunchResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     calls = ctx.rows(API_KINDS, LAUNCH_API).filter(pl.col("start_ns").is_between(lo, hi))
     kl = ctx.launches.filter(
-        (pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null() & pl.col("start_ns").is_between(lo, hi)
+        (pl.col("kind") == "kernel")
+        & pl.col("launch_start_ns").is_not_null()
+        & pl.col("start_ns").is_between(lo, hi)
     ).with_columns(
         (pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("launch_ns"),
         (pl.col("start_ns") - pl.col("launch_end_ns")).alias("queue_ns"),
@@ -36,7 +38,17 @@ def analyze_launch(ctx: Context) -> LaunchResult:
     graph = names_matching(kl, "GraphLaunch", col="launch_name", names=names)
     steps = ctx.steps.height
     if kl.height == 0:
-        return LaunchResult(calls.height, calls.height / steps if steps else None, None, None, None, None, None, 0, 0)
+        return LaunchResult(
+            calls.height,
+            calls.height / steps if steps else None,
+            None,
+            None,
+            None,
+            None,
+            None,
+            0,
+            0,
+        )
     direct = names_matching(kl, "GraphLaunch", col="launch_name", negate=True, names=names)
     depth = _queue_depth(direct) if direct.height else None
     return LaunchResult(
@@ -44,7 +56,9 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         launch_calls_per_step=calls.height / steps if steps else None,
         launch_call_median_ns=float(calls["dur_ns"].median()) if calls.height else None,
         kernel_median_ns=float(kl["dur_ns"].median()),
-        short_kernel_ratio=float((direct["dur_ns"] < direct["launch_ns"]).mean()) if direct.height else None,
+        short_kernel_ratio=float((direct["dur_ns"] < direct["launch_ns"]).mean())
+        if direct.height
+        else None,
         queue_delay_median_ns=float(direct["queue_ns"].median()) if direct.height else None,
         queue_depth_median=depth,
         graph_launches=graph["correlation"].n_unique() if graph.height else 0,
@@ -63,6 +77,8 @@ def _queue_depth(kl: pl.DataFrame) -> float:
         ends = d["launch_end_ns"].sort()
         starts = d["start_ns"].sort()
         t = d["launch_end_ns"]
-        depth = ends.search_sorted(t, side="right").cast(pl.Int64) - starts.search_sorted(t, side="right").cast(pl.Int64)
+        depth = ends.search_sorted(t, side="right").cast(pl.Int64) - starts.search_sorted(
+            t, side="right"
+        ).cast(pl.Int64)
         depths.append(depth.clip(0, None))
     return float(pl.concat(depths).median())

@@ -25,12 +25,23 @@ class OptimizerResult:
 
 def analyze_optimizer(ctx: Context) -> OptimizerResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    ranges = ctx.rows(HOST_OP_KINDS, r"^Optimizer\.step#").filter(pl.col("start_ns").is_between(lo, hi))
-    ranges = ranges.select(pl.col("name"), pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), pl.col("tid").alias("o_tid"))
+    ranges = ctx.rows(HOST_OP_KINDS, r"^Optimizer\.step#").filter(
+        pl.col("start_ns").is_between(lo, hi)
+    )
+    ranges = ranges.select(
+        pl.col("name"),
+        pl.col("start_ns").alias("o_s"),
+        pl.col("end_ns").alias("o_e"),
+        pl.col("tid").alias("o_tid"),
+    )
     if ranges.height == 0:
         return OptimizerResult(0, None, None, None, None, None)
     name = ranges["name"][0].split("#", 1)[1].split(".")[0]
-    k = launched(ctx.launches, ["name", "dur_ns", "launch_start_ns", "launch_tid"], pl.col("kind") == "kernel")
+    k = launched(
+        ctx.launches,
+        ["name", "dur_ns", "launch_start_ns", "launch_tid"],
+        pl.col("kind") == "kernel",
+    )
     inside = iv.containing(
         k.with_columns(pl.col("launch_start_ns").alias("_ls")),
         ranges,

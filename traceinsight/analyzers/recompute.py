@@ -35,13 +35,23 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     inside = pl.col("start_ns").is_between(lo, hi)
     bw = ctx.rows(("cpu_op",), BACKWARD_NODE).filter(inside)
-    bw = bw.select(pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid"))
+    bw = bw.select(
+        pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid")
+    )
     fw = names_matching(ctx.rows(("cpu_op",), FORWARD_OPS).filter(inside), "backward", negate=True)
     fw = fw.select("name", "start_ns", "end_ns", "tid")
     if bw.height == 0 or fw.height == 0:
         return RecomputeResult(0, 0, 0, 0, 0.0 if bw.height else None)
     nested = (
-        iv.containing(fw, bw, inner_start="start_ns", inner_end="end_ns", outer_start="b_s", outer_end="b_e", same=("b_tid", "tid"))
+        iv.containing(
+            fw,
+            bw,
+            inner_start="start_ns",
+            inner_end="end_ns",
+            outer_start="b_s",
+            outer_end="b_e",
+            same=("b_tid", "tid"),
+        )
         .select("start_ns", "end_ns", "tid")
         .unique()
     )
@@ -49,7 +59,9 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
         return RecomputeResult(0, 0, 0, 0, 0.0)
     # Outermost recomputed ops only, then the kernels launched from inside them.
     k = launched(
-        ctx.launches, ["dur_ns", "launch_start_ns", "launch_tid", "correlation", "start_ns"], pl.col("kind") == "kernel"
+        ctx.launches,
+        ["dur_ns", "launch_start_ns", "launch_tid", "correlation", "start_ns"],
+        pl.col("kind") == "kernel",
     )
     inside = iv.containing(
         k.with_columns(pl.col("launch_start_ns").alias("_ls")),

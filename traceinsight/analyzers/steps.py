@@ -32,20 +32,34 @@ def _forward_ns(spans: pl.DataFrame, bw_rows: pl.DataFrame, dl: pl.DataFrame) ->
         return pl.Series([None] * spans.height, dtype=pl.Int64)
     first_bw = (
         spans.select("step", "start_ns", "end_ns")
-        .join_where(bw_rows.select(pl.col("start_ns").alias("b")), pl.col("b") >= pl.col("start_ns"), pl.col("b") < pl.col("end_ns"))
+        .join_where(
+            bw_rows.select(pl.col("start_ns").alias("b")),
+            pl.col("b") >= pl.col("start_ns"),
+            pl.col("b") < pl.col("end_ns"),
+        )
         .group_by("step")
         .agg(pl.col("b").min())
     )
     dl_end = (
         spans.select("step", "start_ns", "end_ns")
-        .join_where(dl.select(pl.col("end_ns").alias("d")), pl.col("d") > pl.col("start_ns"), pl.col("d") <= pl.col("end_ns"))
+        .join_where(
+            dl.select(pl.col("end_ns").alias("d")),
+            pl.col("d") > pl.col("start_ns"),
+            pl.col("d") <= pl.col("end_ns"),
+        )
         .group_by("step")
         .agg(pl.col("d").max())
         if dl.height
         else pl.DataFrame(schema={"step": pl.Int64, "d": pl.Int64})
     )
-    out = spans.select("step", "start_ns").join(first_bw, on="step", how="left").join(dl_end, on="step", how="left", maintain_order="left")
-    return out.select((pl.col("b") - pl.max_horizontal("start_ns", pl.col("d").fill_null(0))).clip(0, None)).to_series()
+    out = (
+        spans.select("step", "start_ns")
+        .join(first_bw, on="step", how="left")
+        .join(dl_end, on="step", how="left", maintain_order="left")
+    )
+    return out.select(
+        (pl.col("b") - pl.max_horizontal("start_ns", pl.col("d").fill_null(0))).clip(0, None)
+    ).to_series()
 
 
 def analyze_steps(ctx: Context) -> StepResult:
@@ -53,25 +67,51 @@ def analyze_steps(ctx: Context) -> StepResult:
     dl = host_ranges(ctx, DATALOADER_PATTERN)
     if st.height == 0:
         dl_ns = iv.total(dl)
-        return StepResult(0, None, None, None, None, dl_ns, dl_ns / ctx.window_ns if ctx.window_ns and dl_ns else None, (), ())
+        return StepResult(
+            0,
+            None,
+            None,
+            None,
+            None,
+            dl_ns,
+            dl_ns / ctx.window_ns if ctx.window_ns and dl_ns else None,
+            (),
+            (),
+        )
     spans = st.select("step", "start_ns", "end_ns", "dur_ns")
     # Host-side phases are measured on the host's own step ranges: with a GPU-bound loop the host
     # runs a step ahead of the GPU-aligned windows.
-    host = st.select("step", pl.col("host_start_ns").alias("start_ns"), pl.col("host_end_ns").alias("end_ns"))
+    host = st.select(
+        "step", pl.col("host_start_ns").alias("start_ns"), pl.col("host_end_ns").alias("end_ns")
+    )
     dl_per = iv.overlap_with(host, dl) if dl.height else pl.Series([0] * st.height)
     opt = host_ranges(ctx, r"^Optimizer\.step#", ("gpu_annotation",))
     gpu_opt = opt.height > 0  # the GPU mirror of the annotation measures GPU-side optimizer time
     if opt.height == 0:
         opt = host_ranges(ctx, r"^Optimizer\.step#")
-    opt_per = iv.overlap_with(spans if gpu_opt else host, opt) if opt.height else pl.Series([0] * st.height)
+    opt_per = (
+        iv.overlap_with(spans if gpu_opt else host, opt)
+        if opt.height
+        else pl.Series([0] * st.height)
+    )
     # Backward: autograd node ranges (host); forward: from the end of data loading to the first
     # backward node of the step. Both need the autograd profiler's op names, so null otherwise.
     bw_rows = ctx.rows(("cpu_op",), "^autograd::engine::evaluate_function")
-    bw = iv.clip(iv.union(bw_rows), ctx.window_start_ns, ctx.window_end_ns) if bw_rows.height else None
-    bw_per = iv.overlap_with(host, bw) if bw is not None else pl.Series([None] * st.height, dtype=pl.Int64)
+    bw = (
+        iv.clip(iv.union(bw_rows), ctx.window_start_ns, ctx.window_end_ns)
+        if bw_rows.height
+        else None
+    )
+    bw_per = (
+        iv.overlap_with(host, bw)
+        if bw is not None
+        else pl.Series([None] * st.height, dtype=pl.Int64)
+    )
     fw_per = _forward_ns(host, bw_rows, dl)
     busy = ctx.busy.select("start_ns", "end_ns") if ctx.has_gpu else None
-    busy_per = iv.overlap_with(spans, iv.union(busy)) if busy is not None else pl.Series([0] * st.height)
+    busy_per = (
+        iv.overlap_with(spans, iv.union(busy)) if busy is not None else pl.Series([0] * st.height)
+    )
     spans = spans.with_columns(
         dl_per.alias("dataloader_ns"),
         fw_per.alias("forward_ns"),
@@ -97,5 +137,9 @@ def analyze_steps(ctx: Context) -> StepResult:
         dataloader_ns=dl_total,
         dataloader_ratio=dl_total / total if total else None,
         outlier_steps=tuple(int(s) for s in outliers if s is not None),
-        per_step=tuple(spans.with_columns((pl.col("start_ns") - ctx.window_start_ns).alias("offset_ns")).iter_rows(named=True)),
+        per_step=tuple(
+            spans.with_columns(
+                (pl.col("start_ns") - ctx.window_start_ns).alias("offset_ns")
+            ).iter_rows(named=True)
+        ),
     )

@@ -22,7 +22,9 @@ class SyncResult:
 
 def analyze_syncs(ctx: Context) -> SyncResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    calls = ctx.sync_calls.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)).with_row_index("sync_id")
+    calls = ctx.sync_calls.filter(
+        (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+    ).with_row_index("sync_id")
     calls = calls.join(_enclosing_op(ctx.ops, calls), on="sync_id", how="left")
     profiler = 0
     closing = closing_profiler_sync(ctx)
@@ -52,16 +54,35 @@ def analyze_syncs(ctx: Context) -> SyncResult:
 def _enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     """The outermost aten/user op on the same thread around each sync (``aten::item`` over
     ``aten::_local_scalar_dense``), else the innermost of any."""
-    ops = host_ops.select(pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e"), pl.col("tid").alias("op_tid"))
+    ops = host_ops.select(
+        pl.col("name").alias("op"),
+        pl.col("start_ns").alias("op_s"),
+        pl.col("end_ns").alias("op_e"),
+        pl.col("tid").alias("op_tid"),
+    )
     if ops.height == 0 or calls.height == 0:
         return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
     c = calls.select("sync_id", "start_ns", "end_ns", "tid")
-    hits = iv.containing(c, ops, inner_start="start_ns", inner_end="end_ns", outer_start="op_s", outer_end="op_e", same=("op_tid", "tid"))
+    hits = iv.containing(
+        c,
+        ops,
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="op_s",
+        outer_end="op_e",
+        same=("op_tid", "tid"),
+    )
     if hits.height == 0:
         return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
     # Prefer a recognizable user-facing op, else the innermost.
     return (
-        hits.with_columns(pl.col("op").str.contains(r"^aten::(item|nonzero|cpu|to|copy_|equal|is_nonzero|masked_select|unique)").alias("_named"))
+        hits.with_columns(
+            pl.col("op")
+            .str.contains(
+                r"^aten::(item|nonzero|cpu|to|copy_|equal|is_nonzero|masked_select|unique)"
+            )
+            .alias("_named")
+        )
         .sort(["sync_id", "_named", "op_s"], descending=[False, True, False])
         .unique(subset=["sync_id"], keep="first")
         .select("sync_id", "op")

@@ -10,4 +10,12 @@ from traceinsight.batch.discover import Item, discover
 from traceinsight.batch.outputs import SUMMARY_METRICS, SUMMARY_SCHEMA, BatchResult
 from traceinsight.batch.run import analyze_item, run_batch
 
-__all__ = ["SUMMARY_METRICS", "SUMMARY_SCHEMA", "BatchResult", "Item", "analyze_item", "discover", "run_batch"]
+__all__ = [
+    "SUMMARY_METRICS",
+    "SUMMARY_SCHEMA",
+    "BatchResult",
+    "Item",
+    "analyze_item",
+    "discover",
+    "run_batch",
+]

@@ -47,7 +47,11 @@ def _item(label: str, path: str = "", kind: str = "trace", mtime_ns: int = 0) ->
 
 
 def _is_trace_name(name: str) -> bool:
-    return name.endswith(TRACE_SUFFIXES) and not name.endswith(".truth.json") and not name.startswith(".")
+    return (
+        name.endswith(TRACE_SUFFIXES)
+        and not name.endswith(".truth.json")
+        and not name.startswith(".")
+    )
 
 
 def _group_dir(d: Path, files: list[Path]) -> list[Item]:
@@ -59,7 +63,13 @@ def _group_dir(d: Path, files: list[Path]) -> list[Item]:
     return [_item(str(f), str(f), "trace", f.stat().st_mtime_ns) for f in files]
 
 
-def _extract_group(tar: tarfile.TarFile, archive: Path, members: list[tarfile.TarInfo], gdir: Path, failures: list[Failure]) -> list[tuple[Path, str]]:
+def _extract_group(
+    tar: tarfile.TarFile,
+    archive: Path,
+    members: list[tarfile.TarInfo],
+    gdir: Path,
+    failures: list[Failure],
+) -> list[tuple[Path, str]]:
     """Copy ``members`` into ``gdir`` under safe names; (local path, label) of each."""
     gdir.mkdir(parents=True, exist_ok=True)
     local = []

@@ -33,7 +33,10 @@ SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "status": pl.String(),
     "error": pl.String(),
     "ranks": pl.Int64(),
-    **{m: (pl.Int64() if m.endswith("_ns") or m in ("steps", "host_sync_count") else pl.Float64()) for m in SUMMARY_METRICS},
+    **{
+        m: (pl.Int64() if m.endswith("_ns") or m in ("steps", "host_sync_count") else pl.Float64())
+        for m in SUMMARY_METRICS
+    },
     "straggler_rank": pl.Int64(),
     "top_finding": pl.String(),
     "top_severity": pl.String(),
@@ -62,7 +65,11 @@ def summary_row(item: Item, doc: dict[str, Any], report: str) -> dict[str, Any]:
         per = list(m["per_rank"].values())
         for k in SUMMARY_METRICS:
             vals = [r.get(k) for r in per if r.get(k) is not None]
-            row[k] = (sum(vals) / len(vals)) if vals and isinstance(vals[0], float) else (max(vals) if vals else None)
+            row[k] = (
+                (sum(vals) / len(vals))
+                if vals and isinstance(vals[0], float)
+                else (max(vals) if vals else None)
+            )
         row["straggler_rank"] = m.get("straggler_rank")
     else:
         for k in SUMMARY_METRICS:

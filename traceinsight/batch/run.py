@@ -34,7 +34,9 @@ OnRow = Callable[[dict[str, Any]], None]
 
 
 def _cached_row(html_path: Path, json_path: Path, item: Item) -> dict[str, Any] | None:
-    if not (html_path.exists() and json_path.exists() and html_path.stat().st_mtime_ns >= item.mtime_ns):
+    if not (
+        html_path.exists() and json_path.exists() and html_path.stat().st_mtime_ns >= item.mtime_ns
+    ):
         return None
     try:
         return dict(orjson.loads(json_path.read_bytes())["row"], _resumed=True)
@@ -42,7 +44,13 @@ def _cached_row(html_path: Path, json_path: Path, item: Item) -> dict[str, Any] 
         return None  # damaged cache: analyze again
 
 
-def analyze_item(item: Item, outdir: str, force: bool = False, opts: Options | None = None, runtime: Runtime | None = None) -> dict[str, Any]:
+def analyze_item(
+    item: Item,
+    outdir: str,
+    force: bool = False,
+    opts: Options | None = None,
+    runtime: Runtime | None = None,
+) -> dict[str, Any]:
     """Worker (local process or Dask): analyze one item, write its report and JSON, return its row."""
     from traceinsight.report.html import render
 
@@ -52,7 +60,9 @@ def analyze_item(item: Item, outdir: str, force: bool = False, opts: Options | N
     if not force and (cached := _cached_row(html_path, json_path, item)) is not None:
         return cached
     try:
-        analysis = analyze_with(Path(item.path), opts or Options(), runtime or Runtime().for_workers(1))
+        analysis = analyze_with(
+            Path(item.path), opts or Options(), runtime or Runtime().for_workers(1)
+        )
         doc = analysis.to_json()
         doc["source"]["path"] = item.label
         page = render(doc)
@@ -80,7 +90,9 @@ class _Progress:
         if self.enabled:
             width = 30
             fill = int(width * self.done / max(1, self.total))
-            sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} analyzed, {self.failed} failed")
+            sys.stderr.write(
+                f"\r[{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} analyzed, {self.failed} failed"
+            )
             sys.stderr.flush()
 
     def close(self) -> None:
@@ -96,7 +108,9 @@ def _size(item: Item) -> int:
         return 0
 
 
-def _run_local(items: list[Item], outdir: Path, force: bool, opts: Options, runtime: Runtime, on_row: OnRow) -> list[dict[str, Any]]:
+def _run_local(
+    items: list[Item], outdir: Path, force: bool, opts: Options, runtime: Runtime, on_row: OnRow
+) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     workers = min(runtime.workers, len(items))
     if workers <= 1:
@@ -108,7 +122,9 @@ def _run_local(items: list[Item], outdir: Path, force: bool, opts: Options, runt
     with process_pool(workers, runtime) as (pool, child):
         # largest first, so the long items do not start last and leave a worker idle at the end
         ordered = sorted(items, key=_size, reverse=True)
-        futs = {pool.submit(analyze_item, it, str(outdir), force, opts, child): it for it in ordered}
+        futs = {
+            pool.submit(analyze_item, it, str(outdir), force, opts, child): it for it in ordered
+        }
         for fut in as_completed(futs):
             try:
                 row = fut.result()
@@ -119,15 +135,30 @@ def _run_local(items: list[Item], outdir: Path, force: bool, opts: Options, runt
     return rows
 
 
-def _run_dask(items: list[Item], outdir: Path, force: bool, opts: Options, runtime: Runtime, scheduler: str, on_row: OnRow) -> list[dict[str, Any]]:
+def _run_dask(
+    items: list[Item],
+    outdir: Path,
+    force: bool,
+    opts: Options,
+    runtime: Runtime,
+    scheduler: str,
+    on_row: OnRow,
+) -> list[dict[str, Any]]:
     try:
         from dask.distributed import Client, LocalCluster
         from dask.distributed import as_completed as dask_completed
     except ImportError:
-        raise InputError("Dask is not installed: pip install 'traceinsight-analyzer[dask]'") from None
+        raise InputError(
+            "Dask is not installed: pip install 'traceinsight-analyzer[dask]'"
+        ) from None
     cluster = None
     if scheduler == "local":
-        cluster = LocalCluster(n_workers=max(1, runtime.workers), threads_per_worker=1, processes=True, dashboard_address=None)
+        cluster = LocalCluster(
+            n_workers=max(1, runtime.workers),
+            threads_per_worker=1,
+            processes=True,
+            dashboard_address=None,
+        )
         client = Client(cluster)
     else:
         try:
@@ -137,7 +168,15 @@ def _run_dask(items: list[Item], outdir: Path, force: bool, opts: Options, runti
     rows: list[dict[str, Any]] = []
     child = Runtime(threads=1, workers=1, in_worker=True)  # a Dask worker: one thread of its own
     try:
-        futs = client.map(analyze_item, items, outdir=str(outdir), force=force, opts=opts, runtime=child, pure=False)
+        futs = client.map(
+            analyze_item,
+            items,
+            outdir=str(outdir),
+            force=force,
+            opts=opts,
+            runtime=child,
+            pure=False,
+        )
         index = {f.key: it for f, it in zip(futs, items, strict=True)}
         for fut in dask_completed(futs):
             try:
@@ -179,6 +218,10 @@ def run_batch(
         rows = _run_local(items, outdir, force, opts, runtime, bar.update)
     bar.close()
     resumed = sum(1 for r in rows if r.pop("_resumed", False))
-    result = BatchResult(rows=rows + [failure_row(f) for f in failures], resumed=resumed, seconds=time.perf_counter() - t0)
+    result = BatchResult(
+        rows=rows + [failure_row(f) for f in failures],
+        resumed=resumed,
+        seconds=time.perf_counter() - t0,
+    )
     write_outputs(result, outdir)
     return result

@@ -63,6 +63,9 @@ def run(
         limit = SEVERITIES.index(fail_on)
         hits = [f for f in doc["findings"] if SEVERITIES.index(f["severity"]) <= limit]
         if hits:
-            print(f"traceinsight: --fail-on {fail_on}: {len(hits)} finding(s), first: {hits[0]['id']}", file=sys.stderr)
+            print(
+                f"traceinsight: --fail-on {fail_on}: {len(hits)} finding(s), first: {hits[0]['id']}",
+                file=sys.stderr,
+            )
             return EXIT_GATE
     return EXIT_OK

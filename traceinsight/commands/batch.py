@@ -8,11 +8,28 @@ from traceinsight.errors import EXIT_ANALYSIS_ERROR, EXIT_OK
 from traceinsight.options import Options
 
 
-def run(paths: list[Path], opts: Options, *, outdir: Path, workers: int | None, scheduler: str | None, force: bool, quiet: bool) -> int:
+def run(
+    paths: list[Path],
+    opts: Options,
+    *,
+    outdir: Path,
+    workers: int | None,
+    scheduler: str | None,
+    force: bool,
+    quiet: bool,
+) -> int:
     from traceinsight.batch import run_batch
 
     opts.graded()
-    result = run_batch(paths, outdir, workers=workers, scheduler=scheduler, force=force, progress=not quiet, opts=opts)
+    result = run_batch(
+        paths,
+        outdir,
+        workers=workers,
+        scheduler=scheduler,
+        force=force,
+        progress=not quiet,
+        opts=opts,
+    )
     if not quiet:
         ok = len(result.rows) - result.failed
         print(

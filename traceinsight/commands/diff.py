@@ -10,7 +10,10 @@ from traceinsight.options import Options
 
 
 def default_report_path(before: Path, after: Path) -> Path:
-    return Path.cwd() / f"diff_{before.name.split('.')[0]}_{after.name.split('.')[0]}.traceinsight.html"
+    return (
+        Path.cwd()
+        / f"diff_{before.name.split('.')[0]}_{after.name.split('.')[0]}.traceinsight.html"
+    )
 
 
 def run(
@@ -48,6 +51,9 @@ def run(
         print(render_diff_summary(doc, str(report) if report else None))
     ch = doc["step_time_change"]
     if fail_if_slower is not None and ch is not None and ch * 100 > fail_if_slower:
-        print(f"traceinsight: step time {100 * ch:.1f}% slower, over --fail-if-slower {fail_if_slower:g}%", file=sys.stderr)
+        print(
+            f"traceinsight: step time {100 * ch:.1f}% slower, over --fail-if-slower {fail_if_slower:g}%",
+            file=sys.stderr,
+        )
         return EXIT_GATE
     return EXIT_OK

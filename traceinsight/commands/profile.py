@@ -18,7 +18,9 @@ from traceinsight.errors import EXIT_OK, AnalysisError, InputError
 from traceinsight.options import Options
 
 
-def run(command: list[str], opts: Options, *, out_dir: Path, tool: str, steps: int, analyze: bool) -> int:
+def run(
+    command: list[str], opts: Options, *, out_dir: Path, tool: str, steps: int, analyze: bool
+) -> int:
     if not command:
         raise InputError("no command to profile; usage: traceinsight profile -- python train.py")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -28,7 +30,19 @@ def run(command: list[str], opts: Options, *, out_dir: Path, tool: str, steps: i
         if nsys is None:
             raise InputError("nsys is not on PATH; install Nsight Systems or use --with torch")
         stem = out_dir / f"nsys_{int(started)}"
-        argv = [nsys, "profile", "-t", "cuda,nvtx,osrt", "--export", "sqlite", "-o", str(stem), "--force-overwrite", "true", *command]
+        argv = [
+            nsys,
+            "profile",
+            "-t",
+            "cuda,nvtx,osrt",
+            "--export",
+            "sqlite",
+            "-o",
+            str(stem),
+            "--force-overwrite",
+            "true",
+            *command,
+        ]
         rc = subprocess.call(argv)
         trace, how = stem.with_suffix(".sqlite"), "written by nsys profile"
     else:
@@ -60,7 +74,9 @@ def run(command: list[str], opts: Options, *, out_dir: Path, tool: str, steps: i
     return analyze_cmd.run(
         trace,
         replace(opts, command="traceinsight profile -- " + " ".join(command)),
-        output=trace.with_name(trace.name.split(".pt.trace")[0].removesuffix(".sqlite") + ".traceinsight.html"),
+        output=trace.with_name(
+            trace.name.split(".pt.trace")[0].removesuffix(".sqlite") + ".traceinsight.html"
+        ),
         force=True,
     )
 
@@ -90,7 +106,9 @@ def _find_trace(manifest: Path, out_dir: Path, started: float) -> tuple[Path, st
         return max(fresh, key=lambda p: p.stat().st_mtime), "found in --out"
     elsewhere = _new_traces_below(Path.cwd(), started - 1)
     if elsewhere:
-        return max(elsewhere, key=lambda p: p.stat().st_mtime), "found where the script wrote it, outside --out"
+        return max(
+            elsewhere, key=lambda p: p.stat().st_mtime
+        ), "found where the script wrote it, outside --out"
     return out_dir / "(none)", ""
 
 

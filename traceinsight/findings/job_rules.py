@@ -17,7 +17,9 @@ class RankFindings:
     findings: Sequence[Finding]
 
 
-def _straggler(cross: CrossRankResult, ranks: Sequence[RankFindings], t: Thresholds) -> tuple[Draft, int] | None:
+def _straggler(
+    cross: CrossRankResult, ranks: Sequence[RankFindings], t: Thresholds
+) -> tuple[Draft, int] | None:
     """The waiting the last-arriving rank causes, over the other ranks' windows."""
     if cross.straggler_rank is None:
         return None
@@ -66,11 +68,19 @@ def worst_per_rank(ranks: Sequence[RankFindings]) -> list[Finding]:
     out = []
     for f, rank in best.values():
         having = [r.rank for r in ranks if any(x.id == f.id for x in r.findings)]
-        out.append(replace(f, title=f"[rank {rank}] {f.title}", evidence=dict(f.evidence, worst_rank=rank, ranks=having)))
+        out.append(
+            replace(
+                f,
+                title=f"[rank {rank}] {f.title}",
+                evidence=dict(f.evidence, worst_rank=rank, ranks=having),
+            )
+        )
     return out
 
 
-def diagnose_job(cross: CrossRankResult, ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding]:
+def diagnose_job(
+    cross: CrossRankResult, ranks: Sequence[RankFindings], t: Thresholds
+) -> list[Finding]:
     """The job's findings, ranked: the straggler, then each per-rank finding once."""
     out: list[Finding] = []
     hit = _straggler(cross, ranks, t)

@@ -14,9 +14,20 @@ from typing import Any
 
 from traceinsight.constants import SEVERITIES, Severity
 
-__all__ = ["SEVERITIES", "Draft", "Finding", "Rule", "Severity", "Thresholds", "make_finding", "ranked"]
+__all__ = [
+    "SEVERITIES",
+    "Draft",
+    "Finding",
+    "Rule",
+    "Severity",
+    "Thresholds",
+    "make_finding",
+    "ranked",
+]
 # Severity from the cost's share of the window (summed over devices).
-GRADING: Mapping[str, float] = MappingProxyType({"high_ratio": 0.25, "medium_ratio": 0.10, "low_ratio": 0.03})
+GRADING: Mapping[str, float] = MappingProxyType(
+    {"high_ratio": 0.25, "medium_ratio": 0.10, "low_ratio": 0.03}
+)
 
 
 @dataclass(frozen=True)
@@ -57,7 +68,9 @@ class Thresholds:
         unknown = set(overrides) - set(self.values)
         if unknown:
             raise ValueError(f"unknown threshold(s): {', '.join(sorted(unknown))}")
-        return Thresholds(MappingProxyType({**self.values, **{k: float(v) for k, v in overrides.items()}}))
+        return Thresholds(
+            MappingProxyType({**self.values, **{k: float(v) for k, v in overrides.items()}})
+        )
 
     def severity(self, ratio: float) -> Severity:
         if ratio >= self["high_ratio"]:

@@ -167,7 +167,11 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     if copies.h2d_pageable_bytes <= 0 and x.idle("pageable_copy") <= 0:
         return None
     ratio = copies.h2d_pageable_bytes_ratio
-    blocked = sum(c["blocked_ns"] for c in copies.pageable_calls if c["blocked_ns"]) if copies.pageable_calls else 0
+    blocked = (
+        sum(c["blocked_ns"] for c in copies.pageable_calls if c["blocked_ns"])
+        if copies.pageable_calls
+        else 0
+    )
     cost = max(copies.host_blocking_copy_ns, x.idle("pageable_copy"))
     return Draft(
         cost,
@@ -199,8 +203,15 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
 def h2d_not_overlapped(x: RuleInput) -> Draft | None:
     copies = x.r.copies
     overlap = copies.h2d_overlap_ratio
-    mostly_pageable = (copies.h2d_pageable_bytes_ratio or 0) >= 0.5  # then pageable_memcpy names the fix
-    if overlap is None or overlap >= x.t["h2d_overlap_min"] or not copies.h2d_dur_ns or mostly_pageable:
+    mostly_pageable = (
+        copies.h2d_pageable_bytes_ratio or 0
+    ) >= 0.5  # then pageable_memcpy names the fix
+    if (
+        overlap is None
+        or overlap >= x.t["h2d_overlap_min"]
+        or not copies.h2d_dur_ns
+        or mostly_pageable
+    ):
         return None
     exposed = copies.h2d_dur_ns * (1 - overlap)
     return Draft(
@@ -228,7 +239,10 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
 )
 def comm_not_overlapped(x: RuleInput) -> Draft | None:
     comm = x.r.comm
-    if comm.comm_compute_overlap_ratio is None or comm.comm_compute_overlap_ratio >= x.t["comm_overlap_min"]:
+    if (
+        comm.comm_compute_overlap_ratio is None
+        or comm.comm_compute_overlap_ratio >= x.t["comm_overlap_min"]
+    ):
         return None
     return Draft(
         comm.exposed_comm_ns,
@@ -259,12 +273,19 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
 )
 def comm_heavy(x: RuleInput) -> Draft | None:
     comm = x.r.comm
-    if comm.comm_compute_overlap_ratio is None or (comm.comm_time_ratio or 0) < x.t["comm_heavy_ratio"]:
+    if (
+        comm.comm_compute_overlap_ratio is None
+        or (comm.comm_time_ratio or 0) < x.t["comm_heavy_ratio"]
+    ):
         return None
     return Draft(
         comm.exposed_comm_ns,
         f"Communication takes {fmt_pct(comm.comm_time_ratio)} of the window",
-        {"comm_ns": comm.comm_ns, "comm_time_ratio": comm.comm_time_ratio, "top_collectives": list(comm.top_collectives[:5])},
+        {
+            "comm_ns": comm.comm_ns,
+            "comm_time_ratio": comm.comm_time_ratio,
+            "top_collectives": list(comm.top_collectives[:5]),
+        },
     )
 
 
@@ -281,8 +302,14 @@ def comm_heavy(x: RuleInput) -> Draft | None:
 )
 def elementwise_heavy(x: RuleInput) -> Draft | None:
     kern = x.r.kernels
-    time_ratio, count_ratio = kern.elementwise_kernel_time_ratio, kern.elementwise_kernel_count_ratio
-    if time_ratio is None or (time_ratio < x.t["elementwise_time_ratio"] and (count_ratio or 0) < x.t["elementwise_count_ratio"]):
+    time_ratio, count_ratio = (
+        kern.elementwise_kernel_time_ratio,
+        kern.elementwise_kernel_count_ratio,
+    )
+    if time_ratio is None or (
+        time_ratio < x.t["elementwise_time_ratio"]
+        and (count_ratio or 0) < x.t["elementwise_count_ratio"]
+    ):
         return None
     ew_ns = int(time_ratio * kern.kernel_ns)
     return Draft(
@@ -395,10 +422,16 @@ def recompute_overhead(x: RuleInput) -> Draft | None:
 )
 def step_time_variance(x: RuleInput) -> Draft | None:
     steps = x.r.steps
-    if steps.steps < 3 or steps.step_time_cv is None or (steps.step_time_cv < x.t["step_cv"] and not steps.outlier_steps):
+    if (
+        steps.steps < 3
+        or steps.step_time_cv is None
+        or (steps.step_time_cv < x.t["step_cv"] and not steps.outlier_steps)
+    ):
         return None
     median = steps.step_time_median_ns or 0
-    excess = sum(max(0, s["dur_ns"] - median) for s in steps.per_step if s["step"] in steps.outlier_steps)
+    excess = sum(
+        max(0, s["dur_ns"] - median) for s in steps.per_step if s["step"] in steps.outlier_steps
+    )
     return Draft(
         excess,
         f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {list(steps.outlier_steps) or 'none'}",
@@ -411,7 +444,12 @@ def step_time_variance(x: RuleInput) -> Draft | None:
     )
 
 
-IDLE_RULES = ("dataloader_stall", "host_sync", "launch_bound", "pageable_memcpy")  # explain idle time
+IDLE_RULES = (
+    "dataloader_stall",
+    "host_sync",
+    "launch_bound",
+    "pageable_memcpy",
+)  # explain idle time
 
 
 @rule(

@@ -18,14 +18,23 @@ KERNEL_RULES: list[tuple[str, str]] = [
         r"^nccl|ncclkernel|nccldevkernel|rccl|all_?reduce|allgather|all_gather|reduce_?scatter"
         r"|all_?to_?all|alltoall|sendrecv|cross_device_reduce|multimem_|deep_ep|nvshmem|^hccl",
     ),
-    ("attention", r"flash|fmha|attention|_attn|attn_|sdpa|xformers|mha_|paged_?attention|cudnn_?mha"),
-    ("conv", r"conv|implicit_gemm|implicit_convolve|wgrad|dgrad|fprop|winograd|im2col|miopen|cudnn"),
+    (
+        "attention",
+        r"flash|fmha|attention|_attn|attn_|sdpa|xformers|mha_|paged_?attention|cudnn_?mha",
+    ),
+    (
+        "conv",
+        r"conv|implicit_gemm|implicit_convolve|wgrad|dgrad|fprop|winograd|im2col|miopen|cudnn",
+    ),
     (
         "gemm",
         r"gemm|gemv|cublas|cutlass|matmul|nvjet|wgmma|xmma|triton_tem_|^cijk_|bmm|_mm_|^mm_|hmma|s884|h884|s1688|h1688|i8816|16816",
     ),
     # "lamb" must not match "lambda", which every templated ATen kernel name contains
-    ("optimizer", r"adam|sgd|lamb(?:[^d]|$)|adagrad|rmsprop|multi_tensor_apply|optimizer|_foreach_"),
+    (
+        "optimizer",
+        r"adam|sgd|lamb(?:[^d]|$)|adagrad|rmsprop|multi_tensor_apply|optimizer|_foreach_",
+    ),
     (
         "reduction",
         r"reduce_kernel|reduction|gammabeta|layer_?norm|rms_?norm|batch_?norm|group_?norm|softmax|norm_kernel"
@@ -40,7 +49,9 @@ KERNEL_RULES: list[tuple[str, str]] = [
 ]
 
 # Kernels whose name alone says they are eager-mode elementwise (fusion candidates) vs fused.
-EAGER_ELEMENTWISE = r"vectorized_elementwise_kernel|unrolled_elementwise_kernel|(^|[^_])elementwise_kernel"
+EAGER_ELEMENTWISE = (
+    r"vectorized_elementwise_kernel|unrolled_elementwise_kernel|(^|[^_])elementwise_kernel"
+)
 TRITON_POINTWISE = r"^triton_poi_"
 
 # Host ops under which a launched kernel is communication even if its name is not.
@@ -50,9 +61,7 @@ COMM_OP_PATTERN = r"^nccl:|^gloo:|record_param_comms|^c10d::|^c10d_functional::|
 # SIMT sgemm, xmma kernels with fp32 inputs and FFMA math, fp32 memory-efficient attention.
 # Everything else in those classes (wgmma, nvjet, hmma, 16816, tf32, bf16/f16 names) counts as
 # tensor-core work.
-FP32_SIMT_PATTERN = (
-    r"simt|sgemm|ffma|dgemm|gemmsn|f32f32_f32f32_f32|cutlass[fb]_f32|fmha_cutlass[fb]_f32|gemv2t_kernel_val<int, int, float"
-)
+FP32_SIMT_PATTERN = r"simt|sgemm|ffma|dgemm|gemmsn|f32f32_f32f32_f32|cutlass[fb]_f32|fmha_cutlass[fb]_f32|gemv2t_kernel_val<int, int, float"
 
 
 def classify_names(names: pl.Series) -> pl.Series:
@@ -66,7 +75,12 @@ def classify_names(names: pl.Series) -> pl.Series:
 
 
 def names_matching(
-    df: pl.DataFrame, pattern: str, *, col: str = "name", negate: bool = False, names: pl.Series | None = None
+    df: pl.DataFrame,
+    pattern: str,
+    *,
+    col: str = "name",
+    negate: bool = False,
+    names: pl.Series | None = None,
 ) -> pl.DataFrame:
     """Rows of ``df`` whose ``col`` matches the regex (or not, with ``negate``); null never matches.
 
@@ -96,12 +110,16 @@ def add_kernel_class(events: pl.DataFrame) -> pl.DataFrame:
         .alias("kernel_class")
     )
     out = events.with_columns(base)
-    rows = ((out.get_column("kind") == "kernel") & out.get_column("kernel_class").is_null()).arg_true()
+    rows = (
+        (out.get_column("kind") == "kernel") & out.get_column("kernel_class").is_null()
+    ).arg_true()
     if rows.len() == 0:
         return out
     names = out.get_column("name").gather(rows)
     uniq = names.drop_nulls().unique()
-    classes = names.replace_strict(uniq, classify_names(uniq), default=None, return_dtype=KernelClassT).fill_null("other")
+    classes = names.replace_strict(
+        uniq, classify_names(uniq), default=None, return_dtype=KernelClassT
+    ).fill_null("other")
     return out.with_columns(out.get_column("kernel_class").scatter(rows, classes))
 
 
@@ -113,10 +131,17 @@ def mark_comm_by_launcher(events: pl.DataFrame) -> pl.DataFrame:
     torch 2.0/2.1 (kineto#782).
     """
     cols = events.select("kind", "name", "external_id", "correlation")  # filter 4 columns, not all
-    host_ops = names_matching(
-        cols.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]) & pl.col("external_id").is_not_null()),
-        COMM_OP_PATTERN,
-    ).select("external_id").unique()
+    host_ops = (
+        names_matching(
+            cols.filter(
+                pl.col("kind").is_in(["cpu_op", "user_annotation"])
+                & pl.col("external_id").is_not_null()
+            ),
+            COMM_OP_PATTERN,
+        )
+        .select("external_id")
+        .unique()
+    )
     if host_ops.height == 0:
         return events
     calls = cols.filter(
@@ -125,7 +150,12 @@ def mark_comm_by_launcher(events: pl.DataFrame) -> pl.DataFrame:
     if calls.height == 0:
         return events
     # a membership test, not a join: joining would copy every column of every event
-    comm = (pl.col("kind") == "kernel") & pl.col("correlation").is_in(calls.get_column("correlation").unique().implode())
+    comm = (pl.col("kind") == "kernel") & pl.col("correlation").is_in(
+        calls.get_column("correlation").unique().implode()
+    )
     return events.with_columns(
-        pl.when(comm).then(pl.lit("communication", KernelClassT)).otherwise(pl.col("kernel_class")).alias("kernel_class")
+        pl.when(comm)
+        .then(pl.lit("communication", KernelClassT))
+        .otherwise(pl.col("kernel_class"))
+        .alias("kernel_class")
     )

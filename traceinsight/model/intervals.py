@@ -65,10 +65,14 @@ def total(df: pl.DataFrame) -> int:
 
 def clip(df: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
     """Clip intervals to [lo, hi) and drop the empty ones."""
-    return df.with_columns(pl.col(S).clip(lo, hi), pl.col(E).clip(lo, hi)).filter(pl.col(E) > pl.col(S))
+    return df.with_columns(pl.col(S).clip(lo, hi), pl.col(E).clip(lo, hi)).filter(
+        pl.col(E) > pl.col(S)
+    )
 
 
-def gaps(u: pl.DataFrame, lo: int | None = None, hi: int | None = None, by: Sequence[str] = ()) -> pl.DataFrame:
+def gaps(
+    u: pl.DataFrame, lo: int | None = None, hi: int | None = None, by: Sequence[str] = ()
+) -> pl.DataFrame:
     """The complement of a union inside its own extent (or [lo, hi) when given), per group."""
     by = list(by)
     prev_end = pl.col(E).shift(1)
@@ -84,12 +88,16 @@ def gaps(u: pl.DataFrame, lo: int | None = None, hi: int | None = None, by: Sequ
     if lo is not None and u.height:
         first = u.group_by(by).agg(pl.col(S).min()) if by else u.select(pl.col(S).min())
         parts.append(
-            first.filter(pl.col(S) > lo).select([*by, pl.lit(lo, pl.Int64).alias(S), pl.col(S).alias(E)])
+            first.filter(pl.col(S) > lo).select(
+                [*by, pl.lit(lo, pl.Int64).alias(S), pl.col(S).alias(E)]
+            )
         )
     if hi is not None and u.height:
         last = u.group_by(by).agg(pl.col(E).max()) if by else u.select(pl.col(E).max())
         parts.append(
-            last.filter(pl.col(E) < hi).select([*by, pl.col(E).alias(S), pl.lit(hi, pl.Int64).alias(E)])
+            last.filter(pl.col(E) < hi).select(
+                [*by, pl.col(E).alias(S), pl.lit(hi, pl.Int64).alias(E)]
+            )
         )
     if lo is not None and hi is not None and u.height == 0 and not by and hi > lo:
         parts.append(pl.DataFrame({S: [lo], E: [hi]}, schema={S: pl.Int64, E: pl.Int64}))
@@ -123,7 +131,9 @@ def intersect(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.Da
         nxt = nxt.over(by)
     return (
         pts.with_columns(cov.alias("_cov"), nxt.alias("_next"))
-        .filter((pl.col("_cov") == 2) & pl.col("_next").is_not_null() & (pl.col("_next") > pl.col("t")))
+        .filter(
+            (pl.col("_cov") == 2) & pl.col("_next").is_not_null() & (pl.col("_next") > pl.col("t"))
+        )
         .select([*by, pl.col("t").alias(S), pl.col("_next").alias(E)])
         .pipe(lambda d: union(d, by))
     )
@@ -134,15 +144,45 @@ def subtract(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.Dat
     by = list(by)
     pts = pl.concat(
         [
-            a.select([*by, pl.col(S).alias("t"), pl.lit(1, pl.Int32).alias("da"), pl.lit(0, pl.Int32).alias("db")]),
-            a.select([*by, pl.col(E).alias("t"), pl.lit(-1, pl.Int32).alias("da"), pl.lit(0, pl.Int32).alias("db")]),
-            b.select([*by, pl.col(S).alias("t"), pl.lit(0, pl.Int32).alias("da"), pl.lit(1, pl.Int32).alias("db")]),
-            b.select([*by, pl.col(E).alias("t"), pl.lit(0, pl.Int32).alias("da"), pl.lit(-1, pl.Int32).alias("db")]),
+            a.select(
+                [
+                    *by,
+                    pl.col(S).alias("t"),
+                    pl.lit(1, pl.Int32).alias("da"),
+                    pl.lit(0, pl.Int32).alias("db"),
+                ]
+            ),
+            a.select(
+                [
+                    *by,
+                    pl.col(E).alias("t"),
+                    pl.lit(-1, pl.Int32).alias("da"),
+                    pl.lit(0, pl.Int32).alias("db"),
+                ]
+            ),
+            b.select(
+                [
+                    *by,
+                    pl.col(S).alias("t"),
+                    pl.lit(0, pl.Int32).alias("da"),
+                    pl.lit(1, pl.Int32).alias("db"),
+                ]
+            ),
+            b.select(
+                [
+                    *by,
+                    pl.col(E).alias("t"),
+                    pl.lit(0, pl.Int32).alias("da"),
+                    pl.lit(-1, pl.Int32).alias("db"),
+                ]
+            ),
         ]
     )
     if pts.height == 0:
         return pl.DataFrame(schema={**{c: a.schema[c] for c in by}, S: pl.Int64, E: pl.Int64})
-    pts = sort_keys(pts.group_by([*by, "t"]).agg(pl.col("da").sum(), pl.col("db").sum()), [*by, "t"])
+    pts = sort_keys(
+        pts.group_by([*by, "t"]).agg(pl.col("da").sum(), pl.col("db").sum()), [*by, "t"]
+    )
     ca, cb, nxt = pl.col("da").cum_sum(), pl.col("db").cum_sum(), pl.col("t").shift(-1)
     if by:
         ca, cb, nxt = ca.over(by), cb.over(by), nxt.over(by)
@@ -165,7 +205,9 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
         return pl.Series("overlap_ns", [0] * points.height, dtype=pl.Int64)
     length = u[E] - u[S]
     # per union interval: its bounds and the covered length of all intervals before it
-    right = pl.DataFrame({"ls": u[S], "le": u[E], "full": length.cum_sum() - length}).with_columns(pl.col("ls").set_sorted())
+    right = pl.DataFrame({"ls": u[S], "le": u[E], "full": length.cum_sum() - length}).with_columns(
+        pl.col("ls").set_sorted()
+    )
 
     def covered_until(t: pl.Series) -> pl.Series:
         ordered = t.is_sorted()
@@ -177,7 +219,9 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
         if not ordered:
             hit = hit.sort("_i")
         return hit.select(
-            (pl.col("full") + (pl.min_horizontal("t", "le") - pl.col("ls")).clip(0, None)).fill_null(0)
+            (
+                pl.col("full") + (pl.min_horizontal("t", "le") - pl.col("ls")).clip(0, None)
+            ).fill_null(0)
         ).to_series()
 
     def covered(t: pl.Series) -> pl.Series:
@@ -187,7 +231,9 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
             breaks = (t.diff() < 0).arg_true()
             if 0 < breaks.len() <= MAX_SORTED_RUNS:
                 bounds = [0, *breaks.to_list(), t.len()]
-                return pl.concat([covered_until(t.slice(a, b - a)) for a, b in itertools.pairwise(bounds)])
+                return pl.concat(
+                    [covered_until(t.slice(a, b - a)) for a, b in itertools.pairwise(bounds)]
+                )
         return covered_until(t)
 
     return (covered(points[E]) - covered(points[S])).alias("overlap_ns")
@@ -196,7 +242,11 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
 def in_time_order(df: pl.DataFrame, col: str) -> pl.DataFrame:
     """``df`` sorted by ``col``, flagged so as-of joins take it as it is; no sort when it is
     already in order (per-device gaps and launches usually are)."""
-    return df.with_columns(pl.col(col).set_sorted()) if df.get_column(col).is_sorted() else df.sort(col)
+    return (
+        df.with_columns(pl.col(col).set_sorted())
+        if df.get_column(col).is_sorted()
+        else df.sort(col)
+    )
 
 
 def overlap_by(a: pl.DataFrame, b: pl.DataFrame, by: str) -> dict[object, int]:
@@ -235,12 +285,16 @@ def containing(
     # thousand sync calls against millions of host ops is the common shape). A sorted search
     # finds, for each outer row, the first inner start at or after its own start.
     first = starts.search_sorted(outer.get_column(outer_start), side="left")
-    holds = (first < starts.len()) & (starts.gather(first.clip(0, starts.len() - 1)) <= outer.get_column(outer_end))
+    holds = (first < starts.len()) & (
+        starts.gather(first.clip(0, starts.len() - 1)) <= outer.get_column(outer_end)
+    )
     reach = pl.lit(holds)
     if same is not None:
         reach = reach & pl.col(same[0]).is_in(inner.get_column(same[1]).unique().implode())
     outer = outer.filter(reach)
-    pairs = inner.join_where(outer, pl.col(outer_start) <= pl.col(inner_start), pl.col(outer_end) >= pl.col(inner_end))
+    pairs = inner.join_where(
+        outer, pl.col(outer_start) <= pl.col(inner_start), pl.col(outer_end) >= pl.col(inner_end)
+    )
     if same is not None:
         pairs = pairs.filter(pl.col(same[0]) == pl.col(same[1]))
     return pairs

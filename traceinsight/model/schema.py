@@ -97,9 +97,13 @@ def conform(df: pl.DataFrame, threads: int = 1) -> pl.DataFrame:
         # One chunk before the gather: gathering across many chunks is several times slower.
         return df.get_column(name).cast(dtype).rechunk().gather(order)
 
-    if n < PER_COLUMN_MIN_ROWS or threads < 2:  # one select and one gather: less overhead on small tables
+    if (
+        n < PER_COLUMN_MIN_ROWS or threads < 2
+    ):  # one select and one gather: less overhead on small tables
         exprs = [
-            pl.col(name).cast(dtype) if name in df.columns else pl.lit(None, dtype=dtype).alias(name)
+            pl.col(name).cast(dtype)
+            if name in df.columns
+            else pl.lit(None, dtype=dtype).alias(name)
             for name, dtype in EVENT_SCHEMA.items()
         ]
         out = df.select(exprs)[order]
@@ -133,7 +137,10 @@ def by_rank(events: pl.DataFrame) -> list[tuple[int, pl.DataFrame]]:
     of a table that :func:`conform` ordered rank by rank (no copy), filters of any other."""
     ranks = events.get_column("rank")
     if ranks.null_count() or not ranks.is_sorted():
-        return [(r, events.filter(pl.col("rank") == r)) for r in sorted(ranks.drop_nulls().unique().to_list())]
+        return [
+            (r, events.filter(pl.col("rank") == r))
+            for r in sorted(ranks.drop_nulls().unique().to_list())
+        ]
     out = []
     offset = 0
     for n, rank in ranks.rle().struct.unnest().iter_rows():

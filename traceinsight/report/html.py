@@ -91,17 +91,27 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "d": d,
         "findings": doc["findings"],
         "verdict": verdict_cost,
-        "timeline": {"devices": devices, "bins": tl.get("bins", 0), "bin_ns": tl.get("bin_ns", 0), "start_ns": tl.get("start_ns", 0)},
+        "timeline": {
+            "devices": devices,
+            "bins": tl.get("bins", 0),
+            "bin_ns": tl.get("bin_ns", 0),
+            "start_ns": tl.get("start_ns", 0),
+        },
         "steps": steps.get("per_step") or [],
         "step_max_ns": max((s["dur_ns"] for s in steps.get("per_step") or []), default=0),
         "outliers": set(steps.get("outlier_steps") or []),
-        "idle_causes": sorted(((k, v) for k, v in idle["idle_by_cause_ns"].items() if v), key=lambda kv: -kv[1]),
+        "idle_causes": sorted(
+            ((k, v) for k, v in idle["idle_by_cause_ns"].items() if v), key=lambda kv: -kv[1]
+        ),
         "idle_max": max([v for v in idle["idle_by_cause_ns"].values()] or [0]),
         "shorten": _shorten,
         "command": command,
         "data": {
             "top_segments": idle.get("top_segments", []),
-            "findings": [{"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]} for f in doc["findings"]],
+            "findings": [
+                {"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]}
+                for f in doc["findings"]
+            ],
         },
     }
 
@@ -122,8 +132,14 @@ def job_context(doc: dict[str, Any]) -> dict[str, Any]:
         "findings": doc["findings"],
         "verdict": top[0] if top else None,
         "step_rows": steps,
-        "command": doc.get("command") or f"traceinsight analyze {shlex.quote(doc['source']['path'])}",
-        "data": {"findings": [{"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]} for f in doc["findings"]]},
+        "command": doc.get("command")
+        or f"traceinsight analyze {shlex.quote(doc['source']['path'])}",
+        "data": {
+            "findings": [
+                {"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]}
+                for f in doc["findings"]
+            ]
+        },
     }
 
 

@@ -9,27 +9,44 @@ from traceinsight.report.format import fmt_metric, fmt_ns, fmt_pct
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
 
 
-def render_summary(doc: dict[str, Any], report_path: str | None = None, max_findings: int = 8) -> str:
+def render_summary(
+    doc: dict[str, Any], report_path: str | None = None, max_findings: int = 8
+) -> str:
     """Plain text for a terminal; ``doc`` is the JSON result (one shape for every output)."""
     src, m = doc["source"], doc["metrics"]
     lines = [f"traceinsight {doc['tool']['version']}: {src['path']}"]
     lines.append(f"  format    {src['format']} ({src['format_version']})")
     devs = ", ".join(
-        f"{d['id']}: {d['name'] or 'unknown GPU'}" + (f" ({d['sm_count']} SMs)" if d.get("sm_count") else "")
+        f"{d['id']}: {d['name'] or 'unknown GPU'}"
+        + (f" ({d['sm_count']} SMs)" if d.get("sm_count") else "")
         for d in src["devices"]
     )
     lines.append(f"  devices   {devs or 'none with activity'}")
     world = f" of {src['world_size']}" if src.get("world_size") else ""
-    lines.append(f"  ranks     {', '.join(map(str, src['ranks']))}{world}" + (f" ({src['backend']})" if src.get("backend") else ""))
+    lines.append(
+        f"  ranks     {', '.join(map(str, src['ranks']))}{world}"
+        + (f" ({src['backend']})" if src.get("backend") else "")
+    )
     steps = m.get("steps") or 0
-    step_txt = f"{steps} steps, median {fmt_ns(m['step_time_median_ns'])}, CV {m['step_time_cv']:.2f}" if steps and m.get("step_time_cv") is not None else "no step markers"
-    lines.append(f"  window    {fmt_ns(m['window_ns'])} analyzed ({step_txt}); capture span {fmt_ns(src['capture_span_ns'])}")
+    step_txt = (
+        f"{steps} steps, median {fmt_ns(m['step_time_median_ns'])}, CV {m['step_time_cv']:.2f}"
+        if steps and m.get("step_time_cv") is not None
+        else "no step markers"
+    )
+    lines.append(
+        f"  window    {fmt_ns(m['window_ns'])} analyzed ({step_txt}); capture span {fmt_ns(src['capture_span_ns'])}"
+    )
     counts = ", ".join(f"{k} {v:,}" for k, v in src["event_counts"].items() if v)
     lines.append(f"  events    {counts or 'none'}")
     if m.get("gpu_busy_ratio") is not None:
-        causes = sorted(((k, v) for k, v in m["idle_by_cause_ns"].items() if v), key=lambda kv: -kv[1])
+        causes = sorted(
+            ((k, v) for k, v in m["idle_by_cause_ns"].items() if v), key=lambda kv: -kv[1]
+        )
         idle_txt = ", ".join(f"{k} {fmt_ns(v)}" for k, v in causes[:5])
-        lines.append(f"  GPU busy  {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}" + (f": {idle_txt}" if idle_txt else ""))
+        lines.append(
+            f"  GPU busy  {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}"
+            + (f": {idle_txt}" if idle_txt else "")
+        )
     else:
         lines.append("  GPU busy  n/a (no GPU activity)")
     return "\n".join(lines + _tail(doc, report_path, max_findings))
@@ -53,46 +70,82 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
     return lines
 
 
-def render_job_summary(doc: dict[str, Any], report_path: str | None = None, max_findings: int = 8) -> str:
+def render_job_summary(
+    doc: dict[str, Any], report_path: str | None = None, max_findings: int = 8
+) -> str:
     src, m = doc["source"], doc["metrics"]
-    lines = [f"traceinsight {doc['tool']['version']}: job {src['path']} ({len(src['ranks'])} ranks, {src['format']})"]
+    lines = [
+        f"traceinsight {doc['tool']['version']}: job {src['path']} ({len(src['ranks'])} ranks, {src['format']})"
+    ]
     lines.append(f"  {'rank':>4}  {'GPU busy':>8}  {'median step':>11}  top finding")
     for r in doc["ranks"]:
         rm = r["metrics"]
         top = r["findings"][0]["id"] if r["findings"] else "-"
-        lines.append(f"  {r['rank']:>4}  {fmt_pct(rm['gpu_busy_ratio']):>8}  {fmt_ns(rm['step_time_median_ns']):>11}  {top}")
+        lines.append(
+            f"  {r['rank']:>4}  {fmt_pct(rm['gpu_busy_ratio']):>8}  {fmt_ns(rm['step_time_median_ns']):>11}  {top}"
+        )
     if m.get("step_skew_mean_ns") is not None:
-        lines.append(f"  step-time skew across ranks: {fmt_ns(m['step_skew_mean_ns'])} per step on average")
+        lines.append(
+            f"  step-time skew across ranks: {fmt_ns(m['step_skew_mean_ns'])} per step on average"
+        )
     if m.get("straggler_rank") is not None:
-        lines.append(f"  straggler: rank {m['straggler_rank']} (others wait {fmt_ns(m['straggler_wait_ns'])} in collectives)")
+        lines.append(
+            f"  straggler: rank {m['straggler_rank']} (others wait {fmt_ns(m['straggler_wait_ns'])} in collectives)"
+        )
     return "\n".join(lines + _tail(doc, report_path, max_findings))
 
 
 DIFF_METRICS = (
-    "gpu_busy_ratio", "step_time_median_ns", "window_ns", "dataloader_ratio", "host_sync_count",
-    "h2d_pageable_bytes_ratio", "comm_compute_overlap_ratio", "exposed_comm_ratio",
-    "elementwise_kernel_time_ratio", "kernels_per_step", "fp32_gemm_time_ratio", "recompute_time_ratio",
-    "gpu_busy_ratio_mean", "step_skew_mean_ns",
+    "gpu_busy_ratio",
+    "step_time_median_ns",
+    "window_ns",
+    "dataloader_ratio",
+    "host_sync_count",
+    "h2d_pageable_bytes_ratio",
+    "comm_compute_overlap_ratio",
+    "exposed_comm_ratio",
+    "elementwise_kernel_time_ratio",
+    "kernels_per_step",
+    "fp32_gemm_time_ratio",
+    "recompute_time_ratio",
+    "gpu_busy_ratio_mean",
+    "step_skew_mean_ns",
 )
 
 
 def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> str:
-    lines = [f"traceinsight {doc['tool']['version']}: diff", f"  before  {doc['before']}", f"  after   {doc['after']}"]
+    lines = [
+        f"traceinsight {doc['tool']['version']}: diff",
+        f"  before  {doc['before']}",
+        f"  after   {doc['after']}",
+    ]
     ch = doc["step_time_change"]
     if ch is not None:
         word = "slower" if ch > 0 else "faster"
-        lines.append(f"  step time {fmt_ns(doc['step_time_before_ns'])} -> {fmt_ns(doc['step_time_after_ns'])} ({abs(100 * ch):.1f}% {word})")
+        lines.append(
+            f"  step time {fmt_ns(doc['step_time_before_ns'])} -> {fmt_ns(doc['step_time_after_ns'])} ({abs(100 * ch):.1f}% {word})"
+        )
     lines.append("")
     lines.append(f"  {'metric':32s} {'before':>12s} {'after':>12s}")
     for row in doc["metrics"]:
         if row["metric"] in DIFF_METRICS:
-            lines.append(f"  {row['metric']:32s} {fmt_metric(row['metric'], row['before']):>12s} {fmt_metric(row['metric'], row['after']):>12s}")
+            lines.append(
+                f"  {row['metric']:32s} {fmt_metric(row['metric'], row['before']):>12s} {fmt_metric(row['metric'], row['after']):>12s}"
+            )
     if doc["idle_by_cause"]:
-        lines.append("  idle by cause: " + ", ".join(f"{r['cause']} {fmt_ns(r['before_ns'])} -> {fmt_ns(r['after_ns'])}" for r in doc["idle_by_cause"]))
+        lines.append(
+            "  idle by cause: "
+            + ", ".join(
+                f"{r['cause']} {fmt_ns(r['before_ns'])} -> {fmt_ns(r['after_ns'])}"
+                for r in doc["idle_by_cause"]
+            )
+        )
     k = doc["kernels_per_step"]
     lines.append(f"  kernels: {k['appeared_count']} appeared, {k['disappeared_count']} disappeared")
     for row in k["changed"][:5]:
-        lines.append(f"    {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} per step  {row['name'][:90]}")
+        lines.append(
+            f"    {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} per step  {row['name'][:90]}"
+        )
     f = doc["findings"]
     if f["resolved"]:
         lines.append("  resolved: " + ", ".join(x["id"] for x in f["resolved"]))
@@ -105,4 +158,8 @@ def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> 
 
 def render(doc: dict[str, Any], report_path: str | None = None) -> str:
     """The summary of any analysis document: a job's or a single trace's."""
-    return render_job_summary(doc, report_path) if doc.get("kind") == "job" else render_summary(doc, report_path)
+    return (
+        render_job_summary(doc, report_path)
+        if doc.get("kind") == "job"
+        else render_summary(doc, report_path)
+    )

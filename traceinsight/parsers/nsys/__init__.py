@@ -38,13 +38,18 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
         if "StringIds" not in db.tables or not any(
             t.startswith(("CUPTI_", "NVTX_", "TARGET_INFO_", "ThreadNames")) for t in db.tables
         ):
-            raise InputError("SQLite file is not an Nsight Systems export (no StringIds/CUPTI/NVTX tables)", str(path))
+            raise InputError(
+                "SQLite file is not an Nsight Systems export (no StringIds/CUPTI/NVTX tables)",
+                str(path),
+            )
         meta_kv = metadata(db)
         session_start_ns = session_start(db)
         # Session-relative ns -> UTC ns: ranks exported separately line up (as Kineto's do).
         db.offset_ns = session_start_ns or 0
         found_devices = devices(db)
-        strings = db.query(["id", "value"], "StringIds", {"sid": pl.Int64, "svalue": pl.String}).result()
+        strings = db.query(
+            ["id", "value"], "StringIds", {"sid": pl.Int64, "svalue": pl.String}
+        ).result()
         # The host tables (NVTX, runtime: the costliest rows) are queued first, so the GPU
         # tables' smaller parts fill the end, when one thread would otherwise wait on the other.
         pending_host = host_rows(db, strings)
@@ -60,10 +65,16 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
     frames = [f for f in gpu + host if f.height]
     version = meta_kv.get("EXPORT_PRODUCT_VERSION") or meta_kv.get("EXPORT_PRODUCT_VERSION_STRING")
     schema = meta_kv.get("EXPORT_SCHEMA_VERSION")
-    if not schema and {"EXPORT_SCHEMA_VERSION_MAJOR", "EXPORT_SCHEMA_VERSION_MINOR"} <= set(meta_kv):
+    if not schema and {"EXPORT_SCHEMA_VERSION_MAJOR", "EXPORT_SCHEMA_VERSION_MINOR"} <= set(
+        meta_kv
+    ):
         schema = f"{meta_kv['EXPORT_SCHEMA_VERSION_MAJOR']}.{meta_kv['EXPORT_SCHEMA_VERSION_MINOR']}.{meta_kv.get('EXPORT_SCHEMA_VERSION_MICRO', 0)}"
-    era = f"nsys {version or 'unknown (no export metadata, ~2021)'}" + (f"; schema {schema}" if schema else "")
-    meta = TraceMeta(source_path=str(path), format="nsys-sqlite", format_version=era, devices=found_devices)
+    era = f"nsys {version or 'unknown (no export metadata, ~2021)'}" + (
+        f"; schema {schema}" if schema else ""
+    )
+    meta = TraceMeta(
+        source_path=str(path), format="nsys-sqlite", format_version=era, devices=found_devices
+    )
     if not gpu or not any(f.height for f in gpu):
         meta.warnings.append("the export has no CUDA GPU activity (kernels, copies, memsets)")
     if not frames:
@@ -73,19 +84,33 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
     # Only processes with CUDA activity are ranks; host-only processes (launchers) fold into rank 0.
     cuda_kinds = ["kernel", "memcpy", "memset", "gpu_sync", "runtime", "driver"]
     procs = sorted(
-        {g for f in frames for g in f.select("kind", "gpid").filter(pl.col("kind").is_in(cuda_kinds)).get_column("gpid").drop_nulls().unique()}
+        {
+            g
+            for f in frames
+            for g in f.select("kind", "gpid")
+            .filter(pl.col("kind").is_in(cuda_kinds))
+            .get_column("gpid")
+            .drop_nulls()
+            .unique()
+        }
     )
     df = pl.concat(frames, how="diagonal_relaxed")
     # The rank as its own column: with_columns would first copy the concatenation's every
     # column into one chunk (conform gathers them once anyway).
-    df.insert_column(df.width, df.get_column("gpid").to_frame().with_columns(_rank_of(procs)).get_column("rank"))
+    df.insert_column(
+        df.width, df.get_column("gpid").to_frame().with_columns(_rank_of(procs)).get_column("rank")
+    )
     if session_start_ns:
         meta.extra["session_start_utc_ns"] = session_start_ns
     else:
-        meta.warnings.append("no session start time in the export: times are relative to the capture start")
+        meta.warnings.append(
+            "no session start time in the export: times are relative to the capture start"
+        )
     if len(procs) > 1:
         meta.world_size = len(procs)
-        meta.warnings.append(f"{len(procs)} processes in one export: analyzed as ranks 0..{len(procs) - 1} by process id")
+        meta.warnings.append(
+            f"{len(procs)} processes in one export: analyzed as ranks 0..{len(procs) - 1} by process id"
+        )
     table = mark_comm_by_launcher(add_kernel_class(conform(df, threads)))
     return Trace(events=table, meta=meta)
 
@@ -95,7 +120,11 @@ def _rank_of(procs: list[int]) -> pl.Expr:
     A chain of comparisons for the usual few processes (0.3 s less than a hash lookup on 15M
     rows), the lookup beyond that."""
     if len(procs) > 16:
-        return pl.col("gpid").replace_strict({g: i for i, g in enumerate(procs)}, default=0, return_dtype=pl.Int32).alias("rank")
+        return (
+            pl.col("gpid")
+            .replace_strict({g: i for i, g in enumerate(procs)}, default=0, return_dtype=pl.Int32)
+            .alias("rank")
+        )
     rank = pl.lit(0, pl.Int32)
     for i, g in enumerate(procs):
         rank = pl.when(pl.col("gpid") == g).then(pl.lit(i, pl.Int32)).otherwise(rank)
@@ -114,9 +143,15 @@ def parse_nsys_rep(path: str | Path, threads: int = 1) -> Trace:
         )
     with tempfile.TemporaryDirectory(prefix="traceinsight-") as tmp:
         out = Path(tmp) / "export.sqlite"
-        r = subprocess.run([nsys, "export", "--type", "sqlite", "-o", str(out), str(path)], capture_output=True, text=True)
+        r = subprocess.run(
+            [nsys, "export", "--type", "sqlite", "-o", str(out), str(path)],
+            capture_output=True,
+            text=True,
+        )
         if r.returncode != 0 or not out.exists():
-            raise InputError(f"nsys export failed: {(r.stderr or r.stdout).strip()[-300:]}", str(path))
+            raise InputError(
+                f"nsys export failed: {(r.stderr or r.stdout).strip()[-300:]}", str(path)
+            )
         trace = parse_nsys(out, threads)
     trace.meta.source_path = str(path)
     return trace

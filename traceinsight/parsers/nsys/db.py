@@ -39,16 +39,22 @@ class Db:
     for Python tuples), two at a time on separate read-only connections."""
 
     def __init__(self, path: Path, finish: Callable[[pl.DataFrame, int], pl.DataFrame]) -> None:
-        self.finish = finish  # each fetched part's last step, on the fetch thread (tables.event_rows)
+        self.finish = (
+            finish  # each fetched part's last step, on the fetch thread (tables.event_rows)
+        )
         self.uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
         try:
             self.con = sqlite3.connect(self.uri, uri=True)
             self.con.execute("PRAGMA query_only = ON")
-            rows = self.con.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+            rows = self.con.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            ).fetchall()
         except sqlite3.OperationalError as exc:
             msg = str(exc)
             if "locked" in msg:
-                raise InputError("SQLite database is locked (still being written by nsys?)", str(path)) from None
+                raise InputError(
+                    "SQLite database is locked (still being written by nsys?)", str(path)
+                ) from None
             raise InputError(f"cannot read SQLite database: {msg}", str(path)) from None
         except sqlite3.DatabaseError as exc:
             raise InputError(f"corrupt or not a SQLite database: {exc}", str(path)) from None
@@ -103,7 +109,10 @@ class Db:
         return [(a, min(hi, a + step - 1)) for a in range(lo, hi + 1, step)]
 
     def _fetch(
-        self, sql: str, schema: dict[str, pl.DataType], to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None
+        self,
+        sql: str,
+        schema: dict[str, pl.DataType],
+        to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
     ) -> pl.DataFrame:
         df = fetch_adbc(self.uri, sql)
         if df is None:

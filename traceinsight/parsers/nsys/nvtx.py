@@ -28,14 +28,16 @@ def nvtx_query(db: Db, strings: pl.DataFrame) -> Rows | None:
     # NULL on those rows) and the event type in the domain column (DomainCreate rows get
     # -1 - domainId): 20% less time on the NVTX scan than the four columns fetched apart.
     text_id = f"char({ord(REGISTERED)}) || textId" if "textId" in cols else "NULL"
-    return (
-        db.query(
-        [*HOST_COLS, f"ifnull(text, {text_id})", f"CASE eventType WHEN {NVTX_DOMAIN_CREATE} THEN -1 - ifnull({dom}, 0) ELSE {dom} END"],
+    return db.query(
+        [
+            *HOST_COLS,
+            f"ifnull(text, {text_id})",
+            f"CASE eventType WHEN {NVTX_DOMAIN_CREATE} THEN -1 - ifnull({dom}, 0) ELSE {dom} END",
+        ],
         nt,
         {**HOST_SCHEMA, "name": pl.String, "packed_domain": pl.Int64},
         f"eventType IN {(*NVTX_RANGE_TYPES, NVTX_DOMAIN_CREATE)}",
         to_events=lambda df: nvtx_rows(decode(df), strings),
-        )
     )
 
 
@@ -82,14 +84,20 @@ def registered_names(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
 
 def nvtx_rows(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     df = registered_names(df, strings)
-    return keep_rows(df, pl.col("name").is_not_null()).with_columns(strip_emit_nvtx(pl.col("name")), pl.lit("user_annotation").alias("kind"))
+    return keep_rows(df, pl.col("name").is_not_null()).with_columns(
+        strip_emit_nvtx(pl.col("name")), pl.lit("user_annotation").alias("kind")
+    )
 
 
 def nccl_domain(nvtx: pl.DataFrame) -> pl.DataFrame:
     """The NVTX ranges, those of NCCL's own domain (NCCL >= 2.8.3) named ``nccl:<range>`` so
     collectives are recognized. Domain-creation rows name the domains."""
-    domains = nvtx.filter(pl.col("domain_create"))  # a handful of rows: only those have their names compared
-    nccl = domains.filter(pl.col("name").str.to_uppercase() == "NCCL").get_column("domain_id").unique()
+    domains = nvtx.filter(
+        pl.col("domain_create")
+    )  # a handful of rows: only those have their names compared
+    nccl = (
+        domains.filter(pl.col("name").str.to_uppercase() == "NCCL").get_column("domain_id").unique()
+    )
     df = keep_rows(nvtx, ~pl.col("domain_create")).drop("domain_create")
     if nccl.len() == 0:
         return df.drop("domain_id")

@@ -10,11 +10,52 @@ from traceinsight.parsers.nsys.db import Db, Rows
 
 # ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND values (stable since 2021; the ENUM tables are
 # missing before 2022.4, so the values are fixed here).
-COPY_KIND = {1: "HtoD", 2: "DtoH", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "HtoD", 12: "DtoH", 13: "DtoD"}
-COPY_LABEL = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
-              9: "HtoH", 10: "PtoP", 11: "Unified HtoD", 12: "Unified DtoH", 13: "Unified DtoD"}
-MEM_KIND = {0: "pageable", 1: "pinned", 2: "device", 3: "array", 4: "managed", 5: "device", 6: "managed", 7: "unknown"}
-MEM_LABEL = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+COPY_KIND = {
+    1: "HtoD",
+    2: "DtoH",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "HtoD",
+    12: "DtoH",
+    13: "DtoD",
+}
+COPY_LABEL = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "Unified HtoD",
+    12: "Unified DtoH",
+    13: "Unified DtoD",
+}
+MEM_KIND = {
+    0: "pageable",
+    1: "pinned",
+    2: "device",
+    3: "array",
+    4: "managed",
+    5: "device",
+    6: "managed",
+    7: "unknown",
+}
+MEM_LABEL = {
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "Device Static",
+    6: "Managed Static",
+    7: "Unknown",
+}
 
 
 def event_rows(df: pl.DataFrame, offset_ns: int) -> pl.DataFrame:
@@ -31,7 +72,9 @@ def event_rows(df: pl.DataFrame, offset_ns: int) -> pl.DataFrame:
     if "gtid" in df.columns:
         gtid = pl.col("gtid")
         df = df.with_columns(
-            packed_pid(gtid).alias("pid"), (gtid & 0xFFFFFF).alias("tid"), (gtid // (1 << 24) * (1 << 24)).alias("gpid")
+            packed_pid(gtid).alias("pid"),
+            (gtid & 0xFFFFFF).alias("tid"),
+            (gtid // (1 << 24) * (1 << 24)).alias("gpid"),
         ).drop("gtid")
     else:
         df = df.with_columns(packed_pid(pl.col("gpid")).alias("pid"))
@@ -63,7 +106,10 @@ def named(df: pl.DataFrame, strings: pl.DataFrame, id_col: str = "name_id") -> p
 def metadata(db: Db) -> dict[str, str]:
     for name in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
         if name in db.tables:
-            return {str(k): str(v) for k, v in db.con.execute(f"SELECT name, value FROM {name}").fetchall()}
+            return {
+                str(k): str(v)
+                for k, v in db.con.execute(f"SELECT name, value FROM {name}").fetchall()
+            }
     return {}
 
 
@@ -80,8 +126,12 @@ def gpu_base(cols: set[str]) -> list[str]:
 def gpu_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
     out = []
     base_schema = {
-        "start_ns": pl.Int64, "end_ns": pl.Int64, "device": pl.Int64, "stream": pl.Int64,
-        "correlation": pl.Int64, "gpid": pl.Int64,
+        "start_ns": pl.Int64,
+        "end_ns": pl.Int64,
+        "device": pl.Int64,
+        "stream": pl.Int64,
+        "correlation": pl.Int64,
+        "gpid": pl.Int64,
     }
     kt = db.table("CUPTI_ACTIVITY_KIND_KERNEL")
     if kt:
@@ -92,7 +142,9 @@ def gpu_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
                 [*gpu_base(cols), name_col],
                 kt,
                 {**base_schema, "name_id": pl.Int64},
-                to_events=lambda df: named(kernel_classes(df, strings), strings).with_columns(pl.lit("kernel").alias("kind")),
+                to_events=lambda df: named(kernel_classes(df, strings), strings).with_columns(
+                    pl.lit("kernel").alias("kind")
+                ),
             )
         )
     mt = db.table("CUPTI_ACTIVITY_KIND_MEMCPY")
@@ -100,7 +152,13 @@ def gpu_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
         cols = db.columns(mt)
         out.append(
             db.query(
-                [*gpu_base(cols), "bytes", "copyKind", pick(cols, "srcKind", "7"), pick(cols, "dstKind", "7")],
+                [
+                    *gpu_base(cols),
+                    "bytes",
+                    "copyKind",
+                    pick(cols, "srcKind", "7"),
+                    pick(cols, "dstKind", "7"),
+                ],
                 mt,
                 {**base_schema, "bytes": pl.Int64, "ck": pl.Int64, "sk": pl.Int64, "dk": pl.Int64},
                 to_events=memcpy_rows,
@@ -116,7 +174,12 @@ def gpu_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
                 {**base_schema, "bytes": pl.Int64, "mk": pl.Int64},
                 to_events=lambda df: df.with_columns(
                     pl.lit("memset").alias("kind"),
-                    pl.format("Memset ({})", pl.col("mk").replace_strict(MEM_LABEL, default="Unknown", return_dtype=pl.String)).alias("name"),
+                    pl.format(
+                        "Memset ({})",
+                        pl.col("mk").replace_strict(
+                            MEM_LABEL, default="Unknown", return_dtype=pl.String
+                        ),
+                    ).alias("name"),
                 ).drop("mk"),
             )
         )
@@ -131,7 +194,9 @@ def gpu_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
                 {**base_schema, "sync_type": pl.Int64},
                 to_events=lambda df: df.with_columns(
                     pl.lit("gpu_sync").alias("kind"),
-                    pl.col("sync_type").replace_strict(names, default="Sync", return_dtype=pl.String).alias("name"),
+                    pl.col("sync_type")
+                    .replace_strict(names, default="Sync", return_dtype=pl.String)
+                    .alias("name"),
                 ).drop("sync_type"),
             )
         )
@@ -141,17 +206,27 @@ def gpu_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
 def kernel_classes(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     """Classify each distinct kernel name id once and join back on the integer id: hashing
     millions of long demangled names is the slow part otherwise."""
-    ids = df.select(pl.col("name_id").unique()).join(strings, left_on="name_id", right_on="sid", how="left")
-    ids = ids.with_columns(classify_names(ids["svalue"].fill_null("")).alias("kernel_class")).select("name_id", "kernel_class")
+    ids = df.select(pl.col("name_id").unique()).join(
+        strings, left_on="name_id", right_on="sid", how="left"
+    )
+    ids = ids.with_columns(
+        classify_names(ids["svalue"].fill_null("")).alias("kernel_class")
+    ).select("name_id", "kernel_class")
     return df.join(ids, on="name_id", how="left", maintain_order="left")
 
 
 def memcpy_rows(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(
         pl.lit("memcpy").alias("kind"),
-        pl.col("ck").replace_strict(COPY_KIND, default="other", return_dtype=pl.String).alias("copy_kind"),
-        pl.col("sk").replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String).alias("src_kind"),
-        pl.col("dk").replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String).alias("dst_kind"),
+        pl.col("ck")
+        .replace_strict(COPY_KIND, default="other", return_dtype=pl.String)
+        .alias("copy_kind"),
+        pl.col("sk")
+        .replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String)
+        .alias("src_kind"),
+        pl.col("dk")
+        .replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String)
+        .alias("dst_kind"),
         pl.format(
             "Memcpy {} ({} -> {})",
             pl.col("ck").replace_strict(COPY_LABEL, default="Unknown", return_dtype=pl.String),
@@ -171,15 +246,29 @@ def host_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
     rt = db.table("CUPTI_ACTIVITY_KIND_RUNTIME")
     if rt:
         cols = db.columns(rt)
-        api_names = strings.with_columns(pl.col("svalue").str.replace(r"_v\d+$", ""))  # cudaLaunchKernel_v7000
+        api_names = strings.with_columns(
+            pl.col("svalue").str.replace(r"_v\d+$", "")
+        )  # cudaLaunchKernel_v7000
         out.append(
             db.query(
                 [*HOST_COLS, "correlationId", pick(cols, "eventClass", "0"), "nameId"],
                 rt,
-                {**HOST_SCHEMA, "correlation": pl.Int64, "event_class": pl.Int64, "name_id": pl.Int64},
-                to_events=lambda df: named(df, api_names).with_columns(
-                    pl.when(pl.col("event_class") == 1).then(pl.lit("driver")).otherwise(pl.lit("runtime")).alias("kind"),
-                ).drop("event_class"),
+                {
+                    **HOST_SCHEMA,
+                    "correlation": pl.Int64,
+                    "event_class": pl.Int64,
+                    "name_id": pl.Int64,
+                },
+                to_events=lambda df: (
+                    named(df, api_names)
+                    .with_columns(
+                        pl.when(pl.col("event_class") == 1)
+                        .then(pl.lit("driver"))
+                        .otherwise(pl.lit("runtime"))
+                        .alias("kind"),
+                    )
+                    .drop("event_class")
+                ),
             )
         )
     for table in ("CUPTI_ACTIVITY_KIND_OVERHEAD", "PROFILER_OVERHEAD"):
@@ -190,7 +279,9 @@ def host_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
                     HOST_COLS,
                     ot,
                     HOST_SCHEMA,
-                    to_events=lambda df: df.with_columns(pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")),
+                    to_events=lambda df: df.with_columns(
+                        pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")
+                    ),
                 )
             )
     return out
@@ -212,10 +303,16 @@ def devices(db: Db) -> list[DeviceInfo]:
         if idc:
             sm = pick(cols, "smCount")
             mem = pick(cols, "totalMemory")
-            cc = "computeMajor || '.' || computeMinor" if {"computeMajor", "computeMinor"} <= cols else "NULL"
+            cc = (
+                "computeMajor || '.' || computeMinor"
+                if {"computeMajor", "computeMinor"} <= cols
+                else "NULL"
+            )
             rows = db.con.execute(f"SELECT {idc}, name, {sm}, {mem}, {cc} FROM {t}").fetchall()
             if rows:
-                return [DeviceInfo(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows if r[0] is not None]
+                return [
+                    DeviceInfo(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows if r[0] is not None
+                ]
     t = db.table("TARGET_INFO_CUDA_GPU")  # 2021 exports
     if t and {"deviceId", "name"} <= db.columns(t):
         rows = db.con.execute(f"SELECT DISTINCT deviceId, name FROM {t}").fetchall()
