@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import traceinsight.parsers.nsys as nsys
+import traceinsight.parsers.nsys.db as nsys
 from traceinsight.cli import main
 
 from .conftest import FIXTURES, TINY
@@ -309,7 +309,7 @@ def test_nsys_memory_tables_and_malloc_rows(
     if adbc:
         check_cli(p, capsys)
         return
-    with mock.patch.object(nsys, "_fetch_adbc", lambda uri, q: None):  # the sqlite3 fallback
+    with mock.patch.object(nsys, "fetch_adbc", lambda uri, q: None):  # the sqlite3 fallback
         check_cli(p, capsys)
 
 
