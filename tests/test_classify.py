@@ -228,3 +228,43 @@ def test_optimizer_mode(opt_class, kernel, mode, fires):
     assert a.results.optimizer.mode == mode
     assert a.results.optimizer.kernels_per_step == 4  # 4 launches inside each of the 2 ranges
     assert ("unfused_optimizer" in {f.id for f in a.findings}) is fires
+
+
+def test_v100_resnet50_trained_in_fp32_reads_as_fp32():
+    """The 2021 plugin sample (ResNet-50 on a V100, fixtures/corpus) trains in fp32: no kernel in
+    the raw file has a tensor-core or half-precision name, so the fp32 share of math must be ~1
+    (it was 0.20 when cuDNN's float engines were not recognised)."""
+    import gzip
+    import json
+
+    path = (
+        Path(__file__).parents[1]
+        / "fixtures/corpus/plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+    )
+    with gzip.open(path, "rt") as f:
+        kernels = [e for e in json.load(f) if e.get("cat") == "Kernel"]
+    names = {e["name"] for e in kernels}
+    assert not any(re.search(r"(?i)884|1688|tensorop|hmma|fp16|half|bf16|f16", n) for n in names)
+    # batch norm time, from the raw events: must count as reduction, not convolution
+    bn_us = sum(e["dur"] for e in kernels if "cudnn::bn_" in e["name"])
+    from traceinsight.api import analyze
+
+    a = analyze(path)
+    k = a.results.kernels
+    assert k.fp32_gemm_time_ratio > 0.99
+    assert "fp32_compute" in {f.id for f in a.findings}
+    # the whole trace's kernels (by_class covers only the step window)
+    ev = a.trace.events.filter(pl.col("kind") == "kernel")
+    by = dict(
+        ev.group_by("kernel_class")
+        .agg(pl.col("dur_ns").sum())
+        .cast({"kernel_class": pl.String})
+        .iter_rows()
+    )
+    assert by["reduction"] >= bn_us * 1000 * 0.999
+    conv_us = sum(
+        e["dur"]
+        for e in kernels
+        if classify_names(pl.Series([e["name"]])).cast(pl.String)[0] == "conv"
+    )
+    assert by["conv"] == pytest.approx(conv_us * 1000, rel=1e-3)
