@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.builder import Events
-from traceinsight.api import analyze_trace
+from traceinsight.api import analyze, analyze_trace
 from traceinsight.cli import main
 from traceinsight.commands.diff import gate_exit
 from traceinsight.diff import (
@@ -21,6 +21,7 @@ from traceinsight.diff import (
     diff_paths,
     environment_warnings,
     kernel_iterations,
+    nvtx_iterations,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -256,3 +257,27 @@ def test_html_names_what_differs(tmp_path):
     page = html.read_text()
     (gb,), (ga,) = _device_names(before), _device_names(after)
     assert "Not like for like" in page and f"different GPUs: {gb} vs {ga}" in page
+
+
+def test_nvtx_iterations_by_hand():
+    # five "train_step N" ranges starting 3 ms apart (each covering 2 ms of it), plus an
+    # op-level range that repeats but is not named like an iteration
+    e = Events()
+    for i in range(5):
+        e.annotation(f"train_step {i}", 3000 * i, 2000)
+        e.annotation("aten::linear", 3000 * i + 100, 50)
+        e.kernel("some_gemm_kernel", 3000 * i + 200, 1500)
+    it = compare(analyze_trace(e.trace()), analyze_trace(e.trace()))["iterations"]["before"]
+    assert it["method"] == "nvtx" and it["range_name"] == "train_step"
+    # 4 start-to-start spacings of 3 ms, the first dropped as warm-up
+    assert it["per_iteration_ns"] == [3_000_000] * 3
+
+
+def test_real_nvtx_and_kernel_period_agree():
+    # param/linear_kineto (torch 2.0, no ProfilerStep): the optimizer step's user range and the
+    # kernel sequence are two independent ways to the same iteration time
+    a = analyze(_corpus("param/linear_kineto.json.gz"))
+    n, k = nvtx_iterations(a.trace.events), kernel_iterations(a.trace.events)
+    assert n["range_name"] == "Optimizer.step#SGD.step"
+    assert n["iterations"] == k["iterations"]
+    assert n["median_ns"] == pytest.approx(k["median_ns"], rel=0.03)

@@ -65,6 +65,10 @@ PERIOD_CANDIDATE_NAMES = 20
 ANCHOR_REGULAR_RATIO = 0.8
 # two periods are the same work within this share of kernels (a cuDNN algorithm choice may differ)
 PERIOD_SAME_WORK_RATIO = 0.02
+# NVTX / user ranges whose name says they are one iteration (tried before the kernel period)
+NVTX_ITERATION_PATTERN = (
+    r"(?i)(^|[^a-z])(train_?|training_?)?(step|iter|iteration|batch|microbatch)([^a-z]|$)"
+)
 
 
 def _versions(a: TraceAnalysis) -> dict[str, Any]:
@@ -129,6 +133,54 @@ def change_interval(before: list[float], after: list[float]) -> tuple[float, flo
     tail = (1 - CONFIDENCE) / 2
     lo, hi = ch.quantile(tail, "linear"), ch.quantile(1 - tail, "linear")
     return (float(lo), float(hi)) if lo is not None and hi is not None else None
+
+
+def nvtx_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
+    """Iterations from NVTX / user ranges named like one (``train_step``, ``iteration 3``,
+    ``Optimizer.step#SGD.step``): the name with the most total time among those with more than
+    PERIOD_MIN_REPEATS ranges on one thread that never overlap. An iteration is the time from one
+    range's start to the next one's (a range covering only part of the iteration, like the
+    optimizer step, still marks each one); the first is dropped as warm-up where more than
+    PERIOD_MIN_REPEATS remain."""
+    r = events.filter(
+        pl.col("kind").is_in(["user_annotation", "gpu_annotation"])
+        & pl.col("name").str.contains(NVTX_ITERATION_PATTERN)
+    )
+    if r.height < PERIOD_MIN_REPEATS:
+        return None
+    # numbered ranges ("step 12", "iteration#3") are one name without their number
+    r = r.with_columns(pl.col("name").str.replace_all(r"[\s#_:-]*\d+$", "").alias("base"))
+    per_name = (
+        r.filter(pl.col("kind") == "user_annotation")
+        .sort("start_ns")
+        .group_by("base", "tid")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("total_ns"),
+            pl.col("start_ns").diff().drop_nulls().alias("spacing_ns"),
+            # ranges that never overlap: each starts at or after the previous one's end
+            (pl.col("start_ns").slice(1) >= pl.col("end_ns").slice(0, pl.len() - 1))
+            .all()
+            .alias("disjoint"),
+        )
+        .filter((pl.col("count") > PERIOD_MIN_REPEATS) & pl.col("disjoint"))
+        .sort(["total_ns", "base"], descending=[True, False])
+    )
+    if per_name.height == 0:
+        return None
+    best = per_name.row(0, named=True)
+    per = pl.Series(best["spacing_ns"], dtype=pl.Int64)
+    if per.len() > PERIOD_MIN_REPEATS:
+        per = per.slice(1)
+    return {
+        "method": "nvtx",
+        "range_name": best["base"],
+        "period_kernels": None,
+        "match_ratio": None,
+        "iterations": per.len(),
+        "per_iteration_ns": per.to_list(),
+        "median_ns": float(per.median()),
+    }
 
 
 def kernel_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
@@ -360,7 +412,7 @@ def _step_sample(a: Analysis | None) -> list[float]:
 
 def _iterations(a: Analysis | None) -> dict[str, Any] | None:
     if isinstance(a, TraceAnalysis) and a.trace is not None and not a.metrics.get("steps"):
-        return kernel_iterations(a.trace.events)
+        return nvtx_iterations(a.trace.events) or kernel_iterations(a.trace.events)
     return None
 
 
@@ -408,9 +460,15 @@ def compare_docs(
         sb = sa = None
         if ib and ia:
             iterations = {"before": ib, "after": ia}
-            # an iteration is comparable work only when both repeat (about) the same kernels
+            # an iteration is comparable work only when both repeat (about) the same kernels, or
+            # both sides' iterations are the same named range
             pb, pa = ib["period_kernels"], ia["period_kernels"]
-            if abs(pa - pb) <= PERIOD_SAME_WORK_RATIO * pb:
+            same = (
+                ib.get("range_name") == ia.get("range_name")
+                if pb is None or pa is None
+                else abs(pa - pb) <= PERIOD_SAME_WORK_RATIO * pb
+            )
+            if same:
                 sb, sa = ib["median_ns"], ia["median_ns"]
                 xb, xa = ib["per_iteration_ns"], ia["per_iteration_ns"]
     eb = environment(ab) if ab is not None else None

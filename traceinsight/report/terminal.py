@@ -148,11 +148,13 @@ def _timing_lines(doc: dict[str, Any]) -> list[str]:
             line += "; too few steps for a noise estimate"
         lines.append(line)
         if doc.get("iterations"):
-            it = doc["iterations"]
-            lines.append(
-                f"  (no step markers: iterations of {it['before']['period_kernels']} / "
-                f"{it['after']['period_kernels']} kernels found from the repeating kernel sequence)"
+            ib, ia = doc["iterations"]["before"], doc["iterations"]["after"]
+            how = (
+                f"the range {ib['range_name']!r}"
+                if ib["method"] == "nvtx"
+                else f"the repeating kernel sequence ({ib['period_kernels']} / {ia['period_kernels']} kernels)"
             )
+            lines.append(f"  (no step markers: iterations from {how})")
     th = doc.get("throughput")
     if th and ch is None:
         lines.append(
