@@ -1,7 +1,13 @@
+import csv
+import re
+from pathlib import Path
+
 import polars as pl
 import pytest
 
-from traceinsight.model.classify import FP32_SIMT_PATTERN, KERNEL_RULES, classify_names
+from tests.builder import Events
+from traceinsight.api import analyze_trace
+from traceinsight.model.classify import FP32_RULES, KERNEL_RULES, classify_names, is_fp32_math
 
 # One real kernel name per class (from the shared corpus and the H200 fixtures).
 CASES = [
@@ -58,7 +64,7 @@ def test_one_name_per_rule(name, cls):
 
 
 def test_every_rule_has_a_case():
-    assert {c for _, c in CASES} >= {c for c, _ in KERNEL_RULES}
+    assert {c for _, c in CASES} >= {r.cls for r in KERNEL_RULES}
 
 
 def test_lambda_is_not_lamb_optimizer():
@@ -74,7 +80,7 @@ def test_fp32_pattern():
             "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
         ]
     )
-    assert s.str.to_lowercase().str.contains(FP32_SIMT_PATTERN).to_list() == [True, True, False]
+    assert is_fp32_math(s).to_list() == [True, True, False]
 
 
 def test_names_matching_once_per_name():
@@ -91,3 +97,174 @@ def test_names_matching_once_per_name():
     assert names_matching(df, r"^aten::")["i"].to_list() == [0, 1, 3]
     assert names_matching(df, r"^aten::", negate=True)["i"].to_list() == [4]  # null never matches
     assert names_matching(df.head(0), "x").height == 0
+
+
+# Real kernel names from every GPU generation in the corpus (../shared/traces and the H200
+# fixtures), with the class and fp32 flag reviewed by hand; tests/data/make_kernel_names.py made it.
+NAMES = list(
+    csv.DictReader(
+        (Path(__file__).parent / "data" / "kernel_names.tsv").open(encoding="utf-8"),
+        delimiter="\t",
+        quoting=csv.QUOTE_NONE,
+    )
+)
+MATH = ("gemm", "conv", "attention")
+
+
+def test_real_names_cover_every_rule_and_generation():
+    assert {r["rule"] for r in NAMES} >= {r.rule for r in KERNEL_RULES}
+    assert {r["generation"] for r in NAMES} >= {
+        "volta", "turing", "ampere", "hopper", "blackwell", "cdna"
+    }  # fmt: skip
+    fp32 = [r["name"].lower() for r in NAMES if r["fp32_math"] == "1"]
+    for rule, pattern in FP32_RULES:
+        assert any(re.search(pattern, n) for n in fp32), rule
+
+
+def test_real_names_get_their_class_and_precision():
+    names = pl.Series([r["name"] for r in NAMES])
+    got = classify_names(names).cast(pl.String).to_list()
+    fp32 = is_fp32_math(names).to_list()
+    wrong = [
+        (r["expected_class"], g, r["name"][:90])
+        for r, g in zip(NAMES, got, strict=True)
+        if g != r["expected_class"]
+    ]
+    assert not wrong
+    wrong_fp32 = [
+        r["name"][:90]
+        for r, f in zip(NAMES, fp32, strict=True)
+        if r["expected_class"] in MATH and f != (r["fp32_math"] == "1")
+    ]
+    assert not wrong_fp32
+
+
+@pytest.mark.parametrize(
+    ("name", "cls", "fp32"),
+    [
+        # V100 ResNet-50 in fp32 (kineto-samples/worker0.1623143089861): cuDNN's legacy engines
+        (
+            "void cudnn::cnn::wgrad_alg0_engine<float, 128, 6, 7, 3, 3, 5, false, 512>(int)",
+            "conv",
+            True,
+        ),
+        ("void cudnn::detail::dgrad_engine<float, 512, 6, 5, 3, 3, 3, false>(int)", "conv", True),
+        ("volta_scudnn_128x64_stridedB_splitK_xregs_large_nn_v1", "conv", True),
+        (
+            "void implicit_convolve_sgemm<float, float, 128, 6, 7, 3, 3, 5, 1, false, true, true>(int)",
+            "conv",
+            True,
+        ),
+        # the same on A100 with TF32 on (hta/critical_path/alexnet): tensor cores, not fp32
+        (
+            "sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16",
+            "conv",
+            False,
+        ),
+        # batch norm is a reduction though cuDNN runs it
+        (
+            "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(cudnnTensorStruct)",
+            "reduction",
+            False,
+        ),
+        # vllm's fused_add_rms_norm (tracelens/b200): "_typeConvert" is not a convolution
+        (
+            "std::enable_if<vllm::_typeConvert<c10::BFloat16>::exists, void>::type vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>",
+            "reduction",
+            False,
+        ),
+        # fbgemm's embedding bags (hta/timeline_analysis DLRM) do no GEMM
+        (
+            "void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*, int const*, int*)",
+            "other",
+            False,
+        ),
+    ],
+)
+def test_named_faults(name, cls, fp32):
+    s = pl.Series([name])
+    assert classify_names(s).cast(pl.String).to_list() == [cls]
+    assert is_fp32_math(s).to_list() == [fp32]
+
+
+# Apex's multi_tensor_apply_kernel is a free template (apex/csrc/multi_tensor_apply.cuh) whose
+# functor is the optimizer (csrc/multi_tensor_adam.cu AdamFunctor); PyTorch's foreach kernels are
+# in at::native with generic list functors (names from hta/nccl_parser_config, param/resnet).
+APEX_ADAM = (
+    "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, int>, float, "
+    "float, float, float, float, float, adamMode_t, float>(long, int volatile*, TensorListMetadata<4>, "
+    "AdamFunctor<float, float, int>, float, float, float, float, float, float, adamMode_t, float)"
+)
+FOREACH_ADD = (
+    "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+    "namespace)::TensorListMetadata<3>, at::native::(anonymous namespace)::BinaryOpListAlphaFunctor"
+    "<float, 3, 2, 2>, std::plus<float>, float>(at::native::(anonymous namespace)::TensorListMetadata<3>)"
+)
+
+
+def _optimizer_trace(opt_class: str, kernel: str, n_kernels: int):
+    """Two optimizer steps of ``n_kernels`` kernels each, launched inside ``Optimizer.step#``."""
+    e = Events()
+    for s in range(2):
+        t0 = 1000 * s
+        e.step(s, t0, 900)
+        e.op(f"Optimizer.step#{opt_class}.step", t0 + 100, 500)
+        for i in range(n_kernels):
+            e.kernel(kernel, t0 + 200 + 50 * i, 30, launch_us=t0 + 110 + 20 * i)
+    return e.trace()
+
+
+@pytest.mark.parametrize(
+    ("opt_class", "kernel", "mode", "fires"),
+    [
+        ("FusedAdam", APEX_ADAM, "fused", False),  # Apex FusedAdam: already fused
+        ("Adam", APEX_ADAM, "fused", False),  # the functor alone says fused
+        ("Adam", FOREACH_ADD, "foreach", True),  # torch foreach: fused=True would help
+    ],
+)
+def test_optimizer_mode(opt_class, kernel, mode, fires):
+    assert classify_names(pl.Series([kernel])).cast(pl.String).to_list() == ["optimizer"]
+    a = analyze_trace(_optimizer_trace(opt_class, kernel, 4))
+    assert a.results.optimizer.mode == mode
+    assert a.results.optimizer.kernels_per_step == 4  # 4 launches inside each of the 2 ranges
+    assert ("unfused_optimizer" in {f.id for f in a.findings}) is fires
+
+
+def test_v100_resnet50_trained_in_fp32_reads_as_fp32():
+    """The 2021 plugin sample (ResNet-50 on a V100, fixtures/corpus) trains in fp32: no kernel in
+    the raw file has a tensor-core or half-precision name, so the fp32 share of math must be ~1
+    (it was 0.20 when cuDNN's float engines were not recognised)."""
+    import gzip
+    import json
+
+    path = (
+        Path(__file__).parents[1]
+        / "fixtures/corpus/plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+    )
+    with gzip.open(path, "rt") as f:
+        kernels = [e for e in json.load(f) if e.get("cat") == "Kernel"]
+    names = {e["name"] for e in kernels}
+    assert not any(re.search(r"(?i)884|1688|tensorop|hmma|fp16|half|bf16|f16", n) for n in names)
+    # batch norm time, from the raw events: must count as reduction, not convolution
+    bn_us = sum(e["dur"] for e in kernels if "cudnn::bn_" in e["name"])
+    from traceinsight.api import analyze
+
+    a = analyze(path)
+    k = a.results.kernels
+    assert k.fp32_gemm_time_ratio > 0.99
+    assert "fp32_compute" in {f.id for f in a.findings}
+    # the whole trace's kernels (by_class covers only the step window)
+    ev = a.trace.events.filter(pl.col("kind") == "kernel")
+    by = dict(
+        ev.group_by("kernel_class")
+        .agg(pl.col("dur_ns").sum())
+        .cast({"kernel_class": pl.String})
+        .iter_rows()
+    )
+    assert by["reduction"] >= bn_us * 1000 * 0.999
+    conv_us = sum(
+        e["dur"]
+        for e in kernels
+        if classify_names(pl.Series([e["name"]])).cast(pl.String)[0] == "conv"
+    )
+    assert by["conv"] == pytest.approx(conv_us * 1000, rel=1e-3)

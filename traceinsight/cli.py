@@ -290,7 +290,14 @@ def batch(
     "--fail-if-slower",
     type=float,
     metavar="PCT",
-    help="Exit 3 if the median step time grew by more than PCT percent (CI gate).",
+    help="Exit 3 if the median step time (or, without steps, the time per kernel) grew by more "
+    "than PCT percent and by more than the noise (CI gate).",
+)
+@click.option(
+    "--allow-different-hardware",
+    is_flag=True,
+    help="Let --fail-if-slower gate a diff whose sides ran on different GPUs, device counts or "
+    "world sizes (refused with exit 2 otherwise).",
 )
 @analysis_options
 def diff(
@@ -302,6 +309,7 @@ def diff(
     quiet: bool,
     force: bool,
     fail_if_slower: float | None,
+    allow_different_hardware: bool,
     opts: Any,
 ) -> int:
     """Compare two traces (or job directories): metrics, step time, idle causes, kernels, findings."""
@@ -319,6 +327,7 @@ def diff(
             quiet=quiet,
             force=force,
             fail_if_slower=fail_if_slower,
+            allow_different_hardware=allow_different_hardware,
         ),
     )
 

@@ -3,10 +3,19 @@
 Metrics side by side, step time, idle time by cause, kernels that appeared, disappeared or changed
 most (matched by name and class, normalized per step so captures of different lengths compare),
 and findings resolved or introduced; for jobs, the same per matched rank.
+
+A diff is only as good as its two sides are comparable: ``environment`` records the GPU, device
+count, world size, CUDA versions and trace format of each and ``warnings`` names what differs.
+The change of the median step comes with a bootstrap interval (``noise``); captures without step
+markers get iterations from the period of their repeating kernel sequence, and where there is
+none, work-normalized throughput per kernel class (``throughput``). ``gate`` is what
+``--fail-if-slower`` reads.
 """
 
 from __future__ import annotations
 
+import math
+import random
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +29,224 @@ from traceinsight.runtime import Runtime
 TOP_KERNEL_CHANGES = 15
 Analysis = TraceAnalysis | JobAnalysis
 
+# What must match for a diff to say something about the code rather than the machine:
+# (environment key, warning wording). The first three are hardware (--allow-different-hardware).
+COMPARED = (
+    ("gpu", "different GPUs"),
+    ("device_count", "different device counts"),
+    ("world_size", "different world sizes"),
+    ("torch_version", "different torch versions"),
+    ("cuda_runtime_version", "different CUDA runtimes"),
+    ("cuda_driver_version", "different CUDA drivers"),
+    ("hip_runtime_version", "different HIP runtimes"),
+    ("format", "different trace formats"),
+    ("format_version", "different trace format versions"),
+)
+HARDWARE = ("gpu", "device_count", "world_size")
+VERSION_KEYS = (
+    "torch_version",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "hip_runtime_version",
+)
 
-def _step_time(doc: dict[str, Any]) -> float | None:
-    m = doc["metrics"]
-    if doc.get("kind") == "job":
-        return m.get("step_time_median_ns")
-    return m.get("step_time_median_ns") or m.get("window_ns")
+# Noise model: a percentile bootstrap over steps, fixed seed so a diff is reproducible.
+BOOTSTRAP_RESAMPLES = 1000
+CONFIDENCE = 0.95
+BOOTSTRAP_SEED = 0
+MIN_STEPS_FOR_NOISE = 3
+
+# Iteration finder: a candidate period (in kernels) counts when this share of kernels equals the
+# kernel one period later (0.7: a warm-up iteration with extra kernels shifts the rest), over at least this many repeats; candidates come from the spacing of
+# the rarest repeating kernel names (an optimizer or loss kernel runs once per iteration).
+PERIOD_MATCH_RATIO = 0.7
+PERIOD_MIN_REPEATS = 3
+PERIOD_CANDIDATE_NAMES = 20
+ANCHOR_REGULAR_RATIO = 0.8
+# two periods are the same work within this share of kernels (a cuDNN algorithm choice may differ)
+PERIOD_SAME_WORK_RATIO = 0.02
+# NVTX / user ranges whose name says they are one iteration (tried before the kernel period)
+NVTX_ITERATION_PATTERN = (
+    r"(?i)(^|[^a-z])(train_?|training_?)?(step|iter|iteration|batch|microbatch)([^a-z]|$)"
+)
+
+
+def _versions(a: TraceAnalysis) -> dict[str, Any]:
+    # the parser keeps the Kineto top-level versions in meta.extra (absent for worker-analyzed ranks)
+    extra = a.trace.meta.extra if a.trace is not None else {}
+    return {k: extra.get(k) for k in VERSION_KEYS}
+
+
+def environment(a: Analysis) -> dict[str, Any]:
+    """What each side ran on: GPU model(s), device count, world size, versions, trace format."""
+    src = a.to_json()["source"] if isinstance(a, JobAnalysis) else a.source
+    names = sorted({d["name"] for d in src["devices"] if d.get("name")})
+    first = a.ranks[0] if isinstance(a, JobAnalysis) and a.ranks else a
+    versions = _versions(first) if isinstance(first, TraceAnalysis) else dict.fromkeys(VERSION_KEYS)
+    return {
+        "gpu": ", ".join(names) or None,
+        "device_count": len(src["devices"]) or None,
+        "world_size": src.get("world_size") or len(src.get("ranks") or []) or None,
+        **versions,
+        "format": src.get("format"),
+        "format_version": src.get("format_version"),
+    }
+
+
+def environment_warnings(eb: dict[str, Any], ea: dict[str, Any]) -> tuple[list[str], bool]:
+    """One warning per compared fact known on both sides that differs; whether hardware differs."""
+    warnings, hardware = [], False
+    for key, words in COMPARED:
+        b, a = eb.get(key), ea.get(key)
+        if b is not None and a is not None and b != a:
+            warnings.append(f"{words}: {b} vs {a}")
+            hardware = hardware or key in HARDWARE
+    return warnings, hardware
+
+
+def _medians(values: list[float], rng: random.Random) -> pl.Series:
+    """The median of each of BOOTSTRAP_RESAMPLES resamples (with replacement) of ``values``."""
+    n = len(values)
+    idx = rng.choices(range(n), k=n * BOOTSTRAP_RESAMPLES)
+    return (
+        pl.DataFrame(
+            {
+                "r": pl.int_range(0, n * BOOTSTRAP_RESAMPLES, eager=True) // n,
+                "v": pl.Series(values, dtype=pl.Float64).gather(idx),
+            }
+        )
+        .group_by("r")
+        .agg(pl.col("v").median())
+        .sort("r")
+        .get_column("v")
+    )
+
+
+def change_interval(before: list[float], after: list[float]) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval (CONFIDENCE) of median(after) / median(before) - 1, or None
+    with fewer than MIN_STEPS_FOR_NOISE steps on a side."""
+    if min(len(before), len(after)) < MIN_STEPS_FOR_NOISE:
+        return None
+    rng = random.Random(BOOTSTRAP_SEED)
+    mb, ma = _medians(before, rng), _medians(after, rng)
+    ch = (ma / mb - 1).filter(mb > 0)
+    tail = (1 - CONFIDENCE) / 2
+    lo, hi = ch.quantile(tail, "linear"), ch.quantile(1 - tail, "linear")
+    return (float(lo), float(hi)) if lo is not None and hi is not None else None
+
+
+def nvtx_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
+    """Iterations from NVTX / user ranges named like one (``train_step``, ``iteration 3``,
+    ``Optimizer.step#SGD.step``): the name with the most total time among those with more than
+    PERIOD_MIN_REPEATS ranges on one thread that never overlap. An iteration is the time from one
+    range's start to the next one's (a range covering only part of the iteration, like the
+    optimizer step, still marks each one); the first is dropped as warm-up where more than
+    PERIOD_MIN_REPEATS remain."""
+    r = events.filter(
+        pl.col("kind").is_in(["user_annotation", "gpu_annotation"])
+        & pl.col("name").str.contains(NVTX_ITERATION_PATTERN)
+    )
+    if r.height < PERIOD_MIN_REPEATS:
+        return None
+    # numbered ranges ("step 12", "iteration#3") are one name without their number
+    r = r.with_columns(pl.col("name").str.replace_all(r"[\s#_:-]*\d+$", "").alias("base"))
+    per_name = (
+        r.filter(pl.col("kind") == "user_annotation")
+        .sort("start_ns")
+        .group_by("base", "tid")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("total_ns"),
+            pl.col("start_ns").diff().drop_nulls().alias("spacing_ns"),
+            # ranges that never overlap: each starts at or after the previous one's end
+            (pl.col("start_ns").slice(1) >= pl.col("end_ns").slice(0, pl.len() - 1))
+            .all()
+            .alias("disjoint"),
+        )
+        .filter((pl.col("count") > PERIOD_MIN_REPEATS) & pl.col("disjoint"))
+        .sort(["total_ns", "base"], descending=[True, False])
+    )
+    if per_name.height == 0:
+        return None
+    best = per_name.row(0, named=True)
+    per = pl.Series(best["spacing_ns"], dtype=pl.Int64)
+    if per.len() > PERIOD_MIN_REPEATS:
+        per = per.slice(1)
+    return {
+        "method": "nvtx",
+        "range_name": best["base"],
+        "period_kernels": None,
+        "match_ratio": None,
+        "iterations": per.len(),
+        "per_iteration_ns": per.to_list(),
+        "median_ns": float(per.median()),
+    }
+
+
+def kernel_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
+    """Iterations of a capture without step markers: the period (in kernels) of its repeating
+    kernel sequence on its busiest device, and the time of each full period. None when no
+    candidate period repeats PERIOD_MIN_REPEATS times with PERIOD_MATCH_RATIO shifted equality."""
+    k = events.filter(pl.col("kind") == "kernel")
+    if k.height < 2 * PERIOD_MIN_REPEATS:
+        return None
+    busiest = k.group_by("device").len().sort(["len", "device"], descending=[True, False])
+    k = (
+        k.filter(pl.col("device").eq_missing(busiest["device"][0]))
+        .sort("start_ns", maintain_order=True)
+        .select(pl.col("name").rank("dense").alias("id"), "start_ns")
+        .with_row_index("pos")
+    )
+    n = k.height
+    # spacing of each name's occurrences; the rarest repeating names space out whole iterations
+    gaps = (
+        k.with_columns((pl.col("pos") - pl.col("pos").shift(1).over("id")).alias("gap"))
+        .group_by("id")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("gap").median().alias("gap"),
+            # share of gaps within 5% of the median: an anchor must mark every iteration
+            ((pl.col("gap") - pl.col("gap").median()).abs() <= 0.05 * pl.col("gap").median())
+            .filter(pl.col("gap").is_not_null())
+            .mean()
+            .alias("regular_ratio"),
+        )
+        .filter(pl.col("count") >= PERIOD_MIN_REPEATS)
+        .sort(["count", "id"])
+        .head(PERIOD_CANDIDATE_NAMES)
+    )
+    gaps = gaps.filter(
+        pl.col("gap").is_not_null()
+        & (pl.col("gap") >= 1)
+        & (n // pl.col("gap") >= PERIOD_MIN_REPEATS)
+        & (pl.col("regular_ratio") >= ANCHOR_REGULAR_RATIO)
+    ).sort(["gap", "regular_ratio", "id"], descending=[True, True, False])
+    ids = k["id"]
+    ratios: dict[int, float] = {}
+    for anchor, gap in gaps.select("id", "gap").iter_rows():
+        # at most PERIOD_CANDIDATE_NAMES candidates, one vectorized pass each; longest first, so a
+        # step made of repeated layers is found as the step, not the layer
+        p = int(gap)
+        if p not in ratios:
+            ratios[p] = float((ids.head(n - p) == ids.slice(p)).mean())
+        if ratios[p] >= PERIOD_MATCH_RATIO:
+            # iterations start at the anchor's occurrences: robust to a warm-up iteration that
+            # launched extra kernels, which would shift fixed-size slices
+            starts = k.filter(pl.col("id") == anchor)["start_ns"]
+            per = starts.diff().drop_nulls()
+            if per.len() > PERIOD_MIN_REPEATS:
+                per = per.slice(
+                    1
+                )  # the first holds the warm-up (cuDNN autotuning, allocator growth)
+            return {
+                "method": "kernel_period",
+                "period_kernels": p,
+                "match_ratio": ratios[p],
+                "iterations": per.len(),
+                "per_iteration_ns": per.to_list(),
+                "median_ns": float(per.median()),
+            }
+    return None
 
 
 def _kernels(a: Analysis) -> pl.DataFrame:
@@ -119,25 +340,170 @@ def _finding_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) 
     }
 
 
-def compare_docs(
-    before: dict[str, Any], after: dict[str, Any], kb: pl.DataFrame, ka: pl.DataFrame
-) -> dict[str, Any]:
-    """The diff of two analysis documents and their kernel tables."""
-    sb, sa = _step_time(before), _step_time(after)
+def throughput(
+    kb: pl.DataFrame, ka: pl.DataFrame, sides: tuple[dict[str, Any], dict[str, Any]]
+) -> dict[str, Any] | None:
+    """Work-normalized throughput per kernel class: calls per second of window and GPU time per
+    call, each side from its kernel table (per step) times its steps over its window."""
+    rows = []
+    for k, side in zip((kb, ka), sides, strict=True):
+        window_ns = side.get("window_ns")
+        if not window_ns:
+            return None
+        scale = max(1, side["steps"] or 1)
+        per = k.group_by("kernel_class").agg(
+            (pl.col("count").sum() * scale).alias("calls"),
+            (pl.col("total_ns").sum() * scale).alias("ns"),
+        )
+        total = pl.DataFrame(
+            {"kernel_class": ["all"], "calls": [per["calls"].sum()], "ns": [per["ns"].sum()]},
+            schema=per.schema,
+        )
+        rows.append(
+            pl.concat([total, per]).with_columns(
+                (pl.col("calls") / (window_ns / 1e9)).alias("calls_per_s"),
+                (pl.col("ns") / pl.col("calls")).alias("ns_per_call"),
+            )
+        )
+    t = (
+        rows[0]
+        .join(rows[1], on="kernel_class", how="full", coalesce=True, suffix="_after")
+        .select(
+            "kernel_class",
+            pl.col("calls_per_s").fill_null(0.0).alias("calls_per_s_before"),
+            pl.col("calls_per_s_after").fill_null(0.0),
+            pl.col("ns_per_call").alias("ns_per_call_before"),
+            pl.col("ns_per_call_after"),
+        )
+        .with_columns(
+            (pl.col("calls_per_s_after") / pl.col("calls_per_s_before") - 1).alias(
+                "calls_per_s_change"
+            ),
+            (pl.col("ns_per_call_after") / pl.col("ns_per_call_before") - 1).alias(
+                "ns_per_call_change"
+            ),
+        )
+        .sort(
+            [pl.col("kernel_class") != "all", "calls_per_s_before", "kernel_class"],
+            descending=[False, True, False],
+        )
+    )
+    # a class absent on one side has no time per call and no finite change: null in JSON
+    fam = [
+        {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in r.items()}
+        for r in t.to_dicts()
+    ]
     return {
+        "window_before_ns": sides[0]["window_ns"],
+        "window_after_ns": sides[1]["window_ns"],
+        "kernel_classes": fam,
+        "kernels_per_s_change": fam[0]["calls_per_s_change"] if fam else None,
+    }
+
+
+def _step_sample(a: Analysis | None) -> list[float]:
+    """Per-step times for the noise model: a trace's steps; a job's slowest rank per step."""
+    if isinstance(a, TraceAnalysis):
+        return [float(s["dur_ns"]) for s in a.results.steps.per_step]
+    if isinstance(a, JobAnalysis):
+        return [float(max(s["times"])) for s in a.step_table(limit=10_000)]
+    return []
+
+
+def _iterations(a: Analysis | None) -> dict[str, Any] | None:
+    if isinstance(a, TraceAnalysis) and a.trace is not None and not a.metrics.get("steps"):
+        return nvtx_iterations(a.trace.events) or kernel_iterations(a.trace.events)
+    return None
+
+
+def _gate(doc: dict[str, Any]) -> dict[str, Any]:
+    """What --fail-if-slower compares: marker steps where both sides have them, else iterations
+    of the same length (in kernels) found on both sides, else kernel throughput."""
+    if doc["step_time_change"] is not None:
+        basis = "step_time" if doc["iterations"] is None else "iteration_time"
+        lo_hi = doc["noise"]["interval"]
+        return {
+            "basis": basis,
+            "slowdown_ratio": doc["step_time_change"],
+            "interval": lo_hi,
+            "significant": None if lo_hi is None else (lo_hi[0] > 0 or lo_hi[1] < 0),
+        }
+    th = doc["throughput"]
+    change = th["kernels_per_s_change"] if th else None
+    return {
+        "basis": "throughput" if change is not None else None,
+        # time per unit of work: fewer kernels per second is slower
+        "slowdown_ratio": (1 / (1 + change) - 1) if change is not None and change > -1 else None,
+        "interval": None,
+        "significant": None,
+    }
+
+
+def compare_docs(
+    before: dict[str, Any],
+    after: dict[str, Any],
+    kb: pl.DataFrame,
+    ka: pl.DataFrame,
+    analyses: tuple[Analysis, Analysis] | None = None,
+) -> dict[str, Any]:
+    """The diff of two analysis documents and their kernel tables (and, where given, the two
+    analyses: per-step times, event tables for the iteration finder, versions)."""
+    ab, aa = analyses or (None, None)
+    sb, sa = (
+        before["metrics"].get("step_time_median_ns"),
+        after["metrics"].get("step_time_median_ns"),
+    )
+    xb, xa = _step_sample(ab), _step_sample(aa)
+    iterations = None
+    if not (sb and sa):
+        ib, ia = _iterations(ab), _iterations(aa)
+        sb = sa = None
+        if ib and ia:
+            iterations = {"before": ib, "after": ia}
+            # an iteration is comparable work only when both repeat (about) the same kernels, or
+            # both sides' iterations are the same named range
+            pb, pa = ib["period_kernels"], ia["period_kernels"]
+            same = (
+                ib.get("range_name") == ia.get("range_name")
+                if pb is None or pa is None
+                else abs(pa - pb) <= PERIOD_SAME_WORK_RATIO * pb
+            )
+            if same:
+                sb, sa = ib["median_ns"], ia["median_ns"]
+                xb, xa = ib["per_iteration_ns"], ia["per_iteration_ns"]
+    eb = environment(ab) if ab is not None else None
+    ea = environment(aa) if aa is not None else None
+    warnings, hardware = environment_warnings(eb, ea) if eb and ea else ([], False)
+    interval = change_interval(xb, xa) if sb and sa else None
+    doc = {
         "schema": SCHEMA,
         "kind": "diff",
         "tool": tool_json(),
         "before": before["source"]["path"],
         "after": after["source"]["path"],
+        "environment": {"before": eb, "after": ea},
+        "warnings": warnings,
+        "hardware_differs": hardware,
         "step_time_before_ns": sb,
         "step_time_after_ns": sa,
         "step_time_change": (sa - sb) / sb if sb and sa is not None else None,
+        "noise": {
+            "method": "bootstrap of the median step",
+            "resamples": BOOTSTRAP_RESAMPLES,
+            "confidence": CONFIDENCE,
+            "steps_before": len(xb),
+            "steps_after": len(xa),
+            "interval": list(interval) if interval else None,
+        },
+        "iterations": iterations,
+        "throughput": throughput(kb, ka, (before["metrics"], after["metrics"])),
         "metrics": _metric_rows(before["metrics"], after["metrics"]),
         "idle_by_cause": _idle_rows(before["metrics"], after["metrics"]),
         "kernels_per_step": _kernel_changes(kb, ka),
         "findings": _finding_changes(before["findings"], after["findings"]),
     }
+    doc["gate"] = _gate(doc)
+    return doc
 
 
 def _ranks(a: Analysis) -> dict[int, TraceAnalysis]:
@@ -147,18 +513,29 @@ def _ranks(a: Analysis) -> dict[int, TraceAnalysis]:
 def compare(before: Analysis, after: Analysis) -> dict[str, Any]:
     """The diff of two analyses; where either is a job, ``ranks`` has one diff per rank both
     sides have (matched by rank number)."""
-    doc = compare_docs(before.to_json(), after.to_json(), _kernels(before), _kernels(after))
+    doc = compare_docs(
+        before.to_json(), after.to_json(), _kernels(before), _kernels(after), (before, after)
+    )
     if isinstance(before, JobAnalysis) or isinstance(after, JobAnalysis):
         rb, ra = _ranks(before), _ranks(after)
         doc["ranks"] = [
             {
                 "rank": r,
                 **compare_docs(
-                    rb[r].to_json(), ra[r].to_json(), rb[r].kernel_table(), ra[r].kernel_table()
+                    rb[r].to_json(),
+                    ra[r].to_json(),
+                    rb[r].kernel_table(),
+                    ra[r].kernel_table(),
+                    (rb[r], ra[r]),
                 ),
             }
             for r in sorted(set(rb) & set(ra))
         ]
+        gated = [r for r in doc["ranks"] if r["gate"]["slowdown_ratio"] is not None]
+        if doc["gate"]["basis"] is None and gated:
+            # no job-level step time: gate on the rank that slowed down most
+            worst = max(gated, key=lambda r: r["gate"]["slowdown_ratio"])
+            doc["gate"] = dict(worst["gate"], rank=worst["rank"])
     return doc
 
 

@@ -10,8 +10,8 @@ import polars as pl
 from traceinsight.analyzers.context import Context
 from traceinsight.model.classify import (
     EAGER_ELEMENTWISE,
-    FP32_SIMT_PATTERN,
     TRITON_POINTWISE,
+    is_fp32_math,
     names_matching,
 )
 
@@ -70,7 +70,8 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         .head(TOP_KERNELS)
     )
     math = k.filter(pl.col("kernel_class").is_in(MATH_CLASSES))
-    fp32 = names_matching(math, f"(?i){FP32_SIMT_PATTERN}")
+    names = math["name"].drop_nulls().unique()
+    fp32 = math.filter(pl.col("name").is_in(names.filter(is_fp32_math(names)).implode()))
     math_ns = int(math["dur_ns"].sum()) if math.height else 0
     fp32_ns = int(fp32["dur_ns"].sum()) if fp32.height else 0
     top_fp32 = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import polars as pl
@@ -9,8 +10,17 @@ import polars as pl
 from traceinsight.analyzers.context import HOST_OP_KINDS, Context, launched
 from traceinsight.model import intervals as iv
 
-FUSED = r"(?i)fused.*(adam|sgd|lamb|adagrad|optim)|fusedadam|_fused_"
+# Fused: one kernel runs the whole update per chunk of tensors. PyTorch's fused=True kernels
+# (FusedAdamMathFunctor, _fused_sgd) and Apex/DeepSpeed/Transformer Engine's multi_tensor_apply
+# kernels whose functor is the optimizer itself (AdamFunctor, LAMBStage1Functor, SGDFunctor).
+# Foreach: multi_tensor_apply with generic list ops (BinaryOpListAlphaFunctor, PointwiseOpScalar).
+FUSED = (
+    r"(?i)fused\w*(adam|sgd|lamb|adagrad|optim)|_fused_"
+    r"|(adam|adamw|lamb|sgd|novograd|adagrad|lion)\w*functor"
+)
 FOREACH = r"(?i)multi_tensor_apply"
+# an optimizer class that says it is fused (apex.optimizers.FusedAdam, FusedLAMB)
+FUSED_OPTIMIZER_CLASS = r"(?i)^fused"
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,10 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
     n = ranges.height
     if inside.height == 0:
         mode = None
-    elif inside.filter(pl.col("name").str.contains(FUSED)).height:
+    elif (
+        inside.filter(pl.col("name").str.contains(FUSED)).height
+        or re.search(FUSED_OPTIMIZER_CLASS, name) is not None
+    ):
         mode = "fused"
     elif inside.filter(pl.col("name").str.contains(FOREACH)).height:
         mode = "foreach"

@@ -1,11 +1,12 @@
-"""``traceinsight diff BEFORE AFTER``: what changed, and a CI gate on step time."""
+"""``traceinsight diff BEFORE AFTER``: what changed, and a CI gate on step time (or throughput)."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
-from traceinsight.errors import EXIT_GATE, EXIT_OK
+from traceinsight.errors import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK
 from traceinsight.options import Options
 
 
@@ -27,6 +28,7 @@ def run(
     quiet: bool = False,
     force: bool = False,
     fail_if_slower: float | None = None,
+    allow_different_hardware: bool = False,
 ) -> int:
     from traceinsight.diff import diff_paths
     from traceinsight.io import check_writable, write_text_atomic
@@ -49,11 +51,37 @@ def run(
     emit_json(doc, json_out)
     if not quiet and json_out != "-":
         print(render_diff_summary(doc, str(report) if report else None))
-    ch = doc["step_time_change"]
-    if fail_if_slower is not None and ch is not None and ch * 100 > fail_if_slower:
+    if fail_if_slower is None:
+        return EXIT_OK
+    if doc["hardware_differs"] and not allow_different_hardware:
         print(
-            f"traceinsight: step time {100 * ch:.1f}% slower, over --fail-if-slower {fail_if_slower:g}%",
+            "traceinsight: not gating on a diff across different hardware ("
+            + "; ".join(doc["warnings"])
+            + "); pass --allow-different-hardware to gate anyway",
             file=sys.stderr,
         )
-        return EXIT_GATE
-    return EXIT_OK
+        return EXIT_BAD_INPUT
+    return gate_exit(doc["gate"], fail_if_slower)
+
+
+def gate_exit(gate: dict[str, Any], fail_if_slower: float) -> int:
+    """EXIT_GATE when the slowdown is over the threshold and not inside the noise interval."""
+    slow = gate["slowdown_ratio"]
+    what = {"step_time": "step time", "iteration_time": "iteration time"}.get(
+        gate["basis"] or "", "time per kernel (throughput)"
+    )
+    if slow is None or slow * 100 <= fail_if_slower:
+        return EXIT_OK
+    if gate["significant"] is False:
+        lo, hi = gate["interval"]
+        print(
+            f"traceinsight: {what} {100 * slow:.1f}% slower, but within the noise "
+            f"({100 * lo:+.1f}% .. {100 * hi:+.1f}%): not failing",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    print(
+        f"traceinsight: {what} {100 * slow:.1f}% slower, over --fail-if-slower {fail_if_slower:g}%",
+        file=sys.stderr,
+    )
+    return EXIT_GATE

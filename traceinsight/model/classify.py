@@ -7,44 +7,84 @@ tests/test_classify.py hold one real kernel name per rule.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import polars as pl
 
 from traceinsight.model.schema import KernelClassT
 
-# (class, case-insensitive regex on the kernel name)
-KERNEL_RULES: list[tuple[str, str]] = [
-    (
+
+class KernelRule(NamedTuple):
+    """One row of the classification table: the class, a case-insensitive regex on the kernel
+    name, and the rule's id (tests/data/kernel_names.tsv has real names for each id)."""
+
+    cls: str
+    pattern: str
+    rule: str
+
+
+# Ordered: the first matching row wins. Rows that exist only to stop a later, broader row from
+# matching (batch norm inside cuDNN, fbgemm's embeddings, ATen elementwise templated on a
+# functor whose name says "gemm" or "attention") come before it.
+KERNEL_RULES: list[KernelRule] = [
+    # jobs.py reads row 0's pattern as the collective-kernel pattern: keep communication first
+    KernelRule(
         "communication",
         r"^nccl|ncclkernel|nccldevkernel|rccl|all_?reduce|allgather|all_gather|reduce_?scatter"
         r"|all_?to_?all|alltoall|sendrecv|cross_device_reduce|multimem_|deep_ep|nvshmem|^hccl",
+        "collective",
     ),
-    (
+    # ATen's elementwise templates: the functor they run may carry any name (fbgemm_gpu::_float_to_hfp8)
+    KernelRule(
+        "elementwise",
+        r"^void at::native::(\(anonymous namespace\)::)?(vectorized_|unrolled_)?elementwise_kernel",
+        "aten_elementwise",
+    ),
+    # cuDNN's batch norm is a reduction, not a convolution (the cudnn row below would take it)
+    KernelRule(
+        "reduction",
+        r"cudnn::bn_|bn_fw|bn_bw|batch_?norm|layer_?norm|rms_?norm|group_?norm|gammabeta|welford",
+        "normalization",
+    ),
+    # embedding-bag kernels of fbgemm (DLRM): "fbgemm" contains "gemm" but they do no matrix math
+    KernelRule("other", r"fbgemm|split_embedding|bounds_check_indices", "embedding"),
+    # block-scale quantization: elementwise, though its arguments name flashinfer
+    KernelRule("elementwise", r"quantize_with_block_size|quantize_\w*kernel", "quantize"),
+    KernelRule(
         "attention",
-        r"flash|fmha|attention|_attn|attn_|sdpa|xformers|mha_|paged_?attention|cudnn_?mha",
+        r"flash|fmha|attention|_attn|attn_|sdpa|xformers|mha_|paged_?attention|cudnn_?mha"
+        r"|cudnn::fusion::",
+        "attention",
     ),
-    (
+    # "conv" not followed by "e": convolution, convolve, conv_fwd, but not _typeConvert
+    KernelRule(
         "conv",
-        r"conv|implicit_gemm|implicit_convolve|wgrad|dgrad|fprop|winograd|im2col|miopen|cudnn",
+        r"conv([^e]|$)|implicit_gemm|wgrad|dgrad|fprop|winograd|im2col|fft[123]d_|miopen|cudnn",
+        "conv",
     ),
-    (
+    KernelRule(
         "gemm",
-        r"gemm|gemv|cublas|cutlass|matmul|nvjet|wgmma|xmma|triton_tem_|^cijk_|bmm|_mm_|^mm_|hmma|s884|h884|s1688|h1688|i8816|16816",
+        r"gemm|gemv|cublas|cutlass|matmul|nvjet|wgmma|xmma|triton_tem_|^cijk_|bmm|_mm_|^mm_|hmma"
+        r"|s884|h884|s1688|h1688|i8816|16816",
+        "gemm",
     ),
     # "lamb" must not match "lambda", which every templated ATen kernel name contains
-    (
+    KernelRule(
         "optimizer",
-        r"adam|sgd|lamb(?:[^d]|$)|adagrad|rmsprop|multi_tensor_apply|optimizer|_foreach_",
+        r"adam|sgd|lamb(?:[^d]|$)|adagrad|rmsprop|novograd|multi_tensor_apply|optimizer|_foreach_",
+        "optimizer",
     ),
-    (
+    KernelRule(
         "reduction",
-        r"reduce_kernel|reduction|gammabeta|layer_?norm|rms_?norm|batch_?norm|group_?norm|softmax|norm_kernel"
-        r"|triton_red_|triton_per_|cub::|welford|argmax|argmin|cross_entropy|nll_loss|cunn_|bn_fw|bn_bw"
-        r"|topk|sort|scan",
+        r"reduce_kernel|reduction|norm_kernel|softmax|triton_red_|triton_per_|cub::|argmax|argmin"
+        r"|cross_entropy|nll_loss|cunn_|topk|sort|scan",
+        "reduction",
     ),
-    (
+    KernelRule(
         "elementwise",
         r"elementwise|triton_poi_|pointwise|copy_kernel|fill_kernel|catarraybatchedcopy|cat_kernel"
         r"|index_kernel|scatter_gather|gather_kernel|where_kernel|dropout|unary|binary",
+        "elementwise",
     ),
 ]
 
@@ -57,11 +97,43 @@ TRITON_POINTWISE = r"^triton_poi_"
 # Host ops under which a launched kernel is communication even if its name is not.
 COMM_OP_PATTERN = r"^nccl:|^gloo:|record_param_comms|^c10d::|^c10d_functional::|^_c10d_functional::"
 
-# GEMM/conv/attention kernels that run on CUDA cores in fp32 (no tensor cores): cuBLAS/CUTLASS
-# SIMT sgemm, xmma kernels with fp32 inputs and FFMA math, fp32 memory-efficient attention.
-# Everything else in those classes (wgmma, nvjet, hmma, 16816, tf32, bf16/f16 names) counts as
-# tensor-core work.
-FP32_SIMT_PATTERN = r"simt|sgemm|ffma|dgemm|gemmsn|f32f32_f32f32_f32|cutlass[fb]_f32|fmha_cutlass[fb]_f32|gemv2t_kernel_val<int, int, float"
+# GEMM/conv/attention kernels that run in fp32 on CUDA cores (no tensor cores), as (rule, regex on
+# the lower-cased name). A name also matching TENSOR_CORE_PATTERN is never fp32.
+FP32_RULES: list[tuple[str, str]] = [
+    # cuBLAS/CUTLASS SIMT kernels: sgemm, dgemm, complex cgemm (cuDNN's FFT convolutions), FFMA math
+    ("simt_gemm", r"simt|sgemm|dgemm|_g?cgemm|ffma|gemmsn"),
+    # xmma with fp32 inputs and outputs: "f32f32_f32f32_f32" but not "tf32f32_tf32f32_f32"
+    ("xmma_f32", r"(^|[^t])f32f32_f32f32_f32"),
+    # PyTorch's memory-efficient attention in fp32
+    ("mem_efficient_attention_f32", r"cutlass[fb]_f32"),
+    # cuDNN's single-precision implicit-GEMM convolutions: volta_/turing_/ampere_scudnn_*
+    ("scudnn", r"scudnn"),
+    # cuDNN's templated legacy engines on float: wgrad_alg0_engine<float, ...>, dgrad_engine<float,
+    # implicit/explicit_convolve_sgemm<float, winograd*<float, fft1d/2d_*<float, im2col*<float and the
+    # layout kernels they run with; also ATen's own convolutions (conv_depthwise2d_*<float>)
+    (
+        "cudnn_float_template",
+        r"([dw]grad\w*|engine|convolve_sgemm|winograd\w*|fft[123]d_\w+|im2col\w*|conv\w*|nchwtonhwckernel"
+        r"|nhwctonchwkernel|scalepackedtensor_kernel)<(\d+, )*float[,>]",
+    ),
+    # cuBLAS gemv and split-K reductions of fp32 GEMMs
+    (
+        "cublas_float_helper",
+        r"gemv\w*<(int, )*float|gemmk1_kernel<(int, )?float|gemvx::kernel<int, int, float"
+        r"|splitkreduce_kernel<(\d+, \d+, int, )?float, float, float",
+    ),
+]
+FP32_MATH_PATTERN = "|".join(f"(?:{p})" for _, p in FP32_RULES)
+TENSOR_CORE_PATTERN = (
+    r"tensorop|wmma|hmma|tf32|bf16|f16|fp16|half|bfloat16|e4m3|e5m2|e2m1|fp8|int8|s884|h884"
+    r"|s1688|h1688|i8816|s16816|h16816|s161616|wgmma|nvjet|mfma|xdl"
+)
+
+
+def is_fp32_math(names: pl.Series) -> pl.Series:
+    """Whether each (math-class) kernel name runs in fp32 on CUDA cores."""
+    lower = names.str.to_lowercase()
+    return lower.str.contains(FP32_MATH_PATTERN) & ~lower.str.contains(TENSOR_CORE_PATTERN)
 
 
 def classify_names(names: pl.Series) -> pl.Series:
@@ -69,7 +141,7 @@ def classify_names(names: pl.Series) -> pl.Series:
     lower = names.str.to_lowercase()
     frame = pl.DataFrame({"n": lower})
     expr: pl.Expr = pl.lit("other")
-    for cls, pattern in reversed(KERNEL_RULES):
+    for cls, pattern, _ in reversed(KERNEL_RULES):
         expr = pl.when(pl.col("n").str.contains(pattern)).then(pl.lit(cls)).otherwise(expr)
     return frame.select(expr.cast(KernelClassT).alias("kernel_class")).to_series()
 

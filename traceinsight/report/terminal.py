@@ -113,18 +113,72 @@ DIFF_METRICS = (
 )
 
 
+def _signed_pct(x: float) -> str:
+    return f"{100 * x:+.1f}%"
+
+
+def _kernel_lines(k: dict[str, Any], indent: str = "  ") -> list[str]:
+    lines = [
+        f"{indent}kernels: {k['appeared_count']} appeared, {k['disappeared_count']} disappeared"
+    ]
+    for row in k["changed"][:5]:
+        lines.append(
+            f"{indent}  {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} per step  {row['name'][:90]}"
+        )
+    return lines
+
+
+def _timing_lines(doc: dict[str, Any]) -> list[str]:
+    """Step (or iteration) time with its noise interval, or throughput where neither exists."""
+    lines = []
+    ch = doc["step_time_change"]
+    if ch is not None:
+        word = "slower" if ch > 0 else "faster"
+        what = "iteration time" if doc.get("iterations") else "step time"
+        line = f"  {what} {fmt_ns(doc['step_time_before_ns'])} -> {fmt_ns(doc['step_time_after_ns'])} ({abs(100 * ch):.1f}% {word})"
+        lo_hi = doc["noise"]["interval"]
+        if lo_hi is not None:
+            lo, hi = lo_hi
+            beyond = lo > 0 or hi < 0
+            line += (
+                f"; {100 * doc['noise']['confidence']:.0f}% interval {_signed_pct(lo)} .. {_signed_pct(hi)}: "
+                + ("larger than the noise" if beyond else "within the noise")
+            )
+        else:
+            line += "; too few steps for a noise estimate"
+        lines.append(line)
+        if doc.get("iterations"):
+            ib, ia = doc["iterations"]["before"], doc["iterations"]["after"]
+            how = (
+                f"the range {ib['range_name']!r}"
+                if ib["method"] == "nvtx"
+                else f"the repeating kernel sequence ({ib['period_kernels']} / {ia['period_kernels']} kernels)"
+            )
+            lines.append(f"  (no step markers: iterations from {how})")
+    th = doc.get("throughput")
+    if th and ch is None:
+        lines.append(
+            "  no comparable step time: work-normalized throughput (calls/s of window, time per call)"
+        )
+        for r in th["kernel_classes"][:6]:
+            cps, npc = r["calls_per_s_change"], r["ns_per_call_change"]
+            lines.append(
+                f"    {r['kernel_class']:12s} {r['calls_per_s_before']:10.0f} -> {r['calls_per_s_after']:10.0f} calls/s"
+                + (f" ({_signed_pct(cps)})" if cps is not None else "")
+                + (f", time per call {_signed_pct(npc)}" if npc is not None else "")
+            )
+    return lines
+
+
 def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> str:
     lines = [
         f"traceinsight {doc['tool']['version']}: diff",
         f"  before  {doc['before']}",
         f"  after   {doc['after']}",
     ]
-    ch = doc["step_time_change"]
-    if ch is not None:
-        word = "slower" if ch > 0 else "faster"
-        lines.append(
-            f"  step time {fmt_ns(doc['step_time_before_ns'])} -> {fmt_ns(doc['step_time_after_ns'])} ({abs(100 * ch):.1f}% {word})"
-        )
+    for w in doc.get("warnings", []):
+        lines.append(f"  warning: {w}")
+    lines += _timing_lines(doc)
     lines.append("")
     lines.append(f"  {'metric':32s} {'before':>12s} {'after':>12s}")
     for row in doc["metrics"]:
@@ -140,12 +194,17 @@ def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> 
                 for r in doc["idle_by_cause"]
             )
         )
-    k = doc["kernels_per_step"]
-    lines.append(f"  kernels: {k['appeared_count']} appeared, {k['disappeared_count']} disappeared")
-    for row in k["changed"][:5]:
-        lines.append(
-            f"    {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} per step  {row['name'][:90]}"
-        )
+    if doc.get("ranks"):
+        # a job's top level has no kernel table: each matched rank's kernel changes
+        for r in doc["ranks"]:
+            ch = r["step_time_change"]
+            head = f"  rank {r['rank']}:" + (
+                f" step time {_signed_pct(ch)}" if ch is not None else ""
+            )
+            lines.append(head)
+            lines += _kernel_lines(r["kernels_per_step"], indent="    ")
+    else:
+        lines += _kernel_lines(doc["kernels_per_step"])
     f = doc["findings"]
     if f["resolved"]:
         lines.append("  resolved: " + ", ".join(x["id"] for x in f["resolved"]))

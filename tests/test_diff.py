@@ -1,0 +1,283 @@
+"""diff: comparable sides (environment warnings, the hardware gate), the noise model, iterations
+of captures without step markers, and throughput. Hand-made traces with hand-computed values,
+and real fixture/corpus traces whose facts are read from the raw files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from tests.builder import Events
+from traceinsight.api import analyze, analyze_trace
+from traceinsight.cli import main
+from traceinsight.commands.diff import gate_exit
+from traceinsight.diff import (
+    change_interval,
+    compare,
+    diff_paths,
+    environment_warnings,
+    kernel_iterations,
+    nvtx_iterations,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+H200 = ROOT / "fixtures" / "h200"
+CORPUS = ROOT.parent / "shared" / "traces"
+if not CORPUS.is_dir():
+    CORPUS = Path("/work/shared/traces")
+ATTN = "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>>"
+EW = "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>>"
+
+
+def _stepped(step_us: list[float]):
+    """One ProfilerStep per entry, each filled by one kernel from its start to 10 us before its end."""
+    e, t = Events(), 0.0
+    for i, d in enumerate(step_us):
+        e.step(i, t, d)
+        e.kernel(EW, t + 5, d - 10, launch_us=t + 1, launch_dur_us=2)
+        t += d
+    return analyze_trace(e.trace())
+
+
+# --- comparable sides -------------------------------------------------------------------------
+
+
+def test_environment_warnings_name_both_sides_and_flag_hardware():
+    base = {"gpu": "Tesla V100-SXM2-32GB", "device_count": 1, "world_size": 1, "format": "kineto"}
+    same = dict(base)
+    assert environment_warnings(base, same) == ([], False)
+    other = dict(base, gpu="NVIDIA A100-SXM4-80GB", cuda_runtime_version=12040)
+    assert environment_warnings(other, base) == (
+        ["different GPUs: NVIDIA A100-SXM4-80GB vs Tesla V100-SXM2-32GB"],
+        True,
+    )  # a version known on one side only says nothing
+    sw = dict(base, cuda_runtime_version=11010)
+    assert environment_warnings(dict(base, cuda_runtime_version=12040), sw) == (
+        ["different CUDA runtimes: 12040 vs 11010"],
+        False,  # software, not hardware: the gate still runs
+    )
+
+
+def _device_names(path: Path) -> list[str]:
+    with gzip.open(path, "rt") as f:
+        return sorted({p["name"] for p in json.load(f)["deviceProperties"]})
+
+
+def test_diff_across_gpus_warns_and_refuses_to_gate(tmp_path, capsys):
+    before = H200 / "healthy_bf16.pt.trace.json.gz"
+    after = ROOT / "fixtures" / "corpus" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+    # the GPU names as the files' deviceProperties say, read independently of the parser
+    (gb,), (ga,) = _device_names(before), _device_names(after)
+    assert gb != ga
+    out = tmp_path / "d.json"
+    args = ["diff", str(before), str(after), "--no-html", "-q", "--json", str(out)]
+    assert main([*args, "--fail-if-slower", "5"]) == 2
+    assert f"different GPUs: {gb} vs {ga}" in capsys.readouterr().err
+    doc = json.loads(out.read_text())
+    assert f"different GPUs: {gb} vs {ga}" in doc["warnings"]
+    assert doc["hardware_differs"] is True
+    assert doc["environment"]["before"]["gpu"] == gb and doc["environment"]["after"]["gpu"] == ga
+    assert main([*args, "--force", "--fail-if-slower", "5", "--allow-different-hardware"]) in (0, 3)
+    # no gate asked: a diff across hardware is still written, with its warning
+    assert main([*args, "--force"]) == 0
+
+
+# --- noise model ------------------------------------------------------------------------------
+
+
+def test_interval_bounds_by_hand():
+    # every resampled median lies in [99, 101] before and [109, 111] after, so every change
+    # lies in [109/101 - 1, 111/99 - 1] = [0.0792, 0.1212]
+    lo, hi = change_interval([100, 101, 99, 100, 100], [110, 111, 109, 110, 110])
+    assert 109 / 101 - 1 <= lo <= hi <= 111 / 99 - 1
+    # overlapping samples: the interval holds 0
+    lo, hi = change_interval([100, 120, 80, 100, 110], [105, 85, 125, 100, 95])
+    assert lo < 0 < hi
+    assert change_interval([100, 101], [110, 111, 112]) is None  # too few steps
+    # fixed seed: the same inputs give the same interval
+    assert change_interval([1, 2, 3, 4], [2, 3, 4, 5]) == change_interval(
+        [1, 2, 3, 4], [2, 3, 4, 5]
+    )
+
+
+def test_gate_trips_only_outside_the_noise():
+    before = _stepped([10_000] * 5)
+    steady = compare(before, _stepped([11_000] * 5))
+    # each step is its ProfilerStep: 10 ms -> 11 ms, +10%
+    assert steady["step_time_change"] == pytest.approx(0.10, abs=1e-6)
+    assert steady["gate"]["basis"] == "step_time" and steady["gate"]["significant"] is True
+    assert gate_exit(steady["gate"], 5) == 3
+    assert gate_exit(steady["gate"], 12) == 0
+    # the same +10% median, but after's steps spread from 9 to 13 ms: resampled medians range
+    # over 9..13 ms against a constant 10 ms, so the interval holds 0 and the gate holds
+    noisy = compare(before, _stepped([9_000, 13_000, 10_000, 12_000, 11_000]))
+    assert noisy["step_time_change"] == pytest.approx(0.10, abs=1e-6)
+    lo, hi = noisy["noise"]["interval"]
+    assert lo < 0 < hi and noisy["gate"]["significant"] is False
+    assert gate_exit(noisy["gate"], 5) == 0
+
+
+# --- captures without step markers ------------------------------------------------------------
+
+
+def _periodic(iteration_us: float, iterations: int, warmup: bool = True):
+    """Iterations of kernels A B C B D 100 us apart (a layer kernel B twice per iteration), one
+    every ``iteration_us``; a warm-up kernel once before the first."""
+    e = Events()
+    if warmup:
+        e.kernel("warmup_autotune_kernel", 0, 50)
+    for i in range(iterations):
+        t = 1000 + i * iteration_us
+        for j, name in enumerate(["aa_kernel", "bb_kernel", "cc_kernel", "bb_kernel", "dd_kernel"]):
+            e.kernel(name, t + 100 * j, 50)
+    return e.trace()
+
+
+def test_iterations_from_the_repeating_kernel_sequence():
+    it = kernel_iterations(_periodic(1000, 6).events)
+    assert it is not None
+    assert it["period_kernels"] == 5  # A B C B D, not B's layer spacing
+    # 6 iterations 1000 us apart: 5 spacings between anchors, the first (warm-up) dropped
+    assert it["iterations"] == 4
+    assert it["per_iteration_ns"] == [1_000_000] * 4
+    # 31 kernels (the warm-up, then 6 x 5); of the 26 compared one period apart only the
+    # warm-up differs from its partner
+    assert it["match_ratio"] == pytest.approx(25 / 26)
+
+
+def test_no_period_in_a_shuffled_sequence():
+    rng = random.Random(1)
+    e = Events()
+    for j in range(200):
+        e.kernel(rng.choice(["k_a", "k_b", "k_c", "k_d"]), 10 * j, 5)
+    assert kernel_iterations(e.trace().events) is None
+
+
+def test_no_marker_diff_compares_iterations():
+    before = analyze_trace(_periodic(1000, 8))
+    after = analyze_trace(_periodic(1100, 8))
+    doc = compare(before, after)
+    assert doc["iterations"]["before"]["period_kernels"] == 5
+    assert doc["step_time_before_ns"] == 1_000_000 and doc["step_time_after_ns"] == 1_100_000
+    assert doc["step_time_change"] == pytest.approx(0.10, abs=1e-9)
+    assert doc["gate"]["basis"] == "iteration_time"
+    assert gate_exit(doc["gate"], 5) == 3
+
+
+def _unordered(n_attn: int, n_ew: int, window_us: float, seed: int):
+    """n_attn + n_ew kernels of 500 us in a shuffled order, spread evenly over ``window_us``
+    (first start to last end): no repeating sequence, no steps."""
+    names = [ATTN] * n_attn + [EW] * n_ew
+    random.Random(seed).shuffle(names)
+    gap = (window_us - 500) / (len(names) - 1)
+    e = Events()
+    for j, name in enumerate(names):
+        e.kernel(name, j * gap, 500)
+    return analyze_trace(e.trace())
+
+
+def test_no_marker_no_period_diff_compares_throughput():
+    # the issue's case: the same window, 10% fewer kernels (12% fewer attention calls), the same
+    # time per call; the capture spans are equal, so a span "step time" would say 0%
+    before = _unordered(50, 50, 99_500, seed=3)
+    after = _unordered(44, 46, 99_500, seed=4)
+    assert before.metrics["window_ns"] == after.metrics["window_ns"] == 99_500_000
+    doc = compare(before, after)
+    assert doc["iterations"] is None and doc["step_time_change"] is None
+    rows = {r["kernel_class"]: r for r in doc["throughput"]["kernel_classes"]}
+    assert rows["all"]["calls_per_s_before"] == pytest.approx(100 / 0.0995)
+    assert rows["all"]["calls_per_s_change"] == pytest.approx(-0.10)
+    assert rows["attention"]["calls_per_s_change"] == pytest.approx(44 / 50 - 1)
+    assert rows["attention"]["ns_per_call_change"] == pytest.approx(0.0, abs=1e-12)
+    assert doc["gate"]["basis"] == "throughput"
+    assert doc["gate"]["slowdown_ratio"] == pytest.approx(1 / 0.9 - 1)  # 11.1% more time per kernel
+    assert gate_exit(doc["gate"], 5) == 3
+    assert gate_exit(doc["gate"], 12) == 0
+
+
+# --- real traces ------------------------------------------------------------------------------
+
+
+def _corpus(rel: str) -> Path:
+    p = CORPUS / rel
+    if not p.exists():
+        pytest.skip(f"{p} not present (the shared real-trace corpus)")
+    return p
+
+
+def test_real_no_marker_pair_gets_iterations():
+    # the legacy autograd profiler samples (ResNet-50, 1 V100) have no ProfilerStep at all;
+    # num_workers=4 removes the DataLoader stall, which the ProfilerStep samples of the same
+    # tb_plugin script show as an 18% shorter step
+    k = "kineto-samples/tbplugin_2021-01_resnet50_{}_nw{}_worker0.pt.trace.json.gz"
+    doc = diff_paths(_corpus(k.format("autograd", 0)), _corpus(k.format("autograd", 4)))
+    # the period is one training iteration: the kernels per ProfilerStep of the profiler-API
+    # sample of the same script (counted by the step analyzer there), within 5%
+    profiled = diff_paths(
+        _corpus(k.format("profiler_api", 0)), _corpus(k.format("profiler_api", 4))
+    )
+    kps = next(r["before"] for r in profiled["metrics"] if r["metric"] == "kernels_per_step")
+    it = doc["iterations"]
+    for side in ("before", "after"):
+        assert it[side]["period_kernels"] == pytest.approx(kps, rel=0.05)
+    assert doc["gate"]["basis"] == "iteration_time"
+    assert -0.30 < doc["step_time_change"] < -0.12
+    assert doc["gate"]["significant"] is True
+
+
+def test_job_diff_shows_each_ranks_kernel_changes(tmp_path, capsys):
+    before, after = H200 / "ddp_overlap", H200 / "ddp_no_overlap"
+    html, out = tmp_path / "d.html", tmp_path / "d.json"
+    assert main(["diff", str(before), str(after), "-o", str(html), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    text, page = capsys.readouterr().out, html.read_text()
+    assert [r["rank"] for r in doc["ranks"]] == [0, 1]
+    for r in doc["ranks"]:
+        k = r["kernels_per_step"]
+        # the rank diffs find the kernels the job's top level cannot (it has no kernel table)
+        assert k["changed"]
+        line = f"kernels: {k['appeared_count']} appeared, {k['disappeared_count']} disappeared"
+        assert f"rank {r['rank']}:" in text and line in text
+        assert f'id="rank-{r["rank"]}"' in page
+        assert k["changed"][0]["name"][:60] in page
+    total = sum(r["kernels_per_step"]["appeared_count"] for r in doc["ranks"])
+    assert "0 appeared, 0 disappeared" not in text.split("rank 0:")[0]  # no empty job-level line
+    assert f"{total} / " in page
+
+
+def test_html_names_what_differs(tmp_path):
+    before = H200 / "healthy_bf16.pt.trace.json.gz"
+    after = ROOT / "fixtures" / "corpus" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+    html = tmp_path / "d.html"
+    assert main(["diff", str(before), str(after), "-o", str(html), "-q"]) == 0
+    page = html.read_text()
+    (gb,), (ga,) = _device_names(before), _device_names(after)
+    assert "Not like for like" in page and f"different GPUs: {gb} vs {ga}" in page
+
+
+def test_nvtx_iterations_by_hand():
+    # five "train_step N" ranges starting 3 ms apart (each covering 2 ms of it), plus an
+    # op-level range that repeats but is not named like an iteration
+    e = Events()
+    for i in range(5):
+        e.annotation(f"train_step {i}", 3000 * i, 2000)
+        e.annotation("aten::linear", 3000 * i + 100, 50)
+        e.kernel("some_gemm_kernel", 3000 * i + 200, 1500)
+    it = compare(analyze_trace(e.trace()), analyze_trace(e.trace()))["iterations"]["before"]
+    assert it["method"] == "nvtx" and it["range_name"] == "train_step"
+    # 4 start-to-start spacings of 3 ms, the first dropped as warm-up
+    assert it["per_iteration_ns"] == [3_000_000] * 3
+
+
+def test_real_nvtx_and_kernel_period_agree():
+    # param/linear_kineto (torch 2.0, no ProfilerStep): the optimizer step's user range and the
+    # kernel sequence are two independent ways to the same iteration time
+    a = analyze(_corpus("param/linear_kineto.json.gz"))
+    n, k = nvtx_iterations(a.trace.events), kernel_iterations(a.trace.events)
+    assert n["range_name"] == "Optimizer.step#SGD.step"
+    assert n["iterations"] == k["iterations"]
+    assert n["median_ns"] == pytest.approx(k["median_ns"], rel=0.03)
