@@ -64,7 +64,9 @@ def hand_job() -> Trace:
 def test_wait_transfer_split_by_hand():
     job = analyze_trace_ranks(hand_job())
     c = job.cross
-    assert c.straggler_rank == 1 and c.straggler_last_ratio == 1.0 and c.straggler_wait_share == 1.0
+    assert (
+        c.straggler_rank == 1 and c.straggler_last_ratio == 1.0 and c.straggler_caused_ratio == 1.0
+    )
     # rank 0 waits 400 (step 1) + 250 (step 2); 100 of it hides behind its own compute
     assert c.wait_by_rank_ns == {"0": 650 * US, "1": 0}
     assert c.exposed_wait_by_rank_ns == {"0": 550 * US, "1": 0}
@@ -78,7 +80,7 @@ def test_wait_transfer_split_by_hand():
         "all_to_all": {"count": 1, "wait_ns": 250 * US, "exposed_wait_ns": 250 * US, "transfer_ns": 200 * US},
     }  # fmt: skip
     # the job's step time: max over ranks per step, 1050 + 1000; graded 500 / 2050 = 24% (medium)
-    assert c.job_step_ns == 2050 * US
+    assert c.job_step_ns == 2050 * US and c.wait_caused_ratio == pytest.approx(500 / 2050)
     f = next(f for f in job.findings if f.id == "straggler")
     assert f.cost_ratio == pytest.approx(500 / 2050) and f.severity == "medium"
     assert f.evidence["wait_by_kind_ns"] == {"0": {"all_reduce": 300 * US, "all_to_all": 250 * US}}

@@ -22,7 +22,7 @@ import polars as pl
 from traceinsight.model import intervals as iv
 
 # A rank is the straggler when it causes this share of all exposed waiting (or more).
-STRAGGLER_WAIT_SHARE = 0.6
+STRAGGLER_CAUSED_MIN_RATIO = 0.6
 COLLECTIVE_SCHEMA = {
     "name": pl.String,
     "kind": pl.String,
@@ -63,7 +63,7 @@ class CrossRankResult:
     step_skew_mean_ns: float | None  # mean over steps of (slowest - fastest rank)
     differing_diagnosis: dict[str, str | None] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
-    straggler_wait_share: float | None = None  # its share of all exposed waiting
+    straggler_caused_ratio: float | None = None  # its share of all exposed waiting
     exposed_wait_by_rank_ns: dict[str, int] = field(default_factory=dict)  # not behind compute
     transfer_by_rank_ns: dict[str, int] = field(default_factory=dict)
     charged_by_rank_ns: dict[str, int] = field(default_factory=dict)  # to the straggler, net
@@ -71,6 +71,7 @@ class CrossRankResult:
     # rank -> kind -> {count, wait_ns, exposed_wait_ns, transfer_ns}
     comm_split: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     job_step_ns: int = 0  # sum over common steps of the slowest rank's step (else widest window)
+    wait_caused_ratio: float | None = None  # wait_caused_ns / (job_step_ns x waiting ranks)
 
 
 def differing_tops(tops: dict[str, str | None]) -> dict[str, str | None]:
@@ -244,7 +245,9 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         skews = per_step.select("rank", "skew_ns")
     charged_total = int(charged["charged_ns"].sum()) if charged.height else 0
     straggler = (
-        cand if share is not None and share >= STRAGGLER_WAIT_SHARE and charged_total > 0 else None
+        cand
+        if share is not None and share >= STRAGGLER_CAUSED_MIN_RATIO and charged_total > 0
+        else None
     )
     split = (
         df.group_by("rank", "kind")
@@ -282,7 +285,10 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         step_skew_mean_ns=skew,
         differing_diagnosis=differing,
         warnings=tuple(warnings),
-        straggler_wait_share=share,
+        straggler_caused_ratio=share,
+        wait_caused_ratio=(
+            charged_total / (max(1, job_step) * (len(ranks) - 1)) if straggler is not None else None
+        ),
         exposed_wait_by_rank_ns=_by_rank(df, "exposed_wait_ns", ranks),
         transfer_by_rank_ns=_by_rank(df, "transfer_ns", ranks),
         charged_by_rank_ns=_by_rank(charged, "charged_ns", ranks) if straggler is not None else {},

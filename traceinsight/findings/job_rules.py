@@ -41,7 +41,7 @@ def _straggler(
         return None
     waiting = max(1, len(cross.ranks) - 1)
     job_ns = max(1, cross.job_step_ns) * waiting
-    if cross.wait_caused_ns / job_ns < t["straggler_wait_ratio"]:
+    if (cross.wait_caused_ratio or 0) < t["straggler_wait_ratio"]:
         return None
     others = {r: v for r, v in cross.charged_by_rank_ns.items() if r != str(cross.straggler_rank)}
     by_kind = {
@@ -63,7 +63,7 @@ def _straggler(
             "entry_skew_by_rank_ns": cross.entry_skew_by_rank_ns,
             "wait_by_rank_ns": cross.wait_by_rank_ns,
             "exposed_wait_by_rank_ns": cross.exposed_wait_by_rank_ns,
-            "wait_share": cross.straggler_wait_share,
+            "caused_ratio": cross.straggler_caused_ratio,
             "last_ratio": cross.straggler_last_ratio,
             "matched_collectives": cross.matched_collectives,
             "worst_collectives": list(cross.worst_collectives[:5]),
