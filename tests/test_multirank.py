@@ -26,7 +26,7 @@ from traceinsight.model.schema import GPU_KINDS, Trace
 from traceinsight.parsers import load_trace
 
 from .builder import US, Events
-from .conftest import H200
+from .conftest import H200, SHARED
 
 GEMM = "ampere_bf16_s16816gemm_bf16_128x128"
 ALL_REDUCE = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
@@ -226,3 +226,20 @@ def test_shifted_variant_charges_the_known_delay(delay_ms):
     # rank 0's comm finding keeps only the transfer: well under the delay it waited
     rank0 = next((f for f in job.ranks[0].findings if f.id == "comm_not_overlapped"), None)
     assert rank0 is None or rank0.cost_ns < 0.2 * injected_ns
+
+
+def test_sampled_all_to_all_without_launches():
+    """hta/trace_filter (embedding model, 2 of 128 ranks, sampled: no launch calls): its 10
+    collectives are ncclKernel_SendRecv kernels and its host ops nccl:all_to_all, all_reduce and
+    _all_gather_base, no nccl:send/recv; so the SendRecv kernels are its all-to-alls."""
+    path = SHARED / "hta" / "trace_filter"
+    if not path.is_dir():
+        pytest.skip("corpus absent")
+    job = analyze_job(path)
+    assert {r: set(k) for r, k in job.cross.comm_split.items()} == {
+        "0": {"all_to_all"},
+        "1": {"all_to_all"},
+    }
+    assert all(k["all_to_all"]["count"] == 10 for k in job.cross.comm_split.values())
+    f = next(f for f in job.findings if f.id == "comm_not_overlapped")
+    assert f.recommendation == COMM_ADVICE_BY_KIND["all_to_all"]

@@ -68,13 +68,17 @@ def with_kinds(comm: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
         .unique("correlation")
         .select("correlation", "host_kind")
     )
-    if host.height == 0:
-        return comm
+    # Unlinked kernels (sampled traces drop launches): SendRecv kernels in a trace whose
+    # collective ops include all-to-all but no send/recv are its all-to-alls.
+    p2p = set(ops.get_column("host_kind").unique().to_list()) & {"all_to_all", "send_recv"}
+    fallback = pl.lit("all_to_all") if p2p == {"all_to_all"} else pl.lit(None, pl.String)
     return (
         comm.join(host, on="correlation", how="left")
         .with_columns(
             pl.when(pl.col("kind").is_in(HOST_DECIDES) & pl.col("host_kind").is_not_null())
             .then(pl.col("host_kind"))
+            .when((pl.col("kind") == "send_recv") & pl.col("host_kind").is_null())
+            .then(fallback.fill_null(pl.col("kind")))
             .otherwise(pl.col("kind"))
             .alias("kind")
         )
