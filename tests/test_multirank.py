@@ -15,6 +15,7 @@ import polars as pl
 import pytest
 
 from traceinsight.analyzers.comm import collective_kind
+from traceinsight.analyzers.cross_rank import COLLECTIVE_SCHEMA, RankPayload, analyze_cross_rank
 from traceinsight.api import analyze_trace
 from traceinsight.findings import default_thresholds
 from traceinsight.findings.job_rules import RankFindings, worst_per_rank
@@ -243,3 +244,33 @@ def test_sampled_all_to_all_without_launches():
     assert all(k["all_to_all"]["count"] == 10 for k in job.cross.comm_split.values())
     f = next(f for f in job.findings if f.id == "comm_not_overlapped")
     assert f.recommendation == COMM_ADVICE_BY_KIND["all_to_all"]
+
+
+def _payload(rank: int, lo_us: float, collectives: list[tuple[float, float]]) -> RankPayload:
+    """One step [lo, 1000 us) with all-reduces given as (start, end) in us; no compute."""
+    rows = [(ALL_REDUCE, "all_reduce", round(s * US), round(e * US), 1) for s, e in collectives]
+    return RankPayload(
+        rank=rank,
+        window_ns=round((1000 - lo_us) * US),
+        collectives=pl.DataFrame(rows, schema=COLLECTIVE_SCHEMA, orient="row"),
+        step_times_ns=(round((1000 - lo_us) * US),),
+        step_starts_ns=(round(lo_us * US),),
+        top_finding=None,
+        steps=(1,),
+        window_start_ns=round(lo_us * US),
+        window_end_ns=1000 * US,
+    )
+
+
+def test_waiting_before_the_window_is_not_charged():
+    # rank 0's window opens at 100 us, but its first all-reduce was queued at 50 and spins until
+    # rank 1 arrives at 500: 400 us inside the window, not 450. Rank 1 entered the step at 0,
+    # before rank 0, so there is no lead to subtract. The second all-reduce: rank 0 at 700,
+    # rank 1 at 760 (60 us).
+    c = analyze_cross_rank(
+        [_payload(0, 100, [(50, 600), (700, 800)]), _payload(1, 0, [(500, 600), (760, 800)])]
+    )
+    assert c.matched_collectives == 2 and c.straggler_rank == 1
+    assert c.wait_by_rank_ns == {"0": 460 * US, "1": 0}
+    assert c.charged_by_rank_ns == {"0": 460 * US, "1": 0}
+    assert c.transfer_by_rank_ns == {"0": 140 * US, "1": 140 * US}

@@ -84,9 +84,17 @@ def rank_payload(analysis: TraceAnalysis, rank: int) -> RankPayload:
                     "s_e": [s["end_ns"] for s in steps],
                 }
             )
-            comm = comm.join_asof(
-                st, left_on="start_ns", right_on="s_s", strategy="backward"
-            ).filter(pl.col("start_ns") < pl.col("s_e"))
+            # A collective still running when the window opens is the first step's (its waiting
+            # is clipped to the window): dropping it would pair the later ones off by one.
+            comm = (
+                comm.join_asof(st, left_on="start_ns", right_on="s_s", strategy="backward")
+                .filter(
+                    pl.when(pl.col("s_s").is_null())
+                    .then(pl.col("end_ns") > lo)
+                    .otherwise(pl.col("start_ns") < pl.col("s_e"))
+                )
+                .with_columns(pl.col("step").fill_null(st["step"][0]))
+            )
         else:
             comm = comm.with_columns(pl.lit(0, pl.Int64).alias("step"))
     else:
