@@ -102,7 +102,7 @@ def rank_payload(analysis: TraceAnalysis, rank: int) -> RankPayload:
     return RankPayload(
         rank=rank,
         window_ns=analysis.results.idle.window_ns,
-        collectives=comm.select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA),  # type: ignore[arg-type]
+        collectives=comm.select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA),
         step_times_ns=tuple(s["dur_ns"] for s in steps),
         step_starts_ns=tuple(s["start_ns"] for s in steps),
         top_finding=analysis.findings[0].id if analysis.findings else None,

@@ -97,7 +97,7 @@ def _steps(payloads: list[RankPayload]) -> tuple[pl.DataFrame, int, float | None
     )
     widest = max((p.window_ns for p in payloads), default=0)
     job_step = int(per_step["hi"].sum()) if per_step.height else widest
-    skew = float((per_step["hi"] - per_step["lo"]).mean()) if per_step.height > 0 else None  # type: ignore[arg-type]
+    skew = float((per_step["hi"] - per_step["lo"]).mean()) if per_step.height > 0 else None
     return common, job_step, skew if len(payloads) > 1 else None
 
 
@@ -157,7 +157,7 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     medians: dict[str, float | None] = {}
     for p in payloads:
         s = pl.Series(p.step_times_ns, dtype=pl.Int64)
-        medians[str(p.rank)] = float(s.median()) if s.len() else None  # type: ignore[arg-type]
+        medians[str(p.rank)] = float(s.median()) if s.len() else None
     steps, job_step, skew = _steps(payloads)
 
     differing = differing_tops({str(p.rank): p.top_finding for p in payloads})
@@ -171,7 +171,7 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     df = pl.concat(
         [
             p.collectives.select(list(COLLECTIVE_SCHEMA))
-            .cast(COLLECTIVE_SCHEMA)  # type: ignore[arg-type]
+            .cast(COLLECTIVE_SCHEMA)
             .sort("start_ns")
             .with_columns(
                 pl.lit(p.rank, pl.Int64).alias("rank"),
