@@ -172,6 +172,8 @@ class JobAnalysis:
                 "step_skew_mean_ns": self.cross.step_skew_mean_ns,
                 "straggler_rank": self.cross.straggler_rank,
                 "straggler_wait_ns": self.cross.wait_caused_ns,
+                "straggler_wait_ratio": self.cross.wait_caused_ratio,
+                "job_step_ns": self.cross.job_step_ns,
                 "per_rank": {str(r.rank): r.metrics for r in ranks},
             },
             "findings": [f.to_json() for f in self.findings],
@@ -183,11 +185,25 @@ class JobAnalysis:
                     "metrics": r.metrics,
                     "findings": [f.to_json() for f in r.findings],
                     "warnings": r.warnings,
+                    "comm_split": self.comm_split(r.rank),
                 }
                 for r in ranks
             ],
             "step_table": self.step_table(),
             "details": {"cross_rank": jsonable(self.cross)},
+        }
+
+    def comm_split(self, rank: int) -> dict[str, Any]:
+        """The rank's matched collective time: waiting for peers (all, and not hidden behind its
+        compute), transfer, the waiting charged to the straggler, and each by collective kind."""
+        kinds = self.cross.comm_split.get(str(rank), {})
+        key = str(rank)
+        return {
+            "wait_ns": self.cross.wait_by_rank_ns.get(key, 0),
+            "exposed_wait_ns": self.cross.exposed_wait_by_rank_ns.get(key, 0),
+            "transfer_ns": self.cross.transfer_by_rank_ns.get(key, 0),
+            "charged_wait_ns": self.cross.charged_by_rank_ns.get(key, 0),
+            "by_kind": kinds,
         }
 
     def step_table(self, limit: int = 200) -> list[dict[str, Any]]:

@@ -14,12 +14,20 @@ from pathlib import Path
 import polars as pl
 
 from traceinsight.analysis import JobAnalysis, TraceAnalysis
-from traceinsight.analyzers.cross_rank import RankPayload, analyze_cross_rank
+from traceinsight.analyzers.comm import with_kinds
+from traceinsight.analyzers.cross_rank import (
+    COLLECTIVE_SCHEMA,
+    RankPayload,
+    analyze_cross_rank,
+    differing_tops,
+)
 from traceinsight.api import analyze_trace
 from traceinsight.errors import InputError
 from traceinsight.findings import RankFindings, diagnose_job
+from traceinsight.findings.job_rules import transfer_only
+from traceinsight.model import intervals as iv
 from traceinsight.model.classify import KERNEL_RULES, names_matching
-from traceinsight.model.schema import Trace, by_rank
+from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace, by_rank
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.runtime import Runtime, process_pool
@@ -47,15 +55,27 @@ def rank_from_name(name: str) -> int | None:
 
 def rank_payload(analysis: TraceAnalysis, rank: int) -> RankPayload:
     """The rank's collective kernels (by name: NCCL/RCCL, not helper kernels launched under a
-    collective op), each tagged with the step it ran in."""
+    collective op) on its first GPU, each tagged with its kind and the step it ran in, and the
+    union of that GPU's compute kernels in the window (what waiting can hide behind)."""
     if analysis.trace is None:
         raise ValueError("rank_payload needs the analysis with its event table")
     ev = analysis.trace.events
-    comm = names_matching(ev.filter(pl.col("kind") == "kernel"), f"(?i){COLLECTIVE_KERNEL}")
+    kernels = ev.filter(pl.col("kind") == "kernel")
+    comm = names_matching(kernels, f"(?i){COLLECTIVE_KERNEL}")
     steps = analysis.results.steps.per_step
+    if steps:
+        lo, hi = min(s["start_ns"] for s in steps), max(s["end_ns"] for s in steps)
+    else:
+        gpu = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
+        span = gpu if gpu.height else ev
+        lo, hi = (int(span["start_ns"].min() or 0), int(span["end_ns"].max() or 0))
+    compute = kernels.head(0)
     if comm.height:
         first_dev = comm["device"].min()
-        comm = comm.filter(pl.col("device") == first_dev).sort("start_ns")
+        comm = with_kinds(comm.filter(pl.col("device") == first_dev).sort("start_ns"), ev)
+        compute = kernels.filter(
+            (pl.col("device") == first_dev) & (pl.col("kernel_class") != "communication")
+        )
         if steps:
             st = pl.DataFrame(
                 {
@@ -64,20 +84,32 @@ def rank_payload(analysis: TraceAnalysis, rank: int) -> RankPayload:
                     "s_e": [s["end_ns"] for s in steps],
                 }
             )
-            comm = comm.join_asof(
-                st, left_on="start_ns", right_on="s_s", strategy="backward"
-            ).filter(pl.col("start_ns") < pl.col("s_e"))
+            # A collective still running when the window opens is the first step's (its waiting
+            # is clipped to the window): dropping it would pair the later ones off by one.
+            comm = (
+                comm.join_asof(st, left_on="start_ns", right_on="s_s", strategy="backward")
+                .filter(
+                    pl.when(pl.col("s_s").is_null())
+                    .then(pl.col("end_ns") > lo)
+                    .otherwise(pl.col("start_ns") < pl.col("s_e"))
+                )
+                .with_columns(pl.col("step").fill_null(st["step"][0]))
+            )
         else:
             comm = comm.with_columns(pl.lit(0, pl.Int64).alias("step"))
     else:
-        comm = comm.with_columns(pl.lit(0, pl.Int64).alias("step"))
+        comm = comm.with_columns(pl.lit("other").alias("kind"), pl.lit(0, pl.Int64).alias("step"))
     return RankPayload(
         rank=rank,
         window_ns=analysis.results.idle.window_ns,
-        collectives=tuple(comm.select("name", "start_ns", "end_ns", "step").iter_rows()),
+        collectives=comm.select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA),
         step_times_ns=tuple(s["dur_ns"] for s in steps),
         step_starts_ns=tuple(s["start_ns"] for s in steps),
         top_finding=analysis.findings[0].id if analysis.findings else None,
+        steps=tuple(s["step"] for s in steps),
+        window_start_ns=lo,
+        window_end_ns=hi,
+        compute_busy=iv.clip(iv.union(compute), lo, hi),
     )
 
 
@@ -129,9 +161,30 @@ def _job(
     warnings: list[str],
 ) -> JobAnalysis:
     cross = analyze_cross_rank([p for _, _, p in ranked])
-    ranks = [a for _, a, _ in ranked]
-    per = [RankFindings(a.rank, a.metrics["window_ns"] or 0, a.findings) for a in ranks]
-    findings = diagnose_job(cross, per, opts.graded())
+    t = opts.graded()
+    # Each rank's communication findings on its transfer time: its waiting is the straggler's.
+    ranks = [
+        replace(
+            a,
+            findings=transfer_only(a.results, a.findings, cross.comm_split.get(str(a.rank), {}), t),
+        )
+        for _, a, _ in ranked
+    ]
+    cross = replace(
+        cross,
+        differing_diagnosis=differing_tops(
+            {str(a.rank): a.findings[0].id if a.findings else None for a in ranks}
+        ),
+    )
+    per = [
+        RankFindings(
+            a.rank,
+            max(1, a.results.idle.window_ns) * max(1, len(a.results.idle.devices)),
+            a.findings,
+        )
+        for a in ranks
+    ]
+    findings = diagnose_job(cross, per, t)
     return JobAnalysis(path, ranks, cross, findings, warnings + list(cross.warnings), opts.command)
 
 

@@ -1,14 +1,89 @@
-"""Communication/computation overlap per device: |comm ∩ compute| / |comm| over interval unions."""
+"""Communication/computation overlap per device: |comm ∩ compute| / |comm| over interval unions,
+and the same split by collective kind (what the advice depends on)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from traceinsight.analyzers.context import Context
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import names_matching
+
+# Collective kinds, matched on lower-case names with everything but letters removed
+# (ncclDevKernel_AllReduce_Sum_f32 -> ...allreduce..., nccl:_all_gather_base -> ...allgather...).
+# First match wins: all-to-all before send/recv, reduce-scatter before reduce.
+COLLECTIVE_KINDS: tuple[tuple[str, str], ...] = (
+    ("all_to_all", "alltoall"),
+    ("all_reduce", "allreduce"),
+    ("reduce_scatter", "reducescatter"),
+    ("all_gather", "allgather"),
+    ("send_recv", "sendrecv|send|recv"),
+    ("broadcast", "broadcast|bcast"),
+    ("reduce", "reduce"),
+)
+# NCCL runs all-to-all as grouped send/recv (ncclDevKernel_SendRecv) and newer versions launch
+# ncclDevKernel_Generic: for those kernels the host op that launched them (nccl:all_to_all,
+# nccl:send) names the collective.
+HOST_DECIDES = ("send_recv", "other")
+NCCL_HOST_OP = r"^nccl:|^nccl[A-Z]"
+
+
+def collective_kind(name: pl.Expr) -> pl.Expr:
+    """The collective kind a name says (``other`` when none)."""
+    norm = name.str.to_lowercase().str.replace_all("[^a-z]", "")
+    out: pl.Expr = pl.lit("other")
+    for kind, pattern in reversed(COLLECTIVE_KINDS):
+        out = pl.when(norm.str.contains(pattern)).then(pl.lit(kind)).otherwise(out)
+    return out
+
+
+def with_kinds(comm: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """``comm`` (kernels with ``correlation``) with a ``kind`` column: from the kernel name, or
+    from the launching host op (runtime call -> op on external id) where the name is ambiguous."""
+    comm = comm.with_columns(collective_kind(pl.col("name")).alias("kind"))
+    ambiguous = comm.filter(
+        pl.col("kind").is_in(HOST_DECIDES) & pl.col("correlation").is_not_null()
+    )
+    if ambiguous.height == 0:
+        return comm
+    cols = events.select("kind", "name", "external_id", "correlation")
+    calls = cols.filter(
+        pl.col("kind").is_in(["runtime", "driver"])
+        & pl.col("correlation").is_in(ambiguous.get_column("correlation").unique().implode())
+        & pl.col("external_id").is_not_null()
+    ).select("correlation", "external_id")
+    ops = names_matching(
+        cols.filter(
+            pl.col("kind").is_in(["cpu_op", "user_annotation"])
+            & pl.col("external_id").is_not_null()
+        ),
+        NCCL_HOST_OP,
+    ).select("external_id", collective_kind(pl.col("name")).alias("host_kind"))
+    host = (
+        calls.join(ops.unique("external_id"), on="external_id")
+        .filter(pl.col("host_kind") != "other")
+        .unique("correlation")
+        .select("correlation", "host_kind")
+    )
+    # Unlinked kernels (sampled traces drop launches): SendRecv kernels in a trace whose
+    # collective ops include all-to-all but no send/recv are its all-to-alls.
+    p2p = set(ops.get_column("host_kind").unique().to_list()) & {"all_to_all", "send_recv"}
+    fallback = pl.lit("all_to_all") if p2p == {"all_to_all"} else pl.lit(None, pl.String)
+    return (
+        comm.join(host, on="correlation", how="left")
+        .with_columns(
+            pl.when(pl.col("kind").is_in(HOST_DECIDES) & pl.col("host_kind").is_not_null())
+            .then(pl.col("host_kind"))
+            .when((pl.col("kind") == "send_recv") & pl.col("host_kind").is_null())
+            .then(fallback.fill_null(pl.col("kind")))
+            .otherwise(pl.col("kind"))
+            .alias("kind")
+        )
+        .drop("host_kind")
+    )
 
 
 @dataclass(frozen=True)
@@ -21,6 +96,8 @@ class CommResult:
     comm_time_ratio: float | None  # communication union / window
     per_device: tuple[dict[str, Any], ...]
     top_collectives: tuple[dict[str, Any], ...]
+    # collective kind -> {count, comm_ns, exposed_ns} (unions per kind and device, summed)
+    by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def analyze_comm(ctx: Context) -> CommResult:
@@ -63,4 +140,29 @@ def analyze_comm(ctx: Context) -> CommResult:
         comm_time_ratio=tot_c / window,
         per_device=tuple(per_device),
         top_collectives=tuple(top.iter_rows(named=True)),
+        by_kind=_by_kind(with_kinds(comm, ctx.events), pu),
     )
+
+
+def _by_kind(comm: pl.DataFrame, compute: pl.DataFrame) -> dict[str, dict[str, int]]:
+    """Per kind: kernel count, union time and the part of it not hidden behind compute."""
+    counts = dict(comm.group_by("kind").len().iter_rows())
+    cu = iv.union(comm, by=["device", "kind"])
+    parts = []
+    for (dev,), part in cu.partition_by("device", as_dict=True, maintain_order=True).items():
+        busy = compute.filter(pl.col("device").eq_missing(dev))
+        parts.append(part.with_columns(iv.overlap_with(part, busy).alias("hidden_ns")))
+    per = (
+        pl.concat(parts)
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("comm_ns"))
+        .group_by("kind")
+        .agg(
+            pl.col("comm_ns").sum(),
+            (pl.col("comm_ns") - pl.col("hidden_ns")).sum().alias("exposed_ns"),
+        )
+        .sort("kind")
+    )
+    return {
+        str(kind): {"count": int(counts.get(kind, 0)), "comm_ns": int(c), "exposed_ns": int(e)}
+        for kind, c, e in per.iter_rows()
+    }

@@ -1,10 +1,14 @@
 """Cross-rank analysis of a job: stragglers, step-time skew, ranks whose diagnosis differs.
 
-Input is per rank: the ordered communication kernels (name, start, end) of its first GPU and its
-step times. Collectives are matched across ranks by order (the j-th collective of every rank is
-the same operation, as NCCL requires) and checked by kernel name. NCCL kernels start on each GPU
-when that GPU reaches them and then spin until every rank has arrived, so the last rank to start
-the j-th collective keeps the others waiting for ``max(start) - start_r``.
+Input is per rank: the ordered collective kernels (name, kind, start, end, step) of its first GPU,
+the union of its compute kernels there, its window and its steps. Collectives are matched across
+ranks per step and by order (the k-th collective of a step is the same operation on every rank,
+as NCCL requires) and checked by kernel name. An NCCL kernel starts when its GPU reaches it and
+spins until every rank has arrived, so each rank's kernel splits into waiting
+``[start, last arrival)`` and transfer ``[last arrival, end)``. Waiting costs the rank only where
+its GPU has nothing else to do: the part hidden behind its own compute (a bucket launched early in
+backward) is not charged. What is charged to the straggler is that exposed waiting inside the
+window, per step, net of the lead the waiting rank already had when the step began.
 """
 
 from __future__ import annotations
@@ -17,20 +21,30 @@ import polars as pl
 
 from traceinsight.model import intervals as iv
 
-# A rank is the straggler when it arrives last at this share of the collectives (or more).
-STRAGGLER_LAST_SHARE = 0.6
+# A rank is the straggler when it causes this share of all exposed waiting (or more).
+STRAGGLER_CAUSED_MIN_RATIO = 0.6
+COLLECTIVE_SCHEMA = {
+    "name": pl.String,
+    "kind": pl.String,
+    "start_ns": pl.Int64,
+    "end_ns": pl.Int64,
+    "step": pl.Int64,
+}
+INTERVAL_SCHEMA = {"start_ns": pl.Int64, "end_ns": pl.Int64}
 
 
 @dataclass(frozen=True)
 class RankPayload:
     rank: int
     window_ns: int
-    collectives: tuple[
-        tuple[str, int, int, int], ...
-    ]  # (kernel name, start_ns, end_ns, step), time order
+    collectives: pl.DataFrame  # COLLECTIVE_SCHEMA, time order, the rank's first GPU
     step_times_ns: tuple[int, ...]
     step_starts_ns: tuple[int, ...]
     top_finding: str | None
+    steps: tuple[int, ...] = ()  # step numbers of step_starts_ns
+    window_start_ns: int = 0
+    window_end_ns: int = 0
+    compute_busy: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=INTERVAL_SCHEMA))
 
 
 @dataclass(frozen=True)
@@ -40,153 +54,245 @@ class CrossRankResult:
     collective_counts: dict[str, int]
     name_mismatches: int
     straggler_rank: int | None
-    straggler_last_ratio: float | None
-    wait_caused_ns: int  # waiting the straggler imposes on the other ranks, summed
-    wait_by_rank_ns: dict[str, int]  # time each rank spent waiting for later arrivals
-    straggler_steps: tuple[int, ...]  # step numbers (ProfilerStep#N) in which it arrived last
+    straggler_last_ratio: float | None  # share of collectives at which it arrives last
+    wait_caused_ns: int  # waiting charged to the straggler, summed over the other ranks
+    wait_by_rank_ns: dict[str, int]  # time each rank's collectives spent waiting for peers
+    straggler_steps: tuple[int, ...]  # steps in which it is charged waiting
     worst_collectives: tuple[dict[str, Any], ...]
     step_time_median_ns: dict[str, float | None]
     step_skew_mean_ns: float | None  # mean over steps of (slowest - fastest rank)
     differing_diagnosis: dict[str, str | None] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    straggler_caused_ratio: float | None = None  # its share of all exposed waiting
+    exposed_wait_by_rank_ns: dict[str, int] = field(default_factory=dict)  # not behind compute
+    transfer_by_rank_ns: dict[str, int] = field(default_factory=dict)
+    charged_by_rank_ns: dict[str, int] = field(default_factory=dict)  # to the straggler, net
+    entry_skew_by_rank_ns: dict[str, int] = field(default_factory=dict)  # lead subtracted
+    # rank -> kind -> {count, wait_ns, exposed_wait_ns, transfer_ns}
+    comm_split: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
+    job_step_ns: int = 0  # sum over common steps of the slowest rank's step (else widest window)
+    wait_caused_ratio: float | None = None  # wait_caused_ns / (job_step_ns x waiting ranks)
+
+
+def differing_tops(tops: dict[str, str | None]) -> dict[str, str | None]:
+    """Ranks whose top finding differs from the most common one."""
+    common = Counter(tops.values()).most_common(1)[0][0] if tops else None
+    return {r: t for r, t in tops.items() if t != common}
+
+
+def _steps(payloads: list[RankPayload]) -> tuple[pl.DataFrame, int, float | None]:
+    """(rank, step, entry_ns, dur_ns) of the steps every rank has; the job's step time; the skew."""
+    rows = pl.DataFrame(
+        {
+            "rank": [p.rank for p in payloads for _ in p.steps],
+            "step": [s for p in payloads for s in p.steps],
+            "entry_ns": [s for p in payloads for s in p.step_starts_ns[: len(p.steps)]],
+            "dur_ns": [s for p in payloads for s in p.step_times_ns[: len(p.steps)]],
+        },
+        schema={"rank": pl.Int64, "step": pl.Int64, "entry_ns": pl.Int64, "dur_ns": pl.Int64},
+    )
+    common = rows.filter(pl.col("rank").n_unique().over("step") == len(payloads))
+    per_step = common.group_by("step").agg(
+        pl.col("dur_ns").max().alias("hi"), pl.col("dur_ns").min().alias("lo")
+    )
+    widest = max((p.window_ns for p in payloads), default=0)
+    job_step = int(per_step["hi"].sum()) if per_step.height else widest
+    skew = float((per_step["hi"] - per_step["lo"]).mean()) if per_step.height > 0 else None
+    return common, job_step, skew if len(payloads) > 1 else None
+
+
+def _split(df: pl.DataFrame, payloads: list[RankPayload]) -> pl.DataFrame:
+    """Each matched collective's waiting and transfer, clipped to the rank's window; the waiting
+    made disjoint per rank (collectives on several streams can wait at once) and its part hidden
+    behind the rank's compute."""
+    win = pl.DataFrame(
+        {
+            "rank": [p.rank for p in payloads],
+            "lo": [p.window_start_ns for p in payloads],
+            "hi": [p.window_end_ns for p in payloads],
+        },
+        schema={"rank": pl.Int64, "lo": pl.Int64, "hi": pl.Int64},
+    )
+    clip = lambda e: e.clip(pl.col("lo"), pl.col("hi"))  # noqa: E731
+    df = (
+        df.join(win, on="rank")
+        .with_columns(
+            clip(pl.col("start_ns")).alias("w_s"),
+            clip(pl.min_horizontal("last_start", "end_ns")).alias("w_e"),
+            (clip(pl.col("end_ns")) - clip(pl.max_horizontal("start_ns", "last_start")))
+            .clip(0, None)
+            .alias("transfer_ns"),
+        )
+        .sort("rank", "w_s")
+        .with_columns(
+            pl.max_horizontal(
+                "w_s", pl.col("w_e").cum_max().shift(1).over("rank").fill_null(pl.col("w_s"))
+            ).alias("w_s")
+        )
+        .with_columns((pl.col("w_e") - pl.col("w_s")).clip(0, None).alias("wait_ns"))
+    )
+    parts = []
+    busy = {p.rank: p.compute_busy for p in payloads}
+    for (rank,), part in df.partition_by("rank", as_dict=True, maintain_order=True).items():
+        waits = part.select(
+            pl.col("w_s").alias("start_ns"), pl.max_horizontal("w_s", "w_e").alias("end_ns")
+        )
+        parts.append(part.with_columns(iv.overlap_with(waits, busy[rank]).alias("hidden_ns")))
+    return pl.concat(parts).with_columns(
+        (pl.col("wait_ns") - pl.col("hidden_ns")).clip(0, None).alias("exposed_wait_ns")
+    )
+
+
+def _by_rank(df: pl.DataFrame, col: str, ranks: tuple[int, ...]) -> dict[str, int]:
+    got = dict(df.group_by("rank").agg(pl.col(col).sum()).iter_rows())
+    return {str(r): int(got.get(r, 0)) for r in ranks}
 
 
 def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     payloads = sorted(payloads, key=lambda p: p.rank)
     ranks = tuple(p.rank for p in payloads)
     warnings: list[str] = []
-    counts = {str(p.rank): len(p.collectives) for p in payloads}
+    counts = {str(p.rank): p.collectives.height for p in payloads}
 
     medians: dict[str, float | None] = {}
     for p in payloads:
         s = pl.Series(p.step_times_ns, dtype=pl.Int64)
         medians[str(p.rank)] = float(s.median()) if s.len() else None
-    steps = min((len(p.step_times_ns) for p in payloads), default=0)
-    skew = None
-    if steps and len(payloads) > 1:
-        per_step = [
-            max(p.step_times_ns[i] for p in payloads) - min(p.step_times_ns[i] for p in payloads)
-            for i in range(steps)
+    steps, job_step, skew = _steps(payloads)
+
+    differing = differing_tops({str(p.rank): p.top_finding for p in payloads})
+    empty = CrossRankResult(
+        ranks, 0, counts, 0, None, None, 0, {str(r): 0 for r in ranks}, (), (), medians, skew,
+        differing, (), job_step_ns=job_step,
+    )  # fmt: skip
+    if len(payloads) < 2:
+        return empty
+
+    df = pl.concat(
+        [
+            p.collectives.select(list(COLLECTIVE_SCHEMA))
+            .cast(COLLECTIVE_SCHEMA)
+            .sort("start_ns")
+            .with_columns(
+                pl.lit(p.rank, pl.Int64).alias("rank"),
+                pl.int_range(pl.len(), dtype=pl.Int64).over("step").alias("k"),
+            )
+            for p in payloads
         ]
-        skew = sum(per_step) / steps
-
-    tops = {str(p.rank): p.top_finding for p in payloads}
-    common = Counter(tops.values()).most_common(1)[0][0] if tops else None
-    differing = {r: t for r, t in tops.items() if t != common}
-
-    rows = []
-    for p in payloads:
-        seen: dict[int, int] = {}
-        for name, start, end, step in p.collectives:
-            k = seen.get(step, 0)
-            seen[step] = k + 1
-            rows.append((p.rank, step, k, name, start, end))
-    df = pl.DataFrame(
-        rows,
-        schema={
-            "rank": pl.Int64,
-            "step": pl.Int64,
-            "k": pl.Int64,
-            "name": pl.String,
-            "start_ns": pl.Int64,
-            "end_ns": pl.Int64,
-        },
-        orient="row",
     )
     # Match the k-th collective of each step across ranks; keep only (step, k) every rank has.
-    full = (
-        df.group_by("step", "k")
-        .agg(pl.col("rank").n_unique().alias("n"))
-        .filter(pl.col("n") == len(payloads))
-    )
-    unmatched = df.height - full.height * len(payloads)
+    df = df.filter(pl.col("rank").n_unique().over("step", "k") == len(payloads))
+    n = df.height // len(payloads)
+    unmatched = sum(counts.values()) - df.height
     if unmatched:
         warnings.append(
             f"{unmatched} collective kernels had no counterpart on every rank (steps {counts}) and were not matched"
         )
-    df = df.join(full.select("step", "k"), on=["step", "k"]).with_columns(
-        (pl.col("step").rank("dense").cast(pl.Int64) * 1_000_000 + pl.col("k")).alias("j")
+    if n == 0:
+        return CrossRankResult(**{**empty.__dict__, "warnings": tuple(warnings)})
+    df = df.with_columns(
+        pl.col("start_ns").max().over("step", "k").alias("last_start"),
+        pl.col("rank").sort_by("start_ns", "rank").last().over("step", "k").alias("last_rank"),
+        pl.col("name").n_unique().over("step", "k").alias("names"),
     )
-    n = full.height
-    if n == 0 or len(payloads) < 2:
-        return CrossRankResult(
-            ranks,
-            0,
-            counts,
-            0,
-            None,
-            None,
-            0,
-            {str(r): 0 for r in ranks},
-            (),
-            (),
-            medians,
-            skew,
-            differing,
-            tuple(warnings),
-        )
-    per_j = df.group_by("j").agg(
-        pl.col("start_ns").max().alias("last_start"),
-        pl.col("rank").sort_by("start_ns", "rank").last().alias("last_rank"),
-        pl.col("name").n_unique().alias("names"),
-        pl.col("name").first().alias("name"),
-    )
-    df = df.join(per_j, on="j").with_columns(
-        (pl.col("last_start") - pl.col("start_ns")).alias("wait_ns")
-    )
-    mismatches = int((per_j["names"] > 1).sum())
+    mismatches = df.filter(pl.col("names") > 1).select("step", "k").unique().height
     if mismatches:
         warnings.append(
             f"{mismatches} matched collectives have different kernel names across ranks"
         )
-    # A rank waits over [its start, the last arrival] of each collective; consecutive collectives'
-    # waits overlap, so the time waited is the union of those intervals, not their sum.
-    waits = df.filter(pl.col("wait_ns") > 0).select(
-        "rank", "last_rank", "start_ns", pl.col("last_start").alias("end_ns")
+    df = _split(df, payloads)
+
+    # The straggler: the rank whose late arrivals cause most of the exposed waiting.
+    waited = df.filter(pl.col("rank") != pl.col("last_rank"))
+    caused = waited.group_by("last_rank").agg(pl.col("exposed_wait_ns").sum().alias("caused"))
+    caused = caused.sort(["caused", "last_rank"], descending=[True, False])
+    total_caused = int(caused["caused"].sum()) if caused.height else 0
+    cand, cand_ns = caused.row(0) if caused.height else (None, 0)
+    share = cand_ns / total_caused if total_caused else None
+    last_ratio = (
+        df.filter(pl.col("rank") == pl.col("last_rank"))
+        .select((pl.col("rank") == cand).mean())
+        .item()
+        if cand is not None
+        else None
     )
-    wait_by_rank = {str(r): 0 for r in ranks}
-    if waits.height:
-        for r, w in (
-            iv.union(waits, by=["rank"])
-            .group_by("rank")
-            .agg((pl.col("end_ns") - pl.col("start_ns")).sum())
-            .iter_rows()
-        ):
-            wait_by_rank[str(r)] = int(w)
-    # ties (replicated or symmetric ranks) resolve the same way on every run
-    last_counts = (
-        per_j.group_by("last_rank").len().sort(["len", "last_rank"], descending=[True, False])
+    # Charged: per waiting rank and step, the exposed waiting for the candidate, less the lead
+    # the waiting rank had over it at step entry (that skew was there before the step's work).
+    charged = pl.DataFrame(schema={"rank": pl.Int64, "step": pl.Int64, "charged_ns": pl.Int64})
+    skews = charged.select("rank", pl.col("charged_ns").alias("skew_ns"))
+    if cand is not None:
+        lead = (
+            steps.join(
+                steps.filter(pl.col("rank") == cand).select("step", pl.col("entry_ns").alias("c")),
+                on="step",
+            )
+            .select("rank", "step", (pl.col("c") - pl.col("entry_ns")).clip(0, None).alias("skew_ns"))
+        )  # fmt: skip
+        per_step = (
+            waited.filter(pl.col("last_rank") == cand)
+            .group_by("rank", "step")
+            .agg(pl.col("exposed_wait_ns").sum())
+            .join(lead, on=["rank", "step"], how="left")
+            .with_columns(
+                pl.min_horizontal(pl.col("skew_ns").fill_null(0), "exposed_wait_ns").alias(
+                    "skew_ns"
+                )
+            )
+        )
+        charged = per_step.select(
+            "rank", "step", (pl.col("exposed_wait_ns") - pl.col("skew_ns")).alias("charged_ns")
+        )
+        skews = per_step.select("rank", "skew_ns")
+    charged_total = int(charged["charged_ns"].sum()) if charged.height else 0
+    straggler = (
+        cand
+        if share is not None and share >= STRAGGLER_CAUSED_MIN_RATIO and charged_total > 0
+        else None
     )
-    cand, cand_n = last_counts.row(0)
-    share = cand_n / n
-    blamed = waits.filter((pl.col("last_rank") == cand) & (pl.col("rank") != cand))
-    caused = (
-        iv.total(iv.union(blamed, by=["rank"]).select("start_ns", "end_ns")) if blamed.height else 0
+    split = (
+        df.group_by("rank", "kind")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("wait_ns").sum(),
+            pl.col("exposed_wait_ns").sum(),
+            pl.col("transfer_ns").sum(),
+        )
+        .sort("rank", "kind")
     )
-    straggler = cand if share >= STRAGGLER_LAST_SHARE and caused > 0 else None
-    steps_hit = set(
-        df.filter((pl.col("last_rank") == cand) & (pl.col("rank") == cand))["step"].to_list()
-    )
+    comm_split: dict[str, dict[str, dict[str, int]]] = {str(r): {} for r in ranks}
+    for row in split.iter_rows(named=True):
+        rank, kind = str(row.pop("rank")), str(row.pop("kind"))
+        comm_split[rank][kind] = {k: int(v) for k, v in row.items()}
     worst = (
-        df.filter(pl.col("rank") != pl.col("last_rank"))
-        .group_by("j", "name", "last_rank")
-        .agg(pl.col("wait_ns").sum().alias("wait_ns"))
-        .sort(["wait_ns", "j"], descending=[True, False])
+        waited.group_by("step", "k", "name", "kind", "last_rank")
+        .agg(pl.col("wait_ns").sum(), pl.col("exposed_wait_ns").sum())
+        .sort(["exposed_wait_ns", "step", "k"], descending=[True, False, False])
         .head(10)
     )
+    hit_steps = charged.filter(pl.col("charged_ns") > 0)["step"].unique().sort().to_list()
     return CrossRankResult(
         ranks=ranks,
         matched_collectives=n,
         collective_counts=counts,
         name_mismatches=mismatches,
         straggler_rank=straggler,
-        straggler_last_ratio=share,
-        wait_caused_ns=caused if straggler is not None else 0,
-        wait_by_rank_ns=wait_by_rank,
-        straggler_steps=tuple(sorted(steps_hit)) if straggler is not None else (),
+        straggler_last_ratio=last_ratio,
+        wait_caused_ns=charged_total if straggler is not None else 0,
+        wait_by_rank_ns=_by_rank(df, "wait_ns", ranks),
+        straggler_steps=tuple(hit_steps) if straggler is not None else (),
         worst_collectives=tuple(worst.iter_rows(named=True)),
         step_time_median_ns=medians,
         step_skew_mean_ns=skew,
         differing_diagnosis=differing,
         warnings=tuple(warnings),
+        straggler_caused_ratio=share,
+        wait_caused_ratio=(
+            charged_total / (max(1, job_step) * (len(ranks) - 1)) if straggler is not None else None
+        ),
+        exposed_wait_by_rank_ns=_by_rank(df, "exposed_wait_ns", ranks),
+        transfer_by_rank_ns=_by_rank(df, "transfer_ns", ranks),
+        charged_by_rank_ns=_by_rank(charged, "charged_ns", ranks) if straggler is not None else {},
+        entry_skew_by_rank_ns=_by_rank(skews, "skew_ns", ranks) if straggler is not None else {},
+        comm_split=comm_split,
+        job_step_ns=job_step,
     )

@@ -1,48 +1,77 @@
-"""The job rules: what only several ranks side by side show (the straggler), and each per-rank
-finding once, at its worst rank."""
+"""The job rules: what only several ranks side by side show (the straggler), each rank's
+communication findings on the transfer part alone, and each per-rank finding once, at its worst
+rank, graded by its share of the whole job."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from traceinsight.analyzers import Results
 from traceinsight.analyzers.cross_rank import CrossRankResult
-from traceinsight.findings.model import Draft, Finding, Rule, Thresholds, make_finding, ranked
+from traceinsight.findings.model import (
+    SEVERITIES,
+    Draft,
+    Finding,
+    Rule,
+    Thresholds,
+    make_finding,
+    ranked,
+)
+from traceinsight.findings.rules import RULES, RuleInput
+from traceinsight.report.format import fmt_ms, fmt_pct
+
+# The single-trace rules that read communication time: in a job they see only the transfer part.
+COMM_RULES = ("comm_not_overlapped", "comm_heavy")
 
 
 @dataclass(frozen=True)
 class RankFindings:
     rank: int
-    window_ns: int
+    window_ns: int  # the window the rank's findings were graded against (ns x devices)
     findings: Sequence[Finding]
 
 
 def _straggler(
     cross: CrossRankResult, ranks: Sequence[RankFindings], t: Thresholds
 ) -> tuple[Draft, int] | None:
-    """The waiting the last-arriving rank causes, over the other ranks' windows."""
+    """The waiting charged to the last-arriving rank, against the job's step time on each rank
+    that waits."""
     if cross.straggler_rank is None:
         return None
-    window = max([r.window_ns for r in ranks] or [1]) or 1
-    window_all = window * max(1, len(ranks) - 1)
-    if cross.wait_caused_ns / window_all < t["straggler_wait_ratio"]:
+    waiting = max(1, len(cross.ranks) - 1)
+    job_ns = max(1, cross.job_step_ns) * waiting
+    if (cross.wait_caused_ratio or 0) < t["straggler_wait_ratio"]:
         return None
+    others = {r: v for r, v in cross.charged_by_rank_ns.items() if r != str(cross.straggler_rank)}
+    by_kind = {
+        r: {k: v["exposed_wait_ns"] for k, v in kinds.items() if v["exposed_wait_ns"]}
+        for r, kinds in cross.comm_split.items()
+        if r in others
+    }
     draft = Draft(
         cross.wait_caused_ns,
-        f"Rank {cross.straggler_rank} is a straggler: it arrives last at {100 * (cross.straggler_last_ratio or 0):.0f}% of "
-        f"collectives, making the other ranks wait {cross.wait_caused_ns / 1e6:.2f} ms in NCCL",
+        f"Rank {cross.straggler_rank} is a straggler: the other ranks wait "
+        f"{fmt_ms(cross.wait_caused_ns / waiting)} each for it in collectives "
+        f"({fmt_pct(cross.wait_caused_ns / job_ns)} of the job's step time)",
         {
             "rank": cross.straggler_rank,
             "steps": list(cross.straggler_steps),
             "wait_caused_ns": cross.wait_caused_ns,
-            "last_ratio": cross.straggler_last_ratio,
+            "charged_by_rank_ns": others,
+            "wait_by_kind_ns": by_kind,
+            "entry_skew_by_rank_ns": cross.entry_skew_by_rank_ns,
             "wait_by_rank_ns": cross.wait_by_rank_ns,
+            "exposed_wait_by_rank_ns": cross.exposed_wait_by_rank_ns,
+            "caused_ratio": cross.straggler_caused_ratio,
+            "last_ratio": cross.straggler_last_ratio,
             "matched_collectives": cross.matched_collectives,
             "worst_collectives": list(cross.worst_collectives[:5]),
+            "job_step_ns": cross.job_step_ns,
             "step_time_median_ns": cross.step_time_median_ns,
         },
     )
-    return draft, window_all
+    return draft, job_ns
 
 
 STRAGGLER = Rule(
@@ -58,8 +87,59 @@ STRAGGLER = Rule(
 JOB_RULES: list[Rule] = [STRAGGLER]
 
 
-def worst_per_rank(ranks: Sequence[RankFindings]) -> list[Finding]:
-    """Each per-rank finding once: the worst rank's (by cost), naming every rank that has it."""
+def transfer_only(
+    results: Results,
+    findings: Sequence[Finding],
+    split: Mapping[str, Mapping[str, int]],
+    t: Thresholds,
+) -> list[Finding]:
+    """The rank's findings with the communication rules re-run on its transfer time: waiting
+    for a late peer is the straggler's (charged there), and no overlap or bucketing on this rank
+    would remove it. ``split`` is the rank's kind -> {wait_ns, exposed_wait_ns, ...}."""
+    wait = sum(v["wait_ns"] for v in split.values())
+    exposed_wait = sum(v["exposed_wait_ns"] for v in split.values())
+    comm = results.comm
+    if wait == 0 or comm.comm_compute_overlap_ratio is None:
+        return list(findings)
+    window = max(1, results.idle.window_ns) * max(1, len(results.idle.devices))
+    comm_ns = max(0, comm.comm_ns - wait)
+    exposed = max(0, comm.exposed_comm_ns - exposed_wait)
+    by_kind = {
+        k: {
+            **v,
+            "comm_ns": max(0, v["comm_ns"] - split.get(k, {}).get("wait_ns", 0)),
+            "exposed_ns": max(0, v["exposed_ns"] - split.get(k, {}).get("exposed_wait_ns", 0)),
+        }
+        for k, v in comm.by_kind.items()
+    }
+    adjusted = replace(
+        comm,
+        comm_ns=comm_ns,
+        exposed_comm_ns=exposed,
+        comm_compute_overlap_ratio=(comm_ns - exposed) / comm_ns if comm_ns else None,
+        exposed_comm_ratio=exposed / window,
+        comm_time_ratio=comm_ns / window,
+        by_kind=by_kind,
+    )
+    kept = [f for f in findings if f.id not in COMM_RULES]
+    x = RuleInput(replace(results, comm=adjusted), t, window, kept)
+    redone = []
+    for rule in (r for r in RULES if r.id in COMM_RULES):
+        draft = rule.check(x)
+        if draft is not None:
+            draft = replace(
+                draft,
+                evidence=dict(draft.evidence, comm_wait_ns=wait, exposed_wait_ns=exposed_wait),
+            )
+            redone.append(make_finding(rule, draft, window, t))
+    return ranked(kept + redone)
+
+
+def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding]:
+    """Each per-rank finding once: the worst rank's title and evidence, the cost summed over the
+    ranks that have it and graded against every rank's window (its share of the job)."""
+    caps = {r.id: r for r in RULES}
+    job_window = sum(max(1, r.window_ns) for r in ranks)
     best: dict[str, tuple[Finding, int]] = {}
     for r in ranks:
         for f in r.findings:
@@ -67,12 +147,23 @@ def worst_per_rank(ranks: Sequence[RankFindings]) -> list[Finding]:
                 best[f.id] = (f, r.rank)
     out = []
     for f, rank in best.values():
-        having = [r.rank for r in ranks if any(x.id == f.id for x in r.findings)]
+        costs = {str(r.rank): x.cost_ns for r in ranks for x in r.findings if x.id == f.id}
+        rule = caps.get(f.id) or Rule(f.id, lambda _x: None, f.recommendation, f.snippet)
+        graded = make_finding(rule, Draft(sum(costs.values()), f.title, f.evidence), job_window, t)
         out.append(
             replace(
                 f,
+                severity=graded.severity,
+                cost_ns=graded.cost_ns,
+                cost_ratio=graded.cost_ratio,
                 title=f"[rank {rank}] {f.title}",
-                evidence=dict(f.evidence, worst_rank=rank, ranks=having),
+                evidence=dict(
+                    f.evidence,
+                    worst_rank=rank,
+                    ranks=[int(r) for r in costs],
+                    cost_by_rank_ns=costs,
+                    worst_rank_severity=f.severity,
+                ),
             )
         )
     return out
@@ -81,10 +172,15 @@ def worst_per_rank(ranks: Sequence[RankFindings]) -> list[Finding]:
 def diagnose_job(
     cross: CrossRankResult, ranks: Sequence[RankFindings], t: Thresholds
 ) -> list[Finding]:
-    """The job's findings, ranked: the straggler, then each per-rank finding once."""
+    """The job's findings: the straggler, then each per-rank finding once."""
     out: list[Finding] = []
     hit = _straggler(cross, ranks, t)
     if hit is not None:
-        draft, window_all = hit
-        out.append(make_finding(STRAGGLER, draft, window_all, t))
-    return ranked(out + worst_per_rank(ranks))
+        draft, job_ns = hit
+        out.append(make_finding(STRAGGLER, draft, job_ns, t))
+    # By severity, then share of the job: costs summed over different numbers of ranks
+    # compare only as shares.
+    return sorted(
+        ranked(out + worst_per_rank(ranks, t)),
+        key=lambda f: (SEVERITIES.index(f.severity), -f.cost_ratio),
+    )

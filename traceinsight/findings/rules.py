@@ -226,14 +226,36 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
     )
 
 
+# Advice by the collective kind whose time is most exposed: what overlaps it depends on the
+# parallelism that issues it (the rule's own recommendation is the data-parallel one).
+COMM_ADVICE_BY_KIND: Mapping[str, str] = {
+    "all_to_all": "All-to-all is exposed (embedding or expert parallelism): pipeline the sparse "
+    "stage so the next batch's all-to-all runs under this batch's dense compute (TorchRec "
+    "TrainPipelineSparseDist), or for MoE overlap token dispatch/combine with expert compute "
+    "(chunked all-to-all, shared-expert overlap), and cap tokens per expert (capacity factor).",
+    "send_recv": "Point-to-point send/recv is exposed (pipeline parallelism): more micro-batches "
+    "per step, an interleaved 1F1B schedule (virtual pipeline stages) and batched, asynchronous "
+    "P2P (batch_isend_irecv) shrink the bubbles in which stages wait for activations.",
+    "broadcast": "Broadcasts are exposed: broadcast parameters once at start-up, not per step; DDP "
+    "broadcast_buffers=False when buffers need no syncing.",
+}
+DDP_FSDP_ADVICE = (
+    "Let gradient reduction overlap backward: DDP with buckets (bucket_cap_mb), static_graph=True, "
+    "gradient_as_bucket_view=True; no manual all_reduce after backward(); FSDP backward_prefetch "
+    "and forward_prefetch so all-gathers and reduce-scatters run under compute."
+)
+
+
 @rule(
     "comm_not_overlapped",
-    recommendation="Let gradient reduction overlap backward: DDP with buckets (bucket_cap_mb), static_graph=True, "
-    "gradient_as_bucket_view=True; no manual all_reduce after backward(); FSDP backward_prefetch.",
+    recommendation=DDP_FSDP_ADVICE,
     snippet=(
+        "# all-reduce / reduce-scatter / all-gather (DDP, FSDP):\n"
         "model = DDP(model, device_ids=[rank], bucket_cap_mb=100,\n"
         "            gradient_as_bucket_view=True, static_graph=True)\n"
-        "# do not reduce gradients by hand after backward(); let DDP overlap them with backward"
+        "# FSDP(model, backward_prefetch=BackwardPrefetch.BACKWARD_PRE, forward_prefetch=True)\n"
+        "# all-to-all (TorchRec): TrainPipelineSparseDist(model, optimizer, device)\n"
+        "# send/recv (pipeline): ScheduleInterleaved1F1B(stages, n_microbatches=4 * n_stages)"
     ),
     thresholds={"comm_overlap_min": 0.5},
 )
@@ -244,10 +266,12 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         or comm.comm_compute_overlap_ratio >= x.t["comm_overlap_min"]
     ):
         return None
+    by_kind = comm.by_kind
+    worst = max(by_kind, key=lambda k: (by_kind[k]["exposed_ns"], k)) if by_kind else None
     return Draft(
         comm.exposed_comm_ns,
         f"Communication is exposed: {fmt_pct(comm.comm_compute_overlap_ratio)} of it overlaps compute, "
-        f"{fmt_ms(comm.exposed_comm_ns)} exposed",
+        f"{fmt_ms(comm.exposed_comm_ns)} exposed" + (f", mostly {worst}" if worst else ""),
         {
             "comm_ns": comm.comm_ns,
             "exposed_comm_ns": comm.exposed_comm_ns,
@@ -255,7 +279,10 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
             "exposed_comm_ratio": comm.exposed_comm_ratio,
             "per_device": list(comm.per_device),
             "top_collectives": list(comm.top_collectives[:5]),
+            "by_kind": by_kind,
+            "most_exposed_kind": worst,
         },
+        COMM_ADVICE_BY_KIND.get(worst or "", DDP_FSDP_ADVICE),
     )
 
 

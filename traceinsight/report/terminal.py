@@ -77,12 +77,16 @@ def render_job_summary(
     lines = [
         f"traceinsight {doc['tool']['version']}: job {src['path']} ({len(src['ranks'])} ranks, {src['format']})"
     ]
-    lines.append(f"  {'rank':>4}  {'GPU busy':>8}  {'median step':>11}  top finding")
+    lines.append(
+        f"  {'rank':>4}  {'GPU busy':>8}  {'median step':>11}  {'waiting':>9}  {'transfer':>9}  top finding"
+    )
     for r in doc["ranks"]:
         rm = r["metrics"]
+        split = r.get("comm_split") or {}
         top = r["findings"][0]["id"] if r["findings"] else "-"
         lines.append(
-            f"  {r['rank']:>4}  {fmt_pct(rm['gpu_busy_ratio']):>8}  {fmt_ns(rm['step_time_median_ns']):>11}  {top}"
+            f"  {r['rank']:>4}  {fmt_pct(rm['gpu_busy_ratio']):>8}  {fmt_ns(rm['step_time_median_ns']):>11}"
+            f"  {fmt_ns(split.get('exposed_wait_ns')):>9}  {fmt_ns(split.get('transfer_ns')):>9}  {top}"
         )
     if m.get("step_skew_mean_ns") is not None:
         lines.append(
@@ -90,7 +94,8 @@ def render_job_summary(
         )
     if m.get("straggler_rank") is not None:
         lines.append(
-            f"  straggler: rank {m['straggler_rank']} (others wait {fmt_ns(m['straggler_wait_ns'])} in collectives)"
+            f"  straggler: rank {m['straggler_rank']} (others wait {fmt_ns(m['straggler_wait_ns'])} in collectives, "
+            f"{fmt_pct(m.get('straggler_wait_ratio'))} of the job's step time)"
         )
     return "\n".join(lines + _tail(doc, report_path, max_findings))
 
