@@ -13,6 +13,7 @@ from pathlib import Path
 from traceinsight.errors import InputError
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+PROC_CGROUP = Path("/proc/self/cgroup")
 _UNLIMITED = 1 << 62  # cgroup v1 writes "no limit" as a page-rounded 2**63 - 1
 
 
@@ -25,11 +26,15 @@ def available_bytes() -> int:
 def too_big(path: Path | str, kept: int, room: int, limit: int) -> InputError:
     """The refusal for an input that does not fit: one line, naming the limit option."""
     return InputError(
-        f"needs more memory than is available: over {kept / 1e9:.1f} GB of JSON to hold, room for "
-        f"{room / 1e9:.1f} GB (memory available, cgroup and address-space limits); refusing "
-        f"(--max-bytes {limit:,} is the input limit)",
+        f"does not fit in the memory available: over {_size(kept)} of JSON to hold, room for "
+        f"{_size(room)} (free memory, cgroup and address-space limits); refusing "
+        f"(the input limit, --max-bytes, is {_size(limit)})",
         str(path),
     )
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
 
 
 def _read_int(path: Path) -> int | None:
@@ -55,10 +60,12 @@ def _cgroup_dirs() -> list[tuple[Path, str, str]]:
     ancestors included (a parent's limit binds too)."""
     out = []
     try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        lines = PROC_CGROUP.read_text().splitlines()
     except OSError:
         return out
     for line in lines:
+        if line.count(":") < 2:
+            continue
         _, controllers, rel = line.split(":", 2)
         if controllers == "":  # v2: one unified hierarchy
             base, files = (
@@ -82,8 +89,20 @@ def _cgroup_headroom() -> int:
         usage = _read_int(folder / usage_file)
         if limit is None or usage is None or limit >= _UNLIMITED:
             continue
-        room = min(room, max(0, limit - usage))
+        # usage counts page cache the kernel would reclaim first: the working set is without it
+        room = min(room, max(0, limit - usage + _inactive_file(folder)))
     return room
+
+
+def _inactive_file(folder: Path) -> int:
+    try:
+        for line in (folder / "memory.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key in ("inactive_file", "total_inactive_file") and value.strip().isdigit():
+                return int(value)
+    except OSError:
+        pass
+    return 0
 
 
 def _address_space_headroom() -> int:

@@ -654,9 +654,9 @@ def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> Parsed |
         notes = [padding_note(stream.padding)] if stream.padding else []
         return _finish(cutter, sched, notes)
     except _NoRoom:
-        raise resources.too_big(
-            path, spool.len, resources.available_bytes() + spool.len, stream.limit
-        ) from None
+        # room: what the spool could have used, the margin left for everything else excluded
+        room = max(0, resources.available_bytes() + spool.len - SPOOL_MARGIN_BYTES)
+        raise resources.too_big(path, spool.len, room, stream.limit) from None
     except (_Unusable, OSError):  # OSError: the spool ran out of room (another parse took it)
         return None
     finally:

@@ -23,7 +23,8 @@ _BLOCK_MAX = 4 * 1024 * 1024
 # They are cut to one space as they stream, so a whitespace bomb is never held (issue 17).
 PAD_RUN = 64 * 1024
 _STRIDE = 4096  # one sampled byte per stride finds runs of PAD_RUN without looking at every byte
-_WS_AS_ZERO = bytes(0 if c in b" \t\r\n" else 1 for c in range(256))
+_WS = b" \t\r\n"
+_WS_AS_ZERO = bytes(0 if c in _WS else 1 for c in range(256))
 _SAMPLED_RUN = bytes(PAD_RUN // _STRIDE - 1)  # consecutive whitespace samples in any run of PAD_RUN
 _PAD = re.compile(rb"(?<![ \t\r\n])[ \t\r\n]{%d,}" % PAD_RUN)
 
@@ -62,14 +63,15 @@ def squeeze(block: bytes) -> tuple[bytes, int]:
     at = samples.find(_SAMPLED_RUN)
     if at < 0:
         return block, 0
+    if b"\x01" not in samples and len(block) >= PAD_RUN and not block.translate(None, _WS):
+        return b" ", len(block) - 1  # a bomb's block: twice as fast as the regex
     parts, pos, dropped = [], 0, 0
     while at >= 0:
-        # the run holding these samples starts after the last non-blank sample before them
-        # and ends before the next one
+        # the runs holding these samples start after the last non-blank sample before them and
+        # end before the next one
         nxt = samples.find(b"\x01", at)
         end = len(block) if nxt < 0 else nxt * _STRIDE + _STRIDE - 1
-        m = _PAD.search(block, max(pos, at * _STRIDE), end)
-        if m is not None:
+        for m in _PAD.finditer(block, max(pos, at * _STRIDE), end):
             parts += (block[pos : m.start()], b" ")
             dropped += m.end() - m.start() - 1
             pos = m.end()
