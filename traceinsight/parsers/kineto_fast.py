@@ -641,7 +641,9 @@ def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> Parsed |
         spool = _Spool(hint)
     except OSError:
         return None
-    sched = _Scheduler(spool, helpers if hint >= MIN_HELPER_BYTES else 0)
+    # a gzip's ISIZE is mod 4 GiB: its compressed size also tells a large document
+    large = max(hint, path.stat().st_size) >= MIN_HELPER_BYTES
+    sched = _Scheduler(spool, helpers if large else 0)
     try:
         sched.start()  # helpers import while this process inflates the first blocks
         cutter = _Cutter(spool)
@@ -657,7 +659,7 @@ def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> Parsed |
         # room: what the spool could have used, the margin left for everything else excluded
         room = max(0, resources.available_bytes() + spool.len - SPOOL_MARGIN_BYTES)
         raise resources.too_big(path, spool.len, room, stream.limit) from None
-    except (_Unusable, OSError):  # OSError: the spool ran out of room (another parse took it)
+    except (_Unusable, OSError, BufferError):  # OSError: no room left (another parse took it)
         return None
     finally:
         sched.close()
