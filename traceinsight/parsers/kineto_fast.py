@@ -41,6 +41,7 @@ MAX_JOIN = 4  # spans joined to one that failed before giving up: its data, not 
 MIN_HELPER_BYTES = 64 * 1024 * 1024  # smaller documents finish before a helper could start
 SPOOL_MARGIN_BYTES = 256 * 1024 * 1024  # memory (or disk) left free beside a spool
 SPOOL_MIN_BYTES = 1024 * 1024
+_MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: punch a hole through a mapping
 SPOOL_PREFIX = "traceinsight-spool-"  # + owner pid: a killed parse's spool is swept by the next
 
 
@@ -293,6 +294,13 @@ class _Spool(_Buffer):
         self.mm.resize(new)  # the file too
         self.size = new
 
+    def release(self, start: int, end: int) -> None:
+        """Free the whole pages of [start, end): a hole in the file (tmpfs: memory back)."""
+        lo, hi = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+        if hi > lo and _MADV_REMOVE is not None:
+            with contextlib.suppress(OSError, ValueError):  # a file system without holes
+                self.mm.madvise(_MADV_REMOVE, lo, hi - lo)
+
     def close(self) -> None:
         try:
             self.mm.close()
@@ -530,6 +538,7 @@ class _Scheduler:
         self.inflight: dict[Future[Any], tuple[int, int, int]] = {}
         self.pool: ProcessPoolExecutor | None = None
         self.spans: list[tuple[int, int]] = []
+        self.released = 0  # spans whose spool pages are given back
 
     def add(self, start: int, end: int) -> None:
         self.todo.append((len(self.spans), start, end))
@@ -575,8 +584,9 @@ class _Scheduler:
         if self.pool is None:
             return
         self._collect()
+        self._release()
         while self.todo and len(self.inflight) < IN_FLIGHT_PER_HELPER * self.helpers:
-            item = self.todo.pop()  # helpers take from the back, this process from the front
+            item = self.todo.popleft()  # in document order: the decoded prefix is released
             try:
                 fut = self.pool.submit(decode_span, self.spool.path, item[1], item[2])  # type: ignore[attr-defined]
             except RuntimeError:  # broken pool
@@ -584,6 +594,20 @@ class _Scheduler:
                 self.pool = None
                 return
             self.inflight[fut] = item
+
+    def _release(self) -> None:
+        """Give back the spool's pages under spans decoded so far, in order up to the first one
+        not yet decoded (or failed): the 10x trace's peak is then its frames and the spans in
+        flight, not the whole document beside them. The last ``MAX_JOIN`` spans are kept for
+        :meth:`_Cutter.finish` and :func:`_mend`, which may read them again."""
+        release = getattr(self.spool, "release", None)
+        while (
+            release is not None
+            and self.released + MAX_JOIN < len(self.spans)
+            and self.done.get(self.released) is not None
+        ):
+            release(*self.spans[self.released])
+            self.released += 1
 
     def results(self) -> list[tuple[pl.DataFrame, int] | None]:
         """Each span's frame in order, None where it did not decode (see :func:`_mend`)."""
