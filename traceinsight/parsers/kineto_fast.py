@@ -618,6 +618,7 @@ class _Scheduler:
                 continue
             i, start, end = self.todo.popleft()
             self.done[i] = self.local(start, end)
+            self._release()  # one process (batch workers): the spool shrinks as frames grow
         self._collect(block=True)
         return [self.done.get(i) for i in range(len(self.spans))]
 
