@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import os
 import random
+import shutil
 import sqlite3
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -14,12 +18,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from traceinsight.api import analyze
 from traceinsight.cli import main
 
 from .conftest import H200, TINY
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEINSIGHT_FUZZ_EXAMPLES", "60"))
-EV = {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0, "stream": 7, "correlation": 1}}
+EV = {
+    "ph": "X",
+    "cat": "kernel",
+    "name": "k",
+    "pid": 0,
+    "tid": 7,
+    "ts": 10,
+    "dur": 5,
+    "args": {"device": 0, "stream": 7, "correlation": 1},
+}
 
 
 def run(path: Path, capsys, *extra: str) -> tuple[int, str, dict | None]:
@@ -44,16 +58,69 @@ CASES: dict[str, tuple[bytes, int, str]] = {
     "scalar": (b"42", 2, "not a Kineto trace"),
     "array_of_numbers": (b"[1, 2, 3]", 2, "not a Kineto trace"),
     "string_ts": (json.dumps({"traceEvents": [dict(EV, ts="10", dur="5")]}).encode(), 0, ""),
-    "null_and_negative_dur": (json.dumps({"traceEvents": [dict(EV, dur=None), dict(EV, dur=-5), EV]}).encode(), 0, "skipped"),
-    "nan_infinity": (b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":NaN,"dur":Infinity}]}', 0, "NaN"),
-    "huge_integers": (b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":10,"dur":5,"args":{"correlation":123456789012345678901234567890}}]}', 0, ""),
-    "nested_garbage_args": (json.dumps({"traceEvents": [dict(EV, args=[[{"a": [1, {"b": None}]}]]), dict(EV, pid="x", tid={"a": 1}, args={"device": "zero", "stream": [1]})]}).encode(), 0, ""),
-    "duplicate_keys": (b'{"traceEvents":[{"ph":"X","ph":"X","cat":"kernel","name":"a","name":"b","pid":0,"tid":7,"ts":10,"dur":5}]}', 0, ""),
-    "non_utf8_name": (b'{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"op\xff\xfe","pid":1,"tid":1,"ts":10,"dur":5}]}', 0, "UTF-8"),
-    "unescaped_quote": (b'{\n  "traceEvents": [\n  {\n    "ph": "X", "cat": "cpu_op", "name": "aten::foo"bar", "pid": 1, "tid": 1,\n    "ts": 10, "dur": 5\n  }\n  ]\n}\n', 0, "quotes"),
-    "events_out_of_order": (json.dumps({"traceEvents": [dict(EV, ts=100), dict(EV, ts=10), dict(EV, ts=50)]}).encode(), 0, ""),
-    "overlapping_kernels_one_stream": (json.dumps({"traceEvents": [dict(EV, ts=10, dur=100), dict(EV, ts=20, dur=10)]}).encode(), 0, ""),
-    "no_gpu_events": (json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}]}).encode(), 0, "no GPU activity"),
+    "null_and_negative_dur": (
+        json.dumps({"traceEvents": [dict(EV, dur=None), dict(EV, dur=-5), EV]}).encode(),
+        0,
+        "skipped",
+    ),
+    "nan_infinity": (
+        b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":NaN,"dur":Infinity}]}',
+        0,
+        "NaN",
+    ),
+    "huge_integers": (
+        b'{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":10,"dur":5,"args":{"correlation":123456789012345678901234567890}}]}',
+        0,
+        "",
+    ),
+    "nested_garbage_args": (
+        json.dumps(
+            {
+                "traceEvents": [
+                    dict(EV, args=[[{"a": [1, {"b": None}]}]]),
+                    dict(EV, pid="x", tid={"a": 1}, args={"device": "zero", "stream": [1]}),
+                ]
+            }
+        ).encode(),
+        0,
+        "",
+    ),
+    "duplicate_keys": (
+        b'{"traceEvents":[{"ph":"X","ph":"X","cat":"kernel","name":"a","name":"b","pid":0,"tid":7,"ts":10,"dur":5}]}',
+        0,
+        "",
+    ),
+    "non_utf8_name": (
+        b'{"traceEvents":[{"ph":"X","cat":"cpu_op","name":"op\xff\xfe","pid":1,"tid":1,"ts":10,"dur":5}]}',
+        0,
+        "UTF-8",
+    ),
+    "unescaped_quote": (
+        b'{\n  "traceEvents": [\n  {\n    "ph": "X", "cat": "cpu_op", "name": "aten::foo"bar", "pid": 1, "tid": 1,\n    "ts": 10, "dur": 5\n  }\n  ]\n}\n',
+        0,
+        "quotes",
+    ),
+    "events_out_of_order": (
+        json.dumps({"traceEvents": [dict(EV, ts=100), dict(EV, ts=10), dict(EV, ts=50)]}).encode(),
+        0,
+        "",
+    ),
+    "overlapping_kernels_one_stream": (
+        json.dumps({"traceEvents": [dict(EV, ts=10, dur=100), dict(EV, ts=20, dur=10)]}).encode(),
+        0,
+        "",
+    ),
+    "no_gpu_events": (
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 2}
+                ]
+            }
+        ).encode(),
+        0,
+        "no GPU activity",
+    ),
     "not_events_inside": (json.dumps({"traceEvents": [1, "x", None, [], {}]}).encode(), 0, ""),
     "traceEvents_not_list": (b'{"traceEvents": {"a": 1}}', 2, "not an array"),
 }
@@ -71,7 +138,10 @@ def test_named_hostile_case(name, tmp_path, capsys):
 
 
 def test_truncated_json_salvages_complete_events(tmp_path, capsys):
-    doc = {"schemaVersion": 1, "traceEvents": [dict(EV, name=f"k{i}", ts=10 + 10 * i) for i in range(50)]}
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": [dict(EV, name=f"k{i}", ts=10 + 10 * i) for i in range(50)],
+    }
     text = json.dumps(doc, indent=1)
     p = tmp_path / "cut.json"
     p.write_text(text[: len(text) * 3 // 4])  # a job killed mid-write
@@ -94,7 +164,9 @@ def test_truncated_gzip_of_real_trace(tmp_path, capsys):
 def test_gzip_bomb_stops_at_limit(tmp_path, capsys):
     p = tmp_path / "bomb.json.gz"
     with gzip.open(p, "wb", compresslevel=9) as fh:
-        fh.write(b'{"traceEvents": [' + b" " * (64 * 1024 * 1024))  # 64 MiB of spaces, ~65 KB on disk
+        fh.write(
+            b'{"traceEvents": [' + b" " * (64 * 1024 * 1024)
+        )  # 64 MiB of spaces, ~65 KB on disk
     assert p.stat().st_size < 200_000
     rc, err, _ = run(p, capsys, "--max-bytes", str(8 * 1024 * 1024))
     assert rc == 2 and "limit" in err
@@ -130,25 +202,71 @@ def test_input_never_modified(tmp_path, capsys):
 
 # --- property-based: random event lists, random mutations of real traces ---------------------
 
-json_leaf = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=12)
-json_value = st.recursive(json_leaf, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4), max_leaves=12)
+json_leaf = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=12)
+)
+json_value = st.recursive(
+    json_leaf,
+    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=6), c, max_size=4),
+    max_leaves=12,
+)
 keys = st.sampled_from(["ph", "cat", "name", "pid", "tid", "ts", "dur", "args", "id"])
 plausible = st.fixed_dictionaries(
     {
         "ph": st.sampled_from(["X", "i", "M", "s", "f", "C", 1, None]),
-        "cat": st.sampled_from(["kernel", "cpu_op", "cuda_runtime", "gpu_memcpy", "user_annotation", "Kernel", "Memcpy", "??", None]),
-        "name": st.sampled_from(["ProfilerStep#1", "Memcpy HtoD (Pageable -> Device)", "cudaStreamSynchronize", "ncclDevKernel_X", "k"]) | st.text(max_size=20),
-        "ts": st.integers(-10, 10**17) | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=5),
+        "cat": st.sampled_from(
+            [
+                "kernel",
+                "cpu_op",
+                "cuda_runtime",
+                "gpu_memcpy",
+                "user_annotation",
+                "Kernel",
+                "Memcpy",
+                "??",
+                None,
+            ]
+        ),
+        "name": st.sampled_from(
+            [
+                "ProfilerStep#1",
+                "Memcpy HtoD (Pageable -> Device)",
+                "cudaStreamSynchronize",
+                "ncclDevKernel_X",
+                "k",
+            ]
+        )
+        | st.text(max_size=20),
+        "ts": st.integers(-10, 10**17)
+        | st.floats(allow_nan=True, allow_infinity=True)
+        | st.text(max_size=5),
         "dur": st.integers(-10, 10**9) | st.floats(allow_nan=True, allow_infinity=True) | st.none(),
         "pid": st.integers(-5, 5) | st.text(max_size=8),
         "tid": st.integers(-5, 5) | st.text(max_size=8),
     },
-    optional={"args": st.dictionaries(st.sampled_from(["device", "stream", "correlation", "External id", "bytes"]), json_value, max_size=5) | json_value},
+    optional={
+        "args": st.dictionaries(
+            st.sampled_from(["device", "stream", "correlation", "External id", "bytes"]),
+            json_value,
+            max_size=5,
+        )
+        | json_value
+    },
 )
-events = st.lists(plausible | st.dictionaries(keys, json_value, max_size=6) | json_value, max_size=25)
+events = st.lists(
+    plausible | st.dictionaries(keys, json_value, max_size=6) | json_value, max_size=25
+)
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(evs=events, wrapper=st.booleans())
 def test_random_event_lists(evs, wrapper, tmp_path_factory, capsys):
     p = tmp_path_factory.mktemp("fz") / "t.json"
@@ -171,8 +289,17 @@ SEEDS = [
 ]
 
 
-@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.sampled_from(range(len(SEEDS))), rnd=st.randoms(use_true_random=False), n=st.integers(1, 12), gz=st.booleans())
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    seed=st.sampled_from(range(len(SEEDS))),
+    rnd=st.randoms(use_true_random=False),
+    n=st.integers(1, 12),
+    gz=st.booleans(),
+)
 def test_byte_mutations_of_real_traces(seed, rnd: random.Random, n, gz, tmp_path_factory, capsys):
     data = bytearray(SEEDS[seed])
     for _ in range(n):
@@ -236,3 +363,133 @@ def test_concurrent_analyses_do_not_interfere(tmp_path, capsys):
     assert not torn, torn[:3]
     assert reads[0] > 0
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+# --- issue 17: deep nesting, whitespace bombs, inputs that cannot fit -------------------------
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+@pytest.mark.parametrize("where", ["args", "event", "metadata"])
+def test_deep_nesting_is_one_clean_line(where, tmp_path, capsys):
+    """100,000 nested arrays: exit 2 naming the file and the nesting, not a RecursionError."""
+    ev = json.dumps(EV).encode()
+    deep = _nested(100_000)
+    body = {
+        "args": b'{"traceEvents": [\n  '
+        + ev[:-1]
+        + b', "extra": '
+        + deep
+        + b"},\n  "
+        + ev
+        + b"\n]}",
+        "event": b'{"traceEvents":[' + ev + b"," + deep + b"]}",
+        "metadata": b'{"meta":' + deep + b',"traceEvents":[' + ev + b"]}",
+    }[where]
+    p = tmp_path / "deep.json"
+    p.write_bytes(body)
+    before = _sha(p)
+    rc, err, _ = run(p, capsys)
+    assert rc == 2 and "nested deeper than 1024 levels" in err
+    assert _sha(p) == before
+
+
+def test_nesting_msgspec_cannot_take_but_orjson_can_is_analyzed(tmp_path, capsys):
+    """~1000 levels: past msgspec's recursion limit, within orjson's; the reference path reads it."""
+    ev = json.dumps(EV).encode()
+    p = tmp_path / "deepish.json"
+    p.write_bytes(b'{"traceEvents": [' + ev[:-1] + b', "extra": ' + _nested(1000) + b"}]}")
+    rc, _, doc = run(p, capsys)
+    assert rc == 0 and doc["source"]["event_counts"]["kernel"] == 1
+
+
+def test_whitespace_bomb_over_max_bytes_names_the_option(tmp_path, capsys):
+    p = tmp_path / "bomb.json.gz"
+    with gzip.open(p, "wb", compresslevel=9) as fh:
+        fh.write(
+            b'{"traceEvents": ['
+            + json.dumps(EV).encode()
+            + b","
+            + b" " * (64 * 1024 * 1024)
+            + b"]}"
+        )
+    before = _sha(p)
+    rc, err, _ = run(p, capsys, "--max-bytes", str(8 * 1024 * 1024))
+    assert rc == 2 and "--max-bytes" in err
+    assert _sha(p) == before
+
+
+def _padded_trace(tmp_path: Path, pad_bytes: int) -> Path:
+    """The tiny fixture with ``pad_bytes`` of spaces between two of its events, gzipped as a few
+    members (one 64 MiB member of spaces compressed once and repeated): a whitespace bomb of
+    the issue's kind, ~1000x smaller on disk than inflated."""
+    doc = json.loads((TINY / "step_dataloader_sync.json").read_bytes())
+    text = json.dumps(doc, indent=1).encode()
+    cut = text.index(b"\n  {", text.index(b'"traceEvents"') + 30)
+    block = 64 * 1024 * 1024
+    spaces = gzip.compress(b" " * block, 9)
+    p = tmp_path / "padded.json.gz"
+    with open(p, "wb") as fh:
+        fh.write(gzip.compress(text[:cut]))
+        for _ in range(pad_bytes // block):
+            fh.write(spaces)
+        fh.write(gzip.compress(text[cut:]))
+    return p
+
+
+def _cli(path: Path, *extra: str, address_space: int | None = None) -> tuple[int, str, dict | None]:
+    """The CLI in a fresh process, under ``prlimit --as`` if given: rc, stderr, the JSON."""
+    out = path.with_name(path.name + ".result.json")
+    cmd = [sys.executable, "-m", "traceinsight", "analyze", str(path), "--no-html", "-q", "--force"]
+    cmd += ["--json", str(out), *extra]
+    if address_space:
+        cmd = ["prlimit", f"--as={address_space}", *cmd]
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1]))
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert "Traceback" not in proc.stderr and proc.returncode in (0, 2), proc.stderr
+    if proc.returncode == 2:
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(path) in lines[0], proc.stderr
+        return 2, proc.stderr, None
+    return 0, proc.stderr, json.loads(out.read_text())
+
+
+@pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit not installed")
+def test_whitespace_bomb_streams_through_under_an_address_space_limit(tmp_path):
+    """1.5 GiB of spaces inside the events array (1.6 MB on disk) under a 1.25 GiB address-space
+    limit: the padding is never held, so the trace is analyzed as if it were not there."""
+    p = _padded_trace(tmp_path, 1536 * 1024 * 1024)
+    assert p.stat().st_size < 3_000_000
+    before = _sha(p)
+    rc, err, doc = _cli(p, address_space=1280 * 1024 * 1024)
+    assert rc == 0, err
+    assert any("whitespace padding" in w for w in doc["warnings"])
+    reference = analyze(TINY / "step_dataloader_sync.json").to_json()
+    assert doc["source"]["event_counts"] == reference["source"]["event_counts"]
+    assert doc["metrics"] == reference["metrics"]
+    assert _sha(p) == before
+
+
+def test_input_that_cannot_fit_is_refused_early(tmp_path, capsys, monkeypatch):
+    """Less memory than the spool and its frames need (a tight cgroup, say): exit 2 naming
+    --max-bytes, before the parse commits to holding the input; likewise for the whole-document
+    path, which needs several times the document."""
+    from traceinsight import resources
+    from traceinsight.parsers import kineto_fast
+
+    p = tmp_path / "t.json.gz"
+    p.write_bytes((H200 / "healthy_bf16.pt.trace.json.gz").read_bytes())
+    before = _sha(p)
+    monkeypatch.setattr(resources, "available_bytes", lambda: 16 * 1024 * 1024)
+    rc, err, _ = run(p, capsys)
+    assert rc == 2 and "--max-bytes" in err and "memory" in err
+    monkeypatch.setattr(kineto_fast, "decode_path", lambda *a, **k: None)
+    rc, err, _ = run(p, capsys)
+    assert rc == 2 and "--max-bytes" in err and "memory" in err
+    assert _sha(p) == before

@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from traceinsight import resources
 from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import (
@@ -29,7 +30,7 @@ from traceinsight.model.schema import (
 )
 from traceinsight.parsers import kineto_fast as _fast
 from traceinsight.parsers.kineto_fast import raw_frame
-from traceinsight.parsers.source import read_bytes
+from traceinsight.parsers.source import Decompressed, padding_note
 
 # Category (any era, lower-cased) -> event kind. Unknown categories are dropped.
 CATEGORY_KIND: dict[str, str] = {
@@ -75,6 +76,20 @@ _EMPTY: dict[str, Any] = {}
 # Bounds that keep base + ts + dur inside int64 nanoseconds (about 292 years).
 MAX_US = 2.0e15
 MAX_BASE_NS = 4 * 10**18
+# Memory the whole-document path takes per byte of JSON (orjson's dicts of the compact 10x
+# trace: 2.9 GiB for 433 MB); an input it cannot hold is refused before it is read.
+WHOLE_DOCUMENT_FACTOR = 8
+
+
+def _whole_document(path: Path, max_bytes: int | None) -> tuple[bytes, bool, list[str]]:
+    """The document in memory, whether the gzip stream ended early, and the padding note:
+    whitespace padding is dropped as it streams, and the input is refused once it passes what
+    the memory available can parse this way."""
+    stream = Decompressed(
+        path, max_bytes, squeeze=True, room=resources.available_bytes() // WHOLE_DOCUMENT_FACTOR
+    )
+    data = b"".join(stream)
+    return data, stream.truncated, [padding_note(stream.padding)] if stream.padding else []
 
 
 def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[str]]:
@@ -84,6 +99,10 @@ def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[st
         return orjson.loads(data), warnings
     except orjson.JSONDecodeError as exc:
         first_error = str(exc)
+    if "depth limit" in first_error:  # no repair applies; the salvage's retries would all fail too
+        raise InputError(
+            f"JSON nested deeper than 1024 levels, not a profiler trace ({first_error})", str(path)
+        )
     if "UTF-8" in first_error or "surrogates" in first_error:
         data = data.decode("utf-8", "replace").encode("utf-8", "replace")
         warnings.append("invalid UTF-8 bytes in names were replaced")
@@ -93,14 +112,20 @@ def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[st
             first_error = str(exc)
     if "64-bit" in first_error or "exceeds" in first_error:
         try:  # integers beyond 64 bits: the standard library reads them; they become missing later
-            return json.loads(data, parse_constant=lambda _c: None), [*warnings, "integers beyond 64 bits were ignored"]
+            return json.loads(data, parse_constant=lambda _c: None), [
+                *warnings,
+                "integers beyond 64 bits were ignored",
+            ]
         except (ValueError, RecursionError):
             pass
     repaired = _escape_stray_quotes(data)
     if repaired is not data:
         try:
             obj = orjson.loads(repaired)
-            return obj, [*warnings, "unescaped quotes in event names were repaired (pytorch#146900)"]
+            return obj, [
+                *warnings,
+                "unescaped quotes in event names were repaired (pytorch#146900)",
+            ]
         except orjson.JSONDecodeError:
             data = repaired
     if truncated_gzip:
@@ -111,7 +136,9 @@ def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[st
         warnings.append(note)
         return obj, warnings
     if truncated_gzip:
-        raise InputError("the gzip stream ends early and no complete event could be recovered", str(path))
+        raise InputError(
+            "the gzip stream ends early and no complete event could be recovered", str(path)
+        )
     raise InputError(f"not valid JSON ({first_error})", str(path))
 
 
@@ -149,7 +176,13 @@ def _salvage(data: bytes) -> tuple[Any, str] | None:
                 obj = orjson.loads(head + tail)
             except orjson.JSONDecodeError:
                 continue
-            events = obj if isinstance(obj, list) else obj.get("traceEvents") if isinstance(obj, dict) else None
+            events = (
+                obj
+                if isinstance(obj, list)
+                else obj.get("traceEvents")
+                if isinstance(obj, dict)
+                else None
+            )
             if isinstance(events, list) and events:
                 return obj, (
                     f"the file is truncated (damaged after byte {cut:,}); "
@@ -238,7 +271,9 @@ def _frame_from_dicts(events: list[Any]) -> tuple[pl.DataFrame, int]:
     return df, len(events) - len(xs)
 
 
-def _robust(data: bytes, path: Path, truncated: bool) -> tuple[pl.DataFrame, dict[str, Any], str, int, list[str]]:
+def _robust(
+    data: bytes, path: Path, truncated: bool
+) -> tuple[pl.DataFrame, dict[str, Any], str, int, list[str]]:
     """orjson into dicts, with every repair; the path for damaged or unusual files."""
     obj, warnings = _decode(data, path, truncated)
     events, top, array_era = _events_and_top(obj, path)
@@ -258,24 +293,27 @@ def _needs_exact(df: pl.DataFrame, top: dict[str, Any]) -> bool:
     return bool((ts - ts.floor() != 0).any())
 
 
-def parse_kineto(path: str | Path, *, max_bytes: int | None = None, parse_helpers: int = 0) -> Trace:
+def parse_kineto(
+    path: str | Path, *, max_bytes: int | None = None, parse_helpers: int = 0
+) -> Trace:
     """``parse_helpers`` extra processes decode chunks of a large trace (spawned: the caller's
     ``__main__`` must be import-safe); 0 decodes in this process only."""
     path = Path(path)
     data = b""
     truncated = False
+    notes: list[str] = []
     fast = _fast.decode_path(path, max_bytes, parse_helpers)
     if fast is None:  # streamed layout not recognized: whole document, fast then robust
-        data, truncated = read_bytes(path, max_bytes)
+        data, truncated, notes = _whole_document(path, max_bytes)
         fast = None if truncated else _fast.decode(data)
     if fast is not None:
-        df, top, array_era, n_other_ph = fast
-        warnings: list[str] = []
+        df, top, array_era, n_other_ph, warnings = fast
     else:
         df, top, array_era, n_other_ph, warnings = _robust(data, path, truncated)
+    warnings = notes + warnings
     exact = None
     if fast is not None and _needs_exact(df, top):
-        exact = _fast.exact_times(data or read_bytes(path, max_bytes)[0])
+        exact = _fast.exact_times(data or _whole_document(path, max_bytes)[0])
     del data
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
 
@@ -296,7 +334,9 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None, parse_helper
         df = df.with_columns(exact[0].alias("_ts_ns"), exact[1].alias("_dur_ns"))
     else:
         exact = None
-        df = df.with_columns(pl.lit(None, pl.Int64).alias("_ts_ns"), pl.lit(None, pl.Int64).alias("_dur_ns"))
+        df = df.with_columns(
+            pl.lit(None, pl.Int64).alias("_ts_ns"), pl.lit(None, pl.Int64).alias("_dur_ns")
+        )
     # Times must be finite, non-negative durations, and fit int64 nanoseconds after conversion.
     good_time = (
         pl.col("ts").is_finite()
@@ -308,7 +348,9 @@ def parse_kineto(path: str | Path, *, max_bytes: int | None = None, parse_helper
     n_bad_time = df.filter(pl.col("kind").is_not_null() & ~good_time).height
     df = df.filter(pl.col("kind").is_not_null() & good_time & pl.col("name").is_not_null())
     if n_bad_time:
-        warnings.append(f"{n_bad_time:,} events with missing, negative or non-finite ts/dur were skipped")
+        warnings.append(
+            f"{n_bad_time:,} events with missing, negative or non-finite ts/dur were skipped"
+        )
 
     is_gpu = pl.col("kind").is_in(GPU_SIDE)
     start = _us_to_ns(pl.col("ts")) + base_ns
@@ -351,11 +393,23 @@ def _with_copy_kinds(df: pl.DataFrame) -> pl.DataFrame:
     if rows.len():
         names = df.get_column("name").gather(rows).to_frame()
         m = pl.col("_m")
-        parsed = names.unique().with_columns(pl.col("name").str.extract_groups(_MEMCPY_RE).alias("_m")).select(
-            "name",
-            m.struct.field("1").replace_strict(_COPY_KIND, default="other", return_dtype=CopyKindT).alias("copy_kind"),
-            m.struct.field("2").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown", return_dtype=MemoryKindT).alias("src_kind"),
-            m.struct.field("3").str.to_lowercase().replace_strict(_MEM_KIND, default="unknown", return_dtype=MemoryKindT).alias("dst_kind"),
+        parsed = (
+            names.unique()
+            .with_columns(pl.col("name").str.extract_groups(_MEMCPY_RE).alias("_m"))
+            .select(
+                "name",
+                m.struct.field("1")
+                .replace_strict(_COPY_KIND, default="other", return_dtype=CopyKindT)
+                .alias("copy_kind"),
+                m.struct.field("2")
+                .str.to_lowercase()
+                .replace_strict(_MEM_KIND, default="unknown", return_dtype=MemoryKindT)
+                .alias("src_kind"),
+                m.struct.field("3")
+                .str.to_lowercase()
+                .replace_strict(_MEM_KIND, default="unknown", return_dtype=MemoryKindT)
+                .alias("dst_kind"),
+            )
         )
         per_row = names.join(parsed, on="name", how="left", maintain_order="left")
         out = {c: s.scatter(rows, per_row.get_column(c)) for c, s in out.items()}
@@ -385,9 +439,16 @@ def _fill_meta(meta: TraceMeta, top: dict[str, Any], path: Path) -> None:
                     name=p.get("name") if isinstance(p.get("name"), str) else None,
                     sm_count=sms if type(sms) is int else None,
                     memory_bytes=mem if type(mem) is int else None,
-                    compute_capability=f"{major}.{minor}" if type(major) is int and type(minor) is int else None,
+                    compute_capability=f"{major}.{minor}"
+                    if type(major) is int and type(minor) is int
+                    else None,
                 )
             )
-    for key in ("cuda_runtime_version", "cuda_driver_version", "hip_runtime_version", "cupti_version"):
+    for key in (
+        "cuda_runtime_version",
+        "cuda_driver_version",
+        "hip_runtime_version",
+        "cupti_version",
+    ):
         if key in top and isinstance(top[key], (int, str)):
             meta.extra[key] = top[key]

@@ -2,13 +2,16 @@
 
 msgspec decodes only the fields declared below (an event's grid, shapes and stacks are skipped
 without being allocated), about 2x faster than building dicts with orjson and with a fraction of
-the memory. The events array is cut into chunks of whole events: Kineto writes every event on its
-own line as ``\\n  {`` at depth one (JSON strings cannot hold a raw newline), so those positions
-are safe cut points. :func:`decode_path` inflates the file into a shared spool and cuts it as it
-fills; helper processes (decoding holds the GIL, so threads would not help) decode the chunks in
-place while it keeps inflating. :func:`decode` cuts and decodes a document already in memory the
-same way, for what the spool cannot take. Anything unexpected (bad types, NaN, invalid UTF-8, truncation)
-returns None and the caller uses the robust orjson path with its repairs.
+the memory. The events array is cut into spans of whole events in any layout (compact, one event
+per line, indented, CRLF): a span ends at a comma between two objects, found by a byte search,
+and is trusted only once the span before it has decoded (a comma inside a string or a nested
+value makes the span fail; it is then joined with the next, see :func:`_mend`).
+:func:`decode_path` inflates the file into a shared spool, dropping whitespace padding, and cuts
+it as it fills; helper processes (decoding holds the GIL, so threads would not help) decode the
+spans in place while it keeps inflating. :func:`decode` cuts and decodes a document already in
+memory the same way, for what the spool cannot take. Anything unexpected (bad types, NaN,
+invalid UTF-8, truncation, nesting too deep) returns None and the caller uses the robust orjson
+path with its repairs.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import mmap
 import os
+import re
 import tempfile
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -26,14 +30,18 @@ from typing import Any, Union
 import msgspec
 import polars as pl
 
-from traceinsight.parsers.source import Decompressed
+from traceinsight import resources
+from traceinsight.parsers.source import Decompressed, padding_note
 
 CHUNK_BYTES = 8 * 1024 * 1024  # ~40k events: bounded struct memory; small enough to balance helpers
-EVENT_START = b"\n  {"
-HEAD_MAX_BYTES = 64 * 1024 * 1024  # metadata before traceEvents beyond this: not a kineto layout
+HEAD_MAX_BYTES = 64 * 1024 * 1024  # metadata before (or after) traceEvents beyond this: not a trace
 IN_FLIGHT_PER_HELPER = 3  # chunks queued per helper so it never waits on the inflating thread
+MAX_CLOSE_TRIES = 4  # ']' whose tail completes the document, tried as the events' end (last first)
+MAX_JOIN = 4  # spans joined to one that failed before giving up: its data, not its cut, is bad
 MIN_HELPER_BYTES = 64 * 1024 * 1024  # smaller documents finish before a helper could start
-SPOOL_MARGIN_BYTES = 256 * 1024 * 1024  # free space left beside a spool
+SPOOL_MARGIN_BYTES = 256 * 1024 * 1024  # memory (or disk) left free beside a spool
+SPOOL_MIN_BYTES = 1024 * 1024
+_MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: punch a hole through a mapping
 SPOOL_PREFIX = "traceinsight-spool-"  # + owner pid: a killed parse's spool is swept by the next
 
 
@@ -62,7 +70,8 @@ class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
 # allocating (25% less decode time on a kineto trace, where flows are ~40% of the events). An
 # unknown phase fails validation and the robust path takes over.
 _OTHER = tuple(
-    msgspec.defstruct(f"_Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False) for p in "BEiICbnestfPONDMVvRc()"
+    msgspec.defstruct(f"_Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False)
+    for p in "BEiICbnestfPONDMVvRc()"
 )
 
 
@@ -103,7 +112,9 @@ def _series(values: list[Any]) -> pl.Series:
     except (OverflowError, TypeError, ValueError, pl.exceptions.PolarsError):
         pass
     clean = [
-        v if (type(v) is float or type(v) is str or (type(v) is int and -(2**63) <= v < 2**63)) else None
+        v
+        if (type(v) is float or type(v) is str or (type(v) is int and -(2**63) <= v < 2**63))
+        else None
         for v in values
     ]
     return pl.Series(clean, strict=False)
@@ -122,10 +133,16 @@ def _to_int_ids(values: list[Any]) -> pl.Series:
     try:
         out = pl.Series(ints, dtype=pl.Int64)
     except OverflowError:  # an integer beyond 64 bits somewhere: drop those
-        out = pl.Series([v if v is not None and -(2**63) <= v < 2**63 else None for v in ints], dtype=pl.Int64)
+        out = pl.Series(
+            [v if v is not None and -(2**63) <= v < 2**63 else None for v in ints], dtype=pl.Int64
+        )
     if out.null_count():
         strs = [v if type(v) is str else None for v in values]
-        parsed = pl.Series(strs, dtype=pl.String).str.extract(r"(-?\d+)\s*$", 1).cast(pl.Int64, strict=False)
+        parsed = (
+            pl.Series(strs, dtype=pl.String)
+            .str.extract(r"(-?\d+)\s*$", 1)
+            .cast(pl.Int64, strict=False)
+        )
         out = out.fill_null(parsed)
     return out
 
@@ -143,8 +160,17 @@ def _text(values: list[Any]) -> pl.Series:
 
 
 def raw_frame(
-    cats: list[Any], names: list[Any], ts: list[Any], dur: list[Any], pids: list[Any], tids: list[Any],
-    device: list[Any], stream: list[Any], corr: list[Any], ext: list[Any], nbytes: list[Any],
+    cats: list[Any],
+    names: list[Any],
+    ts: list[Any],
+    dur: list[Any],
+    pids: list[Any],
+    tids: list[Any],
+    device: list[Any],
+    stream: list[Any],
+    corr: list[Any],
+    ext: list[Any],
+    nbytes: list[Any],
 ) -> pl.DataFrame:
     return pl.DataFrame(
         {
@@ -161,8 +187,6 @@ def raw_frame(
             "bytes": _num(nbytes, pl.Int64),
         }
     )
-
-
 
 
 def _frame(events: list[Any]) -> tuple[pl.DataFrame, int]:
@@ -184,13 +208,23 @@ def _frame(events: list[Any]) -> tuple[pl.DataFrame, int]:
     return df, len(events) - len(xs)
 
 
-def decode_chunk(array: bytes | bytearray | memoryview) -> tuple[pl.DataFrame, int] | None:
-    """One JSON array of events -> (frame of its X events, count of other events); None if the
-    chunk is not what the fast path expects. Runs in helper processes too."""
-    try:
-        events = _EVENTS.decode(array)
-    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, UnicodeDecodeError):
-        return None
+Parsed = tuple[pl.DataFrame, dict[str, Any], str, int, list[str]]
+
+
+def decode_chunk(elements: bytes | bytearray | memoryview) -> tuple[pl.DataFrame, int] | None:
+    """The elements of a JSON array of events, without its brackets (a span of the events
+    array) -> (frame of its X events, count of other events); None if they are not what the
+    fast path expects, or the span was not cut between two events. Runs in helper processes too."""
+    try:  # one 8 MiB copy (under 1 ms) to add the brackets: the spool itself is never written to
+        events = _EVENTS.decode(b"".join((b"[", elements, b"]")))
+    except (
+        msgspec.DecodeError,
+        msgspec.ValidationError,
+        ValueError,
+        UnicodeDecodeError,
+        RecursionError,
+    ):
+        return None  # RecursionError: values nested ~1000 deep; the reference path says what it is
     return _frame(events)
 
 
@@ -198,16 +232,20 @@ class _Unusable(Exception):
     """The document does not have the layout the streamed path relies on."""
 
 
-class _Buffer:
-    """A document the cutter works on: ``mm`` is writable and sliceable (a bytearray here, a
-    shared mapping in :class:`_Spool`); ``len`` bytes of it have arrived."""
+class _NoRoom(Exception):
+    """The spool cannot grow: the memory it and the parse need is not there."""
 
-    def __init__(self, data: bytearray) -> None:
-        self.mm: bytearray | mmap.mmap = data
+
+class _Buffer:
+    """A document the cutter reads: ``mm`` is bytes-like (the document itself here, a shared
+    mapping in :class:`_Spool`); ``len`` bytes of it have arrived."""
+
+    def __init__(self, data: bytes) -> None:
+        self.mm: bytes | mmap.mmap = data
         self.len = len(data)
 
-    def find(self, sub: bytes, start: int, end: int | None = None) -> int:
-        return self.mm.find(sub, start, self.len if end is None else end)
+    def find(self, sub: bytes, start: int) -> int:
+        return self.mm.find(sub, start, self.len)
 
     def rfind(self, sub: bytes, start: int, end: int) -> int:
         return self.mm.rfind(sub, start, end)
@@ -217,30 +255,51 @@ class _Buffer:
 
 
 class _Spool(_Buffer):
-    """The inflated document in a file-backed shared mapping (tmpfs where it has room), written
-    block by block; helper processes map the same file and decode their chunks in place, so no
-    chunk is copied through a pipe."""
+    """The inflated document in a file-backed shared mapping (tmpfs where memory allows),
+    written block by block and grown as it fills (gzip's size field is only a hint: mod 4 GiB,
+    last member only, and whitespace padding is never written); helper processes map the same
+    file and decode their spans in place, so no chunk is copied through a pipe."""
 
-    def __init__(self, size: int) -> None:  # the mapping replaces _Buffer's bytearray
-        self.path = _spool_file(size)
+    def __init__(self, hint: int) -> None:  # the mapping replaces _Buffer's bytes
+        self.path, self.in_memory = _spool_file(hint)
+        # the first mapping's address space is taken at once: bounded, so ulimit -v still leaves room
+        self.size = max(SPOOL_MIN_BYTES, min(hint, resources.available_bytes() // 4))
         try:
             self.fd = os.open(self.path, os.O_RDWR)
-            os.ftruncate(self.fd, size)
-            self.mm = mmap.mmap(self.fd, size)
+            os.ftruncate(self.fd, self.size)
+            self.mm = mmap.mmap(self.fd, self.size)
         except OSError:
             os.unlink(self.path)
             raise
-        self.size = size
         self.len = 0
 
     def write(self, block: bytes) -> None:
         end = self.len + len(block)
-        if end > self.size:  # gzip's ISIZE was wrong (several members, or over 4 GiB)
-            raise _Unusable("the document is larger than announced")
+        if end > self.size:
+            self._grow(end)
         # pwrite, not a copy through the mapping: the kernel fills whole pages without a fault
-        # per 4 KiB page (0.4 s less on a 433 MB trace)
+        # per 4 KiB page (0.4 s less on a 433 MB trace); a full tmpfs is ENOSPC here, not SIGBUS
         os.pwrite(self.fd, block, self.len)
         self.len = end
+
+    def _grow(self, need: int) -> None:
+        new = max(need, self.size + self.size // 2)
+        # what is still to come needs its pages (counted twice in tmpfs: RAM) and the frames
+        # decoded from it; refuse before the kernel's OOM killer decides instead
+        if (
+            resources.available_bytes()
+            < (new - self.size) * (2 if self.in_memory else 1) + SPOOL_MARGIN_BYTES
+        ):
+            raise _NoRoom
+        self.mm.resize(new)  # the file too
+        self.size = new
+
+    def release(self, start: int, end: int) -> None:
+        """Free the whole pages of [start, end): a hole in the file (tmpfs: memory back)."""
+        lo, hi = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE, end // mmap.PAGESIZE * mmap.PAGESIZE
+        if hi > lo and _MADV_REMOVE is not None:
+            with contextlib.suppress(OSError, ValueError):  # a file system without holes
+                self.mm.madvise(_MADV_REMOVE, lo, hi - lo)
 
     def close(self) -> None:
         try:
@@ -250,21 +309,39 @@ class _Spool(_Buffer):
             os.unlink(self.path)
 
 
-def _spool_file(size: int) -> str:
-    """A new file for the spool where the free space holds it (writing past a full tmpfs through
-    a mapping would kill the process with SIGBUS, so check first). Spools of processes that no
-    longer exist (killed mid-parse) are removed first."""
-    for folder in ("/dev/shm", tempfile.gettempdir()):
+def _spool_file(hint: int) -> tuple[str, bool]:
+    """A new file for the spool, and whether it is memory: /dev/shm where the memory available
+    (cgroup and address-space limits included) holds it twice over (it and the frames decoded
+    from it), else the temporary directory on disk. Spools of processes that no longer exist
+    (killed mid-parse) are removed first."""
+    in_memory = resources.available_bytes() >= 2 * hint + SPOOL_MARGIN_BYTES
+    for folder in ("/dev/shm", tempfile.gettempdir()) if in_memory else (tempfile.gettempdir(),):
         try:
             _sweep(folder)
             st = os.statvfs(folder)
         except OSError:
             continue
-        if st.f_bavail * st.f_frsize >= size + SPOOL_MARGIN_BYTES:
-            fd, name = tempfile.mkstemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", suffix=".json", dir=folder)
+        if st.f_bavail * st.f_frsize >= hint + SPOOL_MARGIN_BYTES:
+            fd, name = tempfile.mkstemp(
+                prefix=f"{SPOOL_PREFIX}{os.getpid()}-", suffix=".json", dir=folder
+            )
             os.close(fd)
-            return name
+            return name, folder == "/dev/shm" or _is_memory_fs(folder)
     raise OSError("no room to spool the trace")
+
+
+def _is_memory_fs(folder: str) -> bool:
+    """Whether ``folder`` is on tmpfs/ramfs (its files are memory), from /proc/mounts."""
+    best, fstype = "", ""
+    try:
+        with open("/proc/mounts") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) > 2 and folder.startswith(fields[1]) and len(fields[1]) > len(best):
+                    best, fstype = fields[1], fields[2]
+    except OSError:
+        return False
+    return fstype in ("tmpfs", "ramfs")
 
 
 def _sweep(folder: str) -> None:
@@ -277,14 +354,14 @@ def _sweep(folder: str) -> None:
                 os.unlink(entry.path)
 
 
-# Helper side: the spool mapped once per process.
+# Helper side: the spool mapped once per process (again when it has grown past the mapping).
 _HELPER_MAP: dict[str, mmap.mmap] = {}
 
 
 def decode_span(spool_path: str, start: int, end: int) -> tuple[pl.DataFrame, int] | None:
-    """Decode bytes [start, end) of a spool (a JSON array of events) in a helper process."""
+    """Decode the span [start, end) of a spool (see :func:`decode_chunk`) in a helper process."""
     mm = _HELPER_MAP.get(spool_path)
-    if mm is None:
+    if mm is None or end > len(mm):
         for old in _HELPER_MAP.values():
             old.close()
         _HELPER_MAP.clear()
@@ -295,97 +372,143 @@ def decode_span(spool_path: str, start: int, end: int) -> tuple[pl.DataFrame, in
         return decode_chunk(part)
 
 
-class _Cutter:
-    """Finds chunks of whole events (about ``CHUNK_BYTES`` each) in a buffer as it fills, and
-    makes each a JSON array in place: the newline before its first event becomes '[', the comma
-    after its last event ']'. Also keeps what surrounds the events array, for the metadata."""
+# A comma between two objects ('}' ',' '{', any whitespace): where a span may end. A failed
+# match backtracks over the blanks after one '}' only, so a search stays linear.
+_CUT = re.compile(rb"\}[ \t\r\n]*(,)[ \t\r\n]*\{")
+_BLANK = re.compile(rb"[ \t\r\n]*")
+_KEY_TAIL = re.compile(rb"[ \t\r\n]*:[ \t\r\n]*(\[)?")  # after "traceEvents": the array opens
 
-    def __init__(self, spool: _Buffer) -> None:
-        self.spool = spool
+
+class _Cutter:
+    """Cuts the events array into spans of whole events (about ``CHUNK_BYTES`` each) as the
+    buffer fills, in any layout (one event per line, compact, indented, CRLF): a span ends at
+    a comma between two objects, found by a byte search without decoding. Such a comma can
+    also lie inside a string or a nested value; the span then fails to decode and
+    :func:`_mend` joins it to the next, so a cut is trusted only once the span before it has
+    decoded. Also keeps what surrounds the events array, for the metadata."""
+
+    def __init__(self, buf: _Buffer) -> None:
+        self.buf = buf
         self.head: bytes | None = None  # the document up to and including the events' '['
         self.bare = False  # 2020 traces: the document is the events array itself
-        self.start = 0  # where the next chunk begins (its '[')
+        self.start = 0  # first byte of the next span: just after the '[' or a cut comma
+        self.scan = 0  # where the next search for a cut begins: nothing before it can start one
 
     def cut(self) -> list[tuple[int, int]]:
-        sp = self.spool
+        b = self.buf
         if self.head is None and not self._find_head():
             return []
         out = []
-        while True:
-            nxt = sp.find(EVENT_START, self.start + CHUNK_BYTES)
-            if nxt < 0:
-                return out
-            comma = sp.rfind(b",", self.start, nxt)
-            if comma < 0 or sp.bytes(comma + 1, nxt).strip() or not sp.bytes(max(self.start, comma - 256), comma).rstrip().endswith(b"}"):
-                raise _Unusable("a cut point does not follow an event")
-            sp.mm[comma] = ord("]")
-            sp.mm[nxt] = ord("[")  # the newline of the next chunk's '\\n  {'
-            out.append((self.start, comma + 1))
-            self.start = nxt
+        while (at := max(self.scan, self.start + CHUNK_BYTES)) < b.len:
+            m = _CUT.search(b.mm, at, b.len)
+            if m is None:  # a cut may straddle what has arrived: search again from its last '}'
+                last = b.rfind(b"}", at, b.len)
+                self.scan = last if last >= 0 else b.len
+                break
+            out.append((self.start, m.start(1)))
+            self.start = self.scan = m.end(1)
+        return out
 
     def _find_head(self) -> bool:
-        sp = self.spool
-        probe = sp.bytes(0, min(sp.len, 64))
-        lead = len(probe) - len(probe.lstrip())
-        if lead == len(probe):
+        b = self.buf
+        lead = _BLANK.match(b.mm, 0, b.len).end()  # type: ignore[union-attr] - always matches
+        if lead == b.len:
             return False
-        if probe[lead] == ord("["):
+        if b.mm[lead] == ord("["):
             self.bare = True
             self.head = b""
-            self.start = lead
+            self.start = self.scan = lead + 1
             return True
-        if probe[lead] != ord("{"):
+        if b.mm[lead] != ord("{"):
             raise _Unusable("not a JSON object or array")
-        key = sp.find(b'"traceEvents"', 0)
+        key = b.find(b'"traceEvents"', lead)
         if key < 0:
-            if sp.len > HEAD_MAX_BYTES:
+            if b.len > HEAD_MAX_BYTES:
                 raise _Unusable("no traceEvents key near the start")
             return False
-        bracket = sp.find(b"[", key)
-        if bracket < 0:
-            return False
-        if sp.bytes(key + 13, bracket).strip() != b":":
-            raise _Unusable("traceEvents is not an array")
-        head = sp.bytes(0, bracket + 1)
-        try:  # the head must be a well-formed prefix of the top-level object
-            _TOP.decode(head + b"]}")
-        except (msgspec.DecodeError, msgspec.ValidationError):
+        m = _KEY_TAIL.match(b.mm, key + 13, b.len)
+        if m is None or m.group(1) is None:
+            if (m.end() if m else key + 13) < b.len:
+                raise _Unusable("traceEvents is not an array")
+            return False  # the rest has not arrived
+        head = b.bytes(0, m.end())
+        try:  # a well-formed prefix of the top-level object, and that key its own (not in a string)
+            top = _TOP.decode(head + b"]}")
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
             raise _Unusable("malformed document head") from None
+        if bytes(top.traceEvents) != b"[]":
+            raise _Unusable("traceEvents is not a top-level key")
         self.head = head
-        self.start = bracket
+        self.start = self.scan = m.end()
         return True
 
-    def finish(self) -> tuple[tuple[int, int], dict[str, Any]]:
-        """The last chunk and the top-level metadata, once the whole document has arrived."""
+    def finish(self, lo: int) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
+        """Once the whole document has arrived: where the last span starts, and the candidates
+        for the events' closing bracket at or after ``lo`` (the last first), each with the
+        top-level metadata the rest of the document gives. Which one closes the events, the
+        spans decide (:func:`_mend`); ``lo`` reaches back a few spans in case a cut fell in
+        what follows the events (a tail with ``},{`` in it)."""
         if self.head is None:
             raise _Unusable("no events array")
-        sp = self.spool
-        pos = sp.len
-        for _ in range(64):  # the events' closing bracket: the last ']' whose tail completes the top
-            pos = sp.rfind(b"]", self.start + 1, pos)
-            if pos < 0:
+        b, out, pos = self.buf, [], self.buf.len
+        for _ in range(64):
+            pos = b.rfind(b"]", min(lo, self.start), pos)
+            if pos < 0 or b.len - pos > HEAD_MAX_BYTES:
                 break
-            tail = sp.bytes(pos + 1, sp.len)
-            if self.bare:
-                if tail.strip():
-                    raise _Unusable("data after the events array")
-                meta: dict[str, Any] = {}
-            else:
-                try:
-                    top = _TOP.decode(self.head + b"]" + tail)
-                except (msgspec.DecodeError, msgspec.ValidationError):
-                    continue
-                meta = {f: getattr(top, f) for f in top.__struct_fields__ if f != "traceEvents" and getattr(top, f) is not None}
-            # Does this bracket close the events? The last event before it must parse on its
-            # own (one event, not the whole chunk); an array in the tail would not.
-            ev = sp.rfind(EVENT_START, self.start, pos)
-            last = b"[" + sp.bytes(ev + 1, pos) + b"]" if ev >= 0 else sp.bytes(self.start, pos + 1)
-            try:
-                msgspec.json.decode(last)
-            except msgspec.DecodeError:
-                continue
-            return (self.start, pos + 1), meta
-        raise _Unusable("the events array does not close")
+            meta = self._meta(b.bytes(pos + 1, b.len))
+            if meta is not None:
+                out.append((pos, meta))
+                if len(out) == MAX_CLOSE_TRIES:
+                    break
+            elif self.bare:  # only blanks may follow a bare array: an earlier ']' will not do
+                break
+        if not out or out[0][0] < self.start:
+            raise _Unusable("the events array does not close")
+        return self.start, out
+
+    def _meta(self, tail: bytes) -> dict[str, Any] | None:
+        if self.bare:
+            return {} if not tail.strip() else None
+        try:
+            top = _TOP.decode(self.head + b"]" + tail)  # type: ignore[operator] - head is set
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+            return None
+        return {
+            f: getattr(top, f)
+            for f in top.__struct_fields__
+            if f != "traceEvents" and getattr(top, f) is not None
+        }
+
+
+def _mend(
+    spans: list[tuple[int, int]],
+    parts: list[tuple[pl.DataFrame, int] | None],
+    closes: list[tuple[int, dict[str, Any]]],
+    local: Any,
+) -> tuple[list[tuple[pl.DataFrame, int]], dict[str, Any]] | None:
+    """Every span's frame in document order, and the metadata, trusting a cut only once the
+    span before it has decoded: its start is then known to lie between two events, and a span
+    that decodes from there ends between two as well (a cut inside a string leaves it in the
+    string; inside a nested value, unbalanced). A span that fails is joined with the next, up
+    to ``MAX_JOIN`` times, then tried against each candidate closing bracket within them (a
+    cut in the document's tail). None: the data is not what the fast path reads."""
+    out, i, n = [], 0, len(spans)
+    while i < n:
+        part, j = parts[i], i
+        while part is None and j + 1 < n and j - i < MAX_JOIN:
+            j += 1
+            part = local(spans[i][0], spans[j][1])
+        if part is None:
+            for close, meta in closes:  # within the joined spans: never a decode of the rest
+                if (
+                    spans[i][0] <= close <= spans[j][1]
+                    and (part := local(spans[i][0], close)) is not None
+                ):
+                    return [*out, part], meta
+            return None
+        out.append(part)
+        i = j + 1
+    return out, closes[0][1]
 
 
 def default_helpers() -> int:
@@ -414,11 +537,12 @@ class _Scheduler:
         self.done: dict[int, tuple[pl.DataFrame, int] | None] = {}
         self.inflight: dict[Future[Any], tuple[int, int, int]] = {}
         self.pool: ProcessPoolExecutor | None = None
-        self.count = 0
+        self.spans: list[tuple[int, int]] = []
+        self.released = 0  # spans whose spool pages are given back
 
     def add(self, start: int, end: int) -> None:
-        self.todo.append((self.count, start, end))
-        self.count += 1
+        self.todo.append((len(self.spans), start, end))
+        self.spans.append((start, end))
         self._top_up()
 
     def start(self) -> None:
@@ -429,7 +553,9 @@ class _Scheduler:
         old = os.environ.get("POLARS_MAX_THREADS")
         os.environ["POLARS_MAX_THREADS"] = "1"  # read by the children as they import polars
         try:
-            self.pool = ProcessPoolExecutor(max_workers=self.helpers, mp_context=get_context("spawn"))
+            self.pool = ProcessPoolExecutor(
+                max_workers=self.helpers, mp_context=get_context("spawn")
+            )
             for _ in range(self.helpers):  # spawn them now, while the environment says one thread
                 self.pool.submit(int)
         except (OSError, RuntimeError):
@@ -440,7 +566,7 @@ class _Scheduler:
             else:
                 os.environ["POLARS_MAX_THREADS"] = old
 
-    def _local(self, start: int, end: int) -> tuple[pl.DataFrame, int] | None:
+    def local(self, start: int, end: int) -> tuple[pl.DataFrame, int] | None:
         with memoryview(self.spool.mm) as mv, mv[start:end] as part:
             return decode_chunk(part)
 
@@ -452,14 +578,15 @@ class _Scheduler:
             try:
                 self.done[i] = fut.result()
             except Exception:  # noqa: BLE001 - a lost helper: decode its chunk here instead
-                self.done[i] = self._local(start, end)
+                self.done[i] = self.local(start, end)
 
     def _top_up(self) -> None:
         if self.pool is None:
             return
         self._collect()
+        self._release()
         while self.todo and len(self.inflight) < IN_FLIGHT_PER_HELPER * self.helpers:
-            item = self.todo.pop()  # helpers take from the back, this process from the front
+            item = self.todo.popleft()  # in document order: the decoded prefix is released
             try:
                 fut = self.pool.submit(decode_span, self.spool.path, item[1], item[2])  # type: ignore[attr-defined]
             except RuntimeError:  # broken pool
@@ -468,22 +595,32 @@ class _Scheduler:
                 return
             self.inflight[fut] = item
 
-    def results(self) -> list[tuple[pl.DataFrame, int]] | None:
+    def _release(self) -> None:
+        """Give back the spool's pages under spans decoded so far, in order up to the first one
+        not yet decoded (or failed): the 10x trace's peak is then its frames and the spans in
+        flight, not the whole document beside them. The last ``MAX_JOIN`` spans are kept for
+        :meth:`_Cutter.finish` and :func:`_mend`, which may read them again."""
+        release = getattr(self.spool, "release", None)
+        while (
+            release is not None
+            and self.released + MAX_JOIN < len(self.spans)
+            and self.done.get(self.released) is not None
+        ):
+            release(*self.spans[self.released])
+            self.released += 1
+
+    def results(self) -> list[tuple[pl.DataFrame, int] | None]:
+        """Each span's frame in order, None where it did not decode (see :func:`_mend`)."""
         while self.todo:
             if self.pool is not None:  # see the class docstring
                 wait_futures(list(self.inflight), return_when="FIRST_COMPLETED")
                 self._top_up()
                 continue
             i, start, end = self.todo.popleft()
-            self.done[i] = self._local(start, end)
-            if self.done[i] is None:
-                return None
-            self._top_up()
+            self.done[i] = self.local(start, end)
+            self._release()  # one process (batch workers): the spool shrinks as frames grow
         self._collect(block=True)
-        out = [self.done.get(i) for i in range(self.count)]
-        if any(r is None for r in out):
-            return None
-        return out  # type: ignore[return-value]
+        return [self.done.get(i) for i in range(len(self.spans))]
 
     def close(self) -> None:
         if self.pool is not None:
@@ -501,35 +638,37 @@ def _inflated_size(path: Path, kind: str) -> int:
         return int.from_bytes(fh.read(4), "little")
 
 
-def decode(data: bytes) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
-    """:func:`decode_path` for a document already in memory (what the spool cannot take: a
-    gzip of several members, no room for the spool), in this process: (raw event frame,
-    top-level metadata, era note, non-X event count), or None to fall back."""
-    buf = _Buffer(bytearray(data))
+def decode(data: bytes) -> Parsed | None:
+    """:func:`decode_path` for a document already in memory (what the spool cannot take), in
+    this process: (raw event frame, top-level metadata, era note, non-X event count, warnings),
+    or None to fall back."""
+    buf = _Buffer(data)
     cutter = _Cutter(buf)
     sched = _Scheduler(buf, 0)
     try:
         for span in cutter.cut():
             sched.add(*span)
-        return _finish(cutter, sched)
+        return _finish(cutter, sched, [])
     except _Unusable:
         return None
 
 
-def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
-    """Inflate ``path`` into a spool, cutting chunks as it fills and handing them to ``helpers``
-    processes (or decoding them here, without helpers or below ``MIN_HELPER_BYTES``). Same result
-    as :func:`decode`; None to fall back (truncated, unusual layout, unexpected types, no room
-    for the spool)."""
-    stream = Decompressed(path, max_bytes, read_size=1024 * 1024)  # ~10-20 MB inflated per read
+def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> Parsed | None:
+    """Inflate ``path`` into a spool, dropping whitespace padding, cutting spans as it fills
+    and handing them to ``helpers`` processes (or decoding them here, without helpers or below
+    ``MIN_HELPER_BYTES``). Same result as :func:`decode`; None to fall back (truncated, unusual
+    layout, unexpected types, no room for the spool). Raises InputError for an input over
+    ``max_bytes`` or one whose spool and frames would not fit in the memory available."""
+    # ~10-20 MB inflated per read
+    stream = Decompressed(path, max_bytes, read_size=1024 * 1024, squeeze=True)
+    hint = _inflated_size(path, stream.kind)
     try:
-        size = _inflated_size(path, stream.kind)
-        if size <= 0 or size > stream.limit:
-            return None  # unknown size (or the limit applies): the whole-document path decides
-        spool = _Spool(size)
+        spool = _Spool(hint)
     except OSError:
         return None
-    sched = _Scheduler(spool, helpers if size >= MIN_HELPER_BYTES else 0)
+    # a gzip's ISIZE is mod 4 GiB: its compressed size also tells a large document
+    large = max(hint, path.stat().st_size) >= MIN_HELPER_BYTES
+    sched = _Scheduler(spool, helpers if large else 0)
     try:
         sched.start()  # helpers import while this process inflates the first blocks
         cutter = _Cutter(spool)
@@ -537,28 +676,35 @@ def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> tuple[pl
             spool.write(block)
             for span in cutter.cut():
                 sched.add(*span)
-        if stream.truncated or spool.len != spool.size:
+        if stream.truncated:
             return None
-        return _finish(cutter, sched)
-    except (_Unusable, OSError):  # OSError: the spool ran out of room (another parse took it)
+        notes = [padding_note(stream.padding)] if stream.padding else []
+        return _finish(cutter, sched, notes)
+    except _NoRoom:
+        # room: what the spool could have used, the margin left for everything else excluded
+        room = max(0, resources.available_bytes() + spool.len - SPOOL_MARGIN_BYTES)
+        raise resources.too_big(path, spool.len, room, stream.limit) from None
+    except (_Unusable, OSError, BufferError):  # OSError: no room left (another parse took it)
         return None
     finally:
         sched.close()
         spool.close()
 
 
-def _finish(cutter: _Cutter, sched: _Scheduler) -> tuple[pl.DataFrame, dict[str, Any], str, int] | None:
-    """The last chunk in, every chunk's frame out, in document order."""
-    last, meta = cutter.finish()
-    sched.add(*last)
-    parts = sched.results()
-    if parts is None:
+def _finish(cutter: _Cutter, sched: _Scheduler, notes: list[str]) -> Parsed | None:
+    """The last span in, every span's frame out, in document order."""
+    lo = sched.spans[-MAX_JOIN][0] if len(sched.spans) >= MAX_JOIN else 0
+    start, closes = cutter.finish(lo)
+    sched.add(start, closes[0][0])
+    mended = _mend(sched.spans, sched.results(), closes, sched.local)
+    if mended is None:
         return None
+    parts, meta = mended
     df = pl.concat([df for df, _ in parts], how="vertical_relaxed")
     other = sum(n for _, n in parts)
     if df.height == 0 and other and cutter.bare:
         return None  # an array of something else: let the robust path explain
-    return df, meta, "2020 bare event array" if cutter.bare else "", other
+    return df, meta, "2020 bare event array" if cutter.bare else "", other, notes
 
 
 def exact_times(data: bytes) -> tuple[pl.Series, pl.Series] | None:
@@ -582,5 +728,7 @@ def _decimal_us_to_ns(text: list[str | None]) -> pl.Series:
     parts = s.str.split_exact(".", 1).struct.rename_fields(["i", "f"]).struct.unnest()
     whole = parts["i"].cast(pl.Int64, strict=False)
     frac = parts["f"].fill_null("").str.pad_end(3, "0").str.slice(0, 3).cast(pl.Int64, strict=False)
-    sign = pl.Series([-1 if t is not None and t.startswith("-") else 1 for t in text], dtype=pl.Int64)
+    sign = pl.Series(
+        [-1 if t is not None and t.startswith("-") else 1 for t in text], dtype=pl.Int64
+    )
     return whole * 1000 + frac * sign

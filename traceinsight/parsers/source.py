@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,17 @@ DEFAULT_MAX_BYTES = 8 * 1024**3
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _CHUNK = 8 * 1024 * 1024
+# Inflated bytes per zlib call: a bomb's megabyte of input is not one gigabyte block.
+_BLOCK_MAX = 4 * 1024 * 1024
+# Whitespace runs at least this long are padding: no JSON writer's layout makes them, and inside a
+# string (spaces only: raw tabs and newlines are not JSON) such a value is pathological anyway.
+# They are cut to one space as they stream, so a whitespace bomb is never held (issue 17).
+PAD_RUN = 64 * 1024
+_STRIDE = 4096  # one sampled byte per stride finds runs of PAD_RUN without looking at every byte
+_WS = b" \t\r\n"
+_WS_AS_ZERO = bytes(0 if c in _WS else 1 for c in range(256))
+_SAMPLED_RUN = bytes(PAD_RUN // _STRIDE - 1)  # consecutive whitespace samples in any run of PAD_RUN
+_PAD = re.compile(rb"(?<![ \t\r\n])[ \t\r\n]{%d,}" % PAD_RUN)
 
 
 def max_bytes_default() -> int:
@@ -40,15 +52,58 @@ def sniff(path: Path) -> str:
     return "json"
 
 
+def padding_note(dropped: int) -> str:
+    return f"{dropped:,} bytes of whitespace padding (runs of {PAD_RUN // 1024} KiB or more) were skipped"
+
+
+def squeeze(block: bytes) -> tuple[bytes, int]:
+    """``block`` with each whitespace run of ``PAD_RUN`` bytes or more cut to one space, and the
+    number of bytes dropped. Only sampled bytes are looked at unless a run is there."""
+    samples = block[_STRIDE - 1 :: _STRIDE].translate(_WS_AS_ZERO)
+    at = samples.find(_SAMPLED_RUN)
+    if at < 0:
+        return block, 0
+    if b"\x01" not in samples and len(block) >= PAD_RUN and not block.translate(None, _WS):
+        return b" ", len(block) - 1  # a bomb's block: twice as fast as the regex
+    parts, pos, dropped = [], 0, 0
+    while at >= 0:
+        # the runs holding these samples start after the last non-blank sample before them and
+        # end before the next one
+        nxt = samples.find(b"\x01", at)
+        end = len(block) if nxt < 0 else nxt * _STRIDE + _STRIDE - 1
+        for m in _PAD.finditer(block, max(pos, at * _STRIDE), end):
+            parts += (block[pos : m.start()], b" ")
+            dropped += m.end() - m.start() - 1
+            pos = m.end()
+        if nxt < 0:
+            break
+        at = samples.find(_SAMPLED_RUN, nxt)
+    if not parts:
+        return block, 0
+    parts.append(block[pos:])
+    return b"".join(parts), dropped
+
+
 class Decompressed:
     """The file's (decompressed) bytes as a stream of blocks; ``truncated`` is set once the
     stream is exhausted if the gzip data ended early.
 
     Decompression is streamed so a bomb is stopped at ``max_bytes`` rather than after it has
     filled memory, and so a consumer can start on the first blocks while the rest inflate.
+    With ``squeeze``, whitespace padding is dropped as it streams (:func:`squeeze`; counted in
+    ``padding``); ``max_bytes`` still counts it. ``room``: the most bytes the consumer can keep
+    in the memory there is (see :mod:`traceinsight.resources`); more is refused as it arrives.
     """
 
-    def __init__(self, path: Path, max_bytes: int | None = None, read_size: int = _CHUNK) -> None:
+    def __init__(
+        self,
+        path: Path,
+        max_bytes: int | None = None,
+        read_size: int = _CHUNK,
+        *,
+        squeeze: bool = False,
+        room: int | None = None,
+    ) -> None:
         self.path = path
         self.limit = max_bytes or max_bytes_default()
         self.kind = sniff(path)
@@ -56,8 +111,24 @@ class Decompressed:
             raise InputError("empty file (0 bytes)", str(path))
         self.read_size = read_size
         self.truncated = False
+        self.squeeze = squeeze
+        self.room = room
+        self.padding = 0  # whitespace bytes dropped
+        self.kept = 0  # bytes yielded
 
     def __iter__(self) -> Iterator[bytes]:
+        for block in self._raw():
+            if self.squeeze:
+                block, dropped = squeeze(block)
+                self.padding += dropped
+            self.kept += len(block)
+            if self.room is not None and self.kept > self.room:
+                from traceinsight.resources import too_big
+
+                raise too_big(self.path, self.kept, self.room, self.limit)
+            yield block
+
+    def _raw(self) -> Iterator[bytes]:
         path, limit = self.path, self.limit
         try:
             fh = open(path, "rb")  # noqa: SIM115 - closed by the with-block below
@@ -82,8 +153,9 @@ class Decompressed:
                     if not chunk:
                         self.truncated = not d.eof
                         break
-                    while chunk:
-                        part = d.decompress(chunk, max(1, limit + 1 - size))
+                    while True:
+                        cap = min(_BLOCK_MAX, max(1, limit + 1 - size))
+                        part = d.decompress(chunk, cap)
                         size += len(part)
                         if size > limit:
                             raise InputError(
@@ -97,6 +169,8 @@ class Decompressed:
                             rest = d.unused_data
                             d = zlib.decompressobj(wbits=47)
                             chunk = rest
+                        elif not chunk and len(part) < cap:  # a full block: more may wait in zlib
+                            break
             except zlib.error as exc:
                 if not size:
                     raise InputError(f"corrupt gzip data ({exc})", str(path)) from None
@@ -105,8 +179,11 @@ class Decompressed:
                 raise InputError("truncated gzip: nothing could be decompressed", str(path))
 
 
-def read_bytes(path: Path, max_bytes: int | None = None) -> tuple[bytes, bool]:
-    """The file's (decompressed) bytes and whether the gzip stream ended early."""
-    stream = Decompressed(path, max_bytes)
+def read_bytes(
+    path: Path, max_bytes: int | None = None, *, squeeze: bool = False, room: int | None = None
+) -> tuple[bytes, bool]:
+    """The file's (decompressed) bytes and whether the gzip stream ended early; ``squeeze`` and
+    ``room`` as in :class:`Decompressed`."""
+    stream = Decompressed(path, max_bytes, squeeze=squeeze, room=room)
     data = b"".join(stream)
     return data, stream.truncated

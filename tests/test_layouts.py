@@ -1,0 +1,164 @@
+"""The streamed fast path cuts the events array in any JSON layout (issue 17): compact single
+line, one event per line, indented, CRLF; and cuts that fall inside strings or nested values
+are mended. In every case its analysis equals the reference (orjson) path's."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import orjson
+import pytest
+
+import traceinsight.parsers.kineto_fast as fast
+from traceinsight.parsers.source import read_bytes
+
+from .conftest import CORPUS, H200, SHARED, TINY
+from .test_fast_path import _doc
+
+CASES = [
+    H200 / "healthy_bf16.pt.trace.json.gz",
+    CORPUS / "libkineto_test_after_fix_trace.json",
+    TINY / "step_dataloader_sync.json",
+]
+# Real traces that are already compact (json.dump, trace filters) or indented by 4.
+SHARED_CASES = [
+    SHARED / "hta" / "timeline_analysis" / "sampled_rank-0.json.gz",
+    SHARED / "hta" / "trace_compare" / "base" / "base.json.gz",
+    SHARED / "tracelens" / "inference_sglang_decode_sglang_Qwen3-8B_decode.json.gz",
+    SHARED / "hta" / "call_stack" / "backward_thread.json",
+]
+
+
+def relayout(data: bytes, layout: str) -> bytes:
+    doc = orjson.loads(data)
+    if layout == "compact":  # no whitespace at all
+        return orjson.dumps(doc)
+    if layout == "spaced":  # json.dump's defaults: ", " and ": ", non-ASCII escaped
+        return json.dumps(doc).encode()
+    text = orjson.dumps(doc, option=orjson.OPT_INDENT_2)
+    return text.replace(b"\n", b"\r\n") if layout == "crlf" else text
+
+
+def _write(tmp_path, name: str, data: bytes):
+    p = tmp_path / f"{name}.json.gz"
+    p.write_bytes(gzip.compress(data, 1))
+    return p
+
+
+@pytest.mark.parametrize("layout", ["compact", "spaced", "indent", "crlf"])
+@pytest.mark.parametrize("path", CASES, ids=lambda p: p.name.split(".")[0])
+def test_layout_identical_to_reference(path, layout, tmp_path, monkeypatch):
+    p = _write(tmp_path, layout, relayout(read_bytes(path)[0], layout))
+    assert fast.decode_path(p, None) is not None  # streamed, not the whole-document fallback
+    reference = _doc(p, monkeypatch, use_fast=False)
+    assert _doc(p, monkeypatch, use_fast=True) == reference
+    # small chunks: dozens of cuts, all found without newlines
+    assert _doc(p, monkeypatch, use_fast=True, chunk=64 * 1024) == reference
+
+
+@pytest.mark.parametrize("path", SHARED_CASES, ids=lambda p: p.name.split(".")[0])
+def test_real_compact_and_indented_traces(path, monkeypatch):
+    if not path.exists():
+        pytest.skip(f"corpus not present at {SHARED}")
+    assert fast.decode_path(path, None) is not None
+    reference = _doc(path, monkeypatch, use_fast=False)
+    assert _doc(path, monkeypatch, use_fast=True, chunk=16 * 1024) == reference
+
+
+def _spans(monkeypatch, path) -> int:
+    """How many spans the streamed parse cut ``path`` into (and that it took the streamed path)."""
+    seen = []
+    add = fast._Scheduler.add
+    monkeypatch.setattr(
+        fast._Scheduler, "add", lambda self, a, b: (seen.append((a, b)), add(self, a, b))[1]
+    )
+    assert fast.decode_path(path, None) is not None
+    monkeypatch.undo()
+    return len(seen)
+
+
+# Strings and nested values holding what a cut looks for: '},{', escaped quotes, backslashes.
+TRAPS = [
+    'x},{"ph": "X", "name": "y',
+    "a\\",  # a backslash right before the closing quote
+    '\\"},{\\"',
+    "}, {",
+    "k]}],{[",
+]
+
+
+def _trap_doc() -> dict:
+    events = []
+    for i in range(60):
+        name = TRAPS[i % len(TRAPS)] + str(i)
+        args = {"External id": i, "correlation": i, "list": [{"a": name}, {"b": "}, {"}]}
+        events.append(
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "name": name,
+                "pid": 1,
+                "tid": 1,
+                "ts": 10 * i,
+                "dur": 5,
+                "args": args,
+            }
+        )
+        events.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": name,
+                "pid": 0,
+                "tid": 7,
+                "ts": 10 * i + 2,
+                "dur": 2,
+                "args": {"device": 0, "stream": 7, "correlation": i},
+            }
+        )
+    return {
+        "schemaVersion": 1,
+        "traceEvents": events,
+        "deviceProperties": [{"id": 0, "name": "G]"}, {"id": 1}],
+    }
+
+
+@pytest.mark.parametrize("layout", ["compact", "spaced", "indent", "crlf"])
+def test_cuts_inside_strings_and_nested_values_are_mended(layout, tmp_path, monkeypatch):
+    """A cut at every candidate comma: those inside strings, nested objects and the tail fail
+    to decode and are joined with the next span; the result is still the reference's."""
+    p = _write(tmp_path, layout, relayout(orjson.dumps(_trap_doc()), layout))
+    monkeypatch.setattr(fast, "CHUNK_BYTES", 1)
+    assert _spans(monkeypatch, p) > 100
+    reference = _doc(p, monkeypatch, use_fast=False)
+    assert _doc(p, monkeypatch, use_fast=True, chunk=1) == reference
+    assert _doc(p, monkeypatch, use_fast=True, chunk=1, streamed=False) == reference
+
+
+def test_too_many_false_cuts_fall_back_with_the_same_result(tmp_path, monkeypatch):
+    """An event whose strings hold more candidate commas than MAX_JOIN joins: the streamed path
+    declines and the reference path gives the analysis."""
+    doc = _trap_doc()
+    doc["traceEvents"][0]["name"] = "},{" * (fast.MAX_JOIN + 3)
+    p = _write(tmp_path, "many", orjson.dumps(doc))
+    monkeypatch.setattr(fast, "CHUNK_BYTES", 1)
+    assert fast.decode_path(p, None) is None
+    monkeypatch.undo()
+    assert _doc(p, monkeypatch, use_fast=True, chunk=1) == _doc(p, monkeypatch, use_fast=False)
+
+
+def test_bare_array_and_leading_blanks_in_any_layout(tmp_path, monkeypatch):
+    """The 2020 bare event array, compact; and a document after 100 KB of blank lines."""
+    events = orjson.loads(read_bytes(TINY / "step_dataloader_sync.json")[0])["traceEvents"]
+    bare = _write(tmp_path, "bare", orjson.dumps(events))
+    padded = _write(
+        tmp_path,
+        "padded",
+        b"\r\n" * 50_000 + relayout(orjson.dumps({"traceEvents": events}), "crlf"),
+    )
+    for p in (bare, padded):
+        assert fast.decode_path(p, None) is not None, p
+        assert _doc(p, monkeypatch, use_fast=True, chunk=4096) == _doc(
+            p, monkeypatch, use_fast=False
+        )
