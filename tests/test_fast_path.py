@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-import traceinsight.parsers.kineto_fast as fast
+import traceinsight.parsers.kineto.stream as fast
 from traceinsight.api import analyze_trace
 from traceinsight.parsers import load_trace
 

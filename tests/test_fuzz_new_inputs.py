@@ -313,13 +313,9 @@ def test_nsys_memory_tables_and_malloc_rows(
         check_cli(p, capsys)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parsers/kineto_fast.py _decimal_us_to_ns calls Series.mul, which polars lacks "
-    "(found by a local pass of this file; the parser is being rewritten on another branch)",
-)
 def test_fractional_and_exponent_timestamps(tmp_path, capsys):
-    """Minimal reproducer: one fractional and one exponent-notation ts exit 1 (internal error)."""
+    """Found by a local fuzz pass: one fractional and one exponent-notation ts exited 1
+    (internal error: the exact-decimal path called a polars method that does not exist)."""
     p = tmp_path / "t.json"
     evs = [
         {"ph": "X", "name": "a", "ts": 1.5, "dur": 1},

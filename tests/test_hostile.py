@@ -481,7 +481,7 @@ def test_input_that_cannot_fit_is_refused_early(tmp_path, capsys, monkeypatch):
     --max-bytes, before the parse commits to holding the input; likewise for the whole-document
     path, which needs several times the document."""
     from traceinsight import resources
-    from traceinsight.parsers import kineto_fast
+    from traceinsight.parsers.kineto import stream as kineto_fast
 
     p = tmp_path / "t.json.gz"
     p.write_bytes((H200 / "healthy_bf16.pt.trace.json.gz").read_bytes())

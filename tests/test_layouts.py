@@ -10,7 +10,7 @@ import json
 import orjson
 import pytest
 
-import traceinsight.parsers.kineto_fast as fast
+import traceinsight.parsers.kineto.stream as fast
 from traceinsight.parsers.source import read_bytes
 
 from .conftest import CORPUS, H200, SHARED, TINY

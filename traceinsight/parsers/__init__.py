@@ -36,7 +36,7 @@ def load_trace(
     if fmt == "kineto":
         from traceinsight.parsers.kineto import parse_kineto
 
-        return parse_kineto(p, max_bytes=max_bytes, parse_helpers=parse_helpers)
+        return parse_kineto(p, max_bytes=max_bytes, parse_helpers=parse_helpers, threads=threads)
     if fmt == "nsys-sqlite":
         from traceinsight.parsers.nsys import parse_nsys
 

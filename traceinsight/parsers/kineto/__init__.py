@@ -1,22 +1,18 @@
 """PyTorch profiler (Kineto) Chrome traces, every era from the 2020 bare array to today.
 
-The JSON is decoded once with orjson; each needed field is pulled into a flat Python list (one
-C-level comprehension per field) and handed to polars, after which the event dicts are dropped.
-Everything after that is vectorized. Format history: ../shared/KINETO_FORMAT.md.
+:mod:`.stream` decodes well-formed traces fast (spool, cutter, helper processes, typed decode in
+:mod:`.decode`); :mod:`.repair` is the whole-document reference path and salvages damaged files.
+This module turns either's columns into the event table and the metadata. Everything after the
+decode is vectorized. Format history: ../shared/KINETO_FORMAT.md.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from pathlib import Path
 from typing import Any
 
-import orjson
 import polars as pl
 
-from traceinsight import resources
-from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import (
     CopyKindT,
@@ -28,9 +24,8 @@ from traceinsight.model.schema import (
     conform,
     empty_events,
 )
-from traceinsight.parsers import kineto_fast as _fast
-from traceinsight.parsers.kineto_fast import raw_frame
-from traceinsight.parsers.source import Decompressed, padding_note
+from traceinsight.parsers.kineto import decode as typed
+from traceinsight.parsers.kineto import repair, stream
 
 # Category (any era, lower-cased) -> event kind. Unknown categories are dropped.
 CATEGORY_KIND: dict[str, str] = {
@@ -72,159 +67,9 @@ _MEM_KIND = {
 _COPY_KIND = {"HtoD": "HtoD", "DtoH": "DtoH", "DtoD": "DtoD", "HtoH": "HtoH", "PtoP": "PtoP"}
 _MEMCPY_RE = r"^Memcpy\s+(\w+)(?:\s*\(([^)]*?)\s*->\s*([^)]*?)\))?"
 
-_EMPTY: dict[str, Any] = {}
 # Bounds that keep base + ts + dur inside int64 nanoseconds (about 292 years).
 MAX_US = 2.0e15
 MAX_BASE_NS = 4 * 10**18
-# Memory the whole-document path takes per byte of JSON (orjson's dicts of the compact 10x
-# trace: 2.9 GiB for 433 MB); an input it cannot hold is refused before it is read.
-WHOLE_DOCUMENT_FACTOR = 8
-
-
-def _whole_document(path: Path, max_bytes: int | None) -> tuple[bytes, bool, list[str]]:
-    """The document in memory, whether the gzip stream ended early, and the padding note:
-    whitespace padding is dropped as it streams, and the input is refused once it passes what
-    the memory available can parse this way."""
-    stream = Decompressed(
-        path, max_bytes, squeeze=True, room=resources.available_bytes() // WHOLE_DOCUMENT_FACTOR
-    )
-    data = b"".join(stream)
-    return data, stream.truncated, [padding_note(stream.padding)] if stream.padding else []
-
-
-def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[str]]:
-    """orjson first; then the repairs real traces need (bad UTF-8, quotes, NaN, truncation)."""
-    warnings: list[str] = []
-    try:
-        return orjson.loads(data), warnings
-    except orjson.JSONDecodeError as exc:
-        first_error = str(exc)
-    if "depth limit" in first_error:  # no repair applies; the salvage's retries would all fail too
-        raise InputError(
-            f"JSON nested deeper than 1024 levels, not a profiler trace ({first_error})", str(path)
-        )
-    if "UTF-8" in first_error or "surrogates" in first_error:
-        data = data.decode("utf-8", "replace").encode("utf-8", "replace")
-        warnings.append("invalid UTF-8 bytes in names were replaced")
-        try:
-            return orjson.loads(data), warnings
-        except orjson.JSONDecodeError as exc:
-            first_error = str(exc)
-    if "64-bit" in first_error or "exceeds" in first_error:
-        try:  # integers beyond 64 bits: the standard library reads them; they become missing later
-            return json.loads(data, parse_constant=lambda _c: None), [
-                *warnings,
-                "integers beyond 64 bits were ignored",
-            ]
-        except (ValueError, RecursionError):
-            pass
-    repaired = _escape_stray_quotes(data)
-    if repaired is not data:
-        try:
-            obj = orjson.loads(repaired)
-            return obj, [
-                *warnings,
-                "unescaped quotes in event names were repaired (pytorch#146900)",
-            ]
-        except orjson.JSONDecodeError:
-            data = repaired
-    if truncated_gzip:
-        warnings.append("the gzip stream ends early; analyzed the events before the cut")
-    salvaged = _salvage(data)
-    if salvaged is not None:
-        obj, note = salvaged
-        warnings.append(note)
-        return obj, warnings
-    if truncated_gzip:
-        raise InputError(
-            "the gzip stream ends early and no complete event could be recovered", str(path)
-        )
-    raise InputError(f"not valid JSON ({first_error})", str(path))
-
-
-# Kineto writes `"name": "<value>", "<next key>"`; a name with a raw `"` inside (older writers did
-# not escape it) breaks the document. Re-escape quotes between `"name": "` and the next known key.
-_NAME_VALUE = re.compile(rb'("name": ")(.*?)(", "(?:pid|tid|ts|dur|cat|ph|args|id|s|bp)")')
-
-
-def _escape_stray_quotes(data: bytes) -> bytes:
-    def fix(m: re.Match[bytes]) -> bytes:
-        inner = re.sub(rb'(?<!\\)"', rb'\\"', m.group(2))
-        return m.group(1) + inner + m.group(3)
-
-    out = _NAME_VALUE.sub(fix, data)
-    return data if out == data else out
-
-
-def _salvage(data: bytes) -> tuple[Any, str] | None:
-    """Recover what a crashed or buggy writer left: bare NaN/Infinity, or a cut-off file."""
-    text = data
-    # Kineto never writes these, but other tools' Chrome traces do.
-    fixed = re.sub(rb"(?<=[:\[,\s])(-?Infinity|NaN)(?=[,\]\}\s])", b"null", text)
-    try:
-        return orjson.loads(fixed), "non-standard NaN/Infinity values were read as missing"
-    except orjson.JSONDecodeError:
-        pass
-    # A truncated file: cut after the last complete event of the traceEvents array and close it.
-    start = fixed.find(b"[")
-    if start < 0:
-        return None
-    for cut in _candidate_cuts(fixed):
-        head = fixed[:cut]
-        for tail in (b"]}", b"]"):
-            try:
-                obj = orjson.loads(head + tail)
-            except orjson.JSONDecodeError:
-                continue
-            events = (
-                obj
-                if isinstance(obj, list)
-                else obj.get("traceEvents")
-                if isinstance(obj, dict)
-                else None
-            )
-            if isinstance(events, list) and events:
-                return obj, (
-                    f"the file is truncated (damaged after byte {cut:,}); "
-                    f"analyzed the {len(events):,} complete events before the damage"
-                )
-    return None
-
-
-def _candidate_cuts(data: bytes, tries: int = 64) -> list[int]:
-    """Positions just after a '}' that could close the last complete event, latest first."""
-    cuts: list[int] = []
-    pos = len(data)
-    while len(cuts) < tries:
-        pos = data.rfind(b"}", 0, pos)
-        if pos < 0:
-            break
-        cuts.append(pos + 1)
-    return cuts
-
-
-def _events_and_top(obj: Any, path: Path) -> tuple[list[Any], dict[str, Any], str]:
-    if isinstance(obj, list):
-        if obj and not any(type(e) is dict and "ph" in e for e in obj[:1000]):
-            raise InputError(
-                "not a Kineto trace (a JSON array without trace events; a memory timeline or other export?)",
-                str(path),
-            )
-        return obj, {}, "2020 bare event array"
-    if not isinstance(obj, dict):
-        raise InputError("not a Kineto trace (JSON is not an object or array of events)", str(path))
-    events = obj.get("traceEvents")
-    if events is None:
-        if "nodes" in obj and "schema" in obj:
-            raise InputError(
-                "this is a PyTorch Execution Trace, not a Kineto profiler trace; "
-                "pass the matching *.pt.trace.json from torch.profiler",
-                str(path),
-            )
-        raise InputError("not a Kineto trace (no 'traceEvents' array)", str(path))
-    if not isinstance(events, list):
-        raise InputError("not a Kineto trace ('traceEvents' is not an array)", str(path))
-    return events, obj, ""
 
 
 def _era(top: dict[str, Any], cats: set[str], base: bool, frac: bool, array_era: str) -> str:
@@ -252,36 +97,6 @@ def _us_to_ns(us: pl.Expr) -> pl.Expr:
     return whole.cast(pl.Int64) * 1000 + ((us - whole) * 1000).round().cast(pl.Int64)
 
 
-def _frame_from_dicts(events: list[Any]) -> tuple[pl.DataFrame, int]:
-    xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
-    args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in xs)]
-    df = raw_frame(
-        [e.get("cat") for e in xs],
-        [e.get("name") for e in xs],
-        [e.get("ts") for e in xs],
-        [e.get("dur") for e in xs],
-        [e.get("pid") for e in xs],
-        [e.get("tid") for e in xs],
-        [a.get("device") for a in args],
-        [a.get("stream") for a in args],
-        [a.get("correlation") for a in args],
-        [a.get("External id", a.get("external id")) for a in args],
-        [a.get("bytes") for a in args],
-    )
-    return df, len(events) - len(xs)
-
-
-def _robust(
-    data: bytes, path: Path, truncated: bool
-) -> tuple[pl.DataFrame, dict[str, Any], str, int, list[str]]:
-    """orjson into dicts, with every repair; the path for damaged or unusual files."""
-    obj, warnings = _decode(data, path, truncated)
-    events, top, array_era = _events_and_top(obj, path)
-    del obj
-    df, n_other = _frame_from_dicts(events)
-    return df, top, array_era, n_other, warnings
-
-
 def _needs_exact(df: pl.DataFrame, top: dict[str, Any]) -> bool:
     """Absolute (no baseTimeNanoseconds) fractional microseconds beyond float precision."""
     if "baseTimeNanoseconds" in top or df.height == 0:
@@ -294,26 +109,27 @@ def _needs_exact(df: pl.DataFrame, top: dict[str, Any]) -> bool:
 
 
 def parse_kineto(
-    path: str | Path, *, max_bytes: int | None = None, parse_helpers: int = 0
+    path: str | Path, *, max_bytes: int | None = None, parse_helpers: int = 0, threads: int = 1
 ) -> Trace:
     """``parse_helpers`` extra processes decode chunks of a large trace (spawned: the caller's
-    ``__main__`` must be import-safe); 0 decodes in this process only."""
+    ``__main__`` must be import-safe); 0 decodes in this process only. ``threads`` build the
+    table of a large trace (both from the :class:`~traceinsight.runtime.Runtime`)."""
     path = Path(path)
     data = b""
     truncated = False
     notes: list[str] = []
-    fast = _fast.decode_path(path, max_bytes, parse_helpers)
+    fast = stream.decode_path(path, max_bytes, parse_helpers)
     if fast is None:  # streamed layout not recognized: whole document, fast then robust
-        data, truncated, notes = _whole_document(path, max_bytes)
-        fast = None if truncated else _fast.decode(data)
+        data, truncated, notes = repair.whole_document(path, max_bytes)
+        fast = None if truncated else stream.decode(data)
     if fast is not None:
         df, top, array_era, n_other_ph, warnings = fast
     else:
-        df, top, array_era, n_other_ph, warnings = _robust(data, path, truncated)
+        df, top, array_era, n_other_ph, warnings = repair.robust(data, path, truncated)
     warnings = notes + warnings
     exact = None
     if fast is not None and _needs_exact(df, top):
-        exact = _fast.exact_times(data or _whole_document(path, max_bytes)[0])
+        exact = typed.exact_times(data or repair.whole_document(path, max_bytes)[0])
     del data
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
 
@@ -373,7 +189,7 @@ def parse_kineto(
         df = df.with_columns(pl.lit(meta.rank, pl.Int32).alias("rank"))
     else:
         df = df.with_columns(pl.lit(0, pl.Int32).alias("rank"))
-    table = conform(df) if df.height else empty_events()
+    table = conform(df, threads) if df.height else empty_events()
     table = mark_comm_by_launcher(add_kernel_class(table))
     meta.extra["non_duration_events"] = n_other_ph
     if exact is None and needs_exact:
