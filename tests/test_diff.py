@@ -281,3 +281,15 @@ def test_real_nvtx_and_kernel_period_agree():
     assert n["range_name"] == "Optimizer.step#SGD.step"
     assert n["iterations"] == k["iterations"]
     assert n["median_ns"] == pytest.approx(k["median_ns"], rel=0.03)
+
+
+def test_job_ranks_from_workers_keep_their_cuda_versions():
+    """Ranks analyzed in worker processes carry no event table; the versions the trace records
+    (the H200 fixtures' top level: cuda_runtime_version and cuda_driver_version 13000) still
+    reach the diff's environment through ``source.versions``."""
+    from traceinsight.diff import environment
+
+    job = analyze(H200 / "ddp_straggler")
+    assert all(r.trace is None for r in job.ranks)  # analyzed in workers
+    env = environment(job)
+    assert env["cuda_runtime_version"] == 13000 and env["cuda_driver_version"] == 13000

@@ -118,6 +118,8 @@ def source_json(trace: Trace, results: Results, capture_span_ns: int) -> dict[st
         "devices": devices,
         "capture_span_ns": capture_span_ns,
         "event_counts": counts,
+        # CUDA/HIP runtime, driver and CUPTI versions where the trace records them (diff compares them)
+        "versions": {k: v for k, v in m.extra.items() if k.endswith("_version")},
     }
 
 

@@ -72,9 +72,9 @@ NVTX_ITERATION_PATTERN = (
 
 
 def _versions(a: TraceAnalysis) -> dict[str, Any]:
-    # the parser keeps the Kineto top-level versions in meta.extra (absent for worker-analyzed ranks)
-    extra = a.trace.meta.extra if a.trace is not None else {}
-    return {k: extra.get(k) for k in VERSION_KEYS}
+    # source.versions: what the trace records (Kineto's top level; it carries no torch version)
+    recorded = a.source.get("versions") or {}
+    return {k: recorded.get(k) for k in VERSION_KEYS}
 
 
 def environment(a: Analysis) -> dict[str, Any]:
