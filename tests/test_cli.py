@@ -175,27 +175,23 @@ def test_analyze_keeps_freed_memory_longer_unless_told_otherwise(tmp_path):
         f"print(rc, os.environ.get({ALLOCATOR_ENV!r}))"
     )
     env = {k: v for k, v in os.environ.items() if k != ALLOCATOR_ENV}
-    run = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=True,
-    )
+
+    def run(env: dict[str, str]) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", probe],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            check=True,
+        )
+        return done.stdout.split()
+
     # polars puts its own defaults first; jemalloc takes the last value of each option
-    rc, conf = run.stdout.split()[-2:]
+    rc, conf = run(env)[-2:]
     assert rc == "0" and conf.endswith("," + ALLOCATOR_CONF)
     env[ALLOCATOR_ENV] = "dirty_decay_ms:0"
-    run = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        check=True,
-    )
-    conf = run.stdout.split()[-1]
+    conf = run(env)[-1]
     assert conf.endswith(",dirty_decay_ms:0") and ALLOCATOR_CONF not in conf
 
 

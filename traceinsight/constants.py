@@ -9,3 +9,17 @@ Severity = Literal["high", "medium", "low", "info"]
 SEVERITIES: tuple[Severity, ...] = ("high", "medium", "low", "info")  # most severe first
 # Steps: ProfilerStep#N (torch.profiler) or train_step#N (traceinsight.capture, NVTX)
 DEFAULT_STEP_PATTERN = r"^(ProfilerStep#\d+|train_step#\d+)$"
+# The few metrics a one-line-per-trace view shows: batch's summary table, the diff's terminal table.
+HEADLINE_METRICS = (
+    "gpu_busy_ratio",
+    "step_time_median_ns",
+    "window_ns",
+    "dataloader_ratio",
+    "host_sync_count",
+    "h2d_pageable_bytes_ratio",
+    "comm_compute_overlap_ratio",
+    "exposed_comm_ratio",
+    "elementwise_kernel_time_ratio",
+    "fp32_gemm_time_ratio",
+    "recompute_time_ratio",
+)

@@ -10,23 +10,10 @@ from typing import Any
 import polars as pl
 
 from traceinsight.batch.discover import Failure, Item
+from traceinsight.constants import HEADLINE_METRICS
 from traceinsight.io import atomic_path, write_text_atomic
 
-SUMMARY_METRICS = [
-    "gpu_busy_ratio",
-    "step_time_median_ns",
-    "step_time_cv",
-    "steps",
-    "window_ns",
-    "dataloader_ratio",
-    "host_sync_count",
-    "h2d_pageable_bytes_ratio",
-    "comm_compute_overlap_ratio",
-    "exposed_comm_ratio",
-    "elementwise_kernel_time_ratio",
-    "fp32_gemm_time_ratio",
-    "recompute_time_ratio",
-]
+SUMMARY_METRICS = [*HEADLINE_METRICS[:2], "step_time_cv", "steps", *HEADLINE_METRICS[2:]]
 SUMMARY_SCHEMA: dict[str, pl.DataType] = {
     "label": pl.String(),
     "kind": pl.String(),

@@ -139,43 +139,27 @@ def intersect(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.Da
     )
 
 
+def _edges(df: pl.DataFrame, by: list[str], col: str, da: int, db: int) -> pl.DataFrame:
+    """One sweep point per row at ``col``: coverage of a changes by ``da``, of b by ``db``."""
+    return df.select(
+        [
+            *by,
+            pl.col(col).alias("t"),
+            pl.lit(da, pl.Int32).alias("da"),
+            pl.lit(db, pl.Int32).alias("db"),
+        ]
+    )
+
+
 def subtract(a: pl.DataFrame, b: pl.DataFrame, by: Sequence[str] = ()) -> pl.DataFrame:
     """a minus b, both unions, per group."""
     by = list(by)
     pts = pl.concat(
         [
-            a.select(
-                [
-                    *by,
-                    pl.col(S).alias("t"),
-                    pl.lit(1, pl.Int32).alias("da"),
-                    pl.lit(0, pl.Int32).alias("db"),
-                ]
-            ),
-            a.select(
-                [
-                    *by,
-                    pl.col(E).alias("t"),
-                    pl.lit(-1, pl.Int32).alias("da"),
-                    pl.lit(0, pl.Int32).alias("db"),
-                ]
-            ),
-            b.select(
-                [
-                    *by,
-                    pl.col(S).alias("t"),
-                    pl.lit(0, pl.Int32).alias("da"),
-                    pl.lit(1, pl.Int32).alias("db"),
-                ]
-            ),
-            b.select(
-                [
-                    *by,
-                    pl.col(E).alias("t"),
-                    pl.lit(0, pl.Int32).alias("da"),
-                    pl.lit(-1, pl.Int32).alias("db"),
-                ]
-            ),
+            _edges(a, by, S, 1, 0),
+            _edges(a, by, E, -1, 0),
+            _edges(b, by, S, 0, 1),
+            _edges(b, by, E, 0, -1),
         ]
     )
     if pts.height == 0:

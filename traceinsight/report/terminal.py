@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceinsight.constants import HEADLINE_METRICS
 from traceinsight.report.format import fmt_metric, fmt_ns, fmt_pct
 
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
@@ -100,22 +101,7 @@ def render_job_summary(
     return "\n".join(lines + _tail(doc, report_path, max_findings))
 
 
-DIFF_METRICS = (
-    "gpu_busy_ratio",
-    "step_time_median_ns",
-    "window_ns",
-    "dataloader_ratio",
-    "host_sync_count",
-    "h2d_pageable_bytes_ratio",
-    "comm_compute_overlap_ratio",
-    "exposed_comm_ratio",
-    "elementwise_kernel_time_ratio",
-    "kernels_per_step",
-    "fp32_gemm_time_ratio",
-    "recompute_time_ratio",
-    "gpu_busy_ratio_mean",
-    "step_skew_mean_ns",
-)
+DIFF_METRICS = (*HEADLINE_METRICS, "kernels_per_step", "gpu_busy_ratio_mean", "step_skew_mean_ns")
 
 
 def _signed_pct(x: float) -> str:
