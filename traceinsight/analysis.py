@@ -46,6 +46,8 @@ class TraceAnalysis:
     command: str | None = None
     trace: Trace | None = field(default=None, repr=False, compare=False)
     kernels: pl.DataFrame | None = field(default=None, repr=False, compare=False)
+    data_quality: list[dict[str, Any]] = field(default_factory=list)  # findings/quality.py
+    annotated_path: str | None = None  # the annotated Chrome trace, when one was written
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +57,8 @@ class TraceAnalysis:
             "source": self.source,
             "metrics": self.metrics,
             "findings": [f.to_json() for f in self.findings],
+            "data_quality": self.data_quality,
+            "annotated_trace": self.annotated_path,
             "warnings": self.warnings,
             "details": self.results.to_json(),
         }
