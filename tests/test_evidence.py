@@ -207,6 +207,27 @@ def test_kernel_moved_inside_another_on_its_stream(tmp_path: Path) -> None:
     assert set(c) == {"stream_overlap"} and c["stream_overlap"]["count"] == 1
 
 
+def test_work_queued_before_the_recording_without_steps(tmp_path: Path) -> None:
+    # Kineto records the GPU work still queued from warm-up, without its launches; the step
+    # aligner keeps it out of the window. Without step annotations the window is the GPU span.
+    doc = _raw(HEALTHY)
+    ev = [e for e in doc["traceEvents"] if not e.get("name", "").startswith("ProfilerStep#")]
+    doc["traceEvents"] = ev
+    # expected (an independent count over the raw events): GPU rows whose correlation has no
+    # runtime/driver call, starting before the first GPU row whose call was recorded
+    calls = {
+        e["args"]["correlation"]
+        for e in ev
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    gpu = [e for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    first = min(e["ts"] for e in gpu if e["args"].get("correlation") in calls)
+    want = sum(1 for e in gpu if e["args"].get("correlation") not in calls and e["ts"] < first)
+    c = _checks(_write(tmp_path, doc))
+    assert set(c) == {"launched_before_recording"}
+    assert c["launched_before_recording"]["count"] == want > 0
+
+
 def test_shuffled_events_change_nothing(tmp_path: Path) -> None:
     doc = _raw(HEALTHY)
     random.Random(21).shuffle(doc["traceEvents"])

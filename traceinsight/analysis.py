@@ -188,6 +188,7 @@ class JobAnalysis:
                     "path": r.source["path"],
                     "metrics": r.metrics,
                     "findings": [f.to_json() for f in r.findings],
+                    "data_quality": r.data_quality,
                     "warnings": r.warnings,
                     "comm_split": self.comm_split(r.rank),
                 }

@@ -6,6 +6,8 @@ on what it found (findings/quality.py downgrades and tags those findings).
 - ``stream_overlap``: kernels on one stream that overlap (one stream runs its work in order).
 - ``duration_invalid``: negative durations, or ones longer than the capture's robust span
   (an overflowed ``dur``, TraceLens #669, inflates kernel time by orders of magnitude).
+- ``launched_before_recording``: GPU work in the window with no recorded launch, ahead of all
+  launched work: queued before the profiler started, yet counted.
 - ``correlation_collision``: one correlation id on several launch calls (merged traces,
   TraceLens #581): GPU work is joined to the wrong launch.
 """
@@ -35,6 +37,9 @@ KERNEL_RULES = (
 )
 # Overlap on one stream below this is timestamp rounding (Kineto's us-resolution eras).
 STREAM_OVERLAP_MIN_NS = 1_000
+# GPU work launched before the recording matters from this share of the window (nsys-ai's
+# mfu_2gpu_after has 0.15% at the start of its capture; h100_2gpu_1s 43%).
+PRE_RECORDING_MIN_RATIO = 0.01
 # A row this many times longer than the span covered by 98% of the rows (1%..99%: one bad row
 # in a small trace cannot stretch it) is not a real one.
 ABSURD_SPAN_FACTOR = 10
@@ -53,7 +58,13 @@ def analyze_health(ctx: Context) -> HealthResult:
         ev = ev.filter(~absurd)
     checks = [
         c
-        for c in (_graph_kernels_missing(ev), _stream_overlap(ev), durations, _collisions(ev))
+        for c in (
+            _graph_kernels_missing(ev),
+            _stream_overlap(ev),
+            durations,
+            _collisions(ev),
+            _launched_before_recording(ctx, absurd),
+        )
         if c is not None
     ]
     return HealthResult(tuple(checks))
@@ -172,4 +183,32 @@ def _collisions(ev: pl.DataFrame) -> dict[str, Any] | None:
         f"{dup.height} correlation ids belong to several launch calls (merged or concatenated "
         "traces): GPU work may be joined to the wrong launch.",
         ("launch_bound", "host_sync", "gpu_underutilized"),
+    )
+
+
+def _launched_before_recording(ctx: Context, bad: pl.Expr | None) -> dict[str, Any] | None:
+    """GPU work with no launch recorded, ahead of all the launched work and inside the window.
+    With steps the aligner starts the window at the first step's launched work, leaving such
+    work out (every warmed-up Kineto trace has some: the queue still draining); without steps
+    the window is the GPU span and it counts as the first step's."""
+    gpu = ctx.launches if bad is None else ctx.launches.filter(~bad)
+    launched = gpu.filter(pl.col("launch_start_ns").is_not_null()).get_column("start_ns")
+    if launched.len() == 0:
+        return None
+    orphans = gpu.filter(
+        pl.col("launch_start_ns").is_null()
+        & (pl.col("start_ns") < int(launched.min()))
+        & (pl.col("end_ns") > ctx.window_start_ns)
+    )
+    orphan_ns = int(orphans.get_column("dur_ns").sum()) if orphans.height else 0
+    if orphan_ns < PRE_RECORDING_MIN_RATIO * ctx.window_ns * max(1, len(ctx.devices)):
+        return None
+    return _check(
+        "launched_before_recording",
+        "warning",
+        orphans.height,
+        f"{orphans.height} GPU activities in the window ({orphan_ns / 1e6:.2f} ms) were "
+        "launched before the recording began (no launch call recorded): their host side is "
+        "missing; skip a step or two before recording (schedule wait/warmup).",
+        ("step_time_variance", "launch_bound", "gpu_underutilized"),
     )
