@@ -321,5 +321,22 @@ def test_cli_annotate_and_report_link(tmp_path: Path) -> None:
     assert r.exit_code == 0, r.output
     page = html.read_text()
     assert str(ann) in page and "ui.perfetto.dev" in page
+    assert "every check passed" in page  # the data-quality row of a healthy trace
     r = CliRunner().invoke(cli, ["annotate", str(STACK), "-o", str(tmp_path / "b.json")])
     assert r.exit_code == 0 and "traceinsight events" in r.output
+
+
+def test_queue_depth_counter_on_a_hand_made_table() -> None:
+    from tests.builder import Events
+    from traceinsight.report.annotate import annotation_events
+
+    e = Events()
+    e.step(1, 0, 100)
+    # launches end at 1, 3, 5 us; kernels start at 10, 20, 30: depth 1, 2, 3, then 2, 1, 0
+    e.kernel("a", 10, 5, launch_us=0, launch_dur_us=1)
+    e.kernel("b", 20, 5, launch_us=2, launch_dur_us=1)
+    e.kernel("c", 30, 5, launch_us=4, launch_dur_us=1)
+    a = api.analyze_trace(e.trace())
+    q = [x for x in annotation_events(a, 0) if x["name"] == "queue depth"]
+    assert max(x["args"]["launched_not_started"] for x in q) == 3
+    assert min(x["ts"] for x in q) == 1.0  # the first launch call's end, in us

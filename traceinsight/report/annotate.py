@@ -1,7 +1,7 @@
 """The annotated trace: the original Chrome-trace events unchanged, plus ``cat: "traceinsight"``
 events for Perfetto / chrome://tracing: a "GPU idle by cause" track per device, each finding as
-an instant at its largest occurrence, a GPU-busy-per-step counter, and flow arrows from each
-sync to the idle gap it caused.
+an instant at its largest occurrence, GPU-busy-per-step and queue-depth counters, and flow
+arrows from each sync to the idle gap it caused.
 
 Kineto input is streamed: the bytes of the ``traceEvents`` array are copied through in chunks
 (gzip or plain, in and out) and the new events go in before its closing bracket, so the
@@ -30,6 +30,7 @@ COUNTERS_TID = 1_000_001
 CHUNK_BYTES = 8 << 20
 TAIL_BYTES = 1 << 20  # what may follow the events' closing bracket (traceName, base time, ...)
 KEY = b'"traceEvents"'
+QUEUE_SAMPLES = 2000  # queue-depth counter points: enough to see the shape, few for any trace
 GZIP_LEVEL = 3  # level 6 spent 3x longer for 8% less on the 10x trace
 # Idle cause -> the finding that explains it.
 CAUSE_FINDING = {
@@ -232,8 +233,53 @@ def annotation_events(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, A
                 },
             }
         )
+    out += _queue_depth(analysis, base_ns)
     out += _sync_flows(analysis, base_ns)
     return out
+
+
+def _queue_depth(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, Any]]:
+    """Kernels launched but not yet started (+1 at the launch call's end, -1 at the start),
+    sampled as the largest depth in each of at most QUEUE_SAMPLES bins."""
+    if analysis.trace is None:
+        return []
+    ev = analysis.trace.events
+    calls = ev.filter(
+        pl.col("kind").is_in(["runtime", "driver"]) & pl.col("correlation").is_not_null()
+    ).select("rank", "correlation", pl.col("end_ns").alias("t"))
+    calls = calls.unique(["rank", "correlation"], keep="first")
+    gpu = ev.filter(pl.col("kind").is_in(["kernel", "memcpy", "memset"])).select(
+        "rank", "correlation", "start_ns"
+    )
+    pairs = gpu.join(calls, on=["rank", "correlation"]).filter(pl.col("t") <= pl.col("start_ns"))
+    if pairs.height == 0:
+        return []
+    steps = pl.concat(
+        [
+            pairs.select(pl.col("t"), pl.lit(1).alias("d")),
+            pairs.select(pl.col("start_ns").alias("t"), pl.lit(-1).alias("d")),
+        ]
+    ).sort("t", "d")  # a start before a launch at the same instant
+    lo, hi = int(steps["t"].min()), int(steps["t"].max())
+    width = max(1, (hi - lo) // QUEUE_SAMPLES + 1)
+    bins = (
+        steps.with_columns(pl.col("d").cum_sum().alias("depth"))
+        .group_by(((pl.col("t") - lo) // width).alias("bin"))
+        .agg(pl.col("t").min(), pl.col("depth").max())
+        .sort("bin")
+    )
+    return [
+        {
+            "name": "queue depth",
+            "cat": CATEGORY,
+            "ph": "C",
+            "pid": PID,
+            "tid": COUNTERS_TID,
+            "ts": _us(t, base_ns),
+            "args": {"launched_not_started": int(depth)},
+        }
+        for t, depth in bins.select("t", "depth").iter_rows()
+    ]
 
 
 def _window_start(analysis: TraceAnalysis) -> int:
