@@ -30,7 +30,7 @@ def _raw(path: Path) -> dict[str, Any]:
     return orjson.loads(gzip.decompress(path.read_bytes()))
 
 
-def _write(tmp: Path, doc: dict[str, Any], name: str = "variant.json") -> Path:
+def _write(tmp: Path, doc: Any, name: str = "variant.json") -> Path:
     out = tmp / name
     out.write_bytes(orjson.dumps(doc))
     return out
@@ -340,3 +340,14 @@ def test_queue_depth_counter_on_a_hand_made_table() -> None:
     q = [x for x in annotation_events(a, 0) if x["name"] == "queue depth"]
     assert max(x["args"]["launched_not_started"] for x in q) == 3
     assert min(x["ts"] for x in q) == 1.0  # the first launch call's end, in us
+
+
+def test_annotated_array_document(stack: Any, tmp_path: Path) -> None:
+    # The old Kineto era: the document is the events array itself.
+    src = _write(tmp_path, _raw(STACK)["traceEvents"], "array.json")
+    a = api.analyze(src)
+    out = tmp_path / "array.ann.json"
+    n = write_annotated(a, src, out)
+    doc = _strict(out.read_bytes())
+    assert isinstance(doc, list) and len(doc) == len(_strict(src.read_bytes())) + n
+    assert [f.id for f in api.analyze(out).findings] == [f.id for f in a.findings]

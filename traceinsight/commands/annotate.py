@@ -18,7 +18,10 @@ def write(analysis: object, path: Path, output: Path) -> int:
 
     if not isinstance(analysis, TraceAnalysis):
         raise InputError("annotate takes one trace file, not a job", str(path))
-    return write_annotated(analysis, path, output)
+    try:
+        return write_annotated(analysis, path, output)
+    except ValueError as e:  # the document's layout is not one the streaming copy knows
+        raise InputError(str(e), str(path)) from e
 
 
 def run(path: Path, opts: Options, *, output: Path, force: bool, quiet: bool) -> int:

@@ -78,13 +78,17 @@ def _stream_kineto(analysis: TraceAnalysis, src: Path, write: Callable[[bytes], 
     head = b""
     for chunk in chunks:  # up to the events' opening bracket
         head += chunk
+        if head.lstrip()[:1] == b"[":  # the old era: the document is the events array
+            at, bracket = -1, head.find(b"[")
+            break
         at = head.find(KEY)
         bracket = head.find(b"[", at + len(KEY)) if at >= 0 else -1
         if bracket >= 0:
             break
     else:
         raise ValueError("no traceEvents array in the trace")
-    top = _loads_or_empty(head[:at] + b'"_": 0}')
+    array_doc = at < 0
+    top = {} if array_doc else _loads_or_empty(head[:at] + b'"_": 0}')
     write(head[: bracket + 1])
     buf, last = head[bracket + 1 :], b"["
     for chunk in chunks:  # the events, all but a tail
@@ -93,7 +97,9 @@ def _stream_kineto(analysis: TraceAnalysis, src: Path, write: Callable[[bytes], 
             body, buf = buf[:-TAIL_BYTES], buf[-TAIL_BYTES:]
             write(body)
             last = body.rstrip()[-1:] or last
-    close = _closing_bracket(buf)
+    close = buf.rfind(b"]") if array_doc else _closing_bracket(buf)
+    if close < 0:
+        raise ValueError("the end of the events array was not found")
     rest = _loads_or_empty(b'{"traceEvents": []' + buf[close + 1 :])
     base = next(
         (
