@@ -208,7 +208,8 @@ def _launched_before_recording(ctx: Context, bad: pl.Expr | None) -> dict[str, A
         "warning",
         orphans.height,
         f"{orphans.height} GPU activities in the window ({orphan_ns / 1e6:.2f} ms) were "
-        "launched before the recording began (no launch call recorded): their host side is "
-        "missing; skip a step or two before recording (schedule wait/warmup).",
+        "launched before the recording began, or by an API that was not traced (no launch call "
+        "recorded, ahead of all launched work): their host side is missing; skip a step or two "
+        "before recording (schedule wait/warmup).",
         ("step_time_variance", "launch_bound", "gpu_underutilized"),
     )
