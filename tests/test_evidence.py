@@ -351,3 +351,16 @@ def test_annotated_array_document(stack: Any, tmp_path: Path) -> None:
     doc = _strict(out.read_bytes())
     assert isinstance(doc, list) and len(doc) == len(_strict(src.read_bytes())) + n
     assert [f.id for f in api.analyze(out).findings] == [f.id for f in a.findings]
+
+
+def test_graph_kernels_recorded_under_their_launch_are_counted() -> None:
+    # The independent count: kernels in the raw file whose correlation is a cudaGraphLaunch's.
+    ev = _raw(GRAPHS)["traceEvents"]
+    graph = {e["args"]["correlation"] for e in ev if e.get("name") == "cudaGraphLaunch"}
+    kernels = [e for e in ev if e.get("cat") == "kernel"]
+    in_graphs = sum(1 for e in kernels if e["args"].get("correlation") in graph)
+    a = api.analyze(GRAPHS)
+    assert a.results.launch.graph_launches == len(graph) == 4
+    assert a.results.launch.graph_kernels == in_graphs == 704
+    assert a.source["event_counts"]["kernel"] == len(kernels)
+    assert a.to_json()["data_quality"] == []
