@@ -295,17 +295,20 @@ def test_annotated_trace_keeps_the_original_and_adds_valid_events(
     assert [f.to_json() for f in again.findings] == [f.to_json() for f in stack.findings]
 
 
-def test_annotated_nsys_trace_from_the_table(tmp_path: Path) -> None:
-    src = ROOT / "fixtures/nsys/nsys-ai__mock.sqlite"
+@pytest.mark.parametrize("name", ["nsys-ai__mock.sqlite", "Mordred__report1.sqlite"])
+def test_annotated_nsys_trace_from_the_table(tmp_path: Path, name: str) -> None:
+    src = ROOT / "fixtures/nsys" / name
     a = api.analyze(src)
-    if not isinstance(a, api.TraceAnalysis):
-        pytest.skip("a multi-process export")
+    assert isinstance(a, api.TraceAnalysis) and a.trace is not None
     out = tmp_path / "nsys.json"
     n = write_annotated(a, src, out)
     doc = _strict(out.read_bytes())
-    assert a.trace is not None
     assert len(doc["traceEvents"]) == a.trace.events.height + n
     _perfetto_fields(doc["traceEvents"])
+    # Kineto's categories and a base time: it reads back as the same table, to the nanosecond
+    again = api.analyze(out)
+    assert again.metrics == a.metrics
+    assert [f.to_json() for f in again.findings] == [f.to_json() for f in a.findings]
 
 
 def test_cli_annotate_and_report_link(tmp_path: Path) -> None:

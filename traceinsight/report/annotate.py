@@ -41,6 +41,15 @@ CAUSE_FINDING = {
     "communication": "comm_not_overlapped",
     "cpu_work": "gpu_underutilized",
 }
+# Event kind -> the Kineto category that parses back to it (nsys input's Chrome trace).
+KINETO_CATEGORY = {
+    "memcpy": "gpu_memcpy",
+    "memset": "gpu_memset",
+    "gpu_sync": "cuda_sync",
+    "gpu_annotation": "gpu_user_annotation",
+    "runtime": "cuda_runtime",
+    "driver": "cuda_driver",
+}
 SYNC_NAMES = r"Synchronize|^(cuda|hip)Memcpy(2D|3D|Peer)?$|^cuMemcpy"
 
 
@@ -142,19 +151,29 @@ def _closing_bracket(tail: bytes) -> int:
 
 
 def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
-    """A Chrome trace of the event table (times in us from 0 ns) plus the annotation events."""
+    """A Chrome trace of the event table plus the annotation events."""
     assert analysis.trace is not None
     ev = analysis.trace.events
+    # Times after a base (Kineto's baseTimeNanoseconds): absolute ns as float microseconds
+    # would keep only a quarter of a microsecond.
+    base = int(ev.get_column("start_ns").min() or 0)
     gpu = pl.col("device").is_not_null()
+    # Kineto's categories and args, so the file reads back as the same table
     rows = ev.select(
         "name",
-        pl.col("kind").cast(pl.String).alias("cat"),
+        pl.col("kind").cast(pl.String).replace(KINETO_CATEGORY).alias("cat"),
         pl.lit("X").alias("ph"),
-        (pl.col("start_ns") / 1000).alias("ts"),
-        (pl.col("dur_ns") / 1000).alias("dur"),
+        ((pl.col("start_ns") - base) / 1000).round(3).alias("ts"),
+        (pl.col("dur_ns") / 1000).round(3).alias("dur"),
         pl.when(gpu).then(pl.col("device")).otherwise(pl.col("pid")).cast(pl.Int64).alias("pid"),
         pl.when(gpu).then(pl.col("stream")).otherwise(pl.col("tid")).fill_null(0).alias("tid"),
-        pl.struct(correlation="correlation").alias("args"),
+        pl.struct(
+            "device",
+            "stream",
+            "correlation",
+            pl.col("external_id").alias("External id"),
+            "bytes",
+        ).alias("args"),
     )
     write(b'{"traceEvents": [\n')
     first = True
@@ -162,11 +181,11 @@ def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
         lines = part.write_ndjson().rstrip("\n").replace("\n", ",\n")
         write(("" if first else ",\n").encode() + lines.encode())
         first = False
-    events = annotation_events(analysis, 0)
+    events = annotation_events(analysis, base)
     if events:
         write(b",\n" if not first else b"")
         write(b",\n".join(orjson.dumps(e) for e in events))
-    write(b'\n], "displayTimeUnit": "ms"}\n')
+    write(b'\n], "displayTimeUnit": "ms", "baseTimeNanoseconds": %d}\n' % base)
     return len(events)
 
 
