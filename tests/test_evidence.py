@@ -189,6 +189,19 @@ def test_one_duration_overflowed(tmp_path: Path) -> None:
     assert c["duration_invalid"]["severity"] == "error"
 
 
+def test_negative_duration_on_a_hand_made_table() -> None:
+    from tests.builder import Events
+
+    e = Events()
+    e.step(1, 0, 100)
+    for i in range(10):
+        e.kernel("k", 10 + 5 * i, 2, launch_us=5 + 5 * i, launch_dur_us=1)
+    e.kernel("bad", 80, -3, launch_us=70, launch_dur_us=1)  # end before start
+    c = {x["check"]: x for x in analyze_health(build_context(e.trace())).checks}
+    assert set(c) == {"duration_invalid"} and c["duration_invalid"]["count"] == 1
+    assert c["duration_invalid"]["message"].startswith("1 events with a negative duration and 0")
+
+
 def test_kernel_moved_inside_another_on_its_stream(tmp_path: Path) -> None:
     doc = _raw(HEALTHY)
     kernels = sorted(

@@ -1,15 +1,16 @@
 """Trace health: can the event table be trusted? Each check names the rules whose evidence rests
 on what it found (findings/quality.py downgrades and tags those findings).
 
-- ``graph_kernels_missing``: CUDA-graph launches with no recorded GPU activity (CUPTI did not
-  record graph kernels): the GPU looks idle where it ran the graph (TraceLens #827, #728, HTA #290).
-- ``stream_overlap``: kernels on one stream that overlap (one stream runs its work in order).
-- ``duration_invalid``: negative durations, or ones longer than the capture's robust span
-  (an overflowed ``dur``, TraceLens #669, inflates kernel time by orders of magnitude).
+- ``graph_kernels_missing``: CUDA-graph launches with no recorded kernels (CUPTI did not record
+  graph kernels): the GPU looks idle where it ran the graph (TraceLens #827, #728, HTA #290).
+- ``stream_overlap``: a kernel inside an earlier one on its stream (one stream runs in order).
+- ``duration_invalid``: negative durations (nsys, tables; the Kineto parser already skips them
+  with a warning), or ones far longer than the capture's robust span (an overflowed ``dur``,
+  TraceLens #669, inflates kernel time by orders of magnitude).
 - ``launched_before_recording``: GPU work in the window with no recorded launch, ahead of all
   launched work: queued before the profiler started, yet counted.
-- ``correlation_collision``: one correlation id on several launch calls (merged traces,
-  TraceLens #581): GPU work is joined to the wrong launch.
+- ``correlation_collision``: one correlation id on launch calls at different times in one
+  process (merged traces, TraceLens #581): GPU work is joined to the wrong launch.
 """
 
 from __future__ import annotations
