@@ -31,8 +31,9 @@ from traceinsight.analyzers.context import (
 from traceinsight.model import intervals as iv
 
 FRAME = r"^(?<file>.+?)\((?<line>\d+)\): (?<func>.+)$"
-# Top-level packages that are libraries even when not under site-packages (editable installs,
-# PYTHONPATH checkouts): their frames are never "the user's code".
+# Top-level packages that are libraries. Kineto strips the sys.path entry from a frame's file,
+# site-packages included (``torch/_tensor.py``, ``vllm/...``), so an installed package looks like
+# the user's own unless it is named here.
 LIBRARIES = frozenset(
     {
         "torch",
@@ -53,6 +54,26 @@ LIBRARIES = frozenset(
         "tqdm",
         "_pytest",
         "pytest",
+        "vllm",
+        "sglang",
+        "flashinfer",
+        "flash_attn",
+        "xformers",
+        "diffusers",
+        "peft",
+        "trl",
+        "timm",
+        "einops",
+        "bitsandbytes",
+        "safetensors",
+        "datasets",
+        "tokenizers",
+        "huggingface_hub",
+        "torchtune",
+        "fairscale",
+        "megatron",
+        "transformer_engine",
+        "thunder",
     }
 )
 NON_USER = LIBRARIES | frozenset(sys.stdlib_module_names)
