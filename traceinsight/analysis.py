@@ -16,6 +16,7 @@ from traceinsight.analyzers import Results, jsonable
 from traceinsight.analyzers.cross_rank import CrossRankResult
 from traceinsight.constants import SCHEMA
 from traceinsight.findings import Finding
+from traceinsight.findings.quality import rank_clock_skew
 from traceinsight.model.schema import KINDS, Trace
 
 KERNEL_TABLE_SCHEMA = {
@@ -46,6 +47,8 @@ class TraceAnalysis:
     command: str | None = None
     trace: Trace | None = field(default=None, repr=False, compare=False)
     kernels: pl.DataFrame | None = field(default=None, repr=False, compare=False)
+    data_quality: list[dict[str, Any]] = field(default_factory=list)  # findings/quality.py
+    annotated_path: str | None = None  # the annotated Chrome trace, when one was written
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +58,8 @@ class TraceAnalysis:
             "source": self.source,
             "metrics": self.metrics,
             "findings": [f.to_json() for f in self.findings],
+            "data_quality": self.data_quality,
+            "annotated_trace": self.annotated_path,
             "warnings": self.warnings,
             "details": self.results.to_json(),
         }
@@ -179,6 +184,7 @@ class JobAnalysis:
                 "per_rank": {str(r.rank): r.metrics for r in ranks},
             },
             "findings": [f.to_json() for f in self.findings],
+            "data_quality": self.data_quality(),
             "warnings": self.warnings,
             "ranks": [
                 {
@@ -186,6 +192,7 @@ class JobAnalysis:
                     "path": r.source["path"],
                     "metrics": r.metrics,
                     "findings": [f.to_json() for f in r.findings],
+                    "data_quality": r.data_quality,
                     "warnings": r.warnings,
                     "comm_split": self.comm_split(r.rank),
                 }
@@ -194,6 +201,19 @@ class JobAnalysis:
             "step_table": self.step_table(),
             "details": {"cross_rank": jsonable(self.cross)},
         }
+
+    def data_quality(self) -> list[dict[str, Any]]:
+        """The job's own health checks (each rank's are in its entry)."""
+        starts = {
+            r.rank: {s["step"]: s["start_ns"] for s in r.results.steps.per_step} for r in self.ranks
+        }
+        medians = [
+            r.metrics["step_time_median_ns"]
+            for r in self.ranks
+            if r.metrics["step_time_median_ns"] is not None
+        ]
+        step_ns = sorted(medians)[len(medians) // 2] if medians else None
+        return rank_clock_skew(starts, step_ns, self.findings)
 
     def comm_split(self, rank: int) -> dict[str, Any]:
         """The rank's matched collective time: waiting for peers (all, and not hidden behind its

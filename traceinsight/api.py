@@ -14,12 +14,17 @@ import polars as pl
 from traceinsight.analysis import JobAnalysis, TraceAnalysis, source_json
 from traceinsight.analyzers import run_analyzers
 from traceinsight.analyzers.context import build_context
+from traceinsight.analyzers.sources import STACK_HINT
 from traceinsight.findings import diagnose
+from traceinsight.findings.quality import apply_data_quality
 from traceinsight.io import atomic_path
 from traceinsight.model.schema import Trace
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.runtime import Runtime
+
+# Findings whose evidence names the user's code when stacks were recorded (analyzers/sources.py).
+SOURCED_RULES = ("host_sync", "dataloader_stall", "launch_bound", "pageable_memcpy")
 
 
 def analyze(
@@ -75,15 +80,19 @@ def analyze_trace(
     if ctx.steps.height == 0 and ctx.has_gpu:
         warnings.append("no ProfilerStep/step ranges: the whole GPU span is analyzed as one window")
     source = source_json(trace, results, span)
+    findings, data_quality = apply_data_quality(diagnose(results, opts.graded()), results.health)
+    if not results.sources.stacks_recorded and any(f.id in SOURCED_RULES for f in findings):
+        warnings.append(f"no Python stacks: {STACK_HINT}")
     return TraceAnalysis(
         rank=source["ranks"][0] if len(source["ranks"]) == 1 else (trace.meta.rank or 0),
         source=source,
         results=results,
         metrics=results.metrics(),
-        findings=diagnose(results, opts.graded()),
+        findings=findings,
         warnings=warnings,
         command=opts.command,
         trace=trace,
+        data_quality=data_quality,
     )
 
 

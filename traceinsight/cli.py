@@ -151,6 +151,11 @@ def analysis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     type=click.Choice(list(SEVERITIES)),
     help="Exit 3 if any finding is at least this severe (CI gate).",
 )
+@click.option(
+    "--annotate",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="Also write the trace with the analysis drawn on it (.json or .json.gz) for Perfetto.",
+)
 @analysis_options
 def analyze(
     path: Path,
@@ -162,6 +167,7 @@ def analyze(
     force: bool,
     open_browser: bool,
     fail_on: str | None,
+    annotate: Path | None,
     opts: Any,
 ) -> int:
     """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep) or a job (a
@@ -190,8 +196,29 @@ def analyze(
             force=force,
             open_browser=open_browser,
             fail_on=fail_on,
+            annotate=annotate,
         ),
     )
+
+
+@cli.command()
+@click.argument("path", type=trace_path)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    required=True,
+    help="Annotated trace to write (.json, or .json.gz for gzip).",
+)
+@click.option("--force", is_flag=True, help="Overwrite an existing output.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@analysis_options
+def annotate(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> int:
+    """Write TRACE's events unchanged plus the analysis as cat "traceinsight" events (idle by
+    cause per GPU, findings, GPU busy per step, sync -> idle arrows) for Perfetto."""
+    from traceinsight.commands import annotate as cmd
+
+    return _guard(path, lambda: cmd.run(path, opts, output=output, force=force, quiet=quiet))
 
 
 @cli.command()

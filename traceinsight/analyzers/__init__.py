@@ -15,11 +15,13 @@ from typing import Any
 from traceinsight.analyzers.comm import CommResult, analyze_comm
 from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.copies import CopyResult, analyze_copies
+from traceinsight.analyzers.health import HealthResult, analyze_health
 from traceinsight.analyzers.idle import IdleResult, analyze_idle
 from traceinsight.analyzers.kernels import KernelResult, analyze_kernels
 from traceinsight.analyzers.launch import LaunchResult, analyze_launch
 from traceinsight.analyzers.optimizer import OptimizerResult, analyze_optimizer
 from traceinsight.analyzers.recompute import RecomputeResult, analyze_recompute
+from traceinsight.analyzers.sources import SourcesResult, analyze_sources
 from traceinsight.analyzers.steps import StepResult, analyze_steps
 from traceinsight.analyzers.syncs import SyncResult, analyze_syncs
 
@@ -37,6 +39,8 @@ class Results:
     syncs: SyncResult
     optimizer: OptimizerResult
     recompute: RecomputeResult
+    sources: SourcesResult
+    health: HealthResult
 
     def metrics(self) -> dict[str, Any]:
         """The headline numbers (documented one by one in the README)."""
@@ -80,6 +84,8 @@ ANALYZERS: dict[str, Callable[[Context], Any]] = {
     "syncs": analyze_syncs,
     "optimizer": analyze_optimizer,
     "recompute": analyze_recompute,
+    "sources": analyze_sources,
+    "health": analyze_health,
 }
 
 

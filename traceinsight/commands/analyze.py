@@ -31,6 +31,7 @@ def run(
     force: bool = False,
     open_browser: bool = False,
     fail_on: str | None = None,
+    annotate: Path | None = None,
 ) -> int:
     if path.is_file():
         configure_single_trace_process()
@@ -47,7 +48,15 @@ def run(
     if json_path is not None:
         check_writable(json_path, force)
     # The command's own __main__ is import-safe, so a large trace may use helper processes.
-    doc = analyze_with(path, opts, Runtime.detect(helpers=True)).to_json()
+    if annotate is not None:
+        check_writable(annotate, force)
+    analysis = analyze_with(path, opts, Runtime.detect(helpers=True))
+    doc = analysis.to_json()
+    if annotate is not None:
+        from traceinsight.commands.annotate import write
+
+        write(analysis, path, annotate)
+        doc["annotated_trace"] = str(annotate)
     if report is not None:
         from traceinsight.report.html import render
 

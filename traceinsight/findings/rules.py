@@ -39,6 +39,12 @@ class RuleInput:
     def idle(self, cause: str) -> int:
         return self.r.idle.idle_by_cause_ns.get(cause, 0)
 
+    def sources(self, *categories: str) -> list[dict[str, Any]]:
+        """Where in the user's code these host events come from (analyzers/sources.py), most
+        costly first; empty without with_stack=True."""
+        rows = [s for c in categories for s in self.r.sources.by_category.get(c, ())]
+        return sorted(rows, key=lambda s: -s["cost_ns"])
+
     def segments(self, cause: str, n: int = 5) -> list[dict[str, Any]]:
         return [s for s in self.r.idle.top_segments if s["cause"] == cause][:n]
 
@@ -84,6 +90,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "dataloader_ns": steps.dataloader_ns,
             "per_step_dataloader_ns": [s["dataloader_ns"] for s in steps.per_step],
             "top_segments": x.segments("dataloader"),
+            "sources": x.sources("dataloader"),
         },
     )
 
@@ -117,6 +124,7 @@ def host_sync(x: RuleInput) -> Draft | None:
             "by_op": list(syncs.by_op),
             "top_segments": x.segments("host_sync"),
             "profiler_syncs_excluded": syncs.profiler_syncs,
+            "sources": x.sources("host_sync", "blocking_copy"),
         },
     )
 
@@ -148,6 +156,7 @@ def launch_bound(x: RuleInput) -> Draft | None:
             "short_kernel_ratio": launch.short_kernel_ratio,
             "queue_depth_median": launch.queue_depth_median,
             "top_segments": x.segments("launch_overhead"),
+            "sources": x.sources("launch"),
         },
     )
 
@@ -184,6 +193,7 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
             "host_blocking_copy_count": copies.host_blocking_copy_count,
             "top_blocked_ns": blocked,
             "top_copies": list(copies.pageable_calls[:5]),
+            "sources": x.sources("blocking_copy"),
         },
     )
 

@@ -52,3 +52,21 @@ def fmt_metric(key: str, v: Any) -> str:
     if key.endswith("_bytes"):
         return fmt_bytes(v)
     return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
+
+
+SOURCE_NOUNS = {
+    "host_sync": "syncs",
+    "dataloader_stall": "DataLoader waits",
+    "launch_bound": "launches",
+    "pageable_memcpy": "blocking copies",
+}
+
+
+def fmt_source(src: dict[str, Any], noun: str) -> str:
+    """One attributed source: ``4 syncs in step() (train.py:259) via .item(), 1.20 ms``."""
+    t = src["trigger"]
+    via = f".{t}()" if t[:1].islower() else t  # a method call, else a module or API name
+    return (
+        f"{src['count']} {noun} in {src['function']}() ({src['file']}:{src['line']}) "
+        f"via {via}, {fmt_ms(src['cost_ns'])}"
+    )

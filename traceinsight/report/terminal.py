@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.constants import HEADLINE_METRICS
-from traceinsight.report.format import fmt_metric, fmt_ns, fmt_pct
+from traceinsight.report.format import SOURCE_NOUNS, fmt_metric, fmt_ns, fmt_pct, fmt_source
 
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
 
@@ -64,7 +64,13 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
         lines.append(f"Findings ({len(findings)}, {min(len(shown), max_findings)} shown):")
         for f in shown[:max_findings]:
             lines.append(f"  [{SEV_MARK[f['severity']]}] {f['id']}: {f['title']}")
+            noun = SOURCE_NOUNS.get(f["id"], "events")
+            sources = f["evidence"].get("sources", [])[:3]
+            lines.extend(f"         at {fmt_source(s, noun)}" for s in sources)
             lines.append(f"         -> {f['recommendation']}")
+    for q in doc.get("data_quality", []):
+        affected = f" (affects {', '.join(q['affected'])})" if q["affected"] else ""
+        lines.append(f"data quality {q['severity']}: {q['check']}: {q['message']}{affected}")
     lines.extend(f"warning: {w}" for w in doc.get("warnings", []))
     if report_path:
         lines.append(f"\nReport: {report_path}")

@@ -1,0 +1,216 @@
+"""Trace health: can the event table be trusted? Each check names the rules whose evidence rests
+on what it found (findings/quality.py downgrades and tags those findings).
+
+- ``graph_kernels_missing``: CUDA-graph launches with no recorded kernels (CUPTI did not record
+  graph kernels): the GPU looks idle where it ran the graph (TraceLens #827, #728, HTA #290).
+- ``stream_overlap``: a kernel inside an earlier one on its stream (one stream runs in order).
+- ``duration_invalid``: negative durations (nsys, tables; the Kineto parser already skips them
+  with a warning), or ones far longer than the capture's robust span (an overflowed ``dur``,
+  TraceLens #669, inflates kernel time by orders of magnitude).
+- ``launched_before_recording``: GPU work in the window with no recorded launch, ahead of all
+  launched work: queued before the profiler started, yet counted.
+- ``correlation_collision``: one correlation id on launch calls at different times in one
+  process (merged traces, TraceLens #581): GPU work is joined to the wrong launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import API_KINDS, LAUNCH_API, Context
+
+IDLE_RULES = (
+    "dataloader_stall",
+    "host_sync",
+    "launch_bound",
+    "pageable_memcpy",
+    "gpu_underutilized",
+)
+KERNEL_RULES = (
+    "elementwise_heavy",
+    "fp32_compute",
+    "comm_not_overlapped",
+    "comm_heavy",
+    "recompute_overhead",
+)
+# Overlap on one stream below this is timestamp rounding (Kineto's us-resolution eras).
+STREAM_OVERLAP_MIN_NS = 1_000
+# GPU work launched before the recording matters from this share of the window (nsys-ai's
+# mfu_2gpu_after has 0.15% at the start of its capture; h100_2gpu_1s 43%).
+PRE_RECORDING_MIN_RATIO = 0.01
+# A row this many times longer than the span covered by 98% of the rows (1%..99%: one bad row
+# in a small trace cannot stretch it) is not a real one.
+ABSURD_SPAN_FACTOR = 10
+
+
+@dataclass(frozen=True)
+class HealthResult:
+    # check, severity (warning|error), message, count, affects (rule ids)
+    checks: tuple[dict[str, Any], ...]
+
+
+def analyze_health(ctx: Context) -> HealthResult:
+    ev = ctx.events
+    durations, absurd = _durations(ev)
+    if absurd is not None:  # the other checks judge the rows that are left
+        ev = ev.filter(~absurd)
+    checks = [
+        c
+        for c in (
+            _graph_kernels_missing(ev),
+            _stream_overlap(ev),
+            durations,
+            _collisions(ev),
+            _launched_before_recording(ctx, absurd),
+        )
+        if c is not None
+    ]
+    return HealthResult(tuple(checks))
+
+
+def _check(
+    name: str, severity: str, count: int, message: str, affects: tuple[str, ...]
+) -> dict[str, Any]:
+    return {
+        "check": name,
+        "severity": severity,
+        "count": count,
+        "message": message,
+        "affects": list(affects),
+    }
+
+
+def _graph_kernels_missing(ev: pl.DataFrame) -> dict[str, Any] | None:
+    launches = ev.filter(
+        pl.col("kind").is_in(API_KINDS) & pl.col("name").str.contains("GraphLaunch")
+    ).select("rank", "correlation")
+    if launches.height == 0:
+        return None
+    # Kernels only: a graph's memcpy nodes may be recorded when its kernels are not.
+    gpu = ev.filter(pl.col("kind") == "kernel").select("rank", "correlation").unique()
+    missing = launches.join(gpu, on=["rank", "correlation"], how="anti", nulls_equal=True).height
+    if missing == 0:
+        return None
+    every = missing == launches.height
+    return _check(
+        "graph_kernels_missing",
+        "error" if every else "warning",
+        missing,
+        f"{missing} of {launches.height} CUDA-graph launches have no recorded kernels: the GPU "
+        "looks idle where it ran the graphs. Record graph kernels (PyTorch >= 2.1 profiler, "
+        "or nsys --cuda-graph-trace=node).",
+        IDLE_RULES + KERNEL_RULES,
+    )
+
+
+def _stream_overlap(ev: pl.DataFrame) -> dict[str, Any] | None:
+    k = (
+        ev.filter((pl.col("kind") == "kernel") & pl.col("stream").is_not_null())
+        .select("rank", "device", "stream", "start_ns", "end_ns")
+        .sort("rank", "device", "stream", "start_ns")
+    )
+    # Only a kernel inside an earlier one counts: programmatic dependent launch (Hopper,
+    # Blackwell) lets the next kernel start before the previous ends (b200_eager: up to 4 us),
+    # and MTIA queues overlap their DMA requests; neither ends a kernel inside another.
+    prev_end = pl.col("end_ns").cum_max().shift(1).over("rank", "device", "stream")
+    n = k.filter(
+        (prev_end - pl.col("start_ns") > STREAM_OVERLAP_MIN_NS)
+        & (pl.col("end_ns") + STREAM_OVERLAP_MIN_NS <= prev_end)
+    ).height
+    if n == 0:
+        return None
+    return _check(
+        "stream_overlap",
+        "warning",
+        n,
+        f"{n} kernels run inside an earlier kernel on their stream: timestamps are "
+        "off (clock conversion, merged or edited trace); busy and kernel times may be wrong.",
+        KERNEL_RULES + ("gpu_underutilized",),
+    )
+
+
+def _durations(ev: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.Expr | None]:
+    """The check, and which rows it rejects (None when it passed)."""
+    timed = ev.filter(pl.col("dur_ns").is_not_null())
+    if timed.height == 0:
+        return None, None
+    lo = timed.get_column("start_ns").quantile(0.01)
+    hi = timed.get_column("end_ns").quantile(0.99)
+    span = max(1, int((hi or 0) - (lo or 0)))
+    bad = (pl.col("dur_ns") < 0) | (pl.col("dur_ns") > ABSURD_SPAN_FACTOR * span)
+    counts = timed.select(
+        (pl.col("dur_ns") < 0).sum().alias("negative"), bad.sum().alias("bad")
+    ).row(0, named=True)
+    if counts["bad"] == 0:
+        return None, None
+    negative, absurd = counts["negative"], counts["bad"] - counts["negative"]
+    check = _check(
+        "duration_invalid",
+        "error",
+        counts["bad"],
+        f"{negative} events with a negative duration and {absurd} longer than "
+        f"{ABSURD_SPAN_FACTOR}x the capture (an overflowed dur): times summed over them are wrong.",
+        IDLE_RULES
+        + KERNEL_RULES
+        + ("step_time_variance", "h2d_not_overlapped", "unfused_optimizer"),
+    )
+    return check, bad.fill_null(False)
+
+
+def _collisions(ev: pl.DataFrame) -> dict[str, Any] | None:
+    # Launch calls only: nsys exports repeat some cudaMalloc rows under one id and MTIA runtimes
+    # share ids across threads; neither joins GPU work to the wrong launch.
+    calls = ev.filter(
+        pl.col("kind").is_in(API_KINDS)
+        & pl.col("correlation").is_not_null()
+        & pl.col("name").str.contains(LAUNCH_API)
+    )
+    # Calls under one id that overlap in time are one call recorded twice (a nested wrapper,
+    # pipit's nsys export); a collision is two calls at different times.
+    dup = (
+        calls.group_by("rank", "pid", "correlation")
+        .agg(pl.len(), pl.col("start_ns").max().alias("s"), pl.col("end_ns").min().alias("e"))
+        .filter((pl.col("len") > 1) & (pl.col("s") > pl.col("e")))
+    )
+    if dup.height == 0:
+        return None
+    return _check(
+        "correlation_collision",
+        "warning",
+        dup.height,
+        f"{dup.height} correlation ids belong to several launch calls (merged or concatenated "
+        "traces): GPU work may be joined to the wrong launch.",
+        ("launch_bound", "host_sync", "gpu_underutilized"),
+    )
+
+
+def _launched_before_recording(ctx: Context, bad: pl.Expr | None) -> dict[str, Any] | None:
+    """GPU work with no launch recorded, ahead of all the launched work and inside the window.
+    With steps the aligner starts the window at the first step's launched work, leaving such
+    work out (every warmed-up Kineto trace has some: the queue still draining); without steps
+    the window is the GPU span and it counts as the first step's."""
+    gpu = ctx.launches if bad is None else ctx.launches.filter(~bad)
+    launched = gpu.filter(pl.col("launch_start_ns").is_not_null()).get_column("start_ns")
+    if launched.len() == 0:
+        return None
+    orphans = gpu.filter(
+        pl.col("launch_start_ns").is_null()
+        & (pl.col("start_ns") < int(launched.min()))
+        & (pl.col("end_ns") > ctx.window_start_ns)
+    )
+    orphan_ns = int(orphans.get_column("dur_ns").sum()) if orphans.height else 0
+    if orphan_ns < PRE_RECORDING_MIN_RATIO * ctx.window_ns * max(1, len(ctx.devices)):
+        return None
+    return _check(
+        "launched_before_recording",
+        "warning",
+        orphans.height,
+        f"{orphans.height} GPU activities in the window ({orphan_ns / 1e6:.2f} ms) were "
+        "launched before the recording began, or by an API that was not traced (no launch call "
+        "recorded, ahead of all launched work): their host side is missing; skip a step or two "
+        "before recording (schedule wait/warmup).",
+        ("step_time_variance", "launch_bound", "gpu_underutilized"),
+    )
