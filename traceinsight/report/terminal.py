@@ -36,6 +36,12 @@ def render_summary(
     lines.append(
         f"  window    {fmt_ns(m['window_ns'])} analyzed ({step_txt}); capture span {fmt_ns(src['capture_span_ns'])}"
     )
+    win = src.get("window")
+    if win:  # which part of the run: the selection and where it lies in the capture
+        view = win["selection"] + "".join(
+            f", {k} {win[k]}" for k in ("rank", "device") if win.get(k) is not None
+        )
+        lines.append(f"  view      {view}: from {fmt_ns(win['offset_ns'])} after the capture start")
     counts = ", ".join(f"{k} {v:,}" for k, v in src["event_counts"].items() if v)
     lines.append(f"  events    {counts or 'none'}")
     if m.get("gpu_busy_ratio") is not None:
