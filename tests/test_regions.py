@@ -1,0 +1,154 @@
+"""The region breakdown and the views (--steps/--window/--device), on a hand-made trace whose
+numbers are computed by hand below, and the baseline round trip through the CLI."""
+
+import json
+
+import pytest
+
+from traceinsight.api import analyze_trace
+from traceinsight.cli import main
+from traceinsight.errors import InputError
+from traceinsight.options import Options, parse_window
+
+from .builder import Events
+from .conftest import TINY
+
+US = 1000
+
+
+def _model() -> Events:
+    """Two steps. Step 1: forward [0,400) holding attn [50,200) (a 100 us gemm launched at 60),
+    a 40 us elementwise kernel launched at 250 in forward; optimizer [500,900) launches a 40 us
+    kernel at 850; a 50 us kernel launched at 940 lies outside every region; a range on
+    thread 2 spans the step and owns nothing. Step 2: forward [1000,1400), a 100 us gemm at 1100."""
+    e = Events()
+    e.step(1, 0, 1000).step(2, 1000, 1000)
+    e.annotation("forward", 0, 400).annotation("attn", 50, 150)
+    e.kernel("ampere_sgemm_128x64_nn", 100, 100, launch_us=60)
+    e.kernel("vectorized_elementwise_kernel", 260, 40, launch_us=250)
+    e.annotation("optimizer", 500, 400)
+    e.kernel("vectorized_elementwise_kernel", 860, 40, launch_us=850)
+    e.kernel("vectorized_elementwise_kernel", 950, 50, launch_us=940)
+    e.annotation("other_thread", 0, 1000, tid=2)
+    e.annotation("forward", 1000, 400)
+    e.kernel("ampere_sgemm_128x64_nn", 1100, 100, launch_us=1010)
+    return e
+
+
+def _regions(a):
+    return {r["path"]: r for r in a.results.regions.regions}
+
+
+def test_region_tree_gpu_time_and_idle():
+    a = analyze_trace(_model().trace())
+    res = a.results.regions
+    r = _regions(a)
+    assert set(r) == {"forward", "forward/attn", "optimizer", "other_thread"}
+    assert res.attributed_gpu_ns == 280 * US and res.unattributed_gpu_ns == 50 * US
+    fwd, attn = r["forward"], r["forward/attn"]
+    assert (fwd["count"], fwd["count_per_step"]) == (2, 1.0)
+    assert (
+        fwd["gpu_ns"] == 240 * US and fwd["self_gpu_ns"] == 140 * US
+    )  # 100+40+100, attn's 100 out
+    assert fwd["kernel_classes_ns"] == {"gemm": 200 * US, "elementwise": 40 * US}
+    assert attn["gpu_ns"] == attn["self_gpu_ns"] == 100 * US and attn["depth"] == 1
+    assert r["optimizer"]["gpu_ns"] == 40 * US
+    assert r["other_thread"]["gpu_ns"] == 0  # launches on thread 1 are not its work
+    # GPU idle: [0,100) [200,260) [300,860) [900,950) [1000,1100) [1200,2000)
+    # forward's host time [0,400)+[1000,1400) holds 100+60+100+100+200 us of it
+    assert fwd["idle_ns"] == 560 * US
+    assert attn["idle_ns"] == 50 * US  # [50,100)
+    assert r["optimizer"]["idle_ns"] == 360 * US  # [500,860)
+    assert r["other_thread"]["idle_ns"] == 770 * US  # all of step 1's idle
+    for reg in r.values():  # the causes are the idle analyzer's and add up
+        assert sum(reg["idle_by_cause_ns"].values()) == reg["idle_ns"]
+    assert fwd["idle_by_cause_ns"]["launch_overhead"] > 0
+    # launch_bound's evidence segments ([0,100), [200,260), ...) lie in forward, not optimizer
+    assert "launch_bound" in {f.id for f in a.findings}
+    assert "launch_bound" in fwd["findings"] and "launch_bound" not in r["optimizer"]["findings"]
+    assert json.dumps(a.to_json()["details"]["regions"])  # no tables in the document
+
+
+def test_steps_view_selects_one_step():
+    a = analyze_trace(_model().trace(), Options(steps="2..2"))
+    assert a.metrics["steps"] == 1 and a.metrics["window_ns"] == 1000 * US
+    assert a.source["window"]["offset_ns"] == 1000 * US
+    assert a.source["window"]["selection"] == "steps 2..2"
+    r = _regions(a)
+    assert set(r) == {"forward"}  # only the step-2 forward overlaps [1000, 2000)
+    assert r["forward"]["gpu_ns"] == 100 * US and r["forward"]["idle_ns"] == 300 * US
+    with pytest.raises(InputError, match=r"steps 1\.\.2"):
+        analyze_trace(_model().trace(), Options(steps="5..9"))
+
+
+def test_window_view_and_parsing():
+    assert parse_window("1ms:1.5ms") == (1_000_000, 1_500_000)
+    assert parse_window("250us:") == (250_000, None)
+    with pytest.raises(InputError):
+        Options(window="5ms:1ms")
+    with pytest.raises(InputError):
+        Options(window="abc")
+    a = analyze_trace(_model().trace(), Options(window="0ms:1ms"))
+    assert a.metrics["steps"] == 1 and a.metrics["window_ns"] == 1000 * US
+    assert _regions(a)["optimizer"]["gpu_ns"] == 40 * US
+    assert "forward" in _regions(a) and _regions(a)["forward"]["count"] == 1
+
+
+def test_device_view_keeps_one_gpu():
+    e = _model()
+    e.kernel("ampere_sgemm_128x64_nn", 100, 300, launch_us=70, device=1)
+    both = analyze_trace(e.trace())
+    only0 = analyze_trace(e.trace(), Options(device=0))
+    assert _regions(both)["forward/attn"]["gpu_ns"] == 400 * US
+    assert _regions(only0)["forward/attn"]["gpu_ns"] == 100 * US
+    with pytest.raises(InputError, match="devices"):
+        analyze_trace(e.trace(), Options(device=3))
+
+
+def test_nested_nvtx_paths_on_the_same_start():
+    """Ranges starting together nest outer first; a range that ends as the next begins is its
+    sibling, not its parent."""
+    e = Events()
+    e.step(1, 0, 100).annotation("layer", 0, 100).annotation("attn", 0, 50)
+    e.annotation("mlp", 50, 50)
+    e.kernel("ampere_sgemm_128x64_nn", 60, 10, launch_us=50)  # launched as mlp opens
+    r = _regions(analyze_trace(e.trace()))
+    assert set(r) == {"layer", "layer/attn", "layer/mlp"}
+    assert r["layer/mlp"]["gpu_ns"] == 10 * US and r["layer/attn"]["gpu_ns"] == 0
+
+
+def test_baseline_save_and_diff_against(tmp_path, capsys):
+    trace = TINY / "step_dataloader_sync.json"
+    bl = tmp_path / "bl"
+    assert main(["baseline", "save", "main", str(trace), "--dir", str(bl), "-q"]) == 0
+    stored = json.loads((bl / "main.json").read_text())
+    assert stored["kind"] == "baseline" and stored["result"]["schema"]
+    assert stored["kernels"]  # the kernel table travels with it
+    out = tmp_path / "d.json"
+    args = ["diff", "--against", "main", "--dir", str(bl), str(trace), "--no-html", "-q"]
+    assert main([*args, "--json", str(out), "--fail-if-slower", "5"]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["gate"]["slowdown_ratio"] == 0.0 and doc["baseline"]["name"] == "main"
+    assert doc["kernels_per_step"]  # compared against the stored table
+    # a slower stored "after": halve the baseline's step time, the gate trips (exit 3)
+    m = stored["result"]["metrics"]
+    m["step_time_median_ns"] //= 2
+    (bl / "fast.json").write_text(json.dumps(stored))
+    assert (
+        main(
+            [
+                "diff",
+                "--against",
+                "fast",
+                "--dir",
+                str(bl),
+                str(trace),
+                "--no-html",
+                "-q",
+                "--fail-if-slower",
+                "5",
+            ]
+        )
+        == 3
+    )
+    assert main(["diff", "--against", "nope", "--dir", str(bl), str(trace), "--no-html"]) == 2
