@@ -152,3 +152,14 @@ def test_baseline_save_and_diff_against(tmp_path, capsys):
         == 3
     )
     assert main(["diff", "--against", "nope", "--dir", str(bl), str(trace), "--no-html"]) == 2
+
+
+def test_names_with_the_separator_roll_up_by_parent():
+    """A range named "enc/dec" (NVTX names may hold "/") holding "mm": mm's 10 us roll up
+    into enc/dec, found by its parent, not by splitting the path."""
+    e = Events()
+    e.step(1, 0, 100).annotation("enc/dec", 0, 100).annotation("mm", 10, 20)
+    e.kernel("ampere_sgemm_128x64_nn", 40, 10, launch_us=15)
+    r = _regions(analyze_trace(e.trace()))
+    assert r["enc/dec/mm"]["parent"] == "enc/dec" and r["enc/dec"]["parent"] is None
+    assert r["enc/dec"]["gpu_ns"] == 10 * US and r["enc/dec"]["self_gpu_ns"] == 0

@@ -108,23 +108,40 @@ def nest(rows: pl.DataFrame) -> pl.DataFrame:
     tree = (
         rows.join(starts.select("id", "depth"), on="id")
         .join(parents, on="id", how="left")
-        .with_columns(pl.when(pl.col("depth") == 0).then(pl.col("name")).alias("path"))
+        .with_columns(
+            pl.when(pl.col("depth") == 0).then(pl.col("name")).alias("path"),
+            pl.lit(None, pl.String).alias("parent_path"),
+        )
+        .with_columns(pl.concat_list("path").alias("chain"))
     )
+    # level by level (a few dozen at most, not one per range): a range's path and its chain
+    # of ancestor paths extend its parent's (names may hold "/", so no splitting back)
     for depth in range(1, int(tree.get_column("depth").max() or 0) + 1):
         known = tree.filter(pl.col("depth") == depth - 1).select(
-            pl.col("id").alias("parent"), pl.col("path").alias("_pp")
+            pl.col("id").alias("parent"), pl.col("path").alias("_pp"), pl.col("chain").alias("_pc")
         )
+        here = pl.col("depth") == depth
+        path = pl.coalesce(pl.col("_pp"), pl.lit("?")) + SEP + pl.col("name")
         tree = (
             tree.join(known, on="parent", how="left")
             .with_columns(
-                pl.when(pl.col("depth") == depth)
-                .then(pl.coalesce(pl.col("_pp"), pl.lit("?")) + SEP + pl.col("name"))
-                .otherwise(pl.col("path"))
-                .alias("path")
+                pl.when(here).then(path).otherwise(pl.col("path")).alias("path"),
+                pl.when(here)
+                .then(pl.col("_pp"))
+                .otherwise(pl.col("parent_path"))
+                .alias("parent_path"),
             )
-            .drop("_pp")
+            .with_columns(
+                pl.when(here)
+                .then(pl.concat_list(pl.col("_pc").fill_null([]), pl.col("path")))
+                .otherwise(pl.col("chain"))
+                .alias("chain")
+            )
+            .drop("_pp", "_pc")
         )
-    return tree.select("id", "parent", "depth", "name", "path", "start_ns", "end_ns", "tid")
+    return tree.select(
+        "id", "parent", "depth", "name", "path", "parent_path", "chain", "start_ns", "end_ns", "tid"
+    )
 
 
 def _owner(tree: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
@@ -183,16 +200,10 @@ def analyze_regions(ctx: Context, idle: IdleResult) -> RegionResult:
     owned = _owner(tree, launched_rows).filter(pl.col("owner").is_not_null())
     own = owned.group_by("owner", "kernel_class").agg(pl.col("dur_ns").sum())
     # each range's chain of paths (itself and its ancestors): inclusive time rolls up it
-    chains = tree.select("id", "path", "depth").with_columns(
-        pl.int_ranges(1, pl.col("depth") + 2).alias("_n")
-    )
     chains = (
-        chains.explode("_n")
-        .with_columns(
-            pl.col("path").str.split(SEP).list.head(pl.col("_n")).list.join(SEP).alias("ancestor"),
-            (pl.col("_n") == pl.col("depth") + 1).alias("is_self"),
-        )
-        .select(pl.col("id").alias("owner"), "ancestor", "is_self")
+        tree.select(pl.col("id").alias("owner"), "path", pl.col("chain").alias("ancestor"))
+        .explode("ancestor")
+        .select("owner", "ancestor", (pl.col("ancestor") == pl.col("path")).alias("is_self"))
     )
     by_class = (
         own.join(chains, on="owner")
@@ -213,6 +224,7 @@ def analyze_regions(ctx: Context, idle: IdleResult) -> RegionResult:
             pl.len().alias("count"),
             pl.col("depth").first(),
             pl.col("name").first(),
+            pl.col("parent_path").first(),
             (pl.col("end_ns").clip(None, hi) - pl.col("start_ns").clip(lo, None))
             .sum()
             .alias("host_ns"),
@@ -281,6 +293,7 @@ def _region_json(r: dict[str, Any], steps: int) -> dict[str, Any]:
         "path": r["path"],
         "name": r["name"],
         "depth": r["depth"],
+        "parent": r["parent_path"],
         "count": r["count"],
         "count_per_step": r["count_per_step"],
         "host_ns": int(r["host_ns"]),
