@@ -163,3 +163,24 @@ def test_names_with_the_separator_roll_up_by_parent():
     r = _regions(analyze_trace(e.trace()))
     assert r["enc/dec/mm"]["parent"] == "enc/dec" and r["enc/dec"]["parent"] is None
     assert r["enc/dec"]["gpu_ns"] == 10 * US and r["enc/dec"]["self_gpu_ns"] == 0
+
+
+def test_html_has_the_region_table_and_icicle():
+    from traceinsight.report.html import render_html
+    from traceinsight.report.regions_view import icicle
+
+    a = analyze_trace(_model().trace())
+    html = render_html(a)
+    section = html[
+        html.index('id="regions"') : html.index("</section>", html.index('id="regions"'))
+    ]
+    assert 'id="region-table"' in section and "forward/attn" in section
+    boxes = {b["r"]["path"]: b for b in icicle(a.to_json()["details"]["regions"])}
+    # widths are shares of the window's GPU time (330 us): forward 240, attn 100 inside it
+    assert boxes["forward"]["w"] == pytest.approx(240 / 330)
+    assert (
+        boxes["forward/attn"]["x"] == boxes["forward"]["x"] and boxes["forward/attn"]["depth"] == 1
+    )
+    assert boxes["optimizer"]["x"] == pytest.approx(240 / 330)  # beside forward, after it
+    assert "other_thread" not in boxes  # no GPU time: no box
+    assert section.count("<rect") == 3
