@@ -184,3 +184,26 @@ def test_html_has_the_region_table_and_icicle():
     assert boxes["optimizer"]["x"] == pytest.approx(240 / 330)  # beside forward, after it
     assert "other_thread" not in boxes  # no GPU time: no box
     assert section.count("<rect") == 3
+
+
+def test_summary_names_the_regions():
+    from traceinsight.report.terminal import render_summary
+
+    text = render_summary(analyze_trace(_model().trace()).to_json())
+    assert "most GPU time in forward: 120.0 us per step" in text
+    assert "the idle is in other_thread: 385.0 us per step" in text  # 770 us over 2 steps
+    assert "view      all steps" in text
+    # without thread 2's range and the second forward, optimizer holds the most idle (360 us
+    # vs forward's 260); its "update" [520, 900) holds 340 of it (>= 80%): named instead
+    e = _model()
+    e.rows = [
+        r
+        for r in e.rows
+        if r["name"] != "other_thread" and not (r["name"] == "forward" and r["start_ns"])
+    ]
+    e.annotation("update", 520, 380)
+    text = render_summary(analyze_trace(e.trace()).to_json())
+    assert "the idle is in optimizer/update: 170.0 us per step" in text
+    e.rows[-1]["start_ns"] = 600 * US  # now [600, 900): 260 of 360 us, under 80%
+    text = render_summary(analyze_trace(e.trace()).to_json())
+    assert "the idle is in optimizer: 180.0 us per step" in text
