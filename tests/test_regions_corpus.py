@@ -14,6 +14,7 @@ import sqlite3
 import pytest
 
 from traceinsight import analyze
+from traceinsight.errors import InputError
 
 from .conftest import shared_or_skip
 
@@ -92,3 +93,16 @@ def test_nsys_nvtx_regions_match_plain_sql():
     assert sum(expected.values()) > 100_000  # there is GPU time under the ranges
     assert {n: v for n, v in ours.items() if v} == {n: v for n, v in expected.items() if v}
     assert a.results.regions.region_count >= 70
+
+
+def test_rank_view_of_a_multi_process_export_is_that_rank_of_the_job():
+    """--rank 1 of a two-process nsys export: the same numbers as rank 1 inside the job."""
+    path = shared_or_skip() / "nsys" / "nsys-ai__h100_2gpu_1s.sqlite"
+    job = analyze(path)
+    one = analyze(path, rank=1)
+    assert one.source["ranks"] == [1] and one.source["window"]["rank"] == 1
+    inside = job.to_json()["metrics"]["per_rank"]["1"]
+    for key in ("window_ns", "gpu_busy_ratio", "idle_by_cause_ns", "kernels_per_step"):
+        assert one.metrics[key] == inside[key]
+    with pytest.raises(InputError, match=r"ranks \[0, 1\]"):
+        analyze(path, rank=5)

@@ -68,8 +68,9 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     if not regs:
         return []
     steps = max(1, doc["metrics"].get("steps") or 1)
+    per = " per step" if doc["metrics"].get("steps") else " in the window"
     top = max(regs, key=lambda r: r["gpu_ns"])
-    out = [f"  regions   most GPU time in {top['path']}: {fmt_ns(top['gpu_ns_per_step'])} per step"]
+    out = [f"  regions   most GPU time in {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"]
     # from the root with the most idle inside, down while one child holds most of it:
     # "Optimizer.step" says more than the step-wide range around it
     kids: dict[str | None, list[dict[str, Any]]] = {}
@@ -84,7 +85,7 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     if idle["idle_ns"]:
         cause = max(idle["idle_by_cause_ns"].items(), key=lambda kv: kv[1])[0]
         out.append(
-            f"            the idle is in {idle['path']}: {fmt_ns(idle['idle_ns'] / steps)} per step"
+            f"            the idle is in {idle['path']}: {fmt_ns(idle['idle_ns'] / steps)}{per}"
             f" (mostly {cause})"
         )
     return out
