@@ -207,3 +207,13 @@ def test_summary_names_the_regions():
     e.rows[-1]["start_ns"] = 600 * US  # now [600, 900): 260 of 360 us, under 80%
     text = render_summary(analyze_trace(e.trace()).to_json())
     assert "the idle is in optimizer: 180.0 us per step" in text
+
+
+def test_ranges_ending_together_hand_back_to_the_grandparent():
+    """inner and mid end together at 50; a launch at 50 belongs to outer (half-open ranges)."""
+    e = Events()
+    e.step(1, 0, 100).annotation("outer", 0, 100).annotation("mid", 10, 40)
+    e.annotation("inner", 20, 30)
+    e.kernel("ampere_sgemm_128x64_nn", 60, 10, launch_us=50)
+    r = _regions(analyze_trace(e.trace()))
+    assert r["outer"]["self_gpu_ns"] == 10 * US and r["outer/mid"]["gpu_ns"] == 0

@@ -151,13 +151,21 @@ def _owner(tree: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     marks = (
         pl.concat(
             [
-                tree.select("tid", pl.col("start_ns").alias("t"), pl.lit(1).alias("o"), "id"),
                 tree.select(
-                    "tid", pl.col("end_ns").alias("t"), pl.lit(0).alias("o"), pl.col("parent")
-                ).rename({"parent": "id"}),
+                    "tid", pl.col("start_ns").alias("t"), pl.lit(1).alias("o"), "depth", "id"
+                ),
+                tree.select(
+                    "tid",
+                    pl.col("end_ns").alias("t"),
+                    pl.lit(0).alias("o"),
+                    -pl.col("depth"),
+                    pl.col("parent").alias("id"),
+                ),
             ]
         )
-        .sort(["t", "o"])
+        # at one instant: ends before starts, inner ends first, outer starts first, so the
+        # last mark standing is the innermost range open just after it
+        .sort(["t", "o", "depth"])
         .select("tid", "t", pl.col("id").alias("owner"))
     )
     return (
