@@ -217,3 +217,4 @@ def test_ranges_ending_together_hand_back_to_the_grandparent():
     e.kernel("ampere_sgemm_128x64_nn", 60, 10, launch_us=50)
     r = _regions(analyze_trace(e.trace()))
     assert r["outer"]["self_gpu_ns"] == 10 * US and r["outer/mid"]["gpu_ns"] == 0
+

@@ -106,3 +106,20 @@ def test_rank_view_of_a_multi_process_export_is_that_rank_of_the_job():
         assert one.metrics[key] == inside[key]
     with pytest.raises(InputError, match=r"ranks \[0, 1\]"):
         analyze(path, rank=5)
+
+
+def test_export_writes_the_rows_of_the_steps_view(tmp_path):
+    """export --steps 102..102: the rows overlapping the window analyze gives for that step."""
+    import polars as pl
+
+    from traceinsight.api import load_events
+    from traceinsight.cli import main
+
+    src = next((shared_or_skip() / "hta" / "ns_resolution_trace").glob("*.json.gz"))
+    win = analyze(src, steps="102..102").source["window"]
+    ev = load_events(src).events
+    inside = (pl.col("end_ns") > win["start_ns"]) & (pl.col("start_ns") < win["end_ns"])
+    expected = ev.filter(inside).height
+    out = tmp_path / "w.parquet"
+    assert main(["export", str(src), "-o", str(out), "--steps", "102..102", "-q"]) == 0
+    assert pl.read_parquet(out).height == expected and 0 < expected < ev.height / 3

@@ -186,6 +186,7 @@ class JobAnalysis:
                     "findings": [f.to_json() for f in r.findings],
                     "warnings": r.warnings,
                     "comm_split": self.comm_split(r.rank),
+                    "regions": jsonable(r.results.regions),  # details.regions of the rank
                 }
                 for r in ranks
             ],

@@ -166,6 +166,24 @@ def load_events(path: str | Path, opts: Options | None = None) -> Trace:
     return load_rank_tables(p, opts)
 
 
+def view_events(trace: Trace, opts: Options) -> Trace:
+    """The rows of the view (``--rank``, ``--device``; ``--steps``/``--window``: the rows that
+    overlap the analysis window those give), for ``export``."""
+    if opts.rank is not None:
+        trace = _rank_rows(trace, opts.rank)
+    if opts.device is not None:
+        trace = _device_rows(trace, opts.device)
+    view = opts.view()
+    if view.steps is None and view.window is None:
+        return trace
+    try:
+        ctx = build_context(trace, opts.step_pattern, steps_sel=view.steps, window_sel=view.window)
+    except ValueError as exc:
+        raise InputError(str(exc), trace.meta.source_path) from None
+    inside = (pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns)
+    return Trace(trace.events.filter(inside), trace.meta)
+
+
 def export_events(trace: Trace, out: Path) -> None:
     """Write the common event table as Parquet (atomically)."""
     with atomic_path(out) as tmp:
