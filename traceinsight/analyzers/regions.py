@@ -33,7 +33,8 @@ MODULE_PATTERN = r"^nn\.Module: "
 SEP = "/"
 MAX_DEPTH = 64  # deeper nesting is cut there (a runaway recursion), not an error
 TOP_REGIONS = 300  # the JSON keeps the regions with the most GPU time (the rest are counted)
-_REGION_SCHEMA = {"path": pl.String, "start_ns": pl.Int64, "end_ns": pl.Int64}
+_RANGE_SCHEMA = {"path_id": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
+_PATH_SCHEMA = {"path_id": pl.Int64, "path": pl.String}
 
 
 @dataclass(frozen=True)
@@ -44,14 +45,27 @@ class RegionResult:
     unattributed_gpu_ns: int  # GPU time launched outside every region (or with no launch)
     regions: tuple[dict[str, Any], ...]  # top TOP_REGIONS by gpu_ns, parents before children
     truncated_count: int = 0
-    # the regions' host time (path, start_ns, end_ns; a union per path) for placing findings
+    # the regions' host time (path_id, start_ns, end_ns; disjoint per path) and the path of
+    # each id, for placing findings
     ranges: pl.DataFrame | None = field(
+        default=None, repr=False, compare=False, metadata={"json": False}
+    )
+    paths: pl.DataFrame | None = field(
         default=None, repr=False, compare=False, metadata={"json": False}
     )
 
 
 def _empty(gpu_ns: int = 0) -> RegionResult:
-    return RegionResult(0, 0, 0, gpu_ns, (), 0, pl.DataFrame(schema=_REGION_SCHEMA))
+    return RegionResult(
+        0,
+        0,
+        0,
+        gpu_ns,
+        (),
+        0,
+        pl.DataFrame(schema=_RANGE_SCHEMA),
+        pl.DataFrame(schema=_PATH_SCHEMA),
+    )
 
 
 def region_rows(ctx: Context) -> pl.DataFrame:
@@ -69,79 +83,86 @@ def region_rows(ctx: Context) -> pl.DataFrame:
     ).select("name", "start_ns", "end_ns", pl.col("tid").fill_null(-1))
 
 
-def nest(rows: pl.DataFrame) -> pl.DataFrame:
-    """Each range's id, parent id (innermost range of its thread containing it) and path.
+def nest(rows: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The ranges as a tree: ``ranges`` (id, parent, depth, path_id, start_ns, end_ns, tid) and
+    ``paths`` (path_id, parent_id, depth, name, path, chain: the ids of the path and its
+    ancestors), one row per distinct path.
 
-    A sweep per thread: +1 at each start, -1 at each end (ends first at equal times, outer ranges
-    first at equal starts) gives each range's depth; its parent is the latest range one level up
-    started before it (an as-of join by thread and depth). Paths are built level by level."""
-    rows = rows.with_row_index("id").with_columns(pl.col("id").cast(pl.Int64))
-    marks = pl.concat(
-        [
-            rows.select("id", "tid", pl.col("start_ns").alias("t"), pl.lit(1).alias("d"), "end_ns"),
-            rows.select("id", "tid", pl.col("end_ns").alias("t"), pl.lit(-1).alias("d"), "end_ns"),
-        ]
-    ).sort(["tid", "t", "d", "end_ns"], descending=[False, False, False, True])
-    starts = (
-        marks.with_columns(pl.col("d").cum_sum().over("tid").alias("depth"))
-        .with_row_index("seq")
-        .filter(pl.col("d") == 1)
-        .select("id", "tid", "seq", (pl.col("depth") - 1).clip(0, MAX_DEPTH).alias("depth"))
+    Per thread, in start order (outer first at equal starts), a range's depth is the ranges
+    started before it minus those ended by its start (a sorted search); its parent is the
+    latest range one level up (a forward fill per level). Path ids are interned level by level
+    on integer keys (parent path, name), so millions of ranges build no strings; paths are
+    spelled out on the small path table only."""
+    rows = rows.sort(["tid", "start_ns", "end_ns"], descending=[False, False, True])
+    rows = rows.with_columns(
+        pl.int_range(pl.len(), dtype=pl.Int64).alias("id"),
+        pl.col("name").cast(pl.Categorical).to_physical().cast(pl.Int64).alias("name_id"),
     )
-    parents = (
-        starts.filter(pl.col("depth") > 0)
-        .with_columns((pl.col("depth") - 1).alias("pdepth"))
-        .sort("seq")
-        .join_asof(
-            starts.select(
-                pl.col("seq").alias("pseq"), "tid", pl.col("depth").alias("pdepth"), "id"
-            ).sort("pseq"),
-            left_on="seq",
-            right_on="pseq",
-            by=["tid", "pdepth"],
-            strategy="backward",
-            suffix="_parent",
-            check_sortedness=False,  # both sorted by seq overall, so within each group too
+    depth = []
+    for part in rows.select("tid", "start_ns", "end_ns").partition_by("tid", maintain_order=True):
+        ends = part.get_column("end_ns").sort()
+        ended = ends.search_sorted(part.get_column("start_ns"), side="right").cast(pl.Int64)
+        own = (part.get_column("end_ns") == part.get_column("start_ns")).cast(pl.Int64)
+        depth.append(pl.int_range(part.height, dtype=pl.Int64, eager=True) - ended + own)
+    rows = rows.with_columns(pl.concat(depth).clip(0, MAX_DEPTH).alias("depth"))
+    max_depth = int(rows.get_column("depth").max() or 0)
+    parent = pl.lit(None, pl.Int64)
+    for d in range(1, max_depth + 1):
+        latest = pl.when(pl.col("depth") == d - 1).then(pl.col("id")).forward_fill().over("tid")
+        parent = pl.when(pl.col("depth") == d).then(latest).otherwise(parent)
+    rows = rows.with_columns(parent.alias("parent"))
+    path_id = pl.repeat(-1, rows.height, dtype=pl.Int64, eager=True)
+    levels = []
+    for d in range(max_depth + 1):
+        lvl = rows.filter(pl.col("depth") == d).select("id", "parent", "name_id", "name")
+        ppid = (
+            path_id.gather(lvl.get_column("parent").fill_null(0))
+            if d
+            else pl.repeat(-1, lvl.height, dtype=pl.Int64, eager=True)
         )
-        .select("id", pl.col("id_parent").alias("parent"))
+        lvl = lvl.with_columns(ppid.alias("parent_id"))
+        keys = (
+            lvl.select("parent_id", "name_id", "name")
+            .unique(["parent_id", "name_id"], maintain_order=True)
+            .with_row_index("path_id", offset=sum(k.height for k in levels))
+            .with_columns(pl.col("path_id").cast(pl.Int64), pl.lit(d).alias("depth"))
+        )
+        lvl = lvl.join(keys.select("parent_id", "name_id", "path_id"), on=["parent_id", "name_id"])
+        path_id = path_id.scatter(lvl.get_column("id"), lvl.get_column("path_id"))
+        levels.append(keys.drop("name_id"))
+    ranges = rows.with_columns(path_id.alias("path_id")).select(
+        "id", "parent", "depth", "path_id", "start_ns", "end_ns", "tid"
     )
-    tree = (
-        rows.join(starts.select("id", "depth"), on="id")
-        .join(parents, on="id", how="left")
-        .with_columns(
-            pl.when(pl.col("depth") == 0).then(pl.col("name")).alias("path"),
-            pl.lit(None, pl.String).alias("parent_path"),
-        )
-        .with_columns(pl.concat_list("path").alias("chain"))
+    return ranges, _spell(pl.concat(levels))
+
+
+def _spell(paths: pl.DataFrame) -> pl.DataFrame:
+    """Each path's string and its chain of ancestor ids, level by level (small table)."""
+    paths = paths.with_columns(
+        pl.col("name").alias("path"), pl.concat_list("path_id").alias("chain")
     )
-    # level by level (a few dozen at most, not one per range): a range's path and its chain
-    # of ancestor paths extend its parent's (names may hold "/", so no splitting back)
-    for depth in range(1, int(tree.get_column("depth").max() or 0) + 1):
-        known = tree.filter(pl.col("depth") == depth - 1).select(
-            pl.col("id").alias("parent"), pl.col("path").alias("_pp"), pl.col("chain").alias("_pc")
+    for d in range(1, int(paths.get_column("depth").max() or 0) + 1):
+        up = paths.filter(pl.col("depth") == d - 1).select(
+            pl.col("path_id").alias("parent_id"),
+            pl.col("path").alias("_pp"),
+            pl.col("chain").alias("_pc"),
         )
-        here = pl.col("depth") == depth
-        path = pl.coalesce(pl.col("_pp"), pl.lit("?")) + SEP + pl.col("name")
-        tree = (
-            tree.join(known, on="parent", how="left")
+        here = pl.col("depth") == d
+        paths = (
+            paths.join(up, on="parent_id", how="left")
             .with_columns(
-                pl.when(here).then(path).otherwise(pl.col("path")).alias("path"),
                 pl.when(here)
-                .then(pl.col("_pp"))
-                .otherwise(pl.col("parent_path"))
-                .alias("parent_path"),
-            )
-            .with_columns(
+                .then(pl.col("_pp") + SEP + pl.col("name"))
+                .otherwise("path")
+                .alias("path"),
                 pl.when(here)
-                .then(pl.concat_list(pl.col("_pc").fill_null([]), pl.col("path")))
-                .otherwise(pl.col("chain"))
-                .alias("chain")
+                .then(pl.concat_list(pl.col("_pc"), pl.col("path_id")))
+                .otherwise("chain")
+                .alias("chain"),
             )
             .drop("_pp", "_pc")
         )
-    return tree.select(
-        "id", "parent", "depth", "name", "path", "parent_path", "chain", "start_ns", "end_ns", "tid"
-    )
+    return paths
 
 
 def _owner(tree: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
@@ -203,50 +224,56 @@ def analyze_regions(ctx: Context, idle: IdleResult) -> RegionResult:
     rows = region_rows(ctx)
     if rows.height == 0:
         return _empty(total_gpu_ns)
-    tree = nest(rows)
+    tree, paths = nest(rows)
     launched_rows = gpu.filter(pl.col("launch_start_ns").is_not_null())
     owned = _owner(tree, launched_rows).filter(pl.col("owner").is_not_null())
-    own = owned.group_by("owner", "kernel_class").agg(pl.col("dur_ns").sum())
-    # each range's chain of paths (itself and its ancestors): inclusive time rolls up it
-    chains = (
-        tree.select(pl.col("id").alias("owner"), "path", pl.col("chain").alias("ancestor"))
-        .explode("ancestor")
-        .select("owner", "ancestor", (pl.col("ancestor") == pl.col("path")).alias("is_self"))
+    owner_path = tree.get_column("path_id").gather(owned.get_column("owner"))
+    own = (
+        owned.with_columns(owner_path.alias("self_id"))
+        .group_by("self_id", "kernel_class")
+        .agg(pl.col("dur_ns").sum())
     )
+    # inclusive time rolls up each path's chain of ancestors (on the small path table)
+    chains = paths.select(
+        pl.col("path_id").alias("self_id"), pl.col("chain").alias("path_id")
+    ).explode("path_id")
     by_class = (
-        own.join(chains, on="owner")
-        .group_by("ancestor", "kernel_class")
+        own.join(chains, on="self_id")
+        .group_by("path_id", "kernel_class")
         .agg(
             pl.col("dur_ns").sum().alias("gpu_ns"),
-            pl.col("dur_ns").filter(pl.col("is_self")).sum().alias("self_gpu_ns"),
+            pl.col("dur_ns")
+            .filter(pl.col("self_id") == pl.col("path_id"))
+            .sum()
+            .alias("self_gpu_ns"),
         )
-        .rename({"ancestor": "path"})
     )
     steps = max(1, ctx.steps.height)
-    spans = iv.clip(iv.union(tree.select("path", "start_ns", "end_ns"), by=["path"]), lo, hi).sort(
-        "path", "start_ns"
-    )
+    spans = _spans(tree, lo, hi)
     per_path = (
-        tree.group_by("path")
+        tree.group_by("path_id")
         .agg(
             pl.len().alias("count"),
-            pl.col("depth").first(),
-            pl.col("name").first(),
-            pl.col("parent_path").first(),
             (pl.col("end_ns").clip(None, hi) - pl.col("start_ns").clip(lo, None))
             .sum()
             .alias("host_ns"),
         )
+        .join(paths.select("path_id", "parent_id", "depth", "name", "path"), on="path_id")
         .join(
-            by_class.group_by("path").agg(
+            paths.select(pl.col("path_id").alias("parent_id"), pl.col("path").alias("parent_path")),
+            on="parent_id",
+            how="left",
+        )
+        .join(
+            by_class.group_by("path_id").agg(
                 pl.col("gpu_ns").sum(),
                 pl.col("self_gpu_ns").sum(),
                 pl.struct("kernel_class", "gpu_ns").alias("classes"),
             ),
-            on="path",
+            on="path_id",
             how="left",
         )
-        .join(_idle_by_path(spans, idle), on="path", how="left")
+        .join(_idle_by_path(spans, idle), on="path_id", how="left")
         .with_columns(
             pl.col("gpu_ns", "self_gpu_ns").fill_null(0),
             (pl.col("count") / steps).alias("count_per_step"),
@@ -264,7 +291,18 @@ def analyze_regions(ctx: Context, idle: IdleResult) -> RegionResult:
         regions=regions,
         truncated_count=max(0, per_path.height - TOP_REGIONS),
         ranges=spans,
+        paths=paths.select("path_id", "path"),
     )
+
+
+def _spans(tree: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
+    """Each path's host time, disjoint per path, clipped to the window, in start order. On one
+    thread a path's ranges never overlap (a range cannot contain its own path), so only
+    several threads need the union."""
+    cols = tree.select("path_id", "start_ns", "end_ns")
+    if tree.get_column("tid").n_unique() > 1:
+        cols = iv.union(cols, by=["path_id"])
+    return iv.clip(cols, lo, hi).sort("start_ns")
 
 
 def _unlaunched_ns(ctx: Context) -> int:
@@ -274,24 +312,61 @@ def _unlaunched_ns(ctx: Context) -> int:
 
 
 def _idle_by_path(spans: pl.DataFrame, idle: IdleResult) -> pl.DataFrame:
-    """Idle by cause inside each path's host time: the overlap of every (device, cause) set of
-    segments (disjoint, sorted) with the paths' unions, two sorted searches per set."""
-    segs = idle.segments
+    """Idle by cause inside each path's host time, summed over devices.
+
+    A device's segments are disjoint: with a running total per cause of the segment time before
+    each, the idle of every cause before any instant is one as-of join, and a span's idle is
+    that at its end minus that at its start: two joins per device for all causes at once."""
     names = [f"idle_{c}" for c in CAUSES]
-    zero = pl.repeat(0, spans.height, dtype=pl.Int64, eager=True)
-    totals = dict.fromkeys(CAUSES, zero)
-    if segs is not None and segs.height and spans.height:
-        for (_dev, cause), part in (
-            segs.sort("start_ns").partition_by(["device", "cause"], as_dict=True).items()
-        ):
-            cov = iv.overlap_with(
-                spans.select("start_ns", "end_ns"), part.select("start_ns", "end_ns")
+    segs = idle.segments
+    if segs is None or segs.height == 0 or spans.height == 0:
+        return (
+            spans.select("path_id")
+            .unique()
+            .with_columns([pl.lit(0, pl.Int64).alias(n) for n in names])
+        )
+    starts = spans.get_column("start_ns")  # sorted
+    ends = spans.select(pl.col("end_ns"), pl.int_range(pl.len()).alias("_i")).sort("end_ns")
+    totals = [pl.repeat(0, spans.height, dtype=pl.Int64, eager=True) for _ in CAUSES]
+    for _dev, part in segs.partition_by("device", as_dict=True).items():
+        part = part.sort("start_ns")
+        length = part.get_column("end_ns") - part.get_column("start_ns")
+        right = part.select(
+            pl.col("start_ns").alias("ls").set_sorted(),
+            pl.col("end_ns").alias("le"),
+            pl.col("cause").cast(pl.String),
+            *[
+                ((pl.col("cause") == c).cast(pl.Int64) * length).cum_sum().alias(f"_c{i}")
+                - ((pl.col("cause") == c).cast(pl.Int64) * length)
+                for i, c in enumerate(CAUSES)
+            ],
+        )
+
+        def before(t: pl.Series, right: pl.DataFrame = right) -> list[pl.Series]:
+            hit = (
+                pl.DataFrame({"t": t})
+                .with_columns(pl.col("t").set_sorted())
+                .join_asof(right, left_on="t", right_on="ls", strategy="backward")
             )
-            totals[str(cause)] = totals[str(cause)] + cov
-    out = spans.select("path").with_columns(
-        [totals[c].alias(n) for c, n in zip(CAUSES, names, strict=True)]
+            inside = (pl.min_horizontal("t", "le") - pl.col("ls")).clip(0, None)
+            return hit.select(
+                [
+                    (pl.col(f"_c{i}") + pl.when(pl.col("cause") == c).then(inside).otherwise(0))
+                    .fill_null(0)
+                    .alias(c)
+                    for i, c in enumerate(CAUSES)
+                ]
+            ).get_columns()
+
+        at_start = before(starts)
+        at_end_sorted = before(ends.get_column("end_ns"))
+        order = ends.get_column("_i").arg_sort()  # back to the spans' order
+        for i in range(len(CAUSES)):
+            totals[i] = totals[i] + at_end_sorted[i].gather(order) - at_start[i]
+    out = spans.select("path_id").with_columns(
+        [t.alias(n) for t, n in zip(totals, names, strict=True)]
     )
-    return out.group_by("path").agg(pl.col(names).sum())
+    return out.group_by("path_id").agg(pl.col(names).sum())
 
 
 def _region_json(r: dict[str, Any], steps: int) -> dict[str, Any]:
@@ -318,8 +393,8 @@ def _region_json(r: dict[str, Any], steps: int) -> dict[str, Any]:
 def with_findings(result: RegionResult, findings: Iterable[Any]) -> RegionResult:
     """The regions with the ids of the findings whose evidence segments (``top_segments``:
     start_ns/end_ns) overlap their host time."""
-    spans = result.ranges
-    if spans is None or spans.height == 0 or not result.regions:
+    spans, paths = result.ranges, result.paths
+    if spans is None or paths is None or spans.height == 0 or not result.regions:
         return result
     hits: dict[str, list[str]] = {}
     for f in findings:
@@ -330,16 +405,15 @@ def with_findings(result: RegionResult, findings: Iterable[Any]) -> RegionResult
         ]
         if not segs:
             continue
-        ev = iv.union(
-            pl.DataFrame(
-                {
-                    "start_ns": [int(s["start_ns"]) for s in segs],
-                    "end_ns": [int(s["end_ns"]) for s in segs],
-                }
-            )
+        # a few segments: one scan of the spans for all of them
+        overlaps = pl.any_horizontal(
+            [
+                (pl.col("start_ns") < int(s["end_ns"])) & (pl.col("end_ns") > int(s["start_ns"]))
+                for s in segs
+            ]
         )
-        inside = spans.filter(iv.overlap_with(spans.select("start_ns", "end_ns"), ev) > 0)
-        for path in inside.get_column("path").unique().to_list():
+        ids = spans.filter(overlaps).get_column("path_id").unique()
+        for path in paths.filter(pl.col("path_id").is_in(ids.implode())).get_column("path"):
             hits.setdefault(path, []).append(f.id)
     if not hits:
         return result
