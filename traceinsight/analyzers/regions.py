@@ -167,32 +167,22 @@ def _spell(paths: pl.DataFrame) -> pl.DataFrame:
 
 def _owner(tree: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     """``gpu`` (launch_tid, launch_start_ns, ...) with the id of the innermost range of the
-    launching thread open at the launch: at a range's start it opens, at its end its parent
-    takes over again (ends before starts at one instant: a range is half open)."""
-    marks = (
-        pl.concat(
-            [
-                tree.select(
-                    "tid", pl.col("start_ns").alias("t"), pl.lit(1).alias("o"), "depth", "id"
-                ),
-                tree.select(
-                    "tid",
-                    pl.col("end_ns").alias("t"),
-                    pl.lit(0).alias("o"),
-                    -pl.col("depth"),
-                    pl.col("parent").alias("id"),
-                ),
-            ]
-        )
-        # at one instant: ends before starts, inner ends first, outer starts first, so the
-        # last mark standing is the innermost range open just after it
-        .sort(["t", "o", "depth"])
-        .select("tid", "t", pl.col("id").alias("owner"))
+    launching thread open at the launch (ranges are half open).
+
+    The latest range of the thread started at or before the launch (an as-of join on the
+    ranges' starts, already in order; at equal starts the inner one is later) is open, or one of
+    its ancestors is: walk up while the candidate ended by the launch (one gather per level)."""
+    starts = tree.select(
+        "tid", pl.col("start_ns").alias("t"), pl.col("id").alias("owner")
+    ).with_columns(
+        pl.col("t").set_sorted() if tree.get_column("tid").n_unique() == 1 else pl.col("t")
     )
-    return (
+    if not starts.get_column("t").is_sorted():
+        starts = starts.sort("t", maintain_order=True)
+    hit = (
         gpu.sort("launch_start_ns")
         .join_asof(
-            marks,
+            starts,
             left_on="launch_start_ns",
             right_on="t",
             by_left="launch_tid",
@@ -202,6 +192,17 @@ def _owner(tree: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         )
         .drop("t")
     )
+    ends, parents = tree.get_column("end_ns"), tree.get_column("parent")
+    owner = hit.get_column("owner")
+    launch = hit.get_column("launch_start_ns")
+    for _ in range(int(tree.get_column("depth").max() or 0) + 1):
+        closed = owner.is_not_null() & (ends.gather(owner.fill_null(0)) <= launch)
+        if not closed.any():
+            break
+        owner = pl.select(
+            pl.when(closed).then(parents.gather(owner.fill_null(0))).otherwise(owner)
+        ).to_series()
+    return hit.with_columns(owner.alias("owner"))
 
 
 def analyze_regions(ctx: Context, idle: IdleResult) -> RegionResult:
@@ -314,59 +315,66 @@ def _unlaunched_ns(ctx: Context) -> int:
 def _idle_by_path(spans: pl.DataFrame, idle: IdleResult) -> pl.DataFrame:
     """Idle by cause inside each path's host time, summed over devices.
 
-    A device's segments are disjoint: with a running total per cause of the segment time before
-    each, the idle of every cause before any instant is one as-of join, and a span's idle is
-    that at its end minus that at its start: two joins per device for all causes at once."""
+    A device's segments are disjoint, so the idle of cause c before instant t is C_c(t) =
+    (c-time of the segments up to the one started last at t, that one included) - (the part of
+    that one after t, if t is inside it and it is of cause c), and a span's idle is
+    C(end) - C(start). Summed per path, the first term
+    needs only the count of ends minus starts per (path, segment), and the second only the
+    instants inside a segment: millions of spans make a few group-bys, not eight columns each."""
     names = [f"idle_{c}" for c in CAUSES]
+    paths = spans.select("path_id").unique()
     segs = idle.segments
     if segs is None or segs.height == 0 or spans.height == 0:
-        return (
-            spans.select("path_id")
-            .unique()
-            .with_columns([pl.lit(0, pl.Int64).alias(n) for n in names])
-        )
-    starts = spans.get_column("start_ns")  # sorted
-    ends = spans.select(pl.col("end_ns"), pl.int_range(pl.len()).alias("_i")).sort("end_ns")
-    totals = [pl.repeat(0, spans.height, dtype=pl.Int64, eager=True) for _ in CAUSES]
+        return paths.with_columns([pl.lit(0, pl.Int64).alias(n) for n in names])
+    points = [
+        spans.select("path_id", pl.col("start_ns").alias("t"), pl.lit(-1).alias("sign")),
+        spans.select("path_id", pl.col("end_ns").alias("t"), pl.lit(1).alias("sign")).sort("t"),
+    ]
+    parts = []
     for _dev, part in segs.partition_by("device", as_dict=True).items():
-        part = part.sort("start_ns")
-        length = part.get_column("end_ns") - part.get_column("start_ns")
-        right = part.select(
-            pl.col("start_ns").alias("ls").set_sorted(),
-            pl.col("end_ns").alias("le"),
-            pl.col("cause").cast(pl.String),
+        part = part.sort("start_ns").with_row_index("g")
+        length = pl.col("end_ns") - pl.col("start_ns")
+        through = part.select(  # c-time of the segments up to and including each
+            "g",
             *[
-                ((pl.col("cause") == c).cast(pl.Int64) * length).cum_sum().alias(f"_c{i}")
-                - ((pl.col("cause") == c).cast(pl.Int64) * length)
-                for i, c in enumerate(CAUSES)
+                pl.when(pl.col("cause") == c).then(length).otherwise(0).cum_sum().alias(n)
+                for c, n in zip(CAUSES, names, strict=True)
             ],
         )
-
-        def before(t: pl.Series, right: pl.DataFrame = right) -> list[pl.Series]:
-            hit = (
-                pl.DataFrame({"t": t})
-                .with_columns(pl.col("t").set_sorted())
+        right = part.select(
+            pl.col("start_ns").alias("ls").set_sorted(), pl.col("end_ns").alias("le"), "g", "cause"
+        )
+        hits = pl.concat(
+            [
+                pt.with_columns(pl.col("t").set_sorted())
                 .join_asof(right, left_on="t", right_on="ls", strategy="backward")
-            )
-            inside = (pl.min_horizontal("t", "le") - pl.col("ls")).clip(0, None)
-            return hit.select(
+                .filter(pl.col("g").is_not_null())
+                for pt in points
+            ]
+        )
+        whole = (
+            hits.group_by("path_id", "g")
+            .agg(pl.col("sign").sum().alias("n"))
+            .filter(pl.col("n") != 0)
+            .join(through, on="g")
+            .group_by("path_id")
+            .agg([(pl.col("n") * pl.col(n)).sum().alias(n) for n in names])
+        )
+        # an instant inside its segment has only the part up to it: take back the rest
+        inside = (pl.col("t") - pl.col("le")) * pl.col("sign")
+        partial = (
+            hits.filter(pl.col("t") < pl.col("le"))
+            .group_by("path_id")
+            .agg(
                 [
-                    (pl.col(f"_c{i}") + pl.when(pl.col("cause") == c).then(inside).otherwise(0))
-                    .fill_null(0)
-                    .alias(c)
-                    for i, c in enumerate(CAUSES)
+                    inside.filter(pl.col("cause") == c).sum().alias(n)
+                    for c, n in zip(CAUSES, names, strict=True)
                 ]
-            ).get_columns()
-
-        at_start = before(starts)
-        at_end_sorted = before(ends.get_column("end_ns"))
-        order = ends.get_column("_i").arg_sort()  # back to the spans' order
-        for i in range(len(CAUSES)):
-            totals[i] = totals[i] + at_end_sorted[i].gather(order) - at_start[i]
-    out = spans.select("path_id").with_columns(
-        [t.alias(n) for t, n in zip(totals, names, strict=True)]
-    )
-    return out.group_by("path_id").agg(pl.col(names).sum())
+            )
+        )
+        parts += [whole, partial]
+    both = pl.concat(parts, how="diagonal_relaxed").group_by("path_id").agg(pl.col(names).sum())
+    return paths.join(both, on="path_id", how="left").with_columns(pl.col(names).fill_null(0))
 
 
 def _region_json(r: dict[str, Any], steps: int) -> dict[str, Any]:
