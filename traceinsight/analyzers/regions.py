@@ -318,9 +318,8 @@ def _idle_by_path(spans: pl.DataFrame, idle: IdleResult) -> pl.DataFrame:
     A device's segments are disjoint, so the idle of cause c before instant t is C_c(t) =
     (c-time of the segments up to the one started last at t, that one included) - (the part of
     that one after t, if t is inside it and it is of cause c), and a span's idle is
-    C(end) - C(start). Summed per path, the first term
-    needs only the count of ends minus starts per (path, segment), and the second only the
-    instants inside a segment: millions of spans make a few group-bys, not eight columns each."""
+    C(end) - C(start): one as-of join per device, gathers of the running totals, and sums
+    per path (few groups), for millions of spans."""
     names = [f"idle_{c}" for c in CAUSES]
     paths = spans.select("path_id").unique()
     segs = idle.segments
@@ -352,13 +351,14 @@ def _idle_by_path(spans: pl.DataFrame, idle: IdleResult) -> pl.DataFrame:
                 for pt in points
             ]
         )
+        g = hits.get_column("g")
         whole = (
-            hits.group_by("path_id", "g")
-            .agg(pl.col("sign").sum().alias("n"))
-            .filter(pl.col("n") != 0)
-            .join(through, on="g")
+            hits.select(
+                "path_id",
+                *[(pl.col("sign") * through.get_column(n).gather(g)).alias(n) for n in names],
+            )
             .group_by("path_id")
-            .agg([(pl.col("n") * pl.col(n)).sum().alias(n) for n in names])
+            .agg(pl.col(names).sum())
         )
         # an instant inside its segment has only the part up to it: take back the rest
         inside = (pl.col("t") - pl.col("le")) * pl.col("sign")
