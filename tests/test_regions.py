@@ -219,7 +219,6 @@ def test_ranges_ending_together_hand_back_to_the_grandparent():
     assert r["outer"]["self_gpu_ns"] == 10 * US and r["outer/mid"]["gpu_ns"] == 0
 
 
-
 def test_idle_of_a_range_ending_after_a_gap():
     """A range on its own thread over [250, 950): it holds [250,260) of one gap, all of
     [300,860) and all of [900,950) (ending as that gap does): 10+560+50 = 620 us."""
