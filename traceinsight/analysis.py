@@ -195,6 +195,7 @@ class JobAnalysis:
                     "data_quality": r.data_quality,
                     "warnings": r.warnings,
                     "comm_split": self.comm_split(r.rank),
+                    "regions": jsonable(r.results.regions),  # details.regions of the rank
                 }
                 for r in ranks
             ],

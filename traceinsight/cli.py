@@ -83,9 +83,12 @@ def cli(verbose: bool) -> None:
 trace_path = click.Path(path_type=Path, dir_okay=True, file_okay=True)
 
 
-def analysis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool = True) -> Any:
     """The options every analysis takes, gathered into one ``opts`` argument (an
-    :class:`~traceinsight.api.Options`) for the command."""
+    :class:`~traceinsight.api.Options`) for the command. ``with_steps=False`` leaves out
+    ``--steps`` (``profile`` has its own: how many steps to record)."""
+    if fn is None:
+        return functools.partial(analysis_options, with_steps=with_steps)
     decorators = [
         click.option(
             "--step-range",
@@ -104,7 +107,33 @@ def analysis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
             metavar="KEY=VALUE",
             help="Override a diagnosis threshold (see docs/FINDINGS.md); repeatable.",
         ),
+        click.option(
+            "--window",
+            metavar="START:END",
+            help="Analyze only this part of the capture, from its start: 2s:4s, 1500ms:, 0:250000us "
+            "(a bare number is ns); the steps wholly inside it are kept.",
+        ),
+        click.option(
+            "--rank",
+            type=click.IntRange(min=0),
+            help="Analyze only this rank of a job directory or a multi-process nsys export.",
+        ),
+        click.option(
+            "--device",
+            type=click.IntRange(min=0),
+            help="Analyze only this GPU's activity (host rows kept).",
+        ),
     ]
+    if with_steps:
+        decorators.append(
+            click.option(
+                "--steps",
+                "step_window",
+                metavar="A..B",
+                help="Analyze only steps A to B (ProfilerStep numbers, or NVTX iterations 0..); "
+                "A.. and ..B are open.",
+            )
+        )
 
     @functools.wraps(fn)
     def wrapper(
@@ -112,13 +141,28 @@ def analysis_options(fn: Callable[..., Any]) -> Callable[..., Any]:
         step_range: str | None,
         max_bytes: int | None,
         thresholds: tuple[str, ...],
+        window: str | None,
+        rank: int | None,
+        device: int | None,
+        step_window: str | None = None,
         **kwargs: Any,
     ) -> Any:
+        from traceinsight.errors import InputError
         from traceinsight.options import Options
 
-        return fn(
-            *args, opts=Options(_parse_thresholds(thresholds), step_range, max_bytes), **kwargs
-        )
+        try:
+            opts = Options(
+                _parse_thresholds(thresholds),
+                step_range,
+                max_bytes,
+                steps=step_window,
+                window=window,
+                rank=rank,
+                device=device,
+            )
+        except InputError as exc:  # a bad --steps/--window is a usage error (exit 2)
+            raise click.BadParameter(str(exc)) from None
+        return fn(*args, opts=opts, **kwargs)
 
     for d in reversed(decorators):
         wrapper = d(wrapper)
@@ -297,7 +341,19 @@ def batch(
 
 @cli.command()
 @click.argument("before", type=trace_path)
-@click.argument("after", type=trace_path)
+@click.argument("after", type=trace_path, required=False)
+@click.option(
+    "--against",
+    metavar="NAME",
+    help="Compare BEFORE (then the one trace given) with the baseline NAME saved by "
+    "'traceinsight baseline save'.",
+)
+@click.option(
+    "--dir",
+    "baseline_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where baselines are kept (default: .traceinsight/baselines/).",
+)
 @click.option(
     "-o",
     "--output",
@@ -329,7 +385,9 @@ def batch(
 @analysis_options
 def diff(
     before: Path,
-    after: Path,
+    after: Path | None,
+    against: str | None,
+    baseline_dir: Path | None,
     output: Path | None,
     no_html: bool,
     json_out: str | None,
@@ -339,7 +397,31 @@ def diff(
     allow_different_hardware: bool,
     opts: Any,
 ) -> int:
-    """Compare two traces (or job directories): metrics, step time, idle causes, kernels, findings."""
+    """Compare two traces (or job directories): metrics, step time, idle causes, kernels, findings.
+    With --against NAME, compare one trace with a saved baseline."""
+    if against is not None:
+        if after is not None:
+            raise click.UsageError("with --against NAME give one trace, not two")
+        from traceinsight.commands import baseline
+
+        return _guard(
+            before,
+            lambda: baseline.against(
+                against,
+                before,
+                opts,
+                directory=baseline_dir,
+                output=output,
+                html=not no_html,
+                json_out=json_out,
+                quiet=quiet,
+                force=force,
+                fail_if_slower=fail_if_slower,
+                allow_different_hardware=allow_different_hardware,
+            ),
+        )
+    if after is None:
+        raise click.UsageError("give BEFORE and AFTER, or one trace and --against NAME")
     from traceinsight.commands import diff as cmd
 
     return _guard(
@@ -357,6 +439,29 @@ def diff(
             allow_different_hardware=allow_different_hardware,
         ),
     )
+
+
+@cli.group()
+def baseline() -> None:
+    """Named baselines for CI: save a trace's result, then 'diff --against NAME TRACE'."""
+
+
+@baseline.command("save")
+@click.argument("name")
+@click.argument("path", type=trace_path)
+@click.option(
+    "--dir",
+    "baseline_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where baselines are kept (default: .traceinsight/baselines/).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@analysis_options
+def baseline_save(name: str, path: Path, baseline_dir: Path | None, quiet: bool, opts: Any) -> int:
+    """Analyze PATH and store its result (not the trace) as baseline NAME."""
+    from traceinsight.commands import baseline as cmd
+
+    return _guard(path, lambda: cmd.save(name, path, opts, directory=baseline_dir, quiet=quiet))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -384,7 +489,7 @@ def diff(
     help="Steps to record (torch).",
 )
 @click.option("--no-analyze", is_flag=True, help="Only record.")
-@analysis_options
+@analysis_options(with_steps=False)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(
     out_dir: Path, tool: str, steps: int, no_analyze: bool, command: tuple[str, ...], opts: Any

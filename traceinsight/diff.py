@@ -410,6 +410,11 @@ def _step_sample(a: Analysis | None) -> list[float]:
     return []
 
 
+def _doc_steps(doc: dict[str, Any]) -> list[float]:
+    steps = (doc.get("details") or {}).get("steps") or {}
+    return [float(s["dur_ns"]) for s in steps.get("per_step") or []]
+
+
 def _iterations(a: Analysis | None) -> dict[str, Any] | None:
     if isinstance(a, TraceAnalysis) and a.trace is not None and not a.metrics.get("steps"):
         return nvtx_iterations(a.trace.events) or kernel_iterations(a.trace.events)
@@ -453,7 +458,8 @@ def compare_docs(
         before["metrics"].get("step_time_median_ns"),
         after["metrics"].get("step_time_median_ns"),
     )
-    xb, xa = _step_sample(ab), _step_sample(aa)
+    # a stored document (a baseline) has no analysis: its per-step times are in its details
+    xb, xa = _step_sample(ab) or _doc_steps(before), _step_sample(aa) or _doc_steps(after)
     iterations = None
     if not (sb and sa):
         ib, ia = _iterations(ab), _iterations(aa)

@@ -21,6 +21,7 @@ from traceinsight.analyzers.kernels import KernelResult, analyze_kernels
 from traceinsight.analyzers.launch import LaunchResult, analyze_launch
 from traceinsight.analyzers.optimizer import OptimizerResult, analyze_optimizer
 from traceinsight.analyzers.recompute import RecomputeResult, analyze_recompute
+from traceinsight.analyzers.regions import RegionResult, analyze_regions
 from traceinsight.analyzers.sources import SourcesResult, analyze_sources
 from traceinsight.analyzers.steps import StepResult, analyze_steps
 from traceinsight.analyzers.syncs import SyncResult, analyze_syncs
@@ -41,6 +42,7 @@ class Results:
     recompute: RecomputeResult
     sources: SourcesResult
     health: HealthResult
+    regions: RegionResult  # after the others: it places the idle segments (see run_analyzers)
 
     def metrics(self) -> dict[str, Any]:
         """The headline numbers (documented one by one in the README)."""
@@ -89,21 +91,36 @@ ANALYZERS: dict[str, Callable[[Context], Any]] = {
 }
 
 
+# Analyzers that read other analyzers' results (after ANALYZERS, in this order).
+DERIVED: dict[str, Callable[[Context, dict[str, Any]], Any]] = {
+    "regions": lambda ctx, done: analyze_regions(ctx, done["idle"]),
+}
+
+
 def run_analyzers(ctx: Context, threads: int = 1) -> Results:
     """Every analyzer on one context. They are independent and spend their time inside polars,
     which releases the GIL, so two threads overlap one analyzer's Python with another's
     queries (10% faster on the 10x trace); results do not depend on the order."""
     if threads <= 1:
-        return Results(**{name: fn(ctx) for name, fn in ANALYZERS.items()})
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        futures = {name: pool.submit(fn, ctx) for name, fn in ANALYZERS.items()}
-        return Results(**{name: f.result() for name, f in futures.items()})
+        done = {name: fn(ctx) for name, fn in ANALYZERS.items()}
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            futures = {name: pool.submit(fn, ctx) for name, fn in ANALYZERS.items()}
+            done = {name: f.result() for name, f in futures.items()}
+    # the region breakdown reuses the idle analyzer's segments and causes, not a second pass
+    for name, derived in DERIVED.items():
+        done[name] = derived(ctx, done)
+    return Results(**done)
 
 
 def jsonable(obj: Any) -> Any:
     """Result dataclasses, tuples and dicts as plain JSON values (NaN as null)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {
+            f.name: jsonable(getattr(obj, f.name))
+            for f in dataclasses.fields(obj)
+            if f.metadata.get("json", True)  # tables kept for later analyzers stay out
+        }
     if isinstance(obj, dict):
         return {str(k): jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -86,6 +86,7 @@ class Context:
     sync_calls: pl.DataFrame  # blocking sync / blocking copy API calls (whole trace)
     busy: pl.DataFrame  # per-device union of GPU activity in the window (device, start_ns, end_ns)
     compute_busy: pl.DataFrame  # per-device union of the non-communication kernels in the window
+    capture_start_ns: int = 0  # the first event's start: --window counts from here
 
     @property
     def window_ns(self) -> int:
@@ -205,18 +206,34 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+Span = tuple[int | None, int | None]
+
+
 def build_context(
-    trace: Trace, step_pattern: str = DEFAULT_STEP_PATTERN, threads: int = 1
+    trace: Trace,
+    step_pattern: str = DEFAULT_STEP_PATTERN,
+    threads: int = 1,
+    *,
+    steps_sel: Span | None = None,
+    window_sel: Span | None = None,
 ) -> Context:
     """The window, the steps and the shared tables; with two threads the GPU unions and the
-    host subsets are computed side by side (polars releases the GIL)."""
+    host subsets are computed side by side (polars releases the GIL).
+
+    ``steps_sel``: only the steps numbered A..B (inclusive, None open); ``window_sel``: only
+    [START, END) ns from the capture start, and the steps lying wholly inside it. ValueError
+    when the selection holds nothing."""
     ev = trace.events
     host_ops = host_rows(ev, HOST_OP_KINDS)
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
     steps = find_steps(host_ops, step_pattern)
     launches = launch_join(ev)
+    capture_lo = int(ev["start_ns"].min()) if ev.height else 0
     if steps.height:
+        # aligned over all steps first: a step's GPU end depends on its neighbours
         steps = _device_aligned_steps(steps, launches)
+        steps = _select_steps(steps, steps_sel, window_sel, capture_lo)
+    if steps.height:
         lo = int(steps["start_ns"].min())
         hi = int(steps["end_ns"].max())
     elif gpu_all.height:
@@ -227,6 +244,11 @@ def build_context(
         hi = int(ev["end_ns"].max())
     else:
         lo = hi = 0
+    if window_sel is not None:
+        lo = max(lo, capture_lo + (window_sel[0] or 0))
+        hi = hi if window_sel[1] is None else min(hi, capture_lo + window_sel[1])
+        if hi <= lo:
+            raise ValueError("the --window holds none of the trace's activity")
     steps = steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     gpu = iv.clip(gpu_all, lo, hi) if gpu_all.height else gpu_all
     devices = tuple(sorted(int(d) for d in gpu["device"].drop_nulls().unique().to_list()))
@@ -252,7 +274,33 @@ def build_context(
         sync_calls=sync_calls,
         busy=busy,
         compute_busy=compute_busy,
+        capture_start_ns=capture_lo,
     )
+
+
+def _select_steps(
+    steps: pl.DataFrame, steps_sel: Span | None, window_sel: Span | None, capture_lo: int
+) -> pl.DataFrame:
+    """The steps a --steps / --window selection keeps; ValueError names what there is."""
+    keep = pl.lit(True)
+    if steps_sel is not None:
+        a, b = steps_sel
+        if a is not None:
+            keep &= pl.col("step") >= a
+        if b is not None:
+            keep &= pl.col("step") <= b
+    if window_sel is not None:
+        a, b = window_sel
+        keep &= pl.col("start_ns") >= capture_lo + (a or 0)
+        if b is not None:
+            keep &= pl.col("end_ns") <= capture_lo + b
+    out = steps.filter(keep)
+    if steps_sel is not None and out.height == 0:
+        nums = steps.get_column("step")
+        raise ValueError(
+            f"no steps in the selection; the trace has steps {nums.min()}..{nums.max()}"
+        )
+    return out
 
 
 def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:

@@ -9,11 +9,11 @@ from traceinsight.options import Options
 
 
 def run(path: Path, opts: Options, *, output: Path, force: bool, quiet: bool) -> int:
-    from traceinsight.api import export_events, load_events
+    from traceinsight.api import export_events, load_events, view_events
     from traceinsight.io import check_writable
 
     check_writable(output, force)
-    trace = load_events(path, opts)
+    trace = view_events(load_events(path, opts), opts)
     export_events(trace, output)
     if not quiet:
         print(f"wrote {trace.events.height:,} events to {output}")

@@ -15,6 +15,7 @@ import jinja2
 
 from traceinsight.constants import SEVERITIES
 from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct
+from traceinsight.report.regions_view import icicle, region_rows
 from traceinsight.runtime import template_cache
 
 if TYPE_CHECKING:
@@ -106,6 +107,8 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "idle_max": max([v for v in idle["idle_by_cause_ns"].values()] or [0]),
         "shorten": _shorten,
         "command": command,
+        "region_rows": region_rows(d.get("regions") or {}),
+        "region_boxes": icicle(d.get("regions") or {}),
         "data": {
             "top_segments": idle.get("top_segments", []),
             "findings": [

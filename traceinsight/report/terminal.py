@@ -37,6 +37,12 @@ def render_summary(
     lines.append(
         f"  window    {fmt_ns(m['window_ns'])} analyzed ({step_txt}); capture span {fmt_ns(src['capture_span_ns'])}"
     )
+    win = src.get("window")
+    if win:  # which part of the run: the selection and where it lies in the capture
+        view = win["selection"] + "".join(
+            f", {k} {win[k]}" for k in ("rank", "device") if win.get(k) is not None
+        )
+        lines.append(f"  view      {view}: from {fmt_ns(win['offset_ns'])} after the capture start")
     counts = ", ".join(f"{k} {v:,}" for k, v in src["event_counts"].items() if v)
     lines.append(f"  events    {counts or 'none'}")
     if m.get("gpu_busy_ratio") is not None:
@@ -50,7 +56,40 @@ def render_summary(
         )
     else:
         lines.append("  GPU busy  n/a (no GPU activity)")
+    lines += _region_lines(doc)
     return "\n".join(lines + _tail(doc, report_path, max_findings))
+
+
+IDLE_HOLDER_RATIO = 0.8  # a child holding this much of its parent's idle is named instead
+
+
+def _region_lines(doc: dict[str, Any]) -> list[str]:
+    """The region with the most GPU time and the innermost one holding the most idle time."""
+    regs = ((doc.get("details") or {}).get("regions") or {}).get("regions") or []
+    if not regs:
+        return []
+    steps = max(1, doc["metrics"].get("steps") or 1)
+    per = " per step" if doc["metrics"].get("steps") else " in the window"
+    top = max(regs, key=lambda r: r["gpu_ns"])
+    out = [f"  regions   most GPU time in {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"]
+    # from the root with the most idle inside, down while one child holds most of it:
+    # "Optimizer.step" says more than the step-wide range around it
+    kids: dict[str | None, list[dict[str, Any]]] = {}
+    for r in regs:
+        kids.setdefault(r.get("parent"), []).append(r)
+    idle = max(kids.get(None) or regs, key=lambda r: r["idle_ns"])
+    while kids.get(idle["path"]):
+        child = max(kids[idle["path"]], key=lambda r: r["idle_ns"])
+        if child["idle_ns"] < IDLE_HOLDER_RATIO * idle["idle_ns"]:
+            break
+        idle = child
+    if idle["idle_ns"]:
+        cause = max(idle["idle_by_cause_ns"].items(), key=lambda kv: kv[1])[0]
+        out.append(
+            f"            the idle is in {idle['path']}: {fmt_ns(idle['idle_ns'] / steps)}{per}"
+            f" (mostly {cause})"
+        )
+    return out
 
 
 def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> list[str]:

@@ -1,0 +1,183 @@
+"""Named baselines for CI: ``baseline save NAME TRACE`` stores the result document (not the
+trace) with its kernel tables; ``diff --against NAME TRACE`` compares a trace with it and gates
+like ``diff`` (``--fail-if-slower``, exit 3)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from traceinsight.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
+from traceinsight.options import Options
+
+DEFAULT_DIR = Path(".traceinsight") / "baselines"
+BASELINE_KIND = "baseline"
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def baseline_path(name: str, directory: Path | None) -> Path:
+    if not _NAME.match(name) or ".." in name:
+        raise InputError(f"baseline name {name!r}: letters, digits, '.', '_' and '-' only")
+    return (directory or DEFAULT_DIR) / f"{name}.json"
+
+
+def _kernel_rows(table: Any) -> list[dict[str, Any]]:
+    return table.to_dicts() if table is not None else []
+
+
+def baseline_doc(analysis: Any, name: str) -> dict[str, Any]:
+    """The stored document: the result JSON and the kernel table per step (what ``diff``
+    compares beyond the document), for a job also each rank's."""
+    from traceinsight.analysis import JobAnalysis
+    from traceinsight.diff import environment
+
+    doc: dict[str, Any] = {
+        "kind": BASELINE_KIND,
+        "name": name,
+        "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "environment": environment(analysis),
+        "result": analysis.to_json(),
+    }
+    if isinstance(analysis, JobAnalysis):
+        doc["kernels"] = []
+        doc["ranks"] = [
+            {"rank": r.rank, "result": r.to_json(), "kernels": _kernel_rows(r.kernel_table())}
+            for r in analysis.ranks
+        ]
+    else:
+        doc["kernels"] = _kernel_rows(analysis.kernel_table())
+    return doc
+
+
+def save(name: str, trace: Path, opts: Options, *, directory: Path | None, quiet: bool) -> int:
+    from traceinsight.api import analyze_with
+    from traceinsight.io import write_text_atomic
+    from traceinsight.runtime import Runtime
+
+    out = baseline_path(name, directory)
+    analysis = analyze_with(trace, opts, Runtime.detect(helpers=True))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out, json.dumps(baseline_doc(analysis, name), default=str))
+    if not quiet:
+        print(f"traceinsight: baseline {name!r} saved to {out} (from {trace})")
+    return EXIT_OK
+
+
+def load(name: str, directory: Path | None) -> dict[str, Any]:
+    path = baseline_path(name, directory)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"no baseline {name!r} (looked for {path})") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"baseline {name!r} is unreadable: {exc}", str(path)) from None
+    if not isinstance(doc, dict) or doc.get("kind") != BASELINE_KIND or "result" not in doc:
+        raise InputError(f"{path} is not a traceinsight baseline", str(path))
+    return doc
+
+
+def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]:
+    """The diff of the stored document (before) and a fresh analysis (after)."""
+    import polars as pl
+
+    from traceinsight.analysis import KERNEL_TABLE_SCHEMA, JobAnalysis
+    from traceinsight.diff import compare_docs, environment_warnings
+
+    def table(rows: list[dict[str, Any]]) -> pl.DataFrame:
+        return (
+            pl.DataFrame(rows, schema=KERNEL_TABLE_SCHEMA)
+            if rows
+            else pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
+        )
+
+    after_k = (
+        pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
+        if isinstance(analysis, JobAnalysis)
+        else analysis.kernel_table()
+    )
+    doc = compare_docs(
+        base["result"],
+        analysis.to_json(),
+        table(base.get("kernels") or []),
+        after_k,
+        (None, analysis),
+    )
+    doc["baseline"] = {"name": base.get("name"), "saved_at": base.get("saved_at")}
+    eb, ea = base.get("environment"), doc["environment"]["after"]
+    if eb and ea:  # the stored side's hardware, checked as diff checks two traces
+        doc["environment"]["before"] = eb
+        doc["warnings"], doc["hardware_differs"] = environment_warnings(eb, ea)
+    if base.get("ranks") and isinstance(analysis, JobAnalysis):
+        after = {r.rank: r for r in analysis.ranks}
+        doc["ranks"] = [
+            {
+                "rank": b["rank"],
+                **compare_docs(
+                    b["result"],
+                    after[b["rank"]].to_json(),
+                    table(b.get("kernels") or []),
+                    after[b["rank"]].kernel_table(),
+                    (None, after[b["rank"]]),
+                ),
+            }
+            for b in base["ranks"]
+            if b["rank"] in after
+        ]
+        gated = [r for r in doc["ranks"] if r["gate"]["slowdown_ratio"] is not None]
+        if doc["gate"]["basis"] is None and gated:
+            worst = max(gated, key=lambda r: r["gate"]["slowdown_ratio"])
+            doc["gate"] = dict(worst["gate"], rank=worst["rank"])
+    return doc
+
+
+def against(
+    name: str,
+    trace: Path,
+    opts: Options,
+    *,
+    directory: Path | None,
+    output: Path | None,
+    html: bool,
+    json_out: str | None,
+    quiet: bool,
+    force: bool,
+    fail_if_slower: float | None,
+    allow_different_hardware: bool,
+) -> int:
+    from traceinsight.api import analyze_with
+    from traceinsight.commands.diff import gate_exit
+    from traceinsight.io import check_writable, write_text_atomic
+    from traceinsight.report.json_out import emit_json
+    from traceinsight.report.terminal import render_diff_summary
+    from traceinsight.runtime import Runtime
+
+    opts.graded()
+    base = load(name, directory)
+    report = (
+        (output or Path.cwd() / f"diff_{name}_{trace.name.split('.')[0]}.traceinsight.html")
+        if html
+        else None
+    )
+    if report is not None:
+        check_writable(report, force)
+    json_path = Path(json_out) if json_out and json_out != "-" else None
+    if json_path is not None:
+        check_writable(json_path, force)
+    doc = compare_with_baseline(base, analyze_with(trace, opts, Runtime.detect(helpers=True)))
+    if report is not None:
+        from traceinsight.report.diff_html import render_diff_html
+
+        write_text_atomic(report, render_diff_html(doc))
+    emit_json(doc, json_out)
+    if not quiet and json_out != "-":
+        print(render_diff_summary(doc, str(report) if report else None))
+    if fail_if_slower is None:
+        return EXIT_OK
+    if doc["hardware_differs"] and not allow_different_hardware:
+        print("traceinsight: not gating across different hardware", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return gate_exit(doc["gate"], fail_if_slower)
