@@ -227,3 +227,16 @@ def test_idle_of_a_range_ending_after_a_gap():
     r = _regions(analyze_trace(e.trace()))
     assert r["probe"]["idle_ns"] == 620 * US
     assert sum(r["probe"]["idle_by_cause_ns"].values()) == 620 * US
+
+
+def test_emit_nvtx_op_ranges_are_not_regions():
+    """nsys captures under emit_nvtx name an NVTX range per torch op ("aten::mm"): those are
+    Kineto's cpu_ops, not model regions; a user's range around them stays one."""
+    e = Events()
+    e.step(1, 0, 1000)
+    e.annotation("my_block", 100, 500)
+    e.annotation("aten::mm", 150, 100)
+    e.annotation("autograd::engine::evaluate_function: MmBackward0", 300, 100)
+    e.kernel("ampere_bf16_s16816gemm_bf16_128x128", 200, 50, launch_us=160)
+    r = _regions(analyze_trace(e.trace()))
+    assert set(r) == {"my_block"} and r["my_block"]["gpu_ns"] == 50 * US

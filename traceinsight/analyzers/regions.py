@@ -68,10 +68,16 @@ def _empty(gpu_ns: int = 0) -> RegionResult:
     )
 
 
+# torch op names, as emit_nvtx names its NVTX ranges ("aten::mm", "autograd::engine::...")
+TORCH_OP_RANGE = r"^(aten|prim|autograd|c10d|c10d_functional|_c10d_functional|profiler|cudnn|mkldnn|quantized|torchvision|inductor|triton)::"
+
+
 def region_rows(ctx: Context) -> pl.DataFrame:
     """The annotation and module ranges that overlap the window (step markers excluded: the
-    steps are the window's own division, not a model region)."""
-    ann = ctx.rows(("user_annotation",), STEP_MARKER, negate=True)
+    steps are the window's own division, not a model region; so are the op ranges
+    ``emit_nvtx`` writes into nsys captures: they are Kineto's cpu_ops, not regions, and number
+    millions)."""
+    ann = ctx.rows(("user_annotation",), f"{STEP_MARKER}|{TORCH_OP_RANGE}", negate=True)
     mods = ctx.rows(("python_function",), MODULE_PATTERN)
     rows = pl.concat([ann, mods]) if mods.height else ann
     if ctx.steps.height and "name" in ctx.steps.columns:  # a custom --step-range's names
