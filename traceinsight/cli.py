@@ -83,6 +83,18 @@ def cli(verbose: bool) -> None:
 trace_path = click.Path(path_type=Path, dir_okay=True, file_okay=True)
 
 
+def file_output(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A command that writes one file: -o/--output (required), --force, -q/--quiet."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = click.option("-q", "--quiet", is_flag=True, help="No summary line.")(fn)
+        fn = click.option("--force", is_flag=True, help="Overwrite an existing output.")(fn)
+        path = click.Path(path_type=Path, dir_okay=False)
+        return click.option("-o", "--output", type=path, required=True, help=help_text)(fn)
+
+    return wrap
+
+
 def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool = True) -> Any:
     """The options every analysis takes, gathered into one ``opts`` argument (an
     :class:`~traceinsight.api.Options`) for the command. ``with_steps=False`` leaves out
@@ -247,15 +259,7 @@ def analyze(
 
 @cli.command()
 @click.argument("path", type=trace_path)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
-    required=True,
-    help="Annotated trace to write (.json, or .json.gz for gzip).",
-)
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@file_output("Annotated trace to write (.json, or .json.gz for gzip).")
 @analysis_options
 def annotate(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> int:
     """Write TRACE's events unchanged plus the analysis as cat "traceinsight" events (idle by
@@ -267,15 +271,7 @@ def annotate(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> i
 
 @cli.command()
 @click.argument("path", type=trace_path)
-@click.option(
-    "-o",
-    "--output",
-    type=click.Path(path_type=Path, dir_okay=False),
-    required=True,
-    help="Parquet file to write.",
-)
-@click.option("--force", is_flag=True, help="Overwrite an existing output.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@file_output("Parquet file to write.")
 @analysis_options
 def export(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> int:
     """Write the common event table of PATH (a trace, or a job directory: every rank's rows) as
@@ -399,6 +395,15 @@ def diff(
 ) -> int:
     """Compare two traces (or job directories): metrics, step time, idle causes, kernels, findings.
     With --against NAME, compare one trace with a saved baseline."""
+    outputs: dict[str, Any] = {
+        "output": output,
+        "html": not no_html,
+        "json_out": json_out,
+        "quiet": quiet,
+        "force": force,
+        "fail_if_slower": fail_if_slower,
+        "allow_different_hardware": allow_different_hardware,
+    }
     if against is not None:
         if after is not None:
             raise click.UsageError("with --against NAME give one trace, not two")
@@ -406,19 +411,7 @@ def diff(
 
         return _guard(
             before,
-            lambda: baseline.against(
-                against,
-                before,
-                opts,
-                directory=baseline_dir,
-                output=output,
-                html=not no_html,
-                json_out=json_out,
-                quiet=quiet,
-                force=force,
-                fail_if_slower=fail_if_slower,
-                allow_different_hardware=allow_different_hardware,
-            ),
+            lambda: baseline.against(against, before, opts, directory=baseline_dir, **outputs),
         )
     if after is None:
         raise click.UsageError("give BEFORE and AFTER, or one trace and --against NAME")
@@ -426,18 +419,7 @@ def diff(
 
     return _guard(
         before,
-        lambda: cmd.run(
-            before,
-            after,
-            opts,
-            output=output,
-            html=not no_html,
-            json_out=json_out,
-            quiet=quiet,
-            force=force,
-            fail_if_slower=fail_if_slower,
-            allow_different_hardware=allow_different_hardware,
-        ),
+        lambda: cmd.run(before, after, opts, **outputs),
     )
 
 

@@ -537,12 +537,16 @@ def compare(before: Analysis, after: Analysis) -> dict[str, Any]:
             }
             for r in sorted(set(rb) & set(ra))
         ]
-        gated = [r for r in doc["ranks"] if r["gate"]["slowdown_ratio"] is not None]
-        if doc["gate"]["basis"] is None and gated:
-            # no job-level step time: gate on the rank that slowed down most
-            worst = max(gated, key=lambda r: r["gate"]["slowdown_ratio"])
-            doc["gate"] = dict(worst["gate"], rank=worst["rank"])
+        gate_on_worst_rank(doc)
     return doc
+
+
+def gate_on_worst_rank(doc: dict[str, Any]) -> None:
+    """With no job-level step time, the gate is the rank that slowed down most."""
+    gated = [r for r in doc["ranks"] if r["gate"]["slowdown_ratio"] is not None]
+    if doc["gate"]["basis"] is None and gated:
+        worst = max(gated, key=lambda r: r["gate"]["slowdown_ratio"])
+        doc["gate"] = dict(worst["gate"], rank=worst["rank"])
 
 
 def diff_paths(

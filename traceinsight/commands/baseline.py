@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from traceinsight.errors import EXIT_BAD_INPUT, EXIT_OK, InputError
+from traceinsight.errors import EXIT_OK, InputError
 from traceinsight.options import Options
 
 DEFAULT_DIR = Path(".traceinsight") / "baselines"
@@ -85,7 +84,7 @@ def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]
     import polars as pl
 
     from traceinsight.analysis import KERNEL_TABLE_SCHEMA, JobAnalysis
-    from traceinsight.diff import compare_docs, environment_warnings
+    from traceinsight.diff import compare_docs, environment_warnings, gate_on_worst_rank
 
     def table(rows: list[dict[str, Any]]) -> pl.DataFrame:
         return (
@@ -127,10 +126,7 @@ def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]
             for b in base["ranks"]
             if b["rank"] in after
         ]
-        gated = [r for r in doc["ranks"] if r["gate"]["slowdown_ratio"] is not None]
-        if doc["gate"]["basis"] is None and gated:
-            worst = max(gated, key=lambda r: r["gate"]["slowdown_ratio"])
-            doc["gate"] = dict(worst["gate"], rank=worst["rank"])
+        gate_on_worst_rank(doc)
     return doc
 
 
@@ -149,10 +145,7 @@ def against(
     allow_different_hardware: bool,
 ) -> int:
     from traceinsight.api import analyze_with
-    from traceinsight.commands.diff import gate_exit
-    from traceinsight.io import check_writable, write_text_atomic
-    from traceinsight.report.json_out import emit_json
-    from traceinsight.report.terminal import render_diff_summary
+    from traceinsight.commands.diff import check_outputs, write_and_gate
     from traceinsight.runtime import Runtime
 
     opts.graded()
@@ -162,22 +155,6 @@ def against(
         if html
         else None
     )
-    if report is not None:
-        check_writable(report, force)
-    json_path = Path(json_out) if json_out and json_out != "-" else None
-    if json_path is not None:
-        check_writable(json_path, force)
+    check_outputs(report, json_out, force)
     doc = compare_with_baseline(base, analyze_with(trace, opts, Runtime.detect(helpers=True)))
-    if report is not None:
-        from traceinsight.report.diff_html import render_diff_html
-
-        write_text_atomic(report, render_diff_html(doc))
-    emit_json(doc, json_out)
-    if not quiet and json_out != "-":
-        print(render_diff_summary(doc, str(report) if report else None))
-    if fail_if_slower is None:
-        return EXIT_OK
-    if doc["hardware_differs"] and not allow_different_hardware:
-        print("traceinsight: not gating across different hardware", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return gate_exit(doc["gate"], fail_if_slower)
+    return write_and_gate(doc, report, json_out, quiet, fail_if_slower, allow_different_hardware)

@@ -31,19 +31,38 @@ def run(
     allow_different_hardware: bool = False,
 ) -> int:
     from traceinsight.diff import diff_paths
-    from traceinsight.io import check_writable, write_text_atomic
-    from traceinsight.report.json_out import emit_json
-    from traceinsight.report.terminal import render_diff_summary
     from traceinsight.runtime import Runtime
 
     opts.graded()
     report = (output or default_report_path(before, after)) if html else None
+    check_outputs(report, json_out, force)
+    doc = diff_paths(before, after, opts, Runtime.detect(helpers=True))
+    return write_and_gate(doc, report, json_out, quiet, fail_if_slower, allow_different_hardware)
+
+
+def check_outputs(report: Path | None, json_out: str | None, force: bool) -> None:
+    """Refuse outputs that exist (without --force) before anything is analyzed."""
+    from traceinsight.io import check_writable
+
     if report is not None:
         check_writable(report, force)
-    json_path = Path(json_out) if json_out and json_out != "-" else None
-    if json_path is not None:
-        check_writable(json_path, force)
-    doc = diff_paths(before, after, opts, Runtime.detect(helpers=True))
+    if json_out and json_out != "-":
+        check_writable(Path(json_out), force)
+
+
+def write_and_gate(
+    doc: dict[str, Any],
+    report: Path | None,
+    json_out: str | None,
+    quiet: bool,
+    fail_if_slower: float | None,
+    allow_different_hardware: bool,
+) -> int:
+    """A diff document's outputs (HTML, JSON, summary), then the gate's exit code."""
+    from traceinsight.io import write_text_atomic
+    from traceinsight.report.json_out import emit_json
+    from traceinsight.report.terminal import render_diff_summary
+
     if report is not None:
         from traceinsight.report.diff_html import render_diff_html
 
