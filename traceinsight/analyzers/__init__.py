@@ -20,6 +20,7 @@ from traceinsight.analyzers.kernels import KernelResult, analyze_kernels
 from traceinsight.analyzers.launch import LaunchResult, analyze_launch
 from traceinsight.analyzers.optimizer import OptimizerResult, analyze_optimizer
 from traceinsight.analyzers.recompute import RecomputeResult, analyze_recompute
+from traceinsight.analyzers.replay import ReplayResult, analyze_replay
 from traceinsight.analyzers.steps import StepResult, analyze_steps
 from traceinsight.analyzers.syncs import SyncResult, analyze_syncs
 
@@ -37,6 +38,7 @@ class Results:
     syncs: SyncResult
     optimizer: OptimizerResult
     recompute: RecomputeResult
+    replay: ReplayResult
 
     def metrics(self) -> dict[str, Any]:
         """The headline numbers (documented one by one in the README)."""
@@ -64,6 +66,7 @@ class Results:
             "short_kernel_ratio": launch.short_kernel_ratio,
             "fp32_gemm_time_ratio": kern.fp32_gemm_time_ratio,
             "recompute_time_ratio": rec.recompute_time_ratio,
+            "replay_error_ratio": self.replay.replay_error_ratio,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +83,7 @@ ANALYZERS: dict[str, Callable[[Context], Any]] = {
     "syncs": analyze_syncs,
     "optimizer": analyze_optimizer,
     "recompute": analyze_recompute,
+    "replay": analyze_replay,
 }
 
 

@@ -226,10 +226,8 @@ def build_model(ctx: Context) -> StepModel | None:
         .otherwise(0)
         .alias("launch_offset_ns"),
         pl.when(bound).then(since.clip(0, latency_ns)).otherwise(0).alias("latency_ns"),
-        pl.when(bound)
-        .then(pl.col("launch_start_ns"))
-        .otherwise(pl.col("start_ns"))
-        .alias("launch_key_ns"),
+        pl.col("launch_start_ns").is_not_null().alias("launched"),
+        pl.coalesce("launch_start_ns", "start_ns").alias("launch_key_ns"),
     ).with_columns(
         pl.when(bound)
         .then(
@@ -239,7 +237,7 @@ def build_model(ctx: Context) -> StepModel | None:
                 pl.col("launch_start_ns") + pl.col("latency_ns"),
             )
         )
-        .otherwise(pl.col("start_ns") - prev_end.fill_null(pl.col("start_ns")))
+        .otherwise(0)  # no launch: pinned at its own start (floor), so no gap on top
         .clip(0)
         .alias("gap_ns")
     )
