@@ -42,6 +42,9 @@ EMPTY_CACHE_PATTERN = r"empty_cache"
 OPTIMIZER_PATTERN = r"^Optimizer\.step#"
 # A call counts as having waited only when it ended at or after what it waits for (within this).
 WAITED_SLACK_NS = 2_000
+# A call on a helper thread after this much idle time waited for the step's thread (the
+# autograd engine's thread between backward() calls): it follows that thread's clock.
+FOLLOW_GAP_NS = 50_000
 DEFAULT_LAUNCH_LATENCY_NS = 3_000  # launch start -> earliest GPU start when the trace gives none
 
 
@@ -246,7 +249,9 @@ def build_model(ctx: Context) -> StepModel | None:
         pl.when(first).then(0).otherwise(pl.col("gap_ns").fill_null(0)).alias("gap_ns")
     )
     gpu = gpu.drop("_node_start", "_node_end").with_row_index("op")
-    host = _waits(host, gpu)
+    host = _waits(host, gpu).with_columns(
+        ((pl.col("tid") != st["tid"][0]) & (pl.col("gap_ns") > FOLLOW_GAP_NS)).alias("follows_main")
+    )
     host, gpu = _flags(ctx, host, gpu)
     steps = st.select("tid", "host_start_ns", "host_end_ns")
     return StepModel(host=host, gpu=gpu, steps=steps)

@@ -97,6 +97,45 @@ def chain_ends(chains: pl.DataFrame, by: str) -> pl.DataFrame:
     )
 
 
+def _host_chains(host: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
+    """The host chains: the step's own thread first; a call on another thread after an idle
+    gap (``follows``: the backward engine's thread waiting for ``backward()``) starts no
+    earlier than the step thread's replayed clock at its trace start, its idle gap dropped."""
+    if main_tid is None or not host.get_column("follows").any():
+        return chain_ends(host, "tid")
+    is_main = pl.col("tid") == main_tid
+    main = host.filter(is_main)
+    main_t = chain_ends(main, "tid")
+    shifts = main.select(
+        "orig_end", (main_t.get_column("end") - pl.col("orig_end")).alias("shift")
+    ).sort("orig_end")
+    rest = host.filter(~is_main)
+    lead = (
+        rest.select("_row", "anchor")
+        .sort("anchor")
+        .join_asof(shifts, left_on="anchor", right_on="orig_end")
+        .sort("_row")
+        .get_column("shift")
+        .fill_null(0)
+    )
+    follow = pl.col("follows")
+    rest = rest.with_columns(
+        pl.when(follow)
+        .then(pl.max_horizontal("floor", pl.col("anchor") + lead + pl.col("dur")))
+        .otherwise(pl.col("floor"))
+        .alias("floor"),
+        pl.when(follow).then(0).otherwise(pl.col("gap")).alias("gap"),
+    )
+    rest_t = chain_ends(rest, "tid")
+    both = pl.concat(
+        [
+            main.select("_row").hstack(main_t),
+            rest.select("_row").hstack(rest_t),
+        ]
+    )
+    return both.sort("_row").select("start", "end")
+
+
 def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
     """Every start and end recomputed from durations and edges (see the module docstring)."""
     h, g = model.host, model.gpu
@@ -107,7 +146,10 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
         pl.col("start_ns").alias("anchor"),
         pl.col("wait"),
         pl.col("own_op").clip(0).alias("own"),
-    )
+        pl.col("follows_main").alias("follows"),
+        pl.col("end_ns").alias("orig_end"),
+    ).with_row_index("_row")
+    main_tid = model.steps.get_column("tid")[0] if model.steps.height else None
     # Which GPU ops a device sync waits for: those launched before it (in trace order).
     order = g.select(pl.arg_sort_by("launch_key_ns", maintain_order=True)).to_series()
     keys = g.get_column("launch_key_ns").gather(order)
@@ -142,7 +184,7 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
             if g.height
             else pl.repeat(NEG_NS, h.height, eager=True)
         )
-        h_times = chain_ends(host.with_columns(floor), "tid")
+        h_times = _host_chains(host.with_columns(floor), main_tid)
         h_start = h_times.get_column("start")
         ready = (
             gpu.select(

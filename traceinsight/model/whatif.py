@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from traceinsight.model.replay import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
+from traceinsight.model.replay import WAIT_NONE, StepModel
 
 # H200 SXM datasheet (NVIDIA H200 Tensor Core GPU, dense, without sparsity): FP32 67 TFLOP/s on
 # CUDA cores, TF32 tensor 494.7, BF16/FP16 tensor 989.5. Real GEMMs reach a fraction of either
@@ -67,7 +67,8 @@ def pinned_copies(model: StepModel) -> StepModel | None:
         .alias("dur_ns")
     )
     own = ops.get_column("op").cast(pl.Int64).implode()
-    which = (pl.col("wait") == WAIT_OWN_OP) & pl.col("own_op").is_in(own)
+    # the call stages a pageable copy whether or not it outlasted the DMA: it all goes
+    which = pl.col("own_op").is_in(own)
     return _host_blocks_off(model.with_gpu(g), which)
 
 
@@ -223,4 +224,20 @@ TRANSFORMS: dict[str, Callable[[StepModel], StepModel | None]] = {
     "no_empty_cache": no_empty_cache,
     "comm_overlapped": comm_overlapped,
 }
-_ = WAIT_DEVICE  # the wait kinds the transforms switch off, named for readers
+
+
+def scale_host(model: StepModel, factor: float) -> StepModel:
+    """Host work and call costs divided by ``factor`` (the profiler's measured host slowdown),
+    so a profiled trace predicts the un-profiled loop. Waits stay: they end with the GPU."""
+    h = model.host.with_columns(
+        (pl.col(c) / factor).cast(pl.Int64).alias(c)
+        for c in (
+            "gap_ns",
+            "dur_ns",
+            "gap_dataloader_ns",
+            "gap_empty_cache_ns",
+            "gap_optimizer_ns",
+            "gap_recompute_ns",
+        )
+    )
+    return model.with_host(h)
