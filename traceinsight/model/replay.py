@@ -170,6 +170,8 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
     g_times = pl.DataFrame({"start": g.get_column("start_ns"), "end": g_end})
     rounds, converged = 0, False
     before_last: pl.Series | None = None
+    # without a blocking call the host never waits for the GPU: one pass is the fixed point
+    blocking = bool(h.height) and bool((h.get_column("wait") != WAIT_NONE).any())
     for rounds in range(1, max_rounds + 1):  # a few rounds, each one vectorized pass
         drained = pl.concat([pl.Series([NEG_NS], dtype=pl.Int64), g_end.gather(order).cum_max()])
         floor = (
@@ -200,7 +202,7 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
         )
         new_end = g_times.get_column("end")
         moved = int((new_end - g_end).abs().max() or 0) if g.height else 0
-        if moved <= CONVERGED_NS and rounds > 1:
+        if not blocking or (moved <= CONVERGED_NS and rounds > 1):
             g_end, converged = new_end, True
             break
         if before_last is not None and new_end.equals(before_last):

@@ -27,6 +27,16 @@ DATALOADER_FLOOR_NS = 50_000  # fetching a prefetched batch from worker processe
 FUSED_OPTIMIZER_GPU_RATIO = 0.25
 
 
+# A transform touching less than this share of the GPU op time cannot move the step by more,
+# so it is not replayed (a replay is the model's cost).
+NEGLIGIBLE_RATIO = 0.005
+
+
+def _share(g: pl.DataFrame, which: pl.Expr, col: str) -> float:
+    total = g.get_column("dur_ns").sum()
+    return float(g.filter(which).get_column(col).sum()) / total if total else 0.0
+
+
 def _host_blocks_off(model: StepModel, which: pl.Expr) -> StepModel:
     h = model.host.with_columns(
         pl.when(which).then(pl.lit(WAIT_NONE, pl.Int8)).otherwise(pl.col("wait")).alias("wait"),
@@ -168,7 +178,7 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     """fp32 math on CUDA cores moved to bf16 tensor cores at the datasheet's peak ratio; the
     elementwise and reduction kernels around it move half the bytes."""
     g = model.gpu
-    if not g.select(pl.col("fp32_math").any()).item():
+    if _share(g, pl.col("fp32_math"), "dur_ns") < NEGLIGIBLE_RATIO:
         return None
     memory_bound = pl.col("kernel_class").cast(pl.String).is_in(["elementwise", "reduction"])
     g = g.with_columns(
@@ -207,6 +217,8 @@ def comm_overlapped(model: StepModel) -> StepModel | None:
     if busy.height < 2:
         return None
     main = int(busy["chain"][0])
+    if _share(g, pl.col("chain") != main, "gap_ns") < NEGLIGIBLE_RATIO:
+        return None
     g = g.with_columns(
         pl.when(pl.col("chain") != main).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns")
     )
