@@ -345,11 +345,10 @@ def _flags(
         )
     )
     host = host.with_columns(h_cols).drop("_gap_from")
-    fp32 = (
-        is_fp32_math(gpu.get_column("name")) & (gpu.get_column("kind") == "kernel")
-        if gpu.height
-        else pl.Series([], dtype=pl.Boolean)
-    )
+    # matched once per distinct kernel name (a few hundred), not per op
+    names = gpu.get_column("name").unique()
+    fp32_names = names.filter(is_fp32_math(names)) if names.len() else names
+    fp32 = pl.col("name").is_in(fp32_names.implode()) & (pl.col("kind") == "kernel")
     gpu = gpu.with_columns(g_cols).with_columns(fp32.alias("fp32_math"))
     return host, gpu
 
