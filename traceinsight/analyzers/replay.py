@@ -45,7 +45,8 @@ WAITED_SLACK_NS = 2_000
 # A call on a helper thread after this much idle time waited for the step's thread (the
 # autograd engine's thread between backward() calls): it follows that thread's clock.
 FOLLOW_GAP_NS = 50_000
-DEFAULT_LAUNCH_LATENCY_NS = 3_000  # launch start -> earliest GPU start when the trace gives none
+DEFAULT_LAUNCH_LATENCY_NS = 3_000
+CROSS_STREAM_LAG_NS = 5_000  # an op this soon after another stream's op ended waited for it  # launch start -> earliest GPU start when the trace gives none
 
 
 @dataclass(frozen=True)
@@ -248,13 +249,46 @@ def build_model(ctx: Context) -> StepModel | None:
     gpu = gpu.with_columns(
         pl.when(first).then(0).otherwise(pl.col("gap_ns").fill_null(0)).alias("gap_ns")
     )
-    gpu = gpu.drop("_node_start", "_node_end").with_row_index("op")
+    gpu = _cross_stream_edges(gpu.drop("_node_start", "_node_end").with_row_index("op"))
     host = _waits(host, gpu).with_columns(
         ((pl.col("tid") != st["tid"][0]) & (pl.col("gap_ns") > FOLLOW_GAP_NS)).alias("follows_main")
     )
     host, gpu = _flags(ctx, host, gpu)
     steps = st.select("tid", "host_start_ns", "host_end_ns")
     return StepModel(host=host, gpu=gpu, steps=steps)
+
+
+def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
+    """An op that started, later than its stream and launch allow, within
+    :data:`CROSS_STREAM_LAG_NS` of another stream's op ending waited for that op (an event wait
+    the table does not link): ``after_op`` is that op (-1: none), and the op's gap becomes the
+    lag after it. The trace's event records and waits carry no stream here, so the edge is read
+    off the times."""
+    ends = gpu.select(
+        pl.col("op").cast(pl.Int64).alias("after_op"),
+        pl.col("chain").alias("_a_chain"),
+        pl.col("end_ns").alias("_a_end"),
+    ).sort("_a_end")
+    j = (
+        gpu.select("op", "start_ns")
+        .sort("start_ns")
+        .join_asof(ends, left_on="start_ns", right_on="_a_end")
+        .sort("op")
+    )
+    lag = pl.col("start_ns") - pl.col("_a_end")
+    cross = (
+        (pl.col("_a_chain") != pl.col("chain"))
+        & (pl.col("gap_ns") > CROSS_STREAM_LAG_NS)
+        & (lag <= CROSS_STREAM_LAG_NS)
+    ).fill_null(False)
+    return (
+        gpu.with_columns(j.get_column("after_op"), j.get_column("_a_chain"), j.get_column("_a_end"))
+        .with_columns(
+            pl.when(cross).then(pl.col("after_op")).otherwise(-1).alias("after_op"),
+            pl.when(cross).then(lag).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+        )
+        .drop("_a_chain", "_a_end")
+    )
 
 
 def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:

@@ -162,6 +162,7 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
         pl.col("dur_ns").alias("dur"),
         pl.col("start_ns").alias("anchor"),
         pl.col("launch"),
+        pl.col("after_op").alias("after"),
         (pl.col("launch_offset_ns") + pl.col("latency_ns")).alias("offset"),
     )
     launch_idx = gpu.get_column("launch").clip(0)
@@ -171,7 +172,8 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
     rounds, converged = 0, False
     before_last: pl.Series | None = None
     # without a blocking call the host never waits for the GPU: one pass is the fixed point
-    blocking = bool(h.height) and bool((h.get_column("wait") != WAIT_NONE).any())
+    crossing = bool((g.get_column("after_op") >= 0).any()) if g.height else False
+    blocking = crossing or (bool(h.height) and bool((h.get_column("wait") != WAIT_NONE).any()))
     for rounds in range(1, max_rounds + 1):  # a few rounds, each one vectorized pass
         drained = pl.concat([pl.Series([NEG_NS], dtype=pl.Int64), g_end.gather(order).cum_max()])
         floor = (
@@ -197,9 +199,15 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
             if h.height
             else gpu.get_column("anchor")
         )
-        g_times = chain_ends(
-            gpu.with_columns((ready + pl.col("gap") + pl.col("dur")).alias("floor")), "chain"
-        )
+        floor_g = ready + gpu.get_column("gap") + gpu.get_column("dur")
+        if crossing:
+            # a cross-stream wait: no earlier than the other stream's op of the previous round
+            after = gpu.get_column("after")
+            done = g_end.gather(after.clip(0)) + gpu.get_column("gap") + gpu.get_column("dur")
+            floor_g = pl.select(
+                pl.when(after >= 0).then(pl.max_horizontal(floor_g, done)).otherwise(floor_g)
+            ).to_series()
+        g_times = chain_ends(gpu.with_columns(floor_g.alias("floor")), "chain")
         new_end = g_times.get_column("end")
         moved = int((new_end - g_end).abs().max() or 0) if g.height else 0
         if not blocking or (moved <= CONVERGED_NS and rounds > 1):

@@ -217,10 +217,17 @@ def comm_overlapped(model: StepModel) -> StepModel | None:
     if busy.height < 2:
         return None
     main = int(busy["chain"][0])
-    if _share(g, pl.col("chain") != main, "gap_ns") < NEGLIGIBLE_RATIO:
+    waits = (pl.col("chain") != main) | (pl.col("after_op") >= 0)
+    if _share(g, waits, "gap_ns") < NEGLIGIBLE_RATIO and not g.select(waits).to_series().any():
         return None
+    side = g.filter(pl.col("chain") != main).get_column("op").cast(pl.Int64).implode()
     g = g.with_columns(
-        pl.when(pl.col("chain") != main).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns")
+        pl.when(pl.col("chain") != main).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+        # neither stream waits for the other any more
+        pl.when((pl.col("chain") != main) | pl.col("after_op").is_in(side))
+        .then(-1)
+        .otherwise(pl.col("after_op"))
+        .alias("after_op"),
     )
     return model.with_gpu(g)
 
