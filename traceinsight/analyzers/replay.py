@@ -261,9 +261,11 @@ def build_model(ctx: Context) -> StepModel | None:
 def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
     """An op that started, later than its stream and launch allow, within
     :data:`CROSS_STREAM_LAG_NS` of another stream's op ending waited for that op (an event wait
-    the table does not link): ``after_op`` is that op (-1: none), and the op's gap becomes the
-    lag after it. The trace's event records and waits carry no stream here, so the edge is read
-    off the times."""
+    the table does not link): ``after_op`` is that op (-1: none), ``after_lag_ns`` the time from
+    its end. The trace's event records and waits carry no stream here, so the edge is read off
+    the times. The replay keeps the wait as the op's gap (a fixed delay: iterating edges that
+    alternate between streams would take one round per alternation); the overlap transform
+    removes it."""
     ends = gpu.select(
         pl.col("op").cast(pl.Int64).alias("after_op"),
         pl.col("chain").alias("_a_chain"),
@@ -277,7 +279,8 @@ def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
     )
     lag = pl.col("start_ns") - pl.col("_a_end")
     cross = (
-        (pl.col("_a_chain") != pl.col("chain"))
+        (pl.col("launch") >= 0)  # an op without a launch is pinned at its start anyway
+        & (pl.col("_a_chain") != pl.col("chain"))
         & (pl.col("gap_ns") > CROSS_STREAM_LAG_NS)
         & (lag <= CROSS_STREAM_LAG_NS)
     ).fill_null(False)
@@ -285,7 +288,7 @@ def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
         gpu.with_columns(j.get_column("after_op"), j.get_column("_a_chain"), j.get_column("_a_end"))
         .with_columns(
             pl.when(cross).then(pl.col("after_op")).otherwise(-1).alias("after_op"),
-            pl.when(cross).then(lag).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+            pl.when(cross).then(lag).otherwise(0).alias("after_lag_ns"),
         )
         .drop("_a_chain", "_a_end")
     )

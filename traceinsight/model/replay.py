@@ -127,6 +127,16 @@ def _host_chains(host: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
         pl.when(follow).then(0).otherwise(pl.col("gap")).alias("gap"),
     )
     rest_t = chain_ends(rest, "tid")
+    # the lead is a floor on the start (the call begins when the step thread got there), not
+    # a wait inside the call as for a sync: a bound call starts dur before its end
+    starts_late = (rest.get_column("follows") & (rest.get_column("wait") == WAIT_NONE)).alias("_l")
+    rest_t = rest_t.with_columns(starts_late).select(
+        pl.when(pl.col("_l"))
+        .then(pl.max_horizontal("start", pl.col("end") - rest.get_column("dur")))
+        .otherwise(pl.col("start"))
+        .alias("start"),
+        "end",
+    )
     both = pl.concat(
         [
             main.select("_row").hstack(main_t),
@@ -162,7 +172,6 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
         pl.col("dur_ns").alias("dur"),
         pl.col("start_ns").alias("anchor"),
         pl.col("launch"),
-        pl.col("after_op").alias("after"),
         (pl.col("launch_offset_ns") + pl.col("latency_ns")).alias("offset"),
     )
     launch_idx = gpu.get_column("launch").clip(0)
@@ -172,8 +181,7 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
     rounds, converged = 0, False
     before_last: pl.Series | None = None
     # without a blocking call the host never waits for the GPU: one pass is the fixed point
-    crossing = bool((g.get_column("after_op") >= 0).any()) if g.height else False
-    blocking = crossing or (bool(h.height) and bool((h.get_column("wait") != WAIT_NONE).any()))
+    blocking = bool(h.height) and bool((h.get_column("wait") != WAIT_NONE).any())
     for rounds in range(1, max_rounds + 1):  # a few rounds, each one vectorized pass
         drained = pl.concat([pl.Series([NEG_NS], dtype=pl.Int64), g_end.gather(order).cum_max()])
         floor = (
@@ -200,13 +208,6 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
             else gpu.get_column("anchor")
         )
         floor_g = ready + gpu.get_column("gap") + gpu.get_column("dur")
-        if crossing:
-            # a cross-stream wait: no earlier than the other stream's op of the previous round
-            after = gpu.get_column("after")
-            done = g_end.gather(after.clip(0)) + gpu.get_column("gap") + gpu.get_column("dur")
-            floor_g = pl.select(
-                pl.when(after >= 0).then(pl.max_horizontal(floor_g, done)).otherwise(floor_g)
-            ).to_series()
         g_times = chain_ends(gpu.with_columns(floor_g.alias("floor")), "chain")
         new_end = g_times.get_column("end")
         moved = int((new_end - g_end).abs().max() or 0) if g.height else 0

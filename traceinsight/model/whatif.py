@@ -218,16 +218,17 @@ def comm_overlapped(model: StepModel) -> StepModel | None:
         return None
     main = int(busy["chain"][0])
     waits = (pl.col("chain") != main) | (pl.col("after_op") >= 0)
-    if _share(g, waits, "gap_ns") < NEGLIGIBLE_RATIO and not g.select(waits).to_series().any():
+    if _share(g, waits, "gap_ns") < NEGLIGIBLE_RATIO:
         return None
     side = g.filter(pl.col("chain") != main).get_column("op").cast(pl.Int64).implode()
     g = g.with_columns(
-        pl.when(pl.col("chain") != main).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
-        # neither stream waits for the other any more
-        pl.when((pl.col("chain") != main) | pl.col("after_op").is_in(side))
-        .then(-1)
-        .otherwise(pl.col("after_op"))
-        .alias("after_op"),
+        # the side stream runs its work as launched; the main stream no longer waits for it
+        pl.when(pl.col("chain") != main)
+        .then(0)
+        .when(pl.col("after_op").is_in(side))
+        .then(pl.col("after_lag_ns"))
+        .otherwise(pl.col("gap_ns"))
+        .alias("gap_ns"),
     )
     return model.with_gpu(g)
 
