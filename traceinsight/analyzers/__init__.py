@@ -22,6 +22,7 @@ from traceinsight.analyzers.launch import LaunchResult, analyze_launch
 from traceinsight.analyzers.optimizer import OptimizerResult, analyze_optimizer
 from traceinsight.analyzers.recompute import RecomputeResult, analyze_recompute
 from traceinsight.analyzers.regions import RegionResult, analyze_regions
+from traceinsight.analyzers.replay import ReplayResult, analyze_replay
 from traceinsight.analyzers.sources import SourcesResult, analyze_sources
 from traceinsight.analyzers.steps import StepResult, analyze_steps
 from traceinsight.analyzers.syncs import SyncResult, analyze_syncs
@@ -42,6 +43,7 @@ class Results:
     recompute: RecomputeResult
     sources: SourcesResult
     health: HealthResult
+    replay: ReplayResult
     regions: RegionResult  # after the others: it places the idle segments (see run_analyzers)
 
     def metrics(self) -> dict[str, Any]:
@@ -70,6 +72,7 @@ class Results:
             "short_kernel_ratio": launch.short_kernel_ratio,
             "fp32_gemm_time_ratio": kern.fp32_gemm_time_ratio,
             "recompute_time_ratio": rec.recompute_time_ratio,
+            "replay_error_ratio": self.replay.replay_error_ratio,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -88,6 +91,7 @@ ANALYZERS: dict[str, Callable[[Context], Any]] = {
     "recompute": analyze_recompute,
     "sources": analyze_sources,
     "health": analyze_health,
+    "replay": analyze_replay,
 }
 
 

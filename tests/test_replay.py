@@ -1,0 +1,173 @@
+"""The causal step model: replays of hand-made tables against hand-computed times, the replay's
+error on recorded traces, and what-if predictions against the H200 before/after pairs."""
+
+import importlib.util
+import json
+
+import polars as pl
+import pytest
+
+from traceinsight import analyze
+from traceinsight.analyzers.context import build_context
+from traceinsight.analyzers.replay import build_model
+from traceinsight.model import whatif
+from traceinsight.model.replay import WAIT_DEVICE, median_step_ns, replay
+
+from .builder import US, Events
+from .conftest import H200, ROOT, SHARED
+
+
+def model_of(ev: Events):
+    m = build_model(build_context(ev.trace()))
+    assert m is not None
+    return m
+
+
+def step_us(m) -> float:
+    return median_step_ns(m, replay(m)) / US
+
+
+def test_gpu_chain_replays_and_shortens_by_hand():
+    # three queued kernels (30 us each, back to back from 16 us), launched at 10, 20, 30 us
+    ev = Events().step(0, 0, 50)
+    for i in range(3):
+        ev.kernel(f"k{i}", 16 + 30 * i, 30, launch_us=10 + 10 * i)
+    m = model_of(ev)
+    assert step_us(m) == 106  # the trace: GPU work launched in the step ends at 106
+    # halved: k0 keeps its start (16-31); k1, k2 follow back to back: 31-46, 46-61
+    half = m.with_gpu(m.gpu.with_columns(pl.col("dur_ns") // 2))
+    assert step_us(half) == 61
+
+
+def test_sync_waits_for_the_queue_to_drain():
+    # launch k0 (runs 10-1010 us); cudaDeviceSynchronize 10-1015 (5 us after the drain);
+    # launch k1 at 1020 (runs 1030-1130)
+    ev = Events().step(0, 0, 1040)
+    ev.kernel("k0", 10, 1000, launch_us=0)
+    ev.runtime("cudaDeviceSynchronize", 10, 1005)
+    ev.kernel("k1", 1030, 100, launch_us=1020)
+    m = model_of(ev)
+    assert (m.host["wait"] == WAIT_DEVICE).sum() == 1
+    assert step_us(m) == 1130
+    # k0 twice as long: the sync returns 5 us after 2010, k1 is launched 5 us later, starts
+    # 10 us after its launch (its measured latency) and ends at 2130
+    slower = m.with_gpu(
+        m.gpu.with_columns(
+            pl.when(pl.col("name") == "k0")
+            .then(pl.col("dur_ns") * 2)
+            .otherwise(pl.col("dur_ns"))
+            .alias("dur_ns")
+        )
+    )
+    assert step_us(slower) == 2130
+    # without the sync (2 us of API cost left) k1 is queued behind k0: 1010 + 100
+    assert step_us(whatif.remove_syncs(m)) == 1110
+
+
+def test_launch_bound_loop_under_cuda_graphs():
+    # ten 2 us kernels, each launched by an 8 us call every 10 us, starting 5 us after it
+    ev = Events().step(0, 0, 100)
+    for i in range(10):
+        ev.kernel(f"k{i}", 10 * i + 5, 2, launch_us=10 * i, launch_dur_us=8)
+    m = model_of(ev)
+    assert step_us(m) == 100  # host-bound: the host leaves the step at 100
+    # one graph: kernels back to back from the first one's start, 5 + 10 x 2 us
+    assert step_us(whatif.cuda_graphs(m)) == 25
+
+
+def test_cross_stream_wait_follows_the_other_stream():
+    # k1 on stream 8 was launched at 5 us but started 2 us after k0 (stream 7) ended: a wait
+    ev = Events().step(0, 0, 500)
+    ev.kernel("k0", 10, 100, launch_us=0)
+    ev.kernel("ka", 4, 2, launch_us=1, stream=8)
+    ev.kernel("k1", 112, 50, launch_us=5, stream=8)
+    for t in (200, 300, 400):  # launch-bound kernels: the launch latency is 3 us
+        ev.kernel(f"late{t}", t + 3, 1, launch_us=t)
+    m = model_of(ev)
+    k0 = m.gpu.filter(pl.col("name") == "k0")["op"][0]
+    k1 = m.gpu.filter(pl.col("name") == "k1")["op"][0]
+    assert m.gpu["after_op"][k1] == k0
+
+    def k1_end_us(model) -> float:
+        return replay(model).gpu_end_ns[k1] / US
+
+    assert k1_end_us(m) == 162
+    # k0 halved (10-60): the wait is kept as a fixed delay outside the overlap transform
+    half = m.with_gpu(
+        m.gpu.with_columns(
+            pl.when(pl.col("name") == "k0")
+            .then(pl.col("dur_ns") // 2)
+            .otherwise(pl.col("dur_ns"))
+            .alias("dur_ns")
+        )
+    )
+    assert k1_end_us(half) == 162
+    # overlapped: no wait, k1 runs after ka as soon as launched (3 us latency): 8-58
+    assert k1_end_us(whatif.comm_overlapped(m)) == 58
+
+
+FIXTURES = sorted(H200.glob("*.pt.trace.json.gz")) + sorted(
+    (H200 / "pairs").glob("*.before.pt.trace.json.gz")
+)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name.split(".")[0])
+def test_replay_error_on_h200_fixtures(path):
+    # measured: 0.0 (to 4 decimals) on every one of them
+    m = analyze(path).metrics
+    assert m["replay_error_ratio"] is not None
+    assert m["replay_error_ratio"] <= 0.03
+
+
+CORPUS_WITH_STEPS = [
+    "hta/df_index_resolver/df_index_resolver.json.gz",
+    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "hta/trace_compare/test/test.json.gz",
+    "hta/timeline_analysis/sampled_rank-0.json.gz",
+    "kineto-samples/plugin_2021-01_resnet50_nw4_worker0.pt.trace.json.gz",
+    "tracelens/mi300_resnet_act_checkpoint.json.gz",
+    "tracelens/h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+]
+
+
+@pytest.mark.parametrize("rel", CORPUS_WITH_STEPS)
+def test_replay_error_on_corpus_traces(rel):
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"corpus trace not here: {path}")
+    a = analyze(path)
+    assert a.metrics["replay_error_ratio"] <= 0.05
+
+
+def _pairs_module():
+    spec = importlib.util.spec_from_file_location(
+        "replay_pairs", ROOT / "benchmarks" / "replay_pairs.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# The pairs whose prediction is within the issue's tolerance (benchmarks/RESULTS.md lists all
+# nine; syncs, dataloader, checkpointing and empty_cache are not yet).
+WITHIN_TOLERANCE = ["h2d_pinned", "cudagraph", "fused_adamw", "bf16", "comm_overlap"]
+
+
+@pytest.mark.parametrize("pair", WITHIN_TOLERANCE)
+def test_predicted_speedup_matches_the_measured_pair(pair):
+    mod = _pairs_module()
+    r = mod.predict(pair)
+    truth = json.loads((H200 / "pairs" / f"{pair}.truth.json").read_text())
+    assert r["measured"] == truth["speedup"]
+    tol = mod.TOLERANCE.get(pair, mod.DEFAULT_TOLERANCE)
+    assert r["predicted"] == pytest.approx(r["measured"], rel=tol)
+    # the un-profiled "before" the scaled replay predicts is within 10% of the measured one
+    assert r["replayed_before_ms"] == pytest.approx(r["measured_before_ms"], rel=0.10)
+
+
+def test_what_if_in_details():
+    a = analyze(H200 / "pairs" / "fused_adamw.before.pt.trace.json.gz")
+    w = a.results.replay.what_if["fused_optimizer"]
+    assert set(w) == {"step_time_ns", "step_time_after_ns", "speedup"}
+    assert w["speedup"] > 1
+    assert a.to_json()["details"]["replay"]["what_if"]["fused_optimizer"] == w

@@ -1,0 +1,409 @@
+"""The step model built from a trace, its replay error, and what each fix would do to the step.
+
+:func:`build_model` turns the context's tables into :class:`~traceinsight.model.replay.StepModel`
+nodes (with the flags the what-if transforms read); :func:`analyze_replay` replays it unchanged
+(``replay_error_ratio``: how far the model's median step is from the trace's) and after each
+transform of :mod:`traceinsight.model.whatif`. Savings are not yet wired into the findings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import (
+    API_KINDS,
+    BLOCKING_COPY_API,
+    DATALOADER_PATTERN,
+    LAUNCH_API,
+    SYNC_API,
+    Context,
+)
+from traceinsight.analyzers.recompute import BACKWARD_NODE, FORWARD_OPS
+from traceinsight.model import intervals as iv
+from traceinsight.model import whatif
+from traceinsight.model.classify import is_fp32_math
+from traceinsight.model.replay import (
+    NEG_NS,
+    WAIT_DEVICE,
+    WAIT_NONE,
+    WAIT_OWN_OP,
+    StepModel,
+    median_step_ns,
+    replay,
+)
+
+# cudaFree (and so empty_cache) synchronizes the device before it returns memory.
+IMPLICIT_SYNC_API = r"^(cuda|hip)Free$|^cuMemFree"
+ALLOC_API = r"^(cuda|hip)(Malloc|Free)\w*$|^cuMem(Alloc|Free)"
+EMPTY_CACHE_PATTERN = r"empty_cache"
+OPTIMIZER_PATTERN = r"^Optimizer\.step#"
+# A call counts as having waited only when it ended at or after what it waits for (within this).
+WAITED_SLACK_NS = 2_000
+# A call on a helper thread after this much idle time waited for the step's thread (the
+# autograd engine's thread between backward() calls): it follows that thread's clock.
+FOLLOW_GAP_NS = 50_000
+DEFAULT_LAUNCH_LATENCY_NS = 3_000
+CROSS_STREAM_LAG_NS = 5_000  # an op this soon after another stream's op ended waited for it  # launch start -> earliest GPU start when the trace gives none
+
+
+@dataclass(frozen=True)
+class ReplayResult:
+    trace_step_median_ns: float | None
+    replayed_step_median_ns: float | None
+    replay_error_ratio: float | None
+    rounds: int
+    converged: bool
+    host_nodes: int
+    gpu_nodes: int
+    blocking_calls: int
+    unexplained_gpu_gap_ratio: float | None  # GPU delay no edge explains, share of GPU op time
+    what_if: dict[str, dict[str, Any]]  # transform -> step_time_ns, step_time_after_ns, speedup
+
+
+def analyze_replay(ctx: Context) -> ReplayResult:
+    model = build_model(ctx)
+    trace_median = float(ctx.steps["dur_ns"].median()) if ctx.steps.height else None
+    if model is None or trace_median is None or trace_median <= 0:
+        return ReplayResult(trace_median, None, None, 0, True, 0, 0, 0, None, {})
+    base = replay(model)
+    replayed = median_step_ns(model, base)
+    error = abs(replayed - trace_median) / trace_median if replayed is not None else None
+    what_if: dict[str, dict[str, Any]] = {}
+    for name, transform in whatif.TRANSFORMS.items():
+        changed = transform(model)
+        if changed is None:  # nothing in this trace for the transform to change
+            continue
+        after = median_step_ns(changed, replay(changed))
+        if after is None or replayed is None:
+            continue
+        what_if[name] = {
+            "step_time_ns": round(replayed),
+            "step_time_after_ns": round(after),
+            "speedup": replayed / after if after > 0 else None,
+        }
+    g = model.gpu
+    gpu_ns = int(g["dur_ns"].sum()) if g.height else 0
+    return ReplayResult(
+        trace_step_median_ns=trace_median,
+        replayed_step_median_ns=replayed,
+        replay_error_ratio=error,
+        rounds=base.rounds,
+        converged=base.converged,
+        host_nodes=model.host.height,
+        gpu_nodes=g.height,
+        blocking_calls=int((model.host["wait"] != WAIT_NONE).sum()),
+        unexplained_gpu_gap_ratio=int(g["gap_ns"].sum()) / gpu_ns if gpu_ns else None,
+        what_if=what_if,
+    )
+
+
+def _coverage(ranges: pl.DataFrame, t: pl.Series) -> pl.DataFrame:
+    """For each time ``t``: ``before`` (the ranges' union time before it) and ``inside``."""
+    u = iv.union(ranges.select("start_ns", "end_ns")) if ranges.height else None
+    if u is None or u.height == 0:
+        return pl.DataFrame(
+            {
+                "before": pl.repeat(0, t.len(), dtype=pl.Int64, eager=True),
+                "inside": pl.repeat(False, t.len(), eager=True),
+            }
+        )
+    u = (
+        u.sort("start_ns")
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_len"))
+        .with_columns((pl.col("_len").cum_sum() - pl.col("_len")).alias("_cum"))
+    )
+    return (
+        pl.DataFrame({"t": t.cast(pl.Int64)})
+        .with_row_index("_i")
+        .sort("t")
+        .join_asof(u, left_on="t", right_on="start_ns")
+        .sort("_i")
+        .select(
+            (pl.col("_cum") + (pl.col("t") - pl.col("start_ns")).clip(0, pl.col("_len")))
+            .fill_null(0)
+            .alias("before"),
+            (pl.col("t") < pl.col("end_ns")).fill_null(False).alias("inside"),
+        )
+    )
+
+
+def build_model(ctx: Context) -> StepModel | None:
+    """The nodes and edges of the window's steps (None without steps or GPU work)."""
+    if ctx.steps.height == 0 or not ctx.has_gpu:
+        return None
+    st = ctx.steps
+    lo = int(min(st["host_start_ns"].min(), ctx.window_start_ns))
+    hi = ctx.window_end_ns
+    # Host nodes: the outermost runtime/driver call per thread (a driver call inside a runtime
+    # call is part of it).
+    host = (
+        ctx.rows(API_KINDS)
+        .filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi) & pl.col("tid").is_not_null())
+        .select("name", "start_ns", "end_ns", "tid")
+        .sort("tid", "start_ns")
+        .with_columns(pl.col("end_ns").cum_max().shift(1).over("tid").alias("_prev_max"))
+        .filter(pl.col("_prev_max").is_null() | (pl.col("start_ns") >= pl.col("_prev_max")))
+        .with_columns(
+            (pl.col("start_ns") - pl.col("end_ns").shift(1).over("tid"))
+            .fill_null(0)
+            .clip(0)
+            .alias("gap_ns"),
+            (pl.col("end_ns").shift(1).over("tid"))
+            .fill_null(pl.col("start_ns"))
+            .alias("_gap_from"),
+        )
+        .drop("_prev_max")
+        .with_row_index("node")
+    )
+    if host.height == 0:
+        return None
+    gpu = ctx.launches.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    gpu = (
+        gpu.select(
+            "kind",
+            "name",
+            "start_ns",
+            "end_ns",
+            "dur_ns",
+            "device",
+            "stream",
+            "kernel_class",
+            "copy_kind",
+            "src_kind",
+            "dst_kind",
+            "bytes",
+            "launch_name",
+            "launch_start_ns",
+            "launch_end_ns",
+            "launch_tid",
+        )
+        .with_columns(
+            pl.struct(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1))
+            .rank("dense")
+            .cast(pl.Int64)
+            .alias("chain")
+        )
+        .sort("chain", "start_ns")
+    )
+    # launch -> GPU op: the outer host node holding the launching call (asof on its thread)
+    nodes = host.select(
+        pl.col("node").cast(pl.Int64).alias("launch"),
+        pl.col("tid").alias("launch_tid"),
+        pl.col("start_ns").alias("_node_start"),
+        pl.col("end_ns").alias("_node_end"),
+    ).sort("_node_start")
+    gpu = (
+        gpu.with_row_index("_row")
+        .sort("launch_start_ns")
+        .join_asof(
+            nodes,
+            left_on="launch_start_ns",
+            right_on="_node_start",
+            by="launch_tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(
+            pl.when(
+                pl.col("launch_start_ns").is_not_null()
+                & (pl.col("launch_start_ns") <= pl.col("_node_end"))
+            )
+            .then(pl.col("launch"))
+            .otherwise(-1)
+            .alias("launch")
+        )
+        .sort("_row")
+        .drop("_row")
+    )
+    since = pl.col("start_ns") - pl.col("launch_start_ns")
+    prev_end = pl.col("end_ns").shift(1).over("chain")
+    launch_bound = gpu.filter((pl.col("launch") >= 0) & (pl.col("start_ns") > prev_end + 2_000))
+    lat = launch_bound.select(since.quantile(0.25)).item() if launch_bound.height else None
+    latency_ns = int(lat) if lat is not None and lat > 0 else DEFAULT_LAUNCH_LATENCY_NS
+    bound = pl.col("launch") >= 0
+    gpu = gpu.with_columns(
+        pl.when(bound)
+        .then(pl.col("launch_start_ns") - pl.col("_node_start"))
+        .otherwise(0)
+        .alias("launch_offset_ns"),
+        pl.when(bound).then(since.clip(0, latency_ns)).otherwise(0).alias("latency_ns"),
+        pl.col("launch_start_ns").is_not_null().alias("launched"),
+        pl.coalesce("launch_start_ns", "start_ns").alias("launch_key_ns"),
+    ).with_columns(
+        pl.when(bound)
+        .then(
+            pl.col("start_ns")
+            - pl.max_horizontal(
+                prev_end.fill_null(pl.col("start_ns")),
+                pl.col("launch_start_ns") + pl.col("latency_ns"),
+            )
+        )
+        .otherwise(0)  # no launch: pinned at its own start (floor), so no gap on top
+        .clip(0)
+        .alias("gap_ns")
+    )
+    first = pl.int_range(pl.len()).over("chain") == 0
+    gpu = gpu.with_columns(
+        pl.when(first).then(0).otherwise(pl.col("gap_ns").fill_null(0)).alias("gap_ns")
+    )
+    gpu = _cross_stream_edges(gpu.drop("_node_start", "_node_end").with_row_index("op"))
+    host = _waits(host, gpu).with_columns(
+        ((pl.col("tid") != st["tid"][0]) & (pl.col("gap_ns") > FOLLOW_GAP_NS)).alias("follows_main")
+    )
+    host, gpu = _flags(ctx, host, gpu)
+    steps = st.select("tid", "host_start_ns", "host_end_ns")
+    return StepModel(host=host, gpu=gpu, steps=steps)
+
+
+def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
+    """An op that started, later than its stream and launch allow, within
+    :data:`CROSS_STREAM_LAG_NS` of another stream's op ending waited for that op (an event wait
+    the table does not link): ``after_op`` is that op (-1: none), ``after_lag_ns`` the time from
+    its end. The trace's event records and waits carry no stream here, so the edge is read off
+    the times. The replay keeps the wait as the op's gap (a fixed delay: iterating edges that
+    alternate between streams would take one round per alternation); the overlap transform
+    removes it."""
+    ends = gpu.select(
+        pl.col("op").cast(pl.Int64).alias("after_op"),
+        pl.col("chain").alias("_a_chain"),
+        pl.col("end_ns").alias("_a_end"),
+    ).sort("_a_end")
+    j = (
+        gpu.select("op", "start_ns")
+        .sort("start_ns")
+        .join_asof(ends, left_on="start_ns", right_on="_a_end")
+        .sort("op")
+    )
+    lag = pl.col("start_ns") - pl.col("_a_end")
+    cross = (
+        (pl.col("launch") >= 0)  # an op without a launch is pinned at its start anyway
+        & (pl.col("_a_chain") != pl.col("chain"))
+        & (pl.col("gap_ns") > CROSS_STREAM_LAG_NS)
+        & (lag <= CROSS_STREAM_LAG_NS)
+    ).fill_null(False)
+    return (
+        gpu.with_columns(j.get_column("after_op"), j.get_column("_a_chain"), j.get_column("_a_end"))
+        .with_columns(
+            pl.when(cross).then(pl.col("after_op")).otherwise(-1).alias("after_op"),
+            pl.when(cross).then(lag).otherwise(0).alias("after_lag_ns"),
+        )
+        .drop("_a_chain", "_a_end")
+    )
+
+
+def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Which calls blocked on the GPU, on what, and their return latency (``dur_ns``)."""
+    order = gpu.select(pl.arg_sort_by("launch_key_ns", maintain_order=True)).to_series()
+    keys = gpu.get_column("launch_key_ns").gather(order)
+    drained = pl.concat(
+        [pl.Series([NEG_NS], dtype=pl.Int64), gpu.get_column("end_ns").gather(order).cum_max()]
+    )
+    drain = drained.gather(keys.search_sorted(host.get_column("start_ns"), side="left"))
+    # a blocking copy waits for its own copy: the one GPU op its call launched
+    copies = (
+        gpu.filter(
+            (pl.col("kind") == "memcpy")
+            & (pl.col("launch") >= 0)
+            & (
+                (pl.col("src_kind") == "pageable")
+                | (pl.col("dst_kind") == "pageable")
+                | pl.col("launch_name").str.contains(BLOCKING_COPY_API)
+            )
+        )
+        .group_by("launch")
+        .agg(
+            pl.col("op").last().cast(pl.Int64).alias("own_op"),
+            pl.col("end_ns").last().alias("_own_end"),
+        )
+        .rename({"launch": "node"})
+        .with_columns(pl.col("node").cast(pl.UInt32))
+    )
+    host = host.join(copies, on="node", how="left").sort("node").with_columns(drain.alias("_drain"))
+    is_sync = pl.col("name").str.contains(f"{SYNC_API}|{IMPLICIT_SYNC_API}")
+    target = (
+        pl.when(pl.col("own_op").is_not_null())
+        .then(pl.col("_own_end"))
+        .when(is_sync)
+        .then(pl.col("_drain"))
+        .otherwise(NEG_NS)
+    )
+    host = host.with_columns(target.alias("_target"))
+    waited = (pl.col("_target") > pl.col("start_ns")) & (
+        pl.col("end_ns") + WAITED_SLACK_NS >= pl.col("_target")
+    )
+    wait = (
+        pl.when(waited & pl.col("own_op").is_not_null())
+        .then(WAIT_OWN_OP)
+        .when(waited)
+        .then(WAIT_DEVICE)
+        .otherwise(WAIT_NONE)
+        .cast(pl.Int8)
+    )
+    return host.with_columns(
+        wait.alias("wait"),
+        pl.col("own_op").fill_null(-1),
+        pl.when(waited)
+        .then((pl.col("end_ns") - pl.max_horizontal("start_ns", "_target")).clip(0))
+        .otherwise(pl.col("end_ns") - pl.col("start_ns"))
+        .alias("dur_ns"),
+        pl.col("name").str.contains(LAUNCH_API).alias("is_launch"),
+        pl.col("name").str.contains(ALLOC_API).alias("is_alloc"),
+    ).drop("_drain", "_target", "_own_end")
+
+
+def _flags(
+    ctx: Context, host: pl.DataFrame, gpu: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What the transforms need to know of each node: the host work of each gap that falls in
+    data loading / empty_cache / optimizer / recompute ranges, and which ops those launched."""
+    ranges = {
+        "dataloader": ctx.rows(("cpu_op", "user_annotation"), DATALOADER_PATTERN),
+        "empty_cache": ctx.rows(("cpu_op", "user_annotation"), EMPTY_CACHE_PATTERN),
+        "optimizer": ctx.rows(("cpu_op", "user_annotation"), OPTIMIZER_PATTERN),
+        "recompute": _recompute_ranges(ctx),
+    }
+    h_cols, g_cols = [], []
+    bound = gpu.get_column("launch") >= 0
+    for name, rows in ranges.items():
+        at = _coverage(rows, host.get_column("start_ns"))
+        since = _coverage(rows, host.get_column("_gap_from"))
+        h_cols.append((at["before"] - since["before"]).alias(f"gap_{name}_ns"))
+        h_cols.append(at["inside"].alias(f"in_{name}"))
+        g_cols.append(
+            (bound & _coverage(rows, gpu.get_column("launch_key_ns"))["inside"]).alias(f"in_{name}")
+        )
+    steps = ctx.steps.get_column("host_start_ns").sort()
+    h_cols.append(
+        (steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1).alias(
+            "step"
+        )
+    )
+    host = host.with_columns(h_cols).drop("_gap_from")
+    # matched once per distinct kernel name (a few hundred), not per op
+    names = gpu.get_column("name").unique()
+    fp32_names = names.filter(is_fp32_math(names)) if names.len() else names
+    fp32 = pl.col("name").is_in(fp32_names.implode()) & (pl.col("kind") == "kernel")
+    gpu = gpu.with_columns(g_cols).with_columns(fp32.alias("fp32_math"))
+    return host, gpu
+
+
+def _recompute_ranges(ctx: Context) -> pl.DataFrame:
+    """Forward ops running inside a backward node: checkpointing's recomputation."""
+    bw = ctx.rows(("cpu_op",), BACKWARD_NODE).select(
+        pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid")
+    )
+    fw = ctx.rows(("cpu_op",), FORWARD_OPS).select("start_ns", "end_ns", "tid")
+    if bw.height == 0 or fw.height == 0:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+    return iv.containing(
+        fw,
+        bw,
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="b_s",
+        outer_end="b_e",
+        same=("b_tid", "tid"),
+    ).select("start_ns", "end_ns")

@@ -1,0 +1,298 @@
+"""The causal step model: host calls per thread and GPU ops per stream, linked by their edges,
+and a replay that recomputes every time from durations and edges.
+
+Nodes: runtime/driver calls per host thread in order (launches, blocking calls) and GPU ops
+(kernels, copies, memsets) per stream in order. Edges: host order (with the host work between
+two calls kept as a gap), launch -> GPU op (correlation), stream order, and a blocking call that
+ends when the GPU work it waits for ends (a device sync drains everything launched before it; a
+blocking copy waits for its own copy).
+
+Every chain is ``end_i = max(end_{i-1} + gap_i + dur_i, floor_i)``, with ``floor_i`` the earliest
+end its other edges allow. Its closed form ``end_i = S_i + cummax_{j<=i}(floor_j - S_j)`` (``S``
+the cumulative gap + dur) makes one chain one cumulative max; host and GPU chains are iterated
+only through the blocking floors, a few rounds until nothing moves.
+
+Delays the edges do not explain (a GPU op starting later than both its stream and its launch
+allow: a cross-stream wait, a throttled clock) are kept as the op's ``gap_ns``, so the replay of
+the unchanged model reproduces the trace wherever the edges are right; where they are wrong
+(a sync modelled as a device drain that only waited for one stream) the replay disagrees and
+``replay_error_ratio`` says by how much. Transforms change durations, gaps and waits, not edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import polars as pl
+
+NEG_NS = -(1 << 62)  # "no floor": an end no edge constrains
+CONVERGED_NS = 2_000  # a round that moves no time by more than this ends the iteration (a
+# 1 us drift between rounds remains on one H200 trace with 400 stream syncs: below resolution)
+MAX_ROUNDS = 64  # each round settles at least one more blocking call in a dependent sequence
+
+# What a host call waits for before it may return.
+WAIT_NONE, WAIT_DEVICE, WAIT_OWN_OP = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """One rank's nodes. ``host``: outer runtime/driver calls sorted by (tid, start), row i is
+    node i: tid, name, start_ns, end_ns, gap_ns (host work since the previous call on the
+    thread), dur_ns (for a blocking call: its return latency), wait, own_op (GPU row of its
+    copy, -1). ``gpu``: GPU ops sorted by (chain = device and stream, start), row i is op i:
+    launch (host row, -1 for work queued before the window), launched (its launch call is in
+    the trace), launch_offset_ns, latency_ns
+    (launch start -> earliest op start), launch_key_ns (the launch's trace time), gap_ns, dur_ns
+    and the columns the transforms read. ``steps``: host step ranges (tid, host_start_ns,
+    host_end_ns)."""
+
+    host: pl.DataFrame
+    gpu: pl.DataFrame
+    steps: pl.DataFrame
+
+    def with_host(self, host: pl.DataFrame) -> StepModel:
+        return replace(self, host=host)
+
+    def with_gpu(self, gpu: pl.DataFrame) -> StepModel:
+        return replace(self, gpu=gpu)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    host_start_ns: pl.Series
+    host_end_ns: pl.Series
+    gpu_start_ns: pl.Series
+    gpu_end_ns: pl.Series
+    rounds: int
+    converged: bool
+
+
+def chain_ends(chains: pl.DataFrame, by: str) -> pl.DataFrame:
+    """``start``/``end`` of chains (rows in chain order, grouped by ``by``) with
+    ``start_i = end_{i-1} + gap_i`` (the first at ``anchor``) and
+    ``end_i = max(start_i + dur_i, floor_i)``: per chain one cumulative sum and one cumulative
+    max. Columns read: gap, dur, floor, anchor."""
+    first = pl.int_range(pl.len()).over(by) == 0
+    gap = pl.when(first).then(0).otherwise(pl.col("gap"))
+    floor = (
+        pl.when(first)
+        .then(pl.max_horizontal("floor", pl.col("anchor") + pl.col("dur")))
+        .otherwise(pl.col("floor"))
+    )
+    return (
+        chains.lazy()
+        .with_columns(gap.alias("gap"), floor.alias("floor"), first.alias("_first"))
+        .with_columns((pl.col("gap") + pl.col("dur")).cum_sum().over(by).alias("_s"))
+        .with_columns(
+            (pl.col("_s") + (pl.col("floor") - pl.col("_s")).cum_max().over(by)).alias("end")
+        )
+        .with_columns(
+            pl.when(pl.col("_first"))
+            .then(pl.col("anchor"))
+            .otherwise(pl.col("end").shift(1).over(by) + pl.col("gap"))
+            .alias("start")
+        )
+        .select("start", "end")
+        .collect()
+    )
+
+
+def _host_chains(host: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
+    """The host chains: the step's own thread first; a call on another thread after an idle
+    gap (``follows``: the backward engine's thread waiting for ``backward()``) starts no
+    earlier than the step thread's replayed clock at its trace start, its idle gap dropped."""
+    if main_tid is None or not host.get_column("follows").any():
+        return chain_ends(host, "tid")
+    is_main = pl.col("tid") == main_tid
+    main = host.filter(is_main)
+    main_t = chain_ends(main, "tid")
+    shifts = main.select(
+        "orig_end", (main_t.get_column("end") - pl.col("orig_end")).alias("shift")
+    ).sort("orig_end")
+    rest = host.filter(~is_main)
+    lead = (
+        rest.select("_row", "anchor")
+        .sort("anchor")
+        .join_asof(shifts, left_on="anchor", right_on="orig_end")
+        .sort("_row")
+        .get_column("shift")
+        .fill_null(0)
+    )
+    follow = pl.col("follows")
+    rest = rest.with_columns(
+        pl.when(follow)
+        .then(pl.max_horizontal("floor", pl.col("anchor") + lead + pl.col("dur")))
+        .otherwise(pl.col("floor"))
+        .alias("floor"),
+        pl.when(follow).then(0).otherwise(pl.col("gap")).alias("gap"),
+    )
+    rest_t = chain_ends(rest, "tid")
+    # the lead is a floor on the start (the call begins when the step thread got there), not
+    # a wait inside the call as for a sync: a bound call starts dur before its end
+    starts_late = (rest.get_column("follows") & (rest.get_column("wait") == WAIT_NONE)).alias("_l")
+    rest_t = rest_t.with_columns(starts_late).select(
+        pl.when(pl.col("_l"))
+        .then(pl.max_horizontal("start", pl.col("end") - rest.get_column("dur")))
+        .otherwise(pl.col("start"))
+        .alias("start"),
+        "end",
+    )
+    both = pl.concat(
+        [
+            main.select("_row").hstack(main_t),
+            rest.select("_row").hstack(rest_t),
+        ]
+    )
+    return both.sort("_row").select("start", "end")
+
+
+def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
+    """Every start and end recomputed from durations and edges (see the module docstring)."""
+    h, g = model.host, model.gpu
+    host = h.select(
+        "tid",
+        pl.col("gap_ns").alias("gap"),
+        pl.col("dur_ns").alias("dur"),
+        pl.col("start_ns").alias("anchor"),
+        pl.col("wait"),
+        pl.col("own_op").clip(0).alias("own"),
+        pl.col("follows_main").alias("follows"),
+        pl.col("end_ns").alias("orig_end"),
+    ).with_row_index("_row")
+    main_tid = model.steps.get_column("tid")[0] if model.steps.height else None
+    # Which GPU ops a device sync waits for: those launched before it (in trace order).
+    order = g.select(pl.arg_sort_by("launch_key_ns", maintain_order=True)).to_series()
+    keys = g.get_column("launch_key_ns").gather(order)
+    host = host.with_columns(
+        keys.search_sorted(h.get_column("start_ns"), side="left").alias("drain_pos")
+    )
+    gpu = g.select(
+        "chain",
+        pl.col("gap_ns").alias("gap"),
+        pl.col("dur_ns").alias("dur"),
+        pl.col("start_ns").alias("anchor"),
+        pl.col("launch"),
+        (pl.col("launch_offset_ns") + pl.col("latency_ns")).alias("offset"),
+    )
+    launch_idx = gpu.get_column("launch").clip(0)
+    g_end = g.get_column("end_ns")
+    h_times = pl.DataFrame({"start": h.get_column("start_ns"), "end": h.get_column("end_ns")})
+    g_times = pl.DataFrame({"start": g.get_column("start_ns"), "end": g_end})
+    rounds, converged = 0, False
+    before_last: pl.Series | None = None
+    # without a blocking call the host never waits for the GPU: one pass is the fixed point
+    blocking = bool(h.height) and bool((h.get_column("wait") != WAIT_NONE).any())
+    for rounds in range(1, max_rounds + 1):  # a few rounds, each one vectorized pass
+        drained = pl.concat([pl.Series([NEG_NS], dtype=pl.Int64), g_end.gather(order).cum_max()])
+        floor = (
+            host.select(
+                pl.when(pl.col("wait") == WAIT_DEVICE)
+                .then(drained.gather(host.get_column("drain_pos")) + pl.col("dur"))
+                .when(pl.col("wait") == WAIT_OWN_OP)
+                .then(g_end.gather(host.get_column("own")) + pl.col("dur"))
+                .otherwise(NEG_NS)
+                .alias("floor")
+            ).to_series()
+            if g.height
+            else pl.repeat(NEG_NS, h.height, eager=True)
+        )
+        h_times = _host_chains(host.with_columns(floor), main_tid)
+        h_start = h_times.get_column("start")
+        ready = (
+            gpu.select(
+                pl.when(pl.col("launch") >= 0)
+                .then(h_start.gather(launch_idx) + pl.col("offset"))
+                .otherwise(pl.col("anchor"))
+            ).to_series()
+            if h.height
+            else gpu.get_column("anchor")
+        )
+        floor_g = ready + gpu.get_column("gap") + gpu.get_column("dur")
+        g_times = chain_ends(gpu.with_columns(floor_g.alias("floor")), "chain")
+        new_end = g_times.get_column("end")
+        moved = int((new_end - g_end).abs().max() or 0) if g.height else 0
+        if not blocking or (moved <= CONVERGED_NS and rounds > 1):
+            g_end, converged = new_end, True
+            break
+        if before_last is not None and new_end.equals(before_last):
+            g_end = new_end  # a two-round cycle (edges that contradict each other): stop
+            break
+        before_last, g_end = g_end, new_end
+    return Replayed(
+        h_times.get_column("start"),
+        h_times.get_column("end"),
+        g_times.get_column("start"),
+        g_end,
+        rounds,
+        converged,
+    )
+
+
+def step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
+    """Each step's duration on the replayed times, by the rule the analysis uses for the trace
+    (``context._device_aligned_steps``): a step ends when the host leaves it and the GPU work
+    launched in it is done; it starts when the previous one ended."""
+    st = model.steps.sort("host_start_ns")
+    if st.height == 0:
+        return pl.Series("dur_ns", [], dtype=pl.Int64)
+    h, g = model.host, model.gpu
+    tid = st.get_column("tid")[0]
+    # A host timestamp moves with the last call on its thread that ended before it.
+    shifts = (
+        h.select("tid", "end_ns", (r.host_end_ns - pl.col("end_ns")).alias("shift"))
+        .filter(pl.col("tid") == tid)
+        .sort("end_ns")
+    )
+
+    def moved(col: str) -> pl.Expr:
+        return (pl.col(col) + pl.col("shift").fill_null(0)).alias(col)
+
+    def mapped(col: str) -> pl.Series:
+        return (
+            st.select(col)
+            .with_row_index("_i")
+            .sort(col)
+            .join_asof(shifts.select("end_ns", "shift"), left_on=col, right_on="end_ns")
+            .sort("_i")
+            .select(moved(col))
+            .to_series()
+        )
+
+    hs, he = mapped("host_start_ns"), mapped("host_end_ns")
+    spans = pl.DataFrame({"_i": range(st.height), "s": st["host_start_ns"], "e": st["host_end_ns"]})
+    ops = (
+        g.select("launched", "launch_key_ns", r.gpu_end_ns.alias("g_end"))
+        .with_row_index("_op")
+        .sort("launch_key_ns")
+        .join_asof(spans, left_on="launch_key_ns", right_on="s")
+    )
+    gpu_end = (
+        ops.filter(pl.col("launched") & (pl.col("launch_key_ns") < pl.col("e")))
+        .group_by("_i")
+        .agg(pl.col("g_end").max())
+    )
+    out = (
+        spans.with_columns(hs.alias("hs"), he.alias("he"))
+        .join(gpu_end, on="_i", how="left")
+        .sort("_i")
+        .with_columns(pl.max_horizontal("he", "g_end").cum_max().alias("end"))
+        .with_columns(pl.max_horizontal("hs", pl.col("end").shift(1)).alias("start"))
+    )
+    # Work queued before the first step runs first (the same rule as the trace's steps).
+    first_host = int(st["host_start_ns"][0])
+    first_start, first_end = int(out["start"][0]), int(out["end"][0])
+    backlog = ops.filter(
+        (~pl.col("launched") | (pl.col("launch_key_ns") < first_host))
+        & (pl.col("g_end") > first_start)
+    )
+    if backlog.height:
+        drained = min(int(backlog["g_end"].max()), first_end)
+        out = out.with_columns(
+            pl.when(pl.col("_i") == 0).then(drained).otherwise(pl.col("start")).alias("start")
+        )
+    return out.select((pl.col("end") - pl.col("start")).alias("dur_ns")).to_series()
+
+
+def median_step_ns(model: StepModel, r: Replayed) -> float | None:
+    d = step_times_ns(model, r)
+    return float(d.median()) if d.len() else None
