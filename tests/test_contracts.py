@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceinsight.analyzers import ANALYZERS, DERIVED, Results
+from traceinsight.analyzers import ANALYZERS, DERIVED, OPTIONAL, Results
 from traceinsight.api import analyze_trace
 from traceinsight.findings import JOB_RULES, RULES
 from traceinsight.model.schema import EVENT_SCHEMA
@@ -69,9 +69,11 @@ def _multi_stream() -> Events:
 def test_every_analyzer_and_rule_runs(make) -> None:
     a = analyze_trace(make().trace())
     assert isinstance(a.results, Results)
-    assert set(ANALYZERS) | set(DERIVED) == {f for f in Results.__dataclass_fields__}
+    assert set(ANALYZERS) | set(DERIVED) | set(OPTIONAL) == {
+        f for f in Results.__dataclass_fields__
+    }
     doc = a.to_json()
-    assert set(doc["details"]) == set(ANALYZERS) | set(DERIVED)
+    assert set(doc["details"]) == set(ANALYZERS) | set(DERIVED) | set(OPTIONAL)
     assert all(f.severity in ("high", "medium", "low", "info") for f in a.findings)
 
 

@@ -114,7 +114,7 @@ FIXTURES = sorted(H200.glob("*.pt.trace.json.gz")) + sorted(
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name.split(".")[0])
 def test_replay_error_on_h200_fixtures(path):
     # measured: 0.0 (to 4 decimals) on every one of them
-    m = analyze(path).metrics
+    m = analyze(path, replay=True).metrics
     assert m["replay_error_ratio"] is not None
     assert m["replay_error_ratio"] <= 0.03
 
@@ -135,7 +135,7 @@ def test_replay_error_on_corpus_traces(rel):
     path = SHARED / rel
     if not path.exists():
         pytest.skip(f"corpus trace not here: {path}")
-    a = analyze(path)
+    a = analyze(path, replay=True)
     assert a.metrics["replay_error_ratio"] <= 0.05
 
 
@@ -166,7 +166,7 @@ def test_predicted_speedup_matches_the_measured_pair(pair):
 
 
 def test_what_if_in_details():
-    a = analyze(H200 / "pairs" / "fused_adamw.before.pt.trace.json.gz")
+    a = analyze(H200 / "pairs" / "fused_adamw.before.pt.trace.json.gz", replay=True)
     w = a.results.replay.what_if["fused_optimizer"]
     assert set(w) == {"step_time_ns", "step_time_after_ns", "speedup"}
     assert w["speedup"] > 1

@@ -42,15 +42,17 @@ def analyze(
     window: str | None = None,
     rank: int | None = None,
     device: int | None = None,
+    replay: bool = False,
 ) -> TraceAnalysis | JobAnalysis:
     """Analyze a trace file, a directory of rank traces, or a multi-process Nsight export.
 
     ``runtime`` says how much of the machine to use (default: every core, no decoder helper
     processes, since those need the caller's ``if __name__ == "__main__":`` guard). The view:
     ``steps`` ``"A..B"``, ``window`` ``"START:END"`` (``2s:4s``, from the capture start),
-    ``rank`` (one rank of a job), ``device`` (one GPU's activity)."""
+    ``rank`` (one rank of a job), ``device`` (one GPU's activity); ``replay`` runs the causal
+    step model too (``details.replay``)."""
     opts = Options(
-        dict(thresholds or {}), step_range, max_bytes, command, steps, window, rank, device
+        dict(thresholds or {}), step_range, max_bytes, command, steps, window, rank, device, replay
     )
     return analyze_with(Path(path), opts, runtime or Runtime.detect(helpers=False))
 
@@ -97,7 +99,7 @@ def analyze_trace(
         )
     except ValueError as exc:  # the selection holds nothing
         raise InputError(str(exc), trace.meta.source_path) from None
-    results = run_analyzers(ctx, runtime.analyzer_threads)
+    results = run_analyzers(ctx, runtime.analyzer_threads, replay=opts.replay)
     ev = trace.events
     span = int(ev["end_ns"].max() - ev["start_ns"].min()) if ev.height else 0
     warnings = list(trace.meta.warnings)

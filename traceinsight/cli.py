@@ -135,6 +135,12 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
             type=click.IntRange(min=0),
             help="Analyze only this GPU's activity (host rows kept).",
         ),
+        click.option(
+            "--replay",
+            is_flag=True,
+            help="Also replay the step in the causal model: replay_error_ratio and what-if "
+            "speedups in details.replay (experimental; not yet the findings' costs).",
+        ),
     ]
     if with_steps:
         decorators.append(
@@ -156,6 +162,7 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
         window: str | None,
         rank: int | None,
         device: int | None,
+        replay: bool,
         step_window: str | None = None,
         **kwargs: Any,
     ) -> Any:
@@ -171,6 +178,7 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
                 window=window,
                 rank=rank,
                 device=device,
+                replay=replay,
             )
         except InputError as exc:  # a bad --steps/--window is a usage error (exit 2)
             raise click.BadParameter(str(exc)) from None

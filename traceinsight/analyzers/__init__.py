@@ -43,7 +43,7 @@ class Results:
     recompute: RecomputeResult
     sources: SourcesResult
     health: HealthResult
-    replay: ReplayResult
+    replay: ReplayResult | None  # with Options.replay only (the causal model is opt-in for now)
     regions: RegionResult  # after the others: it places the idle segments (see run_analyzers)
 
     def metrics(self) -> dict[str, Any]:
@@ -72,7 +72,7 @@ class Results:
             "short_kernel_ratio": launch.short_kernel_ratio,
             "fp32_gemm_time_ratio": kern.fp32_gemm_time_ratio,
             "recompute_time_ratio": rec.recompute_time_ratio,
-            "replay_error_ratio": self.replay.replay_error_ratio,
+            "replay_error_ratio": self.replay.replay_error_ratio if self.replay else None,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -91,9 +91,11 @@ ANALYZERS: dict[str, Callable[[Context], Any]] = {
     "recompute": analyze_recompute,
     "sources": analyze_sources,
     "health": analyze_health,
-    "replay": analyze_replay,
 }
 
+
+# Analyzers run only when asked for (their field is None otherwise).
+OPTIONAL: dict[str, Callable[[Context], Any]] = {"replay": analyze_replay}
 
 # Analyzers that read other analyzers' results (after ANALYZERS, in this order).
 DERIVED: dict[str, Callable[[Context, dict[str, Any]], Any]] = {
@@ -101,16 +103,18 @@ DERIVED: dict[str, Callable[[Context, dict[str, Any]], Any]] = {
 }
 
 
-def run_analyzers(ctx: Context, threads: int = 1) -> Results:
+def run_analyzers(ctx: Context, threads: int = 1, *, replay: bool = False) -> Results:
     """Every analyzer on one context. They are independent and spend their time inside polars,
     which releases the GIL, so two threads overlap one analyzer's Python with another's
     queries (10% faster on the 10x trace); results do not depend on the order."""
+    chosen = {**ANALYZERS, **({"replay": OPTIONAL["replay"]} if replay else {})}
     if threads <= 1:
-        done = {name: fn(ctx) for name, fn in ANALYZERS.items()}
+        done = {name: fn(ctx) for name, fn in chosen.items()}
     else:
         with ThreadPoolExecutor(max_workers=threads) as pool:
-            futures = {name: pool.submit(fn, ctx) for name, fn in ANALYZERS.items()}
+            futures = {name: pool.submit(fn, ctx) for name, fn in chosen.items()}
             done = {name: f.result() for name, f in futures.items()}
+    done.update({name: None for name in OPTIONAL if name not in done})
     # the region breakdown reuses the idle analyzer's segments and causes, not a second pass
     for name, derived in DERIVED.items():
         done[name] = derived(ctx, done)
