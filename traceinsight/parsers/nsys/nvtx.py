@@ -58,18 +58,26 @@ def strip_emit_nvtx(name: pl.Expr) -> pl.Expr:
 def decode(df: pl.DataFrame) -> pl.DataFrame:
     """The transport packing undone at once, into real columns: ``text_id`` (the StringIds id
     of a registered string, where ``name`` is null), ``domain_id`` and ``domain_create`` (the
-    row is a DomainCreate event naming its domain)."""
-    name, packed = pl.col("name"), pl.col("packed_domain")
-    registered = name.str.starts_with(REGISTERED).fill_null(False)
-    text_id = name.str.slice(1).cast(pl.Int64, strict=False)
-    # A text of its own that merely starts with the marker (no id after it) stays as it is.
-    is_id = registered & text_id.is_not_null()
-    return df.with_columns(
-        pl.when(is_id).then(None).otherwise(name).alias("name"),
-        pl.when(is_id).then(text_id).otherwise(None).alias("text_id"),
+    row is a DomainCreate event naming its domain). Only the few marked rows' names are
+    touched: rebuilding a column of millions of names cost 0.3 s per 4M ranges."""
+    packed = pl.col("packed_domain")
+    df = df.with_columns(
         pl.when(packed < 0).then(-1 - packed).otherwise(packed).alias("domain_id"),
         (packed < 0).fill_null(False).alias("domain_create"),
+        pl.lit(None, pl.Int64).alias("text_id"),
     ).drop("packed_domain")
+    name = df.get_column("name")
+    marked = name.str.starts_with(REGISTERED).fill_null(False).arg_true()
+    if marked.len() == 0:
+        return df
+    ids = name.gather(marked).str.slice(1).cast(pl.Int64, strict=False)
+    # A text of its own that merely starts with the marker (no id after it) stays as it is.
+    hit = marked.filter(ids.is_not_null())
+    if hit.len() == 0:
+        return df
+    return df.with_columns(
+        name.scatter(hit, None), df.get_column("text_id").scatter(hit, ids.drop_nulls())
+    )
 
 
 def registered_names(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
