@@ -80,7 +80,7 @@ NON_USER = LIBRARIES | frozenset(sys.stdlib_module_names)
 TOP_SOURCES = 10
 STACK_HINT = (
     "record with with_stack=True (torch.profiler.profile(with_stack=True), or "
-    "traceinsight.capture.profile(with_stack=True)) to see which line of your code causes each one"
+    "traceinsight.capture.capture(with_stack=True)) to see which line of your code causes each one"
 )
 
 
