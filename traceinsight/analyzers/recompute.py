@@ -31,20 +31,21 @@ class RecomputeResult:
     recompute_time_ratio: float | None  # recompute_ns / analysis window
 
 
-def analyze_recompute(ctx: Context) -> RecomputeResult:
-    lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    inside = pl.col("start_ns").is_between(lo, hi)
-    bw = ctx.rows(("cpu_op",), BACKWARD_NODE).filter(inside)
+def recomputed_forward(ctx: Context, where: pl.Expr | None = None) -> pl.DataFrame | None:
+    """Forward ops running inside a backward node (checkpointing's recomputation): start_ns,
+    end_ns, tid; None when the trace has no backward nodes or no forward ops (``where``)."""
+    bw = ctx.rows(("cpu_op",), BACKWARD_NODE)
+    fw = names_matching(ctx.rows(("cpu_op",), FORWARD_OPS), "backward", negate=True)
+    if where is not None:
+        bw, fw = bw.filter(where), fw.filter(where)
+    if bw.height == 0 or fw.height == 0:
+        return None
     bw = bw.select(
         pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid")
     )
-    fw = names_matching(ctx.rows(("cpu_op",), FORWARD_OPS).filter(inside), "backward", negate=True)
-    fw = fw.select("name", "start_ns", "end_ns", "tid")
-    if bw.height == 0 or fw.height == 0:
-        return RecomputeResult(0, 0, 0, 0, 0.0 if bw.height else None)
-    nested = (
+    return (
         iv.containing(
-            fw,
+            fw.select("name", "start_ns", "end_ns", "tid"),
             bw,
             inner_start="start_ns",
             inner_end="end_ns",
@@ -55,6 +56,14 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
         .select("start_ns", "end_ns", "tid")
         .unique()
     )
+
+
+def analyze_recompute(ctx: Context) -> RecomputeResult:
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    nested = recomputed_forward(ctx, pl.col("start_ns").is_between(lo, hi))
+    if nested is None:
+        has_bw = ctx.rows(("cpu_op",), BACKWARD_NODE).filter(pl.col("start_ns").is_between(lo, hi))
+        return RecomputeResult(0, 0, 0, 0, 0.0 if has_bw.height else None)
     if nested.height == 0:
         return RecomputeResult(0, 0, 0, 0, 0.0)
     # Outermost recomputed ops only, then the kernels launched from inside them.

@@ -21,7 +21,7 @@ from traceinsight.analyzers.context import (
     SYNC_API,
     Context,
 )
-from traceinsight.analyzers.recompute import BACKWARD_NODE, FORWARD_OPS
+from traceinsight.analyzers.recompute import recomputed_forward
 from traceinsight.model import intervals as iv
 from traceinsight.model import whatif
 from traceinsight.model.classify import is_fp32_math
@@ -391,19 +391,9 @@ def _flags(
 
 
 def _recompute_ranges(ctx: Context) -> pl.DataFrame:
-    """Forward ops running inside a backward node: checkpointing's recomputation."""
-    bw = ctx.rows(("cpu_op",), BACKWARD_NODE).select(
-        pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid")
-    )
-    fw = ctx.rows(("cpu_op",), FORWARD_OPS).select("start_ns", "end_ns", "tid")
-    if bw.height == 0 or fw.height == 0:
+    """Forward ops running inside a backward node: checkpointing's recomputation (as the
+    recompute analyzer finds it, over the whole trace)."""
+    nested = recomputed_forward(ctx)
+    if nested is None:
         return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
-    return iv.containing(
-        fw,
-        bw,
-        inner_start="start_ns",
-        inner_end="end_ns",
-        outer_start="b_s",
-        outer_end="b_e",
-        same=("b_tid", "tid"),
-    ).select("start_ns", "end_ns")
+    return nested.select("start_ns", "end_ns")
