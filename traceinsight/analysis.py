@@ -140,42 +140,53 @@ class JobAnalysis:
     warnings: list[str] = field(default_factory=list)
     command: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    @property
+    def source(self) -> dict[str, Any]:
+        """The job's ``source`` block: the ranks' files, devices and event counts together."""
         ranks = self.ranks
-        busy = [
-            r.metrics["gpu_busy_ratio"] for r in ranks if r.metrics["gpu_busy_ratio"] is not None
-        ]
-        medians = [
-            r.metrics["step_time_median_ns"]
-            for r in ranks
-            if r.metrics["step_time_median_ns"] is not None
-        ]
         counts: dict[str, int] = {}
         for r in ranks:
             for k, v in r.source["event_counts"].items():
                 counts[k] = counts.get(k, 0) + v
         first = ranks[0].source if ranks else {}
         return {
+            "path": self.path,
+            "format": first.get("format"),
+            "format_version": first.get("format_version"),
+            "ranks": [r.rank for r in ranks],
+            "world_size": len(ranks),
+            "backend": first.get("backend"),
+            "devices": [dict(dev, rank=r.rank) for r in ranks for dev in r.source["devices"]],
+            "capture_span_ns": max((r.source["capture_span_ns"] for r in ranks), default=0),
+            "event_counts": counts,
+        }
+
+    @property
+    def step_time_median_ns(self) -> float | None:
+        """The middle rank's median step time (the upper middle for an even count)."""
+        medians = sorted(
+            r.metrics["step_time_median_ns"]
+            for r in self.ranks
+            if r.metrics["step_time_median_ns"] is not None
+        )
+        return medians[len(medians) // 2] if medians else None
+
+    def to_json(self) -> dict[str, Any]:
+        ranks = self.ranks
+        busy = [
+            r.metrics["gpu_busy_ratio"] for r in ranks if r.metrics["gpu_busy_ratio"] is not None
+        ]
+        return {
             "schema": SCHEMA,
             "kind": "job",
             "tool": tool_json(),
             "command": self.command,
-            "source": {
-                "path": self.path,
-                "format": first.get("format"),
-                "format_version": first.get("format_version"),
-                "ranks": [r.rank for r in ranks],
-                "world_size": len(ranks),
-                "backend": first.get("backend"),
-                "devices": [dict(dev, rank=r.rank) for r in ranks for dev in r.source["devices"]],
-                "capture_span_ns": max((r.source["capture_span_ns"] for r in ranks), default=0),
-                "event_counts": counts,
-            },
+            "source": self.source,
             "metrics": {
                 "ranks": len(ranks),
                 "gpu_busy_ratio_mean": sum(busy) / len(busy) if busy else None,
                 "gpu_busy_ratio_min": min(busy) if busy else None,
-                "step_time_median_ns": sorted(medians)[len(medians) // 2] if medians else None,
+                "step_time_median_ns": self.step_time_median_ns,
                 "step_skew_mean_ns": self.cross.step_skew_mean_ns,
                 "straggler_rank": self.cross.straggler_rank,
                 "straggler_wait_ns": self.cross.wait_caused_ns,
@@ -208,13 +219,7 @@ class JobAnalysis:
         starts = {
             r.rank: {s["step"]: s["start_ns"] for s in r.results.steps.per_step} for r in self.ranks
         }
-        medians = [
-            r.metrics["step_time_median_ns"]
-            for r in self.ranks
-            if r.metrics["step_time_median_ns"] is not None
-        ]
-        step_ns = sorted(medians)[len(medians) // 2] if medians else None
-        return rank_clock_skew(starts, step_ns, self.findings)
+        return rank_clock_skew(starts, self.step_time_median_ns, self.findings)
 
     def comm_split(self, rank: int) -> dict[str, Any]:
         """The rank's matched collective time: waiting for peers (all, and not hidden behind its

@@ -79,7 +79,7 @@ def _versions(a: TraceAnalysis) -> dict[str, Any]:
 
 def environment(a: Analysis) -> dict[str, Any]:
     """What each side ran on: GPU model(s), device count, world size, versions, trace format."""
-    src = a.to_json()["source"] if isinstance(a, JobAnalysis) else a.source
+    src = a.source
     names = sorted({d["name"] for d in src["devices"] if d.get("name")})
     first = a.ranks[0] if isinstance(a, JobAnalysis) and a.ranks else a
     versions = _versions(first) if isinstance(first, TraceAnalysis) else dict.fromkeys(VERSION_KEYS)
@@ -249,7 +249,7 @@ def kernel_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
     return None
 
 
-def _kernels(a: Analysis) -> pl.DataFrame:
+def kernels_per_step(a: Analysis) -> pl.DataFrame:
     """A trace's kernels per step; a job's top level has none (its ranks are diffed one by one)."""
     return (
         a.kernel_table()
@@ -519,8 +519,19 @@ def _ranks(a: Analysis) -> dict[int, TraceAnalysis]:
 def compare(before: Analysis, after: Analysis) -> dict[str, Any]:
     """The diff of two analyses; where either is a job, ``ranks`` has one diff per rank both
     sides have (matched by rank number)."""
+    # a single trace diffed against a job is also its own rank 0: document and kernel table
+    # once per analysis, not once per comparison it takes part in
+    docs: dict[int, dict[str, Any]] = {}
+    tables: dict[int, pl.DataFrame] = {}
+
+    def doc_of(a: Analysis) -> dict[str, Any]:
+        return docs[id(a)] if id(a) in docs else docs.setdefault(id(a), a.to_json())
+
+    def kernels_of(a: Analysis) -> pl.DataFrame:
+        return tables[id(a)] if id(a) in tables else tables.setdefault(id(a), kernels_per_step(a))
+
     doc = compare_docs(
-        before.to_json(), after.to_json(), _kernels(before), _kernels(after), (before, after)
+        doc_of(before), doc_of(after), kernels_of(before), kernels_of(after), (before, after)
     )
     if isinstance(before, JobAnalysis) or isinstance(after, JobAnalysis):
         rb, ra = _ranks(before), _ranks(after)
@@ -528,10 +539,10 @@ def compare(before: Analysis, after: Analysis) -> dict[str, Any]:
             {
                 "rank": r,
                 **compare_docs(
-                    rb[r].to_json(),
-                    ra[r].to_json(),
-                    rb[r].kernel_table(),
-                    ra[r].kernel_table(),
+                    doc_of(rb[r]),
+                    doc_of(ra[r]),
+                    kernels_of(rb[r]),
+                    kernels_of(ra[r]),
                     (rb[r], ra[r]),
                 ),
             }

@@ -18,6 +18,14 @@ def check_writable(out: Path, force: bool) -> None:
         raise OutputError(f"directory {out.parent} does not exist", str(out))
 
 
+def check_outputs(report: Path | None, json_out: str | None, force: bool) -> None:
+    """A command's report and ``--json`` file (``-`` is stdout), refused before any analysis."""
+    if report is not None:
+        check_writable(report, force)
+    if json_out and json_out != "-":
+        check_writable(Path(json_out), force)
+
+
 @contextlib.contextmanager
 def atomic_path(out: Path) -> Iterator[Path]:
     """Yield a temp path in the target's directory; rename it over ``out`` on success."""

@@ -179,7 +179,7 @@ def _job(
     per = [
         RankFindings(
             a.rank,
-            max(1, a.results.idle.window_ns) * max(1, len(a.results.idle.devices)),
+            a.results.idle.device_window_ns,
             a.findings,
         )
         for a in ranks

@@ -52,22 +52,27 @@ class HostIndex:
         self._events = events
         self._subsets = dict(seed)
         self._names: dict[tuple[str, ...], pl.Series] = {}
+        self._matched: dict[tuple[tuple[str, ...], str, bool], pl.DataFrame] = {}
 
     def rows(
         self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
     ) -> pl.DataFrame:
         """Events of ``kinds`` (whole trace), those whose name matches ``pattern`` (or not, with
         ``negate``); each subset's distinct names are matched once per pattern
-        (:func:`names_matching`)."""
+        (:func:`names_matching`), and each pattern's rows are kept for the next analyzer."""
         subset = self._subsets.get(kinds)
         if subset is None:
             subset = self._subsets[kinds] = host_rows(self._events, kinds)
         if pattern is None:
             return subset
-        names = self._names.get(kinds)
-        if names is None:
-            names = self._names[kinds] = subset.get_column("name").unique()
-        return names_matching(subset, pattern, negate=negate, names=names)
+        key = (kinds, pattern, negate)
+        hit = self._matched.get(key)  # several analyzers ask for the same pattern
+        if hit is None:
+            names = self._names.get(kinds)
+            if names is None:
+                names = self._names[kinds] = subset.get_column("name").unique()
+            hit = self._matched[key] = names_matching(subset, pattern, negate=negate, names=names)
+        return hit
 
 
 @dataclass(frozen=True)

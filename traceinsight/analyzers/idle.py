@@ -70,6 +70,11 @@ class IdleResult:
         default=None, repr=False, compare=False, metadata={"json": False}
     )
 
+    @property
+    def device_window_ns(self) -> int:
+        """The window summed over the active devices: what a cost's share is taken of."""
+        return max(1, self.window_ns) * max(1, len(self.devices))
+
 
 def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
     if u.height == 0:

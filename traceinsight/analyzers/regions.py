@@ -80,7 +80,7 @@ def region_rows(ctx: Context) -> pl.DataFrame:
     ann = ctx.rows(("user_annotation",), f"{STEP_MARKER}|{TORCH_OP_RANGE}", negate=True)
     mods = ctx.rows(("python_function",), MODULE_PATTERN)
     rows = pl.concat([ann, mods]) if mods.height else ann
-    if ctx.steps.height and "name" in ctx.steps.columns:  # a custom --step-range's names
+    if ctx.steps.height:  # a custom --step-range's names
         rows = rows.filter(~pl.col("name").is_in(ctx.steps.get_column("name").unique().implode()))
     return rows.filter(
         (pl.col("end_ns") > ctx.window_start_ns)

@@ -24,7 +24,7 @@ from traceinsight.analyzers.context import (
 from traceinsight.analyzers.recompute import recomputed_forward
 from traceinsight.model import intervals as iv
 from traceinsight.model import whatif
-from traceinsight.model.classify import is_fp32_math
+from traceinsight.model.classify import is_fp32_math, name_matches
 from traceinsight.model.replay import (
     NEG_NS,
     WAIT_DEVICE,
@@ -45,8 +45,8 @@ WAITED_SLACK_NS = 2_000
 # A call on a helper thread after this much idle time waited for the step's thread (the
 # autograd engine's thread between backward() calls): it follows that thread's clock.
 FOLLOW_GAP_NS = 50_000
-DEFAULT_LAUNCH_LATENCY_NS = 3_000
-CROSS_STREAM_LAG_NS = 5_000  # an op this soon after another stream's op ended waited for it  # launch start -> earliest GPU start when the trace gives none
+DEFAULT_LAUNCH_LATENCY_NS = 3_000  # launch start -> earliest GPU start when the trace gives none
+CROSS_STREAM_LAG_NS = 5_000  # an op this soon after another stream's op ended waited for it
 
 
 @dataclass(frozen=True)
@@ -310,7 +310,7 @@ def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
             & (
                 (pl.col("src_kind") == "pageable")
                 | (pl.col("dst_kind") == "pageable")
-                | pl.col("launch_name").str.contains(BLOCKING_COPY_API)
+                | name_matches(gpu, BLOCKING_COPY_API, "launch_name")
             )
         )
         .group_by("launch")
@@ -322,7 +322,7 @@ def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col("node").cast(pl.UInt32))
     )
     host = host.join(copies, on="node", how="left").sort("node").with_columns(drain.alias("_drain"))
-    is_sync = pl.col("name").str.contains(f"{SYNC_API}|{IMPLICIT_SYNC_API}")
+    is_sync = name_matches(host, f"{SYNC_API}|{IMPLICIT_SYNC_API}")
     target = (
         pl.when(pl.col("own_op").is_not_null())
         .then(pl.col("_own_end"))
@@ -349,8 +349,8 @@ def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         .then((pl.col("end_ns") - pl.max_horizontal("start_ns", "_target")).clip(0))
         .otherwise(pl.col("end_ns") - pl.col("start_ns"))
         .alias("dur_ns"),
-        pl.col("name").str.contains(LAUNCH_API).alias("is_launch"),
-        pl.col("name").str.contains(ALLOC_API).alias("is_alloc"),
+        name_matches(host, LAUNCH_API).alias("is_launch"),
+        name_matches(host, ALLOC_API).alias("is_alloc"),
     ).drop("_drain", "_target", "_own_end")
 
 

@@ -24,7 +24,6 @@ from traceinsight.analyzers.context import (
     DATALOADER_PATTERN,
     HOST_OP_KINDS,
     LAUNCH_API,
-    STEP_MARKER,
     SYNC_API,
     Context,
 )
@@ -120,7 +119,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
         how="diagonal_relaxed",
     ).select("category", "name", "start_ns", "end_ns", "dur_ns", "tid")
     targets = targets.with_row_index("target")
-    located = _locate(targets, frames, ctx.rows(HOST_OP_KINDS, STEP_MARKER, negate=True))
+    located = _locate(targets, frames, ctx.ops)
     by_category = {}
     for cat in CATEGORIES:
         rows = (

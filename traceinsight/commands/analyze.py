@@ -36,17 +36,13 @@ def run(
     if path.is_file():
         configure_single_trace_process()
     from traceinsight.api import analyze_with
-    from traceinsight.io import check_writable, write_text_atomic
+    from traceinsight.io import check_outputs, check_writable, write_text_atomic
     from traceinsight.report import terminal
     from traceinsight.report.json_out import emit_json
 
     opts.graded()  # a bad --threshold fails before any output is checked or parsed
     report = (output or default_report_path(path)) if html else None
-    if report is not None:
-        check_writable(report, force)
-    json_path = Path(json_out) if json_out and json_out != "-" else None
-    if json_path is not None:
-        check_writable(json_path, force)
+    check_outputs(report, json_out, force)
     # The command's own __main__ is import-safe, so a large trace may use helper processes.
     if annotate is not None:
         check_writable(annotate, force)

@@ -24,10 +24,6 @@ def baseline_path(name: str, directory: Path | None) -> Path:
     return (directory or DEFAULT_DIR) / f"{name}.json"
 
 
-def _kernel_rows(table: Any) -> list[dict[str, Any]]:
-    return table.to_dicts() if table is not None else []
-
-
 def baseline_doc(analysis: Any, name: str) -> dict[str, Any]:
     """The stored document: the result JSON and the kernel table per step (what ``diff``
     compares beyond the document), for a job also each rank's."""
@@ -44,11 +40,11 @@ def baseline_doc(analysis: Any, name: str) -> dict[str, Any]:
     if isinstance(analysis, JobAnalysis):
         doc["kernels"] = []
         doc["ranks"] = [
-            {"rank": r.rank, "result": r.to_json(), "kernels": _kernel_rows(r.kernel_table())}
+            {"rank": r.rank, "result": r.to_json(), "kernels": r.kernel_table().to_dicts()}
             for r in analysis.ranks
         ]
     else:
-        doc["kernels"] = _kernel_rows(analysis.kernel_table())
+        doc["kernels"] = analysis.kernel_table().to_dicts()
     return doc
 
 
@@ -84,20 +80,17 @@ def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]
     import polars as pl
 
     from traceinsight.analysis import KERNEL_TABLE_SCHEMA, JobAnalysis
-    from traceinsight.diff import compare_docs, environment_warnings, gate_on_worst_rank
+    from traceinsight.diff import (
+        compare_docs,
+        environment_warnings,
+        gate_on_worst_rank,
+        kernels_per_step,
+    )
 
     def table(rows: list[dict[str, Any]]) -> pl.DataFrame:
-        return (
-            pl.DataFrame(rows, schema=KERNEL_TABLE_SCHEMA)
-            if rows
-            else pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
-        )
+        return pl.DataFrame(rows, schema=KERNEL_TABLE_SCHEMA)
 
-    after_k = (
-        pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
-        if isinstance(analysis, JobAnalysis)
-        else analysis.kernel_table()
-    )
+    after_k = kernels_per_step(analysis)
     doc = compare_docs(
         base["result"],
         analysis.to_json(),
@@ -145,7 +138,8 @@ def against(
     allow_different_hardware: bool,
 ) -> int:
     from traceinsight.api import analyze_with
-    from traceinsight.commands.diff import check_outputs, write_and_gate
+    from traceinsight.commands.diff import write_and_gate
+    from traceinsight.io import check_outputs
     from traceinsight.runtime import Runtime
 
     opts.graded()

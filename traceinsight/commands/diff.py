@@ -31,6 +31,7 @@ def run(
     allow_different_hardware: bool = False,
 ) -> int:
     from traceinsight.diff import diff_paths
+    from traceinsight.io import check_outputs
     from traceinsight.runtime import Runtime
 
     opts.graded()
@@ -38,16 +39,6 @@ def run(
     check_outputs(report, json_out, force)
     doc = diff_paths(before, after, opts, Runtime.detect(helpers=True))
     return write_and_gate(doc, report, json_out, quiet, fail_if_slower, allow_different_hardware)
-
-
-def check_outputs(report: Path | None, json_out: str | None, force: bool) -> None:
-    """Refuse outputs that exist (without --force) before anything is analyzed."""
-    from traceinsight.io import check_writable
-
-    if report is not None:
-        check_writable(report, force)
-    if json_out and json_out != "-":
-        check_writable(Path(json_out), force)
 
 
 def write_and_gate(

@@ -32,9 +32,7 @@ class RankFindings:
     findings: Sequence[Finding]
 
 
-def _straggler(
-    cross: CrossRankResult, ranks: Sequence[RankFindings], t: Thresholds
-) -> tuple[Draft, int] | None:
+def _straggler(cross: CrossRankResult, t: Thresholds) -> tuple[Draft, int] | None:
     """The waiting charged to the last-arriving rank, against the job's step time on each rank
     that waits."""
     if cross.straggler_rank is None:
@@ -101,7 +99,7 @@ def transfer_only(
     comm = results.comm
     if wait == 0 or comm.comm_compute_overlap_ratio is None:
         return list(findings)
-    window = max(1, results.idle.window_ns) * max(1, len(results.idle.devices))
+    window = results.idle.device_window_ns
     comm_ns = max(0, comm.comm_ns - wait)
     exposed = max(0, comm.exposed_comm_ns - exposed_wait)
     by_kind = {
@@ -174,7 +172,7 @@ def diagnose_job(
 ) -> list[Finding]:
     """The job's findings: the straggler, then each per-rank finding once."""
     out: list[Finding] = []
-    hit = _straggler(cross, ranks, t)
+    hit = _straggler(cross, t)
     if hit is not None:
         draft, job_ns = hit
         out.append(make_finding(STRAGGLER, draft, job_ns, t))

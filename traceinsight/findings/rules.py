@@ -521,7 +521,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
 
 def diagnose(results: Results, t: Thresholds) -> list[Finding]:
     """Every rule on one trace's results, ranked: ``[0]`` is the biggest lever."""
-    window = max(1, results.idle.window_ns) * max(1, len(results.idle.devices))
+    window = results.idle.device_window_ns
     found: list[Finding] = []
     for r in RULES:
         draft = r.check(RuleInput(results, t, window, found))

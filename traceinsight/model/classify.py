@@ -167,6 +167,13 @@ def names_matching(
     return df.filter(pl.col(col).is_not_null() & (~member if negate else member))
 
 
+def name_matches(df: pl.DataFrame, pattern: str, col: str = "name") -> pl.Expr:
+    """``col`` matches the regex, as an expression over ``df``'s rows: the regex runs once per
+    distinct value (null never matches), as in :func:`names_matching`."""
+    names = df.get_column(col).drop_nulls().unique()
+    return pl.col(col).is_in(names.filter(names.str.contains(pattern)).implode())
+
+
 def add_kernel_class(events: pl.DataFrame) -> pl.DataFrame:
     """Fill ``kernel_class`` for GPU activity rows; rules run once per unique kernel name and
     only kernel rows are looked up (a join over every row would hash every host op's name).

@@ -128,7 +128,10 @@ def parse_kineto(
         df, top, array_era, n_other_ph, warnings = repair.robust(data, path, truncated)
     warnings = notes + warnings
     exact = None
-    if fast is not None and _needs_exact(df, top):
+    # Absolute microseconds with 3 decimals (kineto builds of 2024-03/04) have more digits than a
+    # float holds: take ts/dur from their decimal text instead (exact ns).
+    needs_exact = _needs_exact(df, top)
+    if fast is not None and needs_exact:
         exact = typed.exact_times(data or repair.whole_document(path, max_bytes)[0])
     del data
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
@@ -143,9 +146,6 @@ def parse_kineto(
     cat_map = {c: CATEGORY_KIND.get(c.lower()) for c in cat_set}
     kind = pl.col("cat").replace_strict(cat_map, default=None, return_dtype=KindT)
     df = df.with_columns(kind.alias("kind"))
-    # Absolute microseconds with 3 decimals (kineto builds of 2024-03/04) have more digits than a
-    # float holds: take ts/dur from their decimal text instead (exact ns).
-    needs_exact = _needs_exact(df, top)
     if exact is not None and exact[0].len() == df.height:
         df = df.with_columns(exact[0].alias("_ts_ns"), exact[1].alias("_dur_ns"))
     else:
