@@ -147,8 +147,9 @@ def _rank_rows(trace: Trace, rank: int) -> Trace:
     ranks = trace.events["rank"].drop_nulls().unique().sort().to_list()
     if rank not in ranks and not (len(ranks) <= 1 and (trace.meta.rank or 0) == rank):
         raise InputError(f"--rank {rank}: the trace has ranks {ranks}", trace.meta.source_path)
-    return Trace(
-        trace.events.filter(pl.col("rank").eq_missing(rank) | (len(ranks) <= 1)), trace.meta
+    one = len(ranks) <= 1
+    return trace.view(
+        trace.events.filter(pl.col("rank").eq_missing(rank) | one), rank=None if one else rank
     )
 
 
@@ -161,7 +162,7 @@ def _device_rows(trace: Trace, device: int) -> Trace:
             f"--device {device}: the trace has devices {devices}", trace.meta.source_path
         )
     keep = pl.col("device").is_null() | (pl.col("device") == device)
-    return Trace(ev.filter(keep), trace.meta)
+    return trace.view(ev.filter(keep), device=device)
 
 
 def load_events(path: str | Path, opts: Options | None = None) -> Trace:
@@ -191,7 +192,7 @@ def view_events(trace: Trace, opts: Options) -> Trace:
     except ValueError as exc:
         raise InputError(str(exc), trace.meta.source_path) from None
     inside = (pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns)
-    return Trace(trace.events.filter(inside), trace.meta)
+    return trace.view(trace.events.filter(inside), window=(ctx.window_start_ns, ctx.window_end_ns))
 
 
 def export_events(trace: Trace, out: Path) -> None:

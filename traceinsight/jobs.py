@@ -220,7 +220,7 @@ def analyze_trace_ranks(
     opts = opts or Options()
     ranked = []
     for rank, events in by_rank(trace.events):
-        a = analyze_trace(Trace(events=events, meta=trace.meta), opts, runtime)
+        a = analyze_trace(trace.view(events, rank=rank), opts, runtime)
         ranked.append((rank, a.as_rank(rank), rank_payload(a, rank)))
     return _job(trace.meta.source_path, ranked, opts, list(trace.meta.warnings))
 
@@ -236,14 +236,20 @@ def load_rank_tables(directory: Path, opts: Options) -> Trace:
         )
     traces = [load_trace(p, max_bytes=opts.max_bytes) for p in files]
     ranks, _ = choose_ranks([t.meta.rank for t in traces], files)
-    events = pl.concat(
-        [
-            t.events.with_columns(pl.lit(r, pl.Int32).alias("rank"))
-            for r, t in zip(ranks, traces, strict=True)
-        ]
-    )
+
+    def stacked(table: str) -> pl.DataFrame:
+        return pl.concat(
+            [
+                getattr(t, table).with_columns(pl.lit(r, pl.Int32).alias("rank"))
+                for r, t in zip(ranks, traces, strict=True)
+            ]
+        )
+
     first = traces[0].meta
     return Trace(
-        events=events,
+        events=stacked("events"),
         meta=replace(first, source_path=str(directory), rank=None, world_size=len(files)),
+        memory=stacked("memory"),
+        op_args=stacked("op_args"),
+        kernel_args=stacked("kernel_args"),
     )

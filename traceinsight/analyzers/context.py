@@ -13,7 +13,14 @@ import polars as pl
 from traceinsight.constants import DEFAULT_STEP_PATTERN
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import names_matching
-from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
+from traceinsight.model.schema import (
+    GPU_ACTIVITY_KINDS,
+    DeviceInfo,
+    Trace,
+    empty_kernel_args,
+    empty_memory,
+    empty_op_args,
+)
 
 # Host-side name patterns (runtime API names are matched after version suffixes are stripped).
 LAUNCH_API = (
@@ -92,6 +99,11 @@ class Context:
     busy: pl.DataFrame  # per-device union of GPU activity in the window (device, start_ns, end_ns)
     compute_busy: pl.DataFrame  # per-device union of the non-communication kernels in the window
     capture_start_ns: int = 0  # the first event's start: --window counts from here
+    # the trace's side tables (whole trace; see model.schema) and its devices' properties
+    memory: pl.DataFrame = field(default_factory=empty_memory, repr=False, compare=False)
+    op_args: pl.DataFrame = field(default_factory=empty_op_args, repr=False, compare=False)
+    kernel_args: pl.DataFrame = field(default_factory=empty_kernel_args, repr=False, compare=False)
+    device_info: tuple[DeviceInfo, ...] = ()
 
     @property
     def window_ns(self) -> int:
@@ -280,6 +292,10 @@ def build_context(
         busy=busy,
         compute_busy=compute_busy,
         capture_start_ns=capture_lo,
+        memory=trace.memory,
+        op_args=trace.op_args,
+        kernel_args=trace.kernel_args,
+        device_info=tuple(trace.meta.devices),
     )
 
 

@@ -76,6 +76,88 @@ def empty_events() -> pl.DataFrame:
     return pl.DataFrame(schema=EVENT_SCHEMA)
 
 
+# Side tables: facts that only some events carry, kept out of the event table (a column of
+# nulls per fact would cost every row). Each has rank (and device/start_ns where it applies) so
+# the views that cut the event table (rank, device, window) cut them alike: see Trace.view.
+
+# Allocator activity: Kineto ``[memory]`` instants (profile_memory=True: signed bytes, the
+# allocator's totals after the event), nsys CUDA_GPU_MEMORY_USAGE_EVENTS (driver allocations:
+# reserved memory) and PyTorch's export_memory_timeline output. device: the GPU, null for host
+# memory; device_type "cuda" | "cpu" | other names.
+MEMORY_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "device": pl.Int32(),
+    "device_type": pl.String(),
+    "start_ns": pl.Int64(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "bytes": pl.Int64(),  # > 0 allocated, < 0 freed
+    "allocated_bytes": pl.Int64(),  # the allocator's total allocated after it, null if unknown
+    "reserved_bytes": pl.Int64(),  # the allocator's total reserved after it, null if unknown
+    "addr": pl.Int64(),
+    "source": pl.String(),  # "kineto" | "nsys" | "memory_timeline"
+}
+
+# Arguments of host ops recorded with record_shapes / with_flops: the JSON text of Kineto's
+# ``Input Dims``, ``Input type``, ``Concrete Inputs``, and the profiler's FLOP estimate. Joined to
+# the ops by (rank, pid, tid, start_ns, name) and to their kernels by external_id.
+OP_ARGS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "start_ns": pl.Int64(),
+    "dur_ns": pl.Int64(),
+    "name": pl.String(),
+    "external_id": pl.Int64(),
+    "input_dims": pl.String(),
+    "input_types": pl.String(),
+    "concrete_inputs": pl.String(),
+    "flops": pl.Int64(),
+}
+
+# Launch configuration of kernels: Kineto kernel args, nsys CUPTI_ACTIVITY_KIND_KERNEL columns.
+# Joined to the kernels by (rank, device, correlation). occupancy_ratio: Kineto's estimated
+# achieved occupancy in 0..1 (null where the trace has none).
+KERNEL_ARGS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "device": pl.Int32(),
+    "correlation": pl.Int64(),
+    "start_ns": pl.Int64(),
+    "grid_x": pl.Int64(),
+    "grid_y": pl.Int64(),
+    "grid_z": pl.Int64(),
+    "block_x": pl.Int64(),
+    "block_y": pl.Int64(),
+    "block_z": pl.Int64(),
+    "registers_per_thread": pl.Int64(),
+    "shared_memory_bytes": pl.Int64(),
+    "occupancy_ratio": pl.Float64(),
+    "blocks_per_sm": pl.Float64(),
+    "warps_per_sm": pl.Float64(),
+}
+
+
+def empty_memory() -> pl.DataFrame:
+    return pl.DataFrame(schema=MEMORY_SCHEMA)
+
+
+def empty_op_args() -> pl.DataFrame:
+    return pl.DataFrame(schema=OP_ARGS_SCHEMA)
+
+
+def empty_kernel_args() -> pl.DataFrame:
+    return pl.DataFrame(schema=KERNEL_ARGS_SCHEMA)
+
+
+def conform_side(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """A side table with exactly ``schema``'s columns (missing ones null), sorted by start."""
+    out = df.select(
+        pl.col(c).cast(t, strict=False) if c in df.columns else pl.lit(None, t).alias(c)
+        for c, t in schema.items()
+    )
+    return out.sort("start_ns", maintain_order=True, nulls_last=True)
+
+
 PER_COLUMN_MIN_ROWS = 1_000_000  # conform: below this, a thread pool costs more than it saves
 
 
@@ -198,7 +280,42 @@ class TraceMeta:
 
 @dataclass
 class Trace:
-    """One rank's (or one export's) events and metadata."""
+    """One rank's (or one export's) events and metadata, and the side tables beside them."""
 
     events: pl.DataFrame
     meta: TraceMeta
+    memory: pl.DataFrame = field(default_factory=empty_memory)
+    op_args: pl.DataFrame = field(default_factory=empty_op_args)
+    kernel_args: pl.DataFrame = field(default_factory=empty_kernel_args)
+
+    def view(
+        self,
+        events: pl.DataFrame,
+        *,
+        rank: int | None = None,
+        device: int | None = None,
+        window: tuple[int, int] | None = None,
+        meta: TraceMeta | None = None,
+    ) -> Trace:
+        """This trace with other rows of its event table (a rank's, a device's, a window's):
+        the side tables cut the same way (host rows of a device view kept, as in the events)."""
+
+        def cut(side: pl.DataFrame) -> pl.DataFrame:
+            if side.height == 0:
+                return side
+            keep = pl.lit(True)
+            if rank is not None:
+                keep &= pl.col("rank").eq_missing(rank)
+            if device is not None and "device" in side.columns:
+                keep &= pl.col("device").is_null() | (pl.col("device") == device)
+            if window is not None:
+                keep &= (pl.col("start_ns") >= window[0]) & (pl.col("start_ns") < window[1])
+            return side.filter(keep)
+
+        return Trace(
+            events=events,
+            meta=meta or self.meta,
+            memory=cut(self.memory),
+            op_args=cut(self.op_args),
+            kernel_args=cut(self.kernel_args),
+        )

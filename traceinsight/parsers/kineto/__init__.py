@@ -15,6 +15,9 @@ import polars as pl
 
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import (
+    KERNEL_ARGS_SCHEMA,
+    MEMORY_SCHEMA,
+    OP_ARGS_SCHEMA,
     CopyKindT,
     DeviceInfo,
     KindT,
@@ -22,6 +25,7 @@ from traceinsight.model.schema import (
     Trace,
     TraceMeta,
     conform,
+    conform_side,
     empty_events,
 )
 from traceinsight.parsers.kineto import decode as typed
@@ -123,9 +127,9 @@ def parse_kineto(
         data, truncated, notes = repair.whole_document(path, max_bytes)
         fast = None if truncated else stream.decode(data)
     if fast is not None:
-        df, top, array_era, n_other_ph, warnings = fast
+        df, top, array_era, n_other_ph, warnings, side = fast
     else:
-        df, top, array_era, n_other_ph, warnings = repair.robust(data, path, truncated)
+        df, top, array_era, n_other_ph, warnings, side = repair.robust(data, path, truncated)
     warnings = notes + warnings
     exact = None
     # Absolute microseconds with 3 decimals (kineto builds of 2024-03/04) have more digits than a
@@ -134,6 +138,8 @@ def parse_kineto(
     if fast is not None and needs_exact:
         exact = typed.exact_times(data or repair.whole_document(path, max_bytes)[0])
     del data
+    if side.height:  # the side rows find their event by its row in the raw frame
+        df = df.with_row_index("_row")
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
 
     base_raw = top.get("baseTimeNanoseconds")
@@ -185,10 +191,11 @@ def parse_kineto(
         warnings=warnings,
     )
     _fill_meta(meta, top, path)
-    if meta.rank is not None:
-        df = df.with_columns(pl.lit(meta.rank, pl.Int32).alias("rank"))
-    else:
-        df = df.with_columns(pl.lit(0, pl.Int32).alias("rank"))
+    rank = pl.lit(meta.rank if meta.rank is not None else 0, pl.Int32).alias("rank")
+    df = df.with_columns(rank)
+    is_mem = pl.col("cat").eq_missing(typed.MEMORY_CAT)
+    op_args, kernel_args = _side_args(df, side.filter(~is_mem))
+    memory = _memory(side.filter(is_mem).with_columns(rank), base_ns)
     table = conform(df, threads) if df.height else empty_events()
     table = mark_comm_by_launcher(add_kernel_class(table))
     meta.extra["non_duration_events"] = n_other_ph
@@ -197,7 +204,65 @@ def parse_kineto(
             "absolute timestamps with sub-microsecond digits exceed float precision; "
             "times may be off by up to 0.25 us (kineto#853)"
         )
-    return Trace(events=table, meta=meta)
+    return Trace(events=table, meta=meta, memory=memory, op_args=op_args, kernel_args=kernel_args)
+
+
+def _side_args(df: pl.DataFrame, side: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """The cpu ops' shapes/FLOPs and the kernels' launch configuration (see model.schema),
+    their event's columns taken from the finished rows (times, device, rank)."""
+    if side.height == 0:
+        return conform_side(side, OP_ARGS_SCHEMA), conform_side(side, KERNEL_ARGS_SCHEMA)
+    rows = df.select(
+        "_row",
+        "kind",
+        "name",
+        "rank",
+        "pid",
+        "tid",
+        "start_ns",
+        "dur_ns",
+        "device",
+        "correlation",
+        "external_id",
+    )
+    joined = side.drop("cat", "ts", "pid", "tid").join(
+        rows, left_on=pl.col("row").cast(pl.UInt32), right_on="_row", how="inner"
+    )
+    ops = joined.filter(
+        (pl.col("kind") == "cpu_op")
+        & (pl.col("input_dims").is_not_null() | pl.col("flops").is_not_null())
+    )
+    kernel_args = joined.filter(pl.col("kind") == "kernel").with_columns(
+        (pl.col("occupancy_pct") / 100).alias("occupancy_ratio")
+    )
+    return conform_side(ops, OP_ARGS_SCHEMA), conform_side(kernel_args, KERNEL_ARGS_SCHEMA)
+
+
+def _memory(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
+    """The ``[memory]`` instants as the memory side table (Device Type 1 = CUDA: its Device Id
+    is the GPU; 0 = CPU; PyTorch's c10::DeviceType numbering otherwise)."""
+    if raw.height == 0:
+        return conform_side(raw, MEMORY_SCHEMA)
+    dtype = pl.col("mem_device_type")
+    out = raw.filter(pl.col("ts").is_finite() & (pl.col("ts").abs() < MAX_US)).select(
+        "rank",
+        pl.when(dtype == 1).then(pl.col("mem_device_id")).alias("device"),
+        pl.when(dtype == 0)
+        .then(pl.lit("cpu"))
+        .when(dtype == 1)
+        .then(pl.lit("cuda"))
+        .otherwise(pl.format("type {}", dtype))
+        .alias("device_type"),
+        (_us_to_ns(pl.col("ts")) + base_ns).alias("start_ns"),
+        "pid",
+        "tid",
+        pl.col("mem_bytes").alias("bytes"),
+        pl.col("mem_allocated_bytes").alias("allocated_bytes"),
+        pl.col("mem_reserved_bytes").alias("reserved_bytes"),
+        pl.col("mem_addr").alias("addr"),
+        pl.lit("kineto").alias("source"),
+    )
+    return conform_side(out, MEMORY_SCHEMA)
 
 
 def _with_copy_kinds(df: pl.DataFrame) -> pl.DataFrame:

@@ -12,6 +12,8 @@ from typing import Any, Union
 import msgspec
 import polars as pl
 
+_NO_RAW = msgspec.Raw(b"")  # an absent JSON-text field (msgspec has no Raw | None)
+
 
 class _Args(msgspec.Struct, gc=False):  # no GC tracking: millions of acyclic objects
     device: Any = None
@@ -20,6 +22,39 @@ class _Args(msgspec.Struct, gc=False):  # no GC tracking: millions of acyclic ob
     ext: Any = msgspec.field(default=None, name="External id")
     ext_lower: Any = msgspec.field(default=None, name="external id")
     nbytes: Any = msgspec.field(default=None, name="bytes")
+    # record_shapes / with_flops (cpu ops) and launch configuration (kernels): kept as JSON text
+    # or numbers for the side tables (see :data:`RICH_COLUMNS`); absent on most events.
+    input_dims: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input Dims")
+    input_types: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Input type")
+    concrete: msgspec.Raw = msgspec.field(default=_NO_RAW, name="Concrete Inputs")
+    flops: Any = None
+    # [x, y, z] as JSON text: decoded lists would cost 60% more decode time (GC-tracked)
+    grid: msgspec.Raw = _NO_RAW
+    block: msgspec.Raw = _NO_RAW
+    registers: Any = msgspec.field(default=None, name="registers per thread")
+    shared_memory: Any = msgspec.field(default=None, name="shared memory")
+    occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
+    blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
+    warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
+
+
+class _MemArgs(msgspec.Struct, gc=False):
+    """A ``[memory]`` instant's args (profile_memory=True): an allocation (Bytes > 0) or a free."""
+
+    nbytes: Any = msgspec.field(default=None, name="Bytes")
+    allocated: Any = msgspec.field(default=None, name="Total Allocated")
+    reserved: Any = msgspec.field(default=None, name="Total Reserved")
+    addr: Any = msgspec.field(default=None, name="Addr")
+    device_type: Any = msgspec.field(default=None, name="Device Type")
+    device_id: Any = msgspec.field(default=None, name="Device Id")
+
+
+class _Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    args: _MemArgs | None = None
 
 
 class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
@@ -39,7 +74,7 @@ class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
 # unknown phase fails validation and the robust path takes over.
 _OTHER = tuple(
     msgspec.defstruct(f"_Phase{ord(p)}", [], tag_field="ph", tag=p, gc=False)
-    for p in "BEiICbnestfPONDMVvRc()"
+    for p in "BEICbnestfPONDMVvRc()"
 )
 
 
@@ -66,7 +101,7 @@ class _EventTime(msgspec.Struct, gc=False):
 
 TOP = msgspec.json.Decoder(_Top)
 _TIMES = msgspec.json.Decoder(list[_EventTime])
-_EVENTS = msgspec.json.Decoder(list[Union[(_Event, *_OTHER)]])  # noqa: UP007 - a union built at runtime
+_EVENTS = msgspec.json.Decoder(list[Union[(_Event, _Instant, *_OTHER)]])  # noqa: UP007 - a union built at runtime
 _EMPTY_ARGS = _Args()
 
 
@@ -127,6 +162,78 @@ def _text(values: list[Any]) -> pl.Series:
     return s.cast(pl.String, strict=False) if s.dtype != pl.String else s
 
 
+# The side rows of a chunk, beside its raw frame: the X events that carry shapes, FLOPs or a
+# launch configuration (``row``: their row in the raw frame) and the ``[memory]`` instants
+# (cat MEMORY_CAT, row null). A few per cent of the events: they never widen the raw frame.
+# The parser turns them into the side tables (Trace.op_args, .kernel_args, .memory).
+MEMORY_CAT = "\x00memory"  # no real category starts with NUL
+SIDE_COLUMNS: dict[str, pl.DataType] = {
+    "row": pl.Int64(),
+    "cat": pl.String(),
+    "ts": pl.Float64(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "input_dims": pl.String(),
+    "input_types": pl.String(),
+    "concrete_inputs": pl.String(),
+    "flops": pl.Int64(),
+    "grid_x": pl.Int64(),
+    "grid_y": pl.Int64(),
+    "grid_z": pl.Int64(),
+    "block_x": pl.Int64(),
+    "block_y": pl.Int64(),
+    "block_z": pl.Int64(),
+    "registers_per_thread": pl.Int64(),
+    "shared_memory_bytes": pl.Int64(),
+    "occupancy_pct": pl.Float64(),
+    "blocks_per_sm": pl.Float64(),
+    "warps_per_sm": pl.Float64(),
+    "mem_bytes": pl.Int64(),
+    "mem_allocated_bytes": pl.Int64(),
+    "mem_reserved_bytes": pl.Int64(),
+    "mem_addr": pl.Int64(),
+    "mem_device_type": pl.Int64(),
+    "mem_device_id": pl.Int64(),
+}
+_JSON_TEXT = ("input_dims", "input_types", "concrete_inputs")
+Chunk = tuple[pl.DataFrame, int, pl.DataFrame]  # raw frame, count of other events, side rows
+
+
+def side_frame(groups: list[dict[str, Any]]) -> pl.DataFrame:
+    """The side rows from groups of columns (each its own rows; columns a group lacks are null)."""
+    parts = []
+    for values in groups:
+        if not len(next(iter(values.values()), [])):
+            continue
+        cols = []
+        for name, vals in values.items():
+            dtype = SIDE_COLUMNS[name]
+            if isinstance(vals, pl.Series):
+                cols.append(vals.cast(dtype).alias(name))
+            elif name in _JSON_TEXT:
+                cols.append(pl.Series(name, [_json_text(v) for v in vals], dtype=pl.String))
+            elif dtype == pl.String:
+                cols.append(_text(vals).alias(name))
+            else:
+                cols.append(_num(vals, dtype).alias(name))
+        parts.append(pl.DataFrame(cols))
+    parts.append(pl.DataFrame(schema=SIDE_COLUMNS))
+    return pl.concat(parts, how="diagonal_relaxed").select(
+        pl.col(c).cast(t) for c, t in SIDE_COLUMNS.items()
+    )
+
+
+def _json_text(v: Any) -> str | None:
+    if v is None or v is _NO_RAW:
+        return None
+    if v.__class__ is msgspec.Raw:
+        return bytes(v).decode("utf-8", "replace")
+    try:  # the robust path hands decoded values
+        return msgspec.json.encode(v).decode()
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
 def raw_frame(
     cats: list[Any],
     names: list[Any],
@@ -157,7 +264,7 @@ def raw_frame(
     )
 
 
-def _frame(events: list[Any]) -> tuple[pl.DataFrame, int]:
+def _frame(events: list[Any]) -> Chunk:
     xs = [e for e in events if e.__class__ is _Event]
     args = [e.args or _EMPTY_ARGS for e in xs]
     df = raw_frame(
@@ -173,18 +280,99 @@ def _frame(events: list[Any]) -> tuple[pl.DataFrame, int]:
         [a.ext if a.ext is not None else a.ext_lower for a in args],
         [a.nbytes for a in args],
     )
-    return df, len(events) - len(xs)
+    side = side_frame(_side_groups(df, args, events))
+    n_mem = side.get_column("cat").eq_missing(MEMORY_CAT).sum()
+    return df, len(events) - len(xs) - n_mem, side
 
 
-Parsed = tuple[pl.DataFrame, dict[str, Any], str, int, list[str]]
+def _xyz(name: str, raws: list[msgspec.Raw]) -> dict[str, pl.Series]:
+    """``[x, y, z]`` texts -> three int columns (null where not three integers), in one pass:
+    the texts joined, split and matched by polars."""
+    # NUL never occurs in JSON text (pretty-printed arrays do hold newlines)
+    text = pl.Series([b"\x00".join(raws).decode("utf-8", "replace")]).str.split("\x00").explode()
+    parts = text.str.strip_chars("[] \t\r\n").str.split_exact(",", 2).struct.unnest()
+    return {
+        f"{name}_{axis}": parts.get_column(f"field_{i}")
+        .str.strip_chars()
+        .cast(pl.Int64, strict=False)
+        for i, axis in enumerate("xyz")
+    }
 
 
-def decode_chunk(elements: bytes | bytearray | memoryview) -> tuple[pl.DataFrame, int] | None:
+def _side_groups(
+    df: pl.DataFrame,
+    args: list[Any],
+    events: list[Any],
+) -> list[dict[str, Any]]:
+    """The side rows' columns: kernels (found by category, vectorized), then ops with shapes
+    or FLOPs, then ``[memory]`` instants; rows are read only where they can be."""
+    cat, ts = df.get_column("cat"), df.get_column("ts")
+    kernels = [
+        i for i in cat.eq_missing("kernel").arg_true().to_list() if args[i].grid is not _NO_RAW
+    ]
+    groups: list[dict[str, Any]] = []
+    if kernels:
+        ka = [args[i] for i in kernels]
+        dims = {**_xyz("grid", [a.grid for a in ka]), **_xyz("block", [a.block for a in ka])}
+        groups.append(
+            {
+                "row": kernels,
+                "ts": ts.gather(kernels),
+                **dims,
+                "registers_per_thread": [a.registers for a in ka],
+                "shared_memory_bytes": [a.shared_memory for a in ka],
+                "occupancy_pct": [a.occupancy for a in ka],
+                "blocks_per_sm": [a.blocks_per_sm for a in ka],
+                "warps_per_sm": [a.warps_per_sm for a in ka],
+            }
+        )
+    ops = [
+        i
+        for i in cat.eq_missing("cpu_op").arg_true().to_list()
+        if args[i].input_dims is not _NO_RAW or args[i].flops is not None
+    ]
+    oa = [args[i] for i in ops]
+    groups.append(
+        {
+            "row": ops,
+            "ts": ts.gather(ops),
+            "input_dims": [a.input_dims for a in oa],
+            "input_types": [a.input_types for a in oa],
+            "concrete_inputs": [a.concrete for a in oa],
+            "flops": [a.flops for a in oa],
+        }
+    )
+    instants = [e for e in events if e.__class__ is _Instant]
+    mems = [e for e in instants if e.name == "[memory]" and e.args is not None]
+    ma = [e.args for e in mems]
+    groups.append(
+        {
+            "cat": [MEMORY_CAT] * len(mems),
+            "ts": [e.ts for e in mems],
+            "pid": [e.pid for e in mems],
+            "tid": [e.tid for e in mems],
+            "mem_bytes": [a.nbytes for a in ma],
+            "mem_allocated_bytes": [a.allocated for a in ma],
+            "mem_reserved_bytes": [a.reserved for a in ma],
+            "mem_addr": [a.addr for a in ma],
+            "mem_device_type": [a.device_type for a in ma],
+            "mem_device_id": [a.device_id for a in ma],
+        }
+    )
+    return groups
+
+
+# raw frame, top-level metadata, era note, count of other events, warnings, side rows
+Parsed = tuple[pl.DataFrame, dict[str, Any], str, int, list[str], pl.DataFrame]
+
+
+def decode_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
     """The elements of a JSON array of events, without its brackets (a span of the events
-    array) -> (frame of its X events, count of other events); None if they are not what the
+    array) -> (frame of its X events, count of other events, side rows); None if they are not what the
     fast path expects, or the span was not cut between two events. Runs in helper processes too."""
+    doc = b"".join((b"[", elements, b"]"))
     try:  # one 8 MiB copy (under 1 ms) to add the brackets: the spool itself is never written to
-        events = _EVENTS.decode(b"".join((b"[", elements, b"]")))
+        events = _EVENTS.decode(doc)
     except (
         msgspec.DecodeError,
         msgspec.ValidationError,

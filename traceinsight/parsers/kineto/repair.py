@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import polars as pl
 
 from traceinsight import resources
 from traceinsight.errors import InputError
-from traceinsight.parsers.kineto.decode import raw_frame
+from traceinsight.parsers.kineto.decode import MEMORY_CAT, Chunk, Parsed, raw_frame, side_frame
 from traceinsight.parsers.source import Decompressed, padding_note
 
 # Memory the whole-document path takes per byte of JSON (orjson's dicts of the compact 10x
@@ -170,7 +169,8 @@ def _events_and_top(obj: Any, path: Path) -> tuple[list[Any], dict[str, Any], st
     return events, obj, ""
 
 
-def _frame_from_dicts(events: list[Any]) -> tuple[pl.DataFrame, int]:
+def _frame_from_dicts(events: list[Any]) -> Chunk:
+    """The typed decode's chunk (see :func:`..decode._frame`) from decoded dicts."""
     xs = [e for e in events if type(e) is dict and e.get("ph") == "X"]
     args = [a if type(a) is dict else _EMPTY for a in (e.get("args") for e in xs)]
     df = raw_frame(
@@ -186,15 +186,94 @@ def _frame_from_dicts(events: list[Any]) -> tuple[pl.DataFrame, int]:
         [a.get("External id", a.get("external id")) for a in args],
         [a.get("bytes") for a in args],
     )
-    return df, len(events) - len(xs)
+    side = side_frame(_side_groups(xs, args, events))
+    n_mem = side.get_column("cat").eq_missing(MEMORY_CAT).sum()
+    return df, len(events) - len(xs) - n_mem, side
 
 
-def robust(
-    data: bytes, path: Path, truncated: bool
-) -> tuple[pl.DataFrame, dict[str, Any], str, int, list[str]]:
+def _axis(v: Any, i: int) -> Any:
+    return v[i] if type(v) is list and len(v) > i else None
+
+
+def _side_groups(xs: list[Any], args: list[Any], events: list[Any]) -> list[dict[str, list[Any]]]:
+    """decode._side_groups over dicts: kernels' launch configuration, ops' shapes, memory."""
+    kernels = [
+        i
+        for i, (e, a) in enumerate(zip(xs, args, strict=True))
+        if e.get("cat") == "kernel" and a.get("grid") is not None
+    ]
+    ka = [args[i] for i in kernels]
+    ops = [
+        i
+        for i, (e, a) in enumerate(zip(xs, args, strict=True))
+        if e.get("cat") == "cpu_op"
+        and (a.get("Input Dims") is not None or a.get("flops") is not None)
+    ]
+    oa = [args[i] for i in ops]
+    mems = [
+        e
+        for e in events
+        if type(e) is dict
+        and e.get("ph") == "i"
+        and e.get("name") == "[memory]"
+        and type(e.get("args")) is dict
+    ]
+    ma = [e["args"] for e in mems]
+    dims = {
+        f"{k}_{axis}": [_axis(a.get(k), i) for a in ka]
+        for k in ("grid", "block")
+        for i, axis in enumerate("xyz")
+    }
+    return [
+        {
+            "row": kernels,
+            "ts": [xs[i].get("ts") for i in kernels],
+            **dims,
+            **{c: [a.get(k) for a in ka] for c, k in _KERNEL_KEYS.items()},
+        },
+        {
+            "row": ops,
+            "ts": [xs[i].get("ts") for i in ops],
+            **{c: [a.get(k) for a in oa] for c, k in _OP_KEYS.items()},
+        },
+        {
+            "cat": [MEMORY_CAT] * len(mems),
+            "ts": [e.get("ts") for e in mems],
+            "pid": [e.get("pid") for e in mems],
+            "tid": [e.get("tid") for e in mems],
+            **{c: [a.get(k) for a in ma] for c, k in _MEMORY_KEYS.items()},
+        },
+    ]
+
+
+# side-row column <- the Kineto args key (see decode._Args and decode._MemArgs)
+_OP_KEYS = {
+    "input_dims": "Input Dims",
+    "input_types": "Input type",
+    "concrete_inputs": "Concrete Inputs",
+    "flops": "flops",
+}
+_KERNEL_KEYS = {
+    "registers_per_thread": "registers per thread",
+    "shared_memory_bytes": "shared memory",
+    "occupancy_pct": "est. achieved occupancy %",
+    "blocks_per_sm": "blocks per SM",
+    "warps_per_sm": "warps per SM",
+}
+_MEMORY_KEYS = {
+    "mem_bytes": "Bytes",
+    "mem_allocated_bytes": "Total Allocated",
+    "mem_reserved_bytes": "Total Reserved",
+    "mem_addr": "Addr",
+    "mem_device_type": "Device Type",
+    "mem_device_id": "Device Id",
+}
+
+
+def robust(data: bytes, path: Path, truncated: bool) -> Parsed:
     """orjson into dicts, with every repair; the path for damaged or unusual files."""
     obj, warnings = _decode(data, path, truncated)
     events, top, array_era = _events_and_top(obj, path)
     del obj
-    df, n_other = _frame_from_dicts(events)
-    return df, top, array_era, n_other, warnings
+    df, n_other, side = _frame_from_dicts(events)
+    return df, top, array_era, n_other, warnings, side

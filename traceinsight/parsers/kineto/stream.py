@@ -27,7 +27,7 @@ import msgspec
 import polars as pl
 
 from traceinsight import resources
-from traceinsight.parsers.kineto.decode import TOP, Parsed, decode_chunk
+from traceinsight.parsers.kineto.decode import TOP, Chunk, Parsed, decode_chunk
 from traceinsight.parsers.source import Decompressed, padding_note
 from traceinsight.runtime import single_thread_children
 
@@ -173,7 +173,7 @@ def _sweep(folder: str) -> None:
 _HELPER_MAP: dict[str, mmap.mmap] = {}
 
 
-def decode_span(spool_path: str, start: int, end: int) -> tuple[pl.DataFrame, int] | None:
+def decode_span(spool_path: str, start: int, end: int) -> Chunk | None:
     """Decode the span [start, end) of a spool (see :func:`decode_chunk`) in a helper process."""
     mm = _HELPER_MAP.get(spool_path)
     if mm is None or end > len(mm):
@@ -297,10 +297,10 @@ class _Cutter:
 
 def _mend(
     spans: list[tuple[int, int]],
-    parts: list[tuple[pl.DataFrame, int] | None],
+    parts: list[Chunk | None],
     closes: list[tuple[int, dict[str, Any]]],
     local: Any,
-) -> tuple[list[tuple[pl.DataFrame, int]], dict[str, Any]] | None:
+) -> tuple[list[Chunk], dict[str, Any]] | None:
     """Every span's frame in document order, and the metadata, trusting a cut only once the
     span before it has decoded: its start is then known to lie between two events, and a span
     that decodes from there ends between two as well (a cut inside a string leaves it in the
@@ -337,7 +337,7 @@ class _Scheduler:
         self.spool = spool  # a _Spool whenever helpers > 0: they map its file
         self.helpers = helpers
         self.todo: deque[tuple[int, int, int]] = deque()
-        self.done: dict[int, tuple[pl.DataFrame, int] | None] = {}
+        self.done: dict[int, Chunk | None] = {}
         self.inflight: dict[Future[Any], tuple[int, int, int]] = {}
         self.pool: ProcessPoolExecutor | None = None
         self.spans: list[tuple[int, int]] = []
@@ -363,7 +363,7 @@ class _Scheduler:
         except (OSError, RuntimeError):
             self.pool = None  # no processes here (sandbox, limits): decode in this process
 
-    def local(self, start: int, end: int) -> tuple[pl.DataFrame, int] | None:
+    def local(self, start: int, end: int) -> Chunk | None:
         with memoryview(self.spool.mm) as mv, mv[start:end] as part:
             return decode_chunk(part)
 
@@ -406,7 +406,7 @@ class _Scheduler:
             release(*self.spans[self.released])
             self.released += 1
 
-    def results(self) -> list[tuple[pl.DataFrame, int] | None]:
+    def results(self) -> list[Chunk | None]:
         """Each span's frame in order, None where it did not decode (see :func:`_mend`)."""
         while self.todo:
             if self.pool is not None:  # see the class docstring
@@ -497,8 +497,15 @@ def _finish(cutter: _Cutter, sched: _Scheduler, notes: list[str]) -> Parsed | No
     if mended is None:
         return None
     parts, meta = mended
-    df = pl.concat([df for df, _ in parts], how="vertical_relaxed")
-    other = sum(n for _, n in parts)
+    df = pl.concat([df for df, _, _ in parts], how="vertical_relaxed")
+    other = sum(n for _, n, _ in parts)
     if df.height == 0 and other and cutter.bare:
         return None  # an array of something else: let the robust path explain
-    return df, meta, "2020 bare event array" if cutter.bare else "", other, notes
+    # each chunk's side rows point into its own frame: shift them to the concatenation's rows
+    offsets = [0]
+    for part, _, _ in parts[:-1]:
+        offsets.append(offsets[-1] + part.height)
+    side = pl.concat(
+        [s.with_columns(pl.col("row") + o) for (_, _, s), o in zip(parts, offsets, strict=True)]
+    )
+    return df, meta, "2020 bare event array" if cutter.bare else "", other, notes, side
