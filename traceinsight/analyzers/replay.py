@@ -8,7 +8,8 @@ transform of :mod:`traceinsight.model.whatif`. Savings are not yet wired into th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -61,6 +62,30 @@ class ReplayResult:
     blocking_calls: int
     unexplained_gpu_gap_ratio: float | None  # GPU delay no edge explains, share of GPU op time
     what_if: dict[str, dict[str, Any]]  # transform -> step_time_ns, step_time_after_ns, speedup
+    # the model itself, for analyzers that apply their own transform (see :meth:`predict`)
+    model: StepModel | None = field(
+        default=None, repr=False, compare=False, metadata={"json": False}
+    )
+
+    def predict(self, transform: Callable[[StepModel], StepModel | None]) -> dict[str, Any] | None:
+        """``transform`` applied to the model and replayed: {step_time_ns, step_time_after_ns,
+        speedup}, or None where it changes nothing (or there is no model)."""
+        if self.model is None or self.replayed_step_median_ns is None:
+            return None
+        changed = transform(self.model)
+        if changed is None:
+            return None
+        return _what_if(self.replayed_step_median_ns, median_step_ns(changed, replay(changed)))
+
+
+def _what_if(replayed: float, after: float | None) -> dict[str, Any] | None:
+    if after is None:
+        return None
+    return {
+        "step_time_ns": round(replayed),
+        "step_time_after_ns": round(after),
+        "speedup": replayed / after if after > 0 else None,
+    }
 
 
 def analyze_replay(ctx: Context) -> ReplayResult:
@@ -76,14 +101,10 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         changed = transform(model)
         if changed is None:  # nothing in this trace for the transform to change
             continue
-        after = median_step_ns(changed, replay(changed))
-        if after is None or replayed is None:
+        if replayed is None:
             continue
-        what_if[name] = {
-            "step_time_ns": round(replayed),
-            "step_time_after_ns": round(after),
-            "speedup": replayed / after if after > 0 else None,
-        }
+        if (w := _what_if(replayed, median_step_ns(changed, replay(changed)))) is not None:
+            what_if[name] = w
     g = model.gpu
     gpu_ns = int(g["dur_ns"].sum()) if g.height else 0
     return ReplayResult(
@@ -97,6 +118,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         blocking_calls=int((model.host["wait"] != WAIT_NONE).sum()),
         unexplained_gpu_gap_ratio=int(g["gap_ns"].sum()) / gpu_ns if gpu_ns else None,
         what_if=what_if,
+        model=model,
     )
 
 
