@@ -10,6 +10,7 @@ import pytest
 from traceinsight import analyze
 from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.replay import build_model
+from traceinsight.api import analyze_trace
 from traceinsight.model import whatif
 from traceinsight.model.replay import WAIT_DEVICE, median_step_ns, replay
 
@@ -203,3 +204,45 @@ def test_what_if_in_details():
     assert set(w) == {"step_time_ns", "step_time_after_ns", "speedup"}
     assert w["speedup"] > 1
     assert a.to_json()["details"]["replay"]["what_if"]["fused_optimizer"] == w
+
+
+def test_kernel_and_copy_engines_apart():
+    # no steps: the window is the GPU span, 0-150 us. A kernel 0-100 and a copy 50-150 on
+    # another stream: busy all 150 us, the SMs 100 of them, the copy engine 100
+    ev = Events()
+    ev.kernel("k", 0, 100, launch_us=0)
+    ev.memcpy("HtoD", 50, 100, nbytes=1 << 20, src="pinned", dst="device", stream=8)
+    m = analyze_trace(ev.trace()).metrics
+    assert m["gpu_busy_ratio"] == pytest.approx(1.0)
+    assert m["kernel_busy_ratio"] == pytest.approx(2 / 3)
+    assert m["copy_busy_ratio"] == pytest.approx(2 / 3)
+
+
+def test_backward_on_the_autograd_thread_joins_the_step_thread():
+    # The step thread (tid 1) launches k0 at 0 us, then blocks in backward() while the
+    # autograd thread (tid 2, woken after idling since 1 us) launches k1 at 100 and k2 at
+    # 160 us; then the step thread launches k3 at 300 us. Each call takes 5 us, each kernel 5.
+    ev = Events().step(0, 0, 320)
+    ev.runtime("cudaStreamIsCapturing", 0, 1, tid=2)
+    ev.kernel("k0", 5, 5, launch_us=0, launch_dur_us=5)
+    ev.kernel("k1", 105, 5, launch_us=100, launch_dur_us=5, tid=2)
+    ev.kernel("k2", 165, 5, launch_us=160, launch_dur_us=5, tid=2)
+    ev.kernel("k3", 305, 5, launch_us=300, launch_dur_us=5)
+    m = model_of(ev)
+    burst = m.host.filter(pl.col("name") == "cudaLaunchKernel").filter(pl.col("tid") == 2)
+    assert (burst["chain_tid"] == 1).all()  # the burst is in the step thread's chain
+    assert burst["gap_ns"].to_list() == [95 * US, 55 * US]  # since the call before it there
+    before = step_us(m)
+    assert before == 320
+    # The autograd thread's host work halved (47.5 + 27.5 us less): the step thread resumes
+    # 75 us earlier, so k3 is launched at 225 and runs 230-235; the step's host end (320, 15
+    # us after k3's call) moves with that call to 245.
+    faster = m.with_host(
+        m.host.with_columns(
+            pl.when(pl.col("tid") == 2)
+            .then(pl.col("gap_ns") // 2)
+            .otherwise(pl.col("gap_ns"))
+            .alias("gap_ns")
+        )
+    )
+    assert step_us(faster) == pytest.approx(245, abs=0.01)

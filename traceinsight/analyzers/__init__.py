@@ -54,6 +54,8 @@ class Results:
             "window_ns": idle.window_ns,
             "gpu_busy_ratio": idle.gpu_busy_ratio,
             "gpu_idle_ratio": idle.gpu_idle_ratio,
+            "kernel_busy_ratio": idle.kernel_busy_ratio,
+            "copy_busy_ratio": idle.copy_busy_ratio,
             "idle_by_cause_ns": dict(idle.idle_by_cause_ns),
             "steps": steps.steps,
             "step_time_median_ns": steps.step_time_median_ns,

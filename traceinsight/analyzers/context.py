@@ -43,6 +43,7 @@ COMM_HOST_PATTERN = (
     r"|^ncclBroadcast|^ncclSend|^ncclRecv|^ncclGroupEnd|barrier"
 )
 STEP_MARKER = r"^(ProfilerStep#|train_step#)"
+CLOSING_SLACK_NS = 1_000  # the profiler's flush may start just before the step range closes
 HOST_OP_KINDS = ("cpu_op", "user_annotation")
 API_KINDS = ("runtime", "driver")
 # What analyzers read of host rows: a subset of millions of host rows copies every column it
@@ -390,12 +391,14 @@ def _empty() -> pl.DataFrame:
 
 
 def closing_profiler_sync(ctx: Context) -> pl.Expr | None:
-    """The profiler's own ``cudaDeviceSynchronize`` when the window closes: it starts in the last
-    step and ends at or after that step's end. Not the user's; None when there are no steps."""
+    """The profiler's own ``cudaDeviceSynchronize`` when the window closes (its flush): it
+    starts once the host has left the last step, and outlasts the last step's host end. The
+    host position, not the GPU-aligned step: when the GPU lags the host by more than a step,
+    the last GPU-aligned step starts after the flush began. Not the user's; None when there
+    are no steps."""
     if ctx.steps.height == 0:
         return None
-    return (
-        pl.col("name").str.contains("DeviceSynchronize")
-        & (pl.col("start_ns") >= int(ctx.steps["start_ns"].max()))
-        & (pl.col("end_ns") >= int(ctx.steps["end_ns"].max()) - 1)
+    last_host_end = int(ctx.steps["host_end_ns"].max())
+    return pl.col("name").str.contains("DeviceSynchronize") & (
+        pl.col("start_ns") >= last_host_end - CLOSING_SLACK_NS
     )

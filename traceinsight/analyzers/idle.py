@@ -31,6 +31,7 @@ from traceinsight.analyzers.context import (
     host_ranges,
     launched,
 )
+from traceinsight.analyzers.sources import user_frames
 from traceinsight.model import intervals as iv
 
 CAUSES = (
@@ -69,6 +70,10 @@ class IdleResult:
     segments: pl.DataFrame | None = field(
         default=None, repr=False, compare=False, metadata={"json": False}
     )
+    # the engines apart (gpu_busy_ratio counts either): kernels on the SMs, copies and memsets
+    # on the copy engines, each as its union's share of the window x devices
+    kernel_busy_ratio: float | None = None
+    copy_busy_ratio: float | None = None
 
     @property
     def device_window_ns(self) -> int:
@@ -121,8 +126,21 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     """For each reported gap (``gap_id``, start/end; a handful, see :func:`top_gaps`), the host
     op covering most of it (deepest on ties). One scan of the ops per gap: cheaper than the sort
     of millions of ops an interval join needs."""
-    ops = ctx.ops.select(
-        pl.col("name").alias("op"), pl.col("start_ns").alias("op_s"), pl.col("end_ns").alias("op_e")
+    # torch ops and annotations, and the user's own Python frames where the trace has them
+    # (with_stack): a gap spent in the user's Python is named by its frame ("train.py(88):
+    # log"); a torch op covering it wins, else the innermost user frame at its middle
+    ops = pl.concat(
+        [
+            ctx.ops.select("name", "start_ns", "end_ns", pl.lit(0, pl.Int8).alias("_py")),
+            user_frames(ctx.rows(("python_function",))).select(
+                "name", "start_ns", "end_ns", pl.lit(1, pl.Int8).alias("_py")
+            ),
+        ]
+    ).select(
+        pl.col("name").alias("op"),
+        pl.col("start_ns").alias("op_s"),
+        pl.col("end_ns").alias("op_e"),
+        "_py",
     )
     if ops.height == 0 or gaps.height == 0:
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
@@ -143,11 +161,12 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
     return (
         hits.with_columns(
-            (pl.min_horizontal("op_e", "end_ns") - pl.max_horizontal("op_s", "start_ns")).alias(
-                "ov"
-            )
+            pl.when(pl.col("_py") == 0)
+            .then(pl.min_horizontal("op_e", "end_ns") - pl.max_horizontal("op_s", "start_ns"))
+            .otherwise(0)
+            .alias("ov")
         )
-        .sort(["gap_id", "ov", "op_s"], descending=[False, True, True])
+        .sort(["gap_id", "_py", "ov", "op_s"], descending=[False, False, True, True])
         .unique(subset=["gap_id"], keep="first")
         .select("gap_id", "op")
     )
@@ -219,7 +238,15 @@ def analyze_idle(ctx: Context) -> IdleResult:
         timeline=_timeline(ctx, busy, gaps),
         per_step=per_step,
         segments=gaps.select("device", "start_ns", "end_ns", "cause"),
+        kernel_busy_ratio=_engine_busy(ctx, ("kernel",)) / denom,
+        copy_busy_ratio=_engine_busy(ctx, ("memcpy", "memset")) / denom,
     )
+
+
+def _engine_busy(ctx: Context, kinds: tuple[str, ...]) -> int:
+    """Union time of these kinds of GPU activity in the window, summed over devices."""
+    rows = ctx.gpu.filter(pl.col("kind").is_in(kinds))
+    return iv.total(iv.union(rows, by=["device"])) if rows.height else 0
 
 
 def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[dict[str, Any], ...]:

@@ -229,3 +229,8 @@ def _locate(targets: pl.DataFrame, frames: pl.DataFrame, ops: pl.DataFrame) -> p
         .with_columns(pl.coalesce("_call", "_op", "name").alias("trigger"))
         .drop("_call", "_op")
     )
+
+
+def user_frames(frames: pl.DataFrame) -> pl.DataFrame:
+    """The ``python_function`` rows of the user's own files (see :func:`_user_frames`)."""
+    return _user_frames(frames)

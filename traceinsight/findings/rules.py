@@ -506,9 +506,12 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     explained = sum(f.cost_ns for f in x.found if f.id in IDLE_RULES)
     rest = max(0, idle.idle_ns - explained)
     top_ops = [s["host_op"] for s in x.segments("cpu_work", 10) if s["host_op"]]
+    where = (
+        f", mostly while the host ran {top_ops[0]}" if top_ops else " with no more specific cause"
+    )
     return Draft(
         rest,
-        f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of idle time has no more specific cause",
+        f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of idle time{where}",
         {
             "gpu_busy_ratio": idle.gpu_busy_ratio,
             "idle_ns": idle.idle_ns,

@@ -37,6 +37,20 @@ def _share(g: pl.DataFrame, which: pl.Expr, col: str) -> float:
     return float(g.filter(which).get_column(col).sum()) / total if total else 0.0
 
 
+def _compute_chain(g: pl.DataFrame) -> int:
+    """The compute stream: the chain with the most kernel time outside communication (a copy
+    or collective stream can be busier)."""
+    compute = (pl.col("kind") == "kernel") & (
+        pl.col("kernel_class").cast(pl.String) != "communication"
+    )
+    busy = (
+        g.group_by("chain")
+        .agg(pl.col("dur_ns").filter(compute).sum().alias("_k"), pl.col("dur_ns").sum())
+        .sort("_k", "dur_ns", descending=True)
+    )
+    return int(busy["chain"][0])
+
+
 def _host_blocks_off(model: StepModel, which: pl.Expr) -> StepModel:
     h = model.host.with_columns(
         pl.when(which).then(pl.lit(WAIT_NONE, pl.Int8)).otherwise(pl.col("wait")).alias("wait"),
@@ -234,15 +248,14 @@ def no_empty_cache(model: StepModel) -> StepModel | None:
 
 
 def comm_overlapped(model: StepModel) -> StepModel | None:
-    """Side-stream work overlapped with compute: on every stream but the busiest, the delays
+    """Side-stream work overlapped with compute: on every stream but the compute one, the delays
     no edge explains (the waits on the main stream) go, so the work starts when launched.
     Assumes the main stream does not wait for it within the step and the engines do not slow
     each other down."""
     g = model.gpu
-    busy = g.group_by("chain").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)
-    if busy.height < 2:
+    if g.get_column("chain").n_unique() < 2:
         return None
-    main = int(busy["chain"][0])
+    main = _compute_chain(g)
     waits = (pl.col("chain") != main) | (pl.col("after_op") >= 0)
     if _share(g, waits, "gap_ns") < NEGLIGIBLE_RATIO:
         return None
@@ -270,8 +283,7 @@ def h2d_overlapped(model: StepModel) -> StepModel | None:
     h2d = copies & (pl.col("copy_kind") == "HtoD")
     if _share(g, copies, "dur_ns") < NEGLIGIBLE_RATIO:
         return None
-    busy = g.group_by("chain").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)
-    main = int(busy["chain"][0])
+    main = _compute_chain(g)
     on_main = h2d & (pl.col("chain") == main)
     own = g.filter(on_main).get_column("op").cast(pl.Int64).implode()
     g = g.with_columns(
