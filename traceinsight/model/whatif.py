@@ -304,26 +304,37 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
     kernel; the other launches and their host calls go. Host work between the launches (the
     Python that issues the ops) is kept: the estimate is a lower bound for torch.compile."""
     g = model.gpu
-    ew = pl.col("kernel_class").cast(pl.String) == "elementwise"
-    new_run = (ew != ew.shift(1).over("chain")).fill_null(True) | ~ew
-    g = g.with_columns(new_run.cum_sum().over("chain").alias("_run"))
-    run_len = pl.len().over("chain", "_run")
-    first = pl.int_range(pl.len()).over("chain", "_run") == 0
-    fused = ew & (run_len > 1)
-    if _share(g, fused & ~first, "dur_ns") < NEGLIGIBLE_RATIO:
+    ew = (pl.col("kernel_class").cast(pl.String) == "elementwise").alias("_ew")
+    # rows are in chain order: a run starts where the chain or the elementwise flag changes
+    flags = g.select(pl.col("chain"), ew)
+    starts = (
+        (flags["chain"] != flags["chain"].shift(1)) | (flags["_ew"] != flags["_ew"].shift(1))
+    ).fill_null(True) | ~flags["_ew"]
+    run = starts.cum_sum().alias("_run")
+    runs = (
+        pl.DataFrame({"_run": run, "_ew": flags["_ew"], "dur_ns": g["dur_ns"]})
+        .group_by("_run")
+        .agg(pl.len().alias("_n"), pl.col("dur_ns").max().alias("_max"))
+    )
+    per_row = pl.DataFrame({"_run": run}).join(runs, on="_run", how="left", maintain_order="left")
+    fused = flags["_ew"] & (per_row["_n"] > 1)
+    gone = fused & ~starts
+    if g.height == 0 or float(g["dur_ns"].filter(gone).sum()) < NEGLIGIBLE_RATIO * float(
+        g["dur_ns"].sum()
+    ):
         return None
-    gone = fused & ~first
-    dropped = g.filter(gone & (pl.col("launch") >= 0)).get_column("launch").implode()
+    head = fused & starts
+    dropped = g["launch"].filter(gone & (g["launch"] >= 0)).implode()
     g = g.with_columns(
-        pl.when(fused & first)
-        .then(pl.col("dur_ns").max().over("chain", "_run"))
+        pl.when(head)
+        .then(per_row["_max"])
         .when(gone)
         .then(0)
         .otherwise(pl.col("dur_ns"))
         .alias("dur_ns"),
         pl.when(gone).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
         pl.when(gone).then(0).otherwise(pl.col("latency_ns")).alias("latency_ns"),
-    ).drop("_run")
+    )
     h = model.host.with_columns(
         pl.when(pl.col("node").cast(pl.Int64).is_in(dropped))
         .then(0)
