@@ -48,6 +48,18 @@ class RuleInput:
     def segments(self, cause: str, n: int = 5) -> list[dict[str, Any]]:
         return [s for s in self.r.idle.top_segments if s["cause"] == cause][:n]
 
+    def chain(self, cause: str, what: str) -> str | None:
+        """The causal chain at the largest idle segment of ``cause``, in words: what the host
+        did, and how long the GPU then waited for work (None without such a segment)."""
+        seg = next(iter(self.segments(cause, 1)), None)
+        if seg is None:
+            return None
+        op = f" in {seg['host_op']}" if seg.get("host_op") else ""
+        return (
+            f"{what}{op} at {fmt_ms(seg['offset_ns'])} into the window: the GPU ran out of "
+            f"queued work and idled {fmt_ms(seg['dur_ns'])} until the host launched work again"
+        )
+
 
 def rule(
     rule_id: str,
@@ -90,6 +102,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "dataloader_ns": steps.dataloader_ns,
             "per_step_dataloader_ns": [s["dataloader_ns"] for s in steps.per_step],
             "top_segments": x.segments("dataloader"),
+            "causal_chain": x.chain("dataloader", "the main thread waited for the next batch"),
             "sources": x.sources("dataloader"),
         },
     )
@@ -123,6 +136,7 @@ def host_sync(x: RuleInput) -> Draft | None:
             "host_sync_blocked_ns": syncs.host_sync_blocked_ns,
             "by_op": list(syncs.by_op),
             "top_segments": x.segments("host_sync"),
+            "causal_chain": x.chain("host_sync", "a sync blocked the host until the queue drained"),
             "profiler_syncs_excluded": syncs.profiler_syncs,
             "sources": x.sources("host_sync", "blocking_copy"),
         },
@@ -156,6 +170,9 @@ def launch_bound(x: RuleInput) -> Draft | None:
             "short_kernel_ratio": launch.short_kernel_ratio,
             "queue_depth_median": launch.queue_depth_median,
             "top_segments": x.segments("launch_overhead"),
+            "causal_chain": x.chain(
+                "launch_overhead", "each kernel finished before the host had launched the next"
+            ),
             "sources": x.sources("launch"),
         },
     )

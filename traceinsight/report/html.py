@@ -91,6 +91,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "m": doc["metrics"],
         "d": d,
         "findings": doc["findings"],
+        "all_fixes": (d.get("what_if") or {}).get("all_fixes"),
         "verdict": verdict_cost,
         "timeline": {
             "devices": devices,

@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.constants import HEADLINE_METRICS
-from traceinsight.report.format import SOURCE_NOUNS, fmt_metric, fmt_ns, fmt_pct, fmt_source
+from traceinsight.report.format import (
+    SOURCE_NOUNS,
+    fmt_metric,
+    fmt_ms,
+    fmt_ns,
+    fmt_pct,
+    fmt_source,
+)
 
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
 
@@ -92,6 +99,16 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _saving(w: dict[str, Any]) -> str:
+    """A what-if in words: the step before and after the fix, as the causal model predicts."""
+    before, after = w["step_time_ns"], w["step_time_after_ns"]
+    speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
+    return (
+        f"saves {fmt_ms(max(0, before - after))} per step "
+        f"({fmt_ms(before)} -> {fmt_ms(after)} un-profiled, {speedup} predicted)"
+    )
+
+
 def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> list[str]:
     """Findings (non-info first), warnings and the report path: the end of every summary."""
     findings = doc["findings"]
@@ -106,7 +123,12 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
             noun = SOURCE_NOUNS.get(f["id"], "events")
             sources = f["evidence"].get("sources", [])[:3]
             lines.extend(f"         at {fmt_source(s, noun)}" for s in sources)
+            if (w := f.get("what_if")) is not None:
+                lines.append(f"         fix: {_saving(w)}")
             lines.append(f"         -> {f['recommendation']}")
+        combined = (doc.get("details") or {}).get("what_if", {}).get("all_fixes")
+        if combined:
+            lines.append(f"All fixes together: {_saving(combined)}")
     for q in doc.get("data_quality", []):
         affected = f" (affects {', '.join(q['affected'])})" if q["affected"] else ""
         lines.append(f"data quality {q['severity']}: {q['check']}: {q['message']}{affected}")
