@@ -21,6 +21,8 @@ PINNED_H2D_BYTES_PER_NS = 50.0  # PCIe Gen5 x16 pinned DMA, about 50 GB/s measur
 SYNC_RETURN_NS = 2_000  # a call that no longer waits still costs its API overhead
 GRAPH_LAUNCH_NS = 10_000  # one cudaGraphLaunch per step
 GRAPH_GAP_NS = 1_000  # kernel-to-kernel gap inside a replayed CUDA graph
+DISPATCH_CAP_RATIO = 4.0  # op time before a launch beyond 4x the median is not dispatch
+MIN_DISPATCH_CAP_NS = 20_000
 DATALOADER_FLOOR_NS = 50_000  # fetching a prefetched batch from worker processes
 # AdamW(foreach=False) runs about a dozen elementwise kernels per parameter, each a pass over
 # it; the fused kernel reads params, grads and both moments once and writes three of them.
@@ -116,9 +118,16 @@ def cuda_graphs(model: StepModel) -> StepModel | None:
     if not h.select((captured & pl.col("is_launch")).any()).item():
         return None
     first = pl.int_range(pl.len()).over("tid", "step") == 0
-    # the gap's host work a capture keeps: outside any op, or in the ranges it leaves eager
+    # Dispatch is a few to tens of us per launch; far more op time before one launch is CPU
+    # work inside the op (cuDNN planning for a new shape, CPU math), which a graph does not
+    # remove: per call at most DISPATCH_CAP_RATIO x the trace's median op time per launch.
+    typical = h.filter(captured & pl.col("is_launch")).get_column("gap_ops_ns").median()
+    cap = max(MIN_DISPATCH_CAP_NS, DISPATCH_CAP_RATIO * float(typical or 0))
+    dispatch = pl.min_horizontal("gap_ops_ns", pl.lit(int(cap)))
+    # the gap's host work a capture keeps: outside any op or beyond the dispatch, or in the
+    # ranges it leaves eager
     kept = (
-        (pl.col("gap_ns") - pl.col("gap_ops_ns")).clip(0)
+        (pl.col("gap_ns") - dispatch).clip(0)
         + pl.col("gap_dataloader_ns")
         + pl.col("gap_optimizer_ns")
         + pl.col("gap_empty_cache_ns")
