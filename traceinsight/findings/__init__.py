@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# memory_rules imports rules.py first, so its rules register after rules.py's own
+from traceinsight.findings import memory_rules  # noqa: F401
 from traceinsight.findings.job_rules import JOB_RULES, RankFindings, diagnose_job
 from traceinsight.findings.model import (
     SEVERITIES,
