@@ -64,7 +64,10 @@ class MemoryResult:
     allocator_device_allocs_per_step: float | None
     allocator_device_frees_per_step: float | None
     allocator_calls_ns_per_step: float | None  # host time inside those calls
-    empty_cache_calls_per_step: float | None
+    empty_cache_calls_per_step: float | None  # named empty_cache ranges (with_stack traces)
+    # cudaFree outside any op: the cache released between ops, as empty_cache() does (a free
+    # inside an op is the allocator freeing cached blocks to retry a failed cudaMalloc)
+    frees_outside_ops_per_step: float | None
     step_time_median_ns: float | None
     gpu_busy_ns_per_step: float | None
     # the larger batch: multiplier fitting in FIT_RATIO of device memory, the one at which the GPU
@@ -108,6 +111,26 @@ def _per_step_calls(ctx: Context, steps: pl.DataFrame, pattern: str) -> pl.DataF
         calls.sort("start_ns")
         .join_asof(bounds.sort("_s"), left_on="start_ns", right_on="_s")
         .filter(pl.col("start_ns") < pl.col("_e"))
+    )
+
+
+def _outside_ops(ctx: Context, calls: pl.DataFrame) -> int:
+    """How many of ``calls`` run inside no cpu_op on their thread."""
+    if calls.height == 0:
+        return 0
+    ops = (
+        ctx.rows(("cpu_op",))
+        .select("tid", pl.col("start_ns").alias("_os"), pl.col("end_ns").alias("_oe"))
+        .sort("_os")
+    )
+    # an op started earlier but still running encloses the call; the latest-started one may have
+    # ended already while its parent still runs, so the running maximum of ends is what counts
+    ops = ops.with_columns(pl.col("_oe").cum_max().over("tid"))
+    j = calls.sort("start_ns").join_asof(
+        ops, left_on="start_ns", right_on="_os", by="tid", check_sortedness=False
+    )
+    return int(
+        j.select((pl.col("_oe").is_null() | (pl.col("_oe") < pl.col("start_ns"))).sum()).item()
     )
 
 
@@ -350,7 +373,7 @@ def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryRe
         if mem.height
         else ()
     )
-    allocs = frees = calls_ns = empties = None
+    allocs = frees = calls_ns = empties = released = None
     if n:
         a = _per_step_calls(ctx, steady, DEVICE_ALLOC_API)
         f = _per_step_calls(ctx, steady, DEVICE_FREE_API)
@@ -365,6 +388,7 @@ def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryRe
             empties = inside.height / n
         else:
             empties = 0.0
+        released = _outside_ops(ctx, f) / n
     step_med = float(steady["dur_ns"].median()) if n else None
     gpu_per_step = _gpu_busy_per_step(ctx, steady) if n else None
     fit = sat = rec = None
@@ -395,6 +419,7 @@ def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryRe
         allocator_device_frees_per_step=frees,
         allocator_calls_ns_per_step=calls_ns,
         empty_cache_calls_per_step=empties,
+        frees_outside_ops_per_step=released,
         step_time_median_ns=step_med,
         gpu_busy_ns_per_step=gpu_per_step,
         fit_multiplier=fit,

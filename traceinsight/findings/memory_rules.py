@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from traceinsight.analyzers.memory import DeviceMemory
+from traceinsight.analyzers.memory import DeviceMemory, MemoryResult
 from traceinsight.findings.model import Draft
 from traceinsight.findings.rules import RuleInput, rule
 from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct
@@ -24,6 +24,11 @@ def _mib(n: float | None) -> str:
 def _worst(x: RuleInput, key: str) -> DeviceMemory | None:
     devs = [d for d in x.r.memory.devices if getattr(d, key) is not None]
     return max(devs, key=lambda d: getattr(d, key), default=None)
+
+
+def _releases(mem: MemoryResult) -> float:
+    """empty_cache() per step: named ranges, or cudaFree between ops (its only other source)."""
+    return max(mem.empty_cache_calls_per_step or 0, mem.frees_outside_ops_per_step or 0)
 
 
 def _steps(x: RuleInput) -> int:
@@ -122,7 +127,7 @@ def memory_fragmentation(x: RuleInput) -> Draft | None:
         d is None
         or (d.fragmentation_ratio or 0) < x.t["fragmentation_min_ratio"]
         or allocs < x.t["fragmentation_allocs_per_step_min"]
-        or (mem.empty_cache_calls_per_step or 0) > 0
+        or _releases(mem) > 0
     ):
         return None
     cost, what_if, extra = _allocator_cost(x)
@@ -168,7 +173,7 @@ def allocator_churn(x: RuleInput) -> Draft | None:
     cost, what_if, extra = _allocator_cost(x)
     empties = mem.empty_cache_calls_per_step or 0
     rec = None
-    if not empties:
+    if not _releases(mem):
         rec = (
             "The allocator returns memory to the driver and asks for it again inside steps: keep shapes stable "
             "(pad to buckets) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; look for "
@@ -177,13 +182,20 @@ def allocator_churn(x: RuleInput) -> Draft | None:
     return Draft(
         cost,
         f"{fmt_num(allocs)} cudaMalloc and {fmt_num(frees)} cudaFree per step"
-        + (f" ({fmt_num(empties)} empty_cache() per step)" if empties else "")
+        + (
+            f" ({fmt_num(empties)} empty_cache() per step)"
+            if empties
+            else " (the cache released between ops, as empty_cache() does)"
+            if _releases(mem)
+            else ""
+        )
         + f" cost {fmt_ms(cost)}",
         {
             "allocator_device_allocs_per_step": allocs,
             "allocator_device_frees_per_step": frees,
             "allocator_calls_ns_per_step": mem.allocator_calls_ns_per_step,
             "empty_cache_calls_per_step": empties,
+            "frees_outside_ops_per_step": mem.frees_outside_ops_per_step,
             "steady_steps": list(mem.steady_steps),
             "what_if": what_if,
             **extra,
