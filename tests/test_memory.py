@@ -290,3 +290,92 @@ def test_h200_dynamic_default_is_fragmented_but_not_flagged(analyses) -> None:
     assert d.metrics["memory_fragmentation_ratio"] > 0.8
     assert e.metrics["memory_fragmentation_ratio"] < 0.3
     assert d.metrics["allocator_device_allocs_per_step"] == 0
+
+
+# --- inputs: export_memory_timeline, nsys CUDA_GPU_MEMORY_USAGE_EVENTS, export ----------------
+
+
+def test_memory_timeline_raw_and_plot_exports(tmp_path: Path) -> None:
+    import gzip
+
+    from traceinsight.parsers import load_trace
+
+    # as torch writes them (_memory_profiler.py export_memory_timeline_raw / _coalesce_timeline):
+    # (time ns, action, bytes, category), PREEXISTING at -1; and [times µs, sizes by category]
+    raw = [
+        [-1, 1, 1000, 0],
+        [5000, 2, 300, 3],
+        [6000, 3, -300, 3],
+        [6000, 3, 300, 4],
+        [9000, 4, -300, 4],
+    ]
+    p = tmp_path / "m.raw.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(raw).encode()))
+    t = load_trace(p)
+    assert t.events.height == 0 and t.meta.format == "memory-timeline"
+    assert t.memory["allocated_bytes"].to_list() == [1000, 1300, 1000, 1300, 1000]
+    assert t.memory["start_ns"].to_list() == [5000, 5000, 6000, 6000, 9000]
+    assert set(t.memory["source"]) == {"memory_timeline"}
+    a = traceinsight.analyze(p)
+    assert a.metrics["memory_peak_allocated_bytes"] == 1300
+    assert a.metrics["memory_peak_reserved_bytes"] is None
+    plot = [[5, 6, 9], [[0, 1000, 300, 0], [0, 1000, 0, 300], [0, 1000, 0, 0]]]
+    q = tmp_path / "m.json"
+    q.write_text(json.dumps(plot))
+    t = load_trace(q)
+    assert t.memory["allocated_bytes"].to_list() == [1300, 1300, 1000]
+    assert t.memory["start_ns"].to_list() == [5000, 6000, 9000]
+
+
+def test_the_real_memory_timeline_export_is_read() -> None:
+    a = traceinsight.analyze(FIX.parent.parent / "corpus" / "memory_timeline.raw.gz")
+    assert a.metrics["memory_peak_allocated_bytes"] > 0
+    assert a.results.memory.devices[0].timeline["t_ns"]
+
+
+def test_nsys_memory_usage_events(tmp_path: Path) -> None:
+    import shutil
+    import sqlite3
+
+    from traceinsight.parsers import load_trace
+
+    src = FIX.parent.parent / "nsys" / "nsys-ai__mock.sqlite"
+    db = tmp_path / "m.sqlite"
+    shutil.copy(src, db)
+    con = sqlite3.connect(db)
+    (gpid,) = con.execute("SELECT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL LIMIT 1").fetchone()
+    con.execute(
+        "CREATE TABLE CUDA_GPU_MEMORY_USAGE_EVENTS (start INTEGER, globalPid INTEGER, deviceId "
+        "INTEGER, contextId INTEGER, address INTEGER, pc INTEGER, bytes INTEGER, memKind INTEGER, "
+        "memoryOperationType INTEGER, name TEXT, correlationId INTEGER)"
+    )
+    rows = [
+        (100, 2 << 20, 2, 0, 1),
+        (200, 4 << 20, 2, 0, 2),
+        (300, 2 << 20, 2, 1, 1),
+        (400, 8, 1, 0, 9),
+    ]
+    con.executemany(
+        "INSERT INTO CUDA_GPU_MEMORY_USAGE_EVENTS VALUES (?, ?, 0, 1, ?, 0, ?, ?, ?, NULL, NULL)",
+        [(s, gpid, addr, b, kind, op) for s, b, kind, op, addr in rows],
+    )
+    con.commit()
+    con.close()
+    t = load_trace(db)
+    m = t.memory
+    # pinned host memory (memKind 1) left out; frees negative; reserved = the running total
+    assert m["bytes"].to_list() == [2 << 20, 4 << 20, -(2 << 20)]
+    assert m["reserved_bytes"].to_list() == [2 << 20, 6 << 20, 4 << 20]
+    assert m["allocated_bytes"].null_count() == 3 and set(m["source"]) == {"nsys"}
+    offset = t.meta.extra.get("session_start_utc_ns", 0)
+    assert m["start_ns"][0] == 100 + offset
+
+
+def test_export_writes_the_memory_table_beside_the_events(tmp_path: Path) -> None:
+    from traceinsight.cli import main
+
+    out = tmp_path / "ev.parquet"
+    assert main(["export", str(FIX / "mem_leak.pt.trace.json.gz"), "-o", str(out), "-q"]) == 0
+    mem = pl.read_parquet(tmp_path / "ev.memory.parquet")
+    assert mem.schema == pl.Schema(MEMORY_SCHEMA) and mem.height > 1000
+    assert pl.read_parquet(tmp_path / "ev.op_args.parquet").height > 0

@@ -200,8 +200,9 @@ def _device(
 ) -> DeviceMemory:
     mem = mem.sort("start_ns", maintain_order=True)
     win = mem.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
-    if win.height == 0:
+    if win.height == 0:  # no window (a memory timeline holds no events): all of it
         win = mem
+        lo, hi = int(mem["start_ns"].min()), int(mem["start_ns"].max()) + 1
     info = next((d for d in ctx.device_info if d.id == dev), None)
     total = info.memory_bytes if info and info.memory_bytes else None
     peak_alloc = win.get_column("allocated_bytes").max()
@@ -215,11 +216,10 @@ def _device(
         most = at_peak.max()
         frag = 1 - int(most) / peak_res if most is not None else None
     # allocated at the steady steps' boundaries: each start, and the last one's host end
-    bounds = pl.concat([steady.get_column("host_start_ns"), steady.get_column("host_end_ns")[-1:]])
-    boundary = (
-        _at(mem, bounds, "allocated_bytes") if steady.height else pl.Series([], dtype=pl.Int64)
-    )
-    boundary = boundary.drop_nulls()
+    boundary = pl.Series([], dtype=pl.Int64)
+    if steady.height:
+        bounds = pl.concat([steady["host_start_ns"], steady["host_end_ns"][-1:]])
+        boundary = _at(mem, bounds, "allocated_bytes").drop_nulls()
     slope, agree = _theil_sen(boundary)
     base = int(boundary.median()) if boundary.len() else None
     span = None
