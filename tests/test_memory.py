@@ -379,3 +379,35 @@ def test_export_writes_the_memory_table_beside_the_events(tmp_path: Path) -> Non
     mem = pl.read_parquet(tmp_path / "ev.memory.parquet")
     assert mem.schema == pl.Schema(MEMORY_SCHEMA) and mem.height > 1000
     assert pl.read_parquet(tmp_path / "ev.op_args.parquet").height > 0
+
+
+# --- reports --------------------------------------------------------------------------------
+
+
+def test_reports_show_memory(analyses, tmp_path: Path) -> None:
+    from traceinsight.diff import compare
+    from traceinsight.report.diff_html import render_diff_html
+    from traceinsight.report.html import render_html
+    from traceinsight.report.terminal import render_diff_summary, render_summary
+
+    a = analyses["mem_leak"]
+    doc = a.to_json()
+    text = render_summary(doc)
+    (line,) = [x for x in text.splitlines() if x.startswith("  memory ")]
+    assert "748.6 MB allocated" in line and "+8.4 MB per step" in line
+    html = render_html(doc)
+    section = html[html.index('<section id="memory">') :]
+    section = section[: section.index("</section>")]
+    assert section.count("<polyline") == 2 and "peak 748.6 MB allocated" in section
+    assert "never freed" in section and "memory_growth" in section
+    # no memory events: the section says how to record them, the summary has no memory line
+    ev, _ = _leaky(mallocs_in=())
+    plain = _run(ev, conform_side(pl.DataFrame(), MEMORY_SCHEMA), MIB).to_json()
+    assert "profile_memory=True" in render_html(plain)
+    assert "  memory " not in render_summary(plain)
+    d = compare(analyses["mem_healthy"], a)
+    rows = {r["metric"]: r for r in d["memory"]}
+    assert rows["memory_growth_bytes_per_step"]["after"] == pytest.approx(8 * MIB)
+    assert rows["memory_peak_allocated_bytes"]["before"] == 706083328
+    assert "memory_growth_bytes_per_step" in render_diff_summary(d)
+    assert '<section id="memory">' in render_diff_html(d)

@@ -52,8 +52,8 @@ class DeviceMemory:
     never_freed: tuple[dict[str, Any], ...]  # op, input_dims, bytes_per_step, count
     never_freed_bytes_per_step: float | None
     steps_until_full: float | None  # (device memory - peak allocated) / growth per step
-    timeline: dict[str, list[int]] = field(default_factory=dict)  # t_ns (from the window start),
-    # allocated_bytes, reserved_bytes: each bucket's maximum
+    # start_ns (the window's), t_ns (from it), allocated_bytes, reserved_bytes: bucket maxima
+    timeline: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -321,7 +321,7 @@ def _device(
     )
 
 
-def _timeline(win: pl.DataFrame, lo: int, hi: int) -> dict[str, list[int]]:
+def _timeline(win: pl.DataFrame, lo: int, hi: int) -> dict[str, Any]:
     """Allocated and reserved over the window in at most :data:`TIMELINE_POINTS` buckets (each
     bucket's maximum, so the peak survives the thinning)."""
     span = max(1, hi - lo)
@@ -340,6 +340,7 @@ def _timeline(win: pl.DataFrame, lo: int, hi: int) -> dict[str, list[int]]:
         .sort("_b")
     )
     return {
+        "start_ns": lo,
         "t_ns": (b["t"] - lo).to_list(),
         "allocated_bytes": b["allocated_bytes"].to_list(),
         "reserved_bytes": b["reserved_bytes"].to_list(),
