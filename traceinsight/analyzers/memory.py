@@ -198,7 +198,10 @@ def _at(mem: pl.DataFrame, times: pl.Series, col: str) -> pl.Series:
 def _device(
     ctx: Context, dev: int, mem: pl.DataFrame, steady: pl.DataFrame, lo: int, hi: int
 ) -> DeviceMemory:
-    mem = mem.sort("start_ns", maintain_order=True)
+    # only the columns read below: every join and sort then moves a few columns, not all
+    mem = mem.select("start_ns", "tid", "bytes", "allocated_bytes", "reserved_bytes", "addr").sort(
+        "start_ns", maintain_order=True
+    )
     win = mem.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
     if win.height == 0:  # no window (a memory timeline holds no events): all of it
         win = mem
@@ -258,12 +261,16 @@ def _device(
         peak_ns = int(peak_row["start_ns"][0])
         peak_op = peak_row["op"][0]
         # each allocation's free: the next event at its address on this device
-        paired = at.sort("addr", "start_ns").with_columns(
-            pl.col("bytes").shift(-1).over("addr").alias("_next_bytes"),
-            pl.col("start_ns").shift(-1).over("addr").alias("_freed_ns"),
-        )
-        allocs = paired.filter(pl.col("bytes") > 0).with_columns(
-            pl.when(pl.col("_next_bytes") < 0).then(pl.col("_freed_ns")).alias("_freed_ns")
+        # each allocation's free: the first free at its address after it (an as-of join per
+        # address: no sort of the table by address)
+        frees = at.filter(pl.col("bytes") < 0).select("addr", pl.col("start_ns").alias("_freed_ns"))
+        allocs = at.filter(pl.col("bytes") > 0).join_asof(
+            frees,
+            left_on="start_ns",
+            right_on="_freed_ns",
+            by="addr",
+            strategy="forward",
+            check_sortedness=False,
         )
         live = allocs.filter(
             (pl.col("start_ns") <= peak_ns)
@@ -348,12 +355,8 @@ def _timeline(win: pl.DataFrame, lo: int, hi: int) -> dict[str, Any]:
 
 
 def _device_table(ctx: Context) -> pl.DataFrame:
-    """The GPU rows of the memory table, allocated filled from the signed bytes where the
-    source gives no totals (nsys: reserved only; a timeline export: running sums)."""
-    mem = ctx.memory.filter(pl.col("device").is_not_null() & (pl.col("device_type") != "cpu"))
-    if mem.height == 0:
-        return mem
-    return mem.sort("device", "start_ns", maintain_order=True)
+    """The GPU rows of the memory table (host memory is not the device's)."""
+    return ctx.memory.filter(pl.col("device").is_not_null() & (pl.col("device_type") != "cpu"))
 
 
 def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryResult:
