@@ -30,6 +30,7 @@ FIT_RATIO = 0.8  # a larger batch must fit in this share of device memory (alloc
 TIMELINE_POINTS = 600  # buckets of the report's timeline per device (max of each bucket)
 MAX_MULTIPLIER = 64  # the largest batch multiplier predicted
 TOP_N = 8
+THEIL_SEN_POINTS = 200  # step boundaries the growth slope is fitted on, at most
 
 
 @dataclass(frozen=True)
@@ -176,6 +177,8 @@ def _theil_sen(y: pl.Series) -> tuple[float | None, float | None]:
     if n < 3:
         return None, None
     pts = pl.DataFrame({"i": pl.int_range(n, eager=True), "y": y.cast(pl.Float64)})
+    if n > THEIL_SEN_POINTS:  # pairs grow as n^2: evenly spaced boundaries stand for the rest
+        pts = pts.gather_every(-(-n // THEIL_SEN_POINTS))
     pairs = pts.join(pts, how="cross", suffix="_b").filter(pl.col("i_b") > pl.col("i"))
     slope = float(
         pairs.select(((pl.col("y_b") - pl.col("y")) / (pl.col("i_b") - pl.col("i"))).median())
@@ -250,21 +253,17 @@ def _device(
     never: tuple[dict[str, Any], ...] = ()
     never_per_step = None
     if peak_alloc is not None:
-        at = _alloc_ops(ctx, mem)
-        peak_row = at.filter(
-            (pl.col("start_ns") >= lo)
-            & (pl.col("start_ns") < hi)
-            & (pl.col("allocated_bytes") == peak_alloc)
-        ).head(1)
-        if peak_row.height == 0:
-            peak_row = at.filter(pl.col("allocated_bytes") == peak_alloc).head(1)
+        at = mem.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi)
+        peak_row = (at if at.height else mem).filter(pl.col("allocated_bytes") == peak_alloc)
+        peak_row = _alloc_ops(ctx, peak_row.head(1))
         peak_ns = int(peak_row["start_ns"][0])
         peak_op = peak_row["op"][0]
-        # each allocation's free: the next event at its address on this device
         # each allocation's free: the first free at its address after it (an as-of join per
-        # address: no sort of the table by address)
-        frees = at.filter(pl.col("bytes") < 0).select("addr", pl.col("start_ns").alias("_freed_ns"))
-        allocs = at.filter(pl.col("bytes") > 0).join_asof(
+        # address: no sort of the table by address); ops are joined to the few rows reported
+        frees = mem.filter(pl.col("bytes") < 0).select(
+            "addr", pl.col("start_ns").alias("_freed_ns")
+        )
+        allocs = mem.filter(pl.col("bytes") > 0).join_asof(
             frees,
             left_on="start_ns",
             right_on="_freed_ns",
@@ -272,9 +271,12 @@ def _device(
             strategy="forward",
             check_sortedness=False,
         )
-        live = allocs.filter(
-            (pl.col("start_ns") <= peak_ns)
-            & (pl.col("_freed_ns").is_null() | (pl.col("_freed_ns") > peak_ns))
+        live = _alloc_ops(
+            ctx,
+            allocs.filter(
+                (pl.col("start_ns") <= peak_ns)
+                & (pl.col("_freed_ns").is_null() | (pl.col("_freed_ns") > peak_ns))
+            ),
         )
         top = tuple(
             live.group_by("op")
@@ -288,8 +290,13 @@ def _device(
         if steady.height >= 2:
             a = int(steady["host_start_ns"][0])
             b = int(steady["host_start_ns"][-1])
-            kept = allocs.filter(
-                pl.col("_freed_ns").is_null() & (pl.col("start_ns") >= a) & (pl.col("start_ns") < b)
+            kept = _alloc_ops(
+                ctx,
+                allocs.filter(
+                    pl.col("_freed_ns").is_null()
+                    & (pl.col("start_ns") >= a)
+                    & (pl.col("start_ns") < b)
+                ),
             )
             n = steady.height - 1
             never_per_step = float(kept.get_column("bytes").sum()) / n
@@ -413,8 +420,8 @@ def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryRe
             why = "the causal step model could not be built (no steps or no GPU work)"
         else:
             gains = _batch_gains(replay, rec)
-            if (allocs or 0) + (frees or 0) > 0:
-                churn = replay.predict(whatif.no_empty_cache)
+            if (allocs or 0) + (frees or 0) > 0:  # the replay's own no_empty_cache what-if
+                churn = replay.what_if.get("no_empty_cache")
     return MemoryResult(
         has_memory=bool(devices),
         devices=devices,
