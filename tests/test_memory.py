@@ -411,3 +411,19 @@ def test_reports_show_memory(analyses, tmp_path: Path) -> None:
     assert rows["memory_peak_allocated_bytes"]["before"] == 706083328
     assert "memory_growth_bytes_per_step" in render_diff_summary(d)
     assert '<section id="memory">' in render_diff_html(d)
+
+
+def test_two_devices_give_per_device_metrics() -> None:
+    ev, mem = _leaky(mallocs_in=())
+    other = mem.with_columns(pl.lit(1, pl.Int32).alias("device"), (pl.col("addr") + 10**6))
+    t = ev.trace()
+    t.meta.devices = [
+        DeviceInfo(0, "GPU", memory_bytes=16 * MIB),
+        DeviceInfo(1, "GPU", memory_bytes=32 * MIB),
+    ]
+    t.memory = conform_side(pl.concat([mem, other]), MEMORY_SCHEMA)
+    m = analyze_trace(t, Options()).metrics
+    assert m["memory_peak_allocated_bytes"] == {"0": 9 * MIB, "1": 9 * MIB}
+    assert m["device_memory_bytes"] == {"0": 16 * MIB, "1": 32 * MIB}
+    assert m["memory_headroom_ratio"]["1"] == pytest.approx(1 - 12 / 32)
+    assert isinstance(m["allocator_device_allocs_per_step"], float)  # per trace

@@ -29,6 +29,7 @@ FACTORY_OPS = r"^aten::(empty|empty_strided|empty_like|new_empty|new_empty_strid
 FIT_RATIO = 0.8  # a larger batch must fit in this share of device memory (allocator slack)
 TIMELINE_POINTS = 600  # buckets of the report's timeline per device (max of each bucket)
 MAX_MULTIPLIER = 64  # the largest batch multiplier predicted
+GAIN_TABLE_MAX_NODES = 200_000  # model nodes up to which 2x, 4x, 8x are replayed too
 TOP_N = 8
 THEIL_SEN_POINTS = 200  # step boundaries the growth slope is fitted on, at most
 
@@ -457,11 +458,13 @@ def _gpu_busy_per_step(ctx: Context, steady: pl.DataFrame) -> float | None:
 
 def _batch_gains(replay: ReplayResult, rec: int | None) -> dict[str, dict[str, Any]] | None:
     """Replayed throughput gain of a batch ``m`` times larger, for m = 2, 4, 8 up to the
-    recommended multiplier, and that one (no replays where the GPU is already busy)."""
+    recommended multiplier, and that one (no replays where the GPU is already busy; on a large
+    model only the recommended one: each replay costs as much as the model's own)."""
     if rec is None or rec < 2:
         return None
     out: dict[str, dict[str, Any]] = {}
-    for m in sorted({m for m in (2, 4, 8) if m <= rec} | {rec}):
+    small = replay.host_nodes + replay.gpu_nodes <= GAIN_TABLE_MAX_NODES
+    for m in sorted({m for m in (2, 4, 8) if m <= rec and small} | {rec}):
         p = replay.predict(whatif.gpu_work_scaled(float(m)))
         if p is None or not p.get("speedup"):
             continue
