@@ -427,3 +427,23 @@ def test_two_devices_give_per_device_metrics() -> None:
     assert m["device_memory_bytes"] == {"0": 16 * MIB, "1": 32 * MIB}
     assert m["memory_headroom_ratio"]["1"] == pytest.approx(1 - 12 / 32)
     assert isinstance(m["allocator_device_allocs_per_step"], float)  # per trace
+
+
+def test_memory_timeline_as_torch_writes_it(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    model = torch.nn.Linear(64, 64)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with profile(
+        activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
+    ) as p:
+        for _ in range(3):
+            model(torch.randn(32, 64)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    raw, plot = tmp_path / "t.raw.json.gz", tmp_path / "t.json"
+    p.export_memory_timeline(str(raw), device="cpu")
+    p.export_memory_timeline(str(plot), device="cpu")
+    peaks = [traceinsight.analyze(f).metrics["memory_peak_allocated_bytes"] for f in (raw, plot)]
+    assert peaks[0] == peaks[1] > 0  # the two layouts of one recording agree
