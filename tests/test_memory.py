@@ -133,7 +133,7 @@ def _cached(mallocs_per_step: int, empty_cache: bool = False) -> TraceAnalysis:
             ev.runtime("cudaFree", t0 + 60 + i * 5, 2)
         if empty_cache:
             ev.op("torch.cuda.empty_cache", t0 + 58, 20)
-    return _run(ev, _memory(rows, reserved=100 * MIB), 1000 * MIB)
+    return _run(ev, _memory(rows, reserved=100 * MIB), 1000 * MIB, replay=False)
 
 
 def test_reserved_far_above_allocated_alone_is_not_fragmentation() -> None:
@@ -265,7 +265,7 @@ def test_h200_headroom_prediction_matches_measured_throughput(analyses) -> None:
 
 
 def test_h200_headroom_without_the_model_says_why() -> None:
-    a = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.gz")
+    a = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.gz", replay=False)
     f = next(f for f in a.findings if f.id == "memory_headroom")
     assert f.evidence["what_if"] is None and f.evidence["why_no_estimate"]
 
