@@ -86,6 +86,7 @@ def test_hand_computed_leak() -> None:
     assert d.never_freed_bytes_per_step == MIB  # steps 1..3 (the last's may outlive the trace)
     assert d.never_freed[0]["op"] == "aten::leaky"
     assert d.steps_until_full == pytest.approx((16 - 9) / 1)
+    assert d.peak_op == d.peak_root_op == "aten::mm"  # the 4 MiB of step 4 at 420 µs
     assert d.step_span_bytes == 5 * MIB  # each step's peak above its start (the kept 1 MiB too)
     assert d.top_ops_at_peak[0] == {"op": "aten::leaky", "bytes": 5 * MIB, "allocations": 5}
     assert {t["op"]: t["bytes"] for t in d.top_ops_at_peak}["aten::mm"] == 4 * MIB
@@ -229,6 +230,9 @@ def test_h200_leak_is_found_with_the_op_that_keeps_it(analyses) -> None:
     # the model's last linear keeps its bf16 output [32 * 256, 512]
     assert top["op"] == "aten::addmm" and "[8192, 512]" in top["input_dims"]
     assert top["bytes_per_step"] == pytest.approx(leaked, rel=0.1)
+    # the peak is in backward: the op allocating then and the autograd node around it
+    d = a.results.memory.devices[0]
+    assert d.peak_root_op.startswith("autograd::engine::evaluate_function: ")
     free = truth["total_memory"] - a.metrics["memory_peak_allocated_bytes"]
     assert f.evidence["steps_until_full"] == pytest.approx(free / leaked, rel=0.1)
 

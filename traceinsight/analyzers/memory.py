@@ -50,6 +50,7 @@ class DeviceMemory:
     step_span_bytes: int | None  # median per step of (step's peak - its start): activations
     peak_ns: int | None  # when allocated memory peaked (trace time)
     peak_op: str | None  # the host op allocating then
+    peak_root_op: str | None  # the outermost op around it (an autograd node, a module's op)
     top_ops_at_peak: tuple[dict[str, Any], ...]  # op, bytes live at the peak, allocations
     never_freed: tuple[dict[str, Any], ...]  # op, input_dims, bytes_per_step, count
     never_freed_bytes_per_step: float | None
@@ -171,6 +172,20 @@ def _alloc_ops(ctx: Context, mem: pl.DataFrame) -> pl.DataFrame:
     return out.with_columns(pl.col("op").fill_null("(no op)"))
 
 
+def _root_op(ctx: Context, tid: int | None, t: int) -> str | None:
+    """The outermost cpu_op running on ``tid`` at ``t`` (one that starts after every earlier
+    op on the thread has ended is a root)."""
+    if tid is None:
+        return None
+    ops = (
+        ctx.rows(("cpu_op",)).filter(pl.col("tid") == tid, pl.col("start_ns") <= t).sort("start_ns")
+    )
+    roots = ops.filter(
+        pl.col("end_ns").cum_max().shift(1).fill_null(-1) <= pl.col("start_ns")
+    ).filter(pl.col("end_ns") >= t)
+    return roots["name"][-1] if roots.height else None
+
+
 def _theil_sen(y: pl.Series) -> tuple[float | None, float | None]:
     """Median of the pairwise slopes of ``y`` over its index (robust to a single odd step),
     and the share of consecutive changes with the slope's sign."""
@@ -249,7 +264,7 @@ def _device(
             )
             med = per.select((pl.col("_m") - pl.col("_b")).clip(0).median()).item()
             span = int(med) if med is not None else None
-    peak_ns = peak_op = None
+    peak_ns = peak_op = peak_root = None
     top: tuple[dict[str, Any], ...] = ()
     never: tuple[dict[str, Any], ...] = ()
     never_per_step = None
@@ -259,6 +274,9 @@ def _device(
         peak_row = _alloc_ops(ctx, peak_row.head(1))
         peak_ns = int(peak_row["start_ns"][0])
         peak_op = peak_row["op"][0]
+        peak_root = _root_op(
+            ctx, int(peak_row["tid"][0]) if peak_row["tid"][0] is not None else None, peak_ns
+        )
         # each allocation's free: the first free at its address after it (an as-of join per
         # address: no sort of the table by address); ops are joined to the few rows reported
         frees = mem.filter(pl.col("bytes") < 0).select(
@@ -328,6 +346,7 @@ def _device(
         step_span_bytes=span,
         peak_ns=peak_ns,
         peak_op=peak_op,
+        peak_root_op=peak_root,
         top_ops_at_peak=top,
         never_freed=never,
         never_freed_bytes_per_step=never_per_step,

@@ -29,6 +29,9 @@ def memory_charts(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "x": 100 * (dev["peak_ns"] - t0) / span,
                 "y": 38 - 36 * dev["peak_allocated_bytes"] / top,
                 "op": dev.get("peak_op"),
+                "root": dev.get("peak_root_op")
+                if dev.get("peak_root_op") != dev.get("peak_op")
+                else None,
                 "bytes": dev["peak_allocated_bytes"],
             }
         bands = [
