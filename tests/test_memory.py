@@ -451,3 +451,15 @@ def test_memory_timeline_as_torch_writes_it(tmp_path: Path) -> None:
     p.export_memory_timeline(str(plot), device="cpu")
     peaks = [traceinsight.analyze(f).metrics["memory_peak_allocated_bytes"] for f in (raw, plot)]
     assert peaks[0] == peaks[1] > 0  # the two layouts of one recording agree
+
+
+def test_job_summary_has_the_memory_line(tmp_path: Path, capsys) -> None:
+    import shutil
+
+    from traceinsight.cli import main
+
+    for r, name in enumerate(("mem_healthy", "mem_leak")):
+        shutil.copy(FIX / f"{name}.pt.trace.json.gz", tmp_path / f"rank{r}.pt.trace.json.gz")
+    assert main(["analyze", str(tmp_path), "--no-html"]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  memory ")]
+    assert "rank 1: peak 748.6 MB allocated" in line  # the rank with the highest peak

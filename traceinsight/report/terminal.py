@@ -82,14 +82,14 @@ def _worst(v: Any) -> Any:
     return v
 
 
-def _memory_line(m: dict[str, Any]) -> list[str]:
+def _memory_line(m: dict[str, Any], label: str = "") -> list[str]:
     """One line: the peaks against the device, growth per step, allocator calls per step."""
     peak = _worst(m.get("memory_peak_allocated_bytes"))
     reserved = _worst(m.get("memory_peak_reserved_bytes"))
     if peak is None and reserved is None:
         return []
     total = _worst(m.get("device_memory_bytes"))
-    text = f"  memory    peak {fmt_bytes(peak)} allocated, {fmt_bytes(reserved)} reserved"
+    text = f"  memory    {label}peak {fmt_bytes(peak)} allocated, {fmt_bytes(reserved)} reserved"
     if total:
         text += f" of {fmt_bytes(total)} ({fmt_pct(_worst(m.get('memory_headroom_ratio')))} unused)"
     growth = _worst(m.get("memory_growth_bytes_per_step"))
@@ -175,6 +175,11 @@ def render_job_summary(
             f"  {r['rank']:>4}  {fmt_pct(rm['gpu_busy_ratio']):>8}  {fmt_ns(rm['step_time_median_ns']):>11}"
             f"  {fmt_ns(split.get('exposed_wait_ns')):>9}  {fmt_ns(split.get('transfer_ns')):>9}  {top}"
         )
+    # the rank whose allocated peak is highest stands for the job's memory
+    mem_ranks = [r for r in doc["ranks"] if _worst(r["metrics"].get("memory_peak_allocated_bytes"))]
+    if mem_ranks:
+        r = max(mem_ranks, key=lambda r: _worst(r["metrics"]["memory_peak_allocated_bytes"]))
+        lines += _memory_line(r["metrics"], f"rank {r['rank']}: ")
     if m.get("step_skew_mean_ns") is not None:
         lines.append(
             f"  step-time skew across ranks: {fmt_ns(m['step_skew_mean_ns'])} per step on average"
