@@ -76,6 +76,9 @@ def memory_growth(x: RuleInput) -> Draft | None:
         or (d.growth_consistency_ratio or 0) < x.t["growth_consistency_min_ratio"]
     ):
         return None
+    b = d.boundary_allocated_bytes
+    if b[-1] - b[0] < 0.5 * d.growth_bytes_per_step * (len(b) - 1):
+        return None  # rises and falls that a median slope smooths into growth: no net growth
     # No time is lost until the device is full; graded by how soon that is.
     until = d.steps_until_full
     if until is not None and until < x.t["growth_full_steps_high"]:
