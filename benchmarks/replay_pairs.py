@@ -1,9 +1,10 @@
-"""Predicted speedup of each what-if transform against the H200 before/after pairs.
+"""Predicted speedup of each pair's finding against the H200 before/after pairs.
 
-For each pair in fixtures/h200/pairs: the profiled "before" trace's model, host work divided by
-the pair's measured profiler host slowdown (predictions are for the un-profiled loop; a factor
-below 1 is not a slowdown and is left out), replayed unchanged and after the pair's transform.
-Prints one Markdown row per pair: python benchmarks/replay_pairs.py
+For each pair in fixtures/h200/pairs: ``analyze`` of the profiled "before" trace, exactly as a
+user runs it; the finding that names the pair's cause, its ``what_if`` (the causal model's
+replay of the un-profiled loop before and after the fix, analyzers/replay.py) against the
+speedup measured with CUDA events outside the profiler (``*.truth.json``), and the finding's
+rank. Prints one Markdown row per pair: python benchmarks/replay_pairs.py
 """
 
 from __future__ import annotations
@@ -11,65 +12,62 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from traceinsight.analyzers.context import build_context
-from traceinsight.analyzers.replay import build_model
-from traceinsight.api import load_events
-from traceinsight.model import whatif
-from traceinsight.model.replay import median_step_ns, replay
+from traceinsight import analyze
 
 PAIRS = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "pairs"
-# pair -> the transform its fix corresponds to
-TRANSFORM_OF = {
-    "syncs": "remove_syncs",
-    "dataloader": "dataloader_floor",
-    "h2d_pinned": "pinned_copies",
-    "cudagraph": "cuda_graphs",
-    "fused_adamw": "fused_optimizer",
-    "bf16": "bf16_gemms",
-    "checkpointing": "recompute_removed",
-    "empty_cache": "no_empty_cache",
-    "comm_overlap": "comm_overlapped",
+# pair -> the finding that names its cause (the stand-in "communication" is side-stream copies)
+FINDING_OF = {
+    "syncs": "host_sync",
+    "dataloader": "dataloader_stall",
+    "h2d_pinned": "pageable_memcpy",
+    "cudagraph": "launch_bound",
+    "fused_adamw": "unfused_optimizer",
+    "bf16": "fp32_compute",
+    "checkpointing": "recompute_overhead",
+    "empty_cache": "allocator_churn",
+    "comm_overlap": "h2d_not_overlapped",
 }
 # the issue's tolerance on the predicted/measured speedup: device-speed changes are looser
 TOLERANCE = {"bf16": 0.40, "cudagraph": 0.40}
 DEFAULT_TOLERANCE = 0.25
 
 
-def predict(pair: str) -> dict[str, float | str | None]:
+def predict(pair: str) -> dict[str, float | str | int | None]:
     truth = json.loads((PAIRS / f"{pair}.truth.json").read_text())
-    trace = load_events(PAIRS / f"{pair}.before.pt.trace.json.gz")
-    model = build_model(build_context(trace))
-    assert model is not None
-    factor = max(1.0, float(truth["profiler_host_slowdown"]))
-    model = whatif.scale_host(model, factor)
-    before = median_step_ns(model, replay(model))
-    changed = whatif.TRANSFORMS[TRANSFORM_OF[pair]](model)
-    after = median_step_ns(changed, replay(changed)) if changed is not None else before
-    assert before is not None and after is not None
+    a = analyze(PAIRS / f"{pair}.before.pt.trace.json.gz")
+    ids = [f.id for f in a.findings]
+    finding = next((f for f in a.findings if f.id == FINDING_OF[pair]), None)
+    w = finding.what_if if finding is not None else None
     return {
         "pair": pair,
-        "transform": TRANSFORM_OF[pair],
-        "host_slowdown": factor,
-        "replayed_before_ms": before / 1e6,
+        "finding": FINDING_OF[pair],
+        "rank": ids.index(FINDING_OF[pair]) + 1 if finding is not None else None,
+        "first": ids[0] if ids else None,
+        "profiled_step_ms": (a.metrics["step_time_median_ns"] or 0) / 1e6,
+        "replayed_before_ms": w["step_time_ns"] / 1e6 if w else None,
         "measured_before_ms": truth["before"]["median_ms"],
-        "predicted": before / after,
+        "predicted": w["speedup"] if w else None,
         "measured": truth["speedup"],
     }
 
 
 def main() -> None:
     print(
-        "| pair | transform | host ÷ | replayed before ms | measured before ms | predicted | measured | ratio |"
+        "| pair | finding (rank; first) | profiled step ms | predicted un-profiled before ms "
+        "| measured before ms | predicted | measured | ratio |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for pair in TRANSFORM_OF:
+    for pair in FINDING_OF:
         r = predict(pair)
+        if r["predicted"] is None:
+            print(f"| {pair} | {r['finding']} (not found; first {r['first']}) | | | | | | |")
+            continue
         ratio = r["predicted"] / r["measured"]
         ok = abs(ratio - 1) <= TOLERANCE.get(pair, DEFAULT_TOLERANCE)
         print(
-            f"| {pair} | {r['transform']} | {r['host_slowdown']:.3f} | {r['replayed_before_ms']:.2f} "
-            f"| {r['measured_before_ms']:.2f} | {r['predicted']:.3f} | {r['measured']:.3f} "
-            f"| {ratio:.2f}{'' if ok else ' (outside)'} |"
+            f"| {pair} | {r['finding']} ({r['rank']}; {r['first']}) | {r['profiled_step_ms']:.2f} "
+            f"| {r['replayed_before_ms']:.2f} | {r['measured_before_ms']:.2f} "
+            f"| {r['predicted']:.3f} | {r['measured']:.3f} | {ratio:.2f}{'' if ok else ' (outside)'} |"
         )
 
 

@@ -81,7 +81,7 @@ def test_fail_on_gate(capsys):
                 "--no-html",
                 "-q",
                 "--fail-on",
-                "high",
+                "medium",  # its dataloader fix saves 24.8% of the step: medium
             ]
         )
         == 3

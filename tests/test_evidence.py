@@ -86,7 +86,14 @@ def test_launch_sources_stay_in_the_users_file(stack: Any) -> None:
 def test_terminal_names_the_line_and_the_call(stack: Any) -> None:
     from traceinsight.report import terminal
 
-    text = terminal.render(stack.to_json())
+    doc = stack.to_json()
+    # The causal model grades this loop's syncs info (0.19 ms of a launch-bound step recorded
+    # with_stack, whose profiled host is slow): the summary lists findings above info, so the
+    # rendering is checked with the sync finding shown.
+    for f in doc["findings"]:
+        if f["id"] == "host_sync":
+            f["severity"] = "low"
+    text = terminal.render(doc)
     assert "syncs in log_metrics() (record_pairs.py:1033) via .item()" in text
     assert "syncs in should_stop() (record_pairs.py:1042) via .is_nonzero()" in text
 

@@ -92,20 +92,27 @@ def test_waiting_rank_comm_findings_use_transfer_only():
     # Rank 0 alone (no peers to wait for): all 950 us of communication, 850 us exposed.
     alone = analyze_trace(Trace(trace.events.filter(pl.col("rank") == 0), trace.meta))
     solo = {f.id: f for f in alone.findings}
-    assert solo["comm_not_overlapped"].cost_ns == 850 * US and "comm_heavy" in solo
+    # (the time each rule attributes, kept in the evidence beside the model's predicted saving)
+    assert (
+        solo["comm_not_overlapped"].evidence["attributed_ns"] == 850 * US and "comm_heavy" in solo
+    )
     # In the job: 950 - 650 waiting = 300 us of transfer, none hidden; comm_heavy (15% < 30%) gone.
     job = analyze_trace_ranks(trace)
     rank0 = {f.id: f for f in job.ranks[0].findings}
-    assert rank0["comm_not_overlapped"].cost_ns == 300 * US and "comm_heavy" not in rank0
+    assert rank0["comm_not_overlapped"].evidence["attributed_ns"] == 300 * US
+    assert "comm_heavy" not in rank0
     assert rank0["comm_not_overlapped"].evidence["comm_wait_ns"] == 650 * US
     # all-to-all is the most exposed kind (450 - 250 = 200 us vs 400 - 300 = 100 us): its advice
     assert rank0["comm_not_overlapped"].evidence["most_exposed_kind"] == "all_to_all"
     assert rank0["comm_not_overlapped"].recommendation == COMM_ADVICE_BY_KIND["all_to_all"]
-    # Job finding: 300 + 300 us over both windows (2 x 2000 us) = 15% (medium)
+    # Job finding: rank 0's 300 us of transfer + rank 1's predicted saving, 0: its collectives
+    # run on its one compute stream, so the overlap transform has no side stream to free
+    # (attributed 300 us, kept in its evidence); over both windows (2 x 2000 us) = 7.5% (low)
+    r1 = {f.id: f for f in job.ranks[1].findings}["comm_not_overlapped"]
+    assert r1.cost_ns == 0 and r1.evidence["attributed_ns"] == 300 * US
     jf = next(f for f in job.findings if f.id == "comm_not_overlapped")
-    assert (
-        jf.cost_ns == 600 * US and jf.cost_ratio == pytest.approx(0.15) and jf.severity == "medium"
-    )
+    assert jf.cost_ns == 300 * US and jf.cost_ratio == pytest.approx(0.075)
+    assert jf.severity == "low"
 
 
 def test_collective_kinds_from_names():
@@ -155,9 +162,10 @@ def test_straggler_fixture_charged_wait_matches_injected_delay():
     # straggler's, and what is left (transfer, ~6 ms of a 246 ms window) is minor.
     alone = analyze_trace(load_trace(H200 / "ddp_straggler" / "rank0.pt.trace.json.gz"))
     solo = next(f for f in alone.findings if f.id == "comm_not_overlapped")
-    assert solo.severity == "high" and solo.cost_ns > injected_ns
+    assert solo.severity in ("high", "medium") and solo.evidence["attributed_ns"] > injected_ns
     rank0 = next(f for f in job.ranks[0].findings if f.id == "comm_not_overlapped")
-    assert rank0.severity in ("info", "low") and rank0.cost_ns < 0.1 * injected_ns
+    assert rank0.severity in ("info", "low")
+    assert rank0.evidence["attributed_ns"] < 0.1 * injected_ns
     assert "comm_heavy" not in [f.id for f in job.ranks[0].findings]
 
 

@@ -49,6 +49,8 @@ class TraceAnalysis:
     kernels: pl.DataFrame | None = field(default=None, repr=False, compare=False)
     data_quality: list[dict[str, Any]] = field(default_factory=list)  # findings/quality.py
     annotated_path: str | None = None  # the annotated Chrome trace, when one was written
+    # the combined what-if of every finding's fix (findings/savings.py), null without a model
+    what_if: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -61,7 +63,7 @@ class TraceAnalysis:
             "data_quality": self.data_quality,
             "annotated_trace": self.annotated_path,
             "warnings": self.warnings,
-            "details": self.results.to_json(),
+            "details": {**self.results.to_json(), "what_if": {"all_fixes": self.what_if}},
         }
 
     def kernel_table(self) -> pl.DataFrame:
@@ -84,8 +86,11 @@ class TraceAnalysis:
         )
 
     def detached(self) -> TraceAnalysis:
-        """This analysis without the event table (to send from a worker): kernels kept."""
-        return replace(self, trace=None, kernels=self.kernel_table())
+        """This analysis without the event table and the step model (to send from a worker):
+        kernels kept."""
+        r = self.results
+        results = replace(r, replay=replace(r.replay, model=None)) if r.replay else r
+        return replace(self, trace=None, kernels=self.kernel_table(), results=results)
 
     def as_rank(self, rank: int) -> TraceAnalysis:
         return replace(self, rank=rank, source=dict(self.source, ranks=[rank]))

@@ -18,7 +18,7 @@ from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.regions import with_findings
 from traceinsight.analyzers.sources import STACK_HINT
 from traceinsight.errors import InputError
-from traceinsight.findings import diagnose
+from traceinsight.findings import all_fixes, diagnose
 from traceinsight.findings.quality import apply_data_quality
 from traceinsight.io import atomic_path
 from traceinsight.model.schema import Trace
@@ -42,7 +42,7 @@ def analyze(
     window: str | None = None,
     rank: int | None = None,
     device: int | None = None,
-    replay: bool = False,
+    replay: bool = True,
 ) -> TraceAnalysis | JobAnalysis:
     """Analyze a trace file, a directory of rank traces, or a multi-process Nsight export.
 
@@ -123,6 +123,7 @@ def analyze_trace(
     # the regions name the findings whose evidence lies inside them (known only now)
     results = replace(results, regions=with_findings(results.regions, findings))
     return TraceAnalysis(
+        what_if=all_fixes(results, findings),
         rank=source["ranks"][0] if len(source["ranks"]) == 1 else (trace.meta.rank or 0),
         source=source,
         results=results,

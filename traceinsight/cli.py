@@ -136,10 +136,12 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
             help="Analyze only this GPU's activity (host rows kept).",
         ),
         click.option(
-            "--replay",
-            is_flag=True,
-            help="Also replay the step in the causal model: replay_error_ratio and what-if "
-            "speedups in details.replay (experimental; not yet the findings' costs).",
+            "--replay/--no-replay",
+            default=True,
+            show_default=True,
+            help="Replay the step in the causal model: each finding's cost is the saving its "
+            "fix is predicted to bring (what_if); --no-replay keeps the attributed costs "
+            "(faster on very large traces).",
         ),
     ]
     if with_steps:

@@ -67,9 +67,9 @@ class Options:
     window: str | None = None
     rank: int | None = None
     device: int | None = None
-    # the causal step model (replay and what-if predictions): opt-in while its savings are not
-    # yet the findings' costs; it adds about a quarter to the analysis of a large trace
-    replay: bool = False
+    # the causal step model: replay, what-if predictions and the findings' costs as savings
+    # (False: the findings keep the time their rules attribute; see findings/savings.py)
+    replay: bool = True
 
     def __post_init__(self) -> None:
         self.view()  # bad --steps/--window fail before any parsing (exit 2)

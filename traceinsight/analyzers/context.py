@@ -104,6 +104,7 @@ class Context:
     op_args: pl.DataFrame = field(default_factory=empty_op_args, repr=False, compare=False)
     kernel_args: pl.DataFrame = field(default_factory=empty_kernel_args, repr=False, compare=False)
     device_info: tuple[DeviceInfo, ...] = ()
+    trace_format: str = ""  # "kineto" | "nsys-sqlite": which profiler recorded it
 
     @property
     def window_ns(self) -> int:
@@ -296,6 +297,7 @@ def build_context(
         op_args=trace.op_args,
         kernel_args=trace.kernel_args,
         device_info=tuple(trace.meta.devices),
+        trace_format=trace.meta.format,
     )
 
 

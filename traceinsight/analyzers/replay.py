@@ -31,6 +31,7 @@ from traceinsight.model.replay import (
     WAIT_DEVICE,
     WAIT_NONE,
     WAIT_OWN_OP,
+    WAIT_QUEUE,
     StepModel,
     median_step_ns,
     replay,
@@ -47,7 +48,20 @@ WAITED_SLACK_NS = 2_000
 # autograd engine's thread between backward() calls): it follows that thread's clock.
 FOLLOW_GAP_NS = 50_000
 DEFAULT_LAUNCH_LATENCY_NS = 3_000  # launch start -> earliest GPU start when the trace gives none
+# A launch's latency is a few us (H200 fixtures: 3-10 us profiled); more than this after the
+# launch, an op started late because it was queued, which stream order explains.
+MAX_LAUNCH_LATENCY_NS = 50_000
 CROSS_STREAM_LAG_NS = 5_000  # an op this soon after another stream's op ended waited for it
+# A call that does not wait for anything yet takes this long was blocked (a full launch queue
+# when a GPU op ended inside it): profiled launches take 5-20 us on the H200 fixtures.
+QUEUE_BLOCK_NS = 100_000
+# Host time the profiler adds per event it records (op, annotation, Python frame, runtime
+# call), by format: predictions are for the loop without the profiler. Kineto: fitted on the
+# nine H200 before/after pairs (torch 2.11, record_shapes=True, CUDA events outside the
+# profiler): 2 us per event puts the median replayed "before" step within 3.8% of the
+# un-profiled one (1 us: 6.3%, 3 us: 8%). nsys records no ops; its API tracing cost was not
+# measured, so none is taken off.
+PROFILER_NS_PER_EVENT = {"kineto": 2_000}
 
 
 @dataclass(frozen=True)
@@ -61,21 +75,25 @@ class ReplayResult:
     gpu_nodes: int
     blocking_calls: int
     unexplained_gpu_gap_ratio: float | None  # GPU delay no edge explains, share of GPU op time
-    what_if: dict[str, dict[str, Any]]  # transform -> step_time_ns, step_time_after_ns, speedup
-    # the model itself, for analyzers that apply their own transform (see :meth:`predict`)
+    # transform -> step_time_ns, step_time_after_ns, speedup: the un-profiled loop's median
+    # step before and after the transform (see :data:`PROFILER_NS_PER_EVENT`)
+    what_if: dict[str, dict[str, Any]]
+    unprofiled_step_median_ns: float | None = None  # the model's step without the profiler
+    profiler_ns_per_event: int = 0
+    # the un-profiled model, for analyzers and rules with their own transform (:meth:`predict`)
     model: StepModel | None = field(
         default=None, repr=False, compare=False, metadata={"json": False}
     )
 
     def predict(self, transform: Callable[[StepModel], StepModel | None]) -> dict[str, Any] | None:
-        """``transform`` applied to the model and replayed: {step_time_ns, step_time_after_ns,
-        speedup}, or None where it changes nothing (or there is no model)."""
-        if self.model is None or self.replayed_step_median_ns is None:
+        """``transform`` applied to the un-profiled model and replayed: {step_time_ns,
+        step_time_after_ns, speedup}, or None where it changes nothing (or there is no model)."""
+        if self.model is None or self.unprofiled_step_median_ns is None:
             return None
         changed = transform(self.model)
         if changed is None:
             return None
-        return _what_if(self.replayed_step_median_ns, median_step_ns(changed, replay(changed)))
+        return _what_if(self.unprofiled_step_median_ns, median_step_ns(changed, replay(changed)))
 
 
 def _what_if(replayed: float, after: float | None) -> dict[str, Any] | None:
@@ -96,14 +114,15 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     base = replay(model)
     replayed = median_step_ns(model, base)
     error = abs(replayed - trace_median) / trace_median if replayed is not None else None
+    per_event = PROFILER_NS_PER_EVENT.get(ctx.trace_format, 0)
+    bare = whatif.without_profiler(model, per_event) if per_event else model
+    unprofiled = median_step_ns(bare, replay(bare)) if per_event else replayed
     what_if: dict[str, dict[str, Any]] = {}
     for name, transform in whatif.TRANSFORMS.items():
-        changed = transform(model)
-        if changed is None:  # nothing in this trace for the transform to change
+        changed = transform(bare)
+        if changed is None or unprofiled is None:  # nothing for the transform to change
             continue
-        if replayed is None:
-            continue
-        if (w := _what_if(replayed, median_step_ns(changed, replay(changed)))) is not None:
+        if (w := _what_if(unprofiled, median_step_ns(changed, replay(changed)))) is not None:
             what_if[name] = w
     g = model.gpu
     gpu_ns = int(g["dur_ns"].sum()) if g.height else 0
@@ -118,7 +137,9 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         blocking_calls=int((model.host["wait"] != WAIT_NONE).sum()),
         unexplained_gpu_gap_ratio=int(g["gap_ns"].sum()) / gpu_ns if gpu_ns else None,
         what_if=what_if,
-        model=model,
+        unprofiled_step_median_ns=unprofiled,
+        profiler_ns_per_event=per_event,
+        model=bare,
     )
 
 
@@ -244,7 +265,12 @@ def build_model(ctx: Context) -> StepModel | None:
     prev_end = pl.col("end_ns").shift(1).over("chain")
     launch_bound = gpu.filter((pl.col("launch") >= 0) & (pl.col("start_ns") > prev_end + 2_000))
     lat = launch_bound.select(since.quantile(0.25)).item() if launch_bound.height else None
-    latency_ns = int(lat) if lat is not None and lat > 0 else DEFAULT_LAUNCH_LATENCY_NS
+    # ops that waited long after their launch were queued behind others, not slow to launch
+    latency_ns = (
+        min(int(lat), MAX_LAUNCH_LATENCY_NS)
+        if lat is not None and lat > 0
+        else DEFAULT_LAUNCH_LATENCY_NS
+    )
     bound = pl.col("launch") >= 0
     gpu = gpu.with_columns(
         pl.when(bound)
@@ -259,7 +285,7 @@ def build_model(ctx: Context) -> StepModel | None:
         .then(
             pl.col("start_ns")
             - pl.max_horizontal(
-                prev_end.fill_null(pl.col("start_ns")),
+                prev_end.fill_null(NEG_NS),  # a chain's first op: its delay after the launch
                 pl.col("launch_start_ns") + pl.col("latency_ns"),
             )
         )
@@ -267,17 +293,127 @@ def build_model(ctx: Context) -> StepModel | None:
         .clip(0)
         .alias("gap_ns")
     )
-    first = pl.int_range(pl.len()).over("chain") == 0
-    gpu = gpu.with_columns(
-        pl.when(first).then(0).otherwise(pl.col("gap_ns").fill_null(0)).alias("gap_ns")
-    )
+    gpu = gpu.with_columns(pl.col("gap_ns").fill_null(0))
     gpu = _cross_stream_edges(gpu.drop("_node_start", "_node_end").with_row_index("op"))
-    host = _waits(host, gpu).with_columns(
-        ((pl.col("tid") != st["tid"][0]) & (pl.col("gap_ns") > FOLLOW_GAP_NS)).alias("follows_main")
+    host = _follows(_queue_waits(_waits(host, gpu), gpu), int(st["tid"][0]))
+    # the step thread's work before its first call in the window (a first DataLoader wait)
+    first_main = (pl.int_range(pl.len()).over("tid") == 0) & (pl.col("tid") == st["tid"][0])
+    host = host.with_columns(
+        pl.when(first_main)
+        .then((pl.col("start_ns") - lo).clip(0))
+        .otherwise("gap_ns")
+        .alias("gap_ns"),
+        pl.when(first_main).then(pl.lit(lo)).otherwise("_gap_from").alias("_gap_from"),
     )
+    host = _joins(ctx, host, int(st["tid"][0]))
     host, gpu = _flags(ctx, host, gpu)
+    host = host.with_columns(_recorded_events(ctx, host))
     steps = st.select("tid", "host_start_ns", "host_end_ns")
     return StepModel(host=host, gpu=gpu, steps=steps)
+
+
+def _follows(host: pl.DataFrame, main_tid: int) -> pl.DataFrame:
+    """``follows_main``: a call on another thread that waited for the step thread: idle for
+    over :data:`FOLLOW_GAP_NS` while the step thread made calls (the autograd engine's thread
+    starting a ``backward()``). Gaps inside its own burst, where the step thread made none,
+    are the helper's own work and stay in its chain."""
+    main_ends = host.filter(pl.col("tid") == main_tid).get_column("end_ns").sort()
+    start = host.get_column("start_ns")
+    during = main_ends.search_sorted(start) - main_ends.search_sorted(start - host["gap_ns"])
+    return host.with_columns(
+        (
+            (pl.col("tid") != main_tid)
+            & (pl.col("gap_ns") > FOLLOW_GAP_NS)
+            & (during.cast(pl.Int64) > 0)
+        ).alias("follows_main")
+    )
+
+
+def _joins(ctx: Context, host: pl.DataFrame, main_tid: int) -> pl.DataFrame:
+    """The step thread blocked on another thread: a gap of the step thread that holds a burst
+    of another thread's calls, the first of them woken up by the step thread
+    (``follows_main``: the autograd engine running ``backward()``), while the step thread
+    recorded nothing. The burst joins the step thread's chain (``chain_tid``): the step
+    thread resumes when the burst ends, so a faster backward moves the step (as a fixed gap
+    it would not). Each call's gap becomes the time since the one before it in that chain."""
+    host = host.with_columns(pl.col("tid").alias("chain_tid"))
+    helpers = host.filter(pl.col("tid") != main_tid)
+    if helpers.height == 0 or not helpers.get_column("follows_main").any():
+        return host
+    mains = (
+        host.filter(pl.col("tid") == main_tid)
+        .select("node", "start_ns", (pl.col("start_ns") - pl.col("gap_ns")).alias("_from"))
+        .sort("_from")
+    )
+    inside = (
+        helpers.select("node", "tid", "start_ns", "end_ns", "follows_main")
+        .sort("start_ns")
+        .join_asof(
+            mains.select(pl.col("node").alias("_main"), "_from", pl.col("start_ns").alias("_to")),
+            left_on="start_ns",
+            right_on="_from",
+        )
+        .filter(pl.col("end_ns") <= pl.col("_to"))
+    )
+    bursts = inside.group_by("_main", "tid").agg(
+        pl.col("follows_main").sort_by("start_ns").first().alias("_woke"),
+        pl.col("start_ns").min().alias("b_start"),
+        pl.col("end_ns").max().alias("b_end"),
+    )
+    # one woken thread per gap, and the step thread recorded nothing while it ran
+    bursts = bursts.filter(pl.col("_woke") & (pl.len().over("_main") == 1))
+    own = ctx.ops.filter(pl.col("tid") == main_tid).get_column("start_ns").sort()
+    busy = own.search_sorted(bursts.get_column("b_end")) - own.search_sorted(
+        bursts.get_column("b_start"), side="right"
+    )
+    bursts = bursts.filter(busy.cast(pl.Int64) == 0)
+    if bursts.height == 0:
+        return host
+    merged = inside.join(bursts.select("_main", "tid"), on=["_main", "tid"]).get_column("node")
+    in_burst = pl.col("node").is_in(merged.implode()) | (pl.col("tid") == main_tid)
+    chained = (
+        host.with_columns(
+            pl.when(in_burst).then(pl.lit(main_tid)).otherwise(pl.col("tid")).alias("chain_tid")
+        )
+        .sort("chain_tid", "start_ns")
+        .with_columns(
+            pl.when(in_burst)
+            .then(
+                (pl.col("start_ns") - pl.col("end_ns").shift(1).over("chain_tid"))
+                .fill_null(pl.col("gap_ns"))
+                .clip(0)
+            )
+            .otherwise(pl.col("gap_ns"))
+            .alias("gap_ns"),
+            # a merged call follows the chain it is in, not the step thread's clock
+            (pl.col("follows_main") & ~in_burst).alias("follows_main"),
+        )
+        .with_columns((pl.col("start_ns") - pl.col("gap_ns")).alias("_gap_from"))
+    )
+    return chained.sort("node")
+
+
+def _recorded_events(ctx: Context, host: pl.DataFrame) -> pl.Series:
+    """Per host node, the events the profiler recorded on its thread in its gap (ops,
+    annotations, Python frames) plus the call itself: what the profiler's per-event cost
+    scales with (see :func:`~traceinsight.model.whatif.without_profiler`)."""
+    ops = pl.concat(
+        [
+            ctx.ops.select("tid", "start_ns"),
+            ctx.rows(("python_function",)).select("tid", "start_ns"),
+        ]
+    )
+    counts = pl.Series("recorded_events", [1] * host.height, dtype=pl.Int64)
+    parts = []
+    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
+        starts = ops.filter(pl.col("tid") == tid).get_column("start_ns").sort()
+        start = rows.get_column("start_ns")
+        n = starts.search_sorted(start) - starts.search_sorted(start - rows.get_column("gap_ns"))
+        parts.append(pl.DataFrame({"_i": rows.get_column("_i"), "n": n.cast(pl.Int64)}))
+    if parts:
+        got = pl.concat(parts).sort("_i").get_column("n")
+        counts = (got.clip(0) + 1).alias("recorded_events")
+    return counts
 
 
 def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
@@ -376,6 +512,36 @@ def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     ).drop("_drain", "_target", "_own_end")
 
 
+def _queue_waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Launches blocked by a full launch queue: a call that does not otherwise wait, took over
+    :data:`QUEUE_BLOCK_NS` and returned just after a GPU op ended inside it was waiting for
+    that op to free a slot (a GPU-bound loop: the host runs ahead until the queue is full).
+    ``queue_op``: that op (-1: none); the call returns when it ends, so a faster GPU frees
+    the host sooner (as a fixed duration it would not)."""
+    ends = gpu.select(
+        pl.col("op").cast(pl.Int64).alias("queue_op"), pl.col("end_ns").alias("_q_end")
+    ).sort("_q_end")
+    cand = (
+        host.filter(
+            (pl.col("wait") == WAIT_NONE)
+            & (pl.col("own_op") < 0)
+            & (pl.col("dur_ns") > QUEUE_BLOCK_NS)
+        )
+        .select("node", "start_ns", "end_ns")
+        .sort("end_ns")
+        .join_asof(ends, left_on="end_ns", right_on="_q_end")
+        .filter(pl.col("_q_end") > pl.col("start_ns"))
+        .select("node", "queue_op", (pl.col("end_ns") - pl.col("_q_end")).alias("_lat"))
+    )
+    host = host.join(cand, on="node", how="left").sort("node")
+    queued = pl.col("queue_op").is_not_null()
+    return host.with_columns(
+        pl.when(queued).then(pl.lit(WAIT_QUEUE, pl.Int8)).otherwise(pl.col("wait")).alias("wait"),
+        pl.when(queued).then(pl.col("_lat")).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+        pl.col("queue_op").fill_null(-1),
+    ).drop("_lat")
+
+
 def _flags(
     ctx: Context, host: pl.DataFrame, gpu: pl.DataFrame
 ) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -397,19 +563,37 @@ def _flags(
         g_cols.append(
             (bound & _coverage(rows, gpu.get_column("launch_key_ns"))["inside"]).alias(f"in_{name}")
         )
+    h_cols.append(_op_time_in_gaps(ctx, host))
     steps = ctx.steps.get_column("host_start_ns").sort()
     h_cols.append(
         (steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1).alias(
             "step"
         )
     )
-    host = host.with_columns(h_cols).drop("_gap_from")
+    # where each gap began in the trace: a thread's first call is anchored there
+    host = host.with_columns(h_cols).rename({"_gap_from": "gap_from_ns"})
     # matched once per distinct kernel name (a few hundred), not per op
     names = gpu.get_column("name").unique()
     fp32_names = names.filter(is_fp32_math(names)) if names.len() else names
     fp32 = pl.col("name").is_in(fp32_names.implode()) & (pl.col("kind") == "kernel")
     gpu = gpu.with_columns(g_cols).with_columns(fp32.alias("fp32_math"))
     return host, gpu
+
+
+def _op_time_in_gaps(ctx: Context, host: pl.DataFrame) -> pl.Series:
+    """``gap_ops_ns``: the host time of each gap spent inside the thread's own torch ops and
+    annotations (dispatch, launches: what a CUDA graph replaces); the rest of the gap is
+    Python outside any op (the user's own host work), which a graph does not remove."""
+    out = pl.Series("gap_ops_ns", [0] * host.height, dtype=pl.Int64)
+    parts = []
+    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
+        ops = ctx.ops.filter(pl.col("tid") == tid)
+        at = _coverage(ops, rows.get_column("start_ns"))["before"]
+        since = _coverage(ops, rows.get_column("_gap_from"))["before"]
+        parts.append(pl.DataFrame({"_i": rows.get_column("_i"), "v": at - since}))
+    if parts:
+        out = pl.concat(parts).sort("_i").get_column("v").clip(0).alias("gap_ops_ns")
+    return out
 
 
 def _recompute_ranges(ctx: Context) -> pl.DataFrame:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from traceinsight.analyzers import Results
+
 # memory_rules imports rules.py first, so its rules register after rules.py's own
 from traceinsight.findings import memory_rules  # noqa: F401
+from traceinsight.findings import rules as _rules
 from traceinsight.findings.job_rules import JOB_RULES, RankFindings, diagnose_job
 from traceinsight.findings.model import (
     SEVERITIES,
@@ -15,7 +18,8 @@ from traceinsight.findings.model import (
     Thresholds,
     make_finding,
 )
-from traceinsight.findings.rules import RULES, diagnose
+from traceinsight.findings.rules import RULES
+from traceinsight.findings.savings import all_fixes, with_savings
 
 __all__ = [
     "JOB_RULES",
@@ -26,12 +30,20 @@ __all__ = [
     "Rule",
     "Severity",
     "Thresholds",
+    "all_fixes",
     "default_thresholds",
     "diagnose",
     "diagnose_job",
     "make_finding",
     "thresholds",
 ]
+
+
+def diagnose(results: Results, t: Thresholds) -> list[Finding]:
+    """Every rule on one trace's results, each finding's cost the saving the causal model
+    predicts for its fix (findings/savings.py), ranked: ``[0]`` is the biggest lever."""
+    found = _rules.diagnose(results, t)
+    return with_savings(found, results, RULES, t, results.idle.device_window_ns)
 
 
 def default_thresholds() -> Thresholds:

@@ -125,9 +125,18 @@ def transfer_only(
     for rule in (r for r in RULES if r.id in COMM_RULES):
         draft = rule.check(x)
         if draft is not None:
+            # the rank's own replay cannot tell transfer from waiting for peers: the cost is
+            # the transfer time left once the waits are charged to the straggler
             draft = replace(
                 draft,
-                evidence=dict(draft.evidence, comm_wait_ns=wait, exposed_wait_ns=exposed_wait),
+                evidence=dict(
+                    draft.evidence,
+                    comm_wait_ns=wait,
+                    exposed_wait_ns=exposed_wait,
+                    attributed_ns=int(draft.cost_ns),
+                    why_no_estimate="waiting for peers: the straggler finding's fix comes first; "
+                    "the cost is the transfer time left once the waits are charged to it",
+                ),
             )
             redone.append(make_finding(rule, draft, window, t))
     return ranked(kept + redone)

@@ -41,6 +41,9 @@ class Finding:
     recommendation: str
     snippet: str = ""
     tags: tuple[str, ...] = ()
+    # the causal model's prediction for this finding's fix: step_time_ns, step_time_after_ns,
+    # speedup (null where no transform applies: evidence.why_no_estimate says why)
+    what_if: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)

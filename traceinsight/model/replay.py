@@ -30,8 +30,9 @@ CONVERGED_NS = 2_000  # a round that moves no time by more than this ends the it
 # 1 us drift between rounds remains on one H200 trace with 400 stream syncs: below resolution)
 MAX_ROUNDS = 64  # each round settles at least one more blocking call in a dependent sequence
 
-# What a host call waits for before it may return.
-WAIT_NONE, WAIT_DEVICE, WAIT_OWN_OP = 0, 1, 2
+# What a host call waits for before it may return: nothing, the device's queue to drain (a
+# sync), its own copy (a blocking copy), a slot in the full launch queue (queue_op ending).
+WAIT_NONE, WAIT_DEVICE, WAIT_OWN_OP, WAIT_QUEUE = 0, 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -72,11 +73,12 @@ def chain_ends(chains: pl.DataFrame, by: str) -> pl.DataFrame:
     ``start_i = end_{i-1} + gap_i`` (the first at ``anchor``) and
     ``end_i = max(start_i + dur_i, floor_i)``: per chain one cumulative sum and one cumulative
     max. Columns read: gap, dur, floor, anchor."""
+    # the first starts at anchor + gap (host work before a thread's first call in the window)
     first = pl.int_range(pl.len()).over(by) == 0
-    gap = pl.when(first).then(0).otherwise(pl.col("gap"))
+    gap = pl.col("gap")
     floor = (
         pl.when(first)
-        .then(pl.max_horizontal("floor", pl.col("anchor") + pl.col("dur")))
+        .then(pl.max_horizontal("floor", pl.col("anchor") + pl.col("gap") + pl.col("dur")))
         .otherwise(pl.col("floor"))
     )
     return (
@@ -88,7 +90,7 @@ def chain_ends(chains: pl.DataFrame, by: str) -> pl.DataFrame:
         )
         .with_columns(
             pl.when(pl.col("_first"))
-            .then(pl.col("anchor"))
+            .then(pl.col("anchor") + pl.col("gap"))
             .otherwise(pl.col("end").shift(1).over(by) + pl.col("gap"))
             .alias("start")
         )
@@ -150,21 +152,37 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
     """Every start and end recomputed from durations and edges (see the module docstring)."""
     h, g = model.host, model.gpu
     host = h.select(
-        "tid",
+        pl.col("chain_tid").alias("tid") if "chain_tid" in h.columns else "tid",
         pl.col("gap_ns").alias("gap"),
         pl.col("dur_ns").alias("dur"),
-        pl.col("start_ns").alias("anchor"),
+        # a thread's first call is anchored where its gap began: transforms may shorten it
+        pl.when(pl.int_range(pl.len()).over("tid") == 0)
+        .then(pl.col("gap_from_ns") if "gap_from_ns" in h.columns else pl.col("start_ns"))
+        .otherwise(pl.col("start_ns"))
+        .alias("anchor"),
         pl.col("wait"),
         pl.col("own_op").clip(0).alias("own"),
+        (pl.col("queue_op") if "queue_op" in h.columns else pl.lit(-1)).clip(0).alias("queue"),
         pl.col("follows_main").alias("follows"),
         pl.col("end_ns").alias("orig_end"),
-    ).with_row_index("_row")
+    )
+    # Chains are rows in order per tid: where a burst of another thread joined the step
+    # thread's chain (chain_tid), the rows are put in chain order for the passes and the
+    # times put back in node order after them.
+    chain_order: pl.Series | None = None
+    if "chain_tid" in h.columns and not h.get_column("chain_tid").equals(h.get_column("tid")):
+        chain_order = host.select(pl.arg_sort_by("tid", "anchor", maintain_order=True)).to_series()
+        host = host[chain_order]
+        h_sorted = h[chain_order]
+    else:
+        h_sorted = h
+    host = host.with_row_index("_row")
     main_tid = model.steps.get_column("tid")[0] if model.steps.height else None
     # Which GPU ops a device sync waits for: those launched before it (in trace order).
     order = g.select(pl.arg_sort_by("launch_key_ns", maintain_order=True)).to_series()
     keys = g.get_column("launch_key_ns").gather(order)
     host = host.with_columns(
-        keys.search_sorted(h.get_column("start_ns"), side="left").alias("drain_pos")
+        keys.search_sorted(h_sorted.get_column("start_ns"), side="left").alias("drain_pos")
     )
     gpu = g.select(
         "chain",
@@ -190,6 +208,8 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
                 .then(drained.gather(host.get_column("drain_pos")) + pl.col("dur"))
                 .when(pl.col("wait") == WAIT_OWN_OP)
                 .then(g_end.gather(host.get_column("own")) + pl.col("dur"))
+                .when(pl.col("wait") == WAIT_QUEUE)
+                .then(g_end.gather(host.get_column("queue")) + pl.col("dur"))
                 .otherwise(NEG_NS)
                 .alias("floor")
             ).to_series()
@@ -197,6 +217,8 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
             else pl.repeat(NEG_NS, h.height, eager=True)
         )
         h_times = _host_chains(host.with_columns(floor), main_tid)
+        if chain_order is not None:  # back in node order: launches and blocking calls use it
+            h_times = h_times.with_columns(chain_order.alias("_node")).sort("_node").drop("_node")
         h_start = h_times.get_column("start")
         ready = (
             gpu.select(
@@ -208,7 +230,10 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
             else gpu.get_column("anchor")
         )
         floor_g = ready + gpu.get_column("gap") + gpu.get_column("dur")
-        g_times = chain_ends(gpu.with_columns(floor_g.alias("floor")), "chain")
+        # a chain's first op starts when it is ready (launched ops move with their launch)
+        g_times = chain_ends(
+            gpu.with_columns(floor_g.alias("floor"), ready.alias("anchor")), "chain"
+        )
         new_end = g_times.get_column("end")
         moved = int((new_end - g_end).abs().max() or 0) if g.height else 0
         if not blocking or (moved <= CONVERGED_NS and rounds > 1):

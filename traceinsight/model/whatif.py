@@ -83,30 +83,56 @@ def pinned_copies(model: StepModel) -> StepModel | None:
 
 
 def cuda_graphs(model: StepModel) -> StepModel | None:
-    """The whole step captured as one CUDA graph: no host work or launch cost inside a step
-    (one graph launch at its start) and kernels back to back at the graph's gap. Syncs and
-    read-backs inside the step cannot be captured, so they are dropped too."""
+    """The model's forward and backward captured as CUDA graphs (torch.compile
+    mode="reduce-overhead", the recommended fix): inside a step, the host's time in torch ops
+    (dispatch, launches) goes, one graph launch at the step's start, graph kernels back to
+    back at the graph's gap. What such a capture leaves in place stays: the Python outside any
+    op (the user's own host work), data loading, the optimizer step (eager unless compiled
+    on its own), allocator calls and empty_cache, and the syncs and read-backs a graph cannot
+    hold (host_sync's fix removes those)."""
     h = model.host
-    in_step = pl.col("step") >= 0
-    if not h.select((in_step & pl.col("is_launch")).any()).item():
+    outside = (
+        pl.col("in_optimizer")
+        | pl.col("in_dataloader")
+        | pl.col("in_empty_cache")
+        | pl.col("is_alloc")
+        | (pl.col("wait") != WAIT_NONE)
+    )
+    captured = (pl.col("step") >= 0) & ~outside
+    if not h.select((captured & pl.col("is_launch")).any()).item():
         return None
     first = pl.int_range(pl.len()).over("tid", "step") == 0
+    # the gap's host work a capture keeps: outside any op, or in the ranges it leaves eager
+    kept = (
+        (pl.col("gap_ns") - pl.col("gap_ops_ns")).clip(0)
+        + pl.col("gap_dataloader_ns")
+        + pl.col("gap_optimizer_ns")
+        + pl.col("gap_empty_cache_ns")
+    )
+    kept = pl.min_horizontal(kept, "gap_ns")
     h = h.with_columns(
-        pl.when(in_step & first)
-        .then(pl.lit(GRAPH_LAUNCH_NS))
-        .when(in_step)
-        .then(pl.col("gap_dataloader_ns").clip(0))  # loading the next batch stays on the host
+        pl.when((pl.col("step") >= 0) & first)
+        .then(pl.lit(GRAPH_LAUNCH_NS) + kept)
+        .when(pl.col("step") >= 0)
+        .then(kept)
         .otherwise(pl.col("gap_ns"))
         .alias("gap_ns"),
-        pl.when(in_step).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
-        pl.when(in_step).then(pl.lit(WAIT_NONE, pl.Int8)).otherwise(pl.col("wait")).alias("wait"),
+        pl.when(captured).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+    )
+    launched_by = h.select(pl.col("step") >= 0, captured.alias("c"))
+    graph_op = pl.col("launch").is_in(
+        h.with_row_index("_n")
+        .filter(launched_by.get_column("c"))
+        .get_column("_n")
+        .cast(pl.Int64)
+        .implode()
     )
     g = model.gpu.with_columns(
-        pl.when(pl.col("launch") >= 0)
+        pl.when(graph_op)
         .then(pl.min_horizontal("gap_ns", pl.lit(GRAPH_GAP_NS)))
         .otherwise(pl.col("gap_ns"))
         .alias("gap_ns"),
-        pl.when(pl.col("launch") >= 0).then(0).otherwise(pl.col("latency_ns")).alias("latency_ns"),
+        pl.when(graph_op).then(0).otherwise(pl.col("latency_ns")).alias("latency_ns"),
     )
     return StepModel(host=h, gpu=g, steps=model.steps)
 
@@ -233,6 +259,68 @@ def comm_overlapped(model: StepModel) -> StepModel | None:
     return model.with_gpu(g)
 
 
+def h2d_overlapped(model: StepModel) -> StepModel | None:
+    """Host-to-device copies prefetched on a side stream from pinned memory (non_blocking):
+    copies on the compute stream leave its chain (they run while the previous step computes)
+    and the host no longer waits for them; copies already on a side stream start as launched,
+    without waiting for compute (as :func:`comm_overlapped`). Assumes the copy engine is free
+    to take them: the replay does not cap this by the compute time they hide behind."""
+    g = model.gpu
+    copies = pl.col("kind") == "memcpy"
+    h2d = copies & (pl.col("copy_kind") == "HtoD")
+    if _share(g, copies, "dur_ns") < NEGLIGIBLE_RATIO:
+        return None
+    busy = g.group_by("chain").agg(pl.col("dur_ns").sum()).sort("dur_ns", descending=True)
+    main = int(busy["chain"][0])
+    on_main = h2d & (pl.col("chain") == main)
+    own = g.filter(on_main).get_column("op").cast(pl.Int64).implode()
+    g = g.with_columns(
+        pl.when(on_main).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+        pl.when(on_main).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+    )
+    out = _host_blocks_off(model.with_gpu(g), pl.col("own_op").is_in(own))
+    side_copies = g.filter(copies & (pl.col("chain") != main)).height > 0
+    if side_copies and (overlapped := comm_overlapped(out)) is not None:
+        return overlapped
+    return out
+
+
+def elementwise_fused(model: StepModel) -> StepModel | None:
+    """Chains of elementwise kernels fused (torch.compile, fused norms): a run of consecutive
+    elementwise kernels on one stream becomes one kernel. Memory-bound, the fused kernel reads
+    the run's input and writes its output once, so it takes as long as the run's longest
+    kernel; the other launches and their host calls go. Host work between the launches (the
+    Python that issues the ops) is kept: the estimate is a lower bound for torch.compile."""
+    g = model.gpu
+    ew = pl.col("kernel_class").cast(pl.String) == "elementwise"
+    new_run = (ew != ew.shift(1).over("chain")).fill_null(True) | ~ew
+    g = g.with_columns(new_run.cum_sum().over("chain").alias("_run"))
+    run_len = pl.len().over("chain", "_run")
+    first = pl.int_range(pl.len()).over("chain", "_run") == 0
+    fused = ew & (run_len > 1)
+    if _share(g, fused & ~first, "dur_ns") < NEGLIGIBLE_RATIO:
+        return None
+    gone = fused & ~first
+    dropped = g.filter(gone & (pl.col("launch") >= 0)).get_column("launch").implode()
+    g = g.with_columns(
+        pl.when(fused & first)
+        .then(pl.col("dur_ns").max().over("chain", "_run"))
+        .when(gone)
+        .then(0)
+        .otherwise(pl.col("dur_ns"))
+        .alias("dur_ns"),
+        pl.when(gone).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+        pl.when(gone).then(0).otherwise(pl.col("latency_ns")).alias("latency_ns"),
+    ).drop("_run")
+    h = model.host.with_columns(
+        pl.when(pl.col("node").cast(pl.Int64).is_in(dropped))
+        .then(0)
+        .otherwise(pl.col("dur_ns"))
+        .alias("dur_ns")
+    )
+    return StepModel(host=h, gpu=g, steps=model.steps)
+
+
 TRANSFORMS: dict[str, Callable[[StepModel], StepModel | None]] = {
     "remove_syncs": remove_syncs,
     "pinned_copies": pinned_copies,
@@ -243,7 +331,39 @@ TRANSFORMS: dict[str, Callable[[StepModel], StepModel | None]] = {
     "bf16_gemms": bf16_gemms,
     "no_empty_cache": no_empty_cache,
     "comm_overlapped": comm_overlapped,
+    "h2d_overlapped": h2d_overlapped,
+    "elementwise_fused": elementwise_fused,
 }
+
+
+def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
+    """The host as it runs un-profiled: each recorded event (op, annotation, Python frame,
+    runtime call) cost the profiler ``ns_per_event`` of host time, taken from the gap it lies
+    in (and from a call's own duration for the call, at most half of it). Waits stay: they end
+    with the GPU. The sub-gaps the transforms read shrink in proportion."""
+    h = model.host
+    cut = pl.col("recorded_events") - 1
+    gap_after = (pl.col("gap_ns") - cut * ns_per_event).clip(0)
+    keep = pl.when(pl.col("gap_ns") > 0).then(gap_after / pl.col("gap_ns")).otherwise(1.0)
+    h = h.with_columns(
+        (pl.col(c) * keep).cast(pl.Int64).alias(c)
+        for c in (
+            "gap_dataloader_ns",
+            "gap_empty_cache_ns",
+            "gap_optimizer_ns",
+            "gap_recompute_ns",
+            "gap_ops_ns",
+        )
+    ).with_columns(
+        gap_after.cast(pl.Int64).alias("gap_ns"),
+        pl.when(pl.col("wait") == WAIT_NONE)
+        .then(
+            pl.col("dur_ns") - pl.min_horizontal(pl.col("dur_ns") // 2, pl.lit(int(ns_per_event)))
+        )
+        .otherwise(pl.col("dur_ns"))
+        .alias("dur_ns"),
+    )
+    return model.with_host(h)
 
 
 def scale_host(model: StepModel, factor: float) -> StepModel:
