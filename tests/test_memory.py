@@ -150,7 +150,7 @@ def test_fragmentation_needs_allocator_activity() -> None:
     # empty_cache() in the steps explains the calls: churn, not fragmentation
     ids = {f.id: f for f in _cached(2, empty_cache=True).findings}
     assert "allocator_churn" in ids and "memory_fragmentation" not in ids
-    assert ids["allocator_churn"].evidence["what_if"] is None  # no replay: no estimate
+    assert ids["allocator_churn"].what_if is None  # no replay: no estimate
     assert ids["allocator_churn"].evidence["why_no_estimate"]
 
 
@@ -243,9 +243,12 @@ def test_h200_empty_cache_churn_with_the_models_estimate(analyses) -> None:
     # empty_cache() itself is no op in the trace: its cudaFree calls run between ops
     assert f.evidence["frees_outside_ops_per_step"] == pytest.approx(15, rel=0.15)
     assert "empty_cache" in f.title and "empty_cache()" in f.recommendation
-    w = f.evidence["what_if"]
-    assert w["speedup"] > 1 and w["step_time_after_ns"] < w["step_time_ns"]
-    assert f.cost_ns == (w["step_time_ns"] - w["step_time_after_ns"]) * a.metrics["steps"]
+    # the cost is the causal model's saving: its no_empty_cache transform (findings/savings.py)
+    w = f.what_if
+    assert w == a.results.replay.what_if["no_empty_cache"] and w["speedup"] > 1
+    saved = 1 - w["step_time_after_ns"] / w["step_time_ns"]
+    assert f.cost_ratio == pytest.approx(saved)
+    assert f.evidence["attributed_ns"] > 0 and f.evidence["transform"] == "no_empty_cache"
 
 
 def test_h200_headroom_prediction_matches_measured_throughput(analyses) -> None:
@@ -263,7 +266,8 @@ def test_h200_headroom_prediction_matches_measured_throughput(analyses) -> None:
             compared += 1
     assert compared >= 3
     m = f.evidence["multiplier"]
-    assert f.evidence["what_if"]["speedup"] == gains[str(m)]["throughput_gain"]
+    assert f.what_if["speedup"] == gains[str(m)]["throughput_gain"]
+    assert f.cost_ratio == pytest.approx(1 - 1 / f.what_if["speedup"], abs=1e-3)
     # the batch that fits stays within 80% of the device
     assert f.evidence["predicted_peak_allocated_bytes"] <= 0.8 * truth["total_memory"]
 
@@ -271,7 +275,7 @@ def test_h200_headroom_prediction_matches_measured_throughput(analyses) -> None:
 def test_h200_headroom_without_the_model_says_why() -> None:
     a = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.gz", replay=False)
     f = next(f for f in a.findings if f.id == "memory_headroom")
-    assert f.evidence["what_if"] is None and f.evidence["why_no_estimate"]
+    assert f.what_if is None and "replay" in f.evidence["why_no_estimate"]
 
 
 @pytest.mark.parametrize(

@@ -91,6 +91,22 @@ class MemoryResult:
             return getattr(self.devices[0], name)
         return {str(d.device): getattr(d, name) for d in self.devices}
 
+    def headroom_what_if(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The larger batch's what-if in the findings' terms: step_time_after_ns is the time
+        per original batch's samples (the replayed step at ``multiplier`` x the batch, divided
+        by it), so speedup is the throughput gain; None with the reason where there is none."""
+        m = self.recommended_multiplier
+        gain = (self.batch_gain_by_multiplier or {}).get(str(m))
+        if gain is None or not m:
+            return None, self.why_no_estimate or "no larger batch replayed (the GPU is busy)"
+        return {
+            "multiplier": m,
+            "step_time_ns": gain["step_time_ns"],
+            "step_time_after_ns": round(gain["step_time_after_ns"] / m),
+            "batch_step_time_after_ns": gain["step_time_after_ns"],
+            "speedup": gain["throughput_gain"],
+        }, None
+
     @property
     def peak(self) -> DeviceMemory | None:
         """The device with the largest allocated peak."""
@@ -430,8 +446,10 @@ def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryRe
         if d.device_memory_bytes and d.step_span_bytes and d.base_allocated_bytes is not None:
             room = FIT_RATIO * d.device_memory_bytes - d.base_allocated_bytes
             fit = max(1, int(room // d.step_span_bytes)) if room > 0 else 1
-        if step_med and gpu_per_step:
-            sat = step_med / gpu_per_step
+        # the un-profiled step where the model has one: the profiler's host work is no room
+        unprofiled = replay.unprofiled_step_median_ns if replay is not None else None
+        if (unprofiled or step_med) and gpu_per_step:
+            sat = (unprofiled or step_med) / gpu_per_step
         if fit is not None and sat is not None:
             rec = 2 ** int(math.log2(max(1.0, min(fit, sat, MAX_MULTIPLIER))))
         if replay is None:

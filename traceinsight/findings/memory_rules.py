@@ -6,8 +6,6 @@ the other findings. They read ``x.r.memory`` (analyzers/memory.py).
 
 from __future__ import annotations
 
-from typing import Any
-
 from traceinsight.analyzers.memory import DeviceMemory, MemoryResult
 from traceinsight.findings.model import Draft
 from traceinsight.findings.rules import RuleInput, rule
@@ -35,19 +33,10 @@ def _steps(x: RuleInput) -> int:
     return max(1, x.r.steps.steps or 0)
 
 
-def _allocator_cost(x: RuleInput) -> tuple[float, dict[str, Any] | None, dict[str, Any]]:
-    """The allocator calls' cost over the window: from the causal model with the calls (and the
-    syncs cudaFree implies) removed, else their host time; the what-if and its evidence."""
-    mem = x.r.memory
-    w = mem.churn_what_if
-    if w is not None:
-        saved = max(0, w["step_time_ns"] - w["step_time_after_ns"]) * _steps(x)
-        return saved, dict(w), {}
-    return (
-        (mem.allocator_calls_ns_per_step or 0) * _steps(x),
-        None,
-        {"why_no_estimate": mem.why_no_estimate or "the step model changed nothing"},
-    )
+def _allocator_cost(x: RuleInput) -> float:
+    """The allocator calls' host time over the steps: the attributed cost (the causal model's
+    saving replaces it, findings/savings.py: the no_empty_cache transform)."""
+    return (x.r.memory.allocator_calls_ns_per_step or 0) * _steps(x)
 
 
 @rule(
@@ -133,7 +122,7 @@ def memory_fragmentation(x: RuleInput) -> Draft | None:
         or _releases(mem) > 0
     ):
         return None
-    cost, what_if, extra = _allocator_cost(x)
+    cost = _allocator_cost(x)
     return Draft(
         cost,
         f"Fragmented allocator on GPU {d.device}: {_mib(d.peak_reserved_bytes)} reserved for at most "
@@ -146,8 +135,7 @@ def memory_fragmentation(x: RuleInput) -> Draft | None:
             "peak_allocated_bytes": d.peak_allocated_bytes,
             "allocator_device_allocs_per_step": allocs,
             "allocator_device_frees_per_step": mem.allocator_device_frees_per_step,
-            "what_if": what_if,
-            **extra,
+            "allocator_calls_ns_per_step": mem.allocator_calls_ns_per_step,
         },
     )
 
@@ -173,7 +161,7 @@ def allocator_churn(x: RuleInput) -> Draft | None:
         return None
     if any(f.id == "memory_fragmentation" for f in x.found):
         return None  # the same calls, explained by fragmentation
-    cost, what_if, extra = _allocator_cost(x)
+    cost = _allocator_cost(x)
     empties = mem.empty_cache_calls_per_step or 0
     rec = None
     if not _releases(mem):
@@ -200,8 +188,6 @@ def allocator_churn(x: RuleInput) -> Draft | None:
             "empty_cache_calls_per_step": empties,
             "frees_outside_ops_per_step": mem.frees_outside_ops_per_step,
             "steady_steps": list(mem.steady_steps),
-            "what_if": what_if,
-            **extra,
         },
         recommendation=rec,
     )
@@ -240,21 +226,14 @@ def memory_headroom(x: RuleInput) -> Draft | None:
     if m is None or m < 2:
         return None
     gains = mem.batch_gain_by_multiplier or {}
-    best = gains.get(str(m))
-    step = mem.step_time_median_ns or 0
-    if best is not None:
-        gain = best["throughput_gain"]
-        what_if: dict[str, Any] | None = {
-            "multiplier": m,
-            "step_time_ns": best["step_time_ns"],
-            "step_time_after_ns": best["step_time_after_ns"],
-            "speedup": gain,
-        }
-        extra: dict[str, Any] = {}
+    w, _ = mem.headroom_what_if()
+    if w is not None:
+        gain = w["speedup"]
     else:  # no model: the GPU's busy time scaled, the host's unchanged
+        step = mem.step_time_median_ns or 0
         gpu = mem.gpu_busy_ns_per_step or 0
         gain = m * step / max(step, gpu * m) if step else 1.0
-        what_if, extra = None, {"why_no_estimate": mem.why_no_estimate}
+    # attributed: the time per sample the larger batch saves (the model's saving replaces it)
     cost = x.window_ns * max(0.0, 1 - 1 / gain) if gain > 0 else 0
     fits = (d.base_allocated_bytes or 0) + m * (d.step_span_bytes or 0)
     return Draft(
@@ -278,8 +257,6 @@ def memory_headroom(x: RuleInput) -> Draft | None:
             "saturation_multiplier": mem.saturation_multiplier,
             "predicted_peak_allocated_bytes": fits,
             "gain_by_multiplier": gains,
-            "what_if": what_if,
-            **extra,
         },
         recommendation=(
             f"The GPU waits for the host while {fmt_pct(d.headroom_ratio)} of its memory is unused: use a "
