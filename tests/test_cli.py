@@ -46,7 +46,7 @@ def test_existing_output_needs_force(tmp_path, capsys):
     )
 
 
-@pytest.mark.parametrize("name", ["benchmark_simple_add_et.json.gz", "memory_timeline.raw.gz"])
+@pytest.mark.parametrize("name", ["benchmark_simple_add_et.json.gz"])
 def test_non_trace_exit_2_one_line(name, capsys, tmp_path):
     rc = main(["analyze", str(CORPUS / name), "-o", str(tmp_path / "x.html")])
     err = capsys.readouterr().err.strip()

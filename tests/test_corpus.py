@@ -10,7 +10,6 @@ from .conftest import SHARED, shared_or_skip
 
 NOT_TRACES = {
     "benchmark_simple_add_et.json.gz",
-    "memory_timeline.raw.gz",
     "gpu_metrics_expected.json",
 }
 

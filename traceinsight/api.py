@@ -196,7 +196,25 @@ def view_events(trace: Trace, opts: Options) -> Trace:
     return trace.view(trace.events.filter(inside), window=(ctx.window_start_ns, ctx.window_end_ns))
 
 
-def export_events(trace: Trace, out: Path) -> None:
-    """Write the common event table as Parquet (atomically)."""
+SIDE_TABLES = ("memory", "op_args", "kernel_args")
+
+
+def side_paths(out: Path) -> dict[str, Path]:
+    """Where ``export`` writes each side table: ``OUT.memory.parquet`` beside ``OUT.parquet``."""
+    stem = out.name[: -len(".parquet")] if out.name.endswith(".parquet") else out.name
+    return {name: out.with_name(f"{stem}.{name}.parquet") for name in SIDE_TABLES}
+
+
+def export_events(trace: Trace, out: Path) -> list[Path]:
+    """Write the common event table as Parquet (atomically), and beside it each side table that
+    has rows (:func:`side_paths`); returns the side tables' paths."""
     with atomic_path(out) as tmp:
         trace.events.with_columns(pl.col(pl.Enum).cast(pl.String)).write_parquet(tmp)
+    written = []
+    for name, path in side_paths(out).items():
+        table: pl.DataFrame = getattr(trace, name)
+        if table.height:
+            with atomic_path(path) as tmp:
+                table.write_parquet(tmp)
+            written.append(path)
+    return written

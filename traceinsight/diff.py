@@ -279,6 +279,44 @@ def _metric_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]
     return rows
 
 
+MEMORY_METRICS = (
+    "memory_peak_allocated_bytes",
+    "memory_peak_reserved_bytes",
+    "device_memory_bytes",
+    "memory_headroom_ratio",
+    "memory_fragmentation_ratio",
+    "memory_growth_bytes_per_step",
+    "allocator_device_allocs_per_step",
+    "allocator_device_frees_per_step",
+)
+
+
+def memory_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]:
+    """The memory metrics side by side, one row per metric (and device, where a side has
+    several: ``metric[device]``), nulls kept; none when neither side has memory events."""
+    rows = []
+    for key in MEMORY_METRICS:
+        vb, va = mb.get(key), ma.get(key)
+        if isinstance(vb, dict) or isinstance(va, dict):
+            db = vb if isinstance(vb, dict) else {}
+            da = va if isinstance(va, dict) else {}
+            pairs = [(f"{key}[{d}]", db.get(d), da.get(d)) for d in sorted(set(db) | set(da))]
+        else:
+            pairs = [(key, vb, va)]
+        for name, b, a in pairs:
+            both = isinstance(b, (int, float)) and isinstance(a, (int, float))
+            rows.append(
+                {
+                    "metric": name,
+                    "before": b,
+                    "after": a,
+                    "delta": a - b if both else None,
+                    "change": (a - b) / b if both and b else None,
+                }
+            )
+    return rows if any(r["before"] is not None or r["after"] is not None for r in rows) else []
+
+
 def _idle_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]:
     ib, ia = mb.get("idle_by_cause_ns") or {}, ma.get("idle_by_cause_ns") or {}
     rows = []
@@ -504,6 +542,7 @@ def compare_docs(
         "iterations": iterations,
         "throughput": throughput(kb, ka, (before["metrics"], after["metrics"])),
         "metrics": _metric_rows(before["metrics"], after["metrics"]),
+        "memory": memory_rows(before["metrics"], after["metrics"]),
         "idle_by_cause": _idle_rows(before["metrics"], after["metrics"]),
         "kernels_per_step": _kernel_changes(kb, ka),
         "findings": _finding_changes(before["findings"], after["findings"]),

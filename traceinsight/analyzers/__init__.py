@@ -19,6 +19,7 @@ from traceinsight.analyzers.health import HealthResult, analyze_health
 from traceinsight.analyzers.idle import IdleResult, analyze_idle
 from traceinsight.analyzers.kernels import KernelResult, analyze_kernels
 from traceinsight.analyzers.launch import LaunchResult, analyze_launch
+from traceinsight.analyzers.memory import MemoryResult, analyze_memory
 from traceinsight.analyzers.optimizer import OptimizerResult, analyze_optimizer
 from traceinsight.analyzers.recompute import RecomputeResult, analyze_recompute
 from traceinsight.analyzers.regions import RegionResult, analyze_regions
@@ -45,6 +46,7 @@ class Results:
     health: HealthResult
     replay: ReplayResult | None  # with Options.replay only (the causal model is opt-in for now)
     regions: RegionResult  # after the others: it places the idle segments (see run_analyzers)
+    memory: MemoryResult  # derived too: its batch what-ifs replay the step model
 
     def metrics(self) -> dict[str, Any]:
         """The headline numbers (documented one by one in the README)."""
@@ -75,6 +77,22 @@ class Results:
             "fp32_gemm_time_ratio": kern.fp32_gemm_time_ratio,
             "recompute_time_ratio": rec.recompute_time_ratio,
             "replay_error_ratio": self.replay.replay_error_ratio if self.replay else None,
+            **self.memory_metrics(),
+        }
+
+    def memory_metrics(self) -> dict[str, Any]:
+        """Per device (a plain number for one device, {device: value} for several; null
+        without memory events); the allocator calls per steady step for the trace."""
+        mem = self.memory
+        return {
+            "memory_peak_allocated_bytes": mem.metric("peak_allocated_bytes"),
+            "memory_peak_reserved_bytes": mem.metric("peak_reserved_bytes"),
+            "device_memory_bytes": mem.metric("device_memory_bytes"),
+            "memory_headroom_ratio": mem.metric("headroom_ratio"),
+            "memory_fragmentation_ratio": mem.metric("fragmentation_ratio"),
+            "memory_growth_bytes_per_step": mem.metric("growth_bytes_per_step"),
+            "allocator_device_allocs_per_step": mem.allocator_device_allocs_per_step,
+            "allocator_device_frees_per_step": mem.allocator_device_frees_per_step,
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -102,6 +120,7 @@ OPTIONAL: dict[str, Callable[[Context], Any]] = {"replay": analyze_replay}
 # Analyzers that read other analyzers' results (after ANALYZERS, in this order).
 DERIVED: dict[str, Callable[[Context, dict[str, Any]], Any]] = {
     "regions": lambda ctx, done: analyze_regions(ctx, done["idle"]),
+    "memory": lambda ctx, done: analyze_memory(ctx, done["replay"]),
 }
 
 

@@ -37,6 +37,8 @@ FIXES: Mapping[str, str] = MappingProxyType(
         "recompute_overhead": "recompute_removed",
         "comm_not_overlapped": "comm_overlapped",
         "allocator_churn": "no_empty_cache",
+        # expandable segments end the cudaMalloc/cudaFree calls as keeping the cache does
+        "memory_fragmentation": "no_empty_cache",
     }
 )
 # finding id -> why no transform estimates its fix
@@ -46,6 +48,8 @@ NO_ESTIMATE: Mapping[str, str] = MappingProxyType(
         "the traced step predicts it",
         "gpu_underutilized": "no single fix: the other findings' what_if and "
         "details.what_if.all_fixes predict what their fixes save",
+        "memory_growth": "a leak costs no time until the device is full: graded by the steps "
+        "until then (evidence.steps_until_full)",
     }
 )
 
@@ -76,8 +80,16 @@ DIRECT: Mapping[str, Callable[[Results], dict[str, Any] | None]] = MappingProxyT
 )
 
 
+# finding id -> the estimate its analyzer made with its own transform, or why there is none
+OWN: Mapping[str, Callable[[Results], tuple[dict[str, Any] | None, str | None]]] = MappingProxyType(
+    {"memory_headroom": lambda r: r.memory.headroom_what_if()}
+)
+
+
 def what_if_of(finding_id: str, r: Results) -> tuple[dict[str, Any] | None, str | None]:
     """The finding's predicted fix (None with the reason where there is none)."""
+    if finding_id in OWN:
+        return OWN[finding_id](r)
     if finding_id in DIRECT:
         w = DIRECT[finding_id](r)
         return (w, None) if w is not None else (None, "the trace has no steps to compare")

@@ -413,3 +413,23 @@ def scale_host(model: StepModel, factor: float) -> StepModel:
         )
     )
     return model.with_host(h)
+
+
+def gpu_work_scaled(factor: float) -> Callable[[StepModel], StepModel | None]:
+    """A batch (or sequence) ``factor`` times larger: every GPU op of the step takes ``factor``
+    times as long (work linear in the batch: an upper bound for small kernels that leave SMs
+    idle), except the optimizer's, which runs over the parameters whatever the batch; host work
+    and launches per step unchanged."""
+
+    def scaled(model: StepModel) -> StepModel | None:
+        if factor == 1.0 or model.gpu.height == 0:
+            return None
+        g = model.gpu.with_columns(
+            pl.when(pl.col("in_optimizer"))
+            .then(pl.col("dur_ns"))
+            .otherwise((pl.col("dur_ns") * factor).cast(pl.Int64))
+            .alias("dur_ns")
+        )
+        return model.with_gpu(g)
+
+    return scaled

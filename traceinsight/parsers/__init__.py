@@ -34,6 +34,10 @@ def load_trace(
     p = Path(path)
     fmt = detect_format(p)
     if fmt == "kineto":
+        from traceinsight.parsers.memory_timeline import is_memory_timeline, parse_memory_timeline
+
+        if is_memory_timeline(p, max_bytes):  # export_memory_timeline: JSON, but no events
+            return parse_memory_timeline(p, max_bytes)
         from traceinsight.parsers.kineto import parse_kineto
 
         return parse_kineto(p, max_bytes=max_bytes, parse_helpers=parse_helpers, threads=threads)

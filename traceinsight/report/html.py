@@ -15,6 +15,7 @@ import jinja2
 
 from traceinsight.constants import SEVERITIES
 from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct
+from traceinsight.report.memory_view import MEMORY_FINDINGS, memory_charts
 from traceinsight.report.regions_view import icicle, region_rows
 from traceinsight.runtime import template_cache
 
@@ -110,8 +111,11 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "command": command,
         "region_rows": region_rows(d.get("regions") or {}),
         "region_boxes": icicle(d.get("regions") or {}),
+        "memory_charts": memory_charts(doc),
+        "memory_findings": MEMORY_FINDINGS,
         "data": {
             "top_segments": idle.get("top_segments", []),
+            "memory": [dev.get("timeline") for dev in (d.get("memory") or {}).get("devices") or []],
             "findings": [
                 {"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]}
                 for f in doc["findings"]

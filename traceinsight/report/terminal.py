@@ -7,6 +7,7 @@ from typing import Any
 from traceinsight.constants import HEADLINE_METRICS
 from traceinsight.report.format import (
     SOURCE_NOUNS,
+    fmt_bytes,
     fmt_metric,
     fmt_ms,
     fmt_ns,
@@ -64,7 +65,41 @@ def render_summary(
     else:
         lines.append("  GPU busy  n/a (no GPU activity)")
     lines += _region_lines(doc)
+    lines += _memory_line(m)
     return "\n".join(lines + _tail(doc, report_path, max_findings))
+
+
+def _memory_value(key: str, v: Any) -> str:
+    if v is not None and "_bytes" in key:  # growth_bytes_per_step too
+        return ("-" if v < 0 else "") + fmt_bytes(abs(int(v)))
+    return fmt_metric(key, v)
+
+
+def _worst(v: Any) -> Any:
+    """A per-device metric's largest value (a dict for several devices)."""
+    if isinstance(v, dict):
+        vals = [x for x in v.values() if x is not None]
+        return max(vals) if vals else None
+    return v
+
+
+def _memory_line(m: dict[str, Any], label: str = "") -> list[str]:
+    """One line: the peaks against the device, growth per step, allocator calls per step."""
+    peak = _worst(m.get("memory_peak_allocated_bytes"))
+    reserved = _worst(m.get("memory_peak_reserved_bytes"))
+    if peak is None and reserved is None:
+        return []
+    total = _worst(m.get("device_memory_bytes"))
+    text = f"  memory    {label}peak {fmt_bytes(peak)} allocated, {fmt_bytes(reserved)} reserved"
+    if total:
+        text += f" of {fmt_bytes(total)} ({fmt_pct(_worst(m.get('memory_headroom_ratio')))} unused)"
+    growth = _worst(m.get("memory_growth_bytes_per_step"))
+    if growth is not None and abs(growth) >= 1 << 20:
+        text += f"; {'+' if growth > 0 else '-'}{fmt_bytes(abs(int(growth)))} per step"
+    allocs = m.get("allocator_device_allocs_per_step")
+    if allocs:
+        text += f"; {allocs:.1f} cudaMalloc per step"
+    return [text]
 
 
 IDLE_HOLDER_RATIO = 0.8  # a child holding this much of its parent's idle is named instead
@@ -156,6 +191,11 @@ def render_job_summary(
             f"  {r['rank']:>4}  {fmt_pct(rm['gpu_busy_ratio']):>8}  {fmt_ns(rm['step_time_median_ns']):>11}"
             f"  {fmt_ns(split.get('exposed_wait_ns')):>9}  {fmt_ns(split.get('transfer_ns')):>9}  {top}"
         )
+    # the rank whose allocated peak is highest stands for the job's memory
+    mem_ranks = [r for r in doc["ranks"] if _worst(r["metrics"].get("memory_peak_allocated_bytes"))]
+    if mem_ranks:
+        r = max(mem_ranks, key=lambda r: _worst(r["metrics"]["memory_peak_allocated_bytes"]))
+        lines += _memory_line(r["metrics"], f"rank {r['rank']}: ")
     if m.get("step_skew_mean_ns") is not None:
         lines.append(
             f"  step-time skew across ranks: {fmt_ns(m['step_skew_mean_ns'])} per step on average"
@@ -244,6 +284,9 @@ def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> 
             lines.append(
                 f"  {row['metric']:32s} {fmt_metric(row['metric'], row['before']):>12s} {fmt_metric(row['metric'], row['after']):>12s}"
             )
+    for row in doc.get("memory") or []:
+        b, a = (_memory_value(row["metric"], row[k]) for k in ("before", "after"))
+        lines.append(f"  {row['metric']:32s} {b:>12s} {a:>12s}")
     if doc["idle_by_cause"]:
         lines.append(
             "  idle by cause: "

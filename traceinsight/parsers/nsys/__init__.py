@@ -18,6 +18,7 @@ from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import Trace, TraceMeta, conform, empty_events
 from traceinsight.parsers.nsys.db import Db
+from traceinsight.parsers.nsys.memory import memory_rows, memory_table
 from traceinsight.parsers.nsys.nvtx import nccl_domain, nvtx_query, strip_emit_nvtx
 from traceinsight.parsers.nsys.tables import (
     devices,
@@ -55,10 +56,12 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
         pending_host = host_rows(db, strings)
         nvtx = nvtx_query(db, strings)
         pending_gpu = gpu_rows(db, strings)
+        pending_mem = memory_rows(db)
         gpu = [p.result() for p in pending_gpu]
         host = [p.result() for p in pending_host]
         if nvtx is not None:
             host.append(nccl_domain(nvtx.result()))
+        mem = pending_mem.result() if pending_mem is not None else None
     finally:
         db.close()
 
@@ -112,7 +115,8 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
             f"{len(procs)} processes in one export: analyzed as ranks 0..{len(procs) - 1} by process id"
         )
     table = mark_comm_by_launcher(add_kernel_class(conform(df, threads)))
-    return Trace(events=table, meta=meta)
+    memory = memory_table(mem, db.offset_ns, _rank_of(procs))
+    return Trace(events=table, meta=meta, memory=memory)
 
 
 def _rank_of(procs: list[int]) -> pl.Expr:

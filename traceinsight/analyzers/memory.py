@@ -1,0 +1,514 @@
+"""Device memory: peaks, headroom, fragmentation, growth across steps, allocator calls per step,
+the allocations never freed and what a larger batch would do (a ``DERIVED`` analyzer: the batch
+prediction replays the causal step model).
+
+Reads the memory side table (``Trace.memory``: one row per allocator event with the allocator's
+totals after it), the host ops (which op allocated), ``op_args`` (its input shapes) and the
+runtime calls (``cudaMalloc``/``cudaFree``). Everything is per device, vectorized: memory events
+can number millions, so they are only sorted, joined as-of and grouped, never looped over.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import API_KINDS, HOST_OP_KINDS, Context
+from traceinsight.analyzers.replay import ReplayResult
+from traceinsight.model import whatif
+
+# Device allocations and frees: the caching allocator's own calls into the driver (pinned host
+# memory, cudaMallocHost/cudaFreeHost, is not device memory).
+DEVICE_ALLOC_API = r"^(cuda|hip)Malloc(Async|Managed|Pitch)?$|^cuMemAlloc|^cuMemCreate$"
+DEVICE_FREE_API = r"^(cuda|hip)Free(Async)?$|^cuMemFree|^cuMemRelease$"
+# Factory ops allocate on behalf of the op around them: an allocation is charged to that op.
+FACTORY_OPS = r"^aten::(empty|empty_strided|empty_like|new_empty|new_empty_strided|resize_)$"
+FIT_RATIO = 0.8  # a larger batch must fit in this share of device memory (allocator slack)
+TIMELINE_POINTS = 600  # buckets of the report's timeline per device (max of each bucket)
+MAX_MULTIPLIER = 64  # the largest batch multiplier predicted
+GAIN_TABLE_MAX_NODES = 200_000  # model nodes up to which 2x, 4x, 8x are replayed too
+TOP_N = 8
+THEIL_SEN_POINTS = 200  # step boundaries the growth slope is fitted on, at most
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    device: int
+    events: int
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    device_memory_bytes: int | None
+    headroom_ratio: float | None  # 1 - peak reserved / device memory
+    fragmentation_ratio: float | None  # 1 - (most allocated while reserved at its peak) / peak
+    growth_bytes_per_step: float | None  # Theil-Sen slope of allocated at steady step boundaries
+    growth_consistency_ratio: float | None  # share of step-to-step changes with the slope's sign
+    boundary_allocated_bytes: tuple[int, ...]  # allocated at each steady step's start, last's end
+    base_allocated_bytes: int | None  # the median of those: weights, optimizer state, kept tensors
+    step_span_bytes: int | None  # median per step of (step's peak - its start): activations
+    peak_ns: int | None  # when allocated memory peaked (trace time)
+    peak_op: str | None  # the host op allocating then
+    peak_root_op: str | None  # the outermost op around it (an autograd node, a module's op)
+    top_ops_at_peak: tuple[dict[str, Any], ...]  # op, bytes live at the peak, allocations
+    never_freed: tuple[dict[str, Any], ...]  # op, input_dims, bytes_per_step, count
+    never_freed_bytes_per_step: float | None
+    steps_until_full: float | None  # (device memory - peak allocated) / growth per step
+    # start_ns (the window's), t_ns (from it), allocated_bytes, reserved_bytes: bucket maxima
+    timeline: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MemoryResult:
+    has_memory: bool  # the trace has device memory events
+    devices: tuple[DeviceMemory, ...]
+    steady_steps: tuple[int, ...]  # the steps the per-step numbers are over
+    allocator_device_allocs_per_step: float | None
+    allocator_device_frees_per_step: float | None
+    allocator_calls_ns_per_step: float | None  # host time inside those calls
+    empty_cache_calls_per_step: float | None  # named empty_cache ranges (with_stack traces)
+    # cudaFree outside any op: the cache released between ops, as empty_cache() does (a free
+    # inside an op is the allocator freeing cached blocks to retry a failed cudaMalloc)
+    frees_outside_ops_per_step: float | None
+    step_time_median_ns: float | None
+    gpu_busy_ns_per_step: float | None
+    # the larger batch: multiplier fitting in FIT_RATIO of device memory, the one at which the GPU
+    # would be busy all step, and the replay's throughput gain per multiplier (None: no model)
+    fit_multiplier: int | None
+    saturation_multiplier: float | None
+    recommended_multiplier: int | None  # the largest power of 2 within both
+    batch_gain_by_multiplier: dict[str, dict[str, Any]] | None
+    churn_what_if: dict[str, Any] | None  # the allocator calls and their syncs removed
+    why_no_estimate: str | None  # why the what-ifs are missing
+
+    def metric(self, name: str) -> Any:
+        """A per-device number: plain for one device, {device: value} for several, None
+        without memory events."""
+        if not self.devices:
+            return None
+        if len(self.devices) == 1:
+            return getattr(self.devices[0], name)
+        return {str(d.device): getattr(d, name) for d in self.devices}
+
+    def headroom_what_if(self) -> tuple[dict[str, Any] | None, str | None]:
+        """The larger batch's what-if in the findings' terms: step_time_after_ns is the time
+        per original batch's samples (the replayed step at ``multiplier`` x the batch, divided
+        by it), so speedup is the throughput gain; None with the reason where there is none."""
+        m = self.recommended_multiplier
+        gain = (self.batch_gain_by_multiplier or {}).get(str(m))
+        if gain is None or not m:
+            return None, self.why_no_estimate or "no larger batch replayed (the GPU is busy)"
+        return {
+            "multiplier": m,
+            "step_time_ns": gain["step_time_ns"],
+            "step_time_after_ns": round(gain["step_time_after_ns"] / m),
+            "batch_step_time_after_ns": gain["step_time_after_ns"],
+            "speedup": gain["throughput_gain"],
+        }, None
+
+    @property
+    def peak(self) -> DeviceMemory | None:
+        """The device with the largest allocated peak."""
+        return max(self.devices, key=lambda d: d.peak_allocated_bytes or 0, default=None)
+
+
+def steady_steps(ctx: Context) -> pl.DataFrame:
+    """The steps the per-step numbers are over: all but the first when there are more than
+    three (the first carries warm-up: the allocator's cache filling, optimizer state created)."""
+    st = ctx.steps.sort("host_start_ns")
+    return st.slice(1) if st.height > 3 else st
+
+
+def _per_step_calls(ctx: Context, steps: pl.DataFrame, pattern: str) -> pl.DataFrame:
+    """The calls matching ``pattern`` inside ``steps`` (host step start to the step's end)."""
+    calls = ctx.rows(API_KINDS, pattern)
+    if calls.height == 0 or steps.height == 0:
+        return calls.clear()
+    bounds = steps.select(pl.col("host_start_ns").alias("_s"), pl.col("end_ns").alias("_e"))
+    return (
+        calls.sort("start_ns")
+        .join_asof(bounds.sort("_s"), left_on="start_ns", right_on="_s")
+        .filter(pl.col("start_ns") < pl.col("_e"))
+    )
+
+
+def _outside_ops(ctx: Context, calls: pl.DataFrame) -> int:
+    """How many of ``calls`` run inside no cpu_op on their thread."""
+    if calls.height == 0:
+        return 0
+    ops = (
+        ctx.rows(("cpu_op",))
+        .select("tid", pl.col("start_ns").alias("_os"), pl.col("end_ns").alias("_oe"))
+        .sort("_os")
+    )
+    # an op started earlier but still running encloses the call; the latest-started one may have
+    # ended already while its parent still runs, so the running maximum of ends is what counts
+    ops = ops.with_columns(pl.col("_oe").cum_max().over("tid"))
+    j = calls.sort("start_ns").join_asof(
+        ops, left_on="start_ns", right_on="_os", by="tid", check_sortedness=False
+    )
+    return int(
+        j.select((pl.col("_oe").is_null() | (pl.col("_oe") < pl.col("start_ns"))).sum()).item()
+    )
+
+
+def _alloc_ops(ctx: Context, mem: pl.DataFrame) -> pl.DataFrame:
+    """Each memory event with the host op allocating it: the latest-starting op on its thread
+    still running at that time (factory ops skipped: they allocate for the op around them), and
+    that op's input shapes (``op_args``)."""
+    ops = (
+        ctx.rows(HOST_OP_KINDS, FACTORY_OPS, negate=True)
+        .filter(pl.col("kind") == "cpu_op")
+        .select(
+            pl.col("tid"),
+            pl.col("name").alias("op"),
+            pl.col("start_ns").alias("op_start_ns"),
+            pl.col("end_ns").alias("op_end_ns"),
+        )
+        .sort("op_start_ns")
+    )
+    out = mem.sort("start_ns").join_asof(
+        ops, left_on="start_ns", right_on="op_start_ns", by="tid", check_sortedness=False
+    )
+    out = out.with_columns(
+        pl.when(pl.col("op_end_ns") >= pl.col("start_ns")).then(pl.col("op")).alias("op")
+    )
+    args = ctx.op_args
+    if args.height:
+        shapes = args.select(
+            "tid",
+            pl.col("start_ns").alias("op_start_ns"),
+            pl.col("name").alias("op"),
+            pl.col("input_dims"),
+        ).unique(["tid", "op_start_ns", "op"], keep="first")
+        out = out.join(shapes, on=["tid", "op_start_ns", "op"], how="left")
+    else:
+        out = out.with_columns(pl.lit(None, pl.String).alias("input_dims"))
+    return out.with_columns(pl.col("op").fill_null("(no op)"))
+
+
+def _root_op(ctx: Context, tid: int | None, t: int) -> str | None:
+    """The outermost cpu_op running on ``tid`` at ``t`` (one that starts after every earlier
+    op on the thread has ended is a root)."""
+    if tid is None:
+        return None
+    ops = (
+        ctx.rows(("cpu_op",)).filter(pl.col("tid") == tid, pl.col("start_ns") <= t).sort("start_ns")
+    )
+    roots = ops.filter(
+        pl.col("end_ns").cum_max().shift(1).fill_null(-1) <= pl.col("start_ns")
+    ).filter(pl.col("end_ns") >= t)
+    return roots["name"][-1] if roots.height else None
+
+
+def _theil_sen(y: pl.Series) -> tuple[float | None, float | None]:
+    """Median of the pairwise slopes of ``y`` over its index (robust to a single odd step),
+    and the share of consecutive changes with the slope's sign."""
+    n = y.len()
+    if n < 3:
+        return None, None
+    pts = pl.DataFrame({"i": pl.int_range(n, eager=True), "y": y.cast(pl.Float64)})
+    if n > THEIL_SEN_POINTS:  # pairs grow as n^2: evenly spaced boundaries stand for the rest
+        pts = pts.gather_every(-(-n // THEIL_SEN_POINTS))
+    pairs = pts.join(pts, how="cross", suffix="_b").filter(pl.col("i_b") > pl.col("i"))
+    slope = float(
+        pairs.select(((pl.col("y_b") - pl.col("y")) / (pl.col("i_b") - pl.col("i"))).median())
+        .to_series()
+        .item()
+    )
+    diffs = y.cast(pl.Float64).diff().drop_nulls()
+    sign = 1.0 if slope > 0 else -1.0 if slope < 0 else 0.0
+    agree = float(((diffs * sign) > 0).mean()) if sign else 0.0
+    return slope, agree
+
+
+def _at(mem: pl.DataFrame, times: pl.Series, col: str) -> pl.Series:
+    """``col`` of the last memory event at or before each time (None before the first)."""
+    t = pl.DataFrame({"t": times.cast(pl.Int64)}).with_row_index("_i").sort("t")
+    j = t.join_asof(mem.select("start_ns", col), left_on="t", right_on="start_ns")
+    return j.sort("_i").get_column(col)
+
+
+def _device(
+    ctx: Context, dev: int, mem: pl.DataFrame, steady: pl.DataFrame, lo: int, hi: int
+) -> DeviceMemory:
+    # only the columns read below: every join and sort then moves a few columns, not all
+    mem = mem.select("start_ns", "tid", "bytes", "allocated_bytes", "reserved_bytes", "addr").sort(
+        "start_ns", maintain_order=True
+    )
+    win = mem.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
+    if win.height == 0:  # no window (a memory timeline holds no events): all of it
+        win = mem
+        lo, hi = int(mem["start_ns"].min()), int(mem["start_ns"].max()) + 1
+    info = next((d for d in ctx.device_info if d.id == dev), None)
+    total = info.memory_bytes if info and info.memory_bytes else None
+    peak_alloc = win.get_column("allocated_bytes").max()
+    peak_res = win.get_column("reserved_bytes").max()
+    peak_alloc = int(peak_alloc) if peak_alloc is not None else None
+    peak_res = int(peak_res) if peak_res is not None else None
+    headroom = 1 - peak_res / total if total and peak_res is not None else None
+    frag = None
+    if peak_res:
+        at_peak = win.filter(pl.col("reserved_bytes") == peak_res).get_column("allocated_bytes")
+        most = at_peak.max()
+        frag = 1 - int(most) / peak_res if most is not None else None
+    # allocated at the steady steps' boundaries: each start, and the last one's host end
+    boundary = pl.Series([], dtype=pl.Int64)
+    if steady.height:
+        bounds = pl.concat([steady["host_start_ns"], steady["host_end_ns"][-1:]])
+        boundary = _at(mem, bounds, "allocated_bytes").drop_nulls()
+    slope, agree = _theil_sen(boundary)
+    base = int(boundary.median()) if boundary.len() else None
+    span = None
+    if steady.height:
+        tagged = mem.join_asof(
+            steady.select(pl.col("host_start_ns").alias("_s"), pl.col("host_end_ns").alias("_e"))
+            .sort("_s")
+            .with_row_index("_k"),
+            left_on="start_ns",
+            right_on="_s",
+        ).filter(pl.col("start_ns") < pl.col("_e"))
+        if tagged.height:
+            per = tagged.group_by("_k").agg(pl.col("allocated_bytes").max().alias("_m"))
+            starts = _at(mem, steady.get_column("host_start_ns"), "allocated_bytes")
+            per = per.join(
+                pl.DataFrame(
+                    {"_k": pl.int_range(steady.height, eager=True, dtype=pl.UInt32), "_b": starts}
+                ),
+                on="_k",
+            )
+            med = per.select((pl.col("_m") - pl.col("_b")).clip(0).median()).item()
+            span = int(med) if med is not None else None
+    peak_ns = peak_op = peak_root = None
+    top: tuple[dict[str, Any], ...] = ()
+    never: tuple[dict[str, Any], ...] = ()
+    never_per_step = None
+    if peak_alloc is not None:
+        at = mem.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi)
+        peak_row = (at if at.height else mem).filter(pl.col("allocated_bytes") == peak_alloc)
+        peak_row = _alloc_ops(ctx, peak_row.head(1))
+        peak_ns = int(peak_row["start_ns"][0])
+        peak_op = peak_row["op"][0]
+        peak_root = _root_op(
+            ctx, int(peak_row["tid"][0]) if peak_row["tid"][0] is not None else None, peak_ns
+        )
+        # each allocation's free: the first free at its address after it (an as-of join per
+        # address: no sort of the table by address); ops are joined to the few rows reported
+        frees = mem.filter(pl.col("bytes") < 0).select(
+            "addr", pl.col("start_ns").alias("_freed_ns")
+        )
+        allocs = mem.filter(pl.col("bytes") > 0).join_asof(
+            frees,
+            left_on="start_ns",
+            right_on="_freed_ns",
+            by="addr",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        live = _alloc_ops(
+            ctx,
+            allocs.filter(
+                (pl.col("start_ns") <= peak_ns)
+                & (pl.col("_freed_ns").is_null() | (pl.col("_freed_ns") > peak_ns))
+            ),
+        )
+        top = tuple(
+            live.group_by("op")
+            .agg(pl.col("bytes").sum().alias("bytes"), pl.len().alias("allocations"))
+            .sort("bytes", "op", descending=[True, False])
+            .head(TOP_N)
+            .to_dicts()
+        )
+        # never freed, allocated in a steady step before the last (the last's tensors may
+        # simply outlive the recording)
+        if steady.height >= 2:
+            a = int(steady["host_start_ns"][0])
+            b = int(steady["host_start_ns"][-1])
+            kept = _alloc_ops(
+                ctx,
+                allocs.filter(
+                    pl.col("_freed_ns").is_null()
+                    & (pl.col("start_ns") >= a)
+                    & (pl.col("start_ns") < b)
+                ),
+            )
+            n = steady.height - 1
+            never_per_step = float(kept.get_column("bytes").sum()) / n
+            never = tuple(
+                kept.group_by("op", "input_dims")
+                .agg(pl.col("bytes").sum().alias("_b"), pl.len().alias("count"))
+                .with_columns((pl.col("_b") / n).alias("bytes_per_step"))
+                .sort("_b", "op", descending=[True, False])
+                .drop("_b")
+                .head(TOP_N)
+                .to_dicts()
+            )
+    until_full = None
+    if slope and slope > 0 and total and peak_alloc is not None:
+        until_full = max(0.0, (total - peak_alloc) / slope)
+    return DeviceMemory(
+        device=dev,
+        events=mem.height,
+        peak_allocated_bytes=peak_alloc,
+        peak_reserved_bytes=peak_res,
+        device_memory_bytes=total,
+        headroom_ratio=headroom,
+        fragmentation_ratio=frag,
+        growth_bytes_per_step=slope,
+        growth_consistency_ratio=agree,
+        boundary_allocated_bytes=tuple(int(v) for v in boundary),
+        base_allocated_bytes=base,
+        step_span_bytes=span,
+        peak_ns=peak_ns,
+        peak_op=peak_op,
+        peak_root_op=peak_root,
+        top_ops_at_peak=top,
+        never_freed=never,
+        never_freed_bytes_per_step=never_per_step,
+        steps_until_full=until_full,
+        timeline=_timeline(win, lo, hi),
+    )
+
+
+def _timeline(win: pl.DataFrame, lo: int, hi: int) -> dict[str, Any]:
+    """Allocated and reserved over the window in at most :data:`TIMELINE_POINTS` buckets (each
+    bucket's maximum, so the peak survives the thinning)."""
+    span = max(1, hi - lo)
+    b = (
+        win.with_columns(
+            ((pl.col("start_ns") - lo) * TIMELINE_POINTS // span)
+            .clip(0, TIMELINE_POINTS - 1)
+            .alias("_b")
+        )
+        .group_by("_b")
+        .agg(
+            pl.col("start_ns").first().alias("t"),
+            pl.col("allocated_bytes").max(),
+            pl.col("reserved_bytes").max(),
+        )
+        .sort("_b")
+    )
+    return {
+        "start_ns": lo,
+        "t_ns": (b["t"] - lo).to_list(),
+        "allocated_bytes": b["allocated_bytes"].to_list(),
+        "reserved_bytes": b["reserved_bytes"].to_list(),
+    }
+
+
+def _device_table(ctx: Context) -> pl.DataFrame:
+    """The GPU rows of the memory table (host memory is not the device's)."""
+    return ctx.memory.filter(pl.col("device").is_not_null() & (pl.col("device_type") != "cpu"))
+
+
+def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryResult:
+    mem = _device_table(ctx)
+    steady = steady_steps(ctx) if ctx.steps.height else ctx.steps
+    n = steady.height
+    lo = (
+        int(min(ctx.steps["host_start_ns"].min(), ctx.window_start_ns))
+        if n
+        else ctx.window_start_ns
+    )
+    hi = ctx.window_end_ns
+    devices = (
+        tuple(
+            _device(ctx, int(d), part, steady, lo, hi)
+            for (d,), part in mem.partition_by("device", as_dict=True, maintain_order=True).items()
+        )
+        if mem.height
+        else ()
+    )
+    allocs = frees = calls_ns = empties = released = None
+    if n:
+        a = _per_step_calls(ctx, steady, DEVICE_ALLOC_API)
+        f = _per_step_calls(ctx, steady, DEVICE_FREE_API)
+        allocs, frees = a.height / n, f.height / n
+        calls_ns = (int(a["dur_ns"].sum()) + int(f["dur_ns"].sum())) / n
+        e = ctx.rows(HOST_OP_KINDS, r"empty_cache")
+        if e.height:
+            inside = e.filter(
+                (pl.col("start_ns") >= steady["host_start_ns"].min())
+                & (pl.col("start_ns") < steady["end_ns"].max())
+            )
+            empties = inside.height / n
+        else:
+            empties = 0.0
+        released = _outside_ops(ctx, f) / n
+    step_med = float(steady["dur_ns"].median()) if n else None
+    gpu_per_step = _gpu_busy_per_step(ctx, steady) if n else None
+    fit = sat = rec = None
+    gains = churn = None
+    why = None
+    if devices:
+        d = max(devices, key=lambda x: x.peak_allocated_bytes or 0)
+        if d.device_memory_bytes and d.step_span_bytes and d.base_allocated_bytes is not None:
+            room = FIT_RATIO * d.device_memory_bytes - d.base_allocated_bytes
+            fit = max(1, int(room // d.step_span_bytes)) if room > 0 else 1
+        # the un-profiled step where the model has one: the profiler's host work is no room
+        unprofiled = replay.unprofiled_step_median_ns if replay is not None else None
+        if (unprofiled or step_med) and gpu_per_step:
+            sat = (unprofiled or step_med) / gpu_per_step
+        if fit is not None and sat is not None:
+            rec = 2 ** int(math.log2(max(1.0, min(fit, sat, MAX_MULTIPLIER))))
+        if replay is None:
+            why = "the causal step model did not run (--replay)"
+        elif replay.model is None:
+            why = "the causal step model could not be built (no steps or no GPU work)"
+        else:
+            gains = _batch_gains(replay, rec)
+            if (allocs or 0) + (frees or 0) > 0:  # the replay's own no_empty_cache what-if
+                churn = replay.what_if.get("no_empty_cache")
+    return MemoryResult(
+        has_memory=bool(devices),
+        devices=devices,
+        steady_steps=tuple(int(s) for s in steady["step"]) if n else (),
+        allocator_device_allocs_per_step=allocs,
+        allocator_device_frees_per_step=frees,
+        allocator_calls_ns_per_step=calls_ns,
+        empty_cache_calls_per_step=empties,
+        frees_outside_ops_per_step=released,
+        step_time_median_ns=step_med,
+        gpu_busy_ns_per_step=gpu_per_step,
+        fit_multiplier=fit,
+        saturation_multiplier=sat,
+        recommended_multiplier=rec,
+        batch_gain_by_multiplier=gains,
+        churn_what_if=churn,
+        why_no_estimate=why,
+    )
+
+
+def _gpu_busy_per_step(ctx: Context, steady: pl.DataFrame) -> float | None:
+    """The GPU's busy time per steady step (union over streams; devices summed)."""
+    if ctx.busy.height == 0:
+        return None
+    a, b = int(steady["start_ns"].min()), int(steady["end_ns"].max())
+    busy = ctx.busy.select(
+        (pl.min_horizontal("end_ns", pl.lit(b)) - pl.max_horizontal("start_ns", pl.lit(a)))
+        .clip(0)
+        .sum()
+    ).item()
+    return float(busy) / steady.height if busy else None
+
+
+def _batch_gains(replay: ReplayResult, rec: int | None) -> dict[str, dict[str, Any]] | None:
+    """Replayed throughput gain of a batch ``m`` times larger, for m = 2, 4, 8 up to the
+    recommended multiplier, and that one (no replays where the GPU is already busy; on a large
+    model only the recommended one: each replay costs as much as the model's own)."""
+    if rec is None or rec < 2:
+        return None
+    out: dict[str, dict[str, Any]] = {}
+    small = replay.host_nodes + replay.gpu_nodes <= GAIN_TABLE_MAX_NODES
+    for m in sorted({m for m in (2, 4, 8) if m <= rec and small} | {rec}):
+        p = replay.predict(whatif.gpu_work_scaled(float(m)))
+        if p is None or not p.get("speedup"):
+            continue
+        out[str(m)] = {
+            "multiplier": m,
+            "step_time_ns": p["step_time_ns"],
+            "step_time_after_ns": p["step_time_after_ns"],
+            "throughput_gain": m * p["speedup"],
+        }
+    return out or None

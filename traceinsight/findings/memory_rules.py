@@ -1,0 +1,266 @@
+"""The memory rules (issue 19): growth across steps, allocator churn, unused headroom on an
+under-fed GPU, fragmentation. Registered with :func:`~traceinsight.findings.rules.rule` after
+``rules.py``'s own (imported by ``findings/__init__``), so they are checked last and may read
+the other findings. They read ``x.r.memory`` (analyzers/memory.py).
+"""
+
+from __future__ import annotations
+
+from traceinsight.analyzers.memory import DeviceMemory, MemoryResult
+from traceinsight.findings.model import Draft
+from traceinsight.findings.rules import RuleInput, rule
+from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct
+
+# Host-bound idle causes: the GPU waits for the host to launch work, not for data or peers.
+HOST_BOUND_CAUSES = ("launch_overhead", "cpu_work")
+
+
+def _mib(n: float | None) -> str:
+    return "?" if n is None else f"{n / 2**20:,.0f} MiB"
+
+
+def _worst(x: RuleInput, key: str) -> DeviceMemory | None:
+    devs = [d for d in x.r.memory.devices if getattr(d, key) is not None]
+    return max(devs, key=lambda d: getattr(d, key), default=None)
+
+
+def _releases(mem: MemoryResult) -> float:
+    """empty_cache() per step: named ranges, or cudaFree between ops (its only other source)."""
+    return max(mem.empty_cache_calls_per_step or 0, mem.frees_outside_ops_per_step or 0)
+
+
+def _steps(x: RuleInput) -> int:
+    return max(1, x.r.steps.steps or 0)
+
+
+def _allocator_cost(x: RuleInput) -> float:
+    """The allocator calls' host time over the steps: the attributed cost (the causal model's
+    saving replaces it, findings/savings.py: the no_empty_cache transform)."""
+    return (x.r.memory.allocator_calls_ns_per_step or 0) * _steps(x)
+
+
+@rule(
+    "memory_growth",
+    recommendation="Find the tensors kept across steps (the ops below allocate them and nothing frees them): "
+    "store Python numbers, not tensors (loss.item() every N steps, or .detach() into a bounded buffer), and "
+    "clear lists/caches that keep outputs.",
+    snippet=(
+        "# before: history.append(out)            # keeps every step's output (and its graph)\n"
+        "history.append(out.detach().float().mean().item())  # a number, not a tensor\n"
+        "# find holders: torch.cuda.memory._record_memory_history(); ...; "
+        "torch.cuda.memory._dump_snapshot('mem.pickle')"
+    ),
+    thresholds={
+        "growth_bytes_per_step_min": 1048576,
+        "growth_consistency_min_ratio": 0.6,
+        "growth_full_steps_high": 1000,
+        "growth_full_steps_medium": 100000,
+    },
+)
+def memory_growth(x: RuleInput) -> Draft | None:
+    d = _worst(x, "growth_bytes_per_step")
+    if (
+        d is None
+        or (d.growth_bytes_per_step or 0) < x.t["growth_bytes_per_step_min"]
+        or (d.growth_consistency_ratio or 0) < x.t["growth_consistency_min_ratio"]
+    ):
+        return None
+    b = d.boundary_allocated_bytes
+    if b[-1] - b[0] < 0.5 * d.growth_bytes_per_step * (len(b) - 1):
+        return None  # rises and falls that a median slope smooths into growth: no net growth
+    # No time is lost until the device is full; graded by how soon that is.
+    until = d.steps_until_full
+    if until is not None and until < x.t["growth_full_steps_high"]:
+        ratio = x.t["high_ratio"]
+    elif until is not None and until < x.t["growth_full_steps_medium"]:
+        ratio = x.t["medium_ratio"]
+    else:
+        ratio = x.t["low_ratio"]
+    top = d.never_freed[0] if d.never_freed else None
+    return Draft(
+        ratio * x.window_ns,
+        f"Allocated memory grows {_mib(d.growth_bytes_per_step)} per step on GPU {d.device}"
+        + (f" (device full in {until:,.0f} steps)" if until is not None else "")
+        + (f"; never freed: {top['op']}" if top else ""),
+        {
+            "device": d.device,
+            "growth_bytes_per_step": d.growth_bytes_per_step,
+            "growth_consistency_ratio": d.growth_consistency_ratio,
+            "boundary_allocated_bytes": list(d.boundary_allocated_bytes),
+            "never_freed_bytes_per_step": d.never_freed_bytes_per_step,
+            "never_freed": list(d.never_freed),
+            "steps_until_full": until,
+            "device_memory_bytes": d.device_memory_bytes,
+            "peak_allocated_bytes": d.peak_allocated_bytes,
+            "steady_steps": list(x.r.memory.steady_steps),
+        },
+    )
+
+
+@rule(
+    "memory_fragmentation",
+    recommendation="Let the caching allocator grow segments instead of caching odd-sized blocks: "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA starts); pad variable shapes to a "
+    "few bucket sizes.",
+    snippet=(
+        "# in the launcher, before the process starts CUDA:\n"
+        "export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True\n"
+        "# or pad dynamic lengths to buckets: seq = ((seq + 127) // 128) * 128"
+    ),
+    thresholds={"fragmentation_min_ratio": 0.5, "fragmentation_allocs_per_step_min": 1.0},
+)
+def memory_fragmentation(x: RuleInput) -> Draft | None:
+    mem = x.r.memory
+    d = _worst(x, "fragmentation_ratio")
+    allocs = mem.allocator_device_allocs_per_step or 0
+    # Reserved far above allocated alone is memory cached by earlier, larger work: harmless.
+    # It matters when the allocator keeps asking the driver for more (and empty_cache is not why).
+    if (
+        d is None
+        or (d.fragmentation_ratio or 0) < x.t["fragmentation_min_ratio"]
+        or allocs < x.t["fragmentation_allocs_per_step_min"]
+        or _releases(mem) > 0
+    ):
+        return None
+    cost = _allocator_cost(x)
+    return Draft(
+        cost,
+        f"Fragmented allocator on GPU {d.device}: {_mib(d.peak_reserved_bytes)} reserved for at most "
+        f"{_mib(d.peak_reserved_bytes * (1 - d.fragmentation_ratio))} allocated, and still "
+        f"{fmt_num(allocs)} cudaMalloc per step",
+        {
+            "device": d.device,
+            "fragmentation_ratio": d.fragmentation_ratio,
+            "peak_reserved_bytes": d.peak_reserved_bytes,
+            "peak_allocated_bytes": d.peak_allocated_bytes,
+            "allocator_device_allocs_per_step": allocs,
+            "allocator_device_frees_per_step": mem.allocator_device_frees_per_step,
+            "allocator_calls_ns_per_step": mem.allocator_calls_ns_per_step,
+        },
+    )
+
+
+@rule(
+    "allocator_churn",
+    recommendation="Keep the caching allocator's blocks between steps: remove torch.cuda.empty_cache() (and "
+    "gc-triggered frees) from the loop; each call makes the next step cudaMalloc again, and cudaFree "
+    "synchronizes the device.",
+    snippet=(
+        "for batch in loader:\n"
+        "    train_step(batch)\n"
+        "    # torch.cuda.empty_cache()   # remove: the next step re-allocates everything\n"
+        "# if memory is tight: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    ),
+    thresholds={"churn_calls_per_step_min": 1.0},
+)
+def allocator_churn(x: RuleInput) -> Draft | None:
+    mem = x.r.memory
+    allocs = mem.allocator_device_allocs_per_step or 0
+    frees = mem.allocator_device_frees_per_step or 0
+    if max(allocs, frees) < x.t["churn_calls_per_step_min"]:
+        return None
+    if any(f.id == "memory_fragmentation" for f in x.found):
+        return None  # the same calls, explained by fragmentation
+    cost = _allocator_cost(x)
+    empties = mem.empty_cache_calls_per_step or 0
+    rec = None
+    if not _releases(mem):
+        rec = (
+            "The allocator returns memory to the driver and asks for it again inside steps: keep shapes stable "
+            "(pad to buckets) or set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True; look for "
+            "empty_cache() or memory-fraction limits in libraries."
+        )
+    return Draft(
+        cost,
+        f"{fmt_num(allocs)} cudaMalloc and {fmt_num(frees)} cudaFree per step"
+        + (
+            f" ({fmt_num(empties)} empty_cache() per step)"
+            if empties
+            else " (the cache released between ops, as empty_cache() does)"
+            if _releases(mem)
+            else ""
+        )
+        + f" cost {fmt_ms(cost)}",
+        {
+            "allocator_device_allocs_per_step": allocs,
+            "allocator_device_frees_per_step": frees,
+            "allocator_calls_ns_per_step": mem.allocator_calls_ns_per_step,
+            "empty_cache_calls_per_step": empties,
+            "frees_outside_ops_per_step": mem.frees_outside_ops_per_step,
+            "steady_steps": list(mem.steady_steps),
+        },
+        recommendation=rec,
+    )
+
+
+@rule(
+    "memory_headroom",
+    recommendation="The GPU waits for the host while most of its memory is unused: give it more work per step "
+    "(a larger batch or sequence; scale the learning rate, or accumulate fewer micro-batches).",
+    snippet=(
+        "loader = DataLoader(dataset, batch_size=B * M)  # M: the multiplier in the evidence\n"
+        "# keep the optimizer's effective batch: grad accumulation steps / M, or lr scaled with the batch"
+    ),
+    thresholds={
+        "headroom_min_ratio": 0.5,
+        "headroom_busy_max_ratio": 0.6,
+        "headroom_host_bound_min_ratio": 0.5,
+    },
+    cap="low",  # an opportunity (it changes the training recipe), not a cause of starvation
+)
+def memory_headroom(x: RuleInput) -> Draft | None:
+    mem, idle = x.r.memory, x.r.idle
+    d = _worst(x, "peak_reserved_bytes")
+    busy = idle.gpu_busy_ratio
+    if d is None or d.headroom_ratio is None or busy is None:
+        return None
+    host_bound = sum(x.idle(c) for c in HOST_BOUND_CAUSES)
+    if (
+        d.headroom_ratio < x.t["headroom_min_ratio"]
+        or busy >= x.t["headroom_busy_max_ratio"]
+        or idle.idle_ns <= 0
+        or host_bound / idle.idle_ns < x.t["headroom_host_bound_min_ratio"]
+    ):
+        return None
+    m = mem.recommended_multiplier
+    if m is None or m < 2:
+        return None
+    gains = mem.batch_gain_by_multiplier or {}
+    w, _ = mem.headroom_what_if()
+    if w is not None:
+        gain = w["speedup"]
+    else:  # no model: the GPU's busy time scaled, the host's unchanged
+        step = mem.step_time_median_ns or 0
+        gpu = mem.gpu_busy_ns_per_step or 0
+        gain = m * step / max(step, gpu * m) if step else 1.0
+    # attributed: the time per sample the larger batch saves (the model's saving replaces it)
+    cost = x.window_ns * max(0.0, 1 - 1 / gain) if gain > 0 else 0
+    fits = (d.base_allocated_bytes or 0) + m * (d.step_span_bytes or 0)
+    return Draft(
+        cost,
+        f"GPU {fmt_pct(busy)} busy with {fmt_pct(d.headroom_ratio)} of its memory unused: a {m}x batch fits "
+        f"(about {_mib(fits)}) and would raise throughput {gain:.1f}x",
+        {
+            "device": d.device,
+            "gpu_busy_ratio": busy,
+            "host_bound_idle_ratio": host_bound / idle.idle_ns,
+            "memory_headroom_ratio": d.headroom_ratio,
+            "device_memory_bytes": d.device_memory_bytes,
+            "peak_reserved_bytes": d.peak_reserved_bytes,
+            "base_allocated_bytes": d.base_allocated_bytes,
+            "activation_bytes_per_step": d.step_span_bytes,
+            "activation_ratio": (d.step_span_bytes or 0) / d.peak_allocated_bytes
+            if d.peak_allocated_bytes
+            else None,
+            "multiplier": m,
+            "fit_multiplier": mem.fit_multiplier,
+            "saturation_multiplier": mem.saturation_multiplier,
+            "predicted_peak_allocated_bytes": fits,
+            "gain_by_multiplier": gains,
+        },
+        recommendation=(
+            f"The GPU waits for the host while {fmt_pct(d.headroom_ratio)} of its memory is unused: use a "
+            f"{m}x larger batch (or sequence), which fits in 80% of device memory; scale the learning rate "
+            "or accumulate fewer micro-batches to keep the effective batch."
+        ),
+    )
