@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# efficiency_rules imports rules.py first, so its rules register (and are checked) after those
+from traceinsight.findings import efficiency_rules  # noqa: F401
 from traceinsight.findings.job_rules import JOB_RULES, RankFindings, diagnose_job
 from traceinsight.findings.model import (
     SEVERITIES,
