@@ -486,7 +486,12 @@ def analyze_efficiency(
         else []
     )
     unaligned, un_ns, un_save, un_what = _unaligned(k, replay) if has_flops else ([], 0, 0, None)
-    occ_known = k.filter(pl.col("occupancy").is_not_null()) if k.height else k
+    # NCCL kernels hold a few SMs by design: their occupancy says nothing about the compute
+    occ_known = (
+        k.filter(pl.col("occupancy").is_not_null() & (pl.col("kernel_class") != "communication"))
+        if k.height
+        else k
+    )
     occ_med = (
         _weighted_median(occ_known["occupancy"], occ_known["dur_ns"]) if occ_known.height else None
     )

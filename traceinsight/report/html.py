@@ -109,6 +109,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "command": command,
         "region_rows": region_rows(d.get("regions") or {}),
         "region_boxes": icicle(d.get("regions") or {}),
+        "roofline": roofline(d.get("efficiency") or {}),
         "data": {
             "top_segments": idle.get("top_segments", []),
             "findings": [
@@ -116,6 +117,32 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
                 for f in doc["findings"]
             ],
         },
+    }
+
+
+def roofline(e: dict[str, Any]) -> dict[str, Any]:
+    """The roofline plot's data: the roofs and one point per kernel class and top kernel with
+    both FLOPs and bytes known (intensity = FLOPs / bytes, achieved = FLOPs / own time)."""
+    points = [
+        {
+            "kind": kind,
+            "label": _shorten(r.get("name") or r["kernel_class"], 80),
+            "kernel_class": r["kernel_class"],
+            "intensity": r["arithmetic_intensity"],
+            "tflops": r["achieved_tflops"],
+        }
+        for kind, rows in (
+            ("class", e.get("classes") or []),
+            ("kernel", e.get("top_kernels") or []),
+        )
+        for r in rows
+        if r.get("arithmetic_intensity") and r.get("achieved_tflops")
+    ]
+    return {
+        "peak_tflops": e.get("tensor_peak_tflops"),
+        "bandwidth_bytes_per_s": e.get("memory_bandwidth_bytes_per_s"),
+        "points": points,
+        "colors": CLASS_COLORS,
     }
 
 

@@ -24,6 +24,7 @@ from traceinsight.parsers.nsys.tables import (
     event_rows,
     gpu_rows,
     host_rows,
+    kernel_args,
     metadata,
     session_start,
 )
@@ -94,6 +95,7 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
             .unique()
         }
     )
+    frames, launch_config = kernel_args(frames, _rank_of(procs))
     df = pl.concat(frames, how="diagonal_relaxed")
     # The rank as its own column: with_columns would first copy the concatenation's every
     # column into one chunk (conform gathers them once anyway).
@@ -112,7 +114,7 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
             f"{len(procs)} processes in one export: analyzed as ranks 0..{len(procs) - 1} by process id"
         )
     table = mark_comm_by_launcher(add_kernel_class(conform(df, threads)))
-    return Trace(events=table, meta=meta)
+    return Trace(events=table, meta=meta, kernel_args=launch_config)
 
 
 def _rank_of(procs: list[int]) -> pl.Expr:
