@@ -32,6 +32,8 @@ SIXTEEN_BIT = ("bf16", "fp16")
 SIMILAR_FLOPS_FACTOR = 4.0
 # a 64-aligned shape is the reference for one aligned to 8 only where it is this much faster
 MISALIGNED_64_SLOWDOWN = 1.5
+# the roofline's work: FLOPs, else an elementwise/reduction op's elements (1 FLOP each)
+WORK = pl.coalesce("flops", "memory_flops")
 LOW_OCCUPANCY = 0.25  # below this (of the SM's warps) latency is poorly hidden
 TOP = 15
 
@@ -106,6 +108,7 @@ def _kernels(ctx: Context) -> pl.DataFrame:
         return k.with_columns(
             pl.lit(None, pl.Float64).alias("flops"),
             pl.lit(None, pl.Float64).alias("bytes"),
+            pl.lit(None, pl.Float64).alias("memory_flops"),
             pl.lit(None, pl.String).alias("formula"),
             pl.lit(None, pl.String).alias("dtype"),
             pl.lit(None, pl.String).alias("op"),
@@ -129,6 +132,7 @@ def _kernels(ctx: Context) -> pl.DataFrame:
         pl.coalesce(pl.col("flops").cast(pl.Float64), "formula_flops").alias("op_flops"),
         pl.col("flops").is_not_null().alias("kineto_flops"),
         pl.col("bytes").alias("op_bytes"),
+        pl.col("memory_flops").alias("op_memory_flops"),
         "formula",
         "dtype",
         "gemm_m",
@@ -149,7 +153,10 @@ def _kernels(ctx: Context) -> pl.DataFrame:
     return k.with_columns(
         (pl.col("op_flops") * pl.when(n_over == 1).then(1.0).otherwise(share_f)).alias("flops"),
         (pl.col("op_bytes") * pl.when(n_over == 1).then(1.0).otherwise(share_b)).alias("bytes"),
-    ).drop("op_flops", "op_bytes")
+        (pl.col("op_memory_flops") * pl.when(n_over == 1).then(1.0).otherwise(share_b)).alias(
+            "memory_flops"
+        ),
+    ).drop("op_flops", "op_bytes", "op_memory_flops")
 
 
 def _recomputed(ctx: Context, k: pl.DataFrame) -> pl.Series:
@@ -418,6 +425,8 @@ def analyze_efficiency(
             pl.col("bytes").sum().alias("bytes"),
             pl.col("dur_ns").filter(pl.col("flops").is_not_null()).sum().alias("flops_time_ns"),
             pl.col("dur_ns").filter(pl.col("bytes").is_not_null()).sum().alias("bytes_time_ns"),
+            WORK.sum().alias("work"),
+            pl.col("dur_ns").filter(WORK.is_not_null()).sum().alias("work_time_ns"),
             pl.len().alias("count"),
         )
         .sort("time_ns", descending=True)
@@ -440,8 +449,12 @@ def analyze_efficiency(
                 "bytes": r["bytes"] or None,
                 "achieved_tflops": tf,
                 "bandwidth_bytes_per_s": bps,
-                "arithmetic_intensity": r["flops"] / r["bytes"]
-                if r["flops"] and r["bytes"]
+                # the roofline's point: elementwise/reduction work counted 1 FLOP per element
+                "roofline_tflops": r["work"] / r["work_time_ns"] / 1e3
+                if r["work"] and r["work_time_ns"]
+                else None,
+                "arithmetic_intensity": r["work"] / r["bytes"]
+                if r["work"] and r["bytes"]
                 else None,
             }
         )
@@ -466,6 +479,7 @@ def analyze_efficiency(
             pl.col("dur_ns").sum().alias("time_ns"),
             pl.col("flops").sum().alias("flops"),
             pl.col("bytes").sum().alias("bytes"),
+            WORK.sum().alias("work"),
             pl.col("occupancy").mean().alias("occupancy"),
         )
         .sort("time_ns", descending=True)
@@ -474,8 +488,11 @@ def analyze_efficiency(
             pl.when(pl.col("flops") > 0)
             .then(pl.col("flops") / pl.col("time_ns") / 1e3)
             .alias("achieved_tflops"),
-            pl.when((pl.col("flops") > 0) & (pl.col("bytes") > 0))
-            .then(pl.col("flops") / pl.col("bytes"))
+            pl.when(pl.col("work") > 0)
+            .then(pl.col("work") / pl.col("time_ns") / 1e3)
+            .alias("roofline_tflops"),
+            pl.when((pl.col("work") > 0) & (pl.col("bytes") > 0))
+            .then(pl.col("work") / pl.col("bytes"))
             .alias("arithmetic_intensity"),
             pl.when(pl.col("bytes") > 0)
             .then(pl.col("bytes") / pl.col("time_ns") * 1e9)

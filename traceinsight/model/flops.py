@@ -91,6 +91,9 @@ class OpCost:
     m: int | None = None  # GEMM sizes (output m x n, inner k) for the alignment check
     n: int | None = None
     k: int | None = None
+    # an elementwise/reduction op's work for the roofline only (1 FLOP per element of its
+    # largest operand); never in flops_per_step or MFU, which count the model's math
+    memory_flops: float | None = None
 
 
 COST_SCHEMA: dict[str, pl.DataType] = {
@@ -101,6 +104,7 @@ COST_SCHEMA: dict[str, pl.DataType] = {
     "gemm_m": pl.Int64(),
     "gemm_n": pl.Int64(),
     "gemm_k": pl.Int64(),
+    "memory_flops": pl.Float64(),
 }
 
 
@@ -279,17 +283,19 @@ def einsum_cost(dims: list[Any], types: list[Any], concrete: list[Any]) -> OpCos
 def memory_cost(name: str, dims: list[Any], types: list[Any]) -> OpCost | None:
     """An elementwise or reduction op's bytes: its tensor inputs read, and an output the size
     of the largest input written (a reduction's output is small: not counted)."""
-    sizes = [
-        _numel(d) * _size(types, i)
+    shapes = [
+        (_numel(d), _size(types, i))
         for i, d in enumerate(dims)
         if isinstance(d, list) and d and all(isinstance(x, int) for x in d)
     ]
-    sizes = [s for s in sizes if s > 0]
-    if not sizes:
+    shapes = [(n, b) for n, b in shapes if n * b > 0]
+    if not shapes:
         return None
+    sizes = [n * b for n, b in shapes]
     base = name.rsplit("::", 1)[-1].strip("_")
     out = 0 if base in REDUCTIONS else max(sizes)
-    return OpCost(None, float(sum(sizes) + out), "memory", _dtype(types, 0))
+    elements = float(max(n for n, _ in shapes))
+    return OpCost(None, float(sum(sizes) + out), "memory", _dtype(types, 0), memory_flops=elements)
 
 
 def op_cost(
@@ -329,6 +335,7 @@ def op_costs(distinct: pl.DataFrame) -> pl.DataFrame:
             "gemm_m": [c.m for c in rows],
             "gemm_n": [c.n for c in rows],
             "gemm_k": [c.k for c in rows],
+            "memory_flops": [c.memory_flops for c in rows],
         },
         schema=COST_SCHEMA,
     )

@@ -129,14 +129,14 @@ def roofline(e: dict[str, Any]) -> dict[str, Any]:
             "label": _shorten(r.get("name") or r["kernel_class"], 80),
             "kernel_class": r["kernel_class"],
             "intensity": r["arithmetic_intensity"],
-            "tflops": r["achieved_tflops"],
+            "tflops": r.get("roofline_tflops"),
         }
         for kind, rows in (
             ("class", e.get("classes") or []),
             ("kernel", e.get("top_kernels") or []),
         )
         for r in rows
-        if r.get("arithmetic_intensity") and r.get("achieved_tflops")
+        if r.get("arithmetic_intensity") and r.get("roofline_tflops")
     ]
     return {
         "peak_tflops": e.get("tensor_peak_tflops"),
