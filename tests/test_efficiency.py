@@ -281,6 +281,17 @@ def test_tiny_trace_flops_mfu_and_bandwidth() -> None:
     assert dev["peak_tflops"]["bf16"] == 989.5 and dev["memory_bandwidth_bytes_per_s"] == 4.8e12
 
 
+def test_profiler_flops_win_over_the_formula() -> None:
+    """with_flops=True: Kineto's own estimate on the op is used as it is."""
+    t = _tiny()
+    t.op_args = t.op_args.with_columns(
+        pl.when(pl.col("name") == "aten::addmm").then(123_000).otherwise(None).alias("flops")
+    )
+    a = analyze_trace(t)
+    assert a.metrics["flops_per_step"] == 123_000
+    assert a.results.efficiency.flops_source == "with_flops"
+
+
 def test_unknown_device_gives_null_and_one_warning() -> None:
     t = _tiny()
     t.meta.devices = [DeviceInfo(0, "Tiny GPU", 2, 1000, "9.0")]

@@ -392,13 +392,14 @@ def analyze_efficiency(
             "(traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not computed"
         )
     k = _kernels(ctx)
-    k = k.with_columns(_recomputed(ctx, k))
+    has_flops = k.height > 0 and k.get_column("flops").drop_nulls().len() > 0
+    # which kernels recompute the forward matters only where there are FLOPs to split
+    k = k.with_columns(_recomputed(ctx, k) if has_flops else pl.lit(False).alias("recomputed"))
     k = _occupancy(ctx, k, spec)
     kernel_ns = int(k.get_column("dur_ns").sum()) if k.height else 0
     n_dev = max(1, len(ctx.devices))
     peak = spec.tensor_peak_tflops * n_dev if spec and spec.tensor_peak_tflops else None
     bw = spec.memory_bandwidth_bytes_per_s * n_dev if spec else None
-    has_flops = k.height > 0 and k.get_column("flops").drop_nulls().len() > 0
     per = _per_step(ctx, k) if has_flops else None
 
     def med(col: str) -> float | None:
