@@ -380,7 +380,11 @@ def test_fp32_fixture_keeps_bf16_advice_on_h200() -> None:
 
     a = traceinsight.analyze(str(ROOT / "fixtures" / "h200" / "fp32.pt.trace.json.gz"))
     f = next(f for f in a.findings if f.id == "fp32_compute")
-    assert "bfloat16" in f.snippet and "torch.float16" not in f.snippet and "no GradScaler" in f.recommendation
+    assert (
+        "bfloat16" in f.snippet
+        and "torch.float16" not in f.snippet
+        and "no GradScaler" in f.recommendation
+    )
     assert a.results.efficiency.occupancy_median is not None
 
 
