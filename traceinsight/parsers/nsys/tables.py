@@ -133,15 +133,20 @@ LAUNCH_CONFIG = {
     "blockY": "block_y",
     "blockZ": "block_z",
     "registersPerThread": "registers_per_thread",
-    "staticSharedMemory": "_static_smem",
-    "dynamicSharedMemory": "_dynamic_smem",
+    # per block, static + dynamic: summed by SQLite (one column less through the driver)
+    "staticSharedMemory + dynamicSharedMemory": "shared_memory_bytes",
 }
+
+
+def _config_column(cols: set[str], expr: str) -> str:
+    """A launch-configuration expression where this export has its columns, else NULL."""
+    return expr if all(c.strip() in cols for c in expr.split("+")) else "NULL"
 
 
 def kernel_args(gpu: list[pl.DataFrame], rank: pl.Expr) -> tuple[list[pl.DataFrame], pl.DataFrame]:
     """The kernels' launch configuration split off the kernel frame (so the event table's
     concatenation never carries it): the frames without it, and the kernel_args table
-    (shared memory per block = static + dynamic; occupancy is estimated by the analyzer)."""
+    (occupancy is estimated by the efficiency analyzer)."""
     out, args = [], empty_kernel_args()
     for f in gpu:
         if "grid_x" not in f.columns:
@@ -151,10 +156,7 @@ def kernel_args(gpu: list[pl.DataFrame], rank: pl.Expr) -> tuple[list[pl.DataFra
             "start_ns",
             pl.col("device").cast(pl.Int32),
             "correlation",
-            *(c for c in LAUNCH_CONFIG.values() if not c.startswith("_")),
-            (pl.col("_static_smem").fill_null(0) + pl.col("_dynamic_smem").fill_null(0)).alias(
-                "shared_memory_bytes"
-            ),
+            *LAUNCH_CONFIG.values(),
             rank.alias("rank"),
         )
         args = conform_side(ka, KERNEL_ARGS_SCHEMA)
@@ -183,7 +185,7 @@ def gpu_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
         name_col = pick(cols, "demangledName", pick(cols, "shortName"))
         out.append(
             db.query(
-                [*gpu_base(cols), name_col, *(pick(cols, c) for c in LAUNCH_CONFIG)],
+                [*gpu_base(cols), name_col, *(_config_column(cols, c) for c in LAUNCH_CONFIG)],
                 kt,
                 {
                     **base_schema,
