@@ -372,6 +372,7 @@ def test_fp32_advice_depends_on_device() -> None:
 
     assert _fp32_advice(False, False) == FP16_ADVICE
     assert _fp32_advice(True, True) == (None, None)
+    assert "no TF32" in _fp32_advice(True, False)[0]  # MI250
     assert _fp32_advice(None, None) == (None, None)
 
 

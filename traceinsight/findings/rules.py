@@ -432,10 +432,19 @@ FP16_ADVICE = (
 )
 
 
+# CDNA2 (MI200) has bf16 matrix cores but no TF32 (xf32 came with MI300).
+BF16_ONLY_ADVICE = (
+    "Train in bf16 with torch.autocast (no GradScaler needed); this GPU has no TF32 matrix math.",
+    'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(batch)',
+)
+
+
 def _fp32_advice(has_bf16: bool | None, has_tf32: bool | None) -> tuple[str | None, str | None]:
     """(recommendation, snippet) for the device; (None, None): the rule's own (bf16 or TF32)."""
     if has_bf16 is False and has_tf32 is False:
         return FP16_ADVICE
+    if has_bf16 and has_tf32 is False:
+        return BF16_ONLY_ADVICE
     return None, None
 
 
