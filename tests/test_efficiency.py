@@ -397,3 +397,39 @@ def test_json_has_efficiency_details(tmp_path: Path) -> None:
     assert doc["source"]["devices"][0]["spec"] == "H200-SXM"
     json.dumps(doc)  # plain JSON values only
     assert Options  # the options type the analysis is given
+
+
+def _gemms(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
+    """Kernel rows of 16-bit GEMMs: (m, n, k, duration ns)."""
+    return pl.DataFrame(
+        {
+            "formula": ["gemm"] * len(rows),
+            "dtype": ["bf16"] * len(rows),
+            "gemm_m": [r[0] for r in rows],
+            "gemm_n": [r[1] for r in rows],
+            "gemm_k": [r[2] for r in rows],
+            "flops": [2.0 * r[0] * r[1] * r[2] for r in rows],
+            "dur_ns": [r[3] for r in rows],
+            "op": ["aten::mm"] * len(rows),
+            "device": [0] * len(rows),
+            "start_ns": list(range(len(rows))),
+        }
+    )
+
+
+def test_unaligned_gemms_by_hand() -> None:
+    from traceinsight.analyzers.efficiency import _unaligned
+
+    fast = 2 * 1024**3 / 4_000  # FLOP/ns of the aligned reference: 1024^3 GEMM in 4 us
+    # 1000 is a multiple of 8, not of 64: reported only where >= 1.5x slower than the reference
+    slow64 = _gemms([(1024, 1024, 1024, 4_000), (1000, 1024, 1024, 8_000)])
+    out, total, saving, what_if = _unaligned(slow64, None)
+    assert [(u["m"], u["alignment"]) for u in out] == [(1000, "64")]
+    assert saving == int(8_000 - 2 * 1000 * 1024 * 1024 / fast) and total == 8_000
+    assert what_if is None  # no replay
+    assert _unaligned(_gemms([(1024, 1024, 1024, 4_000), (1000, 1024, 1024, 4_500)]), None)[0] == []
+    # an odd size is reported whenever it is slower than the aligned GEMMs of similar size
+    odd = _gemms([(1024, 1024, 1024, 4_000), (1023, 1024, 1024, 5_000)])
+    assert [u["alignment"] for u in _unaligned(odd, None)[0]] == ["8"]
+    # no aligned GEMM within 4x of its FLOPs: nothing to compare with, not reported
+    assert _unaligned(_gemms([(64, 64, 64, 1_000), (1023, 1024, 1024, 5_000)]), None)[0] == []
