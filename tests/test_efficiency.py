@@ -433,3 +433,24 @@ def test_unaligned_gemms_by_hand() -> None:
     assert [u["alignment"] for u in _unaligned(odd, None)[0]] == ["8"]
     # no aligned GEMM within 4x of its FLOPs: nothing to compare with, not reported
     assert _unaligned(_gemms([(64, 64, 64, 1_000), (1023, 1024, 1024, 5_000)]), None)[0] == []
+
+
+def test_occupancy_estimate_agrees_with_kineto() -> None:
+    """Our estimate from grid, block, registers and shared memory with the spec table's sm90
+    limits, against Kineto's est. achieved occupancy on every kernel where Kineto has one."""
+    from dataclasses import replace
+
+    from traceinsight.analyzers import efficiency as eff
+    from traceinsight.analyzers.context import build_context
+    from traceinsight.parsers import load_trace
+
+    ctx = build_context(load_trace(ROOT / "fixtures" / "h200" / "healthy_bf16.pt.trace.json.gz"))
+    k = eff._kernels(ctx).with_columns(pl.lit(False).alias("recomputed"))
+    kineto = ctx.kernel_args.select("rank", "device", "correlation", "occupancy_ratio")
+    blind = replace(ctx, kernel_args=ctx.kernel_args.with_columns(occupancy_ratio=None))
+    est = eff._occupancy(blind, k, eff._spec(ctx)).join(
+        kineto, on=["rank", "device", "correlation"]
+    )
+    known = est.filter(pl.col("occupancy_ratio") > 0)  # 0: Kineto's query failed (clusters)
+    assert known.height > 1000
+    assert (known["occupancy"] - known["occupancy_ratio"]).abs().max() < 0.02

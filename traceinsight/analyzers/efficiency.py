@@ -247,8 +247,11 @@ def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.Dat
             nulls_equal=True,
         )
         est, limiter = pl.col("_est"), pl.col("limiter")
+    # Kineto writes 0 where its occupancy query fails (cluster launches: nvjet, cuDNN's
+    # generated kernels) as well as for a grid of a few blocks: ours, where we have one, then
+    occ = pl.when(pl.col("kineto_occupancy") > 0).then("kineto_occupancy")
     k = k.with_columns(
-        pl.coalesce("kineto_occupancy", est).clip(0.0, 1.0).alias("occupancy"),
+        pl.coalesce(occ, est, "kineto_occupancy").clip(0.0, 1.0).alias("occupancy"),
         limiter.alias("limiter"),
     )
     return k.drop([c for c in ("_est", "kineto_occupancy") if c in k.columns])
