@@ -193,7 +193,9 @@ def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.Dat
         pl.lit(None, pl.Int64).alias("registers_per_thread"),
         pl.lit(None, pl.Int64).alias("shared_memory_bytes"),
     )
-    if ka.height == 0 or k.height == 0:
+    # nothing to read (no Kineto estimate) and nothing to estimate with (no spec): no join
+    kineto_known = ka.height > ka.get_column("occupancy_ratio").null_count()
+    if ka.height == 0 or k.height == 0 or (spec is None and not kineto_known):
         return none
     ka = ka.select(
         "rank",
