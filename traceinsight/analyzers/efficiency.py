@@ -11,7 +11,7 @@ A DERIVED analyzer: it reads the steps (the median step) and the replay (the wha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
@@ -74,8 +74,6 @@ class EfficiencyResult:
     low_occupancy_time_ratio: float | None  # of kernel time
     kernel_ns: int
     warnings: tuple[str, ...] = ()
-    # kernels with their FLOPs/bytes/occupancy (for the report and later analyzers; not JSON)
-    kernels: pl.DataFrame | None = field(default=None, metadata={"json": False}, repr=False)
 
 
 def _spec(ctx: Context) -> DeviceSpec | None:
@@ -325,7 +323,10 @@ def _unaligned(
             pl.col("op").first(),
         )
         .with_columns((pl.col("flops") / pl.col("count")).alias("flops_each"))
-        .sort("time_ns", descending=True)
+        .sort(
+            ["time_ns", "gemm_m", "gemm_n", "gemm_k", "dtype"],
+            descending=[True, False, False, False, False],
+        )
     )
     out: list[dict[str, Any]] = []
     rows = shapes.to_dicts()
@@ -414,9 +415,8 @@ def analyze_efficiency(
     model_step = (
         med("flops") - rec_step if flops_step is not None and rec_step is not None else None
     )
-    step_ns = steps.step_time_median_ns if steps.step_time_median_ns else (ctx.window_ns or None)
-    if per is not None and ctx.steps.height == 0:
-        step_ns = float(ctx.window_ns) or None
+    # the trace's own median step (without steps: the window, over which the FLOPs were summed)
+    step_ns = steps.step_time_median_ns or (float(ctx.window_ns) or None)
     mfu = hfu = None
     if peak and step_ns and flops_step is not None and model_step is not None:
         hfu = flops_step / (step_ns * 1e-9 * peak * 1e12)
@@ -435,7 +435,7 @@ def analyze_efficiency(
             pl.col("dur_ns").filter(WORK.is_not_null()).sum().alias("work_time_ns"),
             pl.len().alias("count"),
         )
-        .sort("time_ns", descending=True)
+        .sort(["time_ns", "kernel_class"], descending=[True, False])
         if k.height
         else pl.DataFrame()
     )
@@ -488,7 +488,7 @@ def analyze_efficiency(
             WORK.sum().alias("work"),
             pl.col("occupancy").mean().alias("occupancy"),
         )
-        .sort("time_ns", descending=True)
+        .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
         .head(TOP)
         .with_columns(
             pl.when(pl.col("flops") > 0)
@@ -561,7 +561,6 @@ def analyze_efficiency(
         low_occupancy_time_ratio=low_ns / kernel_ns if kernel_ns and low_k else None,
         kernel_ns=kernel_ns,
         warnings=tuple(warnings),
-        kernels=k,
     )
 
 
@@ -586,12 +585,12 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[list[dict[str, Any]], int]:
             ((pl.col("occupancy") * pl.col("dur_ns")).sum() / pl.col("dur_ns").sum().clip(1)).alias(
                 "occupancy"
             ),
-            pl.col("limiter").drop_nulls().mode().first().alias("limiter"),
+            pl.col("limiter").drop_nulls().mode().sort().first().alias("limiter"),
             pl.col("grid_blocks").median().alias("grid_blocks"),
             pl.col("block_threads").median().alias("block_threads"),
             pl.col("registers_per_thread").median().alias("registers_per_thread"),
             pl.col("shared_memory_bytes").median().alias("shared_memory_bytes"),
         )
-        .sort("time_ns", descending=True)
+        .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
     )
     return rows.head(TOP).to_dicts(), int(low.get_column("dur_ns").sum())
