@@ -18,6 +18,7 @@ SECTIONS = [
     "steps",
     "idle",
     "kernels",
+    "efficiency",
     "copies",
     "comm",
     "top-kernels",

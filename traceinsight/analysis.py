@@ -17,7 +17,7 @@ from traceinsight.analyzers.cross_rank import CrossRankResult
 from traceinsight.constants import SCHEMA
 from traceinsight.findings import Finding
 from traceinsight.findings.quality import rank_clock_skew
-from traceinsight.model.schema import KINDS, Trace
+from traceinsight.model.schema import KINDS, Trace, device_spec_json
 
 KERNEL_TABLE_SCHEMA = {
     "name": pl.String,
@@ -111,6 +111,7 @@ def source_json(trace: Trace, results: Results, capture_span_ns: int) -> dict[st
             "sm_count": None,
             "memory_bytes": None,
             "compute_capability": None,
+            **device_spec_json(None),
         }
         for i in (active or sorted(known))
     ]

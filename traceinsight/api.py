@@ -103,6 +103,7 @@ def analyze_trace(
     ev = trace.events
     span = int(ev["end_ns"].max() - ev["start_ns"].min()) if ev.height else 0
     warnings = list(trace.meta.warnings)
+    warnings.extend(results.efficiency.warnings)
     if not ctx.has_gpu:
         warnings.append("no GPU activity in this trace: GPU metrics are not applicable")
     if ctx.steps.height == 0 and ctx.has_gpu:

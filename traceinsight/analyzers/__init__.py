@@ -15,6 +15,7 @@ from typing import Any
 from traceinsight.analyzers.comm import CommResult, analyze_comm
 from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.copies import CopyResult, analyze_copies
+from traceinsight.analyzers.efficiency import EfficiencyResult, analyze_efficiency
 from traceinsight.analyzers.health import HealthResult, analyze_health
 from traceinsight.analyzers.idle import IdleResult, analyze_idle
 from traceinsight.analyzers.kernels import KernelResult, analyze_kernels
@@ -47,6 +48,7 @@ class Results:
     replay: ReplayResult | None  # with Options.replay only (the causal model is opt-in for now)
     regions: RegionResult  # after the others: it places the idle segments (see run_analyzers)
     memory: MemoryResult  # derived too: its batch what-ifs replay the step model
+    efficiency: EfficiencyResult  # FLOPs, MFU, roofline, GEMM shapes, occupancy (derived)
 
     def metrics(self) -> dict[str, Any]:
         """The headline numbers (documented one by one in the README)."""
@@ -77,6 +79,13 @@ class Results:
             "fp32_gemm_time_ratio": kern.fp32_gemm_time_ratio,
             "recompute_time_ratio": rec.recompute_time_ratio,
             "replay_error_ratio": self.replay.replay_error_ratio if self.replay else None,
+            "flops_per_step": self.efficiency.flops_per_step,
+            "mfu": self.efficiency.mfu,
+            "hfu": self.efficiency.hfu,
+            "achieved_tflops": dict(self.efficiency.achieved_tflops),
+            "gemm_tflops": self.efficiency.gemm_tflops,
+            "memory_bound_bandwidth_ratio": self.efficiency.memory_bound_bandwidth_ratio,
+            "occupancy_median": self.efficiency.occupancy_median,
             **self.memory_metrics(),
         }
 
@@ -121,6 +130,7 @@ OPTIONAL: dict[str, Callable[[Context], Any]] = {"replay": analyze_replay}
 DERIVED: dict[str, Callable[[Context, dict[str, Any]], Any]] = {
     "regions": lambda ctx, done: analyze_regions(ctx, done["idle"]),
     "memory": lambda ctx, done: analyze_memory(ctx, done["replay"]),
+    "efficiency": lambda ctx, done: analyze_efficiency(ctx, done["steps"], done["replay"]),
 }
 
 

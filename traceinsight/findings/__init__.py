@@ -7,7 +7,11 @@ from collections.abc import Mapping
 from traceinsight.analyzers import Results
 
 # memory_rules imports rules.py first, so its rules register after rules.py's own
-from traceinsight.findings import memory_rules  # noqa: F401
+# efficiency_rules imports rules.py first, so its rules register (and are checked) after those
+from traceinsight.findings import (
+    efficiency_rules,  # noqa: F401
+    memory_rules,  # noqa: F401
+)
 from traceinsight.findings import rules as _rules
 from traceinsight.findings.job_rules import JOB_RULES, RankFindings, diagnose_job
 from traceinsight.findings.model import (

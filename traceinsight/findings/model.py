@@ -94,6 +94,7 @@ class Draft:
     title: str
     evidence: dict[str, Any]
     recommendation: str | None = None
+    snippet: str | None = None  # where the code to change depends on what was found
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def make_finding(rule: Rule, draft: Draft, window_ns: int, t: Thresholds) -> Fin
         ratio,
         draft.evidence,
         draft.recommendation or rule.recommendation,
-        rule.snippet,
+        rule.snippet if draft.snippet is None else draft.snippet,
     )
 
 

@@ -434,7 +434,35 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             "math_ns": kern.math_ns,
             "top_fp32_kernels": list(kern.top_fp32_kernels),
         },
+        *_fp32_advice(x.r.efficiency.has_bf16, x.r.efficiency.has_tf32),
     )
+
+
+# Volta (V100) has fp16 tensor cores only: no bf16, no TF32 (from the device spec table).
+FP16_ADVICE = (
+    "This GPU has no bf16 or TF32 tensor cores (e.g. V100): train in fp16 with torch.autocast and "
+    "a GradScaler (fp16's range needs loss scaling).",
+    'scaler = torch.amp.GradScaler("cuda")\n'
+    'with torch.autocast("cuda", dtype=torch.float16):\n'
+    "    loss = model(batch)\n"
+    "scaler.scale(loss).backward(); scaler.step(opt); scaler.update()",
+)
+
+
+# CDNA2 (MI200) has bf16 matrix cores but no TF32 (xf32 came with MI300).
+BF16_ONLY_ADVICE = (
+    "Train in bf16 with torch.autocast (no GradScaler needed); this GPU has no TF32 matrix math.",
+    'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(batch)',
+)
+
+
+def _fp32_advice(has_bf16: bool | None, has_tf32: bool | None) -> tuple[str | None, str | None]:
+    """(recommendation, snippet) for the device; (None, None): the rule's own (bf16 or TF32)."""
+    if has_bf16 is False and has_tf32 is False:
+        return FP16_ADVICE
+    if has_bf16 and has_tf32 is False:
+        return BF16_ONLY_ADVICE
+    return None, None
 
 
 @rule(

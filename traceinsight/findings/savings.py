@@ -46,6 +46,8 @@ NO_ESTIMATE: Mapping[str, str] = MappingProxyType(
     {
         "comm_heavy": "communicating less changes the parallelism or the model; no transform of "
         "the traced step predicts it",
+        "low_occupancy": "raising a kernel's occupancy depends on its code (registers, shared "
+        "memory, grid); whether it then runs faster is not in the trace",
         "gpu_underutilized": "no single fix: the other findings' what_if and "
         "details.what_if.all_fixes predict what their fixes save",
         "memory_growth": "a leak costs no time until the device is full: graded by the steps "
@@ -82,7 +84,16 @@ DIRECT: Mapping[str, Callable[[Results], dict[str, Any] | None]] = MappingProxyT
 
 # finding id -> the estimate its analyzer made with its own transform, or why there is none
 OWN: Mapping[str, Callable[[Results], tuple[dict[str, Any] | None, str | None]]] = MappingProxyType(
-    {"memory_headroom": lambda r: r.memory.headroom_what_if()}
+    {
+        "memory_headroom": lambda r: r.memory.headroom_what_if(),
+        # the unaligned GEMMs at the rate of aligned ones of similar size, replayed
+        "gemm_shape_inefficient": lambda r: (
+            r.efficiency.unaligned_gemm_what_if,
+            None
+            if r.efficiency.unaligned_gemm_what_if is not None
+            else "no step model: the saving is the GEMMs' time at the aligned rate",
+        ),
+    }
 )
 
 

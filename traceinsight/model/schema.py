@@ -13,6 +13,8 @@ from typing import Any
 
 import polars as pl
 
+from traceinsight.model.devices import spec_of
+
 # What an event is. GPU-side kinds carry device and stream; host-side kinds carry pid/tid.
 KINDS = [
     "kernel",
@@ -249,7 +251,16 @@ class DeviceInfo:
             "sm_count": self.sm_count,
             "memory_bytes": self.memory_bytes,
             "compute_capability": self.compute_capability,
+            # the spec table's figures (model/devices.py); null for a device it does not know
+            **device_spec_json(self),
         }
+
+
+def device_spec_json(device: DeviceInfo | None) -> dict[str, Any]:
+    spec = spec_of(device)
+    if spec is None:
+        return {"spec": None, "peak_tflops": None, "memory_bandwidth_bytes_per_s": None}
+    return spec.to_json()
 
 
 @dataclass

@@ -433,3 +433,25 @@ def gpu_work_scaled(factor: float) -> Callable[[StepModel], StepModel | None]:
         return model.with_gpu(g)
 
     return scaled
+
+
+def scaled_kernels(keys: pl.DataFrame) -> Callable[[StepModel], StepModel | None]:
+    """A transform: the GPU ops at ``keys`` (device, start_ns, factor) take ``factor`` x their
+    time (e.g. unaligned GEMMs at the rate of aligned ones); the rest of the model is kept."""
+
+    def transform(model: StepModel) -> StepModel | None:
+        g = model.gpu
+        k = keys.select(
+            pl.col("device").cast(g.schema["device"]),
+            pl.col("start_ns").cast(pl.Int64),
+            pl.col("factor").cast(pl.Float64),
+        ).unique(subset=["device", "start_ns"])
+        g = g.join(k, on=["device", "start_ns"], how="left", maintain_order="left")
+        if g.get_column("factor").null_count() == g.height:
+            return None
+        g = g.with_columns(
+            (pl.col("dur_ns") * pl.col("factor").fill_null(1.0)).cast(pl.Int64).alias("dur_ns")
+        ).drop("factor")
+        return model.with_gpu(g)
+
+    return transform

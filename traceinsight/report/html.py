@@ -113,6 +113,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "region_boxes": icicle(d.get("regions") or {}),
         "memory_charts": memory_charts(doc),
         "memory_findings": MEMORY_FINDINGS,
+        "roofline": roofline(d.get("efficiency") or {}),
         "data": {
             "top_segments": idle.get("top_segments", []),
             "memory": [dev.get("timeline") for dev in (d.get("memory") or {}).get("devices") or []],
@@ -121,6 +122,32 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
                 for f in doc["findings"]
             ],
         },
+    }
+
+
+def roofline(e: dict[str, Any]) -> dict[str, Any]:
+    """The roofline plot's data: the roofs and one point per kernel class and top kernel with
+    both FLOPs and bytes known (intensity = FLOPs / bytes, achieved = FLOPs / own time)."""
+    points = [
+        {
+            "kind": kind,
+            "label": _shorten(r.get("name") or r["kernel_class"], 80),
+            "kernel_class": r["kernel_class"],
+            "intensity": r["arithmetic_intensity"],
+            "tflops": r.get("roofline_tflops"),
+        }
+        for kind, rows in (
+            ("class", e.get("classes") or []),
+            ("kernel", e.get("top_kernels") or []),
+        )
+        for r in rows
+        if r.get("arithmetic_intensity") and r.get("roofline_tflops")
+    ]
+    return {
+        "peak_tflops": e.get("tensor_peak_tflops"),
+        "bandwidth_bytes_per_s": e.get("memory_bandwidth_bytes_per_s"),
+        "points": points,
+        "colors": CLASS_COLORS,
     }
 
 

@@ -64,6 +64,7 @@ def render_summary(
         )
     else:
         lines.append("  GPU busy  n/a (no GPU activity)")
+    lines += _efficiency_line(m)
     lines += _region_lines(doc)
     lines += _memory_line(m)
     return "\n".join(lines + _tail(doc, report_path, max_findings))
@@ -100,6 +101,22 @@ def _memory_line(m: dict[str, Any], label: str = "") -> list[str]:
     if allocs:
         text += f"; {allocs:.1f} cudaMalloc per step"
     return [text]
+
+
+def _efficiency_line(m: dict[str, Any]) -> list[str]:
+    """MFU/HFU, GEMM TFLOP/s, bandwidth and occupancy where the trace gives any of them."""
+    parts = []
+    if m.get("mfu") is not None:
+        parts.append(f"MFU {fmt_pct(m['mfu'])} (HFU {fmt_pct(m['hfu'])})")
+    if m.get("flops_per_step") is not None:
+        parts.append(f"{m['flops_per_step'] / 1e12:.3g} TFLOP per step")
+    if m.get("gemm_tflops") is not None:
+        parts.append(f"GEMM/attention {m['gemm_tflops']:.0f} TFLOP/s")
+    if m.get("memory_bound_bandwidth_ratio") is not None:
+        parts.append(f"elementwise at {fmt_pct(m['memory_bound_bandwidth_ratio'])} of HBM")
+    if m.get("occupancy_median") is not None:
+        parts.append(f"occupancy {fmt_pct(m['occupancy_median'])}")
+    return [f"  compute   {'; '.join(parts)}"] if parts else []
 
 
 IDLE_HOLDER_RATIO = 0.8  # a child holding this much of its parent's idle is named instead

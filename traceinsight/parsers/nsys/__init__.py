@@ -25,6 +25,7 @@ from traceinsight.parsers.nsys.tables import (
     event_rows,
     gpu_rows,
     host_rows,
+    kernel_args,
     metadata,
     session_start,
 )
@@ -97,6 +98,7 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
             .unique()
         }
     )
+    frames, launch_config = kernel_args(frames, _rank_of(procs))
     df = pl.concat(frames, how="diagonal_relaxed")
     # The rank as its own column: with_columns would first copy the concatenation's every
     # column into one chunk (conform gathers them once anyway).
@@ -116,7 +118,7 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
         )
     table = mark_comm_by_launcher(add_kernel_class(conform(df, threads)))
     memory = memory_table(mem, db.offset_ns, _rank_of(procs))
-    return Trace(events=table, meta=meta, memory=memory)
+    return Trace(events=table, meta=meta, memory=memory, kernel_args=launch_config)
 
 
 def _rank_of(procs: list[int]) -> pl.Expr:

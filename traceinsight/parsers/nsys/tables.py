@@ -5,7 +5,13 @@ from __future__ import annotations
 import polars as pl
 
 from traceinsight.model.classify import classify_names
-from traceinsight.model.schema import EVENT_SCHEMA, DeviceInfo
+from traceinsight.model.schema import (
+    EVENT_SCHEMA,
+    KERNEL_ARGS_SCHEMA,
+    DeviceInfo,
+    conform_side,
+    empty_kernel_args,
+)
 from traceinsight.parsers.nsys.db import Db, Rows
 
 # ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND values (stable since 2021; the ENUM tables are
@@ -118,6 +124,46 @@ def pick(cols: set[str], name: str, default: str = "NULL") -> str:
     return name if name in cols else default
 
 
+# CUPTI_ACTIVITY_KIND_KERNEL's launch configuration -> the kernel_args side table's columns
+LAUNCH_CONFIG = {
+    "gridX": "grid_x",
+    "gridY": "grid_y",
+    "gridZ": "grid_z",
+    "blockX": "block_x",
+    "blockY": "block_y",
+    "blockZ": "block_z",
+    "registersPerThread": "registers_per_thread",
+    # per block, static + dynamic: summed by SQLite (one column less through the driver)
+    "staticSharedMemory + dynamicSharedMemory": "shared_memory_bytes",
+}
+
+
+def _config_column(cols: set[str], expr: str) -> str:
+    """A launch-configuration expression where this export has its columns, else NULL."""
+    return expr if all(c.strip() in cols for c in expr.split("+")) else "NULL"
+
+
+def kernel_args(gpu: list[pl.DataFrame], rank: pl.Expr) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+    """The kernels' launch configuration split off the kernel frame (so the event table's
+    concatenation never carries it): the frames without it, and the kernel_args table
+    (occupancy is estimated by the efficiency analyzer)."""
+    out, args = [], empty_kernel_args()
+    for f in gpu:
+        if "grid_x" not in f.columns:
+            out.append(f)
+            continue
+        ka = f.select(
+            "start_ns",
+            pl.col("device").cast(pl.Int32),
+            "correlation",
+            *LAUNCH_CONFIG.values(),
+            rank.alias("rank"),
+        )
+        args = conform_side(ka, KERNEL_ARGS_SCHEMA)
+        out.append(f.drop(*LAUNCH_CONFIG.values()))
+    return out, args
+
+
 def gpu_base(cols: set[str]) -> list[str]:
     """The leading columns every GPU activity table shares (base_schema's order)."""
     return ["start", "end", "deviceId", "streamId", "correlationId", pick(cols, "globalPid")]
@@ -139,9 +185,13 @@ def gpu_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
         name_col = pick(cols, "demangledName", pick(cols, "shortName"))
         out.append(
             db.query(
-                [*gpu_base(cols), name_col],
+                [*gpu_base(cols), name_col, *(_config_column(cols, c) for c in LAUNCH_CONFIG)],
                 kt,
-                {**base_schema, "name_id": pl.Int64},
+                {
+                    **base_schema,
+                    "name_id": pl.Int64,
+                    **dict.fromkeys(LAUNCH_CONFIG.values(), pl.Int64),
+                },
                 to_events=lambda df: named(kernel_classes(df, strings), strings).with_columns(
                     pl.lit("kernel").alias("kind")
                 ),

@@ -1,0 +1,596 @@
+"""Efficiency from the trace alone: FLOPs and bytes per kernel (from the launching op's recorded
+shapes), MFU/HFU against the device's dense tensor peak, achieved TFLOP/s per kernel class, the
+roofline points, GEMM shapes that miss the tensor-core alignment, and occupancy.
+
+A kernel's FLOPs are those of the op whose External id it carries: Kineto gives a kernel the id
+of the innermost op on the stack when it was launched, so ``aten::linear -> aten::addmm ->
+kernel`` counts the addmm once and the linear never. An op with kernels of several classes
+gives its FLOPs to its math kernels (GEMM/conv/attention) by their time, its bytes to all.
+A DERIVED analyzer: it reads the steps (the median step) and the replay (the what-if).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.recompute import recomputed_forward
+from traceinsight.analyzers.replay import ReplayResult
+from traceinsight.analyzers.steps import StepResult
+from traceinsight.model import intervals as iv
+from traceinsight.model import whatif
+from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
+from traceinsight.model.flops import op_costs
+
+MATH_CLASSES = ("gemm", "conv", "attention")
+MEMORY_CLASSES = ("elementwise", "reduction")
+SIXTEEN_BIT = ("bf16", "fp16")
+# aligned GEMMs of "similar size": FLOPs within this factor of the unaligned one's
+SIMILAR_FLOPS_FACTOR = 4.0
+# a 64-aligned shape is the reference for one aligned to 8 only where it is this much faster
+MISALIGNED_64_SLOWDOWN = 1.5
+# the roofline's work: FLOPs, else an elementwise/reduction op's elements (1 FLOP each)
+WORK = pl.coalesce("flops", "memory_flops")
+LOW_OCCUPANCY = 0.25  # below this (of the SM's warps) latency is poorly hidden
+TOP = 15
+
+
+@dataclass(frozen=True)
+class EfficiencyResult:
+    device_spec: str | None  # the spec table's row (model/devices.py), None if unknown
+    peak_tflops: dict[str, float] | None
+    tensor_peak_tflops: float | None  # dense bf16/fp16 tensor peak x devices: MFU's peak
+    memory_bandwidth_bytes_per_s: float | None
+    has_bf16: bool | None  # the device runs bf16 tensor math (V100 does not)
+    has_tf32: bool | None
+    flops_source: str | None  # "shapes" (record_shapes formulas), "with_flops", None
+    flops_per_step: float | None  # executed, recompute included (median step)
+    recompute_flops_per_step: float | None
+    model_flops_per_step: float | None  # executed less the recomputed forward
+    gemm_flops_per_step: float | None  # mm/addmm/bmm/linear/matmul/einsum ops
+    attention_flops_per_step: float | None
+    conv_flops_per_step: float | None
+    step_time_ns: float | None  # the trace's median step (else the window)
+    mfu: float | None  # model FLOPs per step / (step time x tensor peak)
+    hfu: float | None  # executed FLOPs per step / (step time x tensor peak)
+    achieved_tflops: dict[str, float]  # per kernel class: its FLOPs over its kernels' own time
+    gemm_tflops: float | None  # GEMM + conv + attention kernels
+    math_flops_coverage_ratio: float | None  # math kernel time with FLOPs known
+    memory_bound_bandwidth_ratio: float | None  # elementwise/reduction bytes/time vs HBM
+    occupancy_median: float | None  # time-weighted, Kineto's estimate or ours
+    occupancy_source: str | None  # "kineto" | "estimated" | None
+    classes: tuple[dict[str, Any], ...]  # roofline points per kernel class
+    top_kernels: tuple[dict[str, Any], ...]  # roofline points of the costliest kernels
+    unaligned_gemms: tuple[dict[str, Any], ...]
+    unaligned_gemm_ns: int
+    unaligned_gemm_saving_ns: int  # measured - (FLOPs at the aligned GEMMs' rate)
+    unaligned_gemm_time_ratio: float | None  # of kernel time
+    unaligned_gemm_what_if: dict[str, Any] | None  # replayed, where the replay ran
+    low_occupancy_kernels: tuple[dict[str, Any], ...]
+    low_occupancy_ns: int
+    low_occupancy_time_ratio: float | None  # of kernel time
+    kernel_ns: int
+    warnings: tuple[str, ...] = ()
+
+
+def _spec(ctx: Context) -> DeviceSpec | None:
+    known = {d.id: d for d in ctx.device_info}
+    for d in ctx.devices or tuple(known):
+        if (s := spec_of(known.get(d))) is not None:
+            return s
+    return None
+
+
+def _kernels(ctx: Context) -> pl.DataFrame:
+    """Kernels in the window with their op's costs: flops, bytes, formula, dtype, GEMM sizes."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    k = ctx.launches.lazy().filter(
+        (pl.col("kind") == "kernel") & (pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)
+    )
+    cols = ["name", "start_ns", "end_ns", "dur_ns", "device", "rank", "correlation", "kernel_class"]
+    k = (
+        k.select(
+            *cols,
+            pl.coalesce("external_id", "launch_external_id").alias("external_id"),
+            "launch_start_ns",
+            "launch_tid",
+        )
+        .with_columns(pl.col("kernel_class").cast(pl.String))
+        .collect()
+    )
+    oa = ctx.op_args
+    if oa.height == 0 or k.height == 0:
+        return k.with_columns(
+            pl.lit(None, pl.Float64).alias("flops"),
+            pl.lit(None, pl.Float64).alias("bytes"),
+            pl.lit(None, pl.Float64).alias("memory_flops"),
+            pl.lit(None, pl.String).alias("formula"),
+            pl.lit(None, pl.String).alias("dtype"),
+            pl.lit(None, pl.String).alias("op"),
+            pl.lit(None, pl.Int64).alias("gemm_m"),
+            pl.lit(None, pl.Int64).alias("gemm_n"),
+            pl.lit(None, pl.Int64).alias("gemm_k"),
+        )
+    # only the ops that launched a kernel in the window need a formula
+    ids = k.get_column("external_id").drop_nulls().unique().implode()
+    ops = oa.filter(pl.col("external_id").is_in(ids)).unique(
+        subset=["rank", "external_id"], keep="first", maintain_order=True
+    )
+    key = ["name", "input_dims", "input_types", "concrete_inputs"]
+    costs = op_costs(ops.select(key).unique())
+    ops = ops.join(costs.rename({"flops": "formula_flops"}), on=key, how="left", nulls_equal=True)
+    ops = ops.select(
+        "rank",
+        "external_id",
+        pl.col("name").alias("op"),
+        # the profiler's own estimate (with_flops=True) wins over our formula
+        pl.coalesce(pl.col("flops").cast(pl.Float64), "formula_flops").alias("op_flops"),
+        pl.col("flops").is_not_null().alias("kineto_flops"),
+        pl.col("bytes").alias("op_bytes"),
+        pl.col("memory_flops").alias("op_memory_flops"),
+        "formula",
+        "dtype",
+        "gemm_m",
+        "gemm_n",
+        "gemm_k",
+    )
+    k = k.join(ops, on=["rank", "external_id"], how="left")
+    # split the op's FLOPs over its math kernels (or all, when none is math) by time
+    math = pl.col("kernel_class").is_in(MATH_CLASSES)
+    grp = ["rank", "external_id"]
+    has_math = math.any().over(grp)
+    takes = pl.when(has_math).then(math).otherwise(True)
+    share_f = pl.when(takes).then(pl.col("dur_ns")).otherwise(0) / pl.when(takes).then(
+        pl.col("dur_ns")
+    ).otherwise(0).sum().over(grp).clip(1)
+    share_b = pl.col("dur_ns") / pl.col("dur_ns").sum().over(grp).clip(1)
+    n_over = pl.len().over(grp)
+    return k.with_columns(
+        (pl.col("op_flops") * pl.when(n_over == 1).then(1.0).otherwise(share_f)).alias("flops"),
+        (pl.col("op_bytes") * pl.when(n_over == 1).then(1.0).otherwise(share_b)).alias("bytes"),
+        (pl.col("op_memory_flops") * pl.when(n_over == 1).then(1.0).otherwise(share_b)).alias(
+            "memory_flops"
+        ),
+    ).drop("op_flops", "op_bytes", "op_memory_flops")
+
+
+def _recomputed(ctx: Context, k: pl.DataFrame) -> pl.Series:
+    """Whether each kernel was launched inside a recomputed forward op (the recompute
+    analyzer's definition)."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    nested = recomputed_forward(ctx, pl.col("start_ns").is_between(lo, hi))
+    flag = pl.Series("recomputed", [False] * k.height, dtype=pl.Boolean)
+    if nested is None or nested.height == 0 or k.height == 0:
+        return flag
+    ki = k.with_row_index("_i").filter(pl.col("launch_start_ns").is_not_null())
+    inside = iv.containing(
+        ki.select("_i", "launch_start_ns", "launch_tid", pl.col("launch_start_ns").alias("_ls")),
+        nested.rename({"start_ns": "r_s", "end_ns": "r_e", "tid": "r_tid"}),
+        inner_start="launch_start_ns",
+        inner_end="_ls",
+        outer_start="r_s",
+        outer_end="r_e",
+        same=("r_tid", "launch_tid"),
+    )
+    hit = inside.get_column("_i").unique()
+    return pl.int_range(k.height, eager=True).is_in(hit.implode()).alias("recomputed")
+
+
+def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
+    """Each kernel's occupancy (Kineto's estimated achieved occupancy, else ours from the launch
+    configuration and the SM limits) and the resource that limits it."""
+    ka = ctx.kernel_args
+    none = k.with_columns(
+        pl.lit(None, pl.Float64).alias("occupancy"),
+        pl.lit(None, pl.String).alias("limiter"),
+        pl.lit(None, pl.Int64).alias("grid_blocks"),
+        pl.lit(None, pl.Int64).alias("block_threads"),
+        pl.lit(None, pl.Int64).alias("registers_per_thread"),
+        pl.lit(None, pl.Int64).alias("shared_memory_bytes"),
+    )
+    # nothing to read (no Kineto estimate) and nothing to estimate with (no spec): no join
+    kineto_known = ka.height > ka.get_column("occupancy_ratio").null_count()
+    if ka.height == 0 or k.height == 0 or (spec is None and not kineto_known):
+        return none
+    ka = ka.select(
+        "rank",
+        "device",
+        "correlation",
+        (pl.col("grid_x") * pl.col("grid_y").fill_null(1) * pl.col("grid_z").fill_null(1)).alias(
+            "grid_blocks"
+        ),
+        (pl.col("block_x") * pl.col("block_y").fill_null(1) * pl.col("block_z").fill_null(1)).alias(
+            "block_threads"
+        ),
+        "registers_per_thread",
+        "shared_memory_bytes",
+        pl.col("occupancy_ratio").alias("kineto_occupancy"),
+    ).unique(subset=["rank", "device", "correlation"], keep="first")
+    k = k.join(ka, on=["rank", "device", "correlation"], how="left")
+    est = pl.lit(None, pl.Float64)
+    limiter = pl.lit(None, pl.String)
+    if spec is not None:
+        cfg = (
+            k.select("grid_blocks", "block_threads", "registers_per_thread", "shared_memory_bytes")
+            .drop_nulls(["grid_blocks", "block_threads"])
+            .unique()
+        )
+        sms = spec.sm_count or 1
+        rows = []
+        # one estimate per distinct launch configuration (a few hundred), not per kernel
+        for g, t, r, s in cfg.iter_rows():
+            occ, lim = occupancy_estimate(spec.limits, int(t), int(r or 0), int(s or 0))
+            warps = -(-int(t) // spec.limits.warp_size)
+            grid_occ = g * warps / (sms * spec.limits.max_warps_per_sm)
+            if grid_occ < occ:
+                occ, lim = grid_occ, "grid"
+            rows.append((g, t, r, s, occ, lim))
+        est_df = pl.DataFrame(
+            rows,
+            schema={
+                "grid_blocks": pl.Int64,
+                "block_threads": pl.Int64,
+                "registers_per_thread": pl.Int64,
+                "shared_memory_bytes": pl.Int64,
+                "_est": pl.Float64,
+                "limiter": pl.String,
+            },
+            orient="row",
+        )
+        k = k.join(
+            est_df,
+            on=["grid_blocks", "block_threads", "registers_per_thread", "shared_memory_bytes"],
+            how="left",
+            nulls_equal=True,
+        )
+        est, limiter = pl.col("_est"), pl.col("limiter")
+    # Kineto writes 0 where its occupancy query fails (cluster launches: nvjet, cuDNN's
+    # generated kernels) as well as for a grid of a few blocks: ours, where we have one, then
+    occ = pl.when(pl.col("kineto_occupancy") > 0).then("kineto_occupancy")
+    k = k.with_columns(
+        pl.coalesce(occ, est, "kineto_occupancy").clip(0.0, 1.0).alias("occupancy"),
+        limiter.alias("limiter"),
+    )
+    return k.drop([c for c in ("_est", "kineto_occupancy") if c in k.columns])
+
+
+def _weighted_median(values: pl.Series, weights: pl.Series) -> float | None:
+    df = pl.DataFrame({"v": values, "w": weights}).drop_nulls().filter(pl.col("w") > 0).sort("v")
+    if df.height == 0:
+        return None
+    cum = df.get_column("w").cum_sum()
+    half = cum[-1] / 2
+    return float(df.get_column("v")[int(cum.search_sorted(half, side="left"))])
+
+
+def _per_step(ctx: Context, k: pl.DataFrame) -> pl.DataFrame:
+    """FLOPs per step (executed, recomputed, by formula) over the GPU-aligned steps; one row for
+    the whole window without steps."""
+    flops = pl.col("flops").fill_null(0)
+    aggs = [
+        flops.sum().alias("flops"),
+        flops.filter(pl.col("recomputed")).sum().alias("recompute_flops"),
+        flops.filter(pl.col("formula") == "gemm").sum().alias("gemm_flops"),
+        flops.filter(pl.col("formula") == "attention").sum().alias("attention_flops"),
+        flops.filter(pl.col("formula") == "conv").sum().alias("conv_flops"),
+    ]
+    if ctx.steps.height == 0:
+        return k.select(aggs).with_columns(pl.lit(float(ctx.window_ns)).alias("step_ns"))
+    steps = ctx.steps.select("step", "start_ns", "end_ns").sort("start_ns")
+    tagged = (
+        k.sort("start_ns")
+        .join_asof(
+            steps.rename({"start_ns": "s_s", "end_ns": "s_e"}), left_on="start_ns", right_on="s_s"
+        )
+        .filter(pl.col("start_ns") < pl.col("s_e"))
+    )
+    per = tagged.group_by("step").agg(aggs)
+    return steps.join(per, on="step", how="left").select(
+        pl.col("flops", "recompute_flops", "gemm_flops", "attention_flops", "conv_flops").fill_null(
+            0
+        ),
+        (pl.col("end_ns") - pl.col("start_ns")).cast(pl.Float64).alias("step_ns"),
+    )
+
+
+def _unaligned(
+    k: pl.DataFrame, replay: ReplayResult | None
+) -> tuple[list[dict[str, Any]], int, int, dict | None]:
+    """16-bit GEMMs with M, N or K not a multiple of 8 (or of 64 where that measurably costs),
+    each against the FLOP rate of aligned GEMMs of similar size in the same trace."""
+    g = k.filter(
+        (pl.col("formula") == "gemm")
+        & pl.col("dtype").is_in(SIXTEEN_BIT)
+        & pl.col("gemm_m").is_not_null()
+        & (pl.col("flops") > 0)
+    )
+    if g.height == 0:
+        return [], 0, 0, None
+    dims = [pl.col("gemm_m"), pl.col("gemm_n"), pl.col("gemm_k")]
+    g = g.with_columns(
+        pl.any_horizontal([d % 8 != 0 for d in dims]).alias("off8"),
+        pl.any_horizontal([d % 64 != 0 for d in dims]).alias("off64"),
+    )
+    shapes = (
+        g.group_by("gemm_m", "gemm_n", "gemm_k", "dtype", "off8", "off64")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+            pl.col("flops").sum().alias("flops"),
+            pl.col("op").first(),
+        )
+        .with_columns((pl.col("flops") / pl.col("count")).alias("flops_each"))
+        .sort(
+            ["time_ns", "gemm_m", "gemm_n", "gemm_k", "dtype"],
+            descending=[True, False, False, False, False],
+        )
+    )
+    out: list[dict[str, Any]] = []
+    rows = shapes.to_dicts()
+    # a loop over distinct GEMM shapes (tens), not over kernels
+    for s in rows:
+        if not s["off64"]:
+            continue
+        lo, hi = s["flops_each"] / SIMILAR_FLOPS_FACTOR, s["flops_each"] * SIMILAR_FLOPS_FACTOR
+        ref = [
+            r
+            for r in rows
+            if not r["off64"] and r["dtype"] == s["dtype"] and lo <= r["flops_each"] <= hi
+        ]
+        if not ref:
+            continue
+        rate = sum(r["flops"] for r in ref) / max(1, sum(r["time_ns"] for r in ref))  # FLOP/ns
+        expected = s["flops"] / rate
+        if not s["off8"] and s["time_ns"] < MISALIGNED_64_SLOWDOWN * expected:
+            continue  # aligned to 8 and not measurably slower than the 64-aligned ones
+        saving = max(0.0, s["time_ns"] - expected)
+        if saving <= 0:
+            continue
+        out.append(
+            {
+                "m": s["gemm_m"],
+                "n": s["gemm_n"],
+                "k": s["gemm_k"],
+                "dtype": s["dtype"],
+                "op": s["op"],
+                "alignment": "8" if s["off8"] else "64",
+                "count": s["count"],
+                "time_ns": int(s["time_ns"]),
+                "flops": s["flops"],
+                "achieved_tflops": s["flops"] / s["time_ns"] / 1e3 if s["time_ns"] else None,
+                "reference_tflops": rate / 1e3,
+                "reference_shapes": [[r["gemm_m"], r["gemm_n"], r["gemm_k"]] for r in ref][:5],
+                "aligned_estimate_ns": int(expected),
+                "saving_ns": int(saving),
+            }
+        )
+    if not out:
+        return [], 0, 0, None
+    total = sum(u["time_ns"] for u in out)
+    saving = sum(u["saving_ns"] for u in out)
+    what_if = None
+    if replay is not None:
+        factors = pl.DataFrame(
+            {
+                "gemm_m": [u["m"] for u in out],
+                "gemm_n": [u["n"] for u in out],
+                "gemm_k": [u["k"] for u in out],
+                "_f": [u["aligned_estimate_ns"] / max(1, u["time_ns"]) for u in out],
+            }
+        )
+        keys = g.join(factors, on=["gemm_m", "gemm_n", "gemm_k"]).select("device", "start_ns", "_f")
+        what_if = replay.predict(whatif.scaled_kernels(keys.rename({"_f": "factor"})))
+    return out, int(total), int(saving), what_if
+
+
+def analyze_efficiency(
+    ctx: Context, steps: StepResult, replay: ReplayResult | None
+) -> EfficiencyResult:
+    spec = _spec(ctx)
+    warnings: list[str] = []
+    names = sorted({d.name or "" for d in ctx.device_info if ctx.devices and d.id in ctx.devices})
+    if spec is None and ctx.has_gpu:
+        warnings.append(
+            f"device {', '.join(repr(n) for n in names) or 'unnamed'} is not in the spec table "
+            "(traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not computed"
+        )
+    k = _kernels(ctx)
+    has_flops = k.height > 0 and k.get_column("flops").drop_nulls().len() > 0
+    # which kernels recompute the forward matters only where there are FLOPs to split
+    k = k.with_columns(_recomputed(ctx, k) if has_flops else pl.lit(False).alias("recomputed"))
+    k = _occupancy(ctx, k, spec)
+    kernel_ns = int(k.get_column("dur_ns").sum()) if k.height else 0
+    n_dev = max(1, len(ctx.devices))
+    peak = spec.tensor_peak_tflops * n_dev if spec and spec.tensor_peak_tflops else None
+    bw = spec.memory_bandwidth_bytes_per_s * n_dev if spec else None
+    per = _per_step(ctx, k) if has_flops else None
+
+    def med(col: str) -> float | None:
+        return float(per.get_column(col).median()) if per is not None and per.height else None
+
+    flops_step, rec_step = med("flops"), med("recompute_flops")
+    model_step = (
+        med("flops") - rec_step if flops_step is not None and rec_step is not None else None
+    )
+    # the trace's own median step (without steps: the window, over which the FLOPs were summed)
+    step_ns = steps.step_time_median_ns or (float(ctx.window_ns) or None)
+    mfu = hfu = None
+    if peak and step_ns and flops_step is not None and model_step is not None:
+        hfu = flops_step / (step_ns * 1e-9 * peak * 1e12)
+        mfu = model_step / (step_ns * 1e-9 * peak * 1e12)
+
+    # per class: FLOPs and bytes over the kernels' own time (the roofline's points)
+    by = (
+        k.group_by("kernel_class")
+        .agg(
+            pl.col("dur_ns").sum().alias("time_ns"),
+            pl.col("flops").sum().alias("flops"),
+            pl.col("bytes").sum().alias("bytes"),
+            pl.col("dur_ns").filter(pl.col("flops").is_not_null()).sum().alias("flops_time_ns"),
+            pl.col("dur_ns").filter(pl.col("bytes").is_not_null()).sum().alias("bytes_time_ns"),
+            WORK.sum().alias("work"),
+            pl.col("dur_ns").filter(WORK.is_not_null()).sum().alias("work_time_ns"),
+            pl.len().alias("count"),
+        )
+        .sort(["time_ns", "kernel_class"], descending=[True, False])
+        if k.height
+        else pl.DataFrame()
+    )
+    classes: list[dict[str, Any]] = []
+    achieved: dict[str, float] = {}
+    for r in by.iter_rows(named=True) if by.height else ():
+        tf = r["flops"] / r["flops_time_ns"] / 1e3 if r["flops"] and r["flops_time_ns"] else None
+        bps = r["bytes"] / r["bytes_time_ns"] * 1e9 if r["bytes"] and r["bytes_time_ns"] else None
+        if tf is not None:
+            achieved[r["kernel_class"]] = tf
+        classes.append(
+            {
+                "kernel_class": r["kernel_class"],
+                "count": r["count"],
+                "time_ns": int(r["time_ns"]),
+                "flops": r["flops"] or None,
+                "bytes": r["bytes"] or None,
+                "achieved_tflops": tf,
+                "bandwidth_bytes_per_s": bps,
+                # the roofline's point: elementwise/reduction work counted 1 FLOP per element
+                "roofline_tflops": r["work"] / r["work_time_ns"] / 1e3
+                if r["work"] and r["work_time_ns"]
+                else None,
+                "arithmetic_intensity": r["work"] / r["bytes"]
+                if r["work"] and r["bytes"]
+                else None,
+            }
+        )
+    math_k = k.filter(pl.col("kernel_class").is_in(MATH_CLASSES)) if k.height else k
+    math_with = math_k.filter(pl.col("flops").is_not_null())
+    math_ns = int(math_k.get_column("dur_ns").sum()) if math_k.height else 0
+    with_ns = int(math_with.get_column("dur_ns").sum()) if math_with.height else 0
+    gemm_tflops = float(math_with["flops"].sum()) / with_ns / 1e3 if with_ns else None
+    mem = (
+        k.filter(pl.col("kernel_class").is_in(MEMORY_CLASSES) & pl.col("bytes").is_not_null())
+        if k.height
+        else k
+    )
+    mem_ns = int(mem.get_column("dur_ns").sum()) if mem.height else 0
+    mem_ratio = (
+        min(1.0, float(mem["bytes"].sum()) / (mem_ns * 1e-9) / bw) if bw and mem_ns else None
+    )
+    top = (
+        k.group_by("name", "kernel_class")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+            pl.col("flops").sum().alias("flops"),
+            pl.col("bytes").sum().alias("bytes"),
+            WORK.sum().alias("work"),
+            pl.col("occupancy").mean().alias("occupancy"),
+        )
+        .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
+        .head(TOP)
+        .with_columns(
+            pl.when(pl.col("flops") > 0)
+            .then(pl.col("flops") / pl.col("time_ns") / 1e3)
+            .alias("achieved_tflops"),
+            pl.when(pl.col("work") > 0)
+            .then(pl.col("work") / pl.col("time_ns") / 1e3)
+            .alias("roofline_tflops"),
+            pl.when((pl.col("work") > 0) & (pl.col("bytes") > 0))
+            .then(pl.col("work") / pl.col("bytes"))
+            .alias("arithmetic_intensity"),
+            pl.when(pl.col("bytes") > 0)
+            .then(pl.col("bytes") / pl.col("time_ns") * 1e9)
+            .alias("bandwidth_bytes_per_s"),
+        )
+        .to_dicts()
+        if k.height
+        else []
+    )
+    unaligned, un_ns, un_save, un_what = _unaligned(k, replay) if has_flops else ([], 0, 0, None)
+    # NCCL kernels hold a few SMs by design: their occupancy says nothing about the compute
+    occ_known = (
+        k.filter(pl.col("occupancy").is_not_null() & (pl.col("kernel_class") != "communication"))
+        if k.height
+        else k
+    )
+    occ_med = (
+        _weighted_median(occ_known["occupancy"], occ_known["dur_ns"]) if occ_known.height else None
+    )
+    occ_src = None
+    if occ_known.height:
+        occ_src = "kineto" if ctx.kernel_args["occupancy_ratio"].drop_nulls().len() else "estimated"
+    low_k, low_ns = _low_occupancy(k)
+    return EfficiencyResult(
+        device_spec=spec.id if spec else None,
+        peak_tflops=dict(spec.peak_tflops) if spec else None,
+        tensor_peak_tflops=peak,
+        memory_bandwidth_bytes_per_s=bw,
+        has_bf16=spec.has("bf16") if spec else None,
+        has_tf32=spec.has("tf32") if spec else None,
+        flops_source=(
+            "with_flops" if has_flops and k.get_column("kineto_flops").any() else "shapes"
+        )
+        if has_flops
+        else None,
+        flops_per_step=flops_step,
+        recompute_flops_per_step=rec_step,
+        model_flops_per_step=model_step,
+        gemm_flops_per_step=med("gemm_flops"),
+        attention_flops_per_step=med("attention_flops"),
+        conv_flops_per_step=med("conv_flops"),
+        step_time_ns=step_ns,
+        mfu=mfu,
+        hfu=hfu,
+        achieved_tflops=achieved,
+        gemm_tflops=gemm_tflops,
+        math_flops_coverage_ratio=with_ns / math_ns if math_ns and has_flops else None,
+        memory_bound_bandwidth_ratio=mem_ratio,
+        occupancy_median=occ_med,
+        occupancy_source=occ_src,
+        classes=tuple(classes),
+        top_kernels=tuple(top),
+        unaligned_gemms=tuple(unaligned),
+        unaligned_gemm_ns=un_ns,
+        unaligned_gemm_saving_ns=un_save,
+        unaligned_gemm_time_ratio=un_ns / kernel_ns if kernel_ns and unaligned else None,
+        unaligned_gemm_what_if=un_what,
+        low_occupancy_kernels=tuple(low_k),
+        low_occupancy_ns=low_ns,
+        low_occupancy_time_ratio=low_ns / kernel_ns if kernel_ns and low_k else None,
+        kernel_ns=kernel_ns,
+        warnings=tuple(warnings),
+    )
+
+
+def _low_occupancy(k: pl.DataFrame) -> tuple[list[dict[str, Any]], int]:
+    """Kernels (by name) that run below :data:`LOW_OCCUPANCY`, with their limiting resource.
+    Tensor-core GEMM/conv/attention kernels are left out: they trade occupancy for registers
+    and shared memory by design (one or two large blocks per SM)."""
+    if k.height == 0 or k.get_column("occupancy").drop_nulls().len() == 0:
+        return [], 0
+    low = k.filter(
+        pl.col("occupancy").is_not_null()
+        & (pl.col("occupancy") < LOW_OCCUPANCY)
+        & ~pl.col("kernel_class").is_in([*MATH_CLASSES, "communication"])
+    )
+    if low.height == 0:
+        return [], 0
+    rows = (
+        low.group_by("name", "kernel_class")
+        .agg(
+            pl.len().alias("count"),
+            pl.col("dur_ns").sum().alias("time_ns"),
+            ((pl.col("occupancy") * pl.col("dur_ns")).sum() / pl.col("dur_ns").sum().clip(1)).alias(
+                "occupancy"
+            ),
+            pl.col("limiter").drop_nulls().mode().sort().first().alias("limiter"),
+            pl.col("grid_blocks").median().alias("grid_blocks"),
+            pl.col("block_threads").median().alias("block_threads"),
+            pl.col("registers_per_thread").median().alias("registers_per_thread"),
+            pl.col("shared_memory_bytes").median().alias("shared_memory_bytes"),
+        )
+        .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
+    )
+    return rows.head(TOP).to_dicts(), int(low.get_column("dur_ns").sum())

@@ -1,0 +1,75 @@
+"""Efficiency rules (issue 20): GEMM shapes that miss the tensor cores' alignment, and kernels
+that run at low occupancy. Registered after rules.py's (this module imports it), so they are
+checked last; they read ``x.r.efficiency`` (analyzers/efficiency.py).
+"""
+
+from __future__ import annotations
+
+from traceinsight.findings.model import Draft
+from traceinsight.findings.rules import RuleInput, rule
+from traceinsight.report.format import fmt_ms, fmt_pct
+
+
+@rule(
+    "gemm_shape_inefficient",
+    recommendation="Pad the GEMM dimensions to multiples of 8 for bf16/fp16 (64 where the trace shows it pays): "
+    "a vocabulary padded to a multiple of 64 (8191 -> 8192, extra logits masked or never targeted), hidden and "
+    "batch x sequence sizes that are multiples of 8.",
+    snippet=(
+        "vocab_padded = (vocab + 63) // 64 * 64  # tensor cores want M/N/K % 8 == 0 (16-bit)\n"
+        "self.head = nn.Linear(d, vocab_padded, bias=False)\n"
+        "logits = self.head(x)[..., :vocab]  # or keep the padded logits: the extra ids never occur"
+    ),
+    thresholds={"gemm_unaligned_time_ratio": 0.02},
+)
+def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
+    e = x.r.efficiency
+    ratio = e.unaligned_gemm_time_ratio
+    if not e.unaligned_gemms or ratio is None or ratio < x.t["gemm_unaligned_time_ratio"]:
+        return None
+    worst = e.unaligned_gemms[0]
+    return Draft(
+        e.unaligned_gemm_saving_ns,  # measured time less the aligned GEMMs' rate on their FLOPs
+        f"GEMMs with dimensions off the tensor-core alignment take {fmt_pct(ratio)} of kernel time "
+        f"({worst['m']}x{worst['n']}x{worst['k']} {worst['dtype']} at {worst['achieved_tflops']:.0f} TFLOP/s "
+        f"against {worst['reference_tflops']:.0f} for aligned GEMMs of similar size); padding saves about "
+        f"{fmt_ms(e.unaligned_gemm_saving_ns)}",
+        {
+            "unaligned_gemm_time_ratio": ratio,
+            "unaligned_gemm_ns": e.unaligned_gemm_ns,
+            "saving_ns": e.unaligned_gemm_saving_ns,
+            "gemms": list(e.unaligned_gemms),
+            "what_if": e.unaligned_gemm_what_if,
+        },
+    )
+
+
+@rule(
+    "low_occupancy",
+    recommendation="Give the low-occupancy kernels more parallel work: larger batches or fused ops (grid too small), "
+    "128-256 threads per block (block size), fewer registers per thread (__launch_bounds__, maxrregcount) or less "
+    "shared memory per block; for PyTorch ops, torch.compile fuses small reductions and elementwise kernels.",
+    snippet=(
+        "model = torch.compile(model)  # fuses small kernels into fewer, fuller ones\n"
+        "# custom kernels: __launch_bounds__(256, 2) caps registers so two blocks fit per SM"
+    ),
+    thresholds={"low_occupancy_time_ratio": 0.25},
+    cap="low",  # an opportunity: a kernel at low occupancy may still be bandwidth-bound
+)
+def low_occupancy(x: RuleInput) -> Draft | None:
+    e = x.r.efficiency
+    ratio = e.low_occupancy_time_ratio
+    if not e.low_occupancy_kernels or ratio is None or ratio < x.t["low_occupancy_time_ratio"]:
+        return None
+    top = e.low_occupancy_kernels[0]
+    return Draft(
+        e.low_occupancy_ns * 0.5,  # latency poorly hidden: count half of their time
+        f"{fmt_pct(ratio)} of kernel time runs below 25% occupancy; the largest, "
+        f"{top['name'][:60]}, at {fmt_pct(top['occupancy'])} limited by {top['limiter'] or 'unknown'}",
+        {
+            "low_occupancy_time_ratio": ratio,
+            "low_occupancy_ns": e.low_occupancy_ns,
+            "occupancy_median": e.occupancy_median,
+            "kernels": list(e.low_occupancy_kernels),
+        },
+    )

@@ -1,0 +1,154 @@
+"""Device specifications: dense peak TFLOP/s per dtype, memory bandwidth and per-SM limits, from
+the data file ``traceinsight/data/devices.toml`` (each row names its datasheet), matched to a
+trace's device by name, memory size, SM count and compute capability.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads it with the tomli backport
+    import tomli as tomllib
+
+DATA = Path(__file__).resolve().parent.parent / "data" / "devices.toml"
+TENSOR_DTYPES = ("bf16", "fp16")  # MFU's peak: the dense 16-bit tensor-core rate
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    """Per-SM (per-CU) resources an occupancy estimate divides among a kernel's blocks."""
+
+    warp_size: int
+    registers_per_sm: int
+    register_unit: int
+    max_registers_per_thread: int
+    shared_memory_per_sm_bytes: int
+    max_warps_per_sm: int
+    max_blocks_per_sm: int
+    max_threads_per_sm: int
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    id: str
+    sm_count: int | None
+    memory_bandwidth_bytes_per_s: float
+    peak_tflops: dict[str, float]
+    limits: ArchLimits
+    source: str = ""  # the datasheet the row names
+
+    @property
+    def tensor_peak_tflops(self) -> float | None:
+        """The dense bf16 (else fp16) tensor peak: MFU's denominator."""
+        for d in TENSOR_DTYPES:
+            if d in self.peak_tflops:
+                return self.peak_tflops[d]
+        return None
+
+    def has(self, dtype: str) -> bool:
+        return dtype in self.peak_tflops
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "spec": self.id,
+            "peak_tflops": dict(self.peak_tflops),
+            "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+        }
+
+
+@cache
+def _table() -> tuple[list[dict[str, Any]], dict[str, ArchLimits]]:
+    text = DATA.read_text()
+    doc = tomllib.loads(text)
+    arch = {k: ArchLimits(**v) for k, v in doc["arch"].items()}
+    # the datasheet comment on each [[device]] line, in order
+    notes = [m.group(1).strip() for m in re.finditer(r"^\[\[device\]\]\s*#(.*)$", text, re.M)]
+    rows = [
+        dict(r, _source=notes[i] if i < len(notes) else "") for i, r in enumerate(doc["device"])
+    ]
+    return rows, arch
+
+
+def _matches(
+    row: dict[str, Any], name: str, memory_bytes: int | None, sm: int | None, cc: str | None
+) -> bool:
+    if not re.search(row["name"], name, re.I):
+        return False
+    gb = memory_bytes / 1e9 if memory_bytes else None
+    if "memory_gb_min" in row and (gb is None or gb < row["memory_gb_min"]):
+        return False
+    if "memory_gb_max" in row and (gb is None or gb > row["memory_gb_max"]):
+        return False
+    # a row that names an SM count only matches a trace that disagrees when it says another
+    if "sm_count" in row and sm is not None and sm != row["sm_count"]:
+        return False
+    return not ("compute_capability" in row and cc != row["compute_capability"])
+
+
+@cache
+def lookup(
+    name: str | None,
+    memory_bytes: int | None = None,
+    sm_count: int | None = None,
+    compute_capability: str | None = None,
+) -> DeviceSpec | None:
+    """The spec of the device with these properties, None where no row matches."""
+    rows, arch = _table()
+    for row in rows:
+        if _matches(row, name or "", memory_bytes, sm_count, compute_capability):
+            return DeviceSpec(
+                id=row["id"],
+                sm_count=row.get("sm_count", sm_count),
+                memory_bandwidth_bytes_per_s=float(row["memory_bandwidth_gb_s"]) * 1e9,
+                peak_tflops={k: float(v) for k, v in row["peak_tflops"].items()},
+                limits=arch[row["arch"]],
+                source=row["_source"],
+            )
+    return None
+
+
+def spec_of(device: Any) -> DeviceSpec | None:
+    """The spec of a :class:`~traceinsight.model.schema.DeviceInfo` (None if unknown)."""
+    if device is None:
+        return None
+    return lookup(device.name, device.memory_bytes, device.sm_count, device.compute_capability)
+
+
+def fp32_to_bf16_time_ratio(spec: DeviceSpec | None) -> float | None:
+    """How much faster 16-bit tensor-core math is than fp32 CUDA-core math on this device
+    (fp32 peak / bf16 peak; fp16 where the device has no bf16): the bf16 what-if's scale for a
+    fp32 GEMM's time. None where the table lacks either figure."""
+    if spec is None or "fp32" not in spec.peak_tflops:
+        return None
+    tensor = spec.tensor_peak_tflops
+    return spec.peak_tflops["fp32"] / tensor if tensor else None
+
+
+def occupancy_estimate(
+    limits: ArchLimits,
+    threads_per_block: int,
+    registers_per_thread: int,
+    shared_memory_bytes: int,
+) -> tuple[float, str]:
+    """Theoretical occupancy (active warps / max warps per SM) of one launch configuration,
+    and the resource that limits it: ``registers``, ``shared_memory``, ``block_size`` (too few
+    threads per block for the block-count limit) or ``warps`` (full)."""
+    warps = max(1, math.ceil(threads_per_block / limits.warp_size))
+    by = {"warps": limits.max_warps_per_sm // warps, "block_size": limits.max_blocks_per_sm}
+    if registers_per_thread > 0:
+        unit = limits.register_unit
+        per_warp = math.ceil(registers_per_thread * limits.warp_size / unit) * unit
+        by["registers"] = limits.registers_per_sm // (per_warp * warps)
+    if shared_memory_bytes > 0:
+        by["shared_memory"] = limits.shared_memory_per_sm_bytes // shared_memory_bytes
+    limit = min(by, key=lambda k: (by[k], k != "warps"))
+    blocks = max(0, by[limit])
+    return min(1.0, blocks * warps / limits.max_warps_per_sm), limit
