@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -101,6 +102,8 @@ class Context:
     compute_busy: pl.DataFrame  # per-device union of the non-communication kernels in the window
     capture_start_ns: int = 0  # the first event's start: --window counts from here
     source_format: str = ""  # TraceMeta.format: "kineto" | "nsys-sqlite"
+    # TraceMeta.extra: what the parser saw of the file itself (dropped events, row order)
+    source_extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # the trace's side tables (whole trace; see model.schema) and its devices' properties
     memory: pl.DataFrame = field(default_factory=empty_memory, repr=False, compare=False)
     op_args: pl.DataFrame = field(default_factory=empty_op_args, repr=False, compare=False)
@@ -300,6 +303,7 @@ def build_context(
         kernel_args=trace.kernel_args,
         callchains=trace.callchains,
         source_format=trace.meta.format,
+        source_extra=trace.meta.extra,
         device_info=tuple(trace.meta.devices),
     )
 

@@ -157,7 +157,16 @@ def analyze_sources(ctx: Context) -> SourcesResult:
         ],
         how="diagonal_relaxed",
     ).select("category", "name", "start_ns", "end_ns", "dur_ns", "tid")
-    targets = targets.with_row_index("target")
+    # One call recorded twice, nested (nsys 2022.2 writes each backtraced CUDA call again as
+    # its own row around the plain one): the outer one counts, once.
+    prev_end = pl.col("end_ns").cum_max().shift(1).over("category", "tid")
+    targets = (
+        targets.sort(
+            "category", "tid", "start_ns", pl.col("end_ns"), descending=[False, False, False, True]
+        )
+        .filter(prev_end.is_null() | (pl.col("end_ns") > prev_end))
+        .with_row_index("target")
+    )
     # Each target from the best evidence it has: the Python stack, a native backtrace, and
     # (nsys) the innermost NVTX range around it.
     parts = []

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceinsight.constants import DROPPED_EVENTS_PATTERN as DROPPED
 from traceinsight.parsers.nsys.db import Db
 
-# The profiler's words for lost data (CUPTI buffers full, records dropped, events lost).
-DROPPED = r"(?i)\b(dropped|lost|discarded|overflow(ed|s)?|buffers? (is |are |were )?full)\b"
 MAX_MESSAGES = 5
 # kind of a fetched frame's rows -> the export table it came from
 TABLE_OF = {
