@@ -138,6 +138,7 @@ def test_side_tables_same_in_every_layout_and_path(tmp_path):
     pretty = parse_kineto(_write(tmp_path, TRACE, indent=2))
     broken = dict(TRACE, traceEvents=[*TRACE["traceEvents"], {"ph": "X", "args": [1]}])
     robust = parse_kineto(_write(tmp_path, broken))  # an odd event: the dict path decodes it
+
     def normal(df: pl.DataFrame) -> pl.DataFrame:  # JSON texts keep their input's spacing
         text = [c for c in ("input_dims", "input_types", "concrete_inputs") if c in df.columns]
         return df.with_columns(

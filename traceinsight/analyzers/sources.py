@@ -135,7 +135,11 @@ def analyze_sources(ctx: Context) -> SourcesResult:
     chains = ctx.callchains
     nsys = ctx.source_format == "nsys-sqlite"
     hint = NSYS_STACK_HINT if nsys else STACK_HINT
-    if frames.height == 0 and chains.height == 0 and not nsys:
+    # NVTX ranges stand in for stacks where they are the only host structure: nsys exports,
+    # and their Chrome traces read back (no cpu ops); a Kineto trace without stacks gets the
+    # hint instead of a guess from its record_function ranges.
+    nvtx = nsys or ctx.ops.filter(pl.col("kind") == "cpu_op").height == 0
+    if frames.height == 0 and chains.height == 0 and not nvtx:
         return SourcesResult(False, {c: () for c in CATEGORIES}, hint)
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     in_window = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
@@ -177,7 +181,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
     if chains.height and left.height:
         parts.append(_locate_native(left, chains))
         left = left.join(parts[-1].select("target"), on="target", how="anti")
-    if nsys and left.height:
+    if nvtx and left.height:
         parts.append(_locate_nvtx(left, ctx.ops))
     cols = ["category", "dur_ns", *LOCATED]
     located = (
