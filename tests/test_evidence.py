@@ -456,9 +456,7 @@ def test_memory_counter_track(tmp_path: Path) -> None:
 def test_annotated_rank_of_a_multi_process_nsys_export(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from traceinsight.cli import cli
-
-    from traceinsight.cli import main
+    from traceinsight.cli import cli, main
 
     src = ROOT / "fixtures/nsys/nsys-ai__mfu_2gpu_after.sqlite"
     assert main(["annotate", str(src), "-o", str(tmp_path / "job.json")]) == 2
