@@ -472,3 +472,21 @@ def test_annotated_rank_of_a_multi_process_nsys_export(tmp_path: Path) -> None:
     assert [f.to_json() for f in again.findings] == [f.to_json() for f in a.findings]
     ours = [e for e in doc["traceEvents"] if e.get("cat") == CATEGORY]
     assert sum(e["args"]["idle_ns"] for e in ours if e["ph"] == "X") == a.results.idle.idle_ns
+
+
+def test_annotations_go_into_the_events_not_a_list_after_them(tmp_path: Path) -> None:
+    """Found by the fuzz pass: with a list after the events (libkineto writes its logged
+    ``"WARNING": [...]`` there) the annotations went into that list."""
+    doc = _raw(HEALTHY)
+    doc["WARNING"] = ["Dropped 3 activity records [sic]"]
+    doc["ERROR"] = []
+    src = _write(tmp_path, doc, "logged.json")
+    a = api.analyze(src)
+    out = tmp_path / "logged.ann.json"
+    n = write_annotated(a, src, out)
+    got = _strict(out.read_bytes())
+    assert got["WARNING"] == doc["WARNING"] and got["ERROR"] == []
+    assert len(got["traceEvents"]) == len(doc["traceEvents"]) + n
+    again = api.analyze(out)
+    assert [f.to_json() for f in again.findings] == [f.to_json() for f in a.findings]
+    assert again.to_json()["data_quality"] == a.to_json()["data_quality"] != []

@@ -31,6 +31,10 @@ COUNTERS_TID = 1_000_001
 CHUNK_BYTES = 8 << 20
 TAIL_BYTES = 1 << 20  # what may follow the events' closing bracket (traceName, base time, ...)
 KEY = b'"traceEvents"'
+# the events' closing bracket: candidates tried from the end, and how far before the last
+# match the metadata after the events may still reach
+MAX_CLOSE_TRIES = 512
+META_MAX_BYTES = 64 << 10
 QUEUE_SAMPLES = 2000  # queue-depth counter points: enough to see the shape, few for any trace
 MEMORY_SAMPLES = 4000  # allocated-memory counter points per device (the largest in each bin)
 SLICE_ROWS = 200_000  # rows per NDJSON slice of the per-segment tables
@@ -139,16 +143,24 @@ def _loads_or_empty(b: bytes) -> dict[str, Any]:
 
 
 def _closing_bracket(tail: bytes) -> int:
-    """The ``]`` that closes the events: the last one after which the document's remaining keys
-    parse as the end of an object."""
-    pos = len(tail)
-    while (pos := tail.rfind(b"]", 0, pos)) >= 0:
+    """The ``]`` that closes the events: the earliest one after which the document's remaining
+    keys parse as the end of an object. The last such one is not enough: a list after the
+    events (Kineto's logged ``"WARNING": [...]``) parses too, and the annotations would land in
+    it. An earlier ``]`` inside the events never parses (the events' braces follow it), so the
+    search stops some way before the last match (metadata is small)."""
+    pos, found, tried = len(tail), -1, 0
+    while (pos := tail.rfind(b"]", 0, pos)) >= 0 and tried < MAX_CLOSE_TRIES:
+        if found >= 0 and found - pos > META_MAX_BYTES:
+            break
+        tried += 1
         try:
             orjson.loads(b'{"traceEvents": []' + tail[pos + 1 :])
-            return pos
+            found = pos
         except orjson.JSONDecodeError:
             continue
-    raise ValueError("the end of the traceEvents array was not found")
+    if found < 0:
+        raise ValueError("the end of the traceEvents array was not found")
+    return found
 
 
 def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
