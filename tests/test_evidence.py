@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -490,3 +492,20 @@ def test_annotations_go_into_the_events_not_a_list_after_them(tmp_path: Path) ->
     again = api.analyze(out)
     assert [f.to_json() for f in again.findings] == [f.to_json() for f in a.findings]
     assert again.to_json()["data_quality"] == a.to_json()["data_quality"] != []
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node (V8, Chromium's JSON parser)")
+def test_annotated_trace_in_chromiums_json_parser(stack: Any, tmp_path: Path) -> None:
+    out = tmp_path / "v8.json"
+    n = write_annotated(stack, STACK, out)
+    script = (
+        "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8'));"
+        "const o = d.traceEvents.filter(e => e.cat === 'traceinsight');"
+        "const bad = o.filter(e => !('ph' in e && 'pid' in e && 'tid' in e)"
+        " || (e.ph !== 'M' && typeof e.ts !== 'number')"
+        " || (e.ph === 'X' && typeof e.dur !== 'number')"
+        " || ((e.ph === 's' || e.ph === 'f') && !('id' in e)) || (e.ph === 'f' && e.bp !== 'e'));"
+        "console.log(o.length, bad.length);"
+    )
+    r = subprocess.run(["node", "-e", script, str(out)], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == [str(n), "0"]
