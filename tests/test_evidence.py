@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -307,8 +309,24 @@ def test_annotated_trace_keeps_the_original_and_adds_valid_events(
     steps = [e for e in orig["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
     first, last = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
     idle = [e for e in ours if e["ph"] == "X"]
-    assert len(idle) == len(stack.results.idle.top_segments)
+    # every segment of the window, not only the reported ones: their idle sums to the analysis'
+    segs = stack.results.idle.segments
+    assert (
+        len(idle)
+        == segs.height
+        == stack.results.idle.segment_count
+        > len(stack.results.idle.top_segments)
+    )
+    assert sum(e["args"]["idle_ns"] for e in idle) == sum(
+        stack.results.idle.idle_by_cause_ns.values()
+    )
     assert all(first - 1 <= e["ts"] and e["ts"] + e["dur"] <= last + 1 for e in idle)
+    # a flow from a sync call to each host_sync gap it was running into
+    flows = [e for e in ours if e["ph"] in ("s", "f")]
+    host_sync_gaps = segs.filter(pl.col("cause") == "host_sync").height
+    assert (
+        0 < len(flows) // 2 <= host_sync_gaps and len({e["id"] for e in flows}) == len(flows) // 2
+    )
     # the same findings from the annotated file: the parser skips its category
     again = api.analyze(out)
     assert again.metrics == stack.metrics
@@ -413,3 +431,88 @@ def test_rank_clock_skew(tmp_path: Path) -> None:
     # 1 ms: the upper-middle median of a few steps vs statistics.median; ignoring the natural
     # offset (2.2 ms here) fails it
     assert abs(q["skew_ns"] - abs(200e6 + natural)) < 1e6
+
+
+def test_memory_counter_track(tmp_path: Path) -> None:
+    src = ROOT / "fixtures/h200/memory/mem_leak.pt.trace.json.gz"
+    a = api.analyze(src)
+    out = tmp_path / "mem.json"
+    write_annotated(a, src, out)
+    doc = _strict(out.read_bytes())
+    mem = [
+        e for e in doc["traceEvents"] if e.get("cat") == CATEGORY and e["name"] == "GPU 0 memory"
+    ]
+    _perfetto_fields(mem)
+    # the raw file's own totals: the largest allocated on the GPU (Device Type 1 = CUDA)
+    raw = [
+        e["args"]
+        for e in _raw(src)["traceEvents"]
+        if e.get("name") == "[memory]" and e["args"].get("Device Type") == 1
+    ]
+    peak = max(m["Total Allocated"] for m in raw)
+    assert 1 < len(mem) <= 4000
+    assert max(e["args"]["allocated_MiB"] for e in mem) == round(peak / (1 << 20), 3)
+    assert max(e["args"]["reserved_MiB"] for e in mem) == round(
+        max(m["Total Reserved"] for m in raw) / (1 << 20), 3
+    )
+    # the counters are skipped on the way back in: the same findings and memory table
+    again = api.analyze(out)
+    assert [f.to_json() for f in again.findings] == [f.to_json() for f in a.findings]
+    assert again.trace is not None and a.trace is not None
+    assert again.trace.memory.equals(a.trace.memory)
+
+
+def test_annotated_rank_of_a_multi_process_nsys_export(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from traceinsight.cli import cli, main
+
+    src = ROOT / "fixtures/nsys/nsys-ai__mfu_2gpu_after.sqlite"
+    assert main(["annotate", str(src), "-o", str(tmp_path / "job.json")]) == 2
+    out = tmp_path / "rank1.json"
+    r = CliRunner().invoke(cli, ["annotate", str(src), "--rank", "1", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    doc = _strict(out.read_bytes())
+    _perfetto_fields(doc["traceEvents"])
+    a = api.analyze(src, rank=1)
+    again = api.analyze(out)
+    assert isinstance(a, api.TraceAnalysis) and isinstance(again, api.TraceAnalysis)
+    assert again.metrics == a.metrics
+    assert [f.to_json() for f in again.findings] == [f.to_json() for f in a.findings]
+    ours = [e for e in doc["traceEvents"] if e.get("cat") == CATEGORY]
+    assert sum(e["args"]["idle_ns"] for e in ours if e["ph"] == "X") == a.results.idle.idle_ns
+
+
+def test_annotations_go_into_the_events_not_a_list_after_them(tmp_path: Path) -> None:
+    """Found by the fuzz pass: with a list after the events (libkineto writes its logged
+    ``"WARNING": [...]`` there) the annotations went into that list."""
+    doc = _raw(HEALTHY)
+    doc["WARNING"] = ["Dropped 3 activity records [sic]"]
+    doc["ERROR"] = []
+    src = _write(tmp_path, doc, "logged.json")
+    a = api.analyze(src)
+    out = tmp_path / "logged.ann.json"
+    n = write_annotated(a, src, out)
+    got = _strict(out.read_bytes())
+    assert got["WARNING"] == doc["WARNING"] and got["ERROR"] == []
+    assert len(got["traceEvents"]) == len(doc["traceEvents"]) + n
+    again = api.analyze(out)
+    assert [f.to_json() for f in again.findings] == [f.to_json() for f in a.findings]
+    assert again.to_json()["data_quality"] == a.to_json()["data_quality"] != []
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node (V8, Chromium's JSON parser)")
+def test_annotated_trace_in_chromiums_json_parser(stack: Any, tmp_path: Path) -> None:
+    out = tmp_path / "v8.json"
+    n = write_annotated(stack, STACK, out)
+    script = (
+        "const d = JSON.parse(require('fs').readFileSync(process.argv[1], 'utf8'));"
+        "const o = d.traceEvents.filter(e => e.cat === 'traceinsight');"
+        "const bad = o.filter(e => !('ph' in e && 'pid' in e && 'tid' in e)"
+        " || (e.ph !== 'M' && typeof e.ts !== 'number')"
+        " || (e.ph === 'X' && typeof e.dur !== 'number')"
+        " || ((e.ph === 's' || e.ph === 'f') && !('id' in e)) || (e.ph === 'f' && e.bp !== 'e'));"
+        "console.log(o.length, bad.length);"
+    )
+    r = subprocess.run(["node", "-e", script, str(out)], capture_output=True, text=True, check=True)
+    assert r.stdout.split() == [str(n), "0"]

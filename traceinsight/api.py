@@ -16,7 +16,6 @@ from traceinsight.analysis import JobAnalysis, TraceAnalysis, source_json
 from traceinsight.analyzers import run_analyzers
 from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.regions import with_findings
-from traceinsight.analyzers.sources import STACK_HINT
 from traceinsight.errors import InputError
 from traceinsight.findings import all_fixes, diagnose
 from traceinsight.findings.quality import apply_data_quality
@@ -120,7 +119,7 @@ def analyze_trace(
     }
     findings, data_quality = apply_data_quality(diagnose(results, opts.graded()), results.health)
     if not results.sources.stacks_recorded and any(f.id in SOURCED_RULES for f in findings):
-        warnings.append(f"no Python stacks: {STACK_HINT}")
+        warnings.append(f"no Python stacks: {results.sources.hint}")
     # the regions name the findings whose evidence lies inside them (known only now)
     results = replace(results, regions=with_findings(results.regions, findings))
     return TraceAnalysis(

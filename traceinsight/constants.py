@@ -23,3 +23,9 @@ HEADLINE_METRICS = (
     "fp32_gemm_time_ratio",
     "recompute_time_ratio",
 )
+
+# A profiler's own words for events it could not keep (CUPTI buffers full, records dropped,
+# events lost): Kineto's logged WARNING/ERROR lines, nsys' DIAGNOSTIC_EVENT texts.
+DROPPED_EVENTS_PATTERN = (
+    r"(?i)\b(dropped|lost|discarded|overflow(ed|s)?|buffers? (is |are |were )?full)\b"
+)

@@ -252,4 +252,5 @@ def load_rank_tables(directory: Path, opts: Options) -> Trace:
         memory=stacked("memory"),
         op_args=stacked("op_args"),
         kernel_args=stacked("kernel_args"),
+        callchains=stacked("callchains"),
     )

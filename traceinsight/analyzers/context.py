@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import polars as pl
 
@@ -17,6 +18,7 @@ from traceinsight.model.schema import (
     GPU_ACTIVITY_KINDS,
     DeviceInfo,
     Trace,
+    empty_callchains,
     empty_kernel_args,
     empty_memory,
     empty_op_args,
@@ -100,10 +102,14 @@ class Context:
     busy: pl.DataFrame  # per-device union of GPU activity in the window (device, start_ns, end_ns)
     compute_busy: pl.DataFrame  # per-device union of the non-communication kernels in the window
     capture_start_ns: int = 0  # the first event's start: --window counts from here
+    source_format: str = ""  # TraceMeta.format: "kineto" | "nsys-sqlite"
+    # TraceMeta.extra: what the parser saw of the file itself (dropped events, row order)
+    source_extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # the trace's side tables (whole trace; see model.schema) and its devices' properties
     memory: pl.DataFrame = field(default_factory=empty_memory, repr=False, compare=False)
     op_args: pl.DataFrame = field(default_factory=empty_op_args, repr=False, compare=False)
     kernel_args: pl.DataFrame = field(default_factory=empty_kernel_args, repr=False, compare=False)
+    callchains: pl.DataFrame = field(default_factory=empty_callchains, repr=False, compare=False)
     device_info: tuple[DeviceInfo, ...] = ()
     trace_format: str = ""  # "kineto" | "nsys-sqlite": which profiler recorded it
 
@@ -297,6 +303,9 @@ def build_context(
         memory=trace.memory,
         op_args=trace.op_args,
         kernel_args=trace.kernel_args,
+        callchains=trace.callchains,
+        source_format=trace.meta.format,
+        source_extra=trace.meta.extra,
         device_info=tuple(trace.meta.devices),
         trace_format=trace.meta.format,
     )

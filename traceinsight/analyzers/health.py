@@ -11,10 +11,17 @@ on what it found (findings/quality.py downgrades and tags those findings).
   launched work: queued before the profiler started, yet counted.
 - ``correlation_collision``: one correlation id on launch calls at different times in one
   process (merged traces, TraceLens #581): GPU work is joined to the wrong launch.
+- ``events_dropped``: the profiler says it dropped events (Kineto's logged ``WARNING``/``ERROR``
+  lines, nsys' ``DIAGNOSTIC_EVENT``): GPU work may be missing, so idle looks larger and
+  kernel totals smaller.
+- ``rows_out_of_order``: an nsys export whose rows are in no time order on their stream or
+  thread (nsys 2025.6+ may write them so). The parser sorts them, so no finding rests on it:
+  a warning for other tools that read the export as written.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +49,13 @@ STREAM_OVERLAP_MIN_NS = 1_000
 # GPU work launched before the recording matters from this share of the window (nsys-ai's
 # mfu_2gpu_after has 0.15% at the start of its capture; h100_2gpu_1s 43%).
 PRE_RECORDING_MIN_RATIO = 0.01
+# Out-of-order rows: healthy exports are written in per-thread flushes, each in order, with a
+# few breaks between them (mock's PROFILER_OVERHEAD: 2 of 25 rows); rows in no order break
+# about every other row.
+ROW_ORDER_BREAK_RATIO = 0.1
+ROW_ORDER_MIN_BREAKS = 20
+# Dropped events are an error from this share of the GPU activity (a count the message gives).
+DROPPED_ERROR_RATIO = 0.01
 # A row this many times longer than the span covered by 98% of the rows (1%..99%: one bad row
 # in a small trace cannot stretch it) is not a real one.
 ABSURD_SPAN_FACTOR = 10
@@ -67,6 +81,8 @@ def analyze_health(ctx: Context) -> HealthResult:
             durations,
             _collisions(ev),
             _launched_before_recording(ctx, absurd),
+            _events_dropped(ctx),
+            _rows_out_of_order(ctx),
         )
         if c is not None
     ]
@@ -221,4 +237,48 @@ def _launched_before_recording(ctx: Context, bad: pl.Expr | None) -> dict[str, A
         "recorded, ahead of all launched work): their host side is missing; skip a step or two "
         "before recording (schedule wait/warmup).",
         ("step_time_variance", "launch_bound", "gpu_underutilized"),
+    )
+
+
+def _events_dropped(ctx: Context) -> dict[str, Any] | None:
+    said = [m for m in ctx.source_extra.get("profiler_dropped") or [] if isinstance(m, str)]
+    if not said:
+        return None
+    # the number of records a message says were dropped, where it gives one
+    counts = [int(n.group(1)) for m in said if (n := re.search(r"\b(\d+)\b", m))]
+    n = sum(counts)
+    gpu = max(1, ctx.gpu.height)
+    severe = not counts or n >= DROPPED_ERROR_RATIO * gpu
+    return _check(
+        "events_dropped",
+        "error" if severe else "warning",
+        n or len(said),
+        f"the profiler dropped events ({'; '.join(said)[:300]}): GPU work may be missing, so "
+        "idle looks larger and kernel time smaller; record fewer steps or raise the profiler's "
+        "buffer size.",
+        IDLE_RULES + KERNEL_RULES + ("step_time_variance",),
+    )
+
+
+def _rows_out_of_order(ctx: Context) -> dict[str, Any] | None:
+    seen = ctx.source_extra.get("rows_out_of_order") or {}
+    bad = {
+        t: v
+        for t, v in seen.items()
+        if isinstance(v, dict)
+        and v.get("breaks", 0) >= ROW_ORDER_MIN_BREAKS
+        and v["breaks"] >= ROW_ORDER_BREAK_RATIO * max(1, v.get("rows", 0))
+    }
+    if not bad:
+        return None
+    n = sum(v["breaks"] for v in bad.values())
+    tables = ", ".join(f"{t} ({v['breaks']} of {v['rows']})" for t, v in sorted(bad.items()))
+    return _check(
+        "rows_out_of_order",
+        "warning",
+        n,
+        f"rows of the export are not in time order on their stream or thread: {tables}. "
+        "They were sorted on reading, so the findings are unaffected; tools that read the "
+        "export in row order (nsys 2025.6+ writes rows unsorted) may misread it.",
+        (),
     )

@@ -65,8 +65,9 @@ class IdleResult:
     top_segments: tuple[dict[str, Any], ...]
     timeline: dict[str, Any] = field(default_factory=dict)  # per-device busy bins, for the report
     per_step: tuple[dict[str, Any], ...] = ()  # step, idle_ns, idle_by_cause_ns
-    # every gap with its cause (device, start_ns, end_ns, cause): for the region breakdown,
-    # which places the same segments in the model's regions; not in the JSON
+    # every gap with its cause (device, start_ns, end_ns, cause, host_op: named for the
+    # reported ones only): for the region breakdown, which places the same segments in the
+    # model's regions, and the annotated trace's idle track over the whole window; not in the JSON
     segments: pl.DataFrame | None = field(
         default=None, repr=False, compare=False, metadata={"json": False}
     )
@@ -237,7 +238,9 @@ def analyze_idle(ctx: Context) -> IdleResult:
         top_segments=top_rows,
         timeline=_timeline(ctx, busy, gaps),
         per_step=per_step,
-        segments=gaps.select("device", "start_ns", "end_ns", "cause"),
+        segments=gaps.select(
+            "device", "start_ns", "end_ns", "cause", pl.col("op").alias("host_op")
+        ),
         kernel_busy_ratio=_engine_busy(ctx, ("kernel",)) / denom,
         copy_busy_ratio=_engine_busy(ctx, ("memcpy", "memset")) / denom,
     )

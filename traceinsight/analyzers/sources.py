@@ -83,21 +83,64 @@ STACK_HINT = (
 )
 
 
+NSYS_STACK_HINT = (
+    "record with backtraces (nsys profile --cudabacktrace=all, plus --python-backtrace=cuda for "
+    "Python) to see which line of your code causes each one"
+)
+# Native frames that are not the user's: the CUDA stack, torch, the interpreter, the C
+# runtime, the profiler's injection libraries (by module file name), and anything installed
+# (site-packages), plus the entry stubs and the CUDA runtime's inline templates (cudaMalloc<T>,
+# compiled into the user's binary from cuda_runtime.h) by symbol.
+NATIVE_LIBRARY = (
+    r"^(libcuda|libcudart|libcupti|libnvidia|libnvToolsExt|libnvtx|libToolsInjection|libcublas"
+    r"|libcudnn|libnccl|libnvrtc|libnvJitLink|libcufft|libcurand|libcusparse|libcusolver|libtorch"
+    r"|libc10|libshm|libgomp|libomp|libiomp|libpython|python\d|libc[-.]|libpthread|libstdc\+\+"
+    r"|libgcc|ld-linux|ld-\d|libm[-.]|libdl[-.]|librt[-.]|libz[-.]|libmpi|libfabric|libuc[pst]"
+    r"|libhip|libamdhip|librocm|libroctracer|\[)"
+)
+INSTALLED = r"site-packages|dist-packages|[Nn]sight|/nsys"
+UNRESOLVED = r"^0x[0-9a-fA-F]+$|^\[|^$"
+# By function name: entry stubs, runtimes' internals (``__cudart1050``: a static cudart),
+# header-only libraries compiled into the user's binary, and the CUDA/NCCL API itself.
+NON_USER_FUNCTION = (
+    r"^(_start|_init|__.*|(thrust|cub|std|__gnu_cxx|at|c10|torch|cutlass|cute)::.*"
+    r"|(cuda|cu[A-Z]|nccl)\w*)$"
+)
+# NVTX ranges that are ops (emit_nvtx, NCCL's domain) or the profiler's: triggers, not places.
+OP_RANGE = r"^(aten|autograd|c10d|torch|prim|profiler|cudnn|nccl)::|^nccl:"
+SOURCE_ORDER = {"cuda_api": 0, "osrt": 1, "sampling": 2}  # the call's own stack first
+
+
 @dataclass(frozen=True)
 class SourcesResult:
-    stacks_recorded: bool  # python_function frames present (with_stack=True)
+    stacks_recorded: bool  # python_function frames or nsys backtraces present
     # by category (host_sync, blocking_copy, dataloader, launch): location, file, line,
     # function, trigger, count, cost_ns; most costly first
     by_category: dict[str, tuple[dict[str, Any], ...]]
+    hint: str = STACK_HINT  # how to record stacks, for this input's profiler
 
 
 CATEGORIES = ("host_sync", "blocking_copy", "dataloader", "launch")
+LOCATED = {
+    "location": pl.String,
+    "file": pl.String,
+    "line": pl.Int64,
+    "function": pl.String,
+    "trigger": pl.String,
+}
 
 
 def analyze_sources(ctx: Context) -> SourcesResult:
     frames = ctx.rows(("python_function",))
-    if frames.height == 0:
-        return SourcesResult(False, {c: () for c in CATEGORIES})
+    chains = ctx.callchains
+    nsys = ctx.source_format == "nsys-sqlite"
+    hint = NSYS_STACK_HINT if nsys else STACK_HINT
+    # NVTX ranges stand in for stacks where they are the only host structure: nsys exports,
+    # and their Chrome traces read back (no cpu ops); a Kineto trace without stacks gets the
+    # hint instead of a guess from its record_function ranges.
+    nvtx = nsys or ctx.ops.filter(pl.col("kind") == "cpu_op").height == 0
+    if frames.height == 0 and chains.height == 0 and not nvtx:
+        return SourcesResult(False, {c: () for c in CATEGORIES}, hint)
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     in_window = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
     syncs = ctx.sync_calls.filter(in_window)
@@ -118,8 +161,36 @@ def analyze_sources(ctx: Context) -> SourcesResult:
         ],
         how="diagonal_relaxed",
     ).select("category", "name", "start_ns", "end_ns", "dur_ns", "tid")
-    targets = targets.with_row_index("target")
-    located = _locate(targets, frames, ctx.ops)
+    # One call recorded twice, nested (nsys 2022.2 writes each backtraced CUDA call again as
+    # its own row around the plain one): the outer one counts, once.
+    prev_end = pl.col("end_ns").cum_max().shift(1).over("category", "tid")
+    targets = (
+        targets.sort(
+            "category", "tid", "start_ns", pl.col("end_ns"), descending=[False, False, False, True]
+        )
+        .filter(prev_end.is_null() | (pl.col("end_ns") > prev_end))
+        .with_row_index("target")
+    )
+    # Each target from the best evidence it has: the Python stack, a native backtrace, and
+    # (nsys) the innermost NVTX range around it.
+    parts = []
+    left = targets
+    if frames.height:
+        parts.append(_locate(left, frames, ctx.ops))
+        left = left.join(parts[-1].select("target"), on="target", how="anti")
+    if chains.height and left.height:
+        parts.append(_locate_native(left, chains))
+        left = left.join(parts[-1].select("target"), on="target", how="anti")
+    if nvtx and left.height:
+        parts.append(_locate_nvtx(left, ctx.ops))
+    cols = ["category", "dur_ns", *LOCATED]
+    located = (
+        pl.concat(
+            [p.select(pl.col(c).cast(LOCATED.get(c, p.schema[c])) for c in cols) for p in parts]
+        )
+        if parts
+        else pl.DataFrame(schema={"category": pl.String, "dur_ns": pl.Int64, **LOCATED})
+    )
     by_category = {}
     for cat in CATEGORIES:
         rows = (
@@ -130,7 +201,209 @@ def analyze_sources(ctx: Context) -> SourcesResult:
             .head(TOP_SOURCES)
         )
         by_category[cat] = tuple(rows.iter_rows(named=True))
-    return SourcesResult(True, by_category)
+    return SourcesResult(frames.height > 0 or chains.height > 0, by_category, hint)
+
+
+def _function_name(name: pl.Expr) -> pl.Expr:
+    """A native symbol's function, qualified, without return type, arguments or template
+    arguments: ``cudaError cudaMalloc<double>(double**, unsigned long)`` -> ``cudaMalloc``,
+    ``_IO_fopen@@GLIBC_2`` -> ``_IO_fopen``."""
+    bare = name.str.replace(r"@.*$", "")
+    for _ in range(4):  # nested arguments and template arguments, innermost first
+        bare = bare.str.replace_all(r"\([^()]*\)", "").str.replace_all(r"<[^<>]*>", "")
+    # what is left of a symbol nsys cut short (unbalanced), and method qualifiers
+    bare = bare.str.replace(r"[<(].*$", "").str.replace_all(
+        r"(\s+(const|volatile|noexcept)|[>&\s])+$", ""
+    )
+    return bare.str.extract(r"(\S+)$")
+
+
+def _locate_native(targets: pl.DataFrame, chains: pl.DataFrame) -> pl.DataFrame:
+    """Each target with a backtrace inside it on its thread (its own CUDA API stack first, else
+    an OS runtime call's or a CPU sample's): the innermost user frame is the location, the frame
+    beneath it (the call it made) the trigger."""
+    events = chains.group_by("chain").agg(
+        pl.col("start_ns").first().alias("c_s"),
+        pl.col("end_ns").first().alias("c_e"),
+        pl.col("tid").first().alias("c_tid"),  # OS thread ids are unique on a host
+        pl.col("source").first().replace_strict(SOURCE_ORDER, default=9).alias("order"),
+    )
+    hits = iv.containing(
+        events,
+        targets.select("target", "start_ns", "end_ns", "tid"),
+        inner_start="c_s",
+        inner_end="c_e",
+        outer_start="start_ns",
+        outer_end="end_ns",
+        same=("tid", "c_tid"),
+    )
+    # the chain's frames, the user's marked once per distinct (symbol, module)
+    distinct = chains.select("symbol", "module").unique()
+    base = pl.col("module").str.extract(r"([^/\\]+)$")
+    distinct = distinct.with_columns(
+        base.alias("file"),
+        _function_name(pl.col("symbol")).alias("function"),
+        pl.col("symbol").fill_null("").str.contains(UNRESOLVED).alias("unresolved"),
+    ).with_columns(
+        (
+            ~pl.col("unresolved")
+            & ~pl.col("function").fill_null("").str.contains(NON_USER_FUNCTION)
+            & ~base.fill_null("[").str.contains(NATIVE_LIBRARY)
+            & ~pl.col("module").fill_null("").str.contains(INSTALLED)
+        ).alias("user"),
+    )
+    frames = chains.select("chain", "depth", "symbol", "module").join(
+        distinct, on=["symbol", "module"], how="left", nulls_equal=True
+    )
+    inner = (
+        frames.filter(pl.col("user"))
+        .group_by("chain")
+        .agg(pl.all().sort_by("depth").first())
+        .select("chain", pl.col("depth").alias("u_depth"), "file", "function")
+    )
+    # the trigger: the resolved frame nearest beneath the location (the call it made)
+    beneath = (
+        frames.filter(~pl.col("unresolved"))
+        .join(inner.select("chain", "u_depth"), on="chain")
+        .filter(pl.col("depth") < pl.col("u_depth"))
+        .group_by("chain")
+        .agg(pl.col("function").sort_by("depth").last().alias("t_fn"))
+    )
+    per_chain = inner.join(beneath, on="chain", how="left")
+    best = (
+        hits.join(per_chain, on="chain")
+        .sort("target", "order", "c_s")
+        .unique("target", keep="first", maintain_order=True)
+    )
+    trigger = pl.col("t_fn").str.extract(r"([^:]+)$")
+    return (
+        targets.join(
+            best.select(
+                "target",
+                pl.format("{} ({})", "function", "file").alias("location"),
+                "file",
+                pl.lit(None, pl.Int64).alias("line"),
+                "function",
+                trigger.alias("_t"),
+            ),
+            on="target",
+        )
+        .with_columns(pl.coalesce("_t", pl.col("name").str.replace(r"_v\d+$", "")).alias("trigger"))
+        .drop("_t")
+    )
+
+
+MAX_NESTING = 64  # NVTX nesting levels walked up from a sibling to the range that holds a call
+
+
+def _innermost(targets: pl.DataFrame, places: pl.DataFrame) -> pl.DataFrame:
+    """Each target (target, start_ns, end_ns, tid) with the innermost place (u_s, u_e, u_tid,
+    location) holding it on its thread: the place started last at or before it, else, if that
+    one ended first (a sibling), the nearest of its ancestors that holds it. An as-of join and a
+    few joins up the nesting, where an interval join of a million launches with the ranges
+    around them took seconds on a 1 GB export."""
+    p = places.sort("u_tid", "u_s", pl.col("u_e"), descending=[False, False, True]).with_row_index(
+        "pid_"
+    )
+    # each place's parent: the innermost place holding it (ties: the one listed first)
+    pairs = iv.containing(
+        p.select("pid_", "u_s", "u_e", "u_tid"),
+        p.select(
+            pl.col("pid_").alias("o_id"),
+            pl.col("u_s").alias("o_s"),
+            pl.col("u_e").alias("o_e"),
+            pl.col("u_tid").alias("o_tid"),
+        ),
+        inner_start="u_s",
+        inner_end="u_e",
+        outer_start="o_s",
+        outer_end="o_e",
+        same=("o_tid", "u_tid"),
+    ).filter(pl.col("o_id") < pl.col("pid_"))
+    parent = (
+        pairs.sort("pid_", "o_id")
+        .unique("pid_", keep="last")
+        .select("pid_", pl.col("o_id").alias("up"))
+    )
+    t = (
+        targets.sort("tid", "start_ns")
+        .join_asof(
+            p.select("pid_", "u_s", "u_tid").sort("u_tid", "u_s"),
+            left_on="start_ns",
+            right_on="u_s",
+            by_left="tid",
+            by_right="u_tid",
+            check_sortedness=False,
+        )
+        .select("target", "end_ns", "pid_")
+    )
+    ends = p.select("pid_", "u_e")
+    for _ in range(MAX_NESTING):
+        t = t.join(ends, on="pid_", how="left", maintain_order="left")
+        short = pl.col("pid_").is_not_null() & (pl.col("u_e") < pl.col("end_ns"))
+        if not t.select(short.any()).item():
+            break
+        up = t.join(parent, on="pid_", how="left", maintain_order="left").get_column("up")
+        t = t.with_columns(pl.when(short).then(up).otherwise(pl.col("pid_")).alias("pid_")).drop(
+            "u_e"
+        )
+    t = t.drop("u_e", strict=False).drop_nulls("pid_")
+    return (
+        t.join(p.select("pid_", "u_s", "location"), on="pid_")
+        .drop("pid_", "end_ns")
+        .join(targets, on="target")
+    )
+
+
+def _locate_nvtx(targets: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """nsys without a backtrace: the innermost NVTX range around the target that is not an op
+    (its trailing ``#N`` dropped, so one place across iterations) is the location; the
+    outermost op range beneath it (not for launches), else the API call, the trigger."""
+    ranges = ops.filter(pl.col("kind") == "user_annotation").select(
+        "name", "start_ns", "end_ns", "tid"
+    )
+    is_op = pl.col("name").str.contains(OP_RANGE)
+    places = ranges.filter(~is_op).select(
+        pl.col("start_ns").alias("u_s"),
+        pl.col("end_ns").alias("u_e"),
+        pl.col("tid").alias("u_tid"),
+        pl.col("name").str.replace(r"#\d+$", "").alias("location"),
+    )
+    cols = ["target", "start_ns", "end_ns", "tid"]
+    loc = _innermost(targets.select(cols), places)
+    # Launches' trigger is their API call: the op join over millions of launches and emit_nvtx
+    # op ranges cost seconds on a 1 GB export, for a name the launch finding does not need.
+    need_op = loc.join(targets.filter(pl.col("category") != "launch").select("target"), on="target")
+    ops_in = iv.containing(
+        need_op.select(cols + ["u_s"]),
+        ranges.filter(is_op).select(
+            pl.col("start_ns").alias("t_s"),
+            pl.col("end_ns").alias("t_e"),
+            pl.col("tid").alias("t_tid"),
+            pl.col("name").alias("t_name"),
+        ),
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="t_s",
+        outer_end="t_e",
+        same=("t_tid", "tid"),
+    ).filter(pl.col("t_s") >= pl.col("u_s"))
+    op = (
+        ops_in.sort("target", "t_s", pl.col("t_e"), descending=[False, False, True])
+        .unique("target", keep="first")
+        .select("target", pl.col("t_name").str.replace(r"^\w+::", "").alias("_op"))
+    )
+    return (
+        targets.join(loc.select("target", "location"), on="target")
+        .join(op, on="target", how="left")
+        .with_columns(
+            pl.lit(None, pl.String).alias("file"),
+            pl.lit(None, pl.Int64).alias("line"),
+            pl.col("location").alias("function"),
+            pl.coalesce("_op", pl.col("name").str.replace(r"_v\d+$", "")).alias("trigger"),
+        )
+        .drop("_op")
+    )
 
 
 def _user_frames(frames: pl.DataFrame) -> pl.DataFrame:

@@ -17,7 +17,12 @@ def write(analysis: object, path: Path, output: Path) -> int:
     from traceinsight.report.annotate import write_annotated
 
     if not isinstance(analysis, TraceAnalysis):
-        raise InputError("annotate takes one trace file, not a job", str(path))
+        ranks = getattr(analysis, "ranks", ())
+        raise InputError(
+            f"annotate writes one rank's trace and this input holds {len(ranks)} ranks: "
+            "pass --rank N (or one rank's file)",
+            str(path),
+        )
     try:
         return write_annotated(analysis, path, output)
     except ValueError as e:  # the document's layout is not one the streaming copy knows

@@ -139,6 +139,29 @@ KERNEL_ARGS_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+# Backtraces (nsys ``--backtrace`` / ``--cudabacktrace``): one row per frame of each call stack
+# the export attached to an event: a CUDA API call (CUDA_CALLCHAINS), an OS runtime call
+# (OSRT_CALLCHAINS) or a CPU sample taken inside a CUDA API call (COMPOSITE_EVENTS with
+# SAMPLING_CALLCHAINS). start_ns/end_ns: the event's span (a sample: an instant); chain: the
+# stack's id, unique in the table; depth 0 is the innermost frame.
+CALLCHAIN_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    "start_ns": pl.Int64(),
+    "end_ns": pl.Int64(),
+    "source": pl.String(),  # "cuda_api" | "osrt" | "sampling"
+    "chain": pl.Int64(),
+    "depth": pl.Int32(),
+    "symbol": pl.String(),
+    "module": pl.String(),
+}
+
+
+def empty_callchains() -> pl.DataFrame:
+    return pl.DataFrame(schema=CALLCHAIN_SCHEMA)
+
+
 def empty_memory() -> pl.DataFrame:
     return pl.DataFrame(schema=MEMORY_SCHEMA)
 
@@ -298,6 +321,7 @@ class Trace:
     memory: pl.DataFrame = field(default_factory=empty_memory)
     op_args: pl.DataFrame = field(default_factory=empty_op_args)
     kernel_args: pl.DataFrame = field(default_factory=empty_kernel_args)
+    callchains: pl.DataFrame = field(default_factory=empty_callchains)
 
     def view(
         self,
@@ -329,4 +353,5 @@ class Trace:
             memory=cut(self.memory),
             op_args=cut(self.op_args),
             kernel_args=cut(self.kernel_args),
+            callchains=cut(self.callchains),
         )

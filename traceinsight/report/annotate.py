@@ -1,7 +1,8 @@
 """The annotated trace: the original Chrome-trace events unchanged, plus ``cat: "traceinsight"``
-events for Perfetto / chrome://tracing: a "GPU idle by cause" track per device, each finding as
-an instant at its largest occurrence, GPU-busy-per-step and queue-depth counters, and flow
-arrows from each sync to the idle gap it caused.
+events for Perfetto / chrome://tracing: a "GPU idle by cause" track per device (every idle
+segment of the window), each finding as an instant at its largest occurrence, GPU-busy-per-step,
+queue-depth and allocated-memory counters, and flow arrows from each sync to the idle gap it
+caused.
 
 Kineto input is streamed: the bytes of the ``traceEvents`` array are copied through in chunks
 (gzip or plain, in and out) and the new events go in before its closing bracket, so the
@@ -30,7 +31,14 @@ COUNTERS_TID = 1_000_001
 CHUNK_BYTES = 8 << 20
 TAIL_BYTES = 1 << 20  # what may follow the events' closing bracket (traceName, base time, ...)
 KEY = b'"traceEvents"'
+# the events' closing bracket: candidates tried from the end, and how far before the last
+# match the metadata after the events may still reach
+MAX_CLOSE_TRIES = 512
+META_MAX_BYTES = 64 << 10
 QUEUE_SAMPLES = 2000  # queue-depth counter points: enough to see the shape, few for any trace
+MEMORY_SAMPLES = 4000  # allocated-memory counter points per device (the largest in each bin)
+SLICE_ROWS = 200_000  # rows per NDJSON slice of the per-segment tables
+MEMORY_TID = 1_000_002
 GZIP_LEVEL = 3  # level 6 spent 3x longer for 8% less on the 10x trace
 # Idle cause -> the finding that explains it.
 CAUSE_FINDING = {
@@ -118,15 +126,12 @@ def _stream_kineto(analysis: TraceAnalysis, src: Path, write: Callable[[bytes], 
         ),
         0,
     )
-    events = annotation_events(analysis, base)
     body = buf[:close]
     last = body.rstrip()[-1:] or last
     write(body)
-    if events:
-        write(b"," if last != b"[" else b"")
-        write(b",\n".join(orjson.dumps(e) for e in events))
+    n = _write_annotations(analysis, base, write, first=last == b"[")
     write(buf[close:])
-    return len(events)
+    return n
 
 
 def _loads_or_empty(b: bytes) -> dict[str, Any]:
@@ -138,16 +143,24 @@ def _loads_or_empty(b: bytes) -> dict[str, Any]:
 
 
 def _closing_bracket(tail: bytes) -> int:
-    """The ``]`` that closes the events: the last one after which the document's remaining keys
-    parse as the end of an object."""
-    pos = len(tail)
-    while (pos := tail.rfind(b"]", 0, pos)) >= 0:
+    """The ``]`` that closes the events: the earliest one after which the document's remaining
+    keys parse as the end of an object. The last such one is not enough: a list after the
+    events (Kineto's logged ``"WARNING": [...]``) parses too, and the annotations would land in
+    it. An earlier ``]`` inside the events never parses (the events' braces follow it), so the
+    search stops some way before the last match (metadata is small)."""
+    pos, found, tried = len(tail), -1, 0
+    while (pos := tail.rfind(b"]", 0, pos)) >= 0 and tried < MAX_CLOSE_TRIES:
+        if found >= 0 and found - pos > META_MAX_BYTES:
+            break
+        tried += 1
         try:
             orjson.loads(b'{"traceEvents": []' + tail[pos + 1 :])
-            return pos
+            found = pos
         except orjson.JSONDecodeError:
             continue
-    raise ValueError("the end of the traceEvents array was not found")
+    if found < 0:
+        raise ValueError("the end of the traceEvents array was not found")
+    return found
 
 
 def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
@@ -181,12 +194,34 @@ def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
         lines = part.write_ndjson().rstrip("\n").replace("\n", ",\n")
         write(("" if first else ",\n").encode() + lines.encode())
         first = False
-    events = annotation_events(analysis, base)
-    if events:
-        write(b",\n" if not first else b"")
-        write(b",\n".join(orjson.dumps(e) for e in events))
+    n = _write_annotations(analysis, base, write, first=first)
     write(b'\n], "displayTimeUnit": "ms", "baseTimeNanoseconds": %d}\n' % base)
-    return len(events)
+    return n
+
+
+def _write_annotations(
+    analysis: TraceAnalysis, base_ns: int, write: Callable[[bytes], Any], *, first: bool
+) -> int:
+    """Every annotation event, written as comma-separated JSON after the original events
+    (``first``: none came before); the number written. The per-segment tables (idle segments,
+    sync flows) go through polars' NDJSON writer in slices, never as Python dicts."""
+    n = 0
+    for part in annotation_parts(analysis, base_ns):
+        if not part:
+            continue
+        write(b",\n".join(part) if first else b",\n" + b",\n".join(part))
+        first = False
+        n += len(part)
+    return n
+
+
+def annotation_parts(analysis: TraceAnalysis, base_ns: int) -> Iterator[list[bytes]]:
+    """The annotation events as lists of JSON texts: the small ones, then the idle segments and
+    the sync flows in slices."""
+    yield [orjson.dumps(e) for e in annotation_events(analysis, base_ns)]
+    for frame in (_idle_track(analysis, base_ns), *_sync_flows(analysis, base_ns)):
+        for part in frame.iter_slices(SLICE_ROWS):
+            yield part.write_ndjson().encode().splitlines()
 
 
 def _us(ns: int, base: int) -> float:
@@ -197,33 +232,14 @@ def annotation_events(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, A
     """The ``traceinsight`` events: times are ns on the table's clock, written as the trace's
     microseconds after ``base_ns`` (Kineto's baseTimeNanoseconds, else 0)."""
     r = analysis.results
-    found = {f.id for f in analysis.findings}
     out: list[dict[str, Any]] = [
         _meta("process_name", PID, 0, "traceinsight"),
         _meta("thread_name", PID, FINDINGS_TID, "findings"),
         _meta("thread_name", PID, COUNTERS_TID, "GPU busy per step"),
     ]
-    devices = sorted({int(s["device"]) for s in r.idle.top_segments})
+    segs = r.idle.segments
+    devices = [] if segs is None else sorted(segs.get_column("device").unique().to_list())
     out += [_meta("thread_name", PID, d, f"GPU {d} idle by cause") for d in devices]
-    segs = sorted(r.idle.top_segments, key=lambda s: (s["device"], s["start_ns"]))
-    for s in segs:
-        fid = CAUSE_FINDING.get(s["cause"])
-        out.append(
-            {
-                "name": s["cause"],
-                "cat": CATEGORY,
-                "ph": "X",
-                "pid": PID,
-                "tid": int(s["device"]),
-                "ts": _us(s["start_ns"], base_ns),
-                "dur": round(s["dur_ns"] / 1000, 3),
-                "args": {
-                    "finding": fid if fid in found else None,
-                    "host_op": s["host_op"],
-                    "idle_ns": s["dur_ns"],
-                },
-            }
-        )
     for f in analysis.findings:
         top = f.evidence.get("top_segments") or []
         at = top[0]["start_ns"] if top else r.idle.window_ns and _window_start(analysis)
@@ -259,7 +275,78 @@ def annotation_events(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, A
             }
         )
     out += _queue_depth(analysis, base_ns)
-    out += _sync_flows(analysis, base_ns)
+    out += _memory(analysis, base_ns)
+    return out
+
+
+def _idle_track(analysis: TraceAnalysis, base_ns: int) -> pl.DataFrame:
+    """Every idle segment of the window as an X event on its device's track, named by cause,
+    with the finding that explains it and the host op (for the reported segments)."""
+    segs = analysis.results.idle.segments
+    if segs is None or segs.height == 0:
+        return pl.DataFrame()
+    found = {f.id for f in analysis.findings}
+    explains = {c: f for c, f in CAUSE_FINDING.items() if f in found}
+    return segs.select(
+        pl.col("cause").alias("name"),
+        pl.lit(CATEGORY).alias("cat"),
+        pl.lit("X").alias("ph"),
+        pl.lit(PID).alias("pid"),
+        pl.col("device").cast(pl.Int64).alias("tid"),
+        ((pl.col("start_ns") - base_ns) / 1000).round(3).alias("ts"),
+        ((pl.col("end_ns") - pl.col("start_ns")) / 1000).round(3).alias("dur"),
+        pl.struct(
+            pl.col("cause")
+            .replace_strict(explains, default=None, return_dtype=pl.String)
+            .alias("finding"),
+            "host_op",
+            (pl.col("end_ns") - pl.col("start_ns")).alias("idle_ns"),
+        ).alias("args"),
+    )
+
+
+def _memory(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, Any]]:
+    """Allocated (and reserved) memory per GPU from the trace's memory events: the largest
+    value in each of at most MEMORY_SAMPLES bins per device, at the bin's first event."""
+    if analysis.trace is None or analysis.trace.memory.height == 0:
+        return []
+    mem = analysis.trace.memory.filter(
+        pl.col("device").is_not_null()
+        & pl.col("allocated_bytes").is_not_null()
+        & pl.col("start_ns").is_not_null()
+    )
+    if mem.height == 0:
+        return []
+    lo, hi = int(mem["start_ns"].min()), int(mem["start_ns"].max())
+    width = max(1, (hi - lo) // MEMORY_SAMPLES + 1)
+    bins = (
+        mem.group_by("device", ((pl.col("start_ns") - lo) // width).alias("bin"))
+        .agg(
+            pl.col("start_ns").min(),
+            pl.col("allocated_bytes").max(),
+            pl.col("reserved_bytes").max(),
+        )
+        .sort("device", "bin")
+    )
+    devices = bins.get_column("device").unique().sort().to_list()
+    out = [_meta("thread_name", PID, MEMORY_TID, "GPU memory")] if devices else []
+    for dev, t, alloc, reserved in bins.select(
+        "device", "start_ns", "allocated_bytes", "reserved_bytes"
+    ).iter_rows():
+        args = {"allocated_MiB": round(alloc / (1 << 20), 3)}
+        if reserved is not None:
+            args["reserved_MiB"] = round(reserved / (1 << 20), 3)
+        out.append(
+            {
+                "name": f"GPU {dev} memory",
+                "cat": CATEGORY,
+                "ph": "C",
+                "pid": PID,
+                "tid": MEMORY_TID,
+                "ts": _us(t, base_ns),
+                "args": args,
+            }
+        )
     return out
 
 
@@ -312,10 +399,16 @@ def _window_start(analysis: TraceAnalysis) -> int:
     return int(steps[0]["start_ns"]) if steps else 0
 
 
-def _sync_flows(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, Any]]:
-    """An arrow from the sync call running when each host_sync gap began to that gap."""
-    gaps = [s for s in analysis.results.idle.top_segments if s["cause"] == "host_sync"]
-    if not gaps or analysis.trace is None:
+def _sync_flows(analysis: TraceAnalysis, base_ns: int) -> list[pl.DataFrame]:
+    """An arrow from the sync call running when each host_sync gap began to that gap: the
+    flow's start on the call's thread, its end bound to the gap's idle slice (``bp: e``)."""
+    segs = analysis.results.idle.segments
+    if segs is None or analysis.trace is None:
+        return []
+    gaps = segs.filter(pl.col("cause") == "host_sync").select(
+        pl.col("start_ns").alias("gap_start"), "device"
+    )
+    if gaps.height == 0:
         return []
     ev = analysis.trace.events
     syncs = (
@@ -325,33 +418,29 @@ def _sync_flows(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, Any]]:
         .select("start_ns", "end_ns", "pid", "tid")
         .sort("start_ns")
     )
-    g = pl.DataFrame(
-        {"gap_start": [s["start_ns"] for s in gaps], "device": [s["device"] for s in gaps]}
-    ).sort("gap_start")
-    hit = g.join_asof(syncs, left_on="gap_start", right_on="start_ns", strategy="backward")
-    out: list[dict[str, Any]] = []
-    for i, row in enumerate(hit.drop_nulls("start_ns").iter_rows(named=True), start=1):
-        common = {"name": "sync -> idle", "cat": CATEGORY, "id": i}
-        out.append(
-            {
-                **common,
-                "ph": "s",
-                "pid": row["pid"],
-                "tid": row["tid"],
-                "ts": _us(row["start_ns"], base_ns),
-            }
-        )
-        out.append(
-            {
-                **common,
-                "ph": "f",
-                "bp": "e",
-                "pid": PID,
-                "tid": int(row["device"]),
-                "ts": _us(row["gap_start"], base_ns),
-            }
-        )
-    return out
+    hit = (
+        gaps.sort("gap_start")
+        .join_asof(syncs, left_on="gap_start", right_on="start_ns", strategy="backward")
+        .filter(pl.col("end_ns") >= pl.col("gap_start"))  # still running when the gap began
+        .with_row_index("id", offset=1)
+    )
+    common = [pl.lit("sync -> idle").alias("name"), pl.lit(CATEGORY).alias("cat"), "id"]
+    start = hit.select(
+        *common,
+        pl.lit("s").alias("ph"),
+        pl.col("pid").fill_null(0),
+        pl.col("tid").fill_null(0),
+        ((pl.col("start_ns") - base_ns) / 1000).round(3).alias("ts"),
+    )
+    end = hit.select(
+        *common,
+        pl.lit("f").alias("ph"),
+        pl.lit(PID, pl.Int64).alias("pid"),
+        pl.col("device").cast(pl.Int64).alias("tid"),
+        ((pl.col("gap_start") - base_ns) / 1000).round(3).alias("ts"),
+        pl.lit("e").alias("bp"),
+    )
+    return [start, end]  # apart: "bp" belongs on the ends only
 
 
 def _meta(kind: str, pid: int, tid: int, name: str) -> dict[str, Any]:

@@ -65,8 +65,12 @@ SOURCE_NOUNS = {
 def fmt_source(src: dict[str, Any], noun: str) -> str:
     """One attributed source: ``4 syncs in step() (train.py:259) via .item(), 1.20 ms``."""
     t = src["trigger"]
-    via = f".{t}()" if t[:1].islower() else t  # a method call, else a module or API name
+    # a Python method call, else a module or API name; native and NVTX sources call functions
+    via = (f".{t}()" if t[:1].islower() else t) if src.get("line") is not None else f"{t}()"
+    # a Python frame has file and line, a native one its module, an NVTX range neither
+    where = ":".join(str(x) for x in (src.get("file"), src.get("line")) if x is not None)
     return (
-        f"{src['count']} {noun} in {src['function']}() ({src['file']}:{src['line']}) "
-        f"via {via}, {fmt_ms(src['cost_ns'])}"
+        f"{src['count']} {noun} in {src['function']}()"
+        + (f" ({where})" if where else "")
+        + f" via {via}, {fmt_ms(src['cost_ns'])}"
     )

@@ -8,11 +8,13 @@ decode is vectorized. Format history: ../shared/KINETO_FORMAT.md.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
+from traceinsight.constants import DROPPED_EVENTS_PATTERN
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import (
     KERNEL_ARGS_SCHEMA,
@@ -333,3 +335,13 @@ def _fill_meta(meta: TraceMeta, top: dict[str, Any], path: Path) -> None:
     ):
         if key in top and isinstance(top[key], (int, str)):
             meta.extra[key] = top[key]
+    logged = [m for k in ("ERROR", "WARNING") for m in _lines(top.get(k))]
+    if dropped := [m for m in logged if re.search(DROPPED_EVENTS_PATTERN, m)][:5]:
+        meta.extra["profiler_dropped"] = dropped
+
+
+def _lines(v: Any) -> list[str]:
+    """A logged level's lines: a list of strings, or one string."""
+    if isinstance(v, str):
+        return [v]
+    return [m for m in v if isinstance(m, str)] if isinstance(v, list) else []

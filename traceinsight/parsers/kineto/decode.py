@@ -89,6 +89,10 @@ class _Top(msgspec.Struct):
     cuda_driver_version: Any = None
     hip_runtime_version: Any = None
     cupti_version: Any = None
+    # libkineto's collected log lines by level (its LoggerCollector): dropped records, a
+    # collection CUPTI stopped early
+    WARNING: Any = None
+    ERROR: Any = None
 
 
 class _EventTime(msgspec.Struct, gc=False):

@@ -17,6 +17,7 @@ import polars as pl
 from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import Trace, TraceMeta, conform, empty_events
+from traceinsight.parsers.nsys import backtraces, diagnostics
 from traceinsight.parsers.nsys.db import Db
 from traceinsight.parsers.nsys.memory import memory_rows, memory_table
 from traceinsight.parsers.nsys.nvtx import nccl_domain, nvtx_query, strip_emit_nvtx
@@ -58,11 +59,14 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
         nvtx = nvtx_query(db, strings)
         pending_gpu = gpu_rows(db, strings)
         pending_mem = memory_rows(db)
+        pending_stacks = backtraces.Pending(db)
         gpu = [p.result() for p in pending_gpu]
         host = [p.result() for p in pending_host]
         if nvtx is not None:
             host.append(nccl_domain(nvtx.result()))
         mem = pending_mem.result() if pending_mem is not None else None
+        callchains = pending_stacks.result(strings, backtraces.api_calls(host))
+        dropped = diagnostics.dropped_messages(db)
     finally:
         db.close()
 
@@ -81,6 +85,11 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
     )
     if not gpu or not any(f.height for f in gpu):
         meta.warnings.append("the export has no CUDA GPU activity (kernels, copies, memsets)")
+    if dropped:
+        meta.extra["profiler_dropped"] = dropped
+    # Counted before conform sorts them (the only place the export's own order is seen).
+    if unordered := diagnostics.out_of_order(frames):
+        meta.extra["rows_out_of_order"] = unordered
     if not frames:
         return Trace(events=empty_events(), meta=meta)
 
@@ -118,7 +127,10 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
         )
     table = mark_comm_by_launcher(add_kernel_class(conform(df, threads)))
     memory = memory_table(mem, db.offset_ns, _rank_of(procs))
-    return Trace(events=table, meta=meta, memory=memory, kernel_args=launch_config)
+    callchains = callchains.with_columns(_rank_of(procs)).drop("gpid")
+    return Trace(
+        events=table, meta=meta, memory=memory, kernel_args=launch_config, callchains=callchains
+    )
 
 
 def _rank_of(procs: list[int]) -> pl.Expr:
