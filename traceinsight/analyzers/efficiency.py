@@ -17,10 +17,9 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import Context
-from traceinsight.analyzers.recompute import recomputed_forward
+from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.analyzers.steps import StepResult
-from traceinsight.model import intervals as iv
 from traceinsight.model import whatif
 from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
 from traceinsight.model.flops import op_costs
@@ -166,15 +165,7 @@ def _recomputed(ctx: Context, k: pl.DataFrame) -> pl.Series:
     if nested is None or nested.height == 0 or k.height == 0:
         return flag
     ki = k.with_row_index("_i").filter(pl.col("launch_start_ns").is_not_null())
-    inside = iv.containing(
-        ki.select("_i", "launch_start_ns", "launch_tid", pl.col("launch_start_ns").alias("_ls")),
-        nested.rename({"start_ns": "r_s", "end_ns": "r_e", "tid": "r_tid"}),
-        inner_start="launch_start_ns",
-        inner_end="_ls",
-        outer_start="r_s",
-        outer_end="r_e",
-        same=("r_tid", "launch_tid"),
-    )
+    inside = launched_inside(ki.select("_i", "launch_start_ns", "launch_tid"), nested)
     hit = inside.get_column("_i").unique()
     return pl.int_range(k.height, eager=True).is_in(hit.implode()).alias("recomputed")
 

@@ -58,6 +58,20 @@ def recomputed_forward(ctx: Context, where: pl.Expr | None = None) -> pl.DataFra
     )
 
 
+def launched_inside(kernels: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+    """The kernels (launch_start_ns, launch_tid, ...) whose launch call started inside one of
+    ``ranges`` (start_ns, end_ns, tid: recomputed forward ops) on the same thread."""
+    return iv.containing(
+        kernels.with_columns(pl.col("launch_start_ns").alias("_ls")),
+        ranges.rename({"start_ns": "r_s", "end_ns": "r_e", "tid": "r_tid"}),
+        inner_start="launch_start_ns",
+        inner_end="_ls",
+        outer_start="r_s",
+        outer_end="r_e",
+        same=("r_tid", "launch_tid"),
+    )
+
+
 def analyze_recompute(ctx: Context) -> RecomputeResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     nested = recomputed_forward(ctx, pl.col("start_ns").is_between(lo, hi))
@@ -72,15 +86,7 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
         ["dur_ns", "launch_start_ns", "launch_tid", "correlation", "start_ns"],
         pl.col("kind") == "kernel",
     )
-    inside = iv.containing(
-        k.with_columns(pl.col("launch_start_ns").alias("_ls")),
-        nested.rename({"start_ns": "r_s", "end_ns": "r_e", "tid": "r_tid"}),
-        inner_start="launch_start_ns",
-        inner_end="_ls",
-        outer_start="r_s",
-        outer_end="r_e",
-        same=("r_tid", "launch_tid"),
-    ).unique(subset=["correlation", "start_ns"])
+    inside = launched_inside(k, nested).unique(subset=["correlation", "start_ns"])
     ns = int(inside["dur_ns"].sum()) if inside.height else 0
     host_ns = iv.total(iv.union(nested))
     cost = max(ns, host_ns)

@@ -12,6 +12,8 @@ from typing import Any, Union
 import msgspec
 import polars as pl
 
+from traceinsight.model.schema import KERNEL_ARGS_SCHEMA, OP_ARGS_SCHEMA
+
 _NO_RAW = msgspec.Raw(b"")  # an absent JSON-text field (msgspec has no Raw | None)
 
 
@@ -171,25 +173,25 @@ def _text(values: list[Any]) -> pl.Series:
 # (cat MEMORY_CAT, row null). A few per cent of the events: they never widen the raw frame.
 # The parser turns them into the side tables (Trace.op_args, .kernel_args, .memory).
 MEMORY_CAT = "\x00memory"  # no real category starts with NUL
+_LAUNCH = (
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "registers_per_thread",
+    "shared_memory_bytes",
+)
 SIDE_COLUMNS: dict[str, pl.DataType] = {
     "row": pl.Int64(),
     "cat": pl.String(),
     "ts": pl.Float64(),
     "pid": pl.Int64(),
     "tid": pl.Int64(),
-    "input_dims": pl.String(),
-    "input_types": pl.String(),
-    "concrete_inputs": pl.String(),
-    "flops": pl.Int64(),
-    "grid_x": pl.Int64(),
-    "grid_y": pl.Int64(),
-    "grid_z": pl.Int64(),
-    "block_x": pl.Int64(),
-    "block_y": pl.Int64(),
-    "block_z": pl.Int64(),
-    "registers_per_thread": pl.Int64(),
-    "shared_memory_bytes": pl.Int64(),
-    "occupancy_pct": pl.Float64(),
+    **{c: OP_ARGS_SCHEMA[c] for c in ("input_dims", "input_types", "concrete_inputs", "flops")},
+    **{c: KERNEL_ARGS_SCHEMA[c] for c in _LAUNCH},
+    "occupancy_pct": pl.Float64(),  # Kineto's percent: the parser makes it a ratio
     "blocks_per_sm": pl.Float64(),
     "warps_per_sm": pl.Float64(),
     "mem_bytes": pl.Int64(),
