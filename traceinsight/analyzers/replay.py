@@ -530,20 +530,17 @@ def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
 
 
 def _queue_waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
-    """Launches blocked by a full launch queue: a call that does not otherwise wait, took over
+    """Calls blocked behind queued GPU work: a call that does not otherwise wait, took over
     :data:`QUEUE_BLOCK_NS` and returned just after a GPU op ended inside it was waiting for
-    that op to free a slot (a GPU-bound loop: the host runs ahead until the queue is full).
+    that op (a launch into a full queue in a GPU-bound loop; a copy that staged behind the
+    stream's work without waiting for its own DMA).
     ``queue_op``: that op (-1: none); the call returns when it ends, so a faster GPU frees
     the host sooner (as a fixed duration it would not)."""
     ends = gpu.select(
         pl.col("op").cast(pl.Int64).alias("queue_op"), pl.col("end_ns").alias("_q_end")
     ).sort("_q_end")
     cand = (
-        host.filter(
-            (pl.col("wait") == WAIT_NONE)
-            & (pl.col("own_op") < 0)
-            & (pl.col("dur_ns") > QUEUE_BLOCK_NS)
-        )
+        host.filter((pl.col("wait") == WAIT_NONE) & (pl.col("dur_ns") > QUEUE_BLOCK_NS))
         .select("node", "start_ns", "end_ns")
         .sort("end_ns")
         .join_asof(ends, left_on="end_ns", right_on="_q_end")
