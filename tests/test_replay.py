@@ -11,6 +11,7 @@ from traceinsight import analyze
 from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.replay import build_model
 from traceinsight.api import analyze_trace
+from traceinsight.constants import SEVERITIES
 from traceinsight.model import whatif
 from traceinsight.model.replay import WAIT_DEVICE, median_step_ns, replay
 
@@ -199,8 +200,9 @@ def test_savings_are_the_findings_costs():
         ratio = 1 - f.what_if["step_time_after_ns"] / f.what_if["step_time_ns"]
         assert f.cost_ns == int(max(0.0, ratio) * window)
         assert f.evidence["attributed_ns"] >= 0
-    costs = [f.cost_ns for f in a.findings]
-    assert costs == sorted(costs, reverse=True)  # ordered by saving
+    # ordered by severity, then the predicted savings by size, then the unestimated costs
+    keys = [(SEVERITIES.index(f.severity), f.what_if is None, -f.cost_ns) for f in a.findings]
+    assert keys == sorted(keys)
     combined = a.to_json()["details"]["what_if"]["all_fixes"]
     best = max(f.what_if["speedup"] for f in a.findings if f.what_if)
     assert combined["speedup"] >= best  # every fix together saves at least the best one

@@ -126,5 +126,9 @@ def make_finding(rule: Rule, draft: Draft, window_ns: int, t: Thresholds) -> Fin
 
 
 def ranked(findings: Iterable[Finding]) -> list[Finding]:
-    """By severity, then cost: ``[0]`` is the biggest lever (ties keep rule order)."""
-    return sorted(findings, key=lambda f: (SEVERITIES.index(f.severity), -f.cost_ns))
+    """By severity, then the predicted savings (``what_if``) before the costs no model
+    estimates (attributed time, not what a fix saves), each by size: ``[0]`` is the biggest
+    lever (ties keep rule order)."""
+    return sorted(
+        findings, key=lambda f: (SEVERITIES.index(f.severity), f.what_if is None, -f.cost_ns)
+    )
