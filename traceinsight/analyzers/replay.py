@@ -591,10 +591,9 @@ def _flags(
     h_cols, g_cols = [], []
     bound = gpu.get_column("launch") >= 0
     for name, rows in ranges.items():
-        at = _coverage(rows, host.get_column("start_ns"))
-        since = _coverage(rows, host.get_column("_gap_from"))
-        h_cols.append((at["before"] - since["before"]).alias(f"gap_{name}_ns"))
-        h_cols.append(at["inside"].alias(f"in_{name}"))
+        gap, inside = _thread_coverage(rows, host)
+        h_cols.append(gap.alias(f"gap_{name}_ns"))
+        h_cols.append(inside.alias(f"in_{name}"))
         g_cols.append(
             (bound & _coverage(rows, gpu.get_column("launch_key_ns"))["inside"]).alias(f"in_{name}")
         )
@@ -613,6 +612,27 @@ def _flags(
     fp32 = pl.col("name").is_in(fp32_names.implode()) & (pl.col("kind") == "kernel")
     gpu = gpu.with_columns(g_cols).with_columns(fp32.alias("fp32_math"))
     return host, gpu
+
+
+def _thread_coverage(ranges: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """Per host node: the time of its gap inside ``ranges`` of its own thread, and whether
+    the call itself is inside one (a range on another thread, e.g. the autograd thread's
+    recompute while the step thread waits, is not this thread's work)."""
+    gap = pl.Series([0] * host.height, dtype=pl.Int64)
+    inside = pl.Series([False] * host.height, dtype=pl.Boolean)
+    if ranges.height == 0:
+        return gap, inside
+    gaps, ins = [], []
+    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
+        own = ranges.filter(pl.col("tid") == tid) if "tid" in ranges.columns else ranges
+        at = _coverage(own, rows.get_column("start_ns"))
+        since = _coverage(own, rows.get_column("_gap_from"))
+        idx = rows.get_column("_i")
+        gaps.append(pl.DataFrame({"_i": idx, "v": at["before"] - since["before"]}))
+        ins.append(pl.DataFrame({"_i": idx, "v": at["inside"]}))
+    gap = pl.concat(gaps).sort("_i").get_column("v").clip(0)
+    inside = pl.concat(ins).sort("_i").get_column("v")
+    return gap, inside
 
 
 def _op_time_in_gaps(ctx: Context, host: pl.DataFrame) -> pl.Series:
