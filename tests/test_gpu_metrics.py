@@ -1,0 +1,156 @@
+"""nsys GPU_METRICS: the parser's side table, its views, and the efficiency analyzer's means.
+
+The export is the small nsys-ai mock (copied, never modified) with a GEMM kernel and hand-made
+GPU_METRICS / TARGET_INFO_GPU_METRICS tables added; every expected value is worked out by hand.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceinsight.api import analyze_trace
+from traceinsight.parsers import load_trace
+from traceinsight.report.terminal import _efficiency_line
+
+from .conftest import FIXTURES
+
+MOCK = FIXTURES / "nsys" / "nsys-ai__mock.sqlite"
+SESSION_START_NS = 1776781226557295056  # TARGET_INFO_SESSION_START_TIME of the mock
+# session-relative sample times: inside the mock's elementwise kernel, inside the added GEMM, and
+# between them with no kernel running (all inside the window: first to last GPU activity)
+T_ELEMENTWISE, T_IDLE, T_GEMM = 1_517_728_000, 1_550_000_000, 1_600_005_000
+GEMM_NS = (1_600_000_000, 1_600_010_000)
+GPU0, GPU1 = 0x2100, 0x2101  # typeId: the GPU in the low byte
+METRICS = {
+    1: "SM Active [Throughput %]",
+    2: "Tensor Active [Throughput %]",
+    3: "DRAM Read Bandwidth [Throughput %]",
+    4: "DRAM Write Bandwidth [Throughput %]",
+    5: "Compute Warps in Flight [Avg]",  # a count, not a percentage: dropped
+    6: "PCIe RX Throughput [Throughput %]",  # kept under its own name
+}
+# (typeId, time, {metricId: percent})
+SAMPLES = [
+    (GPU0, T_ELEMENTWISE, {1: 80, 2: 0, 3: 30, 4: 10, 5: 500, 6: 5}),
+    (GPU0, T_GEMM, {1: 90, 2: 60, 3: 10, 4: 10}),
+    (GPU0, T_IDLE, {1: 0, 2: 0, 3: 0, 4: 0}),
+    (GPU1, T_GEMM, {1: 40, 2: 20, 3: 20, 4: 0}),
+]
+
+
+def _export(tmp_path: Path, with_metrics: bool = True) -> Path:
+    path = tmp_path / "gpu_metrics.sqlite"
+    shutil.copy(MOCK, path)
+    con = sqlite3.connect(path)
+    try:
+        # a GEMM kernel: the mock's first kernel row with another name, time and correlation
+        cols = [r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")]
+        con.execute(
+            "INSERT INTO StringIds VALUES (90001, 'ampere_bf16_s16816gemm_bf16_128x128_tn')"
+        )
+        new = {
+            "start": str(GEMM_NS[0]),
+            "end": str(GEMM_NS[1]),
+            "correlationId": "99999",
+            "demangledName": "90001",
+            "shortName": "90001",
+            "mangledName": "90001",
+        }
+        select = ", ".join(new.get(c, f'"{c}"') for c in cols)
+        con.execute(
+            f"INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL SELECT {select} "
+            "FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1"
+        )
+        if with_metrics:
+            con.execute(
+                "CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER"
+                " NOT NULL, typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT"
+                " NOT NULL)"
+            )
+            con.execute(
+                "CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId"
+                " INTEGER NOT NULL, value INTEGER NOT NULL)"
+            )
+            con.executemany(
+                "INSERT INTO TARGET_INFO_GPU_METRICS VALUES (?, ?, ?, ?, ?)",
+                [(t, t, "GH100", m, n) for t in (GPU0, GPU1) for m, n in METRICS.items()],
+            )
+            con.executemany(
+                "INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
+                [(ts, t, m, v) for t, ts, vals in SAMPLES for m, v in vals.items()],
+            )
+        con.commit()
+    finally:
+        con.close()
+    return path
+
+
+def test_side_table_from_the_export(tmp_path: Path) -> None:
+    g = load_trace(_export(tmp_path)).gpu_metrics
+    assert g.height == 5 + 4 + 4 + 4  # the warps count is dropped
+    assert set(g["metric"]) == {
+        "sm_active",
+        "tensor_active",
+        "dram_read",
+        "dram_write",
+        "pcie rx throughput [throughput %]",
+    }
+    sm0 = g.filter((pl.col("metric") == "sm_active") & (pl.col("device") == 0))
+    times = [SESSION_START_NS + t for t in (T_ELEMENTWISE, T_IDLE, T_GEMM)]
+    assert sm0["start_ns"].to_list() == times
+    assert sm0["value_ratio"].to_list() == pytest.approx([0.8, 0.0, 0.9])
+    assert set(g["rank"]) == {0} and set(g["device"]) == {0, 1}
+    # the original fixture is untouched
+    assert "GPU_METRICS" not in {
+        r[0] for r in sqlite3.connect(MOCK).execute("SELECT name FROM sqlite_master")
+    }
+
+
+def test_views_cut_the_samples(tmp_path: Path) -> None:
+    t = load_trace(_export(tmp_path))
+    lo, hi = SESSION_START_NS + T_IDLE, SESSION_START_NS + T_GEMM + 1
+    assert t.view(t.events, rank=0, window=(lo, hi)).gpu_metrics.height == 4 + 4 + 4
+    assert t.view(t.events, rank=1).gpu_metrics.height == 0
+    assert t.view(t.events, device=1).gpu_metrics.height == 4
+
+
+def test_means_overall_per_device_and_per_kernel_class(tmp_path: Path) -> None:
+    a = analyze_trace(load_trace(_export(tmp_path)))
+    m, e = a.metrics, a.results.efficiency
+    # four samples: SM (80 + 90 + 0 + 40) / 4, tensor (0 + 60 + 0 + 20) / 4,
+    # DRAM read (30 + 10 + 0 + 20) / 4 + write (10 + 10 + 0 + 0) / 4
+    assert m["sm_active_ratio"] == pytest.approx(0.525)
+    assert m["tensor_active_ratio"] == pytest.approx(0.20)
+    assert m["dram_bandwidth_ratio"] == pytest.approx(0.15 + 0.05)
+    dev = {d["device"]: d for d in e.gpu_metrics_devices}
+    assert dev[0]["samples"] == 3 and dev[1]["samples"] == 1
+    assert dev[0]["sm_active_ratio"] == pytest.approx(170 / 300)
+    assert dev[0]["dram_bandwidth_ratio"] == pytest.approx(40 / 300 + 20 / 300)
+    assert dev[1]["tensor_active_ratio"] == pytest.approx(0.20)
+    cls = {c["kernel_class"]: c for c in e.gpu_metrics_classes}
+    assert set(cls) == {"gemm", "elementwise", "idle"}
+    assert cls["gemm"]["tensor_active_ratio"] == pytest.approx(0.6)
+    assert cls["gemm"]["sm_active_ratio"] == pytest.approx(0.9)
+    assert cls["elementwise"]["tensor_active_ratio"] == pytest.approx(0.0)
+    assert cls["elementwise"]["dram_bandwidth_ratio"] == pytest.approx(0.4)
+    # idle: GPU 0 at T_IDLE and GPU 1 (no kernels there) at T_GEMM
+    assert cls["idle"]["samples"] == 2
+    assert cls["idle"]["sm_active_ratio"] == pytest.approx(0.2)
+    assert cls["idle"]["dram_bandwidth_ratio"] == pytest.approx(0.1)
+    line = _efficiency_line(m)
+    assert line and "SM active 52.5%" in line[0] and "tensor active 20.0%" in line[0]
+
+
+def test_no_gpu_metrics_no_counters(tmp_path: Path) -> None:
+    t = load_trace(_export(tmp_path, with_metrics=False))
+    assert t.gpu_metrics.height == 0
+    a = analyze_trace(t)
+    assert a.metrics["sm_active_ratio"] is None
+    assert a.metrics["tensor_active_ratio"] is None
+    assert a.metrics["dram_bandwidth_ratio"] is None
+    assert a.results.efficiency.gpu_metrics_classes == ()
