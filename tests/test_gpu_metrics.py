@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 import pytest
 
 from traceinsight.api import analyze_trace
+from traceinsight.jobs import load_rank_tables
+from traceinsight.model.schema import GPU_METRICS_SCHEMA, conform_side
+from traceinsight.options import Options
 from traceinsight.parsers import load_trace
+from traceinsight.report.html import render_html
 from traceinsight.report.terminal import _efficiency_line
 
+from .builder import Events
 from .conftest import FIXTURES
 
 MOCK = FIXTURES / "nsys" / "nsys-ai__mock.sqlite"
@@ -43,7 +49,12 @@ SAMPLES = [
 ]
 
 
-def _export(tmp_path: Path, with_metrics: bool = True) -> Path:
+def _export(
+    tmp_path: Path,
+    with_metrics: bool = True,
+    names: dict[int, str] = METRICS,
+    type_ids: bool = True,
+) -> Path:
     path = tmp_path / "gpu_metrics.sqlite"
     shutil.copy(MOCK, path)
     con = sqlite3.connect(path)
@@ -67,18 +78,19 @@ def _export(tmp_path: Path, with_metrics: bool = True) -> Path:
             "FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY start LIMIT 1"
         )
         if with_metrics:
+            type_col = "typeId INTEGER NOT NULL, " if type_ids else ""
             con.execute(
-                "CREATE TABLE TARGET_INFO_GPU_METRICS (typeId INTEGER NOT NULL, sourceId INTEGER"
-                " NOT NULL, typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT"
-                " NOT NULL)"
+                f"CREATE TABLE TARGET_INFO_GPU_METRICS ({type_col}sourceId INTEGER NOT NULL,"
+                " typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)"
             )
             con.execute(
                 "CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId"
                 " INTEGER NOT NULL, value INTEGER NOT NULL)"
             )
+            info = [(t, t, "GH100", m, n) for t in (GPU0, GPU1) for m, n in names.items()]
             con.executemany(
-                "INSERT INTO TARGET_INFO_GPU_METRICS VALUES (?, ?, ?, ?, ?)",
-                [(t, t, "GH100", m, n) for t in (GPU0, GPU1) for m, n in METRICS.items()],
+                f"INSERT INTO TARGET_INFO_GPU_METRICS VALUES ({'?, ' * type_ids}?, ?, ?, ?)",
+                [row if type_ids else row[1:] for row in info],
             )
             con.executemany(
                 "INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
@@ -109,6 +121,27 @@ def test_side_table_from_the_export(tmp_path: Path) -> None:
     assert "GPU_METRICS" not in {
         r[0] for r in sqlite3.connect(MOCK).execute("SELECT name FROM sqlite_master")
     }
+
+
+def test_older_names_and_no_type_id(tmp_path: Path) -> None:
+    """Other spellings ("SMs Active", a combined DRAM counter) and a metric list without typeId."""
+    older = {
+        1: "SMs Active",
+        2: "Tensor Active / FP16 Active",
+        3: "DRAM Bandwidth [Throughput %]",
+        4: "NVLink RX Throughput [Throughput %]",
+    }
+    t = load_trace(_export(tmp_path, names=older, type_ids=False))
+    metrics = t.gpu_metrics.group_by("metric").len().sort("metric")
+    assert metrics.rows() == [
+        ("dram_bandwidth", 4),
+        ("nvlink rx throughput [throughput %]", 4),
+        ("sm_active", 4),
+        ("tensor_active", 4),
+    ]
+    m = analyze_trace(t).metrics
+    assert m["sm_active_ratio"] == pytest.approx(0.525)
+    assert m["dram_bandwidth_ratio"] == pytest.approx(0.15)  # the combined counter, id 3
 
 
 def test_views_cut_the_samples(tmp_path: Path) -> None:
@@ -154,3 +187,47 @@ def test_no_gpu_metrics_no_counters(tmp_path: Path) -> None:
     assert a.metrics["tensor_active_ratio"] is None
     assert a.metrics["dram_bandwidth_ratio"] is None
     assert a.results.efficiency.gpu_metrics_classes == ()
+
+
+def test_means_per_step() -> None:
+    """Two steps, one GEMM each; SM active sampled twice in step 1 (1.0 in the GEMM, 0.5 after
+    it) and once in step 2 (0.2): per step 0.75 and 0.2, overall 1.7 / 3."""
+    ev = Events()
+    for n, at in ((1, 0), (2, 100)):
+        ev.step(n, at, 100).kernel(
+            "ampere_bf16_s16816gemm_bf16_128x128_tn", at + 5, 60, launch_us=at
+        )
+    samples = pl.DataFrame(
+        {
+            "rank": [0, 0, 0],
+            "device": [0, 0, 0],
+            "start_ns": [10_000, 80_000, 110_000],
+            "metric": ["sm_active"] * 3,
+            "value_ratio": [1.0, 0.5, 0.2],
+        }
+    )
+    t = replace(ev.trace(), gpu_metrics=conform_side(samples, GPU_METRICS_SCHEMA))
+    a = analyze_trace(t)
+    e = a.results.efficiency
+    assert [(s["step"], s["samples"]) for s in e.gpu_metrics_steps] == [(1, 2), (2, 1)]
+    assert [s["sm_active_ratio"] for s in e.gpu_metrics_steps] == pytest.approx([0.75, 0.2])
+    assert a.metrics["sm_active_ratio"] == pytest.approx(1.7 / 3)
+    assert a.metrics["tensor_active_ratio"] is None  # not sampled
+    assert {c["kernel_class"]: c["samples"] for c in e.gpu_metrics_classes} == {
+        "gemm": 2,
+        "idle": 1,
+    }
+
+
+def test_html_shows_the_sampled_counters(tmp_path: Path) -> None:
+    html = render_html(analyze_trace(load_trace(_export(tmp_path))))
+    assert "SM active" in html and "tensor active" in html and "52.5%" in html
+
+
+def test_rank_files_stack_the_samples(tmp_path: Path) -> None:
+    """A directory of per-rank exports: each file's samples under its rank (as the events)."""
+    for r in (0, 1):
+        (tmp_path / f"r{r}").mkdir()
+        _export(tmp_path / f"r{r}").rename(tmp_path / f"rank{r}.sqlite")
+    t = load_rank_tables(tmp_path, Options())
+    assert t.gpu_metrics.group_by("rank").len().sort("rank").rows() == [(0, 17), (1, 17)]

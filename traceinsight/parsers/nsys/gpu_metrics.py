@@ -40,22 +40,25 @@ def metric_name(raw: pl.Expr) -> pl.Expr:
 
 
 def gpu_metric_names(db: Db) -> pl.DataFrame | None:
-    """The percentage counters: metric_id -> metric (one name per id)."""
+    """The percentage counters: (type_id, metric_id) -> metric. Metric ids are numbered per
+    metric set (typeId), so two GPUs of different chips may share an id for other counters; an
+    export without ``typeId`` here names each id once."""
     if not {"GPU_METRICS", "TARGET_INFO_GPU_METRICS"} <= db.tables:
         return None
     cols = db.columns("TARGET_INFO_GPU_METRICS")
     if not {"metricId", "metricName"} <= cols:
         return None
+    type_id = "typeId" if "typeId" in cols else "NULL"
     rows = db.con.execute(
-        "SELECT DISTINCT metricId, metricName FROM TARGET_INFO_GPU_METRICS"
+        f"SELECT DISTINCT {type_id}, metricId, metricName FROM TARGET_INFO_GPU_METRICS"
     ).fetchall()
-    names = pl.DataFrame(rows, schema={"metric_id": pl.Int64, "raw": pl.String}, orient="row")
-    names = names.unique("metric_id", keep="first", maintain_order=True).with_columns(
-        metric_name(pl.col("raw")).alias("metric")
-    )
+    schema = {"type_id": pl.Int64, "metric_id": pl.Int64, "raw": pl.String}
+    names = pl.DataFrame(rows, schema=schema, orient="row")
+    names = names.unique(["type_id", "metric_id"], keep="first", maintain_order=True)
+    names = names.with_columns(metric_name(pl.col("raw")).alias("metric"))
     known = pl.col("metric").is_in(KNOWN)
     return names.filter(known | pl.col("raw").str.contains("%", literal=True)).select(
-        "metric_id", "metric"
+        "type_id", "metric_id", "metric"
     )
 
 
@@ -67,7 +70,7 @@ def gpu_metric_rows(db: Db) -> tuple[Rows, pl.DataFrame] | None:
     cols = db.columns("GPU_METRICS")
     if not {"timestamp", "typeId", "metricId", "value"} <= cols:
         return None
-    ids = ", ".join(str(i) for i in names.get_column("metric_id").to_list())
+    ids = ", ".join(str(i) for i in names.get_column("metric_id").unique().sort().to_list())
     rows = db.query(
         ["timestamp", "typeId", "metricId", "value"],
         "GPU_METRICS",
@@ -85,6 +88,9 @@ def gpu_metrics_table(
     if pending is None:
         return empty_gpu_metrics()
     rows, names = pending
+    keys = (
+        ["metric_id"] if names.get_column("type_id").is_null().all() else ["type_id", "metric_id"]
+    )
     df = rows.result()
     if df.height == 0:
         return empty_gpu_metrics()
@@ -97,7 +103,7 @@ def gpu_metrics_table(
         .with_columns(pl.col("device").cast(pl.Int32))
     )
     out = (
-        df.join(names, on="metric_id", how="inner")
+        df.join(names, on=keys, how="inner")
         .with_columns(
             (pl.col("type_id") & GPU_ID_MASK).cast(pl.Int32).alias("device"),
             pl.col("start_ns") + offset_ns,
