@@ -54,6 +54,7 @@ def _export(
     with_metrics: bool = True,
     names: dict[int, str] = METRICS,
     type_ids: bool = True,
+    sample_cols: str = "timestamp INTEGER, typeId INTEGER NOT NULL",
 ) -> Path:
     path = tmp_path / "gpu_metrics.sqlite"
     shutil.copy(MOCK, path)
@@ -84,17 +85,19 @@ def _export(
                 " typeName TEXT NOT NULL, metricId INTEGER NOT NULL, metricName TEXT NOT NULL)"
             )
             con.execute(
-                "CREATE TABLE GPU_METRICS (timestamp INTEGER, typeId INTEGER NOT NULL, metricId"
-                " INTEGER NOT NULL, value INTEGER NOT NULL)"
+                f"CREATE TABLE GPU_METRICS ({sample_cols}, metricId INTEGER NOT NULL,"
+                " value INTEGER NOT NULL)"
             )
             info = [(t, t, "GH100", m, n) for t in (GPU0, GPU1) for m, n in names.items()]
             con.executemany(
                 f"INSERT INTO TARGET_INFO_GPU_METRICS VALUES ({'?, ' * type_ids}?, ?, ?, ?)",
                 [row if type_ids else row[1:] for row in info],
             )
+            rows = [(ts, t, m, v) for t, ts, vals in SAMPLES for m, v in vals.items()]
+            if "typeId" not in sample_cols:
+                rows = [(ts, m, v) for ts, _, m, v in rows]
             con.executemany(
-                "INSERT INTO GPU_METRICS VALUES (?, ?, ?, ?)",
-                [(ts, t, m, v) for t, ts, vals in SAMPLES for m, v in vals.items()],
+                f"INSERT INTO GPU_METRICS VALUES ({', '.join('?' * len(rows[0]))})", rows
             )
         con.commit()
     finally:
@@ -142,6 +145,13 @@ def test_older_names_and_no_type_id(tmp_path: Path) -> None:
     m = analyze_trace(t).metrics
     assert m["sm_active_ratio"] == pytest.approx(0.525)
     assert m["dram_bandwidth_ratio"] == pytest.approx(0.15)  # the combined counter, id 3
+
+
+def test_samples_without_type_id(tmp_path: Path) -> None:
+    """GPU_METRICS with ``start`` for the time and no typeId: every sample is GPU 0's."""
+    t = load_trace(_export(tmp_path, sample_cols="start INTEGER"))
+    assert t.gpu_metrics.height == 17 and set(t.gpu_metrics["device"]) == {0}
+    assert analyze_trace(t).metrics["sm_active_ratio"] == pytest.approx(0.525)
 
 
 def test_views_cut_the_samples(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import polars as pl
 
 from traceinsight.model.schema import GPU_METRICS_SCHEMA, conform_side, empty_gpu_metrics
 from traceinsight.parsers.nsys.db import Db, Rows
+from traceinsight.parsers.nsys.tables import pick
 
 GPU_ID_MASK = 0xFF  # typeId's low byte: the GPU
 KNOWN = ("sm_active", "tensor_active", "dram_read", "dram_write", "dram_bandwidth")
@@ -68,11 +69,17 @@ def gpu_metric_rows(db: Db) -> tuple[Rows, pl.DataFrame] | None:
     if names is None or names.height == 0:
         return None
     cols = db.columns("GPU_METRICS")
-    if not {"timestamp", "typeId", "metricId", "value"} <= cols:
+    # the time is ``start`` and typeId is missing in some exports (then: one GPU, 0)
+    when = next((c for c in ("timestamp", "start") if c in cols), None)
+    if when is None or not {"metricId", "value"} <= cols:
         return None
+    if "typeId" not in cols:  # the samples name no metric set: the names by id alone
+        names = names.with_columns(pl.lit(None, pl.Int64).alias("type_id")).unique(
+            "metric_id", keep="first", maintain_order=True
+        )
     ids = ", ".join(str(i) for i in names.get_column("metric_id").unique().sort().to_list())
     rows = db.query(
-        ["timestamp", "typeId", "metricId", "value"],
+        [when, pick(cols, "typeId", "0"), "metricId", "value"],
         "GPU_METRICS",
         {"start_ns": pl.Int64, "type_id": pl.Int64, "metric_id": pl.Int64, "value": pl.Float64},
         where=f"metricId IN ({ids})",
