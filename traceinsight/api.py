@@ -196,7 +196,7 @@ def view_events(trace: Trace, opts: Options) -> Trace:
     return trace.view(trace.events.filter(inside), window=(ctx.window_start_ns, ctx.window_end_ns))
 
 
-SIDE_TABLES = ("memory", "op_args", "kernel_args")
+SIDE_TABLES = ("memory", "op_args", "kernel_args", "gpu_metrics")
 
 
 def side_paths(out: Path) -> dict[str, Path]:

@@ -253,4 +253,5 @@ def load_rank_tables(directory: Path, opts: Options) -> Trace:
         op_args=stacked("op_args"),
         kernel_args=stacked("kernel_args"),
         callchains=stacked("callchains"),
+        gpu_metrics=stacked("gpu_metrics"),
     )

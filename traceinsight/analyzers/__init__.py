@@ -86,6 +86,9 @@ class Results:
             "gemm_tflops": self.efficiency.gemm_tflops,
             "memory_bound_bandwidth_ratio": self.efficiency.memory_bound_bandwidth_ratio,
             "occupancy_median": self.efficiency.occupancy_median,
+            "sm_active_ratio": self.efficiency.sm_active_ratio,
+            "tensor_active_ratio": self.efficiency.tensor_active_ratio,
+            "dram_bandwidth_ratio": self.efficiency.dram_bandwidth_ratio,
             **self.memory_metrics(),
         }
 

@@ -19,6 +19,7 @@ from traceinsight.model.schema import (
     DeviceInfo,
     Trace,
     empty_callchains,
+    empty_gpu_metrics,
     empty_kernel_args,
     empty_memory,
     empty_op_args,
@@ -110,6 +111,7 @@ class Context:
     op_args: pl.DataFrame = field(default_factory=empty_op_args, repr=False, compare=False)
     kernel_args: pl.DataFrame = field(default_factory=empty_kernel_args, repr=False, compare=False)
     callchains: pl.DataFrame = field(default_factory=empty_callchains, repr=False, compare=False)
+    gpu_metrics: pl.DataFrame = field(default_factory=empty_gpu_metrics, repr=False, compare=False)
     device_info: tuple[DeviceInfo, ...] = ()
     trace_format: str = ""  # "kineto" | "nsys-sqlite": which profiler recorded it
 
@@ -304,6 +306,7 @@ def build_context(
         op_args=trace.op_args,
         kernel_args=trace.kernel_args,
         callchains=trace.callchains,
+        gpu_metrics=trace.gpu_metrics,
         source_format=trace.meta.format,
         source_extra=trace.meta.extra,
         device_info=tuple(trace.meta.devices),

@@ -73,6 +73,15 @@ class EfficiencyResult:
     low_occupancy_time_ratio: float | None  # of kernel time
     kernel_ns: int
     warnings: tuple[str, ...] = ()
+    # nsys GPU_METRICS samples in the window (None / empty without them): means over the
+    # samples, DRAM = read + write throughput (or the combined counter), all of the peak
+    sm_active_ratio: float | None = None
+    tensor_active_ratio: float | None = None
+    dram_bandwidth_ratio: float | None = None
+    gpu_metrics_devices: tuple[dict[str, Any], ...] = ()  # per device
+    gpu_metrics_steps: tuple[dict[str, Any], ...] = ()  # per step, over the devices
+    # per class of the kernel running at each sample ("idle": none on that device)
+    gpu_metrics_classes: tuple[dict[str, Any], ...] = ()
 
 
 def _spec(ctx: Context) -> DeviceSpec | None:
@@ -513,6 +522,7 @@ def analyze_efficiency(
     if occ_known.height:
         occ_src = "kineto" if ctx.kernel_args["occupancy_ratio"].drop_nulls().len() else "estimated"
     low_k, low_ns = _low_occupancy(k)
+    counters = _gpu_counters(ctx, k)
     return EfficiencyResult(
         device_spec=spec.id if spec else None,
         peak_tflops=dict(spec.peak_tflops) if spec else None,
@@ -552,7 +562,84 @@ def analyze_efficiency(
         low_occupancy_time_ratio=low_ns / kernel_ns if kernel_ns and low_k else None,
         kernel_ns=kernel_ns,
         warnings=tuple(warnings),
+        **counters,
     )
+
+
+COUNTER_COLUMNS = ("sm_active_ratio", "tensor_active_ratio", "dram_bandwidth_ratio")
+
+
+def _counter_aggs() -> list[pl.Expr]:
+    """Means of the counters over a group of samples. DRAM read and write are averaged apart
+    and then added: their samples need not share timestamps."""
+
+    def mean(metric: str) -> pl.Expr:
+        return pl.col("value_ratio").filter(pl.col("metric") == metric).mean()
+
+    split = mean("dram_read").fill_null(0) + mean("dram_write").fill_null(0)
+    has_split = pl.col("metric").is_in(["dram_read", "dram_write"]).any()
+    return [
+        pl.struct("device", "start_ns").n_unique().alias("samples"),  # sample times per GPU
+        mean("sm_active").alias("sm_active_ratio"),
+        mean("tensor_active").alias("tensor_active_ratio"),
+        pl.when(has_split)
+        .then(split)
+        .otherwise(mean("dram_bandwidth"))
+        .alias("dram_bandwidth_ratio"),
+    ]
+
+
+def _gpu_counters(ctx: Context, k: pl.DataFrame) -> dict[str, Any]:
+    """The GPU_METRICS samples in the window: their means overall, per device, per step, and per
+    class of the kernel running on the sample's device (the latest one started: with
+    concurrent streams one of them stands for all)."""
+    g = ctx.gpu_metrics
+    if g.height == 0:
+        return {}
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    g = g.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)).sort("start_ns")
+    if g.height == 0:
+        return {}
+    overall = g.select(_counter_aggs()).row(0, named=True)
+    devices = g.group_by("device").agg(_counter_aggs()).sort("device")
+    steps: list[dict[str, Any]] = []
+    if ctx.steps.height:
+        bounds = ctx.steps.select("step", "start_ns", "end_ns").sort("start_ns")
+        steps = (
+            g.join_asof(
+                bounds.rename({"end_ns": "s_e", "start_ns": "s_s"}),
+                left_on="start_ns",
+                right_on="s_s",
+            )
+            .filter(pl.col("start_ns") < pl.col("s_e"))
+            .group_by("step")
+            .agg(_counter_aggs())
+            .sort("step")
+            .to_dicts()
+        )
+    running = (
+        k.select("device", "start_ns", pl.col("end_ns").alias("k_end"), "kernel_class")
+        .filter(pl.col("device").is_not_null())
+        .sort("start_ns")
+    )
+    classes = (
+        g.join_asof(running, on="start_ns", by="device", check_sortedness=False)  # both by time
+        .with_columns(
+            pl.when(pl.col("start_ns") < pl.col("k_end"))
+            .then(pl.col("kernel_class"))
+            .otherwise(pl.lit("idle"))
+            .alias("kernel_class")
+        )
+        .group_by("kernel_class")
+        .agg(_counter_aggs())
+        .sort(["samples", "kernel_class"], descending=[True, False])
+    )
+    return {
+        **{c: overall[c] for c in COUNTER_COLUMNS},
+        "gpu_metrics_devices": tuple(devices.to_dicts()),
+        "gpu_metrics_steps": tuple(steps),
+        "gpu_metrics_classes": tuple(classes.to_dicts()),
+    }
 
 
 def _low_occupancy(k: pl.DataFrame) -> tuple[list[dict[str, Any]], int]:

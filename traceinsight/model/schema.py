@@ -158,6 +158,24 @@ CALLCHAIN_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
+# Sampled GPU counters (nsys ``--gpu-metrics-devices``: GPU_METRICS): one row per sample and
+# metric. device: the GPU the sample was taken on; start_ns: the sample's time on the events'
+# clock; metric: "sm_active" | "tensor_active" | "dram_read" | "dram_write" | the export's own
+# name (lower-cased) for the others; value_ratio: the counter in 0..1 where it is a percentage
+# (others are kept as exported, e.g. warps in flight).
+GPU_METRICS_SCHEMA: dict[str, pl.DataType] = {
+    "rank": pl.Int32(),
+    "device": pl.Int32(),
+    "start_ns": pl.Int64(),
+    "metric": pl.String(),
+    "value_ratio": pl.Float64(),
+}
+
+
+def empty_gpu_metrics() -> pl.DataFrame:
+    return pl.DataFrame(schema=GPU_METRICS_SCHEMA)
+
+
 def empty_callchains() -> pl.DataFrame:
     return pl.DataFrame(schema=CALLCHAIN_SCHEMA)
 
@@ -322,6 +340,7 @@ class Trace:
     op_args: pl.DataFrame = field(default_factory=empty_op_args)
     kernel_args: pl.DataFrame = field(default_factory=empty_kernel_args)
     callchains: pl.DataFrame = field(default_factory=empty_callchains)
+    gpu_metrics: pl.DataFrame = field(default_factory=empty_gpu_metrics)
 
     def view(
         self,
@@ -354,4 +373,5 @@ class Trace:
             op_args=cut(self.op_args),
             kernel_args=cut(self.kernel_args),
             callchains=cut(self.callchains),
+            gpu_metrics=cut(self.gpu_metrics),
         )

@@ -116,6 +116,18 @@ def _efficiency_line(m: dict[str, Any]) -> list[str]:
         parts.append(f"elementwise at {fmt_pct(m['memory_bound_bandwidth_ratio'])} of HBM")
     if m.get("occupancy_median") is not None:
         parts.append(f"occupancy {fmt_pct(m['occupancy_median'])}")
+    # nsys GPU_METRICS: the hardware's own counters, beside the FLOPs-based figures
+    counters = [
+        f"{label} {fmt_pct(m[key])}"
+        for key, label in (
+            ("sm_active_ratio", "SM active"),
+            ("tensor_active_ratio", "tensor active"),
+            ("dram_bandwidth_ratio", "DRAM"),
+        )
+        if m.get(key) is not None
+    ]
+    if counters:
+        parts.append(f"sampled {', '.join(counters)}")
     return [f"  compute   {'; '.join(parts)}"] if parts else []
 
 

@@ -19,6 +19,7 @@ from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import Trace, TraceMeta, conform, empty_events
 from traceinsight.parsers.nsys import backtraces, diagnostics
 from traceinsight.parsers.nsys.db import Db
+from traceinsight.parsers.nsys.gpu_metrics import gpu_metric_rows, gpu_metrics_table
 from traceinsight.parsers.nsys.memory import memory_rows, memory_table
 from traceinsight.parsers.nsys.nvtx import nccl_domain, nvtx_query, strip_emit_nvtx
 from traceinsight.parsers.nsys.tables import (
@@ -60,6 +61,7 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
         pending_gpu = gpu_rows(db, strings)
         pending_mem = memory_rows(db)
         pending_stacks = backtraces.Pending(db)
+        pending_counters = gpu_metric_rows(db)
         gpu = [p.result() for p in pending_gpu]
         host = [p.result() for p in pending_host]
         if nvtx is not None:
@@ -128,8 +130,14 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
     table = mark_comm_by_launcher(add_kernel_class(conform(df, threads)))
     memory = memory_table(mem, db.offset_ns, _rank_of(procs))
     callchains = callchains.with_columns(_rank_of(procs)).drop("gpid")
+    counters = gpu_metrics_table(pending_counters, db.offset_ns, table)
     return Trace(
-        events=table, meta=meta, memory=memory, kernel_args=launch_config, callchains=callchains
+        events=table,
+        meta=meta,
+        memory=memory,
+        kernel_args=launch_config,
+        callchains=callchains,
+        gpu_metrics=counters,
     )
 
 
