@@ -104,16 +104,15 @@ def cuda_graphs(model: StepModel) -> StepModel | None:
     (dispatch, launches) goes, one graph launch at the step's start, graph kernels back to
     back at the graph's gap. What such a capture leaves in place stays: the Python outside any
     op (the user's own host work), data loading, the optimizer step (eager unless compiled
-    on its own), allocator calls and empty_cache, and the syncs and read-backs a graph cannot
-    hold (host_sync's fix removes those)."""
+    on its own), and the syncs and read-backs a graph cannot hold (host_sync's fix removes
+    those). Allocator calls go: the captured work allocates from the graph's pool."""
     h = model.host
+    # Allocator calls and empty_cache's frees go too: the captured work's memory lives in the
+    # graph's private pool, so the caching allocator stops churning (measured: a graphed loop
+    # that calls empty_cache every step ran 3.25x faster, fixtures/h200/pairs/graphed.truth.json)
     outside = (
-        pl.col("in_optimizer")
-        | pl.col("in_dataloader")
-        | pl.col("in_empty_cache")
-        | pl.col("is_alloc")
-        | (pl.col("wait") != WAIT_NONE)
-    )
+        pl.col("in_optimizer") | pl.col("in_dataloader") | (pl.col("wait") != WAIT_NONE)
+    ) & ~(pl.col("is_alloc") | pl.col("in_empty_cache"))
     captured = (pl.col("step") >= 0) & ~outside
     if not h.select((captured & pl.col("is_launch")).any()).item():
         return None
@@ -130,7 +129,6 @@ def cuda_graphs(model: StepModel) -> StepModel | None:
         (pl.col("gap_ns") - dispatch).clip(0)
         + pl.col("gap_dataloader_ns")
         + pl.col("gap_optimizer_ns")
-        + pl.col("gap_empty_cache_ns")
     )
     kept = pl.min_horizontal(kept, "gap_ns")
     h = h.with_columns(
