@@ -275,3 +275,19 @@ def test_launch_bound_first_where_cuda_graphs_measured_faster(pair):
     first = a.findings[0]
     assert first.id == "launch_bound"
     assert first.what_if["speedup"] == pytest.approx(measured, rel=0.40)
+
+
+def test_host_sync_sources_carry_the_saving_of_one_call_site():
+    """With stacks, each of the costliest sync sites gets its own what_if: the model with only
+    that site's syncs removed. Each saves no more than removing every sync does, and the site
+    with the most waiting syncs (6 x .item() in log_metrics) saves the most."""
+    a = analyze(H200 / "stack" / "sync_sites.pt.trace.json.gz")
+    f = next(x for x in a.findings if x.id == "host_sync")
+    sites = [s for s in f.evidence["sources"] if s.get("what_if")]
+    assert sites and f.what_if is not None
+    for s in sites:
+        assert s["what_if"]["step_time_ns"] == f.what_if["step_time_ns"]
+        assert f.what_if["step_time_after_ns"] <= s["what_if"]["step_time_after_ns"]
+        assert s["what_if"]["step_time_after_ns"] <= s["what_if"]["step_time_ns"]
+    best = min(sites, key=lambda s: s["what_if"]["step_time_after_ns"])
+    assert best["trigger"] == "item" and best["count"] == 6

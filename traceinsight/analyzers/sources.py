@@ -13,7 +13,7 @@ thread, so no ``Python id``/``Python parent id`` args are needed.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -118,6 +118,11 @@ class SourcesResult:
     # function, trigger, count, cost_ns; most costly first
     by_category: dict[str, tuple[dict[str, Any], ...]]
     hint: str = STACK_HINT  # how to record stacks, for this input's profiler
+    # each located sync and blocking copy call (category, tid, start_ns, location, trigger):
+    # what a fix at one call site changes (findings/savings.py); not in the JSON
+    sites: pl.DataFrame | None = field(
+        default=None, repr=False, compare=False, metadata={"json": False}
+    )
 
 
 CATEGORIES = ("host_sync", "blocking_copy", "dataloader", "launch")
@@ -191,6 +196,14 @@ def analyze_sources(ctx: Context) -> SourcesResult:
         if parts
         else pl.DataFrame(schema={"category": pl.String, "dur_ns": pl.Int64, **LOCATED})
     )
+    sites = (
+        pl.concat([p.select("target", "location", "trigger") for p in parts])
+        .join(targets.select("target", "category", "tid", "start_ns"), on="target")
+        .filter(pl.col("category").is_in(["host_sync", "blocking_copy"]))
+        .drop("target")
+        if parts
+        else None
+    )
     by_category = {}
     for cat in CATEGORIES:
         rows = (
@@ -201,7 +214,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
             .head(TOP_SOURCES)
         )
         by_category[cat] = tuple(rows.iter_rows(named=True))
-    return SourcesResult(frames.height > 0 or chains.height > 0, by_category, hint)
+    return SourcesResult(frames.height > 0 or chains.height > 0, by_category, hint, sites)
 
 
 def _function_name(name: pl.Expr) -> pl.Expr:

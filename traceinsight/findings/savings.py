@@ -17,6 +17,8 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+import polars as pl
+
 from traceinsight.analyzers import Results
 from traceinsight.constants import SEVERITIES
 from traceinsight.findings.model import Finding, Rule, Thresholds, ranked
@@ -97,6 +99,29 @@ OWN: Mapping[str, Callable[[Results], tuple[dict[str, Any] | None, str | None]]]
 )
 
 
+# findings whose sources each get the what-if of a fix at that one call site
+PER_SITE = frozenset({"host_sync"})
+PER_SITE_MAX = 3  # the costliest sites only: each is one more replay
+
+
+def _per_site(r: Results, sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The finding's sources, the costliest each with ``what_if``: its syncs alone removed."""
+    sites, rp = r.sources.sites, r.replay
+    if sites is None or rp is None or sites.height == 0:
+        return sources
+    out = []
+    for i, s in enumerate(sources):
+        if i >= PER_SITE_MAX:
+            out.append(s)
+            continue
+        calls = sites.filter(
+            (pl.col("location") == s.get("location")) & (pl.col("trigger") == s.get("trigger"))
+        )
+        w = rp.predict(whatif.remove_syncs_at(calls)) if calls.height else None
+        out.append({**s, "what_if": w})
+    return out
+
+
 def what_if_of(finding_id: str, r: Results) -> tuple[dict[str, Any] | None, str | None]:
     """The finding's predicted fix (None with the reason where there is none)."""
     if finding_id in OWN:
@@ -135,6 +160,8 @@ def with_savings(
         evidence = {**f.evidence, "attributed_ns": f.cost_ns}
         if f.id in FIXES:
             evidence["transform"] = FIXES[f.id]
+        if f.id in PER_SITE and evidence.get("sources"):
+            evidence["sources"] = _per_site(r, evidence["sources"])
         out.append(
             replace(
                 f,

@@ -71,6 +71,26 @@ def remove_syncs(model: StepModel) -> StepModel | None:
     return _host_blocks_off(model, which) if model.host.select(which.any()).item() else None
 
 
+def remove_syncs_at(calls: pl.DataFrame) -> Callable[[StepModel], StepModel | None]:
+    """:func:`remove_syncs` for some calls only (``calls``: tid, start_ns; one call site's
+    syncs, say): those that waited for the GPU return at once, the others still wait."""
+
+    def transform(model: StepModel) -> StepModel | None:
+        keys = calls.select(pl.col("tid").cast(pl.Int64), pl.col("start_ns").cast(pl.Int64))
+        hit = (
+            model.host.select(pl.col("tid").cast(pl.Int64), "start_ns")
+            .with_row_index("_n")
+            .join(keys.unique(), on=["tid", "start_ns"])
+            .get_column("_n")
+        )
+        which = (pl.int_range(pl.len()).is_in(hit.implode())) & (pl.col("wait") != WAIT_NONE)
+        if not model.host.select(which.any()).item():
+            return None
+        return _host_blocks_off(model, which)
+
+    return transform
+
+
 def pinned_copies(model: StepModel) -> StepModel | None:
     """Pageable copies from pinned memory: the copy runs async at pinned bandwidth and the host
     goes on (only the host-to-device and device-to-host copies from pageable buffers)."""

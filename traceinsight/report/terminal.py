@@ -186,7 +186,11 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
             lines.append(f"  [{SEV_MARK[f['severity']]}] {f['id']}: {f['title']}")
             noun = SOURCE_NOUNS.get(f["id"], "events")
             sources = f["evidence"].get("sources", [])[:3]
-            lines.extend(f"         at {fmt_source(s, noun)}" for s in sources)
+            lines.extend(
+                f"         at {fmt_source(s, noun)}"
+                + (f"; fixing it here {_saving(s['what_if'])}" if s.get("what_if") else "")
+                for s in sources
+            )
             if (w := f.get("what_if")) is not None:
                 lines.append(f"         fix: {_saving(w)}")
             lines.append(f"         -> {f['recommendation']}")
