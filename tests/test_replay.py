@@ -153,7 +153,7 @@ def _pairs_module():
 
 
 # Pairs whose prediction is within the tolerance (benchmarks/RESULTS.md lists all of
-# them with the measured numbers; checkpointing (0.68) and comm_overlap (1.43) are not yet).
+# them with the measured numbers; checkpointing (0.73) and comm_overlap (1.43) are not yet).
 WITHIN_TOLERANCE = [
     "syncs",
     "dataloader",

@@ -22,7 +22,7 @@ from traceinsight.analyzers.context import (
     SYNC_API,
     Context,
 )
-from traceinsight.analyzers.recompute import recomputed_forward
+from traceinsight.analyzers.recompute import BACKWARD_NODE, recomputed_forward
 from traceinsight.model import intervals as iv
 from traceinsight.model import whatif
 from traceinsight.model.classify import is_fp32_math, name_matches
@@ -652,9 +652,29 @@ def _op_time_in_gaps(ctx: Context, host: pl.DataFrame) -> pl.Series:
 
 
 def _recompute_ranges(ctx: Context) -> pl.DataFrame:
-    """Forward ops running inside a backward node: checkpointing's recomputation (as the
-    recompute analyzer finds it, over the whole trace)."""
+    """Checkpointing's recomputation (the forward ops the recompute analyzer finds running
+    inside a backward node, over the whole trace), as one range per backward node from its
+    first recomputed op to its last: the Python between those ops re-runs the block's forward
+    too (module calls, hooks), and goes with them."""
     nested = recomputed_forward(ctx)
-    if nested is None:
-        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
-    return nested.select("start_ns", "end_ns")
+    if nested is None or nested.height == 0:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "tid": pl.Int64})
+    nodes = ctx.rows(("cpu_op",), BACKWARD_NODE).select(
+        pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid")
+    )
+    inside = iv.containing(
+        nested,
+        nodes,
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="b_s",
+        outer_end="b_e",
+        same=("b_tid", "tid"),
+    )
+    # the outermost backward node holding each op: nodes nest (evaluate_function > ...Backward)
+    outer = inside.sort("b_s").unique(subset=["start_ns", "end_ns", "tid"], keep="first")
+    return (
+        outer.group_by("tid", "b_s")
+        .agg(pl.col("start_ns").min(), pl.col("end_ns").max())
+        .select("start_ns", "end_ns", "tid")
+    )
