@@ -196,13 +196,14 @@ def view_events(trace: Trace, opts: Options) -> Trace:
     return trace.view(trace.events.filter(inside), window=(ctx.window_start_ns, ctx.window_end_ns))
 
 
-SIDE_TABLES = ("memory", "op_args", "kernel_args", "gpu_metrics")
+# callchains stay out: frames of native stacks, for the sources analyzer only
+EXPORTED_SIDE_TABLES = ("memory", "op_args", "kernel_args", "gpu_metrics")
 
 
 def side_paths(out: Path) -> dict[str, Path]:
     """Where ``export`` writes each side table: ``OUT.memory.parquet`` beside ``OUT.parquet``."""
     stem = out.name[: -len(".parquet")] if out.name.endswith(".parquet") else out.name
-    return {name: out.with_name(f"{stem}.{name}.parquet") for name in SIDE_TABLES}
+    return {name: out.with_name(f"{stem}.{name}.parquet") for name in EXPORTED_SIDE_TABLES}
 
 
 def export_events(trace: Trace, out: Path) -> list[Path]:

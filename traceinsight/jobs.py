@@ -27,7 +27,7 @@ from traceinsight.findings import RankFindings, diagnose_job
 from traceinsight.findings.job_rules import transfer_only
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import KERNEL_RULES, names_matching
-from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace, by_rank
+from traceinsight.model.schema import GPU_ACTIVITY_KINDS, SIDE_TABLES, Trace, by_rank
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.runtime import Runtime, process_pool
@@ -249,9 +249,5 @@ def load_rank_tables(directory: Path, opts: Options) -> Trace:
     return Trace(
         events=stacked("events"),
         meta=replace(first, source_path=str(directory), rank=None, world_size=len(files)),
-        memory=stacked("memory"),
-        op_args=stacked("op_args"),
-        kernel_args=stacked("kernel_args"),
-        callchains=stacked("callchains"),
-        gpu_metrics=stacked("gpu_metrics"),
+        **{name: stacked(name) for name in SIDE_TABLES},
     )

@@ -597,7 +597,9 @@ def _flags(
         g_cols.append(
             (bound & _coverage(rows, gpu.get_column("launch_key_ns"))["inside"]).alias(f"in_{name}")
         )
-    h_cols.append(_op_time_in_gaps(ctx, host))
+    # the host time of each gap inside the thread's own torch ops and annotations (dispatch,
+    # launches: what a CUDA graph replaces); the rest is Python outside any op
+    h_cols.append(_thread_coverage(ctx.ops, host)[0].alias("gap_ops_ns"))
     steps = ctx.steps.get_column("host_start_ns").sort()
     h_cols.append(
         (steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1).alias(
@@ -624,7 +626,7 @@ def _thread_coverage(ranges: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.Serie
         return gap, inside
     gaps, ins = [], []
     for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
-        own = ranges.filter(pl.col("tid") == tid) if "tid" in ranges.columns else ranges
+        own = ranges.filter(pl.col("tid") == tid)
         at = _coverage(own, rows.get_column("start_ns"))
         since = _coverage(own, rows.get_column("_gap_from"))
         idx = rows.get_column("_i")
@@ -633,22 +635,6 @@ def _thread_coverage(ranges: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.Serie
     gap = pl.concat(gaps).sort("_i").get_column("v").clip(0)
     inside = pl.concat(ins).sort("_i").get_column("v")
     return gap, inside
-
-
-def _op_time_in_gaps(ctx: Context, host: pl.DataFrame) -> pl.Series:
-    """``gap_ops_ns``: the host time of each gap spent inside the thread's own torch ops and
-    annotations (dispatch, launches: what a CUDA graph replaces); the rest of the gap is
-    Python outside any op (the user's own host work), which a graph does not remove."""
-    out = pl.Series("gap_ops_ns", [0] * host.height, dtype=pl.Int64)
-    parts = []
-    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
-        ops = ctx.ops.filter(pl.col("tid") == tid)
-        at = _coverage(ops, rows.get_column("start_ns"))["before"]
-        since = _coverage(ops, rows.get_column("_gap_from"))["before"]
-        parts.append(pl.DataFrame({"_i": rows.get_column("_i"), "v": at - since}))
-    if parts:
-        out = pl.concat(parts).sort("_i").get_column("v").clip(0).alias("gap_ops_ns")
-    return out
 
 
 def _recompute_ranges(ctx: Context) -> pl.DataFrame:

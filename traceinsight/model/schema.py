@@ -330,6 +330,10 @@ class TraceMeta:
         }
 
 
+# The Trace fields holding side tables: views cut them and jobs stack them all alike.
+SIDE_TABLES = ("memory", "op_args", "kernel_args", "callchains", "gpu_metrics")
+
+
 @dataclass
 class Trace:
     """One rank's (or one export's) events and metadata, and the side tables beside them."""
@@ -369,9 +373,5 @@ class Trace:
         return Trace(
             events=events,
             meta=meta or self.meta,
-            memory=cut(self.memory),
-            op_args=cut(self.op_args),
-            kernel_args=cut(self.kernel_args),
-            callchains=cut(self.callchains),
-            gpu_metrics=cut(self.gpu_metrics),
+            **{name: cut(getattr(self, name)) for name in SIDE_TABLES},
         )

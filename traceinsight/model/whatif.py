@@ -160,13 +160,8 @@ def cuda_graphs(model: StepModel) -> StepModel | None:
         .alias("gap_ns"),
         pl.when(captured).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
     )
-    launched_by = h.select(pl.col("step") >= 0, captured.alias("c"))
     graph_op = pl.col("launch").is_in(
-        h.with_row_index("_n")
-        .filter(launched_by.get_column("c"))
-        .get_column("_n")
-        .cast(pl.Int64)
-        .implode()
+        h.with_row_index("_n").filter(captured).get_column("_n").cast(pl.Int64).implode()
     )
     g = model.gpu.with_columns(
         pl.when(graph_op)
@@ -412,23 +407,6 @@ def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
         )
         .otherwise(pl.col("dur_ns"))
         .alias("dur_ns"),
-    )
-    return model.with_host(h)
-
-
-def scale_host(model: StepModel, factor: float) -> StepModel:
-    """Host work and call costs divided by ``factor`` (the profiler's measured host slowdown),
-    so a profiled trace predicts the un-profiled loop. Waits stay: they end with the GPU."""
-    h = model.host.with_columns(
-        (pl.col(c) / factor).cast(pl.Int64).alias(c)
-        for c in (
-            "gap_ns",
-            "dur_ns",
-            "gap_dataloader_ns",
-            "gap_empty_cache_ns",
-            "gap_optimizer_ns",
-            "gap_recompute_ns",
-        )
     )
     return model.with_host(h)
 
