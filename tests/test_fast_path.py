@@ -88,7 +88,7 @@ def test_streamed_metadata_after_events(tmp_path):
         b'{"schemaVersion": 1, "traceEvents": [\n  {"ph": "X", "cat": "kernel", "name": "k]", "ts": 1, "dur": 2},'
         b'\n  {"ph": "i", "name": "x"}\n],\n "deviceProperties": [{"id": 0, "name": "G]"}], "baseTimeNanoseconds": 5}'
     )
-    df, meta, era, other, notes, _side = fast.decode_path(p, None)
+    df, meta, era, other, notes, _side, _memory = fast.decode_path(p, None)
     assert df.height == 1 and other == 1 and era == "" and notes == []
     assert meta["baseTimeNanoseconds"] == 5 and meta["deviceProperties"][0]["name"] == "G]"
 

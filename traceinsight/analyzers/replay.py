@@ -35,6 +35,7 @@ from traceinsight.model.replay import (
     StepModel,
     median_step_ns,
     replay,
+    step_thread,
 )
 
 # cudaFree (and so empty_cache) synchronizes the device before it returns memory.
@@ -333,9 +334,10 @@ def build_model(ctx: Context) -> StepModel | None:
     )
     gpu = gpu.with_columns(pl.col("gap_ns").fill_null(0))
     gpu = _cross_stream_edges(gpu.drop("_node_start", "_node_end").with_row_index("op"))
-    host = _follows(_queue_waits(_waits(host, gpu), gpu), int(st["tid"][0]))
+    main_tid = step_thread(st)
+    host = _follows(_queue_waits(_waits(host, gpu), gpu), main_tid)
     # the step thread's work before its first call in the window (a first DataLoader wait)
-    first_main = (pl.int_range(pl.len()).over("tid") == 0) & (pl.col("tid") == st["tid"][0])
+    first_main = (pl.int_range(pl.len()).over("tid") == 0) & (pl.col("tid") == main_tid)
     host = host.with_columns(
         pl.when(first_main)
         .then((pl.col("start_ns") - lo).clip(0))
@@ -343,7 +345,7 @@ def build_model(ctx: Context) -> StepModel | None:
         .alias("gap_ns"),
         pl.when(first_main).then(pl.lit(lo)).otherwise("_gap_from").alias("_gap_from"),
     )
-    host = _joins(ctx, host, int(st["tid"][0]))
+    host = _joins(ctx, host, main_tid)
     host, gpu = _flags(ctx, host, gpu)
     host = host.with_columns(_recorded_events(ctx, host))
     steps = st.select("tid", "host_start_ns", "host_end_ns")

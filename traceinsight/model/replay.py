@@ -99,6 +99,15 @@ def chain_ends(chains: pl.DataFrame, by: str) -> pl.DataFrame:
     )
 
 
+NO_THREAD = -(2**62)  # a thread id no trace has
+
+
+def step_thread(steps: pl.DataFrame) -> int:
+    """The thread that runs the steps (the first step's), NO_THREAD where the trace lost it."""
+    tids = steps.get_column("tid").drop_nulls()
+    return int(tids[0]) if tids.len() else NO_THREAD
+
+
 def _host_chains(host: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
     """The host chains: the step's own thread first; a call on another thread after an idle
     gap (``follows``: the backward engine's thread waiting for ``backward()``) starts no
@@ -177,7 +186,7 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
     else:
         h_sorted = h
     host = host.with_row_index("_row")
-    main_tid = model.steps.get_column("tid")[0] if model.steps.height else None
+    main_tid = step_thread(model.steps) if model.steps.height else None
     # Which GPU ops a device sync waits for: those launched before it (in trace order).
     order = g.select(pl.arg_sort_by("launch_key_ns", maintain_order=True)).to_series()
     keys = g.get_column("launch_key_ns").gather(order)
@@ -261,7 +270,7 @@ def step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
     if st.height == 0:
         return pl.Series("dur_ns", [], dtype=pl.Int64)
     h, g = model.host, model.gpu
-    tid = st.get_column("tid")[0]
+    tid = step_thread(st)
     # A host timestamp moves with the last call on its thread that ended before it.
     shifts = (
         h.select("tid", "end_ns", (r.host_end_ns - pl.col("end_ns")).alias("shift"))

@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 import re
 import zlib
+
+try:  # ISA-L's inflate: the same API as zlib's, 40% faster (see pyproject.toml)
+    from isal import isal_zlib as _inflate
+except ImportError:  # pragma: no cover - a platform without its wheel
+    _inflate = zlib  # type: ignore[misc]
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,7 +151,7 @@ class Decompressed:
                     yield block
                 return
             size = 0
-            d = zlib.decompressobj(wbits=47)  # gzip header, multi-member handled below
+            d = _inflate.decompressobj(wbits=47)  # gzip header, multi-member handled below
             try:
                 while True:
                     chunk = fh.read(self.read_size)
@@ -167,11 +172,11 @@ class Decompressed:
                         chunk = d.unconsumed_tail
                         if d.eof and d.unused_data:  # concatenated gzip members
                             rest = d.unused_data
-                            d = zlib.decompressobj(wbits=47)
+                            d = _inflate.decompressobj(wbits=47)
                             chunk = rest
                         elif not chunk and len(part) < cap:  # a full block: more may wait in zlib
                             break
-            except zlib.error as exc:
+            except (zlib.error, _inflate.error) as exc:
                 if not size:
                     raise InputError(f"corrupt gzip data ({exc})", str(path)) from None
                 self.truncated = True

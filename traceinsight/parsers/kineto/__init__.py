@@ -129,9 +129,10 @@ def parse_kineto(
         data, truncated, notes = repair.whole_document(path, max_bytes)
         fast = None if truncated else stream.decode(data)
     if fast is not None:
-        df, top, array_era, n_other_ph, warnings, side = fast
+        df, top, array_era, n_other_ph, warnings, side, mem_rows = fast
     else:
-        df, top, array_era, n_other_ph, warnings, side = repair.robust(data, path, truncated)
+        parsed = repair.robust(data, path, truncated)
+        df, top, array_era, n_other_ph, warnings, side, mem_rows = parsed
     warnings = notes + warnings
     exact = None
     # Absolute microseconds with 3 decimals (kineto builds of 2024-03/04) have more digits than a
@@ -195,9 +196,8 @@ def parse_kineto(
     _fill_meta(meta, top, path)
     rank = pl.lit(meta.rank if meta.rank is not None else 0, pl.Int32).alias("rank")
     df = df.with_columns(rank)
-    is_mem = pl.col("cat").eq_missing(typed.MEMORY_CAT)
-    op_args, kernel_args = _side_args(df, side.filter(~is_mem))
-    memory = _memory(side.filter(is_mem).with_columns(rank), base_ns)
+    op_args, kernel_args = _side_args(df, side)
+    memory = _memory(mem_rows.with_columns(rank), base_ns)
     table = conform(df, threads) if df.height else empty_events()
     table = mark_comm_by_launcher(add_kernel_class(table))
     meta.extra["non_duration_events"] = n_other_ph
@@ -227,9 +227,7 @@ def _side_args(df: pl.DataFrame, side: pl.DataFrame) -> tuple[pl.DataFrame, pl.D
         "correlation",
         "external_id",
     )
-    joined = side.drop("cat", "ts", "pid", "tid").join(
-        rows, left_on=pl.col("row").cast(pl.UInt32), right_on="_row", how="inner"
-    )
+    joined = side.join(rows, left_on=pl.col("row").cast(pl.UInt32), right_on="_row", how="inner")
     ops = joined.filter(
         (pl.col("kind") == "cpu_op")
         & (pl.col("input_dims").is_not_null() | pl.col("flops").is_not_null())

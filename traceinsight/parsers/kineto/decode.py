@@ -7,7 +7,8 @@ Anything unexpected (bad types, NaN, invalid UTF-8) returns None: the caller fal
 
 from __future__ import annotations
 
-from typing import Any, Union
+import io
+from typing import Any, NamedTuple, Union
 
 import msgspec
 import polars as pl
@@ -56,7 +57,9 @@ class _Instant(msgspec.Struct, gc=False, tag_field="ph", tag="i"):
     pid: Any = None
     tid: Any = None
     ts: Any = None
-    args: _MemArgs | None = None
+    # JSON text: a ``[memory]`` instant's args become columns in polars' reader at once (half
+    # the decode time of structs: profile_memory traces hold millions of them)
+    args: msgspec.Raw = _NO_RAW
 
 
 class _Event(msgspec.Struct, gc=False, tag_field="ph", tag="X"):
@@ -106,6 +109,9 @@ class _EventTime(msgspec.Struct, gc=False):
 
 
 TOP = msgspec.json.Decoder(_Top)
+_MEMORY_ARG = msgspec.json.Decoder(_MemArgs | None)
+_NO_MEM_ARGS = _MemArgs()
+_MEM_FIELDS = {f.name: f.encode_name for f in msgspec.structs.fields(_MemArgs)}
 _TIMES = msgspec.json.Decoder(list[_EventTime])
 _EVENTS = msgspec.json.Decoder(list[Union[(_Event, _Instant, *_OTHER)]])  # noqa: UP007 - a union built at runtime
 _EMPTY_ARGS = _Args()
@@ -169,10 +175,9 @@ def _text(values: list[Any]) -> pl.Series:
 
 
 # The side rows of a chunk, beside its raw frame: the X events that carry shapes, FLOPs or a
-# launch configuration (``row``: their row in the raw frame) and the ``[memory]`` instants
-# (cat MEMORY_CAT, row null). A few per cent of the events: they never widen the raw frame.
-# The parser turns them into the side tables (Trace.op_args, .kernel_args, .memory).
-MEMORY_CAT = "\x00memory"  # no real category starts with NUL
+# launch configuration (``row``: their row in the raw frame), a few per cent of the events; and
+# its ``[memory]`` instants, their own narrow frame. Neither widens the raw frame. The parser
+# turns them into the side tables (Trace.op_args, .kernel_args, .memory).
 _LAUNCH = (
     "grid_x",
     "grid_y",
@@ -185,24 +190,39 @@ _LAUNCH = (
 )
 SIDE_COLUMNS: dict[str, pl.DataType] = {
     "row": pl.Int64(),
-    "cat": pl.String(),
-    "ts": pl.Float64(),
-    "pid": pl.Int64(),
-    "tid": pl.Int64(),
     **{c: OP_ARGS_SCHEMA[c] for c in ("input_dims", "input_types", "concrete_inputs", "flops")},
     **{c: KERNEL_ARGS_SCHEMA[c] for c in _LAUNCH},
     "occupancy_pct": pl.Float64(),  # Kineto's percent: the parser makes it a ratio
     "blocks_per_sm": pl.Float64(),
     "warps_per_sm": pl.Float64(),
-    "mem_bytes": pl.Int64(),
-    "mem_allocated_bytes": pl.Int64(),
-    "mem_reserved_bytes": pl.Int64(),
-    "mem_addr": pl.Int64(),
-    "mem_device_type": pl.Int64(),
-    "mem_device_id": pl.Int64(),
 }
+# memory-row column <- the Kineto args key
+MEMORY_KEYS = {
+    "mem_bytes": "Bytes",
+    "mem_allocated_bytes": "Total Allocated",
+    "mem_reserved_bytes": "Total Reserved",
+    "mem_addr": "Addr",
+    "mem_device_type": "Device Type",
+    "mem_device_id": "Device Id",
+}
+MEMORY_COLUMNS: dict[str, pl.DataType] = {
+    "ts": pl.Float64(),
+    "pid": pl.Int64(),
+    "tid": pl.Int64(),
+    **dict.fromkeys(MEMORY_KEYS, pl.Int64()),
+}
+_MEMORY_ARGS_SCHEMA = dict.fromkeys(MEMORY_KEYS.values(), pl.Int64())
 _JSON_TEXT = ("input_dims", "input_types", "concrete_inputs")
-Chunk = tuple[pl.DataFrame, int, pl.DataFrame]  # raw frame, count of other events, side rows
+
+
+class Chunk(NamedTuple):
+    """One span's events: the raw frame of its X events, the count of other events (memory
+    instants excluded), the side rows, the memory rows."""
+
+    frame: pl.DataFrame
+    n_other: int
+    side: pl.DataFrame
+    memory: pl.DataFrame
 
 
 def side_frame(groups: list[dict[str, Any]]) -> pl.DataFrame:
@@ -227,6 +247,44 @@ def side_frame(groups: list[dict[str, Any]]) -> pl.DataFrame:
     return pl.concat(parts, how="diagonal_relaxed").select(
         pl.col(c).cast(t) for c, t in SIDE_COLUMNS.items()
     )
+
+
+def memory_frame(
+    ts: list[Any], pids: list[Any], tids: list[Any], args: pl.DataFrame
+) -> pl.DataFrame:
+    """The memory rows: the instants' ts/pid/tid beside their args' columns (MEMORY_KEYS)."""
+    return pl.DataFrame(
+        [
+            _num(ts, pl.Float64).alias("ts"),
+            _to_int_ids(pids).alias("pid"),
+            _to_int_ids(tids).alias("tid"),
+            *args.select(pl.col(k).alias(c) for c, k in MEMORY_KEYS.items()),
+        ]
+    ).select(pl.col(c).cast(t) for c, t in MEMORY_COLUMNS.items())
+
+
+def memory_args(raws: list[msgspec.Raw]) -> pl.DataFrame:
+    """``[memory]`` args as JSON texts -> their columns, in polars' NDJSON reader. Anything it
+    refuses (not an object, a float or string where Kineto writes an int) takes the typed
+    decode, whose conversions the rest of the parser shares."""
+    if not raws:
+        return pl.DataFrame(schema=_MEMORY_ARGS_SCHEMA)
+    text = b"\n".join(raws)
+    if text.count(b"\n") >= len(raws) or b"\r" in text:  # pretty-printed args: one line each
+        # RS never occurs in JSON text outside strings, nor unescaped inside them
+        text = b"\x1e".join(raws).replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\x1e", b"\n")
+    try:
+        return pl.read_ndjson(io.BytesIO(text), schema=_MEMORY_ARGS_SCHEMA)
+    except (pl.exceptions.PolarsError, ValueError):
+        pass
+    args = [_MEMORY_ARG.decode(r) for r in raws]
+    args = [a if a is not None else _NO_MEM_ARGS for a in args]
+    return memory_args_of({k: [getattr(a, f) for a in args] for f, k in _MEM_FIELDS.items()})
+
+
+def memory_args_of(values: dict[str, list[Any]]) -> pl.DataFrame:
+    """Decoded ``[memory]`` args values (Kineto key -> list) -> their columns."""
+    return pl.DataFrame([_num(values[k], pl.Int64).alias(k) for k in MEMORY_KEYS.values()])
 
 
 def _json_text(v: Any) -> str | None:
@@ -286,9 +344,14 @@ def _frame(events: list[Any]) -> Chunk:
         [a.ext if a.ext is not None else a.ext_lower for a in args],
         [a.nbytes for a in args],
     )
-    side = side_frame(_side_groups(df, args, events))
-    n_mem = side.get_column("cat").eq_missing(MEMORY_CAT).sum()
-    return df, len(events) - len(xs) - n_mem, side
+    mems = [e for e in events if e.__class__ is _Instant and e.name == "[memory]" and e.args]
+    memory = memory_frame(
+        [e.ts for e in mems],
+        [e.pid for e in mems],
+        [e.tid for e in mems],
+        memory_args([e.args for e in mems]),
+    )
+    return Chunk(df, len(events) - len(xs) - len(mems), side_frame(_side_groups(df, args)), memory)
 
 
 def _xyz(name: str, raws: list[msgspec.Raw]) -> dict[str, pl.Series]:
@@ -305,14 +368,10 @@ def _xyz(name: str, raws: list[msgspec.Raw]) -> dict[str, pl.Series]:
     }
 
 
-def _side_groups(
-    df: pl.DataFrame,
-    args: list[Any],
-    events: list[Any],
-) -> list[dict[str, Any]]:
+def _side_groups(df: pl.DataFrame, args: list[Any]) -> list[dict[str, Any]]:
     """The side rows' columns: kernels (found by category, vectorized), then ops with shapes
-    or FLOPs, then ``[memory]`` instants; rows are read only where they can be."""
-    cat, ts = df.get_column("cat"), df.get_column("ts")
+    or FLOPs; rows are read only where they can be."""
+    cat = df.get_column("cat")
     kernels = [
         i for i in cat.eq_missing("kernel").arg_true().to_list() if args[i].grid is not _NO_RAW
     ]
@@ -323,7 +382,6 @@ def _side_groups(
         groups.append(
             {
                 "row": kernels,
-                "ts": ts.gather(kernels),
                 **dims,
                 "registers_per_thread": [a.registers for a in ka],
                 "shared_memory_bytes": [a.shared_memory for a in ka],
@@ -341,44 +399,35 @@ def _side_groups(
     groups.append(
         {
             "row": ops,
-            "ts": ts.gather(ops),
             "input_dims": [a.input_dims for a in oa],
             "input_types": [a.input_types for a in oa],
             "concrete_inputs": [a.concrete for a in oa],
             "flops": [a.flops for a in oa],
         }
     )
-    instants = [e for e in events if e.__class__ is _Instant]
-    mems = [e for e in instants if e.name == "[memory]" and e.args is not None]
-    ma = [e.args for e in mems]
-    groups.append(
-        {
-            "cat": [MEMORY_CAT] * len(mems),
-            "ts": [e.ts for e in mems],
-            "pid": [e.pid for e in mems],
-            "tid": [e.tid for e in mems],
-            "mem_bytes": [a.nbytes for a in ma],
-            "mem_allocated_bytes": [a.allocated for a in ma],
-            "mem_reserved_bytes": [a.reserved for a in ma],
-            "mem_addr": [a.addr for a in ma],
-            "mem_device_type": [a.device_type for a in ma],
-            "mem_device_id": [a.device_id for a in ma],
-        }
-    )
     return groups
 
 
-# raw frame, top-level metadata, era note, count of other events, warnings, side rows
-Parsed = tuple[pl.DataFrame, dict[str, Any], str, int, list[str], pl.DataFrame]
+class Parsed(NamedTuple):
+    """A whole document: its chunks' parts joined, and what the top level says."""
+
+    frame: pl.DataFrame
+    top: dict[str, Any]
+    era: str
+    n_other: int
+    warnings: list[str]
+    side: pl.DataFrame
+    memory: pl.DataFrame
 
 
 def decode_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
     """The elements of a JSON array of events, without its brackets (a span of the events
-    array) -> (frame of its X events, count of other events, side rows); None if they are not what the
-    fast path expects, or the span was not cut between two events. Runs in helper processes too."""
+    array) -> its :class:`Chunk`; None if they are not what the fast path expects, or the span
+    was not cut between two events. Runs in helper processes too."""
     doc = b"".join((b"[", elements, b"]"))
     try:  # one 8 MiB copy (under 1 ms) to add the brackets: the spool itself is never written to
         events = _EVENTS.decode(doc)
+        return _frame(events)  # a [memory] args value of the wrong shape fails there
     except (
         msgspec.DecodeError,
         msgspec.ValidationError,
@@ -387,7 +436,6 @@ def decode_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
         RecursionError,
     ):
         return None  # RecursionError: values nested ~1000 deep; the reference path says what it is
-    return _frame(events)
 
 
 def exact_times(data: bytes) -> tuple[pl.Series, pl.Series] | None:

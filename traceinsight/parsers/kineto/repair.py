@@ -14,7 +14,15 @@ import orjson
 
 from traceinsight import resources
 from traceinsight.errors import InputError
-from traceinsight.parsers.kineto.decode import MEMORY_CAT, Chunk, Parsed, raw_frame, side_frame
+from traceinsight.parsers.kineto.decode import (
+    MEMORY_KEYS,
+    Chunk,
+    Parsed,
+    memory_args_of,
+    memory_frame,
+    raw_frame,
+    side_frame,
+)
 from traceinsight.parsers.source import Decompressed, padding_note
 
 # Memory the whole-document path takes per byte of JSON (orjson's dicts of the compact 10x
@@ -186,17 +194,30 @@ def _frame_from_dicts(events: list[Any]) -> Chunk:
         [a.get("External id", a.get("external id")) for a in args],
         [a.get("bytes") for a in args],
     )
-    side = side_frame(_side_groups(xs, args, events))
-    n_mem = side.get_column("cat").eq_missing(MEMORY_CAT).sum()
-    return df, len(events) - len(xs) - n_mem, side
+    mems = [
+        e
+        for e in events
+        if type(e) is dict
+        and e.get("ph") == "i"
+        and e.get("name") == "[memory]"
+        and type(e.get("args")) is dict
+    ]
+    ma = [e["args"] for e in mems]
+    memory = memory_frame(
+        [e.get("ts") for e in mems],
+        [e.get("pid") for e in mems],
+        [e.get("tid") for e in mems],
+        memory_args_of({k: [a.get(k) for a in ma] for k in MEMORY_KEYS.values()}),
+    )
+    return Chunk(df, len(events) - len(xs) - len(mems), side_frame(_side_groups(xs, args)), memory)
 
 
 def _axis(v: Any, i: int) -> Any:
     return v[i] if type(v) is list and len(v) > i else None
 
 
-def _side_groups(xs: list[Any], args: list[Any], events: list[Any]) -> list[dict[str, list[Any]]]:
-    """decode._side_groups over dicts: kernels' launch configuration, ops' shapes, memory."""
+def _side_groups(xs: list[Any], args: list[Any]) -> list[dict[str, list[Any]]]:
+    """decode._side_groups over dicts: kernels' launch configuration, ops' shapes."""
     kernels = [
         i
         for i, (e, a) in enumerate(zip(xs, args, strict=True))
@@ -210,15 +231,6 @@ def _side_groups(xs: list[Any], args: list[Any], events: list[Any]) -> list[dict
         and (a.get("Input Dims") is not None or a.get("flops") is not None)
     ]
     oa = [args[i] for i in ops]
-    mems = [
-        e
-        for e in events
-        if type(e) is dict
-        and e.get("ph") == "i"
-        and e.get("name") == "[memory]"
-        and type(e.get("args")) is dict
-    ]
-    ma = [e["args"] for e in mems]
     dims = {
         f"{k}_{axis}": [_axis(a.get(k), i) for a in ka]
         for k in ("grid", "block")
@@ -227,26 +239,17 @@ def _side_groups(xs: list[Any], args: list[Any], events: list[Any]) -> list[dict
     return [
         {
             "row": kernels,
-            "ts": [xs[i].get("ts") for i in kernels],
             **dims,
             **{c: [a.get(k) for a in ka] for c, k in _KERNEL_KEYS.items()},
         },
         {
             "row": ops,
-            "ts": [xs[i].get("ts") for i in ops],
             **{c: [a.get(k) for a in oa] for c, k in _OP_KEYS.items()},
-        },
-        {
-            "cat": [MEMORY_CAT] * len(mems),
-            "ts": [e.get("ts") for e in mems],
-            "pid": [e.get("pid") for e in mems],
-            "tid": [e.get("tid") for e in mems],
-            **{c: [a.get(k) for a in ma] for c, k in _MEMORY_KEYS.items()},
         },
     ]
 
 
-# side-row column <- the Kineto args key (see decode._Args and decode._MemArgs)
+# side-row column <- the Kineto args key (see decode._Args)
 _OP_KEYS = {
     "input_dims": "Input Dims",
     "input_types": "Input type",
@@ -260,14 +263,6 @@ _KERNEL_KEYS = {
     "blocks_per_sm": "blocks per SM",
     "warps_per_sm": "warps per SM",
 }
-_MEMORY_KEYS = {
-    "mem_bytes": "Bytes",
-    "mem_allocated_bytes": "Total Allocated",
-    "mem_reserved_bytes": "Total Reserved",
-    "mem_addr": "Addr",
-    "mem_device_type": "Device Type",
-    "mem_device_id": "Device Id",
-}
 
 
 def robust(data: bytes, path: Path, truncated: bool) -> Parsed:
@@ -275,5 +270,5 @@ def robust(data: bytes, path: Path, truncated: bool) -> Parsed:
     obj, warnings = _decode(data, path, truncated)
     events, top, array_era = _events_and_top(obj, path)
     del obj
-    df, n_other, side = _frame_from_dicts(events)
-    return df, top, array_era, n_other, warnings, side
+    chunk = _frame_from_dicts(events)
+    return Parsed(chunk.frame, top, array_era, chunk.n_other, warnings, chunk.side, chunk.memory)

@@ -497,15 +497,17 @@ def _finish(cutter: _Cutter, sched: _Scheduler, notes: list[str]) -> Parsed | No
     if mended is None:
         return None
     parts, meta = mended
-    df = pl.concat([df for df, _, _ in parts], how="vertical_relaxed")
-    other = sum(n for _, n, _ in parts)
+    df = pl.concat([p.frame for p in parts], how="vertical_relaxed")
+    other = sum(p.n_other for p in parts)
     if df.height == 0 and other and cutter.bare:
         return None  # an array of something else: let the robust path explain
     # each chunk's side rows point into its own frame: shift them to the concatenation's rows
     offsets = [0]
-    for part, _, _ in parts[:-1]:
-        offsets.append(offsets[-1] + part.height)
+    for part in parts[:-1]:
+        offsets.append(offsets[-1] + part.frame.height)
     side = pl.concat(
-        [s.with_columns(pl.col("row") + o) for (_, _, s), o in zip(parts, offsets, strict=True)]
+        [p.side.with_columns(pl.col("row") + o) for p, o in zip(parts, offsets, strict=True)]
     )
-    return df, meta, "2020 bare event array" if cutter.bare else "", other, notes, side
+    memory = pl.concat([p.memory for p in parts])
+    era = "2020 bare event array" if cutter.bare else ""
+    return Parsed(df, meta, era, other, notes, side, memory)
