@@ -164,7 +164,8 @@ def cuda_graphs(model: StepModel) -> StepModel | None:
         h.with_row_index("_n").filter(captured).get_column("_n").cast(pl.Int64).implode()
     )
     g = model.gpu.with_columns(
-        pl.when(graph_op)
+        # a graph keeps its waits on other streams (event edges are captured too)
+        pl.when(graph_op & (pl.col("after_op") < 0))
         .then(pl.min_horizontal("gap_ns", pl.lit(GRAPH_GAP_NS)))
         .otherwise(pl.col("gap_ns"))
         .alias("gap_ns"),
@@ -270,10 +271,13 @@ def no_empty_cache(model: StepModel) -> StepModel | None:
 
 
 def comm_overlapped(model: StepModel) -> StepModel | None:
-    """Side-stream work overlapped with compute: on every stream but the compute one, the delays
-    no edge explains (the waits on the main stream) go, so the work starts when launched.
-    Assumes the main stream does not wait for it within the step and the engines do not slow
-    each other down."""
+    """Side-stream work overlapped with compute (DDP buckets, FSDP prefetch, a copy stream):
+    on every stream but the compute one, the delays no edge explains go, so the work starts
+    when launched (work queued before the window at the window's start). Where the compute
+    stream waited for side work (``after_op``), it still waits, but only for what the compute
+    since its previous such wait could not hide: an overlap saves at most the compute time it
+    hides behind. Assumes the engines do not slow each other down (measured on the H200 comm
+    pair: 10.71 ms overlapped against 10.46 ms of compute alone)."""
     g = model.gpu
     if g.get_column("chain").n_unique() < 2:
         return None
@@ -281,16 +285,26 @@ def comm_overlapped(model: StepModel) -> StepModel | None:
     waits = (pl.col("chain") != main) | (pl.col("after_op") >= 0)
     if _share(g, waits, "gap_ns") < NEGLIGIBLE_RATIO:
         return None
-    side = g.filter(pl.col("chain") != main).get_column("op").cast(pl.Int64).implode()
+    on_side = pl.col("chain") != main
+    side = g.filter(on_side).get_column("op").cast(pl.Int64).implode()
+    waits_side = (pl.col("chain") == main) & pl.col("after_op").is_in(side)
+    # rows are in chain order: a wait opens a segment; the one before it ran since the
+    # previous wait, the compute the side work can hide behind
+    g = g.with_columns(waits_side.cum_sum().over("chain").alias("_seg"))
+    seg_busy = pl.col("dur_ns").sum().over("chain", "_seg")
+    hidden = seg_busy.shift(1).over("chain")
     g = g.with_columns(
-        # the side stream runs its work as launched; the main stream no longer waits for it
-        pl.when(pl.col("chain") != main)
+        pl.when(on_side)
         .then(0)
-        .when(pl.col("after_op").is_in(side))
-        .then(pl.col("after_lag_ns"))
+        .when(waits_side)
+        .then(pl.max_horizontal(pl.col("after_lag_ns"), pl.col("gap_ns") - hidden.fill_null(0)))
         .otherwise(pl.col("gap_ns"))
         .alias("gap_ns"),
-    )
+        pl.when(on_side & ~pl.col("launched"))
+        .then(pl.col("start_ns").min())
+        .otherwise(pl.col("start_ns"))
+        .alias("start_ns"),
+    ).drop("_seg")
     return model.with_gpu(g)
 
 
