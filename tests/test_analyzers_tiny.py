@@ -4,10 +4,10 @@ import polars as pl
 import pytest
 
 from traceinsight import analyze
+from traceinsight.api import analyze_trace
 
+from .builder import US, Events
 from .conftest import TINY
-
-US = 1000
 
 
 def test_busy_and_idle_by_cause(tiny_analysis):
@@ -262,3 +262,23 @@ def test_nsys_rank_of_both_paths_agree():
     assert gpid.select(_rank_of([10, 20, 30])).to_series().to_list() == [2, 0, 0, 1, 0, 0]
     many = list(range(0, 200, 10))  # over 16 processes: the lookup table
     assert gpid.select(_rank_of(many)).to_series().to_list() == [3, 1, 0, 2, 0, 1]
+
+
+def test_launch_gaps_are_labelled_by_what_the_host_did_not_by_length():
+    # the GPU idles while the host (thread 1) dispatches inside a torch op (85 us, 153 us), runs
+    # Python outside any op (58 us), or works 918 us inside an op: the in-op gaps' median is
+    # 153 us, so the step model's dispatch cap is 4 x 153 = 612 us (what its cuda_graphs
+    # transform removes per launch). Dispatching up to the cap is launch overhead whatever its
+    # length (the old 100 us cut split the first two); the rest is CPU work.
+    ev = Events().step(0, 0, 1300)
+    ev.kernel("k0", 10, 2, launch_us=4)
+    ev.op("aten::linear", 14, 82).kernel("k1", 97, 2, launch_us=90)
+    ev.op("aten::linear", 100, 150).kernel("k2", 252, 2, launch_us=244)
+    ev.kernel("k3", 312, 2, launch_us=300)  # 254-312: Python between ops
+    ev.op("aten::conv2d", 320, 910).kernel("k4", 1232, 2, launch_us=1224)
+    seg = analyze_trace(ev.trace()).results.idle.segments.sort("start_ns")
+    got = {(r["start_ns"] // US, r["end_ns"] // US): r["cause"] for r in seg.iter_rows(named=True)}
+    assert got[(12, 97)] == "launch_overhead"
+    assert got[(99, 252)] == "launch_overhead"
+    assert got[(254, 312)] == "cpu_work"
+    assert got[(314, 1232)] == "cpu_work"

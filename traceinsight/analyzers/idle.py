@@ -33,6 +33,7 @@ from traceinsight.analyzers.context import (
 )
 from traceinsight.analyzers.sources import user_frames
 from traceinsight.model import intervals as iv
+from traceinsight.model.whatif import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
 
 CAUSES = (
     "dataloader",
@@ -46,8 +47,14 @@ CAUSES = (
 )
 # A gap at least this covered by one host activity is blamed on it.
 MAJORITY = 0.5
-# Gaps shorter than this, with the next kernel launched late, are launch overhead.
-LAUNCH_GAP_MAX_NS = 100_000
+# A gap whose next kernel was launched late is launch overhead when the host spent it mostly
+# in launch calls, or in the launching thread's torch ops for no longer than the step model's
+# dispatch cap (DISPATCH_CAP_RATIO x the median such gap, at least MIN_DISPATCH_CAP_NS: what
+# its cuda_graphs transform removes per launch); otherwise CPU work (Python outside any op, or
+# work inside an op beyond dispatch). Where the trace records no host ops (nsys, Kineto
+# without CPU activity) the host's time cannot be split: gaps up to this long are then taken
+# as launch overhead.
+UNSPLIT_LAUNCH_GAP_NS = 100_000
 TIMELINE_BINS = 600
 TOP_SEGMENTS = 25
 
@@ -87,6 +94,21 @@ def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
         return pl.Series(name, [0.0] * gaps.height)
     ov = iv.overlap_with(gaps, u)
     return (ov / gaps["dur_ns"].cast(pl.Float64)).alias(name)
+
+
+def _launching_ops(ctx: Context) -> pl.DataFrame:
+    """Union of the torch ops of the threads that launch GPU work (a pin-memory or data
+    thread's ops are not the launching thread's dispatch), clipped to the window."""
+    tids = (
+        ctx.launches.get_column("launch_tid").drop_nulls().unique().implode()
+        if ctx.launches.height
+        else None
+    )
+    rows = ctx.rows(("cpu_op",))
+    rows = rows.filter(pl.col("tid").is_in(tids)) if tids is not None else rows.head(0)
+    if rows.height == 0:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+    return iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns)
 
 
 def _profiler_ranges(ctx: Context) -> pl.DataFrame:
@@ -287,6 +309,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     comm = host_ranges(ctx, COMM_HOST_PATTERN)
     launch = host_ranges(ctx, LAUNCH_API, host)
+    torch_ops = _launching_ops(ctx)
     profiler = _profiler_ranges(ctx)
     pageable = _pageable_copy_calls(ctx)
 
@@ -295,6 +318,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         _overlap_frac(gaps, syncs, "f_sync"),
         _overlap_frac(gaps, comm, "f_comm"),
         _overlap_frac(gaps, launch, "f_launch"),
+        _overlap_frac(gaps, torch_ops, "f_ops"),
         _overlap_frac(gaps, profiler, "f_profiler"),
         _overlap_frac(gaps, pageable, "f_pageable"),
     )
@@ -311,6 +335,14 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     launched_late = pl.col("next_launch_ns").is_not_null() & (
         pl.col("next_launch_ns") >= pl.col("start_ns")
     )
+    in_launch = pl.col("f_launch") >= MAJORITY
+    if torch_ops.height:
+        in_ops = launched_late & (pl.col("f_ops") >= MAJORITY)
+        typical = gaps.filter(in_ops).get_column("dur_ns").median()
+        cap = max(MIN_DISPATCH_CAP_NS, DISPATCH_CAP_RATIO * float(typical or 0))
+        dispatching = in_launch | ((pl.col("f_ops") >= MAJORITY) & (pl.col("dur_ns") <= cap))
+    else:
+        dispatching = in_launch | (pl.col("dur_ns") <= UNSPLIT_LAUNCH_GAP_NS)
     cause = (
         pl.when(pl.col("f_profiler") >= MAJORITY)
         .then(pl.lit("profiler"))
@@ -322,10 +354,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("host_sync"))
         .when(pl.col("f_comm") >= MAJORITY)
         .then(pl.lit("communication"))
-        .when(
-            launched_late
-            & ((pl.col("dur_ns") <= LAUNCH_GAP_MAX_NS) | (pl.col("f_launch") >= MAJORITY))
-        )
+        .when(launched_late & dispatching)
         .then(pl.lit("launch_overhead"))
         .when(launched_late | pl.col("next_launch_ns").is_null())
         .then(pl.lit("cpu_work"))
