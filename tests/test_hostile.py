@@ -137,6 +137,65 @@ def test_named_hostile_case(name, tmp_path, capsys):
         assert text in (err if rc else " ".join(doc["warnings"]))
 
 
+# export_memory_timeline look-alikes (an array of number arrays): exit 2 naming what is wrong
+MEMORY_TIMELINE_CASES: dict[str, tuple[str, str]] = {
+    "raw_nulls": ("[[0, null, null, null]]", "Expected `int`, got `null` - at `$[0][1]`"),
+    "raw_short_row": ("[[0, 1, 2]]", "Expected `array` of length 4 - at `$[0]`"),
+    "raw_ragged": ("[[0, 1, 2, 3], [1, 2]]", "Expected `array` of length 4 - at `$[1]`"),
+    "raw_float_bytes": ("[[0, 2, 2.5, 3]]", "Expected `int`, got `float` - at `$[0][2]`"),
+    "raw_bool_action": ("[[0, true, 1, 0]]", "Expected `int`, got `bool` - at `$[0][1]`"),
+    "raw_unknown_action": ("[[0, 5, 1, 0]]", "Expected `int` <= 4 - at `$[0][1]`"),
+    "raw_unknown_category": ("[[0, 2, 1, 8]]", "Expected `int` <= 7 - at `$[0][3]`"),
+    "raw_negative_time": ("[[-5, 2, 1, 0]]", "Expected `int` >= -1 - at `$[0][0]`"),
+    "raw_huge_bytes": ("[[0, 2, 100000000000000000000000, 0]]", "at `$[0][2]`"),
+    "raw_bytes_overflow": (
+        json.dumps([[0, 2, 2**56, 0]] * 80),
+        "the bytes sum past 2**62",
+    ),
+    "raw_string_time": ('[[1, "x", 1, 0]]', "Expected `int`, got `str` - at `$[0][1]`"),
+    "plot_null_size": (
+        "[[1, 2], [[1, null], [2, 3]]]",
+        "Expected `int`, got `null` - at `$[1][0][1]`",
+    ),
+    "plot_lengths_differ": ("[[1, 2], [[0, 1]]]", "2 times but 1 size rows"),
+    "plot_ragged_sizes": ("[[1, 2], [[0, 1], [0]]]", "rows of sizes must all hold 1 to 9 numbers"),
+    "plot_too_many_categories": (
+        json.dumps([[1], [list(range(10))]]),
+        "rows of sizes must all hold 1 to 9 numbers",
+    ),
+    "plot_time_overflow": ("[[1e300], [[0, 1]]]", "at `$[0][0]`"),
+    "plot_third_part": ("[[1], [[0, 1]], [2]]", "Expected `array` of length 2"),
+    "truncated": ("[[0, 1, 3, 4", "damaged memory timeline export"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MEMORY_TIMELINE_CASES))
+@pytest.mark.parametrize("gz", [False, True])
+def test_memory_timeline_lookalike_is_one_clean_line(name, gz, tmp_path, capsys):
+    text, message = MEMORY_TIMELINE_CASES[name]
+    p = tmp_path / (f"{name}.raw.json.gz" if gz else f"{name}.json")
+    p.write_bytes(gzip.compress(text.encode()) if gz else text.encode())
+    before, mtime = _sha(p), p.stat().st_mtime_ns
+    rc, err, _ = run(p, capsys)  # no traceback, one line naming the file
+    assert rc == 2 and "memory timeline export" in err and message in err, err
+    assert _sha(p) == before and p.stat().st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize(
+    "text, peak",
+    [
+        ("[[-1, 1, 100, 7], [5, 2, 50, 4]]", 150),  # raw: a pre-existing tensor, then one more
+        ("[[1.5, 2.25], [[0, 1], [0, 3]]]", 3),  # plot: float µs, one category
+        ("[[-1, 4], [[0, 8, 0], [0, 8, 2]]]", 10),  # plot: pre-existing at -1
+    ],
+)
+def test_odd_but_valid_memory_timelines_are_analyzed(text, peak, tmp_path, capsys):
+    p = tmp_path / "t.json"
+    p.write_text(text)
+    rc, _, doc = run(p, capsys)
+    assert rc == 0 and doc["metrics"]["memory_peak_allocated_bytes"] == peak
+
+
 def test_truncated_json_salvages_complete_events(tmp_path, capsys):
     doc = {
         "schemaVersion": 1,
@@ -313,6 +372,31 @@ def test_byte_mutations_of_real_traces(seed, rnd: random.Random, n, gz, tmp_path
             data[i:i] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 8)))
     p = tmp_path_factory.mktemp("mut") / ("m.json.gz" if gz else "m.json")
     p.write_bytes(gzip.compress(bytes(data)) if gz else bytes(data))
+    run(p, capsys)
+
+
+number_rows = st.lists(
+    st.lists(st.integers(-3, 9) | st.integers(-(2**70), 2**70) | json_leaf, min_size=0, max_size=6),
+    min_size=1,
+    max_size=6,
+)
+plot_like = st.tuples(
+    st.lists(st.integers(-2, 10**16) | st.floats(allow_nan=True), min_size=1, max_size=5),
+    st.lists(st.lists(st.integers(-(2**64), 2**64) | json_leaf, max_size=10), max_size=5),
+)
+
+
+@settings(
+    max_examples=FUZZ_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(doc=number_rows | plot_like.map(list))
+def test_random_memory_timelines(doc, tmp_path_factory, capsys):
+    """Arrays of arrays led by a number (what routes a file to the memory timeline parser):
+    exit 0 with a result or exit 2 with one line, never a traceback."""
+    p = tmp_path_factory.mktemp("mt") / "t.json"
+    p.write_bytes(json.dumps(doc, allow_nan=True).encode() if _jsonable(doc) else b"[]")
     run(p, capsys)
 
 

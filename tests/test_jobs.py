@@ -243,3 +243,77 @@ def test_diff_and_gate(tmp_path, capsys):
     k = json.loads(out.read_text())["kernels_per_step"]
     assert k["appeared_count"] > 0 and k["disappeared_count"] > 0
     assert any(r["name"].startswith("triton_") for r in k["appeared"])
+
+
+def _section(html: str, sid: str) -> str:
+    part = html[html.index(f'<section id="{sid}">') :]
+    return part[: part.index("</section>")]
+
+
+def test_job_report_has_each_ranks_memory(tmp_path):
+    """Two memory recordings as the ranks of one job: the job's Memory section shows each
+    rank's numbers as its own analysis has them, and the memory findings of either rank."""
+    import re
+
+    import traceinsight
+    from traceinsight.report.format import fmt_bytes, fmt_pct, fmt_signed_bytes
+
+    job = tmp_path / "job"
+    job.mkdir()
+    names = ("mem_healthy", "mem_leak")
+    for r, name in enumerate(names):
+        shutil.copy(H200 / "memory" / f"{name}.pt.trace.json.gz", job / f"rank{r}.pt.trace.json.gz")
+    html_path = tmp_path / "job.html"
+    assert main(["analyze", str(job), "-o", str(html_path), "-q", "--no-replay"]) == 0
+    html = html_path.read_text()
+    section = _section(html, "memory")
+    assert "No memory events" not in section and "https://" not in html
+    rows = re.findall(r"<tr><td>(\d+)</td>(.*?)</tr>", section)
+    assert [int(r) for r, _ in rows] == [0, 1]
+    alone = [
+        traceinsight.analyze(H200 / "memory" / f"{name}.pt.trace.json.gz", replay=False)
+        for name in names
+    ]
+    for (rank, cells), a in zip(rows, alone, strict=True):
+        m = a.metrics
+        shown = re.findall(r"<td[^>]*>([^<]*)</td>", "<td>" + cells)
+        assert shown == [
+            "0",  # the rank's GPU
+            fmt_bytes(m["memory_peak_allocated_bytes"]),
+            fmt_bytes(m["memory_peak_reserved_bytes"]),
+            fmt_bytes(m["device_memory_bytes"]),
+            fmt_pct(m["memory_headroom_ratio"]),
+            fmt_pct(m["memory_fragmentation_ratio"]),
+            fmt_signed_bytes(m["memory_growth_bytes_per_step"]),
+            f"{m['allocator_device_allocs_per_step']:.1f}",
+            f"{m['allocator_device_frees_per_step']:.1f}",
+        ], rank
+    # the numbers themselves: the leak's peak and its growth as torch measured it
+    truth = json.loads((H200 / "memory" / "mem_leak.truth.json").read_text())
+    assert truth["leaked_bytes_per_step"] == 8 * 2**20
+    assert "748.6 MB" in rows[1][1] and "+8.4 MB" in rows[1][1] and "0 B" in rows[0][1]
+    # the ranks' memory findings, each with its rank, as each rank's own analysis finds them
+    listed = re.findall(
+        r"<li>rank (\d+): <span class=\"sev (\w+)\">\w+</span> <b>(\w+)</b>", section
+    )
+    want = [
+        (str(r), f.severity, f.id)
+        for r, a in enumerate(alone)
+        for f in a.findings
+        if f.id in ("memory_growth", "memory_fragmentation", "allocator_churn", "memory_headroom")
+    ]
+    assert listed == want and ("1", "medium", "memory_growth") in listed
+    # the rows reach the page's data through |tojson too
+    data = json.loads(re.search(r'id="ti-data">(.*?)</script>', html, re.S).group(1))
+    assert [r["memory_peak_allocated_bytes"] for r in data["memory"]] == [706083328, 748550656]
+
+
+def test_job_report_without_memory_events_says_how_to_record(tmp_path):
+    for name in ("rank0.json", "rank1.json"):
+        shutil.copy(TINY / "comm_overlap.json", tmp_path / name)
+    job = analyze_job(tmp_path, runtime=Runtime(workers=1))
+    from traceinsight.report.html import render_job_html
+
+    section = _section(render_job_html(job.to_json()), "memory")
+    assert "No memory events (record with" in section and "profile_memory=True" in section
+    assert "<table" not in section

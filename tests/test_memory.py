@@ -324,6 +324,14 @@ def test_memory_timeline_raw_and_plot_exports(tmp_path: Path) -> None:
     assert t.memory["allocated_bytes"].to_list() == [1000, 1300, 1000, 1300, 1000]
     assert t.memory["start_ns"].to_list() == [5000, 5000, 6000, 6000, 9000]
     assert set(t.memory["source"]) == {"memory_timeline"}
+    # _CATEGORY_TO_INDEX: 0 parameter, 3 temporary, 4 activation
+    assert t.memory["category"].to_list() == [
+        "parameter",
+        "temporary",
+        "temporary",
+        "activation",
+        "activation",
+    ]
     a = traceinsight.analyze(p)
     assert a.metrics["memory_peak_allocated_bytes"] == 1300
     assert a.metrics["memory_peak_reserved_bytes"] is None
@@ -331,8 +339,19 @@ def test_memory_timeline_raw_and_plot_exports(tmp_path: Path) -> None:
     q = tmp_path / "m.json"
     q.write_text(json.dumps(plot))
     t = load_trace(q)
-    assert t.memory["allocated_bytes"].to_list() == [1300, 1300, 1000]
-    assert t.memory["start_ns"].to_list() == [5000, 6000, 9000]
+    # one row per time and category that changed (sizes[i][k + 1]: category index k), bytes
+    # its change, allocated the total then
+    assert t.memory["start_ns"].to_list() == [5000, 5000, 6000, 6000, 9000]
+    assert t.memory["category"].to_list() == [
+        "parameter",
+        "optimizer_state",
+        "optimizer_state",
+        "input",
+        "input",
+    ]
+    assert t.memory["bytes"].to_list() == [1000, 300, -300, 300, -300]
+    assert t.memory["allocated_bytes"].to_list() == [1300, 1300, 1300, 1300, 1000]
+    assert traceinsight.analyze(q).metrics["memory_peak_allocated_bytes"] == 1300
 
 
 def test_the_real_memory_timeline_export_is_read() -> None:
@@ -386,6 +405,7 @@ def test_export_writes_the_memory_table_beside_the_events(tmp_path: Path) -> Non
     assert main(["export", str(FIX / "mem_leak.pt.trace.json.gz"), "-o", str(out), "-q"]) == 0
     mem = pl.read_parquet(tmp_path / "ev.memory.parquet")
     assert mem.schema == pl.Schema(MEMORY_SCHEMA) and mem.height > 1000
+    assert mem["category"].null_count() == mem.height  # Kineto's events name no category
     assert pl.read_parquet(tmp_path / "ev.op_args.parquet").height > 0
 
 
@@ -437,24 +457,173 @@ def test_two_devices_give_per_device_metrics() -> None:
     assert isinstance(m["allocator_device_allocs_per_step"], float)  # per trace
 
 
-def test_memory_timeline_as_torch_writes_it(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def torch_timeline(tmp_path_factory) -> tuple[Path, Path]:
+    """A CPU torch recording's export_memory_timeline, raw and plot: a two-layer MLP trained
+    three steps with Adam (parameters, optimizer state, inputs, activations, gradients)."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    model = torch.nn.Linear(64, 64)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 64))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     with profile(
         activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True, with_stack=True
     ) as p:
         for _ in range(3):
-            model(torch.randn(32, 64)).sum().backward()
+            model(torch.randn(128, 64)).pow(2).mean().backward()
             opt.step()
             opt.zero_grad()
-    raw, plot = tmp_path / "t.raw.json.gz", tmp_path / "t.json"
-    p.export_memory_timeline(str(raw), device="cpu")
-    p.export_memory_timeline(str(plot), device="cpu")
-    peaks = [traceinsight.analyze(f).metrics["memory_peak_allocated_bytes"] for f in (raw, plot)]
+    d = tmp_path_factory.mktemp("timeline")
+    raw, plot = d / "t.raw.json.gz", d / "t.json"
+    import warnings
+
+    with warnings.catch_warnings():  # deprecated in torch 2.x, still written
+        warnings.simplefilter("ignore", FutureWarning)
+        p.export_memory_timeline(str(raw), device="cpu")
+        p.export_memory_timeline(str(plot), device="cpu")
+    return raw, plot
+
+
+def test_memory_timeline_as_torch_writes_it(torch_timeline) -> None:
+    peaks = [traceinsight.analyze(f).metrics["memory_peak_allocated_bytes"] for f in torch_timeline]
     assert peaks[0] == peaks[1] > 0  # the two layouts of one recording agree
+
+
+def _torch_category_names() -> dict[int, str]:
+    """torch's own index -> category map (_memory_profiler._CATEGORY_TO_INDEX; None: unknown)."""
+    from torch.profiler._memory_profiler import _CATEGORY_TO_INDEX
+
+    return {
+        i: c.name.lower() if c is not None else "unknown" for c, i in _CATEGORY_TO_INDEX.items()
+    }
+
+
+def test_categories_at_the_peak_from_torchs_timeline(torch_timeline, tmp_path: Path) -> None:
+    import gzip
+    from itertools import accumulate
+
+    from traceinsight.model.schema import MEMORY_CATEGORIES
+    from traceinsight.parsers import load_trace
+    from traceinsight.report.html import render_html
+
+    raw, plot = torch_timeline
+    names = _torch_category_names()
+    assert tuple(names[i] for i in range(len(names))) == MEMORY_CATEGORIES
+    # the raw rows by hand: pre-existing tensors (-1) at the first time, rows in time order,
+    # the running sum's first maximum, the bytes of every row up to it by category
+    rows = json.loads(gzip.decompress(raw.read_bytes()))
+    first = min(r[0] for r in rows if r[0] >= 0)
+    rows = sorted(([t if t >= 0 else first, b, c] for t, _, b, c in rows), key=lambda r: r[0])
+    running = list(accumulate(b for _, b, _ in rows))
+    peak = max(running)
+    i = running.index(peak)
+    want = dict.fromkeys(MEMORY_CATEGORIES, 0)
+    for _, b, c in rows[: i + 1]:
+        want[names[c]] += b
+    assert sum(want.values()) == peak
+    assert min(want[c] for c in ("parameter", "optimizer_state", "activation", "gradient")) > 0
+    a = traceinsight.analyze(raw)
+    assert a.metrics["memory_peak_allocated_bytes"] == peak
+    assert a.metrics["memory_peak_by_category_bytes"] == want
+    assert a.results.memory.devices[0].peak_by_category_bytes == want
+    # Adam keeps two moments per parameter (twice the parameters' bytes) and a float32 step
+    # count per parameter tensor (2 weights, 2 biases)
+    assert want["optimizer_state"] == 2 * want["parameter"] + 4 * 4
+    # the plot by hand: the first time of the highest total, sizes[i][k + 1] for category k
+    times, sizes = json.loads(plot.read_text())
+    totals = [sum(s) for s in sizes]
+    j = totals.index(max(totals))
+    want_plot = {names[k]: sizes[j][k + 1] for k in range(len(names))}
+    b = traceinsight.analyze(plot)
+    assert b.metrics["memory_peak_by_category_bytes"] == want_plot == want
+    # the table's rows: a category per row, its change, the total over categories then
+    t = load_trace(plot).memory
+    assert set(t["category"].drop_nulls()) <= set(MEMORY_CATEGORIES)
+    assert t["category"].null_count() == 0
+    assert t["allocated_bytes"].max() == max(totals)
+    # the report: the bytes by category at the peak
+    html = render_html(a.to_json())
+    section = html[html.index('<section id="memory">') :]
+    section = section[: section.index("</section>")]
+    assert "<th>at the peak</th>" in section
+    from traceinsight.report.format import fmt_bytes
+
+    line = "At the peak: " + ", ".join(
+        f"{label} {fmt_bytes(want[c])}"
+        for c, label in (
+            ("parameter", "parameters"),
+            ("optimizer_state", "optimizer state"),
+            ("input", "inputs"),
+            ("temporary", "temporaries"),
+            ("activation", "activations"),
+            ("gradient", "gradients"),
+            ("autograd_detail", "autograd detail"),
+            ("unknown", "unknown"),
+        )
+        if want[c]
+    )
+    assert line in section
+    # a Kineto trace's memory events have no categories: no table, a null metric
+    k = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.gz", replay=False)
+    assert k.metrics["memory_peak_by_category_bytes"] is None
+    assert "<th>at the peak</th>" not in render_html(k.to_json())
+
+
+def test_export_writes_the_category_column(torch_timeline, tmp_path: Path) -> None:
+    from traceinsight.cli import main
+
+    raw, _ = torch_timeline
+    out = tmp_path / "t.parquet"
+    assert main(["export", str(raw), "-o", str(out), "-q"]) == 0
+    mem = pl.read_parquet(tmp_path / "t.memory.parquet")
+    assert mem.schema == pl.Schema(MEMORY_SCHEMA) and mem["category"].null_count() == 0
+    # the raw rows one for one, each with its category
+    import gzip
+
+    rows = json.loads(gzip.decompress(raw.read_bytes()))
+    names = _torch_category_names()
+    counts = {}
+    for r in rows:
+        counts[names[r[3]]] = counts.get(names[r[3]], 0) + 1
+    assert dict(mem.group_by("category").len().iter_rows()) == counts
+
+
+def test_headroom_uses_the_measured_activation_share() -> None:
+    from traceinsight.parsers import load_trace
+
+    t = load_trace(FIX / "mem_small_batch.pt.trace.json.gz")
+    # categories by address (an allocation and its free share one): 3 kinds of tensor
+    t.memory = t.memory.with_columns(
+        pl.col("addr")
+        .mod(3)
+        .replace_strict([0, 1, 2], ["activation", "temporary", "parameter"], return_dtype=pl.String)
+        .alias("category")
+    )
+    a = analyze_trace(t, Options(replay=False))
+    d = a.results.memory.devices[0]
+    f = next(f for f in a.findings if f.id == "memory_headroom")
+    # by hand: the rows up to the peak's, summed by category
+    rows = t.memory.select("start_ns", "bytes", "allocated_bytes", "category").rows()
+    i = next(
+        k for k, (s, _, al, _) in enumerate(rows) if s == d.peak_ns and al == d.peak_allocated_bytes
+    )
+    act = sum(b for _, b, _, c in rows[: i + 1] if c in ("activation", "temporary"))
+    assert f.evidence["activation_bytes_at_peak"] == act > 0
+    assert f.evidence["activation_ratio"] == pytest.approx(act / d.peak_allocated_bytes)
+    assert f.evidence["activation_ratio_source"].startswith("measured")
+    assert f.evidence["peak_by_category_bytes"]["parameter"] == sum(
+        b for _, b, _, c in rows[: i + 1] if c == "parameter"
+    )
+    # without categories: the step-span estimate, said so
+    plain = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.gz", replay=False)
+    g = next(f for f in plain.findings if f.id == "memory_headroom")
+    e = plain.results.memory.devices[0]
+    assert g.evidence["activation_ratio"] == pytest.approx(
+        e.step_span_bytes / e.peak_allocated_bytes
+    )
+    assert g.evidence["activation_ratio_source"].startswith("estimated")
+    assert g.evidence["peak_by_category_bytes"] is None
 
 
 def test_job_summary_has_the_memory_line(tmp_path: Path, capsys) -> None:

@@ -103,6 +103,7 @@ class Results:
             "memory_headroom_ratio": mem.metric("headroom_ratio"),
             "memory_fragmentation_ratio": mem.metric("fragmentation_ratio"),
             "memory_growth_bytes_per_step": mem.metric("growth_bytes_per_step"),
+            "memory_peak_by_category_bytes": mem.metric("peak_by_category_bytes"),
             "allocator_device_allocs_per_step": mem.allocator_device_allocs_per_step,
             "allocator_device_frees_per_step": mem.allocator_device_frees_per_step,
         }

@@ -19,6 +19,7 @@ import polars as pl
 from traceinsight.analyzers.context import API_KINDS, HOST_OP_KINDS, Context
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.model import whatif
+from traceinsight.model.schema import MEMORY_CATEGORIES
 
 # Device allocations and frees: the caching allocator's own calls into the driver (pinned host
 # memory, cudaMallocHost/cudaFreeHost, is not device memory).
@@ -55,6 +56,9 @@ class DeviceMemory:
     never_freed: tuple[dict[str, Any], ...]  # op, input_dims, bytes_per_step, count
     never_freed_bytes_per_step: float | None
     steps_until_full: float | None  # (device memory - peak allocated) / growth per step
+    # bytes live per category at the allocated peak (MEMORY_CATEGORIES, in their order): the
+    # events' bytes summed up to the peak; None where the source has no categories (Kineto, nsys)
+    peak_by_category_bytes: dict[str, int] | None
     # start_ns (the window's), t_ns (from it), allocated_bytes, reserved_bytes: bucket maxima
     timeline: dict[str, Any] = field(default_factory=dict)
 
@@ -234,9 +238,9 @@ def _device(
     ctx: Context, dev: int, mem: pl.DataFrame, steady: pl.DataFrame, lo: int, hi: int
 ) -> DeviceMemory:
     # only the columns read below: every join and sort then moves a few columns, not all
-    mem = mem.select("start_ns", "tid", "bytes", "allocated_bytes", "reserved_bytes", "addr").sort(
-        "start_ns", maintain_order=True
-    )
+    mem = mem.select(
+        "start_ns", "tid", "bytes", "allocated_bytes", "reserved_bytes", "addr", "category"
+    ).sort("start_ns", maintain_order=True)
     win = mem.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
     if win.height == 0:  # no window (a memory timeline holds no events): all of it
         win = mem
@@ -281,11 +285,13 @@ def _device(
             med = per.select((pl.col("_m") - pl.col("_b")).clip(0).median()).item()
             span = int(med) if med is not None else None
     peak_ns = peak_op = peak_root = None
+    by_category = None
     top: tuple[dict[str, Any], ...] = ()
     never: tuple[dict[str, Any], ...] = ()
     never_per_step = None
     if peak_alloc is not None:
         at = mem.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi)
+        by_category = _by_category_at_peak(mem, lo, hi, peak_alloc)
         peak_row = (at if at.height else mem).filter(pl.col("allocated_bytes") == peak_alloc)
         peak_row = _alloc_ops(ctx, peak_row.head(1))
         peak_ns = int(peak_row["start_ns"][0])
@@ -294,11 +300,12 @@ def _device(
             ctx, int(peak_row["tid"][0]) if peak_row["tid"][0] is not None else None, peak_ns
         )
         # each allocation's free: the first free at its address after it (an as-of join per
-        # address: no sort of the table by address); ops are joined to the few rows reported
-        frees = mem.filter(pl.col("bytes") < 0).select(
+        # address: no sort of the table by address); ops are joined to the few rows reported.
+        # Events without an address (a memory timeline's tensors) pair with no free: left out
+        frees = mem.filter(pl.col("bytes") < 0, pl.col("addr").is_not_null()).select(
             "addr", pl.col("start_ns").alias("_freed_ns")
         )
-        allocs = mem.filter(pl.col("bytes") > 0).join_asof(
+        allocs = mem.filter(pl.col("bytes") > 0, pl.col("addr").is_not_null()).join_asof(
             frees,
             left_on="start_ns",
             right_on="_freed_ns",
@@ -367,8 +374,36 @@ def _device(
         never_freed=never,
         never_freed_bytes_per_step=never_per_step,
         steps_until_full=until_full,
+        peak_by_category_bytes=by_category,
         timeline=_timeline(win, lo, hi),
     )
+
+
+def _by_category_at_peak(mem: pl.DataFrame, lo: int, hi: int, peak: int) -> dict[str, int] | None:
+    """Bytes per category live at the allocated peak: every event's bytes up to the peak's
+    event, by category (None without categories). The peak's event is the first one in the
+    window at ``peak``, with the events right after it at the same time and total (the plot
+    export's other categories changing then: they carry the time's total each)."""
+    if mem.get_column("category").null_count() == mem.height:
+        return None
+    rows = mem.with_row_index("_i")
+    inside = rows.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi)
+    first = (inside if inside.height else rows).filter(pl.col("allocated_bytes") == peak)
+    if first.height == 0:
+        return None
+    i, t = int(first["_i"][0]), int(first["start_ns"][0])
+    after = rows.slice(i).select(
+        ((pl.col("start_ns") == t) & (pl.col("allocated_bytes") == peak)).alias("_same")
+    )["_same"]
+    run = after.len() if after.all() else int(after.arg_min() or 1)
+    sums = dict(
+        rows.head(i + run)
+        .filter(pl.col("category").is_not_null())
+        .group_by("category")
+        .agg(pl.col("bytes").sum())
+        .iter_rows()
+    )
+    return {c: int(sums.get(c) or 0) for c in MEMORY_CATEGORIES}
 
 
 def _timeline(win: pl.DataFrame, lo: int, hi: int) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct
 
 # Host-bound idle causes: the GPU waits for the host to launch work, not for data or peers.
 HOST_BOUND_CAUSES = ("launch_overhead", "cpu_work")
+# The memory profiler's categories that grow with the batch: what a larger batch multiplies.
+ACTIVATION_CATEGORIES = ("activation", "temporary", "autograd_detail")
 
 
 def _mib(n: float | None) -> str:
@@ -27,6 +29,29 @@ def _worst(x: RuleInput, key: str) -> DeviceMemory | None:
 def _releases(mem: MemoryResult) -> float:
     """empty_cache() per step: named ranges, or cudaFree between ops (its only other source)."""
     return max(mem.empty_cache_calls_per_step or 0, mem.frees_outside_ops_per_step or 0)
+
+
+def activation_share(d: DeviceMemory) -> tuple[float | None, int | None, str]:
+    """The activations' share of the allocated peak, their bytes and where both come from:
+    measured (the activation, temporary and autograd_detail bytes live at the peak) where the
+    memory events carry the profiler's categories, else the estimate (the median steady step's
+    rise above its start over the peak)."""
+    peak = d.peak_allocated_bytes
+    cats = d.peak_by_category_bytes
+    if cats is not None:
+        act = sum(cats.get(c, 0) for c in ACTIVATION_CATEGORIES)
+        return (
+            act / peak if peak else None,
+            act,
+            "measured: the " + ", ".join(ACTIVATION_CATEGORIES) + " bytes live at the peak "
+            "(the memory profiler's categories)",
+        )
+    return (
+        (d.step_span_bytes or 0) / peak if peak else None,
+        d.step_span_bytes,
+        "estimated: the median steady step's rise above its start (activation_bytes_per_step) "
+        "over the peak (no categories in these memory events)",
+    )
 
 
 def _steps(x: RuleInput) -> int:
@@ -236,6 +261,7 @@ def memory_headroom(x: RuleInput) -> Draft | None:
     # attributed: the time per sample the larger batch saves (the model's saving replaces it)
     cost = x.window_ns * max(0.0, 1 - 1 / gain) if gain > 0 else 0
     fits = (d.base_allocated_bytes or 0) + m * (d.step_span_bytes or 0)
+    share, act_bytes, share_source = activation_share(d)
     return Draft(
         cost,
         f"GPU {fmt_pct(busy)} busy with {fmt_pct(d.headroom_ratio)} of its memory unused: a {m}x batch fits "
@@ -249,9 +275,10 @@ def memory_headroom(x: RuleInput) -> Draft | None:
             "peak_reserved_bytes": d.peak_reserved_bytes,
             "base_allocated_bytes": d.base_allocated_bytes,
             "activation_bytes_per_step": d.step_span_bytes,
-            "activation_ratio": (d.step_span_bytes or 0) / d.peak_allocated_bytes
-            if d.peak_allocated_bytes
-            else None,
+            "activation_ratio": share,
+            "activation_bytes_at_peak": act_bytes,
+            "activation_ratio_source": share_source,
+            "peak_by_category_bytes": d.peak_by_category_bytes,
             "multiplier": m,
             "fit_multiplier": mem.fit_multiplier,
             "saturation_multiplier": mem.saturation_multiplier,

@@ -85,7 +85,18 @@ def empty_events() -> pl.DataFrame:
 # Allocator activity: Kineto ``[memory]`` instants (profile_memory=True: signed bytes, the
 # allocator's totals after the event), nsys CUDA_GPU_MEMORY_USAGE_EVENTS (driver allocations:
 # reserved memory) and PyTorch's export_memory_timeline output. device: the GPU, null for host
-# memory; device_type "cuda" | "cpu" | other names.
+# memory; device_type "cuda" | "cpu" | other names. category: what the tensor is, from PyTorch's
+# memory profiler (export_memory_timeline files only; null for Kineto and nsys rows).
+MEMORY_CATEGORIES = (
+    "parameter",
+    "optimizer_state",
+    "input",
+    "temporary",
+    "activation",
+    "gradient",
+    "autograd_detail",
+    "unknown",
+)  # in torch's _CATEGORY_TO_INDEX order (index 7: None, a tensor the profiler did not place)
 MEMORY_SCHEMA: dict[str, pl.DataType] = {
     "rank": pl.Int32(),
     "device": pl.Int32(),
@@ -98,6 +109,7 @@ MEMORY_SCHEMA: dict[str, pl.DataType] = {
     "reserved_bytes": pl.Int64(),  # the allocator's total reserved after it, null if unknown
     "addr": pl.Int64(),
     "source": pl.String(),  # "kineto" | "nsys" | "memory_timeline"
+    "category": pl.String(),  # one of MEMORY_CATEGORIES; null where the source has none
 }
 
 # Arguments of host ops recorded with record_shapes / with_flops: the JSON text of Kineto's

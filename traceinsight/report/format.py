@@ -41,6 +41,14 @@ def fmt_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+def fmt_signed_bytes(n: float | None) -> str:
+    """A change in bytes: "+8.4 MB", "-1.0 KB", "0 B"."""
+    if n is None:
+        return "n/a"
+    n = int(n)
+    return ("+" if n > 0 else "-" if n < 0 else "") + fmt_bytes(abs(n))
+
+
 def fmt_metric(key: str, v: Any) -> str:
     """A metric by its name's unit suffix (docs/ARCHITECTURE.md, "Names")."""
     if v is None:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from traceinsight.constants import SEVERITIES
-from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct
-from traceinsight.report.memory_view import MEMORY_FINDINGS, memory_charts
+from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct, fmt_signed_bytes
+from traceinsight.report.memory_view import MEMORY_FINDINGS, job_memory, memory_charts
 from traceinsight.report.regions_view import icicle, region_rows
 from traceinsight.runtime import template_cache
 
@@ -68,7 +68,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes)
+    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, sbytes=fmt_signed_bytes)
     env.globals.update(cause_colors=CAUSE_COLORS, class_colors=CLASS_COLORS)
     return env
 
@@ -159,6 +159,7 @@ def job_context(doc: dict[str, Any]) -> dict[str, Any]:
     cross = doc["details"]["cross_rank"]
     steps = doc.get("step_table") or []
     top = [f for f in doc["findings"] if f["severity"] in SEVERITIES[:2]]
+    memory = job_memory(doc)
     return {
         "doc": doc,
         "src": doc["source"],
@@ -167,13 +168,15 @@ def job_context(doc: dict[str, Any]) -> dict[str, Any]:
         "findings": doc["findings"],
         "verdict": top[0] if top else None,
         "step_rows": steps,
+        "memory": memory,
         "command": doc.get("command")
         or f"traceinsight analyze {shlex.quote(doc['source']['path'])}",
         "data": {
             "findings": [
                 {"id": f["id"], "severity": f["severity"], "cost_ns": f["cost_ns"]}
                 for f in doc["findings"]
-            ]
+            ],
+            "memory": memory["rows"],
         },
     }
 

@@ -1,11 +1,102 @@
-"""The HTML's memory section: per device, allocated and reserved over the window as SVG
-polylines (in a 100 x 40 box), the steps as bands and the peak with the op allocating then."""
+"""The HTML's memory sections. A trace's: per device, allocated and reserved over the window as
+SVG polylines (in a 100 x 40 box), the steps as bands, the peak with the op allocating then and
+what the bytes at the peak are (the memory profiler's categories, where the source has them). A
+job's: one row per rank (and device) with the rank's memory metrics, and the ranks' memory
+findings."""
 
 from __future__ import annotations
 
 from typing import Any
 
 MEMORY_FINDINGS = ("memory_growth", "memory_fragmentation", "allocator_churn", "memory_headroom")
+# The memory profiler's categories as the report names them (schema.MEMORY_CATEGORIES' order).
+CATEGORY_LABELS = {
+    "parameter": "parameters",
+    "optimizer_state": "optimizer state",
+    "input": "inputs",
+    "temporary": "temporaries",
+    "activation": "activations",
+    "gradient": "gradients",
+    "autograd_detail": "autograd detail",
+    "unknown": "unknown",
+}
+# The per-device metrics of a rank's row in the job's memory table.
+JOB_MEMORY_METRICS = (
+    "memory_peak_allocated_bytes",
+    "memory_peak_reserved_bytes",
+    "device_memory_bytes",
+    "memory_headroom_ratio",
+    "memory_fragmentation_ratio",
+    "memory_growth_bytes_per_step",
+)
+
+
+def peak_categories(dev: dict[str, Any]) -> list[dict[str, Any]]:
+    """The categories with bytes live at the peak (their order), each with its share of the
+    peak; none where the source has no categories."""
+    cats = dev.get("peak_by_category_bytes") or {}
+    peak = dev.get("peak_allocated_bytes")
+    return [
+        {
+            "category": c,
+            "label": CATEGORY_LABELS.get(c, c),
+            "bytes": b,
+            "ratio": b / peak if peak else None,
+        }
+        for c, b in cats.items()
+        if b
+    ]
+
+
+def job_memory(doc: dict[str, Any]) -> dict[str, Any]:
+    """A job's memory section: one row per rank with memory events (per device where a rank
+    has several: its metrics are {device: value} then), and every rank's memory findings."""
+    active: dict[int, list[str]] = {}  # each rank's GPUs: a single one names a plain metric's
+    for dev in (doc.get("source") or {}).get("devices") or []:
+        active.setdefault(dev.get("rank"), []).append(str(dev.get("id")))
+    rows = []
+    for r in doc.get("ranks") or []:
+        m = r.get("metrics") or {}
+        per_device = [m.get(k) for k in JOB_MEMORY_METRICS if isinstance(m.get(k), dict)]
+        devices: list[str | None] = (
+            sorted({d for v in per_device for d in v}, key=_device_order) if per_device else [None]
+        )
+        for dev in devices:
+            mine = active.get(r["rank"]) or []
+            shown = dev if dev is not None else mine[0] if len(mine) == 1 else None
+            row = {k: _on(m.get(k), dev) for k in JOB_MEMORY_METRICS}
+            if (
+                row["memory_peak_allocated_bytes"] is None
+                and row["memory_peak_reserved_bytes"] is None
+            ):
+                continue
+            rows.append(
+                {
+                    "rank": r["rank"],
+                    "device": shown,
+                    **row,
+                    "allocs_per_step": m.get("allocator_device_allocs_per_step"),
+                    "frees_per_step": m.get("allocator_device_frees_per_step"),
+                }
+            )
+    findings = [
+        {**f, "rank": r["rank"]}
+        for r in doc.get("ranks") or []
+        for f in r.get("findings") or []
+        if f["id"] in MEMORY_FINDINGS
+    ]
+    return {"rows": rows, "findings": findings}
+
+
+def _on(v: Any, device: str | None) -> Any:
+    """A metric's value on ``device`` (a plain value is the rank's only device's)."""
+    if isinstance(v, dict):
+        return v.get(device) if device is not None else None
+    return v
+
+
+def _device_order(d: str) -> tuple[int, str]:
+    return (int(d), d) if d.isdigit() else (1 << 30, d)
 
 
 def memory_charts(doc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -50,6 +141,7 @@ def memory_charts(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "reserved": _points(ts, tl["reserved_bytes"], span, top),
                 "bands": bands,
                 "peak": peak,
+                "categories": peak_categories(dev),
                 "top_bytes": top,
                 "span_ns": span,
             }
