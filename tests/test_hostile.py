@@ -73,6 +73,14 @@ CASES: dict[str, tuple[bytes, int, str]] = {
         0,
         "",
     ),
+    # ids beyond int32 (device, pid as the device of a GPU event): the event is kept, its device null
+    "device_beyond_int32": (
+        json.dumps(
+            {"traceEvents": [dict(EV, args={"device": 2**31}), dict(EV, ts=30, pid=2**32)]}
+        ).encode(),
+        0,
+        "",
+    ),
     "nested_garbage_args": (
         json.dumps(
             {

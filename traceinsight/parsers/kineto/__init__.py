@@ -182,7 +182,11 @@ def parse_kineto(
     df = df.with_columns(
         pl.coalesce(pl.col("_ts_ns") + base_ns, start).alias("start_ns"),
         pl.coalesce("_dur_ns", _us_to_ns(pl.col("dur"))).alias("dur_ns"),
-        pl.when(is_gpu).then(pl.coalesce("a_device", "pid")).cast(pl.Int32).alias("device"),
+        # a device id beyond int32 is garbage: null, the event kept
+        pl.when(is_gpu)
+        .then(pl.coalesce("a_device", "pid"))
+        .cast(pl.Int32, strict=False)
+        .alias("device"),
         pl.when(is_gpu).then(pl.coalesce("a_stream", "tid")).alias("stream"),
     ).with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
     df = _with_copy_kinds(df)
