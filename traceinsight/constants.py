@@ -29,3 +29,15 @@ HEADLINE_METRICS = (
 DROPPED_EVENTS_PATTERN = (
     r"(?i)\b(dropped|lost|discarded|overflow(ed|s)?|buffers? (is |are |were )?full)\b"
 )
+
+# The memory metrics of an analysis (Results.metrics), for the diff and the job report: per
+# device (a dict by GPU where a trace has several), then the allocator's calls per steady step.
+MEMORY_DEVICE_METRICS = (
+    "memory_peak_allocated_bytes",
+    "memory_peak_reserved_bytes",
+    "device_memory_bytes",
+    "memory_headroom_ratio",
+    "memory_fragmentation_ratio",
+    "memory_growth_bytes_per_step",
+)
+MEMORY_STEP_METRICS = ("allocator_device_allocs_per_step", "allocator_device_frees_per_step")

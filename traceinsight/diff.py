@@ -23,6 +23,7 @@ import polars as pl
 
 from traceinsight.analysis import KERNEL_TABLE_SCHEMA, SCHEMA, JobAnalysis, TraceAnalysis, tool_json
 from traceinsight.api import analyze_with
+from traceinsight.constants import MEMORY_DEVICE_METRICS, MEMORY_STEP_METRICS
 from traceinsight.options import Options
 from traceinsight.runtime import Runtime
 
@@ -279,16 +280,7 @@ def _metric_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]
     return rows
 
 
-MEMORY_METRICS = (
-    "memory_peak_allocated_bytes",
-    "memory_peak_reserved_bytes",
-    "device_memory_bytes",
-    "memory_headroom_ratio",
-    "memory_fragmentation_ratio",
-    "memory_growth_bytes_per_step",
-    "allocator_device_allocs_per_step",
-    "allocator_device_frees_per_step",
-)
+MEMORY_METRICS = MEMORY_DEVICE_METRICS + MEMORY_STEP_METRICS
 
 
 def memory_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceinsight.constants import MEMORY_DEVICE_METRICS
+
 MEMORY_FINDINGS = ("memory_growth", "memory_fragmentation", "allocator_churn", "memory_headroom")
 # The memory profiler's categories as the report names them (schema.MEMORY_CATEGORIES' order).
 CATEGORY_LABELS = {
@@ -20,15 +22,6 @@ CATEGORY_LABELS = {
     "autograd_detail": "autograd detail",
     "unknown": "unknown",
 }
-# The per-device metrics of a rank's row in the job's memory table.
-JOB_MEMORY_METRICS = (
-    "memory_peak_allocated_bytes",
-    "memory_peak_reserved_bytes",
-    "device_memory_bytes",
-    "memory_headroom_ratio",
-    "memory_fragmentation_ratio",
-    "memory_growth_bytes_per_step",
-)
 
 
 def peak_categories(dev: dict[str, Any]) -> list[dict[str, Any]]:
@@ -57,14 +50,14 @@ def job_memory(doc: dict[str, Any]) -> dict[str, Any]:
     rows = []
     for r in doc.get("ranks") or []:
         m = r.get("metrics") or {}
-        per_device = [m.get(k) for k in JOB_MEMORY_METRICS if isinstance(m.get(k), dict)]
+        per_device = [m.get(k) for k in MEMORY_DEVICE_METRICS if isinstance(m.get(k), dict)]
         devices: list[str | None] = (
             sorted({d for v in per_device for d in v}, key=_device_order) if per_device else [None]
         )
         for dev in devices:
             mine = active.get(r["rank"]) or []
             shown = dev if dev is not None else mine[0] if len(mine) == 1 else None
-            row = {k: _on(m.get(k), dev) for k in JOB_MEMORY_METRICS}
+            row = {k: _on(m.get(k), dev) for k in MEMORY_DEVICE_METRICS}
             if (
                 row["memory_peak_allocated_bytes"] is None
                 and row["memory_peak_reserved_bytes"] is None
