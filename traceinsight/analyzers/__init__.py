@@ -79,6 +79,7 @@ class Results:
             "fp32_gemm_time_ratio": kern.fp32_gemm_time_ratio,
             "recompute_time_ratio": rec.recompute_time_ratio,
             "replay_error_ratio": self.replay.replay_error_ratio if self.replay else None,
+            "step_bound_by": self.replay.step_bound_by if self.replay else None,
             "flops_per_step": self.efficiency.flops_per_step,
             "mfu": self.efficiency.mfu,
             "hfu": self.efficiency.hfu,

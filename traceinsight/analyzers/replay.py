@@ -78,6 +78,9 @@ NO_WORK_OPS = (
     r"select|slice|reshape|_unsafe_view|_reshape_alias|empty)$"
 )
 PROFILER_NS_PER_EVENT_DEFAULT = 2_000
+# An engine twice as fast that moves the step by less than this does not bound it
+BOUND_MIN_SPEEDUP = 1.1
+CROSS_WAIT_MAX_RATIO = 0.05
 PROFILER_NS_PER_EVENT_RANGE = (500, 5_000)
 
 
@@ -96,6 +99,14 @@ class ReplayResult:
     # step before and after the transform (see :func:`profiler_ns_per_event`)
     what_if: dict[str, dict[str, Any]]
     unprofiled_step_median_ns: float | None = None  # the model's step without the profiler
+    # engine -> the step's speedup with that engine alone ENGINE_SPEEDUP times faster
+    engine_speedups: dict[str, float] = field(default_factory=dict)
+    # the engine the step follows (its speedup the largest, at least BOUND_MIN_SPEEDUP): host,
+    # kernels or copies; None where no engine moves it (waits, or no model), or where streams
+    # wait for each other for over CROSS_WAIT_MAX_RATIO of the steps: the replay keeps those
+    # waits as fixed delays, so an engine's speed would not reach the stream waiting for it
+    step_bound_by: str | None = None
+    cross_stream_wait_ratio: float | None = None  # GPU waits on other streams / modelled steps
     profiler_ns_per_event: int = 0
     # the un-profiled model, for analyzers and rules with their own transform (:meth:`predict`)
     model: StepModel | None = field(
@@ -155,7 +166,22 @@ def analyze_replay(ctx: Context) -> ReplayResult:
             continue
         if (w := _what_if(unprofiled, median_step_ns(changed, replay(changed)))) is not None:
             what_if[name] = w
+    engines: dict[str, float] = {}
+    for engine in whatif.ENGINES:
+        changed = whatif.engine_faster(engine)(bare)
+        if changed is not None and unprofiled:
+            after = median_step_ns(changed, replay(changed))
+            engines[engine] = unprofiled / after if after else 1.0
     g = model.gpu
+    steps_ns = (unprofiled or 0) * model.steps.height
+    cross = (
+        float(g.filter(pl.col("after_op") >= 0)["gap_ns"].sum()) / steps_ns if steps_ns else None
+    )
+    best = max(engines, key=engines.__getitem__) if engines else None
+    if best is not None and (
+        engines[best] < BOUND_MIN_SPEEDUP or (cross or 0) > CROSS_WAIT_MAX_RATIO
+    ):
+        best = None
     gpu_ns = int(g["dur_ns"].sum()) if g.height else 0
     return ReplayResult(
         trace_step_median_ns=trace_median,
@@ -170,6 +196,9 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         what_if=what_if,
         unprofiled_step_median_ns=unprofiled,
         profiler_ns_per_event=per_event,
+        engine_speedups=engines,
+        step_bound_by=best,
+        cross_stream_wait_ratio=cross,
         model=bare,
     )
 

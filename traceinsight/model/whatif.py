@@ -395,6 +395,47 @@ TRANSFORMS: dict[str, Callable[[StepModel], StepModel | None]] = {
 }
 
 
+# Which engine bounds the step: each one made ENGINE_SPEEDUP times faster on its own, the rest
+# as it is; the step follows the engine it is bound by (the others absorb the change).
+ENGINE_SPEEDUP = 2.0
+
+
+def engine_faster(engine: str) -> Callable[[StepModel], StepModel | None]:
+    """``host`` (host work between calls and the calls' own time; blocked calls still wait for
+    what they wait for), ``kernels`` (the SMs) or ``copies`` (copies and memsets: the copy
+    engines) running ENGINE_SPEEDUP times faster."""
+
+    def faster(model: StepModel) -> StepModel | None:
+        if engine == "host":
+            h = model.host
+            own = pl.col("wait") == WAIT_NONE
+            h = h.with_columns(
+                (pl.col("gap_ns") / ENGINE_SPEEDUP).cast(pl.Int64).alias("gap_ns"),
+                pl.when(own)
+                .then((pl.col("dur_ns") / ENGINE_SPEEDUP).cast(pl.Int64))
+                .otherwise(pl.col("dur_ns"))
+                .alias("dur_ns"),
+            )
+            return model.with_host(h)
+        which = pl.col("kind") == "kernel" if engine == "kernels" else pl.col("kind") != "kernel"
+        g = model.gpu
+        if not g.select(which.any()).item():
+            return None
+        return model.with_gpu(
+            g.with_columns(
+                pl.when(which)
+                .then((pl.col("dur_ns") / ENGINE_SPEEDUP).cast(pl.Int64))
+                .otherwise(pl.col("dur_ns"))
+                .alias("dur_ns")
+            )
+        )
+
+    return faster
+
+
+ENGINES = ("host", "kernels", "copies")
+
+
 def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
     """The host as it runs un-profiled: each recorded event (op, annotation, Python frame,
     runtime call) cost the profiler ``ns_per_event`` of host time, taken from the gap it lies
