@@ -385,3 +385,13 @@ def test_engine_sensitivity_by_hand():
     # GPU-bound: the kernels twice as fast, 106 -> 61 us (k0 keeps its start, as in the
     # hand-replayed chain above): 106 / 61
     assert r_gpu.engine_speedups["kernels"] == pytest.approx(106 / 61, rel=0.01)
+
+
+def test_the_terminal_says_which_engine_bounds_the_step():
+    from traceinsight.report.terminal import render_summary
+
+    a = analyze(H200 / "pairs" / "checkpointing.before.pt.trace.json.gz")
+    text = render_summary(a.to_json())
+    assert "bound by  the host (CPU) (each engine 2x faster alone: host 1.9" in text
+    comm = analyze(H200 / "pairs" / "comm_overlap.before.pt.trace.json.gz")
+    assert "bound by" not in render_summary(comm.to_json())  # streams wait for each other

@@ -64,10 +64,24 @@ def render_summary(
         )
     else:
         lines.append("  GPU busy  n/a (no GPU activity)")
+    lines += _bound_line(doc)
     lines += _efficiency_line(m)
     lines += _region_lines(doc)
     lines += _memory_line(m)
     return "\n".join(lines + _tail(doc, report_path, max_findings))
+
+
+_ENGINE_NAMES = {"host": "the host (CPU)", "kernels": "GPU kernels", "copies": "copies"}
+
+
+def _bound_line(doc: dict[str, Any]) -> list[str]:
+    """Which engine the step model says the step follows, with each engine's what-if."""
+    engine = doc["metrics"].get("step_bound_by")
+    speedups = ((doc.get("details") or {}).get("replay") or {}).get("engine_speedups") or {}
+    if engine is None or not speedups:
+        return []
+    each = ", ".join(f"{k} {v:.2f}x" for k, v in speedups.items())
+    return [f"  bound by  {_ENGINE_NAMES[engine]} (each engine 2x faster alone: {each})"]
 
 
 def _memory_value(key: str, v: Any) -> str:
