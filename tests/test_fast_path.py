@@ -18,6 +18,7 @@ CASES = [
     CORPUS / "libkineto_test_after_fix_trace.json",
     CORPUS / "inference_vllm_decode_full_graph_execution.json.gz",
     TINY / "step_dataloader_sync.json",
+    H200 / "memory" / "mem_leak.pt.trace.json.gz",  # profile_memory: the memory frames
 ]
 
 
@@ -197,3 +198,60 @@ def test_spool_of_a_killed_parse_is_swept(tmp_path, monkeypatch):
     live.write_bytes(b"x")
     fast._sweep(str(tmp_path))
     assert not dead.exists() and live.exists()
+
+
+def _mem(ts, args, **kw):
+    return {
+        "ph": "i",
+        "cat": "cpu_instant_event",
+        "s": "t",
+        "name": "[memory]",
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "args": args,
+        **kw,
+    }
+
+
+MEM_ARGS = {
+    "Device Type": 1,
+    "Device Id": 0,
+    "Addr": 4096,
+    "Bytes": 1024,
+    "Total Allocated": 5000,
+    "Total Reserved": 8192,
+    "Ev Idx": 3,
+}
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {},  # Kineto's own: the NDJSON reader
+        {"Bytes": 1.5e3},  # a float: the typed decode's conversion (1500)
+        {"Bytes": "2048"},  # a number as text
+        {"Bytes": [1]},  # not a number: null
+        None,  # args null: the instant is dropped by both paths
+    ],
+    ids=["kineto", "float", "string", "list", "null"],
+)
+@pytest.mark.parametrize("indent", [None, 2])
+def test_memory_instants_identical_on_both_paths(odd, indent, tmp_path, monkeypatch):
+    import json
+
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5},
+        _mem(11, MEM_ARGS),
+        _mem(12, None if odd is None else {**MEM_ARGS, **odd, "Addr": 8192}),
+        _mem(13, {**MEM_ARGS, "Bytes": -1024}),
+    ]
+    p = tmp_path / "m.json"
+    p.write_text(json.dumps({"traceEvents": events}, indent=indent))
+    monkeypatch.setattr(fast, "MIN_HELPER_BYTES", 0)
+    fast_mem = load_trace(p).memory
+    monkeypatch.setattr(fast, "decode", lambda data: None)
+    monkeypatch.setattr(fast, "decode_path", lambda *a, **k: None)
+    reference = load_trace(p).memory
+    assert fast_mem.equals(reference), (fast_mem, reference)
+    assert fast_mem.height == (2 if odd is None else 3)

@@ -8,6 +8,7 @@ decode is vectorized. Format history: ../shared/KINETO_FORMAT.md.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -236,10 +237,27 @@ def _side_args(df: pl.DataFrame, side: pl.DataFrame) -> tuple[pl.DataFrame, pl.D
         (pl.col("kind") == "cpu_op")
         & (pl.col("input_dims").is_not_null() | pl.col("flops").is_not_null())
     )
+    ops = ops.with_columns(_canonical_json(ops.get_column(c)) for c in typed.JSON_TEXT)
     kernel_args = joined.filter(pl.col("kind") == "kernel").with_columns(
         (pl.col("occupancy_pct") / 100).alias("occupancy_ratio")
     )
     return conform_side(ops, OP_ARGS_SCHEMA), conform_side(kernel_args, KERNEL_ARGS_SCHEMA)
+
+
+def _canonical_json(texts: pl.Series) -> pl.Series:
+    """JSON text as Kineto writes it (", " between items): the typed path keeps the file's own
+    text, the reference path re-encodes decoded values, and a compact file has none of the
+    spaces, so both are rewritten alike, once per distinct value (shapes repeat)."""
+    distinct = texts.drop_nulls().unique()
+    if distinct.len() == 0:
+        return texts
+    canon = []
+    for t in distinct.to_list():
+        try:
+            canon.append(json.dumps(json.loads(t), ensure_ascii=False))
+        except (ValueError, RecursionError):  # not JSON after all: kept as it is
+            canon.append(t)
+    return texts.replace_strict(distinct, pl.Series(canon, dtype=pl.String), default=None)
 
 
 def _memory(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:

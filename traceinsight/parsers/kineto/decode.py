@@ -212,7 +212,7 @@ MEMORY_COLUMNS: dict[str, pl.DataType] = {
     **dict.fromkeys(MEMORY_KEYS, pl.Int64()),
 }
 _MEMORY_ARGS_SCHEMA = dict.fromkeys(MEMORY_KEYS.values(), pl.Int64())
-_JSON_TEXT = ("input_dims", "input_types", "concrete_inputs")
+JSON_TEXT = ("input_dims", "input_types", "concrete_inputs")
 
 
 class Chunk(NamedTuple):
@@ -236,7 +236,7 @@ def side_frame(groups: list[dict[str, Any]]) -> pl.DataFrame:
             dtype = SIDE_COLUMNS[name]
             if isinstance(vals, pl.Series):
                 cols.append(vals.cast(dtype).alias(name))
-            elif name in _JSON_TEXT:
+            elif name in JSON_TEXT:
                 cols.append(pl.Series(name, [_json_text(v) for v in vals], dtype=pl.String))
             elif dtype == pl.String:
                 cols.append(_text(vals).alias(name))
@@ -263,23 +263,27 @@ def memory_frame(
     ).select(pl.col(c).cast(t) for c, t in MEMORY_COLUMNS.items())
 
 
-def memory_args(raws: list[msgspec.Raw]) -> pl.DataFrame:
+def memory_args(raws: list[msgspec.Raw]) -> tuple[pl.DataFrame, list[bool] | None]:
     """``[memory]`` args as JSON texts -> their columns, in polars' NDJSON reader. Anything it
     refuses (not an object, a float or string where Kineto writes an int) takes the typed
-    decode, whose conversions the rest of the parser shares."""
+    decode, whose conversions the rest of the parser shares; there, args that are ``null``
+    drop their instant (as the reference path does): the second value says which are kept
+    (None: all)."""
     if not raws:
-        return pl.DataFrame(schema=_MEMORY_ARGS_SCHEMA)
+        return pl.DataFrame(schema=_MEMORY_ARGS_SCHEMA), None
     text = b"\n".join(raws)
     if text.count(b"\n") >= len(raws) or b"\r" in text:  # pretty-printed args: one line each
         # RS never occurs in JSON text outside strings, nor unescaped inside them
         text = b"\x1e".join(raws).replace(b"\n", b" ").replace(b"\r", b" ").replace(b"\x1e", b"\n")
     try:
-        return pl.read_ndjson(io.BytesIO(text), schema=_MEMORY_ARGS_SCHEMA)
+        return pl.read_ndjson(io.BytesIO(text), schema=_MEMORY_ARGS_SCHEMA), None
     except (pl.exceptions.PolarsError, ValueError):
         pass
-    args = [_MEMORY_ARG.decode(r) for r in raws]
-    args = [a if a is not None else _NO_MEM_ARGS for a in args]
-    return memory_args_of({k: [getattr(a, f) for a in args] for f, k in _MEM_FIELDS.items()})
+    decoded = [_MEMORY_ARG.decode(r) for r in raws]
+    keep = [a is not None for a in decoded]
+    args = [a for a in decoded if a is not None]
+    values = {k: [getattr(a, f) for a in args] for f, k in _MEM_FIELDS.items()}
+    return memory_args_of(values), keep
 
 
 def memory_args_of(values: dict[str, list[Any]]) -> pl.DataFrame:
@@ -345,11 +349,11 @@ def _frame(events: list[Any]) -> Chunk:
         [a.nbytes for a in args],
     )
     mems = [e for e in events if e.__class__ is _Instant and e.name == "[memory]" and e.args]
+    mem_args, keep = memory_args([e.args for e in mems])
+    if keep is not None:
+        mems = [e for e, k in zip(mems, keep, strict=True) if k]
     memory = memory_frame(
-        [e.ts for e in mems],
-        [e.pid for e in mems],
-        [e.tid for e in mems],
-        memory_args([e.args for e in mems]),
+        [e.ts for e in mems], [e.pid for e in mems], [e.tid for e in mems], mem_args
     )
     return Chunk(df, len(events) - len(xs) - len(mems), side_frame(_side_groups(df, args)), memory)
 
