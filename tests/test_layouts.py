@@ -20,6 +20,7 @@ CASES = [
     H200 / "healthy_bf16.pt.trace.json.gz",
     CORPUS / "libkineto_test_after_fix_trace.json",
     TINY / "step_dataloader_sync.json",
+    H200 / "memory" / "mem_leak.pt.trace.json.gz",  # memory instants, shapes (op_args)
 ]
 # Real traces that are already compact (json.dump, trace filters) or indented by 4.
 SHARED_CASES = [
