@@ -282,3 +282,16 @@ def test_launch_gaps_are_labelled_by_what_the_host_did_not_by_length():
     assert got[(99, 252)] == "launch_overhead"
     assert got[(254, 312)] == "cpu_work"
     assert got[(314, 1232)] == "cpu_work"
+
+
+def test_copy_overlap_saves_at_most_the_kernel_time_it_hides_behind():
+    # no steps (no model): 900 us of pinned HtoD copies, then 20 us of kernels, nothing
+    # overlapped. Overlapping hides copies behind compute: at most the 20 us of kernels.
+    ev = Events()
+    ev.memcpy("HtoD", 0, 900, nbytes=64 << 20, src="pinned", dst="device")
+    ev.kernel("k", 905, 20, launch_us=890)
+    a = analyze_trace(ev.trace())
+    f = next(f for f in a.findings if f.id == "h2d_not_overlapped")
+    assert f.evidence["exposed_copy_ns"] == 900 * US
+    assert f.evidence["hideable_ns"] == 20 * US
+    assert f.cost_ns == 20 * US
