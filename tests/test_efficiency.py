@@ -20,7 +20,7 @@ from traceinsight.model.schema import OP_ARGS_SCHEMA, DeviceInfo, Trace, conform
 from traceinsight.options import Options
 
 from .builder import Events
-from .conftest import ROOT
+from .conftest import ROOT, SHARED
 
 FLOPS = ROOT / "fixtures" / "h200" / "flops"
 BF16 = '"c10::BFloat16"'
@@ -454,3 +454,29 @@ def test_occupancy_estimate_agrees_with_kineto() -> None:
     known = est.filter(pl.col("occupancy_ratio") > 0)  # 0: Kineto's query failed (clusters)
     assert known.height > 1000
     assert (known["occupancy"] - known["occupancy_ratio"]).abs().max() < 0.02
+
+
+@pytest.mark.parametrize(
+    ("rel", "has_bf16"),
+    [
+        # an RTX 2080 Ti (compute capability 7.5, not in the spec table): no bf16/TF32
+        ("param/linear_kineto.json.gz", False),
+        # no deviceProperties at all, cuDNN's volta_* kernels: a V100
+        (
+            "kineto-samples/tbplugin_2021-01_resnet50_profiler_api_nw4_worker0.pt.trace.json.gz",
+            False,
+        ),
+    ],
+)
+def test_tensor_dtypes_without_a_spec(rel: str, has_bf16: bool) -> None:
+    import traceinsight
+    from traceinsight.findings.rules import FP16_ADVICE
+
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"corpus trace not here: {path}")
+    a = traceinsight.analyze(str(path))
+    assert a.results.efficiency.device_spec is None
+    assert a.results.efficiency.has_bf16 is has_bf16
+    f = next(f for f in a.findings if f.id == "fp32_compute")
+    assert f.recommendation == FP16_ADVICE[0]

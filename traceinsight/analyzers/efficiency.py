@@ -92,6 +92,33 @@ def _spec(ctx: Context) -> DeviceSpec | None:
     return None
 
 
+# cuBLAS/cuDNN kernel names carry the architecture they were built for: without the device's
+# properties, Volta and Turing (fp16 tensor cores only) are told from Ampere and later.
+_PRE_AMPERE_KERNELS = r"^(volta|turing)_"
+_AMPERE_ON_KERNELS = r"^(ampere|sm8\d|sm9\d|sm1\d\d)_"
+
+
+def _tensor_dtypes(ctx: Context, spec: DeviceSpec | None) -> tuple[bool | None, bool | None]:
+    """(has bf16 tensor math, has TF32): from the spec table; else from an NVIDIA compute
+    capability (bf16 and TF32 came with 8.0); else from the kernels' architecture names."""
+    if spec is not None:
+        return spec.has("bf16"), spec.has("tf32")
+    majors = [
+        int(d.compute_capability.split(".")[0])
+        for d in ctx.device_info
+        if d.compute_capability and d.compute_capability.split(".")[0].isdigit()
+    ]
+    if majors:
+        modern = min(majors) >= 8
+        return modern, modern
+    names = ctx.launches.filter(pl.col("kind") == "kernel").get_column("name").unique()
+    if names.str.contains(_PRE_AMPERE_KERNELS).any():
+        return False, False
+    if names.str.contains(_AMPERE_ON_KERNELS).any():
+        return True, True
+    return None, None
+
+
 def _kernels(ctx: Context) -> pl.DataFrame:
     """Kernels in the window with their op's costs: flops, bytes, formula, dtype, GEMM sizes."""
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
@@ -523,13 +550,14 @@ def analyze_efficiency(
         occ_src = "kineto" if ctx.kernel_args["occupancy_ratio"].drop_nulls().len() else "estimated"
     low_k, low_ns = _low_occupancy(k)
     counters = _gpu_counters(ctx, k)
+    dtypes = _tensor_dtypes(ctx, spec)
     return EfficiencyResult(
         device_spec=spec.id if spec else None,
         peak_tflops=dict(spec.peak_tflops) if spec else None,
         tensor_peak_tflops=peak,
         memory_bandwidth_bytes_per_s=bw,
-        has_bf16=spec.has("bf16") if spec else None,
-        has_tf32=spec.has("tf32") if spec else None,
+        has_bf16=dtypes[0],
+        has_tf32=dtypes[1],
         flops_source=(
             "with_flops" if has_flops and k.get_column("kineto_flops").any() else "shapes"
         )
