@@ -295,3 +295,23 @@ def test_copy_overlap_saves_at_most_the_kernel_time_it_hides_behind():
     assert f.evidence["exposed_copy_ns"] == 900 * US
     assert f.evidence["hideable_ns"] == 20 * US
     assert f.cost_ns == 20 * US
+
+
+def test_nested_api_records_of_one_call_are_one_sync_and_readbacks_get_their_advice():
+    # nsys records cudaMemcpy around cudaMemcpy_v3020 (same call): one sync, not two. The copy
+    # is device-to-host into pageable memory: the title and advice name the read-back.
+    from traceinsight.findings.rules import READBACK_ADVICE
+
+    ev = Events().step(0, 0, 400)
+    ev.kernel("k", 5, 90, launch_us=1)
+    ev.memcpy("DtoH", 100, 50, nbytes=1 << 20, src="device", dst="pageable")
+    corr = ev._corr
+    ev.runtime("cudaMemcpy", 10, 150, correlation=corr)
+    ev.runtime("cudaMemcpy_v3020", 11, 148, correlation=corr)
+    ev.kernel("k2", 170, 10, launch_us=165)
+    a = analyze_trace(ev.trace())
+    assert a.metrics["host_sync_count"] == 1
+    f = next(f for f in a.findings if f.id == "pageable_memcpy")
+    assert f.title.startswith("Device-to-host copies into pageable memory block the host")
+    assert f.recommendation == READBACK_ADVICE[0]
+    assert f.evidence["blocked_ns_by_kind"] == {"DtoH": 150 * US}

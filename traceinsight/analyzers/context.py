@@ -135,9 +135,20 @@ def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 def _host_subsets(host: HostIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
-    return host.rows(HOST_OP_KINDS, STEP_MARKER, negate=True), host.rows(
-        API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}"
+    syncs = host.rows(API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}")
+    return host.rows(HOST_OP_KINDS, STEP_MARKER, negate=True), _outermost(syncs)
+
+
+def _outermost(calls: pl.DataFrame) -> pl.DataFrame:
+    """The calls not inside another of them on the same thread: nsys records some API calls
+    twice, nested (``cudaMemcpy`` around ``cudaMemcpy_v3020``), and one wait is one sync."""
+    if calls.height < 2:
+        return calls
+    ordered = calls.with_row_index("_i").sort(
+        ["tid", "start_ns", "end_ns"], descending=[False, False, True]
     )
+    inside = (pl.col("end_ns") <= pl.col("end_ns").cum_max().shift(1).over("tid")).fill_null(False)
+    return ordered.filter(~inside).sort("_i").drop("_i")
 
 
 def launched(

@@ -22,6 +22,8 @@ class CopyResult:
     copy_dur_ns: int
     host_blocking_copy_ns: int  # host time blocked in synchronous/pageable copy calls
     host_blocking_copy_count: int
+    # the blocked time by direction (HtoD, DtoH, ...): a read-back wants a different fix
+    host_blocking_copy_ns_by_kind: dict[str, int]
     pageable_calls: tuple[dict[str, Any], ...]  # top pageable copies with timestamps
 
 
@@ -72,9 +74,18 @@ def analyze_copies(ctx: Context) -> CopyResult:
         copy_dur_ns=int(copies["dur_ns"].sum()) if copies.height else 0,
         host_blocking_copy_ns=int(blocking["blocked_ns"].sum()) if blocking.height else 0,
         host_blocking_copy_count=blocking.height,
+        host_blocking_copy_ns_by_kind={
+            str(r["copy_kind"]): int(r["blocked_ns"])
+            for r in blocking.group_by("copy_kind")
+            .agg(pl.col("blocked_ns").sum())
+            .iter_rows(named=True)
+        }
+        if blocking.height
+        else {},
         pageable_calls=tuple(
             {
                 "name": r["name"],
+                "copy_kind": None if r["copy_kind"] is None else str(r["copy_kind"]),
                 "api": r["launch_name"],
                 "bytes": r["bytes"],
                 "copy_ns": r["dur_ns"],

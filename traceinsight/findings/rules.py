@@ -199,9 +199,16 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
         else 0
     )
     cost = max(copies.host_blocking_copy_ns, x.idle("pageable_copy"))
+    by_kind = copies.host_blocking_copy_ns_by_kind
+    readback = by_kind.get("DtoH", 0) > by_kind.get("HtoD", 0)
+    title = (
+        f"Device-to-host copies into pageable memory block the host: {fmt_ms(cost)} blocked"
+        if readback
+        else f"Host-to-device copies from pageable memory block the host: {fmt_pct(ratio)} of HtoD bytes, {fmt_ms(cost)} blocked"
+    )
     return Draft(
         cost,
-        f"Host-to-device copies from pageable memory block the host: {fmt_pct(ratio)} of HtoD bytes, {fmt_ms(cost)} blocked",
+        title,
         {
             "h2d_bytes": copies.h2d_bytes,
             "h2d_pageable_bytes": copies.h2d_pageable_bytes,
@@ -210,9 +217,22 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
             "host_blocking_copy_count": copies.host_blocking_copy_count,
             "top_blocked_ns": blocked,
             "top_copies": list(copies.pageable_calls[:5]),
+            "blocked_ns_by_kind": dict(by_kind),
             "sources": x.sources("blocking_copy"),
         },
+        *(READBACK_ADVICE if readback else (None, None)),
     )
+
+
+# Mostly read-backs: pinning the loader's batches does not help; the destination does.
+READBACK_ADVICE = (
+    "Read results back into a pinned host buffer with non_blocking=True and wait on an event only "
+    "where the value is needed (a pageable destination makes every copy synchronous).",
+    "host_buf = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)  # once\n"
+    "host_buf.copy_(t, non_blocking=True); done = torch.cuda.Event(); done.record()\n"
+    "# ... more GPU work ...\n"
+    "done.synchronize()  # only when host_buf is read",
+)
 
 
 @rule(
