@@ -315,3 +315,19 @@ def test_nested_api_records_of_one_call_are_one_sync_and_readbacks_get_their_adv
     assert f.title.startswith("Device-to-host copies into pageable memory block the host")
     assert f.recommendation == READBACK_ADVICE[0]
     assert f.evidence["blocked_ns_by_kind"] == {"DtoH": 150 * US}
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("AdamW", "torch.optim.AdamW(..., fused=True)"),
+        ("RMSprop", "foreach=True"),
+        ("Shampoo", "not one of torch.optim's"),  # distributed_shampoo has no fused=True
+    ],
+)
+def test_optimizer_advice_names_what_exists(name, expected):
+    from traceinsight.findings.rules import _optimizer_advice
+
+    recommendation, snippet = _optimizer_advice(name)
+    assert expected in recommendation
+    assert ("fused=True" in snippet) == (name == "AdamW")

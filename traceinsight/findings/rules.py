@@ -430,8 +430,35 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
             "gpu_ns_per_step": opt.gpu_ns_per_step,
             "host_ns_per_step": opt.host_ns_per_step,
         },
-        recommendation=f"Use the fused implementation: torch.optim.{opt.optimizer}(..., fused=True) "
-        "(or foreach=True where fused is unavailable).",
+        *_optimizer_advice(opt.optimizer),
+    )
+
+
+# torch.optim's optimizers with a fused (single-kernel, CUDA) implementation; most others have
+# foreach=True (multi-tensor kernels)
+FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+FOREACH_OPTIMIZERS = frozenset({"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"})
+
+
+def _optimizer_advice(name: str | None) -> tuple[str, str]:
+    """(recommendation, snippet) for the optimizer the trace names."""
+    if name in FUSED_OPTIMIZERS:
+        return (
+            f"Use the fused implementation: torch.optim.{name}(..., fused=True).",
+            f"optimizer = torch.optim.{name}(model.parameters(), lr=lr, fused=True)",
+        )
+    if name in FOREACH_OPTIMIZERS:
+        return (
+            f"torch.optim.{name} has no fused kernel: use foreach=True (multi-tensor kernels), or "
+            "compile the step (torch.compile fuses the per-parameter math).",
+            f"optimizer = torch.optim.{name}(model.parameters(), lr=lr, foreach=True)\n"
+            "opt_step = torch.compile(optimizer.step)  # then call opt_step()",
+        )
+    return (
+        f"{name or 'This optimizer'} is not one of torch.optim's: use its multi-tensor or fused "
+        "variant if it has one, or compile its step (torch.compile(optimizer.step)) so the "
+        "per-parameter math runs as few kernels (the prediction assumes a fused step).",
+        "opt_step = torch.compile(optimizer.step)  # then call opt_step() each step",
     )
 
 
@@ -582,7 +609,8 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     )
     return Draft(
         rest,
-        f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of idle time{where}",
+        f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "
+        f"time not explained by the other findings{where}",
         {
             "gpu_busy_ratio": idle.gpu_busy_ratio,
             "idle_ns": idle.idle_ns,
