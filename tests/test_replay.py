@@ -395,3 +395,27 @@ def test_the_terminal_says_which_engine_bounds_the_step():
     assert "bound by  the host (CPU) (each engine 2x faster alone: host 1.9" in text
     comm = analyze(H200 / "pairs" / "comm_overlap.before.pt.trace.json.gz")
     assert "bound by" not in render_summary(comm.to_json())  # streams wait for each other
+
+
+def test_a_pageable_copy_call_waits_for_its_own_copy():
+    # 64 MiB from pageable memory each step: the call stages it chunk by chunk and returns
+    # 10-20 us before the 9.2 ms DMA ends; the copies are 87-89% of the step, so the step
+    # follows the copy engine (twice as fast: about 1.7x; the measured compute alone is 1.2 ms)
+    a = analyze(H200 / "h2d_pageable.pt.trace.json.gz")
+    r = a.results.replay
+    assert (r.model.host.filter(pl.col("name") == "cudaMemcpyAsync")["wait"] == 2).all()
+    assert a.metrics["step_bound_by"] == "copies"
+    assert 1.5 < r.engine_speedups["copies"] < 2.0
+    assert a.metrics["replay_error_ratio"] <= 0.03
+
+
+def test_a_replay_cut_short_says_its_saving_is_a_lower_bound():
+    # 99 syncs per step: each replay round settles one more of them, and the transforms' replays
+    # stop at MAX_ROUNDS (64) before the change reaches the later ones
+    a = analyze(H200 / "sync_item_print.pt.trace.json.gz")
+    r = a.results.replay
+    assert r.converged  # the trace's own replay settles at once
+    assert "cuda_graphs" in r.unconverged
+    assert a.metrics["step_bound_by"] is None
+    lb = next(f for f in a.findings if f.id == "launch_bound")
+    assert lb.evidence["what_if_lower_bound"] is True

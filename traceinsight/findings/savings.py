@@ -160,6 +160,9 @@ def with_savings(
         evidence = {**f.evidence, "attributed_ns": f.cost_ns}
         if f.id in FIXES:
             evidence["transform"] = FIXES[f.id]
+            if r.replay is not None and FIXES[f.id] in r.replay.unconverged:
+                # the replay stopped before the change reached every blocking call
+                evidence["what_if_lower_bound"] = True
         if f.id in PER_SITE and evidence.get("sources"):
             evidence["sources"] = _per_site(r, evidence["sources"])
         out.append(
