@@ -7,7 +7,7 @@ from traceinsight import analyze
 from traceinsight.api import analyze_trace
 
 from .builder import US, Events
-from .conftest import TINY
+from .conftest import ROOT, TINY
 
 
 def test_busy_and_idle_by_cause(tiny_analysis):
@@ -331,3 +331,27 @@ def test_optimizer_advice_names_what_exists(name, expected):
     recommendation, snippet = _optimizer_advice(name)
     assert expected in recommendation
     assert ("fused=True" in snippet) == (name == "AdamW")
+
+
+def test_copy_bound_when_the_copy_engines_outlast_the_kernels():
+    # 900 us of pinned HtoD copies beside 20 us of kernels in a 925 us window: copy busy 97%,
+    # kernels 2%; the copy time no kernel runs beside: (900 - 20) us
+    ev = Events()
+    ev.memcpy("HtoD", 0, 900, nbytes=900_000_000, src="pinned", dst="device")
+    ev.kernel("k", 905, 20, launch_us=890)
+    a = analyze_trace(ev.trace())
+    f = next(f for f in a.findings if f.id == "copy_bound")
+    assert f.evidence["h2d_bytes_per_s"] == pytest.approx(1e12, rel=1e-9)  # 900 MB in 900 us
+    assert f.cost_ns == pytest.approx((900 - 20) * US, abs=1)
+    assert f.what_if is None and "fewer bytes" in f.evidence["why_no_estimate"]
+    # from pageable memory the fix is pageable_memcpy's, not this one
+    ev2 = Events()
+    ev2.memcpy("HtoD", 0, 900, nbytes=900_000_000, src="pageable", dst="device")
+    ev2.kernel("k", 905, 20, launch_us=890)
+    assert not any(f.id == "copy_bound" for f in analyze_trace(ev2.trace()).findings)
+
+
+@pytest.mark.parametrize("name", ["h2d_pinned", "healthy_bf16", "h2d_pageable"])
+def test_copy_bound_stays_quiet_where_kernels_or_pageable_copies_explain_it(name):
+    a = analyze(str(ROOT / "fixtures" / "h200" / f"{name}.pt.trace.json.gz"))
+    assert not any(f.id == "copy_bound" for f in a.findings)

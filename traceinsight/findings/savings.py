@@ -48,6 +48,8 @@ NO_ESTIMATE: Mapping[str, str] = MappingProxyType(
     {
         "comm_heavy": "communicating less changes the parallelism or the model; no transform of "
         "the traced step predicts it",
+        "copy_bound": "moving fewer bytes changes the program (what stays on the GPU, the input "
+        "format); no transform of the traced step predicts it",
         "low_occupancy": "raising a kernel's occupancy depends on its code (registers, shared "
         "memory, grid); whether it then runs faster is not in the trace",
         "gpu_underutilized": "no single fix: the other findings' what_if and "
