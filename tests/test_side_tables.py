@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import polars as pl
+import pytest
 
 from traceinsight.parsers.kineto import parse_kineto
 
@@ -158,3 +159,23 @@ def test_views_cut_the_side_tables(tmp_path):
     assert t.view(t.events, device=1).memory["device"].to_list() == [None]  # host memory kept
     assert t.view(t.events, rank=3).memory.height == 0
     assert isinstance(v.memory, pl.DataFrame)
+
+
+def test_generic_collective_kernels_take_their_kind_from_kinetos_kernel_args():
+    # MI300 (RCCL) traces launch ncclDevKernel_Generic for every collective; Kineto's kernel
+    # args say which: 6 allreduce, 6 broadcast (counted in the raw JSON), the launches are not
+    # linked to the host ops
+    from traceinsight import analyze
+
+    from .conftest import SHARED
+
+    path = SHARED / "tracelens" / "mi300_resnet_act_checkpoint.json.gz"
+    if not path.exists():
+        pytest.skip(f"corpus trace not here: {path}")
+    a = analyze(path)
+    named = a.trace.kernel_args.get_column("collective").drop_nulls().value_counts(sort=True)
+    assert dict(named.iter_rows()) == {"allreduce": 6, "broadcast": 6}
+    by_kind = a.results.comm.by_kind
+    assert set(by_kind) <= {"all_reduce", "broadcast"} and "other" not in by_kind
+    f = next(f for f in a.findings if f.id == "comm_not_overlapped")
+    assert f.title.endswith("mostly all_reduce")

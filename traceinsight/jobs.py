@@ -72,7 +72,11 @@ def rank_payload(analysis: TraceAnalysis, rank: int) -> RankPayload:
     compute = kernels.head(0)
     if comm.height:
         first_dev = comm["device"].min()
-        comm = with_kinds(comm.filter(pl.col("device") == first_dev).sort("start_ns"), ev)
+        comm = with_kinds(
+            comm.filter(pl.col("device") == first_dev).sort("start_ns"),
+            ev,
+            analysis.trace.kernel_args,
+        )
         compute = kernels.filter(
             (pl.col("device") == first_dev) & (pl.col("kernel_class") != "communication")
         )

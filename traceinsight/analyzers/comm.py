@@ -40,10 +40,30 @@ def collective_kind(name: pl.Expr) -> pl.Expr:
     return out
 
 
-def with_kinds(comm: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+def with_kinds(
+    comm: pl.DataFrame, events: pl.DataFrame, kernel_args: pl.DataFrame | None = None
+) -> pl.DataFrame:
     """``comm`` (kernels with ``correlation``) with a ``kind`` column: from the kernel name, or
-    from the launching host op (runtime call -> op on external id) where the name is ambiguous."""
+    where the name is ambiguous (``ncclDevKernel_Generic``) from the kernel's own ``Collective
+    name`` (Kineto's kernel args, in ``kernel_args``), else from the launching host op (runtime
+    call -> op on external id)."""
     comm = comm.with_columns(collective_kind(pl.col("name")).alias("kind"))
+    if kernel_args is not None and kernel_args.get_column("collective").drop_nulls().len():
+        named = (
+            kernel_args.filter(pl.col("collective").is_not_null())
+            .select("device", "start_ns", collective_kind(pl.col("collective")).alias("_named"))
+            .unique(["device", "start_ns"])
+        )
+        comm = (
+            comm.join(named, on=["device", "start_ns"], how="left")
+            .with_columns(
+                pl.when(pl.col("kind").is_in(HOST_DECIDES) & (pl.col("_named") != "other"))
+                .then(pl.col("_named"))
+                .otherwise(pl.col("kind"))
+                .alias("kind")
+            )
+            .drop("_named")
+        )
     ambiguous = comm.filter(
         pl.col("kind").is_in(HOST_DECIDES) & pl.col("correlation").is_not_null()
     )
@@ -140,7 +160,7 @@ def analyze_comm(ctx: Context) -> CommResult:
         comm_time_ratio=tot_c / window,
         per_device=tuple(per_device),
         top_collectives=tuple(top.iter_rows(named=True)),
-        by_kind=_by_kind(with_kinds(comm, ctx.events), pu),
+        by_kind=_by_kind(with_kinds(comm, ctx.events, ctx.kernel_args), pu),
     )
 
 

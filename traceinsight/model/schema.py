@@ -148,6 +148,9 @@ KERNEL_ARGS_SCHEMA: dict[str, pl.DataType] = {
     "occupancy_ratio": pl.Float64(),
     "blocks_per_sm": pl.Float64(),
     "warps_per_sm": pl.Float64(),
+    # a communication kernel's collective as Kineto names it ("allreduce", "broadcast"): NCCL's
+    # and RCCL's generic kernels say it nowhere else; null elsewhere and in nsys
+    "collective": pl.String(),
 }
 
 

@@ -39,6 +39,7 @@ class _Args(msgspec.Struct, gc=False):  # no GC tracking: millions of acyclic ob
     occupancy: Any = msgspec.field(default=None, name="est. achieved occupancy %")
     blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
     warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
+    collective: Any = msgspec.field(default=None, name="Collective name")
 
 
 class _MemArgs(msgspec.Struct, gc=False):
@@ -195,6 +196,7 @@ SIDE_COLUMNS: dict[str, pl.DataType] = {
     "occupancy_pct": pl.Float64(),  # Kineto's percent: the parser makes it a ratio
     "blocks_per_sm": pl.Float64(),
     "warps_per_sm": pl.Float64(),
+    "collective": pl.String(),
 }
 # memory-row column <- the Kineto args key
 MEMORY_KEYS = {
@@ -392,6 +394,7 @@ def _side_groups(df: pl.DataFrame, args: list[Any]) -> list[dict[str, Any]]:
                 "occupancy_pct": [a.occupancy for a in ka],
                 "blocks_per_sm": [a.blocks_per_sm for a in ka],
                 "warps_per_sm": [a.warps_per_sm for a in ka],
+                "collective": [a.collective for a in ka],
             }
         )
     ops = [

@@ -262,6 +262,7 @@ _KERNEL_KEYS = {
     "occupancy_pct": "est. achieved occupancy %",
     "blocks_per_sm": "blocks per SM",
     "warps_per_sm": "warps per SM",
+    "collective": "Collective name",
 }
 
 
