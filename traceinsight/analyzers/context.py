@@ -401,9 +401,17 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     return host.drop("_i", "_gpu_end")
 
 
-def host_ranges(ctx: Context, pattern: str, kinds: tuple[str, ...] = HOST_OP_KINDS) -> pl.DataFrame:
-    """Union of host ranges whose name matches ``pattern`` (regex), clipped to the window."""
+def host_ranges(
+    ctx: Context,
+    pattern: str | None,
+    kinds: tuple[str, ...] = HOST_OP_KINDS,
+    tids: pl.Series | None = None,
+) -> pl.DataFrame:
+    """Union of host ranges whose name matches ``pattern`` (regex; None: any), on ``tids``
+    only where given, clipped to the window."""
     rows = ctx.rows(kinds, pattern)
+    if tids is not None:
+        rows = rows.filter(pl.col("tid").is_in(tids.implode()))
     return (
         iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns) if rows.height else _empty()
     )

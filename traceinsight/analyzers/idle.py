@@ -99,16 +99,8 @@ def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
 def _launching_ops(ctx: Context) -> pl.DataFrame:
     """Union of the torch ops of the threads that launch GPU work (a pin-memory or data
     thread's ops are not the launching thread's dispatch), clipped to the window."""
-    tids = (
-        ctx.launches.get_column("launch_tid").drop_nulls().unique().implode()
-        if ctx.launches.height
-        else None
-    )
-    rows = ctx.rows(("cpu_op",))
-    rows = rows.filter(pl.col("tid").is_in(tids)) if tids is not None else rows.head(0)
-    if rows.height == 0:
-        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
-    return iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns)
+    tids = ctx.launches.get_column("launch_tid").drop_nulls().unique()
+    return host_ranges(ctx, None, ("cpu_op",), tids)
 
 
 def _profiler_ranges(ctx: Context) -> pl.DataFrame:

@@ -79,10 +79,11 @@ NO_WORK_OPS = (
     r"select|slice|reshape|_unsafe_view|_reshape_alias|empty)$"
 )
 PROFILER_NS_PER_EVENT_DEFAULT = 2_000
-# An engine twice as fast that moves the step by less than this does not bound it
+PROFILER_NS_PER_EVENT_RANGE = (500, 5_000)
+# An engine twice as fast that moves the step by less than this does not bound it; nor does
+# any where streams wait for each other over this share of the steps (see step_bound_by)
 BOUND_MIN_SPEEDUP = 1.1
 CROSS_WAIT_MAX_RATIO = 0.05
-PROFILER_NS_PER_EVENT_RANGE = (500, 5_000)
 
 
 @dataclass(frozen=True)
@@ -165,37 +166,31 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     bare = whatif.without_profiler(model, per_event) if per_event else model
     unprofiled = median_step_ns(bare, replay(bare)) if per_event else replayed
     what_if: dict[str, dict[str, Any]] = {}
-    unconverged: list[str] = []
-    for name, transform in whatif.TRANSFORMS.items():
-        changed = transform(bare)
-        if changed is None or unprofiled is None:  # nothing for the transform to change
-            continue
-        after_replay = replay(changed)
-        if not after_replay.converged:
-            unconverged.append(name)
-        if (w := _what_if(unprofiled, median_step_ns(changed, after_replay))) is not None:
-            what_if[name] = w
     engines: dict[str, float] = {}
-    for engine in whatif.ENGINES:
-        changed = whatif.engine_faster(engine)(bare)
-        if changed is not None and unprofiled:
-            after_replay = replay(changed)
-            if not after_replay.converged:
-                unconverged.append(engine)
-            after = median_step_ns(changed, after_replay)
-            engines[engine] = unprofiled / after if after else 1.0
+    unconverged: list[str] = []
+
+    def after_of(changed: StepModel, name: str) -> float | None:
+        """The changed model's median step; a replay cut short at MAX_ROUNDS is noted."""
+        r = replay(changed)
+        if not r.converged:
+            unconverged.append(name)
+        return median_step_ns(changed, r)
+
+    if unprofiled is not None:
+        for name, transform in whatif.TRANSFORMS.items():
+            changed = transform(bare)  # None: nothing for the transform to change
+            if changed is not None and (w := _what_if(unprofiled, after_of(changed, name))):
+                what_if[name] = w
+        for engine in whatif.ENGINES:
+            changed = whatif.engine_faster(engine)(bare)
+            if changed is not None and unprofiled:
+                after = after_of(changed, engine)
+                engines[engine] = unprofiled / after if after else 1.0
     g = model.gpu
     steps_ns = (unprofiled or 0) * model.steps.height
     cross = (
         float(g.filter(pl.col("after_op") >= 0)["gap_ns"].sum()) / steps_ns if steps_ns else None
     )
-    best = max(engines, key=engines.__getitem__) if engines else None
-    if best is not None and (
-        engines[best] < BOUND_MIN_SPEEDUP
-        or (cross or 0) > CROSS_WAIT_MAX_RATIO
-        or any(e in unconverged for e in engines)
-    ):
-        best = None
     gpu_ns = int(g["dur_ns"].sum()) if g.height else 0
     return ReplayResult(
         trace_step_median_ns=trace_median,
@@ -211,11 +206,19 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         unprofiled_step_median_ns=unprofiled,
         profiler_ns_per_event=per_event,
         engine_speedups=engines,
-        step_bound_by=best,
+        step_bound_by=_bound_by(engines, cross, unconverged),
         cross_stream_wait_ratio=cross,
         unconverged=tuple(unconverged),
         model=bare,
     )
+
+
+def _bound_by(engines: dict[str, float], cross: float | None, unconverged: list[str]) -> str | None:
+    """The engine whose speedup moves the step most (see ReplayResult.step_bound_by)."""
+    if not engines or any(e in unconverged for e in engines) or (cross or 0) > CROSS_WAIT_MAX_RATIO:
+        return None
+    best = max(engines, key=engines.__getitem__)
+    return best if engines[best] >= BOUND_MIN_SPEEDUP else None
 
 
 def _coverage(ranges: pl.DataFrame, t: pl.Series) -> pl.DataFrame:
@@ -508,9 +511,8 @@ def _recorded_events(ctx: Context, host: pl.DataFrame) -> pl.Series:
 def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
     """An op that started, later than its stream and launch allow, within
     :data:`CROSS_STREAM_LAG_NS` (or the share of its wait, see there) of another stream's op
-    ending waited for that op (an event wait
-    the table does not link): ``after_op`` is that op (-1: none), ``after_lag_ns`` the time from
-    its end. The trace's event records and waits carry no stream here, so the edge is read off
+    ending waited for that op (an event wait the table does not link): ``after_op`` is that op
+    (-1: none), ``after_lag_ns`` the time from its end. The trace's event records and waits carry no stream here, so the edge is read off
     the times. The replay keeps the wait as the op's gap (a fixed delay: iterating edges that
     alternate between streams would take one round per alternation); the overlap transform
     removes it."""

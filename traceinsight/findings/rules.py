@@ -302,19 +302,22 @@ def copy_bound(x: RuleInput) -> Draft | None:
         return None
     # the copy time no kernel runs beside, at least (the unions' difference)
     exposed = (copy - kern) * idle.device_window_ns
-    seconds = copies.h2d_dur_ns / 1e9
-    rate = copies.h2d_bytes / seconds / 1e9 if seconds else None
+    rate = copies.h2d_bytes / (copies.h2d_dur_ns / 1e9) if copies.h2d_dur_ns else None  # B/s
     return Draft(
         exposed,
         f"Copies bound the run: the copy engines are busy {fmt_pct(copy)} of the window, kernels "
         f"{fmt_pct(kern)}"
-        + (f"; {copies.h2d_bytes / 1e9:.1f} GB host-to-device at {rate:.1f} GB/s" if rate else ""),
+        + (
+            f"; {copies.h2d_bytes / 1e9:.1f} GB host-to-device at {rate / 1e9:.1f} GB/s"
+            if rate
+            else ""
+        ),
         {
             "copy_busy_ratio": copy,
             "kernel_busy_ratio": kern,
             "h2d_bytes": copies.h2d_bytes,
             "h2d_dur_ns": copies.h2d_dur_ns,
-            "h2d_bytes_per_s": rate * 1e9 if rate else None,
+            "h2d_bytes_per_s": rate,
             "by_kind": list(copies.by_kind),
         },
     )
