@@ -419,3 +419,31 @@ def test_a_replay_cut_short_says_its_saving_is_a_lower_bound():
     assert a.metrics["step_bound_by"] is None
     lb = next(f for f in a.findings if f.id == "launch_bound")
     assert lb.evidence["what_if_lower_bound"] is True
+
+
+def test_chain_ends_by_hand_on_both_paths() -> None:
+    """Two chains, by hand: start_i = end_{i-1} + gap_i (the first at anchor + gap),
+    end_i = max(start_i + dur_i, floor_i). Contiguous chains take the sliced path, the same
+    rows interleaved take the windows; both give the hand values."""
+    from traceinsight.model.replay import NEG_NS, _chain_ends_over, chain_ends
+
+    rows = pl.DataFrame(
+        {
+            "c": [0, 0, 0, 1, 1],
+            "gap": [5, 2, 0, 1, 3],
+            "dur": [10, 4, 6, 7, 2],
+            # op 1 may not end before 40 (a wait); op 3's chain starts at anchor 100
+            "floor": [NEG_NS, 40, NEG_NS, NEG_NS, NEG_NS],
+            "anchor": [0, 0, 0, 100, 100],
+        }
+    )
+    # chain 0: 5..15, 17..40 (floor), 40..46; chain 1: 101..108, 111..113
+    want = {"start": [5, 17, 40, 101, 111], "end": [15, 40, 46, 108, 113]}
+    assert chain_ends(rows, "c").to_dict(as_series=False) == want
+    assert _chain_ends_over(rows, "c").to_dict(as_series=False) == want
+    mixed = rows.with_row_index("i").sort("c", "i", descending=[True, False])  # 1s first
+    got = chain_ends(mixed.select(pl.exclude("i")), "c")
+    assert got.to_dict(as_series=False) == {
+        "start": [101, 111, 5, 17, 40],
+        "end": [108, 113, 15, 40, 46],
+    }

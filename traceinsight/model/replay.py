@@ -68,11 +68,46 @@ class Replayed:
     converged: bool
 
 
+SLICED_CHAINS_MAX = 32  # up to this many chains, one plain scan each beats a window per column
+
+
 def chain_ends(chains: pl.DataFrame, by: str) -> pl.DataFrame:
     """``start``/``end`` of chains (rows in chain order, grouped by ``by``) with
     ``start_i = end_{i-1} + gap_i`` (the first at ``anchor``) and
     ``end_i = max(start_i + dur_i, floor_i)``: per chain one cumulative sum and one cumulative
     max. Columns read: gap, dur, floor, anchor."""
+    keys = chains.get_column(by)
+    heads = keys.ne_missing(keys.shift(1)).arg_true().to_list() if keys.len() else []
+    if not heads or len(heads) > SLICED_CHAINS_MAX or len(heads) != keys.n_unique():
+        return _chain_ends_over(chains, by)
+    # a few contiguous chains (the usual threads and streams): each slice scanned on its own
+    # is 3x faster than the windows, which hash the key for every column (12 replays a trace)
+    bounds = [*heads, chains.height]
+    return pl.concat(
+        [_one_chain(chains.slice(lo, hi - lo)) for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    )
+
+
+def _one_chain(c: pl.DataFrame) -> pl.DataFrame:
+    gap, dur, floor = c.get_column("gap"), c.get_column("dur"), c.get_column("floor")
+    # the first starts at anchor + gap (host work before a thread's first call in the window)
+    first_floor, first_start = (
+        c.head(1)
+        .select(
+            pl.max_horizontal("floor", pl.col("anchor") + pl.col("gap") + pl.col("dur")),
+            pl.col("anchor") + pl.col("gap"),
+        )
+        .row(0)
+    )
+    floor = floor.scatter(0, first_floor)
+    s = (gap + dur).cum_sum()
+    end = s + (floor - s).cum_max()
+    start = (end.shift(1) + gap).scatter(0, first_start)
+    return pl.DataFrame([start.alias("start"), end.alias("end")])
+
+
+def _chain_ends_over(chains: pl.DataFrame, by: str) -> pl.DataFrame:
+    """:func:`chain_ends` for many or interleaved chains: windows over ``by``."""
     # the first starts at anchor + gap (host work before a thread's first call in the window)
     first = pl.int_range(pl.len()).over(by) == 0
     gap = pl.col("gap")
