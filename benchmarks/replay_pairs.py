@@ -4,17 +4,21 @@ For each pair in fixtures/h200/pairs: ``analyze`` of the profiled "before" trace
 user runs it; the finding that names the pair's cause, its ``what_if`` (the causal model's
 replay of the un-profiled loop before and after the fix, analyzers/replay.py) against the
 speedup measured with CUDA events outside the profiler (``*.truth.json``), and the finding's
-rank. Prints one Markdown row per pair: python benchmarks/replay_pairs.py
+rank. Prints one Markdown row per pair: python benchmarks/replay_pairs.py [--holdout]
+(``--holdout``: the pairs recorded at held-out sizes, fixtures/h200/holdout).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 from traceinsight import analyze
 
-PAIRS = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "pairs"
+H200 = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
+PAIRS = H200 / "pairs"
+HOLDOUT = H200 / "holdout"  # the same pairs at sizes the pairs were not recorded at
 # pair -> the finding that names its cause (the stand-in "communication" is side-stream copies)
 FINDING_OF = {
     "syncs": "host_sync",
@@ -32,9 +36,9 @@ TOLERANCE = {"bf16": 0.40, "cudagraph": 0.40}
 DEFAULT_TOLERANCE = 0.25
 
 
-def predict(pair: str) -> dict[str, float | str | int | None]:
-    truth = json.loads((PAIRS / f"{pair}.truth.json").read_text())
-    a = analyze(PAIRS / f"{pair}.before.pt.trace.json.gz")
+def predict(pair: str, folder: Path = PAIRS) -> dict[str, float | str | int | None]:
+    truth = json.loads((folder / f"{pair}.truth.json").read_text())
+    a = analyze(folder / f"{pair}.before.pt.trace.json.gz")
     ids = [f.id for f in a.findings]
     finding = next((f for f in a.findings if f.id == FINDING_OF[pair]), None)
     w = finding.what_if if finding is not None else None
@@ -52,13 +56,16 @@ def predict(pair: str) -> dict[str, float | str | int | None]:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--holdout", action="store_true", help="the held-out recordings")
+    folder = HOLDOUT if ap.parse_args().holdout else PAIRS
     print(
         "| pair | finding (rank; first) | profiled step ms | predicted un-profiled before ms "
         "| measured before ms | predicted | measured | ratio |"
     )
     print("|---|---|---|---|---|---|---|---|")
     for pair in FINDING_OF:
-        r = predict(pair)
+        r = predict(pair, folder)
         if r["predicted"] is None:
             print(f"| {pair} | {r['finding']} (not found; first {r['first']}) | | | | | | |")
             continue

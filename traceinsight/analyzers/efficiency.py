@@ -11,6 +11,7 @@ A DERIVED analyzer: it reads the steps (the median step) and the replay (the wha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -414,8 +415,12 @@ def _unaligned(
 
 
 def analyze_efficiency(
-    ctx: Context, steps: StepResult, replay: ReplayResult | None
+    ctx: Context,
+    steps: StepResult,
+    replay: ReplayResult | Callable[[], ReplayResult | None] | None,
 ) -> EfficiencyResult:
+    """``replay``: the replay's result, or a function that waits for it (called only for the
+    unaligned GEMMs' what-if, so the rest runs while the replay does)."""
     spec = _spec(ctx)
     warnings: list[str] = []
     names = sorted({d.name or "" for d in ctx.device_info if ctx.devices and d.id in ctx.devices})
@@ -535,7 +540,10 @@ def analyze_efficiency(
         if k.height
         else []
     )
-    unaligned, un_ns, un_save, un_what = _unaligned(k, replay) if has_flops else ([], 0, 0, None)
+    if has_flops:
+        unaligned, un_ns, un_save, un_what = _unaligned(k, replay() if callable(replay) else replay)
+    else:
+        unaligned, un_ns, un_save, un_what = [], 0, 0, None
     # NCCL kernels hold a few SMs by design: their occupancy says nothing about the compute
     occ_known = (
         k.filter(pl.col("occupancy").is_not_null() & (pl.col("kernel_class") != "communication"))

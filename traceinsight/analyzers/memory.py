@@ -11,6 +11,7 @@ can number millions, so they are only sorted, joined as-of and grouped, never lo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -437,7 +438,11 @@ def _device_table(ctx: Context) -> pl.DataFrame:
     return ctx.memory.filter(pl.col("device").is_not_null() & (pl.col("device_type") != "cpu"))
 
 
-def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryResult:
+def analyze_memory(
+    ctx: Context, replay: ReplayResult | Callable[[], ReplayResult | None] | None = None
+) -> MemoryResult:
+    """``replay``: the replay's result, or a function that waits for it (called only once the
+    memory table is analyzed, so that part runs while the replay does)."""
     mem = _device_table(ctx)
     steady = steady_steps(ctx) if ctx.steps.height else ctx.steps
     n = steady.height
@@ -476,6 +481,8 @@ def analyze_memory(ctx: Context, replay: ReplayResult | None = None) -> MemoryRe
     fit = sat = rec = None
     gains = churn = None
     why = None
+    if callable(replay):
+        replay = replay()
     if devices:
         d = max(devices, key=lambda x: x.peak_allocated_bytes or 0)
         if d.device_memory_bytes and d.step_span_bytes and d.base_allocated_bytes is not None:

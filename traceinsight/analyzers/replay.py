@@ -25,7 +25,7 @@ from traceinsight.analyzers.context import (
 from traceinsight.analyzers.recompute import BACKWARD_NODE, recomputed_forward
 from traceinsight.model import intervals as iv
 from traceinsight.model import whatif
-from traceinsight.model.classify import is_fp32_math, name_matches
+from traceinsight.model.classify import is_fp32_math, is_tf32_math, name_matches
 from traceinsight.model.replay import (
     NEG_NS,
     WAIT_DEVICE,
@@ -685,7 +685,9 @@ def _flags(
     names = gpu.get_column("name").unique()
     fp32_names = names.filter(is_fp32_math(names)) if names.len() else names
     fp32 = pl.col("name").is_in(fp32_names.implode()) & (pl.col("kind") == "kernel")
-    gpu = gpu.with_columns(g_cols).with_columns(fp32.alias("fp32_math"))
+    tf32_names = names.filter(is_tf32_math(names)) if names.len() else names
+    tf32 = pl.col("name").is_in(tf32_names.implode()) & (pl.col("kind") == "kernel")
+    gpu = gpu.with_columns(g_cols).with_columns(fp32.alias("fp32_math"), tf32.alias("tf32_math"))
     return host, gpu
 
 

@@ -130,6 +130,16 @@ TENSOR_CORE_PATTERN = (
 )
 
 
+# TF32 tensor-core math (cuBLAS/CUTLASS name it: "sm90_xmma_gemm_f32f32_tf32f32_f32_...",
+# "cutlass_80_tensorop_s1688tf32gemm_..."): bf16 autocast moves it to bf16 tensor cores too
+TF32_MATH_PATTERN = r"tf32"
+
+
+def is_tf32_math(names: pl.Series) -> pl.Series:
+    """Whether each kernel name runs TF32 tensor-core math."""
+    return names.str.to_lowercase().str.contains(TF32_MATH_PATTERN)
+
+
 def is_fp32_math(names: pl.Series) -> pl.Series:
     """Whether each (math-class) kernel name runs in fp32 on CUDA cores."""
     lower = names.str.to_lowercase()

@@ -214,8 +214,10 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
     # thread's chain (chain_tid), the rows are put in chain order for the passes and the
     # times put back in node order after them.
     chain_order: pl.Series | None = None
+    node_order: pl.Series | None = None  # its inverse: chain rows back in node order
     if "chain_tid" in h.columns and not h.get_column("chain_tid").equals(h.get_column("tid")):
         chain_order = host.select(pl.arg_sort_by("tid", "anchor", maintain_order=True)).to_series()
+        node_order = chain_order.arg_sort()
         host = host[chain_order]
         h_sorted = h[chain_order]
     else:
@@ -261,8 +263,8 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
             else pl.repeat(NEG_NS, h.height, eager=True)
         )
         h_times = _host_chains(host.with_columns(floor), main_tid)
-        if chain_order is not None:  # back in node order: launches and blocking calls use it
-            h_times = h_times.with_columns(chain_order.alias("_node")).sort("_node").drop("_node")
+        if node_order is not None:  # back in node order: launches and blocking calls use it
+            h_times = h_times[node_order]
         h_start = h_times.get_column("start")
         ready = (
             gpu.select(

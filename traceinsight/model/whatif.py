@@ -13,9 +13,9 @@ from traceinsight.model.replay import WAIT_NONE, StepModel
 
 # H200 SXM datasheet (NVIDIA H200 Tensor Core GPU, dense, without sparsity): FP32 67 TFLOP/s on
 # CUDA cores, TF32 tensor 494.7, BF16/FP16 tensor 989.5. Real GEMMs reach a fraction of either
-# peak, so a fp32 GEMM's time scales by the ratio of the peaks; a memory-bound fp32 kernel moves
-# half the bytes in bf16.
-FP32_TFLOPS, BF16_TFLOPS = 67.0, 989.5
+# peak, so a fp32 GEMM's time scales by the ratio of the peaks (a TF32 one's too: TF32/BF16 is
+# 1/2 on A100, H100, H200 and B200 alike); a memory-bound fp32 kernel moves half the bytes in bf16.
+FP32_TFLOPS, TF32_TFLOPS, BF16_TFLOPS = 67.0, 494.7, 989.5
 BF16_MEMORY_RATIO = 0.5
 PINNED_H2D_BYTES_PER_NS = 50.0  # PCIe Gen5 x16 pinned DMA, about 50 GB/s measured on H200 hosts
 SYNC_RETURN_NS = 2_000  # a call that no longer waits still costs its API overhead
@@ -238,15 +238,19 @@ def recompute_removed(model: StepModel) -> StepModel | None:
 
 
 def bf16_gemms(model: StepModel) -> StepModel | None:
-    """fp32 math on CUDA cores moved to bf16 tensor cores at the datasheet's peak ratio; the
-    elementwise and reduction kernels around it move half the bytes."""
+    """fp32 math on CUDA cores moved to bf16 tensor cores at the datasheet's peak ratio, and
+    TF32 tensor-core math (autocast moves the same matmuls) at its own; the elementwise and
+    reduction kernels around it move half the bytes."""
     g = model.gpu
     if _share(g, pl.col("fp32_math"), "dur_ns") < NEGLIGIBLE_RATIO:
         return None
     memory_bound = pl.col("kernel_class").cast(pl.String).is_in(["elementwise", "reduction"])
+    tf32 = pl.col("tf32_math") if "tf32_math" in g.columns else pl.lit(False)
     g = g.with_columns(
         pl.when(pl.col("fp32_math"))
         .then((pl.col("dur_ns") * (FP32_TFLOPS / BF16_TFLOPS)).cast(pl.Int64))
+        .when(tf32)
+        .then((pl.col("dur_ns") * (TF32_TFLOPS / BF16_TFLOPS)).cast(pl.Int64))
         .when(memory_bound)
         .then((pl.col("dur_ns") * BF16_MEMORY_RATIO).cast(pl.Int64))
         .otherwise(pl.col("dur_ns"))
