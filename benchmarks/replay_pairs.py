@@ -5,7 +5,8 @@ user runs it; the finding that names the pair's cause, its ``what_if`` (the caus
 replay of the un-profiled loop before and after the fix, analyzers/replay.py) against the
 speedup measured with CUDA events outside the profiler (``*.truth.json``), and the finding's
 rank. Prints one Markdown row per pair: python benchmarks/replay_pairs.py [--holdout]
-(``--holdout``: the pairs recorded at held-out sizes, fixtures/h200/holdout).
+(``--holdout``: the pairs recorded at held-out sizes, fixtures/h200/holdout; ``--cnn``: four of
+them on a conv net, fixtures/h200/cnn).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from traceinsight import analyze
 H200 = Path(__file__).resolve().parent.parent / "fixtures" / "h200"
 PAIRS = H200 / "pairs"
 HOLDOUT = H200 / "holdout"  # the same pairs at sizes the pairs were not recorded at
+CNN = H200 / "cnn"  # four causes again in a conv net (pair names cnn_*)
 # pair -> the finding that names its cause (the stand-in "communication" is side-stream copies)
 FINDING_OF = {
     "syncs": "host_sync",
@@ -40,12 +42,13 @@ def predict(pair: str, folder: Path = PAIRS) -> dict[str, float | str | int | No
     truth = json.loads((folder / f"{pair}.truth.json").read_text())
     a = analyze(folder / f"{pair}.before.pt.trace.json.gz")
     ids = [f.id for f in a.findings]
-    finding = next((f for f in a.findings if f.id == FINDING_OF[pair]), None)
+    fid = FINDING_OF[pair.removeprefix("cnn_")]
+    finding = next((f for f in a.findings if f.id == fid), None)
     w = finding.what_if if finding is not None else None
     return {
         "pair": pair,
-        "finding": FINDING_OF[pair],
-        "rank": ids.index(FINDING_OF[pair]) + 1 if finding is not None else None,
+        "finding": fid,
+        "rank": ids.index(fid) + 1 if finding is not None else None,
         "first": ids[0] if ids else None,
         "profiled_step_ms": (a.metrics["step_time_median_ns"] or 0) / 1e6,
         "replayed_before_ms": w["step_time_ns"] / 1e6 if w else None,
@@ -58,19 +61,22 @@ def predict(pair: str, folder: Path = PAIRS) -> dict[str, float | str | int | No
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--holdout", action="store_true", help="the held-out recordings")
-    folder = HOLDOUT if ap.parse_args().holdout else PAIRS
+    ap.add_argument("--cnn", action="store_true", help="the conv-net recordings")
+    args = ap.parse_args()
+    folder = HOLDOUT if args.holdout else CNN if args.cnn else PAIRS
+    names = sorted(p.name.removesuffix(".truth.json") for p in folder.glob("*.truth.json"))
     print(
         "| pair | finding (rank; first) | profiled step ms | predicted un-profiled before ms "
         "| measured before ms | predicted | measured | ratio |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    for pair in FINDING_OF:
+    for pair in [n for n in names if n.removeprefix("cnn_") in FINDING_OF]:
         r = predict(pair, folder)
         if r["predicted"] is None:
             print(f"| {pair} | {r['finding']} (not found; first {r['first']}) | | | | | | |")
             continue
         ratio = r["predicted"] / r["measured"]
-        ok = abs(ratio - 1) <= TOLERANCE.get(pair, DEFAULT_TOLERANCE)
+        ok = abs(ratio - 1) <= TOLERANCE.get(pair.removeprefix("cnn_"), DEFAULT_TOLERANCE)
         print(
             f"| {pair} | {r['finding']} ({r['rank']}; {r['first']}) | {r['profiled_step_ms']:.2f} "
             f"| {r['replayed_before_ms']:.2f} | {r['measured_before_ms']:.2f} "

@@ -161,6 +161,14 @@ def test_real_names_get_their_class_and_precision():
             "conv",
             False,
         ),
+        # cuDNN's FFT convolution in fp32 (the H200 conv net with TF32 off, fixtures/h200/cnn):
+        # its frequency-domain product is a third of the kernel time, conv math, not elementwise
+        (
+            "void pointwise_mult_and_sum_complex<float2, 8, 4>(float2*, float2*, float2*, int, int, "
+            "int, int, int, float2)",
+            "conv",
+            True,
+        ),
         # batch norm is a reduction though cuDNN runs it
         (
             "void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, 512, true, 1>(cudnnTensorStruct)",

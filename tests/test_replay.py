@@ -260,6 +260,25 @@ def test_the_prediction_holds_at_sizes_the_pairs_were_not_recorded_at(pair):
     assert r["predicted"] == pytest.approx(HOLDOUT_AFTER[pair]["speedup"], rel=tol)
 
 
+CNN = H200 / "cnn"
+
+
+@pytest.mark.parametrize("pair", ["cnn_syncs", "cnn_bf16", "cnn_fused_adamw", "cnn_empty_cache"])
+def test_the_prediction_holds_in_a_conv_net(pair):
+    """Four of the causes in another model family (record_pairs.py --cnn: a 7-conv BatchNorm
+    net, cuDNN kernels), recorded after the model: each prediction within the issue's
+    tolerance (ratios 0.76-1.11). The un-profiled step is overestimated there (empty_cache:
+    12.5 ms replayed against 9.1 ms measured): the profiler costs a conv net more per event
+    than the no-work ops it is measured by (FINDINGS.md)."""
+    mod = _pairs_module()
+    r = mod.predict(pair, CNN)
+    truth = json.loads((CNN / f"{pair}.truth.json").read_text())
+    assert truth["sizes"]["family"] == "cnn"
+    assert r["rank"] is not None and r["measured"] == truth["speedup"]
+    tol = mod.TOLERANCE.get(pair.removeprefix("cnn_"), mod.DEFAULT_TOLERANCE)
+    assert r["predicted"] == pytest.approx(r["measured"], rel=tol)
+
+
 def test_bf16_autocast_moves_tf32_gemms_too():
     """The held-out bf16 loop runs its GEMMs on TF32 tensor cores (27.2 ms of the profiled
     'before' kernels); its profiled 'after' ran them as bf16 GEMMs in 7.3 ms. The transform's

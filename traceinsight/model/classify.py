@@ -59,7 +59,9 @@ KERNEL_RULES: list[KernelRule] = [
     # "conv" not followed by "e": convolution, convolve, conv_fwd, but not _typeConvert
     KernelRule(
         "conv",
-        r"conv([^e]|$)|implicit_gemm|wgrad|dgrad|fprop|winograd|im2col|fft[123]d_|miopen|cudnn",
+        r"conv([^e]|$)|implicit_gemm|wgrad|dgrad|fprop|winograd|im2col|fft[123]d_|miopen|cudnn"
+        # cuDNN's FFT convolution multiplies and sums in the frequency domain
+        r"|pointwise_mult_and_sum_complex",
         "conv",
     ),
     KernelRule(
@@ -116,6 +118,8 @@ FP32_RULES: list[tuple[str, str]] = [
         r"([dw]grad\w*|engine|convolve_sgemm|winograd\w*|fft[123]d_\w+|im2col\w*|conv\w*|nchwtonhwckernel"
         r"|nhwctonchwkernel|scalepackedtensor_kernel)<(\d+, )*float[,>]",
     ),
+    # cuDNN's FFT convolution on float: its frequency-domain product (float2: complex fp32)
+    ("cudnn_fft_product", r"pointwise_mult_and_sum_complex<float2"),
     # cuBLAS gemv and split-K reductions of fp32 GEMMs
     (
         "cublas_float_helper",
