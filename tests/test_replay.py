@@ -261,6 +261,7 @@ def test_the_prediction_holds_at_sizes_the_pairs_were_not_recorded_at(pair):
 
 
 CNN = H200 / "cnn"
+CNN_AFTER = json.loads((CNN / "after.truth.json").read_text())["pairs"]
 
 
 @pytest.mark.parametrize("pair", ["cnn_syncs", "cnn_bf16", "cnn_fused_adamw", "cnn_empty_cache"])
@@ -277,6 +278,15 @@ def test_the_prediction_holds_in_a_conv_net(pair):
     assert r["rank"] is not None and r["measured"] == truth["speedup"]
     tol = mod.TOLERANCE.get(pair.removeprefix("cnn_"), mod.DEFAULT_TOLERANCE)
     assert r["predicted"] == pytest.approx(r["measured"], rel=tol)
+    # and against the median of later measurements, one process each (after.truth.json)
+    assert r["predicted"] == pytest.approx(CNN_AFTER[pair]["speedup"], rel=tol)
+
+
+def test_the_conv_nets_fixed_loop_no_longer_has_the_finding():
+    """cnn_bf16's loop in bf16, profiled: fp32_compute is gone, the replay reproduces it."""
+    after = analyze(CNN / CNN_AFTER["cnn_bf16"]["profiled_after_trace"])
+    assert not [f for f in after.findings if f.id == "fp32_compute"]
+    assert after.metrics["replay_error_ratio"] <= 0.03
 
 
 def test_bf16_autocast_moves_tf32_gemms_too():
