@@ -686,7 +686,9 @@ def _flags(
     fp32_names = names.filter(is_fp32_math(names)) if names.len() else names
     fp32 = pl.col("name").is_in(fp32_names.implode()) & (pl.col("kind") == "kernel")
     tf32_names = names.filter(is_tf32_math(names)) if names.len() else names
-    tf32 = pl.col("name").is_in(tf32_names.implode()) & (pl.col("kind") == "kernel")
+    # math kernels only: a conversion kernel may name tf32 too
+    math = pl.col("kernel_class").cast(pl.String).is_in(["gemm", "conv", "attention"])
+    tf32 = pl.col("name").is_in(tf32_names.implode()) & (pl.col("kind") == "kernel") & math
     gpu = gpu.with_columns(g_cols).with_columns(fp32.alias("fp32_math"), tf32.alias("tf32_math"))
     return host, gpu
 
