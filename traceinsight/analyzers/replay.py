@@ -512,8 +512,8 @@ def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
     """An op that started, later than its stream and launch allow, within
     :data:`CROSS_STREAM_LAG_NS` (or the share of its wait, see there) of another stream's op
     ending waited for that op (an event wait the table does not link): ``after_op`` is that op
-    (-1: none), ``after_lag_ns`` the time from its end. The trace's event records and waits carry no stream here, so the edge is read off
-    the times. The replay keeps the wait as the op's gap (a fixed delay: iterating edges that
+    (-1: none), ``after_lag_ns`` the time from its end. The trace's event records and waits
+    carry no stream here, so the edge is read off the times. The replay keeps the wait as the op's gap (a fixed delay: iterating edges that
     alternate between streams would take one round per alternation); the overlap transform
     removes it."""
     ends = gpu.select(
@@ -683,13 +683,17 @@ def _flags(
     host = host.with_columns(h_cols).rename({"_gap_from": "gap_from_ns"})
     # matched once per distinct kernel name (a few hundred), not per op
     names = gpu.get_column("name").unique()
-    fp32_names = names.filter(is_fp32_math(names)) if names.len() else names
-    fp32 = pl.col("name").is_in(fp32_names.implode()) & (pl.col("kind") == "kernel")
-    tf32_names = names.filter(is_tf32_math(names)) if names.len() else names
-    # math kernels only: a conversion kernel may name tf32 too
+
+    def kernels_named(test: Callable[[pl.Series], pl.Series]) -> pl.Expr:
+        hits = names.filter(test(names)) if names.len() else names
+        return pl.col("name").is_in(hits.implode()) & (pl.col("kind") == "kernel")
+
+    # TF32 in math kernels only: a conversion kernel may name tf32 too
     math = pl.col("kernel_class").cast(pl.String).is_in(["gemm", "conv", "attention"])
-    tf32 = pl.col("name").is_in(tf32_names.implode()) & (pl.col("kind") == "kernel") & math
-    gpu = gpu.with_columns(g_cols).with_columns(fp32.alias("fp32_math"), tf32.alias("tf32_math"))
+    gpu = gpu.with_columns(g_cols).with_columns(
+        kernels_named(is_fp32_math).alias("fp32_math"),
+        (kernels_named(is_tf32_math) & math).alias("tf32_math"),
+    )
     return host, gpu
 
 

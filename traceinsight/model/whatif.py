@@ -245,11 +245,10 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     if _share(g, pl.col("fp32_math"), "dur_ns") < NEGLIGIBLE_RATIO:
         return None
     memory_bound = pl.col("kernel_class").cast(pl.String).is_in(["elementwise", "reduction"])
-    tf32 = pl.col("tf32_math") if "tf32_math" in g.columns else pl.lit(False)
     g = g.with_columns(
         pl.when(pl.col("fp32_math"))
         .then((pl.col("dur_ns") * (FP32_TFLOPS / BF16_TFLOPS)).cast(pl.Int64))
-        .when(tf32)
+        .when(pl.col("tf32_math"))
         .then((pl.col("dur_ns") * (TF32_TFLOPS / BF16_TFLOPS)).cast(pl.Int64))
         .when(memory_bound)
         .then((pl.col("dur_ns") * BF16_MEMORY_RATIO).cast(pl.Int64))

@@ -129,11 +129,8 @@ def parse_kineto(
     if fast is None:  # streamed layout not recognized: whole document, fast then robust
         data, truncated, notes = repair.whole_document(path, max_bytes)
         fast = None if truncated else stream.decode(data)
-    if fast is not None:
-        df, top, array_era, n_other_ph, warnings, side, mem_rows = fast
-    else:
-        parsed = repair.robust(data, path, truncated)
-        df, top, array_era, n_other_ph, warnings, side, mem_rows = parsed
+    parsed = fast if fast is not None else repair.robust(data, path, truncated)
+    df, top, array_era, n_other_ph, warnings, side, mem_rows = parsed
     warnings = notes + warnings
     exact = None
     # Absolute microseconds with 3 decimals (kineto builds of 2024-03/04) have more digits than a

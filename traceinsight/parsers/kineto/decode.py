@@ -111,7 +111,6 @@ class _EventTime(msgspec.Struct, gc=False):
 
 TOP = msgspec.json.Decoder(_Top)
 _MEMORY_ARG = msgspec.json.Decoder(_MemArgs | None)
-_NO_MEM_ARGS = _MemArgs()
 _MEM_FIELDS = {f.name: f.encode_name for f in msgspec.structs.fields(_MemArgs)}
 _TIMES = msgspec.json.Decoder(list[_EventTime])
 _EVENTS = msgspec.json.Decoder(list[Union[(_Event, _Instant, *_OTHER)]])  # noqa: UP007 - a union built at runtime
@@ -214,6 +213,7 @@ MEMORY_COLUMNS: dict[str, pl.DataType] = {
     **dict.fromkeys(MEMORY_KEYS, pl.Int64()),
 }
 _MEMORY_ARGS_SCHEMA = dict.fromkeys(MEMORY_KEYS.values(), pl.Int64())
+_NO_MEMORY = pl.DataFrame(schema=MEMORY_COLUMNS)
 JSON_TEXT = ("input_dims", "input_types", "concrete_inputs")
 
 
@@ -351,12 +351,14 @@ def _frame(events: list[Any]) -> Chunk:
         [a.nbytes for a in args],
     )
     mems = [e for e in events if e.__class__ is _Instant and e.name == "[memory]" and e.args]
-    mem_args, keep = memory_args([e.args for e in mems])
-    if keep is not None:
-        mems = [e for e, k in zip(mems, keep, strict=True) if k]
-    memory = memory_frame(
-        [e.ts for e in mems], [e.pid for e in mems], [e.tid for e in mems], mem_args
-    )
+    memory = _NO_MEMORY  # most chunks: none, and no frame to build for them
+    if mems:
+        mem_args, keep = memory_args([e.args for e in mems])
+        if keep is not None:
+            mems = [e for e, k in zip(mems, keep, strict=True) if k]
+        memory = memory_frame(
+            [e.ts for e in mems], [e.pid for e in mems], [e.tid for e in mems], mem_args
+        )
     return Chunk(df, len(events) - len(xs) - len(mems), side_frame(_side_groups(df, args)), memory)
 
 
