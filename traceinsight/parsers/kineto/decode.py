@@ -8,12 +8,20 @@ Anything unexpected (bad types, NaN, invalid UTF-8) returns None: the caller fal
 from __future__ import annotations
 
 import io
+import os
 from typing import Any, NamedTuple, Union
 
 import msgspec
 import polars as pl
 
 from traceinsight.model.schema import KERNEL_ARGS_SCHEMA, OP_ARGS_SCHEMA
+
+try:  # the native scanner (traceinsight/_native/kscan.c), built at install where a C compiler is
+    from traceinsight import _kscan
+except ImportError:
+    _kscan = None
+if os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1":  # the typed path alone, to compare
+    _kscan = None
 
 _NO_RAW = msgspec.Raw(b"")  # an absent JSON-text field (msgspec has no Raw | None)
 
@@ -367,6 +375,10 @@ def _xyz(name: str, raws: list[msgspec.Raw]) -> dict[str, pl.Series]:
     the texts joined, split and matched by polars."""
     # NUL never occurs in JSON text (pretty-printed arrays do hold newlines)
     text = pl.Series([b"\x00".join(raws).decode("utf-8", "replace")]).str.split("\x00").explode()
+    return _xyz_text(name, text)
+
+
+def _xyz_text(name: str, text: pl.Series) -> dict[str, pl.Series]:
     parts = text.str.strip_chars("[] \t\r\n").str.split_exact(",", 2).struct.unnest()
     return {
         f"{name}_{axis}": parts.get_column(f"field_{i}")
@@ -429,10 +441,87 @@ class Parsed(NamedTuple):
     memory: pl.DataFrame
 
 
+def native_scanner() -> bool:
+    """Whether the native scanner is built (and not turned off with TRACEINSIGHT_NO_NATIVE=1)."""
+    return _kscan is not None
+
+
+class _Arrow:
+    """A table from the native scanner: polars reads it through the Arrow PyCapsule interface."""
+
+    __slots__ = ("capsules",)
+
+    def __init__(self, capsules: tuple[object, object]) -> None:
+        self.capsules = capsules
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        return self.capsules
+
+
+def _side_native(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+    """The native scanner's side rows -> :func:`side_frame`'s, as the typed path builds them
+    (numbers come as float64 holding integers exactly: the casts match its conversions)."""
+    groups: list[dict[str, Any]] = []
+    if kernels.height:
+        dims = {
+            **_xyz_text("grid", kernels.get_column("grid")),
+            **_xyz_text("block", kernels.get_column("block")),
+        }
+        groups.append(
+            {
+                "row": kernels.get_column("row"),
+                **dims,
+                **{
+                    c: kernels.get_column(c).cast(SIDE_COLUMNS[c], strict=False)
+                    for c in (
+                        "registers_per_thread",
+                        "shared_memory_bytes",
+                        "occupancy_pct",
+                        "blocks_per_sm",
+                        "warps_per_sm",
+                        "collective",
+                    )
+                },
+            }
+        )
+    groups.append(
+        {
+            "row": ops.get_column("row"),
+            **{c: ops.get_column(c) for c in JSON_TEXT},
+            "flops": ops.get_column("flops").cast(SIDE_COLUMNS["flops"], strict=False),
+        }
+    )
+    return side_frame(groups)
+
+
+def _native_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
+    """The native scanner's :class:`Chunk`, equal to the typed path's; None where it declines."""
+    out = _kscan.scan(elements)
+    if out is None:
+        return None
+    n_other, frame, kernels, ops, memory = out
+    memory_df = pl.DataFrame(_Arrow(memory))
+    return Chunk(
+        pl.DataFrame(_Arrow(frame)),
+        n_other,
+        _side_native(pl.DataFrame(_Arrow(kernels)), pl.DataFrame(_Arrow(ops))),
+        memory_df if memory_df.height else _NO_MEMORY,
+    )
+
+
 def decode_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
     """The elements of a JSON array of events, without its brackets (a span of the events
     array) -> its :class:`Chunk`; None if they are not what the fast path expects, or the span
     was not cut between two events. Runs in helper processes too."""
+    if _kscan is not None:
+        chunk = _native_chunk(elements)
+        if chunk is not None:
+            return chunk
+    return typed_chunk(elements)
+
+
+def typed_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
+    """:func:`decode_chunk` through msgspec's typed decode: the reference of the native path."""
     doc = b"".join((b"[", elements, b"]"))
     try:  # one 8 MiB copy (under 1 ms) to add the brackets: the spool itself is never written to
         events = _EVENTS.decode(doc)

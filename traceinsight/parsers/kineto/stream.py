@@ -18,7 +18,7 @@ import os
 import re
 import tempfile
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ import msgspec
 import polars as pl
 
 from traceinsight import resources
-from traceinsight.parsers.kineto.decode import TOP, Chunk, Parsed, decode_chunk
+from traceinsight.parsers.kineto.decode import TOP, Chunk, Parsed, decode_chunk, native_scanner
 from traceinsight.parsers.source import Decompressed, padding_note
 from traceinsight.runtime import single_thread_children
 
@@ -187,6 +187,19 @@ def decode_span(spool_path: str, start: int, end: int) -> Chunk | None:
         return decode_chunk(part)
 
 
+def decode_mapped(spool_path: str, start: int, end: int) -> Chunk | None:
+    """Decode the span [start, end) of a spool in a helper thread, through a mapping of its
+    own pages: the spool's mapping may be resized meanwhile, which exported views forbid."""
+    lo = start - start % mmap.ALLOCATIONGRANULARITY
+    with (
+        open(spool_path, "rb") as fh,
+        mmap.mmap(fh.fileno(), end - lo, offset=lo, access=mmap.ACCESS_READ) as mm,
+        memoryview(mm) as mv,
+        mv[start - lo : end - lo] as part,
+    ):
+        return decode_chunk(part)
+
+
 # A comma between two objects ('}' ',' '{', any whitespace): where a span may end. A failed
 # match backtracks over the blanks after one '}' only, so a search stays linear.
 _CUT = re.compile(rb"\}[ \t\r\n]*(,)[ \t\r\n]*\{")
@@ -339,7 +352,8 @@ class _Scheduler:
         self.todo: deque[tuple[int, int, int]] = deque()
         self.done: dict[int, Chunk | None] = {}
         self.inflight: dict[Future[Any], tuple[int, int, int]] = {}
-        self.pool: ProcessPoolExecutor | None = None
+        self.pool: Executor | None = None
+        self.threads = False  # helpers are threads (the native scanner) or processes
         self.spans: list[tuple[int, int]] = []
         self.released = 0  # spans whose spool pages are given back
 
@@ -350,6 +364,10 @@ class _Scheduler:
 
     def start(self) -> None:
         if self.pool is not None or not self.helpers:
+            return
+        if native_scanner():  # it decodes without the GIL: threads share the work, unpickled
+            self.pool = ThreadPoolExecutor(self.helpers, thread_name_prefix="traceinsight-decode")
+            self.threads = True
             return
         from multiprocessing import get_context
 
@@ -385,7 +403,8 @@ class _Scheduler:
         while self.todo and len(self.inflight) < IN_FLIGHT_PER_HELPER * self.helpers:
             item = self.todo.popleft()  # in document order: the decoded prefix is released
             try:
-                fut = self.pool.submit(decode_span, self.spool.path, item[1], item[2])  # type: ignore[attr-defined]
+                decode = decode_mapped if self.threads else decode_span
+                fut = self.pool.submit(decode, self.spool.path, item[1], item[2])  # type: ignore[attr-defined]
             except RuntimeError:  # broken pool
                 self.todo.append(item)
                 self.pool = None

@@ -1,0 +1,1040 @@
+/* A span of Kineto's events array -> Arrow columns, in one pass over the bytes.
+ *
+ * Why native: the typed msgspec decode plus building columns from its structs costs ~46 ms
+ * of CPU per 8 MiB chunk, two thirds of it in the interpreter (benchmarks/RESULTS.md); this
+ * scanner validates the JSON and writes the same columns directly, with the GIL released.
+ *
+ * It is a fast path only.  Whatever it is not sure to read exactly as the msgspec decoder
+ * (decode.py) would, it declines (returns None): a number where a string is expected, a float
+ * id, an escaped key, a duplicate key, deep nesting, invalid UTF-8, anything outside strict
+ * JSON.  The caller then takes the msgspec path, which has the last word on every input.
+ *
+ * Output (see decode.py, ``native_chunk``): (n_other, frame, kernel_side, op_side, memory),
+ * each table an object with ``__arrow_c_array__`` (the Arrow PyCapsule interface) holding a
+ * struct array; the buffers are malloc'ed here and freed by the consumer's release call.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Arrow C data interface (arrow/c/abi.h) ---------------------------------------- */
+
+#define ARROW_FLAG_NULLABLE 2
+
+struct ArrowSchema {
+    const char *format;
+    const char *name;
+    const char *metadata;
+    int64_t flags;
+    int64_t n_children;
+    struct ArrowSchema **children;
+    struct ArrowSchema *dictionary;
+    void (*release)(struct ArrowSchema *);
+    void *private_data;
+};
+
+struct ArrowArray {
+    int64_t length;
+    int64_t null_count;
+    int64_t offset;
+    int64_t n_buffers;
+    int64_t n_children;
+    const void **buffers;
+    struct ArrowArray **children;
+    struct ArrowArray *dictionary;
+    void (*release)(struct ArrowArray *);
+    void *private_data;
+};
+
+/* ---- growable buffers and columns ------------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+} buf_t;
+
+static int buf_reserve(buf_t *b, size_t extra) {
+    if (b->len + extra <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + extra) {
+        if (cap > SIZE_MAX / 2) return -1;
+        cap *= 2;
+    }
+    char *q = realloc(b->p, cap);
+    if (!q) return -1;
+    b->p = q;
+    b->cap = cap;
+    return 0;
+}
+
+enum { K_I64, K_F64, K_STR };
+
+typedef struct {
+    int kind;
+    const char *name;
+    buf_t data;    /* int64 / double values, or string bytes */
+    buf_t offs;    /* strings: int64 offsets, n + 1 of them */
+    buf_t valid;   /* validity bitmap */
+    int64_t n, nulls;
+} col_t;
+
+static int col_valid(col_t *c, int ok) {
+    if ((c->n & 7) == 0) {
+        if (buf_reserve(&c->valid, 1)) return -1;
+        c->valid.p[c->valid.len++] = 0;
+    }
+    if (ok)
+        c->valid.p[c->n >> 3] |= (char)(1 << (c->n & 7));
+    else
+        c->nulls++;
+    c->n++;
+    return 0;
+}
+
+static int col_i64(col_t *c, int64_t v, int ok) {
+    if (buf_reserve(&c->data, 8)) return -1;
+    if (!ok) v = 0;
+    memcpy(c->data.p + c->data.len, &v, 8);
+    c->data.len += 8;
+    return col_valid(c, ok);
+}
+
+static int col_f64(col_t *c, double v, int ok) {
+    if (buf_reserve(&c->data, 8)) return -1;
+    if (!ok) v = 0.0;
+    memcpy(c->data.p + c->data.len, &v, 8);
+    c->data.len += 8;
+    return col_valid(c, ok);
+}
+
+static int col_str_end(col_t *c, int ok) {
+    int64_t off = (int64_t)c->data.len;
+    if (buf_reserve(&c->offs, 8)) return -1;
+    memcpy(c->offs.p + c->offs.len, &off, 8);
+    c->offs.len += 8;
+    return col_valid(c, ok);
+}
+
+static int col_init(col_t *c, int kind, const char *name) {
+    memset(c, 0, sizeof(*c));
+    c->kind = kind;
+    c->name = name;
+    if (kind == K_STR) {
+        int64_t zero = 0;
+        if (buf_reserve(&c->offs, 8)) return -1;
+        memcpy(c->offs.p, &zero, 8);
+        c->offs.len = 8;
+    }
+    return 0;
+}
+
+static void col_free(col_t *c) {
+    free(c->data.p);
+    free(c->offs.p);
+    free(c->valid.p);
+    c->data.p = c->offs.p = c->valid.p = NULL;
+}
+
+/* ---- JSON scanning ---------------------------------------------------------------- */
+
+#define MAX_DEPTH 64 /* deeper values decline: msgspec and the repair path decide about them */
+
+typedef struct {
+    const char *s, *e; /* the value's text [s, e) */
+    char t;            /* 's' string, 'n' number, 'N' null, 'b' bool, '{' object, '[' array; 0 absent */
+    char esc;          /* a string holding escapes */
+} span_t;
+
+static inline int is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+static inline const char *skip_ws(const char *p, const char *end) {
+    while (p < end && is_ws((unsigned char)*p)) p++;
+    return p;
+}
+
+/* One UTF-8 sequence starting at a byte >= 0x80: its length, 0 if invalid (overlong,
+ * surrogate, beyond U+10FFFF, truncated). */
+static int utf8_len(const unsigned char *p, const unsigned char *end) {
+    unsigned c = p[0];
+    if (c >= 0xC2 && c <= 0xDF) {
+        if (end - p < 2 || (p[1] & 0xC0) != 0x80) return 0;
+        return 2;
+    }
+    if (c >= 0xE0 && c <= 0xEF) {
+        if (end - p < 3 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80) return 0;
+        if (c == 0xE0 && p[1] < 0xA0) return 0;  /* overlong */
+        if (c == 0xED && p[1] >= 0xA0) return 0; /* surrogate */
+        return 3;
+    }
+    if (c >= 0xF0 && c <= 0xF4) {
+        if (end - p < 4 || (p[1] & 0xC0) != 0x80 || (p[2] & 0xC0) != 0x80 || (p[3] & 0xC0) != 0x80)
+            return 0;
+        if (c == 0xF0 && p[1] < 0x90) return 0;
+        if (c == 0xF4 && p[1] >= 0x90) return 0;
+        return 4;
+    }
+    return 0;
+}
+
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+static int hex4(const char *p, const char *end, unsigned *out) {
+    if (end - p < 4) return -1;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval((unsigned char)p[i]);
+        if (h < 0) return -1;
+        v = (v << 4) | (unsigned)h;
+    }
+    *out = v;
+    return 0;
+}
+
+/* A string starting after its opening quote: validated; returns the position after the
+ * closing quote, NULL if invalid. *esc is set when it holds escapes. */
+/* Whether any of 8 bytes is '"', '\\', a control character or not ASCII (SWAR). */
+static inline int special8(uint64_t x) {
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
+    uint64_t zq = (q - ones) & ~q, zb = (b - ones) & ~b, lt = x - ones * 0x20;
+    return ((zq | zb | lt | x) & high) != 0;
+}
+
+static const char *scan_string(const char *p, const char *end, char *esc) {
+    *esc = 0;
+    while (p < end) {
+        while (end - p >= 8) { /* plain ASCII runs, 8 bytes at a time */
+            uint64_t x;
+            memcpy(&x, p, 8);
+            if (special8(x)) break;
+            p += 8;
+        }
+        if (p >= end) break;
+        unsigned char c = (unsigned char)*p;
+        if (c == '"') return p + 1;
+        if (c < 0x20) return NULL;
+        if (c == '\\') {
+            *esc = 1;
+            if (end - p < 2) return NULL;
+            char n = p[1];
+            if (n == 'u') {
+                unsigned u;
+                if (hex4(p + 2, end, &u)) return NULL;
+                p += 6;
+                if (u >= 0xD800 && u <= 0xDBFF) { /* a high surrogate needs its low half */
+                    unsigned lo;
+                    if (end - p < 6 || p[0] != '\\' || p[1] != 'u' || hex4(p + 2, end, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF)
+                        return NULL;
+                    p += 6;
+                } else if (u >= 0xDC00 && u <= 0xDFFF) {
+                    return NULL;
+                }
+                continue;
+            }
+            if (n != '"' && n != '\\' && n != '/' && n != 'b' && n != 'f' && n != 'n' && n != 'r' &&
+                n != 't')
+                return NULL;
+            p += 2;
+            continue;
+        }
+        if (c >= 0x80) {
+            int k = utf8_len((const unsigned char *)p, (const unsigned char *)end);
+            if (!k) return NULL;
+            p += k;
+            continue;
+        }
+        p++;
+    }
+    return NULL;
+}
+
+/* The decoded bytes of a validated string's body [s, e) (without quotes), appended. */
+static int unescape_into(buf_t *b, const char *s, const char *e) {
+    if (buf_reserve(b, (size_t)(e - s))) return -1; /* decoded text is never longer */
+    char *o = b->p + b->len;
+    while (s < e) {
+        if (*s != '\\') {
+            *o++ = *s++;
+            continue;
+        }
+        char n = s[1];
+        if (n != 'u') {
+            char r = n;
+            switch (n) {
+                case 'b': r = '\b'; break;
+                case 'f': r = '\f'; break;
+                case 'n': r = '\n'; break;
+                case 'r': r = '\r'; break;
+                case 't': r = '\t'; break;
+                default: break;
+            }
+            *o++ = r;
+            s += 2;
+            continue;
+        }
+        unsigned u;
+        hex4(s + 2, e, &u);
+        s += 6;
+        if (u >= 0xD800 && u <= 0xDBFF) {
+            unsigned lo;
+            hex4(s + 2, e, &lo);
+            s += 6;
+            u = 0x10000 + ((u - 0xD800) << 10) + (lo - 0xDC00);
+        }
+        if (u < 0x80) {
+            *o++ = (char)u;
+        } else if (u < 0x800) {
+            *o++ = (char)(0xC0 | (u >> 6));
+            *o++ = (char)(0x80 | (u & 0x3F));
+        } else if (u < 0x10000) {
+            *o++ = (char)(0xE0 | (u >> 12));
+            *o++ = (char)(0x80 | ((u >> 6) & 0x3F));
+            *o++ = (char)(0x80 | (u & 0x3F));
+        } else {
+            *o++ = (char)(0xF0 | (u >> 18));
+            *o++ = (char)(0x80 | ((u >> 12) & 0x3F));
+            *o++ = (char)(0x80 | ((u >> 6) & 0x3F));
+            *o++ = (char)(0x80 | (u & 0x3F));
+        }
+    }
+    b->len = (size_t)(o - b->p);
+    return 0;
+}
+
+/* A number per JSON's grammar; returns the position after it, NULL if not one. */
+static const char *scan_number(const char *p, const char *end) {
+    if (p < end && *p == '-') p++;
+    if (p >= end) return NULL;
+    if (*p == '0') {
+        p++;
+    } else if (*p >= '1' && *p <= '9') {
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    } else {
+        return NULL;
+    }
+    if (p < end && *p == '.') {
+        p++;
+        if (p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) p++;
+        if (p >= end || *p < '0' || *p > '9') return NULL;
+        while (p < end && *p >= '0' && *p <= '9') p++;
+    }
+    return p;
+}
+
+static int lit(const char *p, const char *end, const char *w, size_t n) {
+    return (size_t)(end - p) >= n && memcmp(p, w, n) == 0;
+}
+
+/* Any JSON value at p (no leading blanks): validated, without recursion; fills *sp. */
+static const char *skip_value(const char *p, const char *end, span_t *sp) {
+    char stack[MAX_DEPTH];
+    int depth = 0;
+    const char *start = p;
+    char esc = 0;
+    if (p >= end) return NULL;
+    sp->esc = 0;
+    switch (*p) {
+        case '"':
+            p = scan_string(p + 1, end, &esc);
+            if (!p) return NULL;
+            sp->t = 's';
+            sp->esc = esc;
+            goto done;
+        case 'n':
+            if (!lit(p, end, "null", 4)) return NULL;
+            p += 4;
+            sp->t = 'N';
+            goto done;
+        case 't':
+            if (!lit(p, end, "true", 4)) return NULL;
+            p += 4;
+            sp->t = 'b';
+            goto done;
+        case 'f':
+            if (!lit(p, end, "false", 5)) return NULL;
+            p += 5;
+            sp->t = 'b';
+            goto done;
+        case '{':
+        case '[':
+            sp->t = *p;
+            break;
+        default:
+            p = scan_number(p, end);
+            if (!p) return NULL;
+            sp->t = 'n';
+            goto done;
+    }
+    /* containers: expect a value (or key) after an opener or comma, a comma or closer after */
+    stack[depth++] = *p++;
+    for (;;) {
+        p = skip_ws(p, end);
+        if (p >= end) return NULL;
+        char top = stack[depth - 1];
+        if (*p == (top == '{' ? '}' : ']')) { /* empty container */
+            p++;
+            goto closed;
+        }
+        for (;;) { /* elements of the container on top */
+            if (top == '{') {
+                if (*p != '"') return NULL;
+                p = scan_string(p + 1, end, &esc);
+                if (!p) return NULL;
+                p = skip_ws(p, end);
+                if (p >= end || *p != ':') return NULL;
+                p = skip_ws(p + 1, end);
+                if (p >= end) return NULL;
+            }
+            if (*p == '{' || *p == '[') {
+                if (depth >= MAX_DEPTH) return NULL;
+                stack[depth++] = *p++;
+                goto opened;
+            }
+            span_t inner;
+            p = skip_value(p, end, &inner); /* a scalar: no recursion beyond one level */
+            if (!p) return NULL;
+        after_element:
+            p = skip_ws(p, end);
+            if (p >= end) return NULL;
+            if (*p == ',') {
+                p = skip_ws(p + 1, end);
+                if (p >= end) return NULL;
+                continue;
+            }
+            if (*p == (top == '{' ? '}' : ']')) {
+                p++;
+                goto closed;
+            }
+            return NULL;
+        closed:
+            depth--;
+            if (depth == 0) goto done;
+            top = stack[depth - 1];
+            goto after_element;
+        }
+    opened:;
+    }
+done:
+    sp->s = start;
+    sp->e = p;
+    return p;
+}
+
+/* ---- values ------------------------------------------------------------------------ */
+
+static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
+                                 1e8,  1e9,  1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+                                 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+
+/* An integer token (no fraction or exponent) within int64: 0 and *out, else -1. */
+static int parse_int(const span_t *v, int64_t *out) {
+    const char *p = v->s, *e = v->e;
+    int neg = 0;
+    if (p < e && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    if (p >= e || e - p > 19) return -1;
+    uint64_t m = 0;
+    for (const char *q = p; q < e; q++) {
+        unsigned d = (unsigned)(*q - '0');
+        if (d > 9) return -1;
+        m = m * 10 + d; /* 19 digits fit in 64 bits unsigned */
+    }
+    if (e - p == 19 && m < 1000000000000000000ULL) return -1; /* wrapped: not possible, guard */
+    if (neg) {
+        if (m > (uint64_t)INT64_MAX + 1) return -1;
+        *out = (int64_t)(0 - m);
+    } else {
+        if (m > (uint64_t)INT64_MAX) return -1;
+        *out = (int64_t)m;
+    }
+    return 0;
+}
+
+/* A number token as the nearest double (as msgspec reads it): 0 and *out, else -1 (out of
+ * range, or an integer a double does not hold exactly where exact_int asks for that). */
+static int parse_double(const span_t *v, double *out, int exact_int) {
+    int64_t i;
+    if (parse_int(v, &i) == 0) {
+        if (exact_int && (i > (1LL << 53) || i < -(1LL << 53))) return -1;
+        *out = (double)i;
+        return 0;
+    }
+    /* fast path: digits.digits with a mantissa under 2^53 and at most 22 decimals is one
+     * correctly rounded division of two exact doubles */
+    const char *p = v->s, *e = v->e;
+    int neg = 0;
+    if (*p == '-') {
+        neg = 1;
+        p++;
+    }
+    uint64_t m = 0;
+    int frac = -1, digits = 0, ok = 1;
+    for (; p < e; p++) {
+        if (*p == '.') {
+            frac = 0;
+            continue;
+        }
+        if (*p < '0' || *p > '9') {
+            ok = 0;
+            break;
+        }
+        if (++digits > 17) {
+            ok = 0;
+            break;
+        }
+        m = m * 10 + (unsigned)(*p - '0');
+        if (frac >= 0) frac++;
+    }
+    if (ok && frac >= 0 && frac <= 22 && m <= (1ULL << 53)) {
+        double d = (double)m / POW10[frac];
+        *out = neg ? -d : d;
+        return 0;
+    }
+    char tmp[64];
+    size_t n = (size_t)(v->e - v->s);
+    if (n >= sizeof tmp) return -1;
+    memcpy(tmp, v->s, n);
+    tmp[n] = 0;
+    char *stop;
+    errno = 0;
+    double d = strtod(tmp, &stop); /* glibc: correctly rounded; JSON's '.' in the C locale */
+    if (errno || stop != tmp + n || !isfinite(d)) return -1;
+    *out = d;
+    return 0;
+}
+
+/* Column writers by the value's JSON type; -2 means decline. */
+static int put_int(col_t *c, const span_t *v) {
+    if (v->t == 0 || v->t == 'N') return col_i64(c, 0, 0);
+    int64_t x;
+    if (v->t != 'n' || parse_int(v, &x)) return -2;
+    return col_i64(c, x, 1);
+}
+
+/* A pid or tid: an integer, or a string's trailing integer ("stream 7" -> 7, as decode.py's
+ * _to_int_ids extracts with (-?\d+)\s*$), null where it has none or it overflows. */
+static int put_id(col_t *c, const span_t *v) {
+    if (v->t != 's') return put_int(c, v);
+    if (v->esc) return -2;
+    const char *s = v->s + 1, *e = v->e - 1;
+    for (const char *q = s; q < e; q++)
+        if ((unsigned char)*q >= 0x80) return -2; /* Unicode digits and blanks: polars decides */
+    while (e > s && e[-1] == ' ') e--; /* raw tabs and newlines are not valid JSON strings */
+    const char *d = e;
+    while (d > s && d[-1] >= '0' && d[-1] <= '9') d--;
+    if (d == e) return col_i64(c, 0, 0);
+    if (d > s && d[-1] == '-') d--;
+    span_t num = {d, e, 'n', 0};
+    int64_t x;
+    return parse_int(&num, &x) ? col_i64(c, 0, 0) : col_i64(c, x, 1);
+}
+
+static int put_num(col_t *c, const span_t *v, int exact_int) {
+    if (v->t == 0 || v->t == 'N') return col_f64(c, 0, 0);
+    double x;
+    if (v->t != 'n' || parse_double(v, &x, exact_int)) return -2;
+    return col_f64(c, x, 1);
+}
+
+static int put_str(col_t *c, const span_t *v) {
+    if (v->t == 0 || v->t == 'N') return col_str_end(c, 0);
+    if (v->t != 's') return -2;
+    if (v->esc) {
+        if (unescape_into(&c->data, v->s + 1, v->e - 1)) return -1;
+    } else {
+        size_t n = (size_t)(v->e - v->s - 2);
+        if (buf_reserve(&c->data, n)) return -1;
+        memcpy(c->data.p + c->data.len, v->s + 1, n);
+        c->data.len += n;
+    }
+    return col_str_end(c, 1);
+}
+
+static int put_raw(col_t *c, const span_t *v) { /* any JSON value, as its text */
+    if (v->t == 0) return col_str_end(c, 0);
+    size_t n = (size_t)(v->e - v->s);
+    if (buf_reserve(&c->data, n)) return -1;
+    memcpy(c->data.p + c->data.len, v->s, n);
+    c->data.len += n;
+    return col_str_end(c, 1);
+}
+
+/* ---- keys -------------------------------------------------------------------------- */
+
+enum { T_PH, T_CAT, T_NAME, T_PID, T_TID, T_TS, T_DUR, T_ARGS, T_N };
+
+enum {
+    A_DEVICE, A_STREAM, A_CORR, A_EXT, A_EXT_LOWER, A_BYTES, A_DIMS, A_TYPES, A_CONCRETE,
+    A_FLOPS, A_GRID, A_BLOCK, A_REGS, A_SHMEM, A_OCC, A_BPSM, A_WPSM, A_COLL,
+    M_BYTES, M_ALLOC, M_RES, M_ADDR, M_DTYPE, M_DID, A_N
+};
+
+static const char *TOP_KEYS[T_N] = {"ph", "cat", "name", "pid", "tid", "ts", "dur", "args"};
+static const char *ARG_KEYS[A_N] = {
+    "device", "stream", "correlation", "External id", "external id", "bytes", "Input Dims",
+    "Input type", "Concrete Inputs", "flops", "grid", "block", "registers per thread",
+    "shared memory", "est. achieved occupancy %", "blocks per SM", "warps per SM",
+    "Collective name", "Bytes", "Total Allocated", "Total Reserved", "Addr", "Device Type",
+    "Device Id"};
+
+static size_t TOP_LENS[T_N], ARG_LENS[A_N];
+
+/* keys by length then first byte: most members are rejected without a comparison */
+static int key_index(const char **keys, const size_t *lens, int n, const char *s, size_t len) {
+    if (len < 2 || len > 25) return -1;
+    for (int i = 0; i < n; i++)
+        if (lens[i] == len && keys[i][0] == s[0] && keys[i][1] == s[1] &&
+            memcmp(keys[i] + 2, s + 2, len - 2) == 0)
+            return i;
+    return -1;
+}
+
+/* The members of an object at p ('{'): known keys' values into slots. Returns the position
+ * after it; NULL if invalid JSON; *decline for what the fast path leaves to msgspec. With
+ * args_slots, the value of "args" (an object) is read one level further into them. */
+static const char *read_object(const char *p, const char *end, const char **keys,
+                               const size_t *lens, int nkeys, span_t *slots, span_t *args_slots,
+                               int *decline) {
+    p = skip_ws(p + 1, end);
+    if (p >= end) return NULL;
+    if (*p == '}') return p + 1;
+    for (;;) {
+        if (*p != '"') return NULL;
+        const char *ks = p + 1;
+        char esc;
+        p = scan_string(ks, end, &esc);
+        if (!p) return NULL;
+        if (esc) { /* an escaped key might spell a known one */
+            *decline = 1;
+            return NULL;
+        }
+        int k = key_index(keys, lens, nkeys, ks, (size_t)(p - 1 - ks));
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':') return NULL;
+        p = skip_ws(p + 1, end);
+        if (p >= end) return NULL;
+        if (k >= 0 && slots[k].t) { /* a duplicate key: msgspec's choice, not guessed here */
+            *decline = 1;
+            return NULL;
+        }
+        if (k == T_ARGS && args_slots && *p == '{') {
+            const char *s = p;
+            p = read_object(p, end, ARG_KEYS, ARG_LENS, A_N, args_slots, NULL, decline);
+            if (!p) return NULL;
+            slots[k].t = '{';
+            slots[k].s = s;
+            slots[k].e = p;
+            slots[k].esc = 0;
+        } else {
+            span_t v;
+            p = skip_value(p, end, &v);
+            if (!p) return NULL;
+            if (k >= 0) slots[k] = v;
+        }
+        p = skip_ws(p, end);
+        if (p >= end) return NULL;
+        if (*p == '}') return p + 1;
+        if (*p != ',') return NULL;
+        p = skip_ws(p + 1, end);
+        if (p >= end) return NULL;
+    }
+}
+
+/* ---- tables ------------------------------------------------------------------------ */
+
+enum { F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_DEVICE, F_STREAM, F_CORR, F_EXT, F_BYTES, F_N };
+enum { KS_ROW, KS_GRID, KS_BLOCK, KS_REGS, KS_SHMEM, KS_OCC, KS_BPSM, KS_WPSM, KS_COLL, KS_N };
+enum { OS_ROW, OS_DIMS, OS_TYPES, OS_CONCRETE, OS_FLOPS, OS_N };
+enum { MM_TS, MM_PID, MM_TID, MM_BYTES, MM_ALLOC, MM_RES, MM_ADDR, MM_DTYPE, MM_DID, MM_N };
+
+typedef struct {
+    col_t *cols;
+    int n;
+} table_t;
+
+typedef struct {
+    col_t f[F_N], ks[KS_N], os[OS_N], mm[MM_N];
+    int64_t n_other;
+} out_t;
+
+/* Room for about the rows a span of n bytes holds (events are ~300 bytes; untouched pages of
+ * a large malloc cost nothing), so the columns rarely move while they grow. */
+static int col_presize(col_t *c, size_t rows, size_t text) {
+    if (buf_reserve(&c->data, c->kind == K_STR ? text : rows * 8)) return -1;
+    if (buf_reserve(&c->valid, rows / 8 + 1)) return -1;
+    if (c->kind == K_STR && buf_reserve(&c->offs, rows * 8 + 8)) return -1;
+    return 0;
+}
+
+static int out_init(out_t *o) {
+    static const struct { int k; const char *n; } F[F_N] = {
+        {K_STR, "cat"},      {K_STR, "name"},     {K_F64, "ts"},          {K_F64, "dur"},
+        {K_I64, "pid"},      {K_I64, "tid"},      {K_I64, "a_device"},    {K_I64, "a_stream"},
+        {K_I64, "correlation"}, {K_I64, "external_id"}, {K_I64, "bytes"}};
+    static const struct { int k; const char *n; } KS[KS_N] = {
+        {K_I64, "row"}, {K_STR, "grid"}, {K_STR, "block"}, {K_F64, "registers_per_thread"},
+        {K_F64, "shared_memory_bytes"}, {K_F64, "occupancy_pct"}, {K_F64, "blocks_per_sm"},
+        {K_F64, "warps_per_sm"}, {K_STR, "collective"}};
+    static const struct { int k; const char *n; } OS[OS_N] = {
+        {K_I64, "row"}, {K_STR, "input_dims"}, {K_STR, "input_types"},
+        {K_STR, "concrete_inputs"}, {K_F64, "flops"}};
+    static const struct { int k; const char *n; } MM[MM_N] = {
+        {K_F64, "ts"}, {K_I64, "pid"}, {K_I64, "tid"}, {K_I64, "mem_bytes"},
+        {K_I64, "mem_allocated_bytes"}, {K_I64, "mem_reserved_bytes"}, {K_I64, "mem_addr"},
+        {K_I64, "mem_device_type"}, {K_I64, "mem_device_id"}};
+    memset(o, 0, sizeof(*o));
+    for (int i = 0; i < F_N; i++)
+        if (col_init(&o->f[i], F[i].k, F[i].n)) return -1;
+    for (int i = 0; i < KS_N; i++)
+        if (col_init(&o->ks[i], KS[i].k, KS[i].n)) return -1;
+    for (int i = 0; i < OS_N; i++)
+        if (col_init(&o->os[i], OS[i].k, OS[i].n)) return -1;
+    for (int i = 0; i < MM_N; i++)
+        if (col_init(&o->mm[i], MM[i].k, MM[i].n)) return -1;
+    return 0;
+}
+
+static void out_free(out_t *o) {
+    for (int i = 0; i < F_N; i++) col_free(&o->f[i]);
+    for (int i = 0; i < KS_N; i++) col_free(&o->ks[i]);
+    for (int i = 0; i < OS_N; i++) col_free(&o->os[i]);
+    for (int i = 0; i < MM_N; i++) col_free(&o->mm[i]);
+}
+
+static int span_is(const span_t *v, const char *text) { /* an unescaped string equal to text */
+    size_t n = strlen(text);
+    return v->t == 's' && !v->esc && (size_t)(v->e - v->s) == n + 2 && memcmp(v->s + 1, text, n) == 0;
+}
+
+#define TRY(x)                   \
+    do {                         \
+        int r_ = (x);            \
+        if (r_) return r_;       \
+    } while (0)
+
+static int emit_x(out_t *o, const span_t *t, const span_t *a) {
+    int64_t row = o->f[F_CAT].n;
+    if (t[T_CAT].t == 's' && t[T_CAT].esc) return -2; /* it might spell kernel or cpu_op */
+    TRY(put_str(&o->f[F_CAT], &t[T_CAT]));
+    TRY(put_str(&o->f[F_NAME], &t[T_NAME]));
+    TRY(put_num(&o->f[F_TS], &t[T_TS], 0));
+    TRY(put_num(&o->f[F_DUR], &t[T_DUR], 0));
+    TRY(put_id(&o->f[F_PID], &t[T_PID]));
+    TRY(put_id(&o->f[F_TID], &t[T_TID]));
+    TRY(put_int(&o->f[F_DEVICE], &a[A_DEVICE]));
+    TRY(put_int(&o->f[F_STREAM], &a[A_STREAM]));
+    TRY(put_int(&o->f[F_CORR], &a[A_CORR]));
+    /* "External id", else the lower-case spelling of some eras */
+    TRY(put_int(&o->f[F_EXT], (a[A_EXT].t && a[A_EXT].t != 'N') ? &a[A_EXT] : &a[A_EXT_LOWER]));
+    TRY(put_int(&o->f[F_BYTES], &a[A_BYTES]));
+    /* side rows: kernels with a launch grid, host ops with shapes or FLOPs */
+    if (a[A_GRID].t && span_is(&t[T_CAT], "kernel")) {
+        TRY(col_i64(&o->ks[KS_ROW], row, 1));
+        TRY(put_raw(&o->ks[KS_GRID], &a[A_GRID]));
+        TRY(put_raw(&o->ks[KS_BLOCK], &a[A_BLOCK]));
+        TRY(put_num(&o->ks[KS_REGS], &a[A_REGS], 1));
+        TRY(put_num(&o->ks[KS_SHMEM], &a[A_SHMEM], 1));
+        TRY(put_num(&o->ks[KS_OCC], &a[A_OCC], 1));
+        TRY(put_num(&o->ks[KS_BPSM], &a[A_BPSM], 1));
+        TRY(put_num(&o->ks[KS_WPSM], &a[A_WPSM], 1));
+        TRY(put_str(&o->ks[KS_COLL], &a[A_COLL]));
+    }
+    if ((a[A_DIMS].t || (a[A_FLOPS].t && a[A_FLOPS].t != 'N')) && span_is(&t[T_CAT], "cpu_op")) {
+        TRY(col_i64(&o->os[OS_ROW], row, 1));
+        TRY(put_raw(&o->os[OS_DIMS], &a[A_DIMS]));
+        TRY(put_raw(&o->os[OS_TYPES], &a[A_TYPES]));
+        TRY(put_raw(&o->os[OS_CONCRETE], &a[A_CONCRETE]));
+        TRY(put_num(&o->os[OS_FLOPS], &a[A_FLOPS], 1));
+    }
+    return 0;
+}
+
+static int emit_memory(out_t *o, const span_t *t, const span_t *a) {
+    TRY(put_num(&o->mm[MM_TS], &t[T_TS], 0));
+    TRY(put_id(&o->mm[MM_PID], &t[T_PID]));
+    TRY(put_id(&o->mm[MM_TID], &t[T_TID]));
+    TRY(put_int(&o->mm[MM_BYTES], &a[M_BYTES]));
+    TRY(put_int(&o->mm[MM_ALLOC], &a[M_ALLOC]));
+    TRY(put_int(&o->mm[MM_RES], &a[M_RES]));
+    TRY(put_int(&o->mm[MM_ADDR], &a[M_ADDR]));
+    TRY(put_int(&o->mm[MM_DTYPE], &a[M_DTYPE]));
+    TRY(put_int(&o->mm[MM_DID], &a[M_DID]));
+    return 0;
+}
+
+/* The phases decode.py's union knows; any other fails msgspec's validation. */
+static const char PHASES[] = "XiBEICbnestfPONDMVvRc()";
+
+/* where the last scan of this thread declined: the offset of the event (for tests and
+ * for finding out what a trace holds that the fast path leaves to msgspec) */
+static _Thread_local Py_ssize_t declined_at = -1;
+
+static int scan_events(const char *p, const char *end, out_t *o, const char **at);
+
+static int scan(const char *p, const char *end, out_t *o) {
+    const char *at = p;
+    int rc = scan_events(p, end, o, &at);
+    declined_at = rc == -2 ? (Py_ssize_t)(at - p) : -1;
+    return rc;
+}
+
+/* 0: done; -1: out of memory; -2: decline. A partially written table is discarded then. */
+static int scan_events(const char *p, const char *end, out_t *o, const char **at) {
+    p = skip_ws(p, end);
+    if (p >= end) return 0;
+    for (;;) {
+        *at = p;
+        if (*p != '{') return -2;
+        span_t t[T_N], a[A_N];
+        memset(t, 0, sizeof t);
+        memset(a, 0, sizeof a);
+        int decline = 0;
+        p = read_object(p, end, TOP_KEYS, TOP_LENS, T_N, t, a, &decline);
+        if (!p) return -2;
+        const span_t *ph = &t[T_PH];
+        if (ph->t != 's' || ph->esc || ph->e - ph->s != 3 || !memchr(PHASES, ph->s[1], sizeof PHASES - 1))
+            return -2;
+        char phase = ph->s[1];
+        const span_t *args = &t[T_ARGS];
+        if (phase == 'X') {
+            if (args->t && args->t != 'N' && args->t != '{') return -2;
+            if (args->t != '{') memset(a, 0, sizeof a); /* no args: every arg is absent */
+            TRY(emit_x(o, t, a));
+        } else if (phase == 'i' && t[T_NAME].t == 's' && t[T_NAME].esc) {
+            return -2; /* an escaped name might spell [memory] */
+        } else if (phase == 'i' && args->t && span_is(&t[T_NAME], "[memory]")) {
+            if (args->t != '{') return -2;
+            TRY(emit_memory(o, t, a));
+        } else {
+            o->n_other++;
+        }
+        p = skip_ws(p, end);
+        if (p >= end) return 0;
+        if (*p != ',') return -2;
+        p = skip_ws(p + 1, end);
+        if (p >= end) return -2; /* a trailing comma */
+    }
+}
+
+/* ---- export ------------------------------------------------------------------------ */
+
+typedef struct {
+    void *bufs[3];
+    const void *ptrs[3];
+} arr_priv_t;
+
+static void release_schema(struct ArrowSchema *s) {
+    if (!s->release) return;
+    for (int64_t i = 0; i < s->n_children; i++) {
+        struct ArrowSchema *c = s->children[i];
+        if (c && c->release) c->release(c);
+        free(c);
+    }
+    free(s->children);
+    free(s->private_data); /* the name's copy */
+    s->release = NULL;
+}
+
+static void release_array(struct ArrowArray *a) {
+    if (!a->release) return;
+    for (int64_t i = 0; i < a->n_children; i++) {
+        struct ArrowArray *c = a->children[i];
+        if (c && c->release) c->release(c);
+        free(c);
+    }
+    free(a->children);
+    arr_priv_t *pr = a->private_data;
+    if (pr) {
+        for (int i = 0; i < 3; i++) free(pr->bufs[i]);
+        free(pr);
+    }
+    a->release = NULL;
+}
+
+static void schema_capsule_free(PyObject *cap) {
+    struct ArrowSchema *s = PyCapsule_GetPointer(cap, "arrow_schema");
+    if (s) {
+        if (s->release) s->release(s);
+        free(s);
+    }
+}
+
+static void array_capsule_free(PyObject *cap) {
+    struct ArrowArray *a = PyCapsule_GetPointer(cap, "arrow_array");
+    if (a) {
+        if (a->release) a->release(a);
+        free(a);
+    }
+}
+
+/* A column's schema and array; its buffers move into the array (the column is emptied). */
+static int export_col(col_t *c, struct ArrowSchema *s, struct ArrowArray *a) {
+    char *name = strdup(c->name);
+    arr_priv_t *pr = calloc(1, sizeof *pr);
+    if (!name || !pr) {
+        free(name);
+        free(pr);
+        return -1;
+    }
+    memset(s, 0, sizeof *s);
+    s->format = c->kind == K_I64 ? "l" : c->kind == K_F64 ? "g" : "U";
+    s->name = name;
+    s->private_data = name;
+    s->flags = ARROW_FLAG_NULLABLE;
+    s->release = release_schema;
+    memset(a, 0, sizeof *a);
+    a->length = c->n;
+    a->null_count = c->nulls;
+    pr->bufs[0] = c->valid.p;
+    if (c->kind == K_STR) {
+        pr->bufs[1] = c->offs.p;
+        pr->bufs[2] = c->data.p;
+        if (!pr->bufs[2]) pr->bufs[2] = malloc(1); /* a non-null data buffer, even empty */
+        a->n_buffers = 3;
+    } else {
+        pr->bufs[1] = c->data.p;
+        if (!pr->bufs[1]) pr->bufs[1] = malloc(8);
+        a->n_buffers = 2;
+    }
+    if (!pr->bufs[0]) pr->bufs[0] = calloc(1, 1);
+    for (int i = 0; i < 3; i++) pr->ptrs[i] = pr->bufs[i];
+    a->buffers = pr->ptrs;
+    a->private_data = pr;
+    a->release = release_array;
+    c->valid.p = c->offs.p = c->data.p = NULL;
+    return 0;
+}
+
+/* A table -> (schema capsule, array capsule) of one struct array. */
+static PyObject *export_table(col_t *cols, int n, int64_t length) {
+    static const void *no_buffers[1] = {NULL};
+    struct ArrowSchema *s = calloc(1, sizeof *s);
+    struct ArrowArray *a = calloc(1, sizeof *a);
+    struct ArrowSchema **sch = calloc((size_t)n, sizeof(void *));
+    struct ArrowArray **arr = calloc((size_t)n, sizeof(void *));
+    if (!s || !a || !sch || !arr) {
+        free(s);
+        free(a);
+        free(sch);
+        free(arr);
+        return PyErr_NoMemory();
+    }
+    s->format = "+s";
+    s->name = "";
+    s->n_children = n;
+    s->children = sch;
+    s->release = release_schema;
+    a->length = length;
+    a->n_buffers = 1;
+    a->buffers = no_buffers;
+    a->n_children = n;
+    a->children = arr;
+    a->release = release_array;
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        sch[i] = calloc(1, sizeof(struct ArrowSchema));
+        arr[i] = calloc(1, sizeof(struct ArrowArray));
+        /* a child not exported keeps release NULL: its parent's release only frees it */
+        ok = sch[i] && arr[i] && export_col(&cols[i], sch[i], arr[i]) == 0;
+    }
+    PyObject *sc = ok ? PyCapsule_New(s, "arrow_schema", schema_capsule_free) : NULL;
+    if (!sc) {
+        s->release(s);
+        free(s);
+        a->release(a);
+        free(a);
+        return ok ? NULL : PyErr_NoMemory();
+    }
+    PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
+    if (!ac) {
+        Py_DECREF(sc);
+        a->release(a);
+        free(a);
+        return NULL;
+    }
+    PyObject *res = PyTuple_Pack(2, sc, ac);
+    Py_DECREF(sc);
+    Py_DECREF(ac);
+    return res;
+}
+
+static PyObject *kscan_scan(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
+    out_t o;
+    int rc;
+    size_t rows = (size_t)view.len / 128 + 16;
+    int bad = out_init(&o) || col_presize(&o.f[F_CAT], rows, rows * 16) ||
+              col_presize(&o.f[F_NAME], rows, (size_t)view.len / 3 + 64);
+    for (int i = F_TS; i < F_N && !bad; i++) bad = col_presize(&o.f[i], rows, 0);
+    if (bad) {
+        out_free(&o);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = scan((const char *)view.buf, (const char *)view.buf + view.len, &o);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (rc) {
+        out_free(&o);
+        if (rc == -1) return PyErr_NoMemory();
+        Py_RETURN_NONE;
+    }
+    PyObject *f = export_table(o.f, F_N, o.f[0].n);
+    PyObject *ks = f ? export_table(o.ks, KS_N, o.ks[0].n) : NULL;
+    PyObject *os = ks ? export_table(o.os, OS_N, o.os[0].n) : NULL;
+    PyObject *mm = os ? export_table(o.mm, MM_N, o.mm[0].n) : NULL;
+    out_free(&o);
+    if (!mm) {
+        Py_XDECREF(f);
+        Py_XDECREF(ks);
+        Py_XDECREF(os);
+        return NULL;
+    }
+    return Py_BuildValue("(LNNNN)", (long long)o.n_other, f, ks, os, mm);
+}
+
+static PyObject *kscan_declined_at(PyObject *self, PyObject *noarg) {
+    (void)self;
+    (void)noarg;
+    return PyLong_FromSsize_t(declined_at);
+}
+
+static PyMethodDef methods[] = {
+    {"declined_at", kscan_declined_at, METH_NOARGS,
+     "declined_at() -> int\n\nThe offset of the event where this thread's last scan declined, -1 if none."},
+    {"scan", kscan_scan, METH_O,
+     "scan(elements) -> (n_other, frame, kernel_side, op_side, memory) | None\n\n"
+     "The elements of a Kineto events array (without its brackets) as Arrow struct arrays,\n"
+     "each a (schema, array) pair of PyCapsules; None where the msgspec path must decide."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kscan",
+                                    "Native scanner of Kineto event spans (see kscan.c).", -1,
+                                    methods};
+
+PyMODINIT_FUNC PyInit__kscan(void) {
+    for (int i = 0; i < T_N; i++) TOP_LENS[i] = strlen(TOP_KEYS[i]);
+    for (int i = 0; i < A_N; i++) ARG_LENS[i] = strlen(ARG_KEYS[i]);
+    return PyModule_Create(&module);
+}
