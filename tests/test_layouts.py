@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 import traceinsight.parsers.kineto.stream as fast
+from traceinsight.parsers import source
 from traceinsight.parsers.source import read_bytes
 
 from .conftest import CORPUS, H200, SHARED, TINY
@@ -163,3 +164,51 @@ def test_bare_array_and_leading_blanks_in_any_layout(tmp_path, monkeypatch):
         assert _doc(p, monkeypatch, use_fast=True, chunk=4096) == _doc(
             p, monkeypatch, use_fast=False
         )
+
+
+@pytest.mark.skipif(not fast.native_scanner(), reason="helper threads need the native scanner")
+@pytest.mark.parametrize("layout", ["compact", "indent", "crlf"])
+def test_helper_threads_over_small_slabs(layout, tmp_path, monkeypatch):
+    """Helper threads reading spans from small reused slabs: every block moves the uncut tail to
+    another slab, spans cut inside strings are mended across slabs, and the analysis is still
+    the reference's. The slabs are all given back."""
+    p = _write(tmp_path, layout, relayout(orjson.dumps(_trap_doc()), layout))
+    reference = _doc(p, monkeypatch, use_fast=False)
+    closed, close = [], fast._Slabs.close
+    threaded, view = [], fast._decode_view
+    for chunk in (1, 300, 2000):
+        # _doc undoes every patch when it returns
+        monkeypatch.setattr(fast._Slabs, "close", lambda self: (closed.append(self), close(self)))
+        monkeypatch.setattr(fast, "_decode_view", lambda part: (threaded.append(1), view(part))[1])
+        monkeypatch.setattr(fast, "decode", lambda data: None)  # streamed or nothing
+        monkeypatch.setattr(fast, "SLAB_BYTES", 2 * chunk)
+        monkeypatch.setattr(source, "_BLOCK_MAX", 1500)  # many blocks from a small file
+        monkeypatch.setattr(fast, "CHUNK_BYTES", chunk)
+        assert fast.decode_path(p, None, helpers=2) is not None  # streamed, not a fallback
+        assert _doc(p, monkeypatch, use_fast=True, chunk=chunk, helpers=2) == reference
+    assert len(closed) == 6 and all(s.slabs and s.slabs[0].mm.closed for s in closed)
+    assert len(threaded) > 100  # spans decoded by the helper threads
+
+
+@pytest.mark.skipif(not fast.native_scanner(), reason="helper threads need the native scanner")
+def test_slabs_by_hand():
+    """Spans held in their slab; the tail since the last cut moves with a block that does not
+    fit; released spans give their slab back for reuse; reads across slabs join them."""
+    slabs = fast._Slabs()
+    try:
+        size = fast.SLAB_BYTES
+        first = b"a" * (size - 10)
+        slabs.write(first)
+        slabs.cut([(0, size - 20)])  # a span ends 20 bytes before the slab's end
+        slabs.write(b"b" * 30)  # does not fit: the 10 uncut bytes move along with it
+        assert len(slabs.slabs) == 2 and slabs.base == size - 20 and slabs.len == size + 20
+        assert slabs.bytes(size - 25, size - 15) == b"a" * 10  # across the two slabs
+        assert slabs.rfind(b"a", 0, slabs.len) == size - 11
+        old = slabs.slabs[0].mm
+        slabs.release(0, size - 20)
+        assert slabs.pool == [old] and len(slabs.slabs) == 1
+        slabs.cut([(size - 19, size + 20)])
+        slabs.write(b"c" * size)  # the second slab is full: the first one is reused
+        assert slabs.mm is old and not slabs.pool
+    finally:
+        slabs.close()

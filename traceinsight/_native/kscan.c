@@ -148,11 +148,17 @@ typedef struct {
     const char *s, *e; /* the value's text [s, e) */
     char t;            /* 's' string, 'n' number, 'N' null, 'b' bool, '{' object, '[' array; 0 absent */
     char esc;          /* a string holding escapes */
+    /* a number, read while it was validated: its first 19 digits as an integer, how many
+     * digits, how many after the point (-1: no point), an exponent, a minus sign */
+    char expo, neg;
+    int digits, frac;
+    uint64_t m;
 } span_t;
 
 static inline int is_ws(unsigned char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 static inline const char *skip_ws(const char *p, const char *end) {
+    if (p < end && (unsigned char)*p > ' ') return p; /* the usual case: no blank at all */
     while (p < end && is_ws((unsigned char)*p)) p++;
     return p;
 }
@@ -202,23 +208,50 @@ static int hex4(const char *p, const char *end, unsigned *out) {
 
 /* A string starting after its opening quote: validated; returns the position after the
  * closing quote, NULL if invalid. *esc is set when it holds escapes. */
-/* Whether any of 8 bytes is '"', '\\', a control character or not ASCII (SWAR). */
-static inline int special8(uint64_t x) {
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+/* The first byte of [p, end) that is '"', '\\', a control character or not ASCII, or a
+ * position near end from which the caller goes byte by byte. */
+static inline const char *plain_run(const char *p, const char *end) {
+#if defined(__SSE2__)
+    const __m128i quote = _mm_set1_epi8('"'), bslash = _mm_set1_epi8('\\'),
+                  space = _mm_set1_epi8(0x20);
+    while (end - p >= 16) {
+        __m128i x = _mm_loadu_si128((const __m128i *)p);
+        /* signed compare: below 0x20, or 0x80 and up (negative) */
+        __m128i sp = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(x, quote), _mm_cmpeq_epi8(x, bslash)),
+                                  _mm_cmplt_epi8(x, space));
+        int m = _mm_movemask_epi8(sp);
+        if (m) return p + __builtin_ctz((unsigned)m);
+        p += 16;
+    }
+#else
     const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
-    uint64_t q = x ^ (ones * '"'), b = x ^ (ones * '\\');
-    uint64_t zq = (q - ones) & ~q, zb = (b - ones) & ~b, lt = x - ones * 0x20;
-    return ((zq | zb | lt | x) & high) != 0;
+    while (end - p >= 8) { /* SWAR: false positives only after a true one */
+        uint64_t x, q, b;
+        memcpy(&x, p, 8);
+        q = x ^ (ones * '"');
+        b = x ^ (ones * '\\');
+        uint64_t m = (((q - ones) & ~q) | ((b - ones) & ~b) | (x - ones * 0x20) | x) & high;
+        if (m) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            return p + (__builtin_ctzll(m) >> 3);
+#else
+            return p;
+#endif
+        }
+        p += 8;
+    }
+#endif
+    return p;
 }
 
 static const char *scan_string(const char *p, const char *end, char *esc) {
     *esc = 0;
     while (p < end) {
-        while (end - p >= 8) { /* plain ASCII runs, 8 bytes at a time */
-            uint64_t x;
-            memcpy(&x, p, 8);
-            if (special8(x)) break;
-            p += 8;
-        }
+        p = plain_run(p, end);
         if (p >= end) break;
         unsigned char c = (unsigned char)*p;
         if (c == '"') return p + 1;
@@ -313,27 +346,40 @@ static int unescape_into(buf_t *b, const char *s, const char *e) {
 }
 
 /* A number per JSON's grammar; returns the position after it, NULL if not one. */
-static const char *scan_number(const char *p, const char *end) {
-    if (p < end && *p == '-') p++;
+static const char *scan_number(const char *p, const char *end, span_t *sp) {
+    uint64_t m = 0;
+    int digits = 0;
+    sp->neg = p < end && *p == '-';
+    p += sp->neg;
+    sp->frac = -1;
+    sp->expo = 0;
     if (p >= end) return NULL;
     if (*p == '0') {
         p++;
+        digits = 1;
     } else if (*p >= '1' && *p <= '9') {
-        while (p < end && *p >= '0' && *p <= '9') p++;
+        for (; p < end && (unsigned)(*p - '0') <= 9; p++, digits++)
+            if (digits < 19) m = m * 10 + (unsigned)(*p - '0');
     } else {
         return NULL;
     }
     if (p < end && *p == '.') {
         p++;
-        if (p >= end || *p < '0' || *p > '9') return NULL;
-        while (p < end && *p >= '0' && *p <= '9') p++;
+        const char *f = p;
+        for (; p < end && (unsigned)(*p - '0') <= 9; p++, digits++)
+            if (digits < 19) m = m * 10 + (unsigned)(*p - '0');
+        if (p == f) return NULL;
+        sp->frac = (int)(p - f);
     }
     if (p < end && (*p == 'e' || *p == 'E')) {
         p++;
         if (p < end && (*p == '+' || *p == '-')) p++;
         if (p >= end || *p < '0' || *p > '9') return NULL;
         while (p < end && *p >= '0' && *p <= '9') p++;
+        sp->expo = 1;
     }
+    sp->m = m;
+    sp->digits = digits;
     return p;
 }
 
@@ -376,7 +422,7 @@ static const char *skip_value(const char *p, const char *end, span_t *sp) {
             sp->t = *p;
             break;
         default:
-            p = scan_number(p, end);
+            p = scan_number(p, end, sp);
             if (!p) return NULL;
             sp->t = 'n';
             goto done;
@@ -443,8 +489,8 @@ static const double POW10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,
                                  1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
 /* An integer token (no fraction or exponent) within int64: 0 and *out, else -1. */
-static int parse_int(const span_t *v, int64_t *out) {
-    const char *p = v->s, *e = v->e;
+/* An integer's text [-]digits within int64: 0 and *out, else -1. */
+static int parse_int_text(const char *p, const char *e, int64_t *out) {
     int neg = 0;
     if (p < e && *p == '-') {
         neg = 1;
@@ -457,7 +503,6 @@ static int parse_int(const span_t *v, int64_t *out) {
         if (d > 9) return -1;
         m = m * 10 + d; /* 19 digits fit in 64 bits unsigned */
     }
-    if (e - p == 19 && m < 1000000000000000000ULL) return -1; /* wrapped: not possible, guard */
     if (neg) {
         if (m > (uint64_t)INT64_MAX + 1) return -1;
         *out = (int64_t)(0 - m);
@@ -468,44 +513,29 @@ static int parse_int(const span_t *v, int64_t *out) {
     return 0;
 }
 
-/* A number token as the nearest double (as msgspec reads it): 0 and *out, else -1 (out of
- * range, or an integer a double does not hold exactly where exact_int asks for that). */
+/* A number token that is an integer (no point, no exponent) within int64. */
+static inline int parse_int(const span_t *v, int64_t *out) {
+    if (v->expo || v->frac >= 0) return -1;
+    if (v->digits <= 18) {
+        *out = v->neg ? -(int64_t)v->m : (int64_t)v->m;
+        return 0;
+    }
+    return parse_int_text(v->s, v->e, out);
+}
+
 static int parse_double(const span_t *v, double *out, int exact_int) {
-    int64_t i;
-    if (parse_int(v, &i) == 0) {
+    if (!v->expo && v->frac < 0) { /* an integer: msgspec's int, converted as polars casts it */
+        int64_t i;
+        if (parse_int(v, &i)) return -1; /* beyond int64 */
         if (exact_int && (i > (1LL << 53) || i < -(1LL << 53))) return -1;
         *out = (double)i;
         return 0;
     }
-    /* fast path: digits.digits with a mantissa under 2^53 and at most 22 decimals is one
-     * correctly rounded division of two exact doubles */
-    const char *p = v->s, *e = v->e;
-    int neg = 0;
-    if (*p == '-') {
-        neg = 1;
-        p++;
-    }
-    uint64_t m = 0;
-    int frac = -1, digits = 0, ok = 1;
-    for (; p < e; p++) {
-        if (*p == '.') {
-            frac = 0;
-            continue;
-        }
-        if (*p < '0' || *p > '9') {
-            ok = 0;
-            break;
-        }
-        if (++digits > 17) {
-            ok = 0;
-            break;
-        }
-        m = m * 10 + (unsigned)(*p - '0');
-        if (frac >= 0) frac++;
-    }
-    if (ok && frac >= 0 && frac <= 22 && m <= (1ULL << 53)) {
-        double d = (double)m / POW10[frac];
-        *out = neg ? -d : d;
+    /* digits.digits with a mantissa up to 2^53 and at most 22 decimals: one correctly rounded
+     * division of two exact doubles */
+    if (!v->expo && v->digits <= 17 && v->m <= (1ULL << 53) && v->frac <= 22) {
+        double d = (double)v->m / POW10[v->frac];
+        *out = v->neg ? -d : d;
         return 0;
     }
     char tmp[64];
@@ -520,6 +550,12 @@ static int parse_double(const span_t *v, double *out, int exact_int) {
     *out = d;
     return 0;
 }
+
+#define TRY(x)                   \
+    do {                         \
+        int r_ = (x);            \
+        if (r_) return r_;       \
+    } while (0)
 
 /* Column writers by the value's JSON type; -2 means decline. */
 static int put_int(col_t *c, const span_t *v) {
@@ -542,9 +578,8 @@ static int put_id(col_t *c, const span_t *v) {
     while (d > s && d[-1] >= '0' && d[-1] <= '9') d--;
     if (d == e) return col_i64(c, 0, 0);
     if (d > s && d[-1] == '-') d--;
-    span_t num = {d, e, 'n', 0};
     int64_t x;
-    return parse_int(&num, &x) ? col_i64(c, 0, 0) : col_i64(c, x, 1);
+    return parse_int_text(d, e, &x) ? col_i64(c, 0, 0) : col_i64(c, x, 1);
 }
 
 static int put_num(col_t *c, const span_t *v, int exact_int) {
@@ -566,6 +601,32 @@ static int put_str(col_t *c, const span_t *v) {
         c->data.len += n;
     }
     return col_str_end(c, 1);
+}
+
+/* A launch grid or block: [x, y, z] integers into three columns (c[0..2]); null or absent:
+ * nulls; any other shape declines (decode.py's _xyz decides what it makes of it). */
+static int put_xyz(col_t *c, const span_t *v) {
+    if (v->t == 0 || v->t == 'N') {
+        for (int i = 0; i < 3; i++) TRY(col_i64(&c[i], 0, 0));
+        return 0;
+    }
+    if (v->t != '[') return -2;
+    int64_t xyz[3];
+    const char *p = v->s + 1, *end = v->e;
+    for (int i = 0; i < 3; i++) {
+        span_t n;
+        p = skip_ws(p, end);
+        const char *q = p < end ? scan_number(p, end, &n) : NULL;
+        if (!q) return -2;
+        n.s = p;
+        n.e = q;
+        if (parse_int(&n, &xyz[i])) return -2;
+        p = skip_ws(q, end);
+        if (p >= end || *p != (i < 2 ? ',' : ']')) return -2;
+        p++;
+    }
+    for (int i = 0; i < 3; i++) TRY(col_i64(&c[i], xyz[i], 1));
+    return 0;
 }
 
 static int put_raw(col_t *c, const span_t *v) { /* any JSON value, as its text */
@@ -597,21 +658,56 @@ static const char *ARG_KEYS[A_N] = {
 
 static size_t TOP_LENS[T_N], ARG_LENS[A_N];
 
-/* keys by length then first byte: most members are rejected without a comparison */
-static int key_index(const char **keys, const size_t *lens, int n, const char *s, size_t len) {
-    if (len < 2 || len > 25) return -1;
-    for (int i = 0; i < n; i++)
-        if (lens[i] == len && keys[i][0] == s[0] && keys[i][1] == s[1] &&
-            memcmp(keys[i] + 2, s + 2, len - 2) == 0)
-            return i;
+/* Known keys by a hash of length, first and last byte: most members are rejected with one
+ * table read. Two slots per bucket; PyInit checks that none overflows. */
+#define KEY_BUCKETS 256
+typedef struct {
+    signed char idx[2];
+} bucket_t;
+static bucket_t TOP_TABLE[KEY_BUCKETS], ARG_TABLE[KEY_BUCKETS];
+
+static inline unsigned key_hash(const char *s, size_t len) {
+    return ((unsigned)len * 37u + (unsigned char)s[0] * 5u + (unsigned char)s[len - 1]) &
+           (KEY_BUCKETS - 1);
+}
+
+static int table_build(bucket_t *table, const char **keys, size_t *lens, int n) {
+    for (int b = 0; b < KEY_BUCKETS; b++) table[b].idx[0] = table[b].idx[1] = -1;
+    for (int i = 0; i < n; i++) {
+        lens[i] = strlen(keys[i]);
+        bucket_t *b = &table[key_hash(keys[i], lens[i])];
+        if (b->idx[0] < 0)
+            b->idx[0] = (signed char)i;
+        else if (b->idx[1] < 0)
+            b->idx[1] = (signed char)i;
+        else
+            return -1;
+    }
+    return 0;
+}
+
+static inline int key_index(const bucket_t *table, const char **keys, const size_t *lens,
+                            const char *s, size_t len) {
+    if (len == 0) return -1;
+    const bucket_t *b = &table[key_hash(s, len)];
+    for (int j = 0; j < 2; j++) {
+        int i = b->idx[j];
+        if (i >= 0 && lens[i] == len) {
+            const char *k = keys[i];
+            size_t j = 0;
+            while (j < len && k[j] == s[j]) j++; /* keys are short: no call to memcmp */
+            if (j == len) return i;
+        }
+    }
     return -1;
 }
 
 /* The members of an object at p ('{'): known keys' values into slots. Returns the position
  * after it; NULL if invalid JSON; *decline for what the fast path leaves to msgspec. With
  * args_slots, the value of "args" (an object) is read one level further into them. */
-static const char *read_object(const char *p, const char *end, const char **keys,
-                               const size_t *lens, int nkeys, span_t *slots, span_t *args_slots,
+static const char *read_object(const char *p, const char *end, const bucket_t *table,
+                               const char **keys, const size_t *lens, span_t *slots,
+                               uint32_t *set, span_t *args_slots, uint32_t *args_set,
                                int *decline) {
     p = skip_ws(p + 1, end);
     if (p >= end) return NULL;
@@ -626,7 +722,7 @@ static const char *read_object(const char *p, const char *end, const char **keys
             *decline = 1;
             return NULL;
         }
-        int k = key_index(keys, lens, nkeys, ks, (size_t)(p - 1 - ks));
+        int k = key_index(table, keys, lens, ks, (size_t)(p - 1 - ks));
         p = skip_ws(p, end);
         if (p >= end || *p != ':') return NULL;
         p = skip_ws(p + 1, end);
@@ -637,17 +733,22 @@ static const char *read_object(const char *p, const char *end, const char **keys
         }
         if (k == T_ARGS && args_slots && *p == '{') {
             const char *s = p;
-            p = read_object(p, end, ARG_KEYS, ARG_LENS, A_N, args_slots, NULL, decline);
+            p = read_object(p, end, ARG_TABLE, ARG_KEYS, ARG_LENS, args_slots, args_set, NULL, NULL,
+                            decline);
             if (!p) return NULL;
             slots[k].t = '{';
             slots[k].s = s;
             slots[k].e = p;
             slots[k].esc = 0;
+            *set |= 1u << k;
+        } else if (k >= 0) {
+            p = skip_value(p, end, &slots[k]);
+            if (!p) return NULL;
+            *set |= 1u << k;
         } else {
             span_t v;
             p = skip_value(p, end, &v);
             if (!p) return NULL;
-            if (k >= 0) slots[k] = v;
         }
         p = skip_ws(p, end);
         if (p >= end) return NULL;
@@ -661,7 +762,10 @@ static const char *read_object(const char *p, const char *end, const char **keys
 /* ---- tables ------------------------------------------------------------------------ */
 
 enum { F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_DEVICE, F_STREAM, F_CORR, F_EXT, F_BYTES, F_N };
-enum { KS_ROW, KS_GRID, KS_BLOCK, KS_REGS, KS_SHMEM, KS_OCC, KS_BPSM, KS_WPSM, KS_COLL, KS_N };
+enum {
+    KS_ROW, KS_GRID_X, KS_GRID_Y, KS_GRID_Z, KS_BLOCK_X, KS_BLOCK_Y, KS_BLOCK_Z, KS_REGS, KS_SHMEM,
+    KS_OCC, KS_BPSM, KS_WPSM, KS_COLL, KS_N
+};
 enum { OS_ROW, OS_DIMS, OS_TYPES, OS_CONCRETE, OS_FLOPS, OS_N };
 enum { MM_TS, MM_PID, MM_TID, MM_BYTES, MM_ALLOC, MM_RES, MM_ADDR, MM_DTYPE, MM_DID, MM_N };
 
@@ -690,7 +794,8 @@ static int out_init(out_t *o) {
         {K_I64, "pid"},      {K_I64, "tid"},      {K_I64, "a_device"},    {K_I64, "a_stream"},
         {K_I64, "correlation"}, {K_I64, "external_id"}, {K_I64, "bytes"}};
     static const struct { int k; const char *n; } KS[KS_N] = {
-        {K_I64, "row"}, {K_STR, "grid"}, {K_STR, "block"}, {K_F64, "registers_per_thread"},
+        {K_I64, "row"}, {K_I64, "grid_x"}, {K_I64, "grid_y"}, {K_I64, "grid_z"},
+        {K_I64, "block_x"}, {K_I64, "block_y"}, {K_I64, "block_z"}, {K_F64, "registers_per_thread"},
         {K_F64, "shared_memory_bytes"}, {K_F64, "occupancy_pct"}, {K_F64, "blocks_per_sm"},
         {K_F64, "warps_per_sm"}, {K_STR, "collective"}};
     static const struct { int k; const char *n; } OS[OS_N] = {
@@ -724,11 +829,6 @@ static int span_is(const span_t *v, const char *text) { /* an unescaped string e
     return v->t == 's' && !v->esc && (size_t)(v->e - v->s) == n + 2 && memcmp(v->s + 1, text, n) == 0;
 }
 
-#define TRY(x)                   \
-    do {                         \
-        int r_ = (x);            \
-        if (r_) return r_;       \
-    } while (0)
 
 static int emit_x(out_t *o, const span_t *t, const span_t *a) {
     int64_t row = o->f[F_CAT].n;
@@ -748,8 +848,8 @@ static int emit_x(out_t *o, const span_t *t, const span_t *a) {
     /* side rows: kernels with a launch grid, host ops with shapes or FLOPs */
     if (a[A_GRID].t && span_is(&t[T_CAT], "kernel")) {
         TRY(col_i64(&o->ks[KS_ROW], row, 1));
-        TRY(put_raw(&o->ks[KS_GRID], &a[A_GRID]));
-        TRY(put_raw(&o->ks[KS_BLOCK], &a[A_BLOCK]));
+        TRY(put_xyz(&o->ks[KS_GRID_X], &a[A_GRID]));
+        TRY(put_xyz(&o->ks[KS_BLOCK_X], &a[A_BLOCK]));
         TRY(put_num(&o->ks[KS_REGS], &a[A_REGS], 1));
         TRY(put_num(&o->ks[KS_SHMEM], &a[A_SHMEM], 1));
         TRY(put_num(&o->ks[KS_OCC], &a[A_OCC], 1));
@@ -800,14 +900,17 @@ static int scan(const char *p, const char *end, out_t *o) {
 static int scan_events(const char *p, const char *end, out_t *o, const char **at) {
     p = skip_ws(p, end);
     if (p >= end) return 0;
+    span_t t[T_N], a[A_N];
+    memset(t, 0, sizeof t);
+    memset(a, 0, sizeof a);
+    uint32_t tset = 0, aset = 0; /* the slots the last event filled: cleared for the next */
     for (;;) {
         *at = p;
         if (*p != '{') return -2;
-        span_t t[T_N], a[A_N];
-        memset(t, 0, sizeof t);
-        memset(a, 0, sizeof a);
+        for (; tset; tset &= tset - 1) t[__builtin_ctz(tset)].t = 0;
+        for (; aset; aset &= aset - 1) a[__builtin_ctz(aset)].t = 0;
         int decline = 0;
-        p = read_object(p, end, TOP_KEYS, TOP_LENS, T_N, t, a, &decline);
+        p = read_object(p, end, TOP_TABLE, TOP_KEYS, TOP_LENS, t, &tset, a, &aset, &decline);
         if (!p) return -2;
         const span_t *ph = &t[T_PH];
         if (ph->t != 's' || ph->esc || ph->e - ph->s != 3 || !memchr(PHASES, ph->s[1], sizeof PHASES - 1))
@@ -816,7 +919,6 @@ static int scan_events(const char *p, const char *end, out_t *o, const char **at
         const span_t *args = &t[T_ARGS];
         if (phase == 'X') {
             if (args->t && args->t != 'N' && args->t != '{') return -2;
-            if (args->t != '{') memset(a, 0, sizeof a); /* no args: every arg is absent */
             TRY(emit_x(o, t, a));
         } else if (phase == 'i' && t[T_NAME].t == 's' && t[T_NAME].esc) {
             return -2; /* an escaped name might spell [memory] */
@@ -1034,7 +1136,10 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kscan",
                                     methods};
 
 PyMODINIT_FUNC PyInit__kscan(void) {
-    for (int i = 0; i < T_N; i++) TOP_LENS[i] = strlen(TOP_KEYS[i]);
-    for (int i = 0; i < A_N; i++) ARG_LENS[i] = strlen(ARG_KEYS[i]);
+    if (table_build(TOP_TABLE, TOP_KEYS, TOP_LENS, T_N) ||
+        table_build(ARG_TABLE, ARG_KEYS, ARG_LENS, A_N)) {
+        PyErr_SetString(PyExc_ImportError, "_kscan: key table collision");
+        return NULL;
+    }
     return PyModule_Create(&module);
 }

@@ -222,6 +222,7 @@ MEMORY_COLUMNS: dict[str, pl.DataType] = {
 }
 _MEMORY_ARGS_SCHEMA = dict.fromkeys(MEMORY_KEYS.values(), pl.Int64())
 _NO_MEMORY = pl.DataFrame(schema=MEMORY_COLUMNS)
+_NO_SIDE = pl.DataFrame(schema=SIDE_COLUMNS)
 JSON_TEXT = ("input_dims", "input_types", "concrete_inputs")
 
 
@@ -461,37 +462,12 @@ class _Arrow:
 def _side_native(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """The native scanner's side rows -> :func:`side_frame`'s, as the typed path builds them
     (numbers come as float64 holding integers exactly: the casts match its conversions)."""
-    groups: list[dict[str, Any]] = []
-    if kernels.height:
-        dims = {
-            **_xyz_text("grid", kernels.get_column("grid")),
-            **_xyz_text("block", kernels.get_column("block")),
-        }
-        groups.append(
-            {
-                "row": kernels.get_column("row"),
-                **dims,
-                **{
-                    c: kernels.get_column(c).cast(SIDE_COLUMNS[c], strict=False)
-                    for c in (
-                        "registers_per_thread",
-                        "shared_memory_bytes",
-                        "occupancy_pct",
-                        "blocks_per_sm",
-                        "warps_per_sm",
-                        "collective",
-                    )
-                },
-            }
-        )
-    groups.append(
-        {
-            "row": ops.get_column("row"),
-            **{c: ops.get_column(c) for c in JSON_TEXT},
-            "flops": ops.get_column("flops").cast(SIDE_COLUMNS["flops"], strict=False),
-        }
+    parts = [df for df in (kernels, ops) if df.height]
+    if not parts:
+        return _NO_SIDE
+    return pl.concat([*parts, _NO_SIDE], how="diagonal_relaxed").select(
+        pl.col(c).cast(t, strict=False) for c, t in SIDE_COLUMNS.items()
     )
-    return side_frame(groups)
 
 
 def _native_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:

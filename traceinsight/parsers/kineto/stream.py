@@ -4,9 +4,9 @@ The events array is cut into spans of whole events in any layout (compact, one e
 indented, CRLF): a span ends at a comma between two objects, found by a byte search, and is
 trusted only once the span before it has decoded (a comma inside a string or a nested value makes
 the span fail; it is then joined with the next, see :func:`_mend`). :func:`decode_path` inflates
-the file into a shared spool, dropping whitespace padding, and cuts it as it fills; helper
-processes (decoding holds the GIL, so threads would not help) decode the spans in place while it
-keeps inflating. :func:`decode` cuts and decodes a document already in memory the same way, for
+the file into a shared spool, dropping whitespace padding, and cuts it as it fills; helpers decode
+the spans in place while it keeps inflating: threads where the native scanner is built (it
+decodes without the GIL), else processes (the typed msgspec decode holds the GIL). :func:`decode` cuts and decodes a document already in memory the same way, for
 what the spool cannot take. Anything unexpected returns None and the caller uses :mod:`.repair`.
 """
 
@@ -21,7 +21,7 @@ from collections import deque
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import polars as pl
@@ -34,12 +34,15 @@ from traceinsight.runtime import single_thread_children
 CHUNK_BYTES = 8 * 1024 * 1024  # ~40k events: bounded struct memory; small enough to balance helpers
 HEAD_MAX_BYTES = 64 * 1024 * 1024  # metadata before (or after) traceEvents beyond this: not a trace
 IN_FLIGHT_PER_HELPER = 3  # chunks queued per helper so it never waits on the inflating thread
+IN_FLIGHT_PER_THREAD = 2  # threads are handed their chunks without a pipe
 MAX_CLOSE_TRIES = 4  # ']' whose tail completes the document, tried as the events' end (last first)
 MAX_JOIN = 4  # spans joined to one that failed before giving up: its data, not its cut, is bad
-MIN_HELPER_BYTES = 64 * 1024 * 1024  # smaller documents finish before a helper could start
+MIN_HELPER_BYTES = 64 * 1024 * 1024  # smaller documents finish before a helper process could start
 SPOOL_MARGIN_BYTES = 256 * 1024 * 1024  # memory (or disk) left free beside a spool
 SPOOL_MIN_BYTES = 1024 * 1024
 _MADV_REMOVE = getattr(mmap, "MADV_REMOVE", None)  # Linux: punch a hole through a mapping
+SLAB_BYTES = 2 * CHUNK_BYTES  # a slab: a span, the tail after it, the next block
+SLAB_POOL = 4  # free slabs kept for reuse
 SPOOL_PREFIX = "traceinsight-spool-"  # + owner pid: a killed parse's spool is swept by the next
 
 
@@ -53,27 +56,55 @@ class _NoRoom(Exception):
 
 class _Buffer:
     """A document the cutter reads: ``mm`` is bytes-like (the document itself here, a shared
-    mapping in :class:`_Spool`); ``len`` bytes of it have arrived."""
+    mapping in :class:`_Spool`, the newest slab in :class:`_Slabs`) holding the document from
+    offset ``base``; ``len`` bytes of it have arrived. Offsets are the document's."""
+
+    base = 0
 
     def __init__(self, data: bytes) -> None:
         self.mm: bytes | mmap.mmap = data
         self.len = len(data)
 
     def find(self, sub: bytes, start: int) -> int:
-        return self.mm.find(sub, start, self.len)
+        at = self.mm.find(sub, start - self.base, self.len - self.base)
+        return at + self.base if at >= 0 else -1
 
     def rfind(self, sub: bytes, start: int, end: int) -> int:
-        return self.mm.rfind(sub, start, end)
+        at = self.mm.rfind(sub, start - self.base, end - self.base)
+        return at + self.base if at >= 0 else -1
 
     def bytes(self, start: int, end: int) -> bytes:
-        return bytes(self.mm[start:end])
+        return bytes(self.mm[start - self.base : end - self.base])
+
+    def view(self, start: int, end: int) -> memoryview:
+        """[start, end) without a copy where it can (release it before the buffer grows)."""
+        with memoryview(self.mm) as mv:
+            return mv[start - self.base : end - self.base]
+
+    def search(self, pattern: re.Pattern[bytes], start: int) -> tuple[int, int] | None:
+        """Where ``pattern``'s group 1 is, at its first match from ``start`` on."""
+        m = pattern.search(self.mm, start - self.base, self.len - self.base)
+        return None if m is None else (m.start(1) + self.base, m.end(1) + self.base)
+
+    def match_end(self, pattern: re.Pattern[bytes], start: int) -> tuple[int, bool] | None:
+        """The end of ``pattern`` matched at ``start``, and whether its group 1 matched."""
+        m = pattern.match(self.mm, start - self.base, self.len - self.base)
+        if m is None:
+            return None
+        return m.end() + self.base, pattern.groups > 0 and m.group(1) is not None
+
+    def byte(self, at: int) -> int:
+        return self.mm[at - self.base]
+
+    def cut(self, spans: list[tuple[int, int]]) -> None:
+        """Spans cut from what has arrived (see :class:`_Slabs`)."""
 
 
 class _Spool(_Buffer):
     """The inflated document in a file-backed shared mapping (tmpfs where memory allows),
     written block by block and grown as it fills (gzip's size field is only a hint: mod 4 GiB,
-    last member only, and whitespace padding is never written); helper processes map the same
-    file and decode their spans in place, so no chunk is copied through a pipe."""
+    last member only, and whitespace padding is never written); helpers map the same file and
+    decode their spans in place, so no chunk is copied through a pipe."""
 
     def __init__(self, hint: int) -> None:  # the mapping replaces _Buffer's bytes
         self.path, self.in_memory = _spool_file(hint)
@@ -122,6 +153,119 @@ class _Spool(_Buffer):
             os.close(self.fd)
         finally:
             os.unlink(self.path)
+
+
+class _Slab(NamedTuple):
+    mm: mmap.mmap
+    base: int  # the document offset of its first byte
+
+
+class _Slabs(_Buffer):
+    """The spool of a parse whose helpers are threads: the document in reusable anonymous
+    slabs rather than one growing file. A slab holds whole spans (a span never straddles two)
+    and the uncut tail after them; when a block does not fit, the tail moves to a fresh or
+    reused slab. A slab whose spans are all released goes back to a small pool: writing into
+    pages already there costs a tenth of what new pages (a file's or anonymous) cost, and the
+    writes are the inflating thread's second-largest cost (benchmarks/RESULTS.md)."""
+
+    def __init__(self) -> None:
+        self.slabs: list[_Slab] = []  # in document order, each up to where the next begins
+        self.live: dict[int, int] = {}  # id(slab mm) -> spans of it not yet released
+        self.pool: list[mmap.mmap] = []
+        self.tail = 0  # where the last span cut ends: a new slab starts there
+        self.len = 0
+        self._add(SLAB_BYTES, 0)
+
+    def _add(self, size: int, base: int) -> None:
+        mm = next((m for m in self.pool if len(m) >= size), None)
+        if mm is not None:
+            self.pool.remove(mm)
+        else:
+            if resources.available_bytes() < size + SPOOL_MARGIN_BYTES:
+                raise _NoRoom
+            mm = mmap.mmap(-1, max(size, SLAB_BYTES))
+        self.slabs.append(_Slab(mm, base))
+        self.live[id(mm)] = 0
+        self.mm, self.base = mm, base
+
+    def write(self, block: bytes) -> None:
+        at = self.len - self.base
+        if at + len(block) > len(self.mm):
+            keep = self.len - self.tail  # the tail since the last cut moves along
+            old = self.mm
+            need = keep + len(block)  # doubled past a slab: a long uncut run stays linear
+            self._add(need if need <= SLAB_BYTES else 2 * need, self.tail)
+            with memoryview(old) as mv, mv[self.tail - self.slabs[-2].base : at] as rest:
+                self.mm[:keep] = rest
+            self._done_with(self.slabs[-2])
+            at = keep
+        self.mm[at : at + len(block)] = block
+        self.len += len(block)
+
+    def cut(self, spans: list[tuple[int, int]]) -> None:
+        for _, end in spans:  # a span lies in the newest slab: it is held there
+            self.live[id(self.mm)] += 1
+            self.tail = end
+
+    def _slab_of(self, at: int) -> _Slab:
+        for slab in reversed(self.slabs):
+            if slab.base <= at:
+                return slab
+        raise _Unusable("a span no longer held")  # not reached: released spans are not read
+
+    def view(self, start: int, end: int) -> memoryview:
+        pieces, i = [], self.slabs.index(self._slab_of(start))
+        while start < end:
+            slab = self.slabs[i]
+            top = self.slabs[i + 1].base if i + 1 < len(self.slabs) else self.len
+            stop = min(end, top)
+            with memoryview(slab.mm) as mv:
+                pieces.append(mv[start - slab.base : stop - slab.base])
+            start, i = stop, i + 1
+        if len(pieces) == 1:
+            return pieces[0]
+        joined = b"".join(pieces)  # a mended span across slabs: rare
+        for piece in pieces:
+            piece.release()
+        return memoryview(joined)
+
+    def rfind(self, sub: bytes, start: int, end: int) -> int:
+        for i in range(len(self.slabs) - 1, -1, -1):  # sub is one byte here: never split
+            slab = self.slabs[i]
+            top = self.slabs[i + 1].base if i + 1 < len(self.slabs) else self.len
+            lo, hi = max(start, slab.base), min(end, top)
+            if lo < hi and (at := slab.mm.rfind(sub, lo - slab.base, hi - slab.base)) >= 0:
+                return at + slab.base
+            if slab.base <= start:
+                break
+        return -1
+
+    def bytes(self, start: int, end: int) -> bytes:
+        with self.view(start, end) as part:
+            return bytes(part)
+
+    def release(self, start: int, end: int) -> None:
+        slab = self._slab_of(start)
+        self.live[id(slab.mm)] -= 1
+        if slab.mm is not self.mm:
+            self._done_with(slab)
+
+    def _done_with(self, slab: _Slab) -> None:
+        """A slab no longer written: back to the pool once none of its spans is held."""
+        if self.live.get(id(slab.mm)) or slab not in self.slabs:
+            return
+        del self.live[id(slab.mm)]
+        self.slabs.remove(slab)  # spans are released in order: the slabs before it went first
+        if len(self.pool) < SLAB_POOL and len(slab.mm) == SLAB_BYTES:
+            self.pool.append(slab.mm)
+        else:
+            with contextlib.suppress(BufferError):
+                slab.mm.close()
+
+    def close(self) -> None:
+        for mm in [s.mm for s in self.slabs] + self.pool:
+            with contextlib.suppress(BufferError):  # a helper thread still reading: freed with it
+                mm.close()
 
 
 def _spool_file(hint: int) -> tuple[str, bool]:
@@ -187,16 +331,9 @@ def decode_span(spool_path: str, start: int, end: int) -> Chunk | None:
         return decode_chunk(part)
 
 
-def decode_mapped(spool_path: str, start: int, end: int) -> Chunk | None:
-    """Decode the span [start, end) of a spool in a helper thread, through a mapping of its
-    own pages: the spool's mapping may be resized meanwhile, which exported views forbid."""
-    lo = start - start % mmap.ALLOCATIONGRANULARITY
-    with (
-        open(spool_path, "rb") as fh,
-        mmap.mmap(fh.fileno(), end - lo, offset=lo, access=mmap.ACCESS_READ) as mm,
-        memoryview(mm) as mv,
-        mv[start - lo : end - lo] as part,
-    ):
+def _decode_view(part: memoryview) -> Chunk | None:
+    """Decode a span of a slab in a helper thread; the view is released here."""
+    with part:
         return decode_chunk(part)
 
 
@@ -228,38 +365,38 @@ class _Cutter:
             return []
         out = []
         while (at := max(self.scan, self.start + CHUNK_BYTES)) < b.len:
-            m = _CUT.search(b.mm, at, b.len)
-            if m is None:  # a cut may straddle what has arrived: search again from its last '}'
+            comma = b.search(_CUT, at)
+            if comma is None:  # a cut may straddle what has arrived: search again from its last '}'
                 last = b.rfind(b"}", at, b.len)
                 self.scan = last if last >= 0 else b.len
                 break
-            out.append((self.start, m.start(1)))
-            self.start = self.scan = m.end(1)
+            out.append((self.start, comma[0]))
+            self.start = self.scan = comma[1]
         return out
 
     def _find_head(self) -> bool:
         b = self.buf
-        lead = _BLANK.match(b.mm, 0, b.len).end()  # type: ignore[union-attr] - always matches
+        lead = b.match_end(_BLANK, 0)[0]  # type: ignore[index] - always matches
         if lead == b.len:
             return False
-        if b.mm[lead] == ord("["):
+        if b.byte(lead) == ord("["):
             self.bare = True
             self.head = b""
             self.start = self.scan = lead + 1
             return True
-        if b.mm[lead] != ord("{"):
+        if b.byte(lead) != ord("{"):
             raise _Unusable("not a JSON object or array")
         key = b.find(b'"traceEvents"', lead)
         if key < 0:
             if b.len > HEAD_MAX_BYTES:
                 raise _Unusable("no traceEvents key near the start")
             return False
-        m = _KEY_TAIL.match(b.mm, key + 13, b.len)
-        if m is None or m.group(1) is None:
-            if (m.end() if m else key + 13) < b.len:
+        m = b.match_end(_KEY_TAIL, key + 13)
+        if m is None or not m[1]:
+            if (m[0] if m else key + 13) < b.len:
                 raise _Unusable("traceEvents is not an array")
             return False  # the rest has not arrived
-        head = b.bytes(0, m.end())
+        head = b.bytes(0, m[0])
         try:  # a well-formed prefix of the top-level object, and that key its own (not in a string)
             top = TOP.decode(head + b"]}")
         except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
@@ -267,7 +404,7 @@ class _Cutter:
         if bytes(top.traceEvents) != b"[]":
             raise _Unusable("traceEvents is not a top-level key")
         self.head = head
-        self.start = self.scan = m.end()
+        self.start = self.scan = m[0]
         return True
 
     def finish(self, lo: int) -> tuple[int, list[tuple[int, dict[str, Any]]]]:
@@ -341,19 +478,19 @@ def _mend(
 
 class _Scheduler:
     """Chunks (byte spans of the spool) in, frames out in document order, a few queued to each
-    helper at a time. With helpers, this process only inflates and hands out work: decoding
-    here too would hold the GIL its result thread needs to unpickle the helpers' frames (the
-    10x trace: 3.7 s with two helpers and an idle parent, 4.2 s with one helper plus the parent).
-    Without helpers (or once they are lost) it decodes everything itself."""
+    helper at a time. With helpers, this thread only inflates and hands out work: with helper
+    processes, decoding here too would hold the GIL its result thread needs to unpickle their
+    frames (the 10x trace: 3.7 s with two helpers and an idle parent, 4.2 s with one helper plus
+    the parent). Without helpers (or once they are lost) it decodes everything itself."""
 
-    def __init__(self, spool: _Buffer, helpers: int) -> None:
-        self.spool = spool  # a _Spool whenever helpers > 0: they map its file
+    def __init__(self, spool: _Buffer, helpers: int, threads: bool = False) -> None:
+        self.spool = spool  # with helpers: a _Slabs for threads, a _Spool (its file) for processes
         self.helpers = helpers
         self.todo: deque[tuple[int, int, int]] = deque()
         self.done: dict[int, Chunk | None] = {}
         self.inflight: dict[Future[Any], tuple[int, int, int]] = {}
         self.pool: Executor | None = None
-        self.threads = False  # helpers are threads (the native scanner) or processes
+        self.threads = threads  # helpers are threads (the native scanner) or processes
         self.spans: list[tuple[int, int]] = []
         self.released = 0  # spans whose spool pages are given back
 
@@ -365,9 +502,8 @@ class _Scheduler:
     def start(self) -> None:
         if self.pool is not None or not self.helpers:
             return
-        if native_scanner():  # it decodes without the GIL: threads share the work, unpickled
+        if self.threads:  # the native scanner decodes without the GIL: nothing to unpickle
             self.pool = ThreadPoolExecutor(self.helpers, thread_name_prefix="traceinsight-decode")
-            self.threads = True
             return
         from multiprocessing import get_context
 
@@ -382,7 +518,7 @@ class _Scheduler:
             self.pool = None  # no processes here (sandbox, limits): decode in this process
 
     def local(self, start: int, end: int) -> Chunk | None:
-        with memoryview(self.spool.mm) as mv, mv[start:end] as part:
+        with self.spool.view(start, end) as part:
             return decode_chunk(part)
 
     def _collect(self, block: bool = False) -> None:
@@ -400,16 +536,29 @@ class _Scheduler:
             return
         self._collect()
         self._release()
-        while self.todo and len(self.inflight) < IN_FLIGHT_PER_HELPER * self.helpers:
+        per = IN_FLIGHT_PER_THREAD if self.threads else IN_FLIGHT_PER_HELPER
+        while self.todo and len(self.inflight) < per * self.helpers:
             item = self.todo.popleft()  # in document order: the decoded prefix is released
+            part = self.spool.view(item[1], item[2]) if self.threads else None
             try:
-                decode = decode_mapped if self.threads else decode_span
-                fut = self.pool.submit(decode, self.spool.path, item[1], item[2])  # type: ignore[attr-defined]
+                if part is not None:
+                    fut = self.pool.submit(_decode_view, part)
+                else:
+                    fut = self.pool.submit(decode_span, self.spool.path, item[1], item[2])  # type: ignore[attr-defined]
             except RuntimeError:  # broken pool
-                self.todo.append(item)
+                if part is not None:
+                    part.release()
+                self.todo.appendleft(item)
                 self.pool = None
                 return
             self.inflight[fut] = item
+
+    def throttle(self) -> None:
+        """With helper threads, wait while more spans are queued than they have in flight: the
+        slabs under queued spans are memory, and inflating further only adds to them."""
+        while self.pool is not None and self.threads and self.todo:
+            wait_futures(list(self.inflight), return_when="FIRST_COMPLETED")
+            self._top_up()
 
     def _release(self) -> None:
         """Give back the spool's pages under spans decoded so far, in order up to the first one
@@ -473,34 +622,43 @@ def decode(data: bytes) -> Parsed | None:
 
 def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> Parsed | None:
     """Inflate ``path`` into a spool, dropping whitespace padding, cutting spans as it fills
-    and handing them to ``helpers`` processes (or decoding them here, without helpers or below
-    ``MIN_HELPER_BYTES``). Same result as :func:`decode`; None to fall back (truncated, unusual
-    layout, unexpected types, no room for the spool). Raises InputError for an input over
+    and handing them to ``helpers`` threads or processes (see :class:`_Scheduler`; decoded here
+    without helpers, and below two chunks for threads or ``MIN_HELPER_BYTES`` for processes).
+    Same result as :func:`decode`; None to fall back (truncated, unusual layout, unexpected
+    types, no room for the spool). Raises InputError for an input over
     ``max_bytes`` or one whose spool and frames would not fit in the memory available."""
     # ~10-20 MB inflated per read
     stream = Decompressed(path, max_bytes, read_size=1024 * 1024, squeeze=True)
     hint = _inflated_size(path, stream.kind)
+    # a gzip's ISIZE is mod 4 GiB: its compressed size also tells a large document; threads
+    # start at once, processes take ~0.3 s to import
+    threads = native_scanner()
+    large = max(hint, path.stat().st_size) >= (2 * CHUNK_BYTES if threads else MIN_HELPER_BYTES)
+    threads = threads and large and helpers > 0
     try:
-        spool = _Spool(hint)
-    except OSError:
+        spool: _Slabs | _Spool = _Slabs() if threads else _Spool(hint)
+    except (OSError, _NoRoom):
         return None
-    # a gzip's ISIZE is mod 4 GiB: its compressed size also tells a large document
-    large = max(hint, path.stat().st_size) >= MIN_HELPER_BYTES
-    sched = _Scheduler(spool, helpers if large else 0)
+    sched = _Scheduler(spool, helpers if large else 0, threads)
     try:
-        sched.start()  # helpers import while this process inflates the first blocks
+        sched.start()  # helper processes import while this one inflates the first blocks
         cutter = _Cutter(spool)
         for block in stream:
             spool.write(block)
-            for span in cutter.cut():
+            spans = cutter.cut()
+            spool.cut(spans)
+            for span in spans:
                 sched.add(*span)
+            sched.throttle()
         if stream.truncated:
             return None
         notes = [padding_note(stream.padding)] if stream.padding else []
         return _finish(cutter, sched, notes)
     except _NoRoom:
         # room: what the spool could have used, the margin left for everything else excluded
-        room = max(0, resources.available_bytes() + spool.len - SPOOL_MARGIN_BYTES)
+        # (slabs are never more than a few spans)
+        held = spool.len if isinstance(spool, _Spool) else 0
+        room = max(0, resources.available_bytes() + held - SPOOL_MARGIN_BYTES)
         raise resources.too_big(path, spool.len, room, stream.limit) from None
     except (_Unusable, OSError, BufferError):  # OSError: no room left (another parse took it)
         return None
@@ -513,6 +671,7 @@ def _finish(cutter: _Cutter, sched: _Scheduler, notes: list[str]) -> Parsed | No
     """The last span in, every span's frame out, in document order."""
     lo = sched.spans[-MAX_JOIN][0] if len(sched.spans) >= MAX_JOIN else 0
     start, closes = cutter.finish(lo)
+    sched.spool.cut([(start, closes[0][0])])
     sched.add(start, closes[0][0])
     mended = _mend(sched.spans, sched.results(), closes, sched.local)
     if mended is None:
