@@ -144,6 +144,7 @@ def test_edge_cases_scan_to_the_typed_chunk(event):
         b'{"ph": "X", "p\\u0069d": 1}',  # an escaped key might spell a known one
         b'{"ph": "X", "pid": 1, "pid": 2}',  # a duplicate key
         b'{"ph": "X", "pid": 1.5}',  # a float id
+        b'{"ph": "X", "pid": 9223372036854775808}',  # beyond int64 (it once broke the typed path)
         b'{"ph": "X", "args": {"bytes": "128"}}',  # ROCm's string byte count
         b'{"ph": "X", "name": 5}',
         b'{"ph": "X", "args": [1]}',

@@ -155,7 +155,7 @@ def _to_int_ids(values: list[Any]) -> pl.Series:
     ints = [v if v.__class__ is int else None for v in values]
     try:
         out = pl.Series(ints, dtype=pl.Int64)
-    except OverflowError:  # an integer beyond 64 bits somewhere: drop those
+    except (OverflowError, TypeError):  # an integer beyond 64 bits somewhere: drop those
         out = pl.Series(
             [v if v is not None and -(2**63) <= v < 2**63 else None for v in ints], dtype=pl.Int64
         )
