@@ -1,4 +1,4 @@
-"""Performance policy in one place: threads, helper processes, worker pools, allocator settings.
+"""Performance policy in one place: threads, decoder helpers, worker pools, allocator settings.
 
 A :class:`Runtime` is decided once (by the command, or by :func:`traceinsight.analyze`) and passed
 down explicitly; nothing below reads environment variables back as signals. The only variables
@@ -46,7 +46,8 @@ class Runtime:
     """How much of the machine one analysis may use.
 
     ``threads``: threads for polars work and the analyzers' two-thread overlap; ``parse_helpers``:
-    extra processes that decode chunks of one large Kineto trace; ``workers``: processes for the
+    helpers that decode chunks of one large Kineto trace (threads with the native scanner, else
+    processes); ``workers``: processes for the
     ranks of a job or the items of a batch; ``in_worker``: this process is one of such workers
     (its polars pool was sized at spawn)."""
 
@@ -57,7 +58,7 @@ class Runtime:
 
     @classmethod
     def detect(cls, *, helpers: bool = True) -> Runtime:
-        """The whole machine: every core, helper processes unless the user turned them off."""
+        """The whole machine: every core, decoder helpers unless the user turned them off."""
         cores = cores_available()
         raw = os.environ.get(PARSE_HELPERS_ENV, "").strip()
         # the parent mostly waits on them; past 8 they queue on the inflate

@@ -43,7 +43,8 @@ def run(
     opts.graded()  # a bad --threshold fails before any output is checked or parsed
     report = (output or default_report_path(path)) if html else None
     check_outputs(report, json_out, force)
-    # The command's own __main__ is import-safe, so a large trace may use helper processes.
+    # The command's own __main__ is import-safe, so a large trace may use helper processes
+    # (where the native scanner is not built; threads otherwise).
     if annotate is not None:
         check_writable(annotate, force)
     analysis = analyze_with(path, opts, Runtime.detect(helpers=True))

@@ -28,8 +28,8 @@ def detect_format(path: Path) -> str:
 def load_trace(
     path: str | Path, *, max_bytes: int | None = None, parse_helpers: int = 0, threads: int = 1
 ) -> Trace:
-    """Parse any supported trace file into the common event table (``parse_helpers``: extra
-    processes for a large Kineto trace, see :func:`~traceinsight.parsers.kineto.parse_kineto`;
+    """Parse any supported trace file into the common event table (``parse_helpers``: helper
+    threads or processes for a large Kineto trace, see :func:`~traceinsight.parsers.kineto.parse_kineto`;
     ``threads``: threads for building a large table; both from the :class:`Runtime`)."""
     p = Path(path)
     fmt = detect_format(p)

@@ -1,7 +1,7 @@
 """PyTorch profiler (Kineto) Chrome traces, every era from the 2020 bare array to today.
 
-:mod:`.stream` decodes well-formed traces fast (spool, cutter, helper processes, typed decode in
-:mod:`.decode`); :mod:`.repair` is the whole-document reference path and salvages damaged files.
+:mod:`.stream` decodes well-formed traces fast (spool, cutter, helper threads or processes; the
+native scanner or the typed decode in :mod:`.decode`); :mod:`.repair` is the whole-document reference path and salvages damaged files.
 This module turns either's columns into the event table and the metadata. Everything after the
 decode is vectorized. Format history: ../shared/KINETO_FORMAT.md.
 """
@@ -118,8 +118,9 @@ def _needs_exact(df: pl.DataFrame, top: dict[str, Any]) -> bool:
 def parse_kineto(
     path: str | Path, *, max_bytes: int | None = None, parse_helpers: int = 0, threads: int = 1
 ) -> Trace:
-    """``parse_helpers`` extra processes decode chunks of a large trace (spawned: the caller's
-    ``__main__`` must be import-safe); 0 decodes in this process only. ``threads`` build the
+    """``parse_helpers`` helpers decode chunks of a large trace: threads where the native
+    scanner is built, else spawned processes (the caller's ``__main__`` must be import-safe);
+    0 decodes in this thread only. ``threads`` build the
     table of a large trace (both from the :class:`~traceinsight.runtime.Runtime`)."""
     path = Path(path)
     data = b""

@@ -495,7 +495,7 @@ def _native_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
 def decode_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
     """The elements of a JSON array of events, without its brackets (a span of the events
     array) -> its :class:`Chunk`; None if they are not what the fast path expects, or the span
-    was not cut between two events. Runs in helper processes too."""
+    was not cut between two events. Runs in helper threads and processes too."""
     if _kscan is not None:
         chunk = _native_chunk(elements)
         if chunk is not None:
