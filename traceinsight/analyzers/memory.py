@@ -433,6 +433,19 @@ def _timeline(win: pl.DataFrame, lo: int, hi: int) -> dict[str, Any]:
     }
 
 
+def _per_device(mem: pl.DataFrame) -> dict[int, pl.DataFrame]:
+    """The memory rows of each device, in order; one device (the usual trace) without a copy."""
+    if mem.height == 0:
+        return {}
+    first = mem.get_column("device")[0]
+    if mem.get_column("device").eq(first).all():
+        return {first: mem}
+    return {
+        d: part
+        for (d,), part in mem.partition_by("device", as_dict=True, maintain_order=True).items()
+    }
+
+
 def _device_table(ctx: Context) -> pl.DataFrame:
     """The GPU rows of the memory table (host memory is not the device's)."""
     return ctx.memory.filter(pl.col("device").is_not_null() & (pl.col("device_type") != "cpu"))
@@ -452,13 +465,8 @@ def analyze_memory(
         else ctx.window_start_ns
     )
     hi = ctx.window_end_ns
-    devices = (
-        tuple(
-            _device(ctx, int(d), part, steady, lo, hi)
-            for (d,), part in mem.partition_by("device", as_dict=True, maintain_order=True).items()
-        )
-        if mem.height
-        else ()
+    devices = tuple(
+        _device(ctx, int(d), part, steady, lo, hi) for d, part in _per_device(mem).items()
     )
     allocs = frees = calls_ns = empties = released = None
     if n:
