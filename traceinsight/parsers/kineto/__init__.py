@@ -1,7 +1,8 @@
 """PyTorch profiler (Kineto) Chrome traces, every era from the 2020 bare array to today.
 
 :mod:`.stream` decodes well-formed traces fast (spool, cutter, helper threads or processes; the
-native scanner or the typed decode in :mod:`.decode`); :mod:`.repair` is the whole-document reference path and salvages damaged files.
+native scanner or the typed decode in :mod:`.decode`); :mod:`.repair` is the whole-document
+reference path and salvages damaged files.
 This module turns either's columns into the event table and the metadata. Everything after the
 decode is vectorized. Format history: ../shared/KINETO_FORMAT.md.
 """
@@ -120,8 +121,8 @@ def parse_kineto(
 ) -> Trace:
     """``parse_helpers`` helpers decode chunks of a large trace: threads where the native
     scanner is built, else spawned processes (the caller's ``__main__`` must be import-safe);
-    0 decodes in this thread only. ``threads`` build the
-    table of a large trace (both from the :class:`~traceinsight.runtime.Runtime`)."""
+    0 decodes in this thread only. ``threads`` build the table of a large trace (both from the
+    :class:`~traceinsight.runtime.Runtime`)."""
     path = Path(path)
     data = b""
     truncated = False

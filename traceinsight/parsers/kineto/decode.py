@@ -1,8 +1,11 @@
-"""Typed decoding of Kineto events with msgspec: only the fields declared below are read (an
-event's grid, shapes and stacks are skipped without being allocated), about 2x faster than dicts
-with orjson and with a fraction of the memory; the decoded structs become polars columns at once.
-Anything unexpected (bad types, NaN, invalid UTF-8) returns None: the caller falls back to
-:mod:`.repair`.
+"""A span of Kineto events -> polars columns (:class:`Chunk`), two ways with one result.
+
+The native scanner (``traceinsight._kscan``, traceinsight/_native/kscan.c) goes first where it is
+built: one pass over the bytes writes the columns as Arrow arrays (:func:`_native_chunk`). Where it
+declines, the typed msgspec decode decides (:func:`typed_chunk`): only the fields declared below
+are read (an event's grid, shapes and stacks are skipped without being allocated), about 2x faster
+than dicts with orjson; the decoded structs become polars columns at once. Anything unexpected
+(bad types, NaN, invalid UTF-8) returns None: the caller falls back to :mod:`.repair`.
 """
 
 from __future__ import annotations

@@ -4,10 +4,11 @@ The events array is cut into spans of whole events in any layout (compact, one e
 indented, CRLF): a span ends at a comma between two objects, found by a byte search, and is
 trusted only once the span before it has decoded (a comma inside a string or a nested value makes
 the span fail; it is then joined with the next, see :func:`_mend`). :func:`decode_path` inflates
-the file into a shared spool, dropping whitespace padding, and cuts it as it fills; helpers decode
-the spans in place while it keeps inflating: threads where the native scanner is built (it
-decodes without the GIL), else processes (the typed msgspec decode holds the GIL). :func:`decode` cuts and decodes a document already in memory the same way, for
-what the spool cannot take. Anything unexpected returns None and the caller uses :mod:`.repair`.
+the file into a spool (reused slabs for helper threads, a shared file for helper processes),
+dropping whitespace padding, and cuts it as it fills; helpers decode the spans in place while it
+keeps inflating: threads where the native scanner is built (it decodes without the GIL), else
+processes (the typed msgspec decode holds the GIL). :func:`decode` cuts and decodes a document
+already in memory the same way, for what the spool cannot take. Anything unexpected returns None and the caller uses :mod:`.repair`.
 """
 
 from __future__ import annotations
