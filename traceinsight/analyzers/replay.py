@@ -513,9 +513,9 @@ def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
     :data:`CROSS_STREAM_LAG_NS` (or the share of its wait, see there) of another stream's op
     ending waited for that op (an event wait the table does not link): ``after_op`` is that op
     (-1: none), ``after_lag_ns`` the time from its end. The trace's event records and waits
-    carry no stream here, so the edge is read off the times. The replay keeps the wait as the op's gap (a fixed delay: iterating edges that
-    alternate between streams would take one round per alternation); the overlap transform
-    removes it."""
+    carry no stream here, so the edge is read off the times. The replay keeps the wait as the
+    op's gap (a fixed delay: iterating edges that alternate between streams would take one
+    round per alternation); the overlap transform removes it."""
     ends = gpu.select(
         pl.col("op").cast(pl.Int64).alias("after_op"),
         pl.col("chain").alias("_a_chain"),

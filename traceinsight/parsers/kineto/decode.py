@@ -379,10 +379,6 @@ def _xyz(name: str, raws: list[msgspec.Raw]) -> dict[str, pl.Series]:
     the texts joined, split and matched by polars."""
     # NUL never occurs in JSON text (pretty-printed arrays do hold newlines)
     text = pl.Series([b"\x00".join(raws).decode("utf-8", "replace")]).str.split("\x00").explode()
-    return _xyz_text(name, text)
-
-
-def _xyz_text(name: str, text: pl.Series) -> dict[str, pl.Series]:
     parts = text.str.strip_chars("[] \t\r\n").str.split_exact(",", 2).struct.unnest()
     return {
         f"{name}_{axis}": parts.get_column(f"field_{i}")

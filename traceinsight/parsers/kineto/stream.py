@@ -208,14 +208,15 @@ class _Slabs(_Buffer):
             self.live[id(self.mm)] += 1
             self.tail = end
 
-    def _slab_of(self, at: int) -> _Slab:
-        for slab in reversed(self.slabs):
-            if slab.base <= at:
-                return slab
+    def _index_of(self, at: int) -> int:
+        """The slab holding offset ``at``."""
+        for i in range(len(self.slabs) - 1, -1, -1):
+            if self.slabs[i].base <= at:
+                return i
         raise _Unusable("a span no longer held")  # not reached: released spans are not read
 
     def view(self, start: int, end: int) -> memoryview:
-        pieces, i = [], self.slabs.index(self._slab_of(start))
+        pieces, i = [], self._index_of(start)
         while start < end:
             slab = self.slabs[i]
             top = self.slabs[i + 1].base if i + 1 < len(self.slabs) else self.len
@@ -246,7 +247,7 @@ class _Slabs(_Buffer):
             return bytes(part)
 
     def release(self, start: int, end: int) -> None:
-        slab = self._slab_of(start)
+        slab = self.slabs[self._index_of(start)]
         self.live[id(slab.mm)] -= 1
         if slab.mm is not self.mm:
             self._done_with(slab)
@@ -633,9 +634,9 @@ def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> Parsed |
     hint = _inflated_size(path, stream.kind)
     # a gzip's ISIZE is mod 4 GiB: its compressed size also tells a large document; threads
     # start at once, processes take ~0.3 s to import
-    threads = native_scanner()
-    large = max(hint, path.stat().st_size) >= (2 * CHUNK_BYTES if threads else MIN_HELPER_BYTES)
-    threads = threads and large and helpers > 0
+    native = native_scanner()
+    large = max(hint, path.stat().st_size) >= (2 * CHUNK_BYTES if native else MIN_HELPER_BYTES)
+    threads = native and large and helpers > 0
     try:
         spool: _Slabs | _Spool = _Slabs() if threads else _Spool(hint)
     except (OSError, _NoRoom):
