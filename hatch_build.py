@@ -1,7 +1,9 @@
-"""Build hook: compile the native scanner (traceinsight/_native/kscan.c) into the package.
+"""Build hook: compile the C extensions (traceinsight/_native/) into the package: the native
+scanner of Kineto events (kscan.c) and the step model's replay loop (kreplay.c).
 
 Optional by design: without a C compiler (or with TRACEINSIGHT_NO_NATIVE_BUILD=1) the wheel is
-pure Python and the typed msgspec path decodes everything (slower, same results).
+pure Python: the typed msgspec path decodes everything and polars runs the replay (slower, same
+results).
 """
 
 from __future__ import annotations
@@ -16,20 +18,22 @@ from typing import Any
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
-SOURCE = Path("traceinsight") / "_native" / "kscan.c"
+NATIVE = Path("traceinsight") / "_native"
+EXTENSIONS = {"_kscan": "kscan.c", "_kreplay": "kreplay.c"}  # module -> its one source
 
 
-def compile_scanner(root: Path) -> Path | None:
-    """traceinsight/_kscan<EXT_SUFFIX> built next to the sources (an editable install imports
+def compile_extension(root: Path, module: str) -> Path | None:
+    """traceinsight/<module><EXT_SUFFIX> built next to the sources (an editable install imports
     it from there); None where it cannot be built."""
-    out = root / "traceinsight" / f"_kscan{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    out = root / "traceinsight" / f"{module}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
     ldshared = sysconfig.get_config_var("LDSHARED") or "cc -shared"
     cmd = [
         *shlex.split(ldshared),
         "-O2",
         "-fPIC",
         f"-I{sysconfig.get_paths()['include']}",
-        str(root / SOURCE),
+        f"-I{root / NATIVE}",
+        str(root / NATIVE / EXTENSIONS[module]),
         "-o",
         str(out),
     ]
@@ -37,21 +41,22 @@ def compile_scanner(root: Path) -> Path | None:
         subprocess.run(cmd, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = getattr(exc, "stderr", "") or str(exc)
-        print(f"traceinsight: native scanner not built ({detail.strip()[:300]})", file=sys.stderr)
+        print(f"traceinsight: {module} not built ({detail.strip()[:300]})", file=sys.stderr)
         return None
     return out
 
 
-class NativeScannerHook(BuildHookInterface):
+class NativeExtensionsHook(BuildHookInterface):
     PLUGIN_NAME = "custom"
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         if self.target_name != "wheel" or os.environ.get("TRACEINSIGHT_NO_NATIVE_BUILD") == "1":
             return
-        built = compile_scanner(Path(self.root))
-        if built is None:
+        built = [b for m in EXTENSIONS if (b := compile_extension(Path(self.root), m))]
+        if not built:
             return
         build_data["pure_python"] = False
         build_data["infer_tag"] = True
-        if version != "editable":  # an editable install finds it in the source tree
-            build_data["force_include"][str(built)] = f"traceinsight/{built.name}"
+        if version != "editable":  # an editable install finds them in the source tree
+            for b in built:
+                build_data["force_include"][str(b)] = f"traceinsight/{b.name}"

@@ -25,6 +25,9 @@ from dataclasses import dataclass, replace
 
 import polars as pl
 
+from traceinsight.native import ArrowTable
+from traceinsight.native import kreplay as _kreplay  # None: the polars loop alone
+
 NEG_NS = -(1 << 62)  # "no floor": an end no edge constrains
 CONVERGED_NS = 2_000  # a round that moves no time by more than this ends the iteration (a
 # 1 us drift between rounds remains on one H200 trace with 400 stream syncs: below resolution)
@@ -154,7 +157,7 @@ def _host_chains(host: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
     main_t = chain_ends(main, "tid")
     shifts = main.select(
         "orig_end", (main_t.get_column("end") - pl.col("orig_end")).alias("shift")
-    ).sort("orig_end")
+    ).sort("orig_end", maintain_order=True)  # of equal ends the as-of join takes the last
     rest = host.filter(~is_main)
     lead = (
         rest.select("_row", "anchor")
@@ -219,17 +222,15 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
         chain_order = host.select(pl.arg_sort_by("tid", "anchor", maintain_order=True)).to_series()
         node_order = chain_order.arg_sort()
         host = host[chain_order]
-        h_sorted = h[chain_order]
+        starts = h.get_column("start_ns").gather(chain_order)
     else:
-        h_sorted = h
+        starts = h.get_column("start_ns")
     host = host.with_row_index("_row")
     main_tid = step_thread(model.steps) if model.steps.height else None
     # Which GPU ops a device sync waits for: those launched before it (in trace order).
     order = g.select(pl.arg_sort_by("launch_key_ns", maintain_order=True)).to_series()
     keys = g.get_column("launch_key_ns").gather(order)
-    host = host.with_columns(
-        keys.search_sorted(h_sorted.get_column("start_ns"), side="left").alias("drain_pos")
-    )
+    host = host.with_columns(keys.search_sorted(starts, side="left").alias("drain_pos"))
     gpu = g.select(
         "chain",
         pl.col("gap_ns").alias("gap"),
@@ -238,14 +239,89 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
         pl.col("launch"),
         (pl.col("launch_offset_ns") + pl.col("latency_ns")).alias("offset"),
     )
+    blocking = bool(h.height) and bool((h.get_column("wait") != WAIT_NONE).any())
+    if _kreplay is not None and max_rounds >= 1:
+        native = _replay_native(host, gpu, g, order, node_order, main_tid, blocking, max_rounds)
+        if native is not None:
+            return native
+    return _replay_polars(h, g, host, gpu, order, node_order, main_tid, blocking, max_rounds)
+
+
+def _streams(df: pl.DataFrame) -> tuple[object, ...]:
+    """Each column as an int64 Arrow stream (the C loop reads a single chunk without a copy)."""
+    return tuple(s.cast(pl.Int64).__arrow_c_stream__() for s in df.iter_columns())
+
+
+def _replay_native(
+    host: pl.DataFrame,
+    gpu: pl.DataFrame,
+    g: pl.DataFrame,
+    order: pl.Series,
+    node_order: pl.Series | None,
+    main_tid: int | None,
+    blocking: bool,
+    max_rounds: int,
+) -> Replayed | None:
+    """:func:`replay`'s loop in C (the same arithmetic); None where a column holds a null."""
+    out = _kreplay.replay(
+        _streams(
+            host.select(
+                "tid",
+                "gap",
+                "dur",
+                "anchor",
+                "wait",
+                "own",
+                "queue",
+                "follows",
+                "orig_end",
+                "drain_pos",
+            )
+        ),
+        _streams(
+            gpu.select("chain", "gap", "dur", "anchor", "launch", "offset").with_columns(
+                g.get_column("end_ns").alias("end")
+            )
+        ),
+        _streams(order.to_frame())[0],
+        None if node_order is None else _streams(node_order.to_frame())[0],
+        main_tid,
+        blocking,
+        max_rounds,
+        NEG_NS,
+        CONVERGED_NS,
+    )
+    if out is None:
+        return None
+    h_times, g_times = (pl.DataFrame(ArrowTable(t)) for t in out[:2])
+    return Replayed(
+        h_times.get_column("start"),
+        h_times.get_column("end"),
+        g_times.get_column("start"),
+        g_times.get_column("end"),
+        out[2],
+        bool(out[3]),
+    )
+
+
+def _replay_polars(
+    h: pl.DataFrame,
+    g: pl.DataFrame,
+    host: pl.DataFrame,
+    gpu: pl.DataFrame,
+    order: pl.Series,
+    node_order: pl.Series | None,
+    main_tid: int | None,
+    blocking: bool,
+    max_rounds: int,
+) -> Replayed:
+    """The reference loop (and the one a pure-Python install runs)."""
     launch_idx = gpu.get_column("launch").clip(0)
     g_end = g.get_column("end_ns")
     h_times = pl.DataFrame({"start": h.get_column("start_ns"), "end": h.get_column("end_ns")})
     g_times = pl.DataFrame({"start": g.get_column("start_ns"), "end": g_end})
     rounds, converged = 0, False
     before_last: pl.Series | None = None
-    # without a blocking call the host never waits for the GPU: one pass is the fixed point
-    blocking = bool(h.height) and bool((h.get_column("wait") != WAIT_NONE).any())
     for rounds in range(1, max_rounds + 1):  # a few rounds, each one vectorized pass
         drained = pl.concat([pl.Series([NEG_NS], dtype=pl.Int64), g_end.gather(order).cum_max()])
         floor = (
@@ -260,7 +336,7 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
                 .alias("floor")
             ).to_series()
             if g.height
-            else pl.repeat(NEG_NS, h.height, eager=True)
+            else pl.repeat(NEG_NS, h.height, eager=True).alias("floor")
         )
         h_times = _host_chains(host.with_columns(floor), main_tid)
         if node_order is not None:  # back in node order: launches and blocking calls use it

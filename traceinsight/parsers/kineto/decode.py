@@ -11,20 +11,14 @@ than dicts with orjson; the decoded structs become polars columns at once. Anyth
 from __future__ import annotations
 
 import io
-import os
 from typing import Any, NamedTuple, Union
 
 import msgspec
 import polars as pl
 
 from traceinsight.model.schema import KERNEL_ARGS_SCHEMA, OP_ARGS_SCHEMA
-
-try:  # the native scanner (traceinsight/_native/kscan.c), built at install where a C compiler is
-    from traceinsight import _kscan
-except ImportError:
-    _kscan = None
-if os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1":  # the typed path alone, to compare
-    _kscan = None
+from traceinsight.native import ArrowTable
+from traceinsight.native import kscan as _kscan  # None: not built, or TRACEINSIGHT_NO_NATIVE=1
 
 _NO_RAW = msgspec.Raw(b"")  # an absent JSON-text field (msgspec has no Raw | None)
 
@@ -453,18 +447,6 @@ def trim_native_memory() -> None:
         _kscan.trim()
 
 
-class _Arrow:
-    """A table from the native scanner: polars reads it through the Arrow PyCapsule interface."""
-
-    __slots__ = ("capsules",)
-
-    def __init__(self, capsules: tuple[object, object]) -> None:
-        self.capsules = capsules
-
-    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
-        return self.capsules
-
-
 def _side_native(kernels: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
     """The native scanner's side rows -> :func:`side_frame`'s, as the typed path builds them
     (numbers come as float64 holding integers exactly: the casts match its conversions)."""
@@ -482,11 +464,11 @@ def _native_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
     if out is None:
         return None
     n_other, frame, kernels, ops, memory = out
-    memory_df = pl.DataFrame(_Arrow(memory))
+    memory_df = pl.DataFrame(ArrowTable(memory))
     return Chunk(
-        pl.DataFrame(_Arrow(frame)),
+        pl.DataFrame(ArrowTable(frame)),
         n_other,
-        _side_native(pl.DataFrame(_Arrow(kernels)), pl.DataFrame(_Arrow(ops))),
+        _side_native(pl.DataFrame(ArrowTable(kernels)), pl.DataFrame(ArrowTable(ops))),
         memory_df if memory_df.height else _NO_MEMORY,
     )
 

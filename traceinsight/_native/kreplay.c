@@ -1,0 +1,663 @@
+/* The step model's replay loop (traceinsight/model/replay.py, ``replay``) over int64 arrays.
+ *
+ * Why native: one replay is a few rounds of chain passes over ~100k nodes; in polars each
+ * round is ~30 small queries (a fifth of a second of CPU per analysis of the 10x benchmark
+ * trace, 13 replays). Here a round is one sequential pass per chain.
+ *
+ * Exactly the polars loop's arithmetic: ``replay.py`` prepares the columns (chain order,
+ * drain positions, launch offsets) and checks that both give the same times on real traces
+ * (tests/test_native_replay.py). Every input is an Arrow int64 stream (PyCapsule interface)
+ * without nulls; a null anywhere returns None and the polars loop decides.
+ *
+ * A chain (a host thread, a GPU stream) is the rows of one key in row order:
+ *   start_0 = anchor_0 + gap_0,        end_0 = max(floor_0, anchor_0 + gap_0 + dur_0)
+ *   start_i = end_{i-1} + gap_i,       end_i = max(end_{i-1} + gap_i + dur_i, floor_i)
+ * (the closed form replay.py evaluates with a cumulative sum and a cumulative max).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "arrow_abi.h"
+
+/* model/replay.py's WAIT_* codes */
+enum { WAIT_NONE = 0, WAIT_DEVICE = 1, WAIT_OWN_OP = 2, WAIT_QUEUE = 3 };
+
+/* A column: the producer's buffer where the stream is one chunk (kept alive by ``keep``),
+ * else a copy in ``owned``. Read-only either way. */
+typedef struct {
+    const int64_t *v;
+    int64_t n;
+    int64_t *owned;
+    struct ArrowArray keep;
+} vec_t;
+
+static void vec_free(vec_t *c) {
+    free(c->owned);
+    if (c->keep.release) c->keep.release(&c->keep);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- input: an Arrow int64 stream ------------------------------------------------------ */
+
+enum { READ_OK = 0, READ_NULLS = 1, READ_ERROR = -1 };
+
+/* Appends chunk ``a`` (released here) to ``out``; the first chunk is kept without a copy. */
+static int take_chunk(vec_t *out, struct ArrowArray *a, size_t *cap_n) {
+    if (a->length > 0 && (a->n_buffers < 2 || !a->buffers[1])) {
+        a->release(a);
+        PyErr_SetString(PyExc_ValueError, "kreplay: an int64 array without data");
+        return READ_ERROR;
+    }
+    const int64_t *data = a->length > 0 ? (const int64_t *)a->buffers[1] + a->offset : NULL;
+    if (!out->v && !out->owned && !out->keep.release) { /* the first: no copy */
+        out->keep = *a;
+        a->release = NULL;
+        out->v = data;
+        out->n = a->length;
+        return READ_OK;
+    }
+    size_t need = (size_t)(out->n + a->length);
+    if (!out->owned || need > *cap_n) {
+        size_t nc = *cap_n ? *cap_n : 1024;
+        while (nc < need) nc *= 2;
+        int64_t *q = realloc(out->owned, nc * sizeof(int64_t));
+        if (!q) {
+            a->release(a);
+            PyErr_NoMemory();
+            return READ_ERROR;
+        }
+        if (!out->owned && out->n) memcpy(q, out->v, (size_t)out->n * sizeof(int64_t));
+        out->owned = q;
+        *cap_n = nc;
+        if (out->keep.release) out->keep.release(&out->keep); /* copied: not needed now */
+    }
+    if (a->length) memcpy(out->owned + out->n, data, (size_t)a->length * sizeof(int64_t));
+    out->n += a->length;
+    out->v = out->owned;
+    a->release(a);
+    return READ_OK;
+}
+
+/* Consumes the stream (it is released here). READ_NULLS: a null value (the caller declines). */
+static int read_i64(PyObject *cap, vec_t *out) {
+    memset(out, 0, sizeof *out);
+    struct ArrowArrayStream *st = PyCapsule_GetPointer(cap, "arrow_array_stream");
+    if (!st) return READ_ERROR;
+    if (!st->release) {
+        PyErr_SetString(PyExc_ValueError, "kreplay: the stream was already consumed");
+        return READ_ERROR;
+    }
+    int rc = READ_OK;
+    struct ArrowSchema sc;
+    memset(&sc, 0, sizeof sc);
+    if (st->get_schema(st, &sc) != 0) {
+        PyErr_SetString(PyExc_ValueError, "kreplay: the stream has no schema");
+        rc = READ_ERROR;
+    } else {
+        if (!sc.format || strcmp(sc.format, "l") != 0) {
+            PyErr_Format(PyExc_TypeError, "kreplay: expected int64, got Arrow format %s",
+                         sc.format ? sc.format : "?");
+            rc = READ_ERROR;
+        }
+        if (sc.release) sc.release(&sc);
+    }
+    size_t cap_n = 0;
+    while (rc == READ_OK) {
+        struct ArrowArray a;
+        memset(&a, 0, sizeof a);
+        if (st->get_next(st, &a) != 0) {
+            PyErr_SetString(PyExc_ValueError, "kreplay: reading the stream failed");
+            rc = READ_ERROR;
+            break;
+        }
+        if (!a.release) break; /* the end of the stream */
+        if (a.null_count != 0) {
+            a.release(&a);
+            rc = READ_NULLS;
+            break;
+        }
+        rc = take_chunk(out, &a, &cap_n);
+    }
+    st->release(st);
+    if (rc != READ_OK) vec_free(out);
+    return rc;
+}
+
+/* ---- output: a struct array of int64 columns ------------------------------------------ */
+
+/* (schema capsule, array capsule) of a struct of ``n`` int64 columns of ``length`` rows; the
+ * arrays in ``cols`` move into it (set to NULL here), whether or not it succeeds. */
+static PyObject *export_i64_table(const char *const *names, int64_t **cols, int n,
+                                  int64_t length) {
+    static const void *no_buffers[1] = {NULL};
+    struct ArrowSchema *s = calloc(1, sizeof *s);
+    struct ArrowArray *a = calloc(1, sizeof *a);
+    struct ArrowSchema **sch = calloc((size_t)n, sizeof(void *));
+    struct ArrowArray **arr = calloc((size_t)n, sizeof(void *));
+    if (!s || !a || !sch || !arr) {
+        for (int i = 0; i < n; i++) {
+            free(cols[i]);
+            cols[i] = NULL;
+        }
+        free(s);
+        free(a);
+        free(sch);
+        free(arr);
+        return PyErr_NoMemory();
+    }
+    s->format = "+s";
+    s->name = "";
+    s->n_children = n;
+    s->children = sch;
+    s->release = release_schema;
+    a->length = length;
+    a->n_buffers = 1;
+    a->buffers = no_buffers;
+    a->n_children = n;
+    a->children = arr;
+    a->release = release_array;
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        int64_t *data = cols[i] ? cols[i] : malloc(sizeof(int64_t)); /* non-null, even empty */
+        cols[i] = NULL;
+        struct ArrowSchema *cs = ok ? (sch[i] = calloc(1, sizeof *cs)) : NULL;
+        struct ArrowArray *ca = ok ? (arr[i] = calloc(1, sizeof *ca)) : NULL;
+        arr_priv_t *pr = ok ? calloc(1, sizeof *pr) : NULL;
+        char *name = ok ? strdup(names[i]) : NULL;
+        if (!cs || !ca || !pr || !name || !data) {
+            /* a child not filled in keeps release NULL: its parent's release only frees it */
+            free(pr);
+            free(name);
+            free(data);
+            ok = 0;
+            continue;
+        }
+        cs->format = "l";
+        cs->name = name;
+        cs->private_data = name;
+        cs->release = release_schema;
+        pr->bufs[1] = data; /* no validity buffer: no nulls */
+        for (int b = 0; b < 3; b++) pr->ptrs[b] = pr->bufs[b];
+        ca->length = length;
+        ca->n_buffers = 2;
+        ca->buffers = pr->ptrs;
+        ca->private_data = pr;
+        ca->release = release_array;
+    }
+    if (!ok) {
+        s->release(s);
+        free(s);
+        a->release(a);
+        free(a);
+        return PyErr_NoMemory();
+    }
+    PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
+    if (!sc) {
+        s->release(s);
+        free(s);
+        a->release(a);
+        free(a);
+        return NULL;
+    }
+    PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
+    if (!ac) {
+        Py_DECREF(sc);
+        a->release(a);
+        free(a);
+        return NULL;
+    }
+    PyObject *res = PyTuple_Pack(2, sc, ac);
+    Py_DECREF(sc);
+    Py_DECREF(ac);
+    return res;
+}
+
+/* ---- chains ------------------------------------------------------------------------- */
+
+/* Each key's last end, found by open addressing (a few keys: threads, streams). */
+typedef struct {
+    int64_t *keys, *ends;
+    unsigned char *used;
+    size_t cap, n;
+} chains_t;
+
+static int chains_reset(chains_t *c) {
+    if (!c->cap) {
+        c->cap = 64;
+        c->keys = malloc(c->cap * sizeof(int64_t));
+        c->ends = malloc(c->cap * sizeof(int64_t));
+        c->used = malloc(c->cap);
+        if (!c->keys || !c->ends || !c->used) return -1;
+    }
+    memset(c->used, 0, c->cap);
+    c->n = 0;
+    return 0;
+}
+
+static void chains_free(chains_t *c) {
+    free(c->keys);
+    free(c->ends);
+    free(c->used);
+    memset(c, 0, sizeof *c);
+}
+
+static size_t chains_slot(const chains_t *c, int64_t key) {
+    uint64_t h = (uint64_t)key * 0x9E3779B97F4A7C15ULL;
+    size_t i = (size_t)(h >> 32) & (c->cap - 1);
+    while (c->used[i] && c->keys[i] != key) i = (i + 1) & (c->cap - 1);
+    return i;
+}
+
+static int chains_grow(chains_t *c) {
+    chains_t g = {0};
+    g.cap = c->cap * 2;
+    g.keys = malloc(g.cap * sizeof(int64_t));
+    g.ends = malloc(g.cap * sizeof(int64_t));
+    g.used = calloc(g.cap, 1);
+    if (!g.keys || !g.ends || !g.used) {
+        chains_free(&g);
+        return -1;
+    }
+    for (size_t i = 0; i < c->cap; i++) {
+        if (!c->used[i]) continue;
+        size_t j = chains_slot(&g, c->keys[i]);
+        g.used[j] = 1;
+        g.keys[j] = c->keys[i];
+        g.ends[j] = c->ends[i];
+    }
+    g.n = c->n;
+    chains_free(c);
+    *c = g;
+    return 0;
+}
+
+static inline int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Rows ``idx`` (all rows when NULL) of each column, in that order, as chains of ``key``:
+ * their starts and ends (see the file's comment) into start[k], end[k] for the k-th row. */
+static int chain_pass(chains_t *c, int64_t n, const int64_t *idx, const int64_t *key,
+                      const int64_t *gap, const int64_t *dur, const int64_t *floor,
+                      const int64_t *anchor, int64_t *start, int64_t *end) {
+    if (chains_reset(c)) return -1;
+    int64_t run_key = 0, prev = 0;
+    int in_run = 0;
+    size_t slot = 0;
+    for (int64_t k = 0; k < n; k++) {
+        int64_t i = idx ? idx[k] : k;
+        int64_t kk = key[i];
+        if (!in_run || kk != run_key) {
+            if (in_run) c->ends[slot] = prev; /* the run's key keeps its last end */
+            if (2 * (c->n + 1) > c->cap && chains_grow(c)) return -1;
+            slot = chains_slot(c, kk);
+            if (!c->used[slot]) {
+                c->used[slot] = 1;
+                c->keys[slot] = kk;
+                c->n++;
+                /* a chain's first row */
+                start[k] = anchor[i] + gap[i];
+                prev = max64(floor[i], anchor[i] + gap[i] + dur[i]);
+                end[k] = prev;
+                run_key = kk;
+                in_run = 1;
+                continue;
+            }
+            prev = c->ends[slot];
+            run_key = kk;
+            in_run = 1;
+        }
+        start[k] = prev + gap[i];
+        prev = max64(prev + gap[i] + dur[i], floor[i]);
+        end[k] = prev;
+    }
+    if (in_run) c->ends[slot] = prev;
+    return 0;
+}
+
+/* ---- the replay ----------------------------------------------------------------------- */
+
+enum { H_TID, H_GAP, H_DUR, H_ANCHOR, H_WAIT, H_OWN, H_QUEUE, H_FOLLOWS, H_ORIG_END, H_DRAIN, H_N };
+enum { G_CHAIN, G_GAP, G_DUR, G_ANCHOR, G_LAUNCH, G_OFFSET, G_END, G_N };
+
+typedef struct {
+    vec_t h[H_N], g[G_N], order, node_order;
+    int has_node_order, has_main;
+    int64_t main_tid, neg_ns, converged_ns;
+    int blocking, max_rounds;
+    /* work: one block (fresh pages cost more than the passes) */
+    int64_t *block;
+    int64_t *floor_h, *h_start, *h_end, *drained, *ready, *floor_g, *g_cur, *new_end, *before;
+    int64_t *main_idx, *rest_idx, *m_start, *m_end, *r_start, *r_end, *r_gap, *r_floor;
+    int64_t *shift_key, *shift_val, *sort_tmp, *node_start;
+    int64_t n_main, n_rest;
+    /* results (each moves into an exported array) */
+    int64_t *out_hs, *out_he, *out_gs, *out_ge;
+    chains_t chains;
+} job_t;
+
+static int cmp_idx_by_key(const int64_t *key, int64_t a, int64_t b) {
+    return key[a] < key[b] ? -1 : key[a] > key[b] ? 1 : (a < b ? -1 : a > b);
+}
+
+/* A stable sort of idx[0..n) by key[idx] (merge sort; tmp holds n). */
+static void sort_by_key(int64_t *idx, int64_t *tmp, int64_t n, const int64_t *key) {
+    for (int64_t w = 1; w < n; w *= 2) {
+        for (int64_t lo = 0; lo < n; lo += 2 * w) {
+            int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            int64_t a = lo, b = mid, o = lo;
+            while (a < mid && b < hi) tmp[o++] = cmp_idx_by_key(key, idx[b], idx[a]) < 0 ? idx[b++] : idx[a++];
+            while (a < mid) tmp[o++] = idx[a++];
+            while (b < hi) tmp[o++] = idx[b++];
+        }
+        memcpy(idx, tmp, (size_t)n * sizeof(int64_t));
+    }
+}
+
+/* replay.py's _host_chains on the chain-ordered host rows: h_start, h_end. */
+static int host_chains(job_t *j) {
+    int64_t n = j->h[H_TID].n;
+    const int64_t *tid = j->h[H_TID].v, *gap = j->h[H_GAP].v, *dur = j->h[H_DUR].v;
+    const int64_t *anchor = j->h[H_ANCHOR].v, *follows = j->h[H_FOLLOWS].v;
+    const int64_t *wait = j->h[H_WAIT].v, *orig_end = j->h[H_ORIG_END].v;
+    int any_follows = 0;
+    for (int64_t i = 0; i < n && !any_follows; i++) any_follows = follows[i] != 0;
+    if (!j->has_main || !any_follows)
+        return chain_pass(&j->chains, n, NULL, tid, gap, dur, j->floor_h, anchor, j->h_start,
+                          j->h_end);
+    /* the step thread's rows on their own, then the others following its clock */
+    int64_t nm = j->n_main, nr = j->n_rest;
+    if (chain_pass(&j->chains, nm, j->main_idx, tid, gap, dur, j->floor_h, anchor, j->m_start,
+                   j->m_end))
+        return -1;
+    const int64_t *by_end = j->shift_key, *end_sorted = j->shift_val; /* see run() */
+    for (int64_t q = 0; q < nr; q++) {
+        int64_t i = j->rest_idx[q];
+        int64_t lead = 0;
+        if (nm) { /* the last step-thread call that ended at or before this row's anchor */
+            int64_t lo = 0, hi = nm;
+            while (lo < hi) {
+                int64_t mid = lo + (hi - lo) / 2;
+                if (end_sorted[mid] <= anchor[i])
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo > 0) {
+                int64_t p = by_end[lo - 1];
+                lead = j->m_end[p] - orig_end[j->main_idx[p]];
+            }
+        }
+        int f = follows[i] != 0;
+        j->r_floor[i] = f ? max64(j->floor_h[i], anchor[i] + lead + dur[i]) : j->floor_h[i];
+        j->r_gap[i] = f ? 0 : gap[i];
+    }
+    if (chain_pass(&j->chains, nr, j->rest_idx, tid, j->r_gap, dur, j->r_floor, anchor,
+                   j->r_start, j->r_end))
+        return -1;
+    for (int64_t k = 0; k < nm; k++) {
+        j->h_start[j->main_idx[k]] = j->m_start[k];
+        j->h_end[j->main_idx[k]] = j->m_end[k];
+    }
+    for (int64_t q = 0; q < nr; q++) {
+        int64_t i = j->rest_idx[q];
+        int64_t s = j->r_start[q], e = j->r_end[q];
+        /* a follower that does not wait starts no earlier than dur before its end */
+        if (follows[i] != 0 && wait[i] == WAIT_NONE) s = max64(s, e - dur[i]);
+        j->h_start[i] = s;
+        j->h_end[i] = e;
+    }
+    return 0;
+}
+
+static int64_t *alloc_n(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t)); }
+
+/* The work block's arrays: 15 of the host's length, 5 of the GPU's, one of the GPU's + 1. */
+static int job_alloc(job_t *j) {
+    int64_t nh = j->h[H_TID].n, ng = j->g[G_CHAIN].n;
+    int64_t **hw[] = {&j->floor_h, &j->h_start, &j->h_end,    &j->main_idx,  &j->rest_idx,
+                      &j->m_start, &j->m_end,   &j->r_start,  &j->r_end,     &j->r_gap,
+                      &j->r_floor, &j->shift_key, &j->shift_val, &j->sort_tmp, &j->node_start};
+    int64_t **gw[] = {&j->ready, &j->floor_g, &j->g_cur, &j->new_end, &j->before};
+    size_t nhw = sizeof hw / sizeof *hw, ngw = sizeof gw / sizeof *gw;
+    j->block = malloc(((size_t)nh * nhw + (size_t)ng * ngw + (size_t)ng + 1) * sizeof(int64_t));
+    j->out_hs = alloc_n(nh);
+    j->out_he = alloc_n(nh);
+    j->out_gs = alloc_n(ng);
+    j->out_ge = alloc_n(ng);
+    if (!j->block || !j->out_hs || !j->out_he || !j->out_gs || !j->out_ge) return -1;
+    int64_t *p = j->block;
+    for (size_t i = 0; i < nhw; i++, p += nh) *hw[i] = p;
+    for (size_t i = 0; i < ngw; i++, p += ng) *gw[i] = p;
+    j->drained = p;
+    return 0;
+}
+
+/* Runs the loop; 0, -1 (out of memory) or -2 (an index out of range: a broken model). */
+static int run(job_t *j, int *rounds_out, int *converged_out) {
+    int64_t nh = j->h[H_TID].n, ng = j->g[G_CHAIN].n, neg = j->neg_ns;
+    const int64_t *wait = j->h[H_WAIT].v, *own = j->h[H_OWN].v, *queue = j->h[H_QUEUE].v;
+    const int64_t *drain = j->h[H_DRAIN].v, *hdur = j->h[H_DUR].v;
+    const int64_t *launch = j->g[G_LAUNCH].v, *offset = j->g[G_OFFSET].v;
+    const int64_t *g_anchor = j->g[G_ANCHOR].v, *g_gap = j->g[G_GAP].v, *g_dur = j->g[G_DUR].v;
+    const int64_t *order = j->order.v, *node = j->node_order.v;
+    for (int64_t k = 0; k < ng; k++)
+        if (order[k] < 0 || order[k] >= ng || launch[k] >= nh) return -2;
+    for (int64_t i = 0; i < nh; i++) {
+        if (drain[i] < 0 || drain[i] > ng) return -2;
+        if (ng && (own[i] < 0 || own[i] >= ng || queue[i] < 0 || queue[i] >= ng)) return -2;
+        if (j->has_node_order && (node[i] < 0 || node[i] >= nh)) return -2;
+    }
+    /* the step thread's rows and the others, in chain order */
+    j->n_main = j->n_rest = 0;
+    for (int64_t i = 0; i < nh; i++) {
+        if (j->has_main && j->h[H_TID].v[i] == j->main_tid)
+            j->main_idx[j->n_main++] = i;
+        else
+            j->rest_idx[j->n_rest++] = i;
+    }
+    /* the step thread's calls by their trace end, once (stable: of equal ends the last in row
+     * order is the one an as-of join takes): host_chains finds each follower's lead there */
+    {
+        int64_t nm = j->n_main, *by_end = j->shift_key, *end_sorted = j->shift_val;
+        const int64_t *orig_end = j->h[H_ORIG_END].v;
+        int sorted = 1;
+        for (int64_t k = 0; k < nm; k++) {
+            by_end[k] = k;
+            end_sorted[k] = orig_end[j->main_idx[k]];
+            if (k && end_sorted[k] < end_sorted[k - 1]) sorted = 0;
+        }
+        if (!sorted) { /* calls on one thread end in order but for clock noise: rarely runs */
+            sort_by_key(by_end, j->sort_tmp, nm, end_sorted);
+            for (int64_t k = 0; k < nm; k++) j->sort_tmp[k] = orig_end[j->main_idx[by_end[k]]];
+            memcpy(end_sorted, j->sort_tmp, (size_t)nm * sizeof(int64_t));
+        }
+    }
+    int64_t *g_end = j->g_cur, *node_start = j->has_node_order ? j->node_start : j->h_start;
+    if (ng) memcpy(g_end, j->g[G_END].v, (size_t)ng * sizeof(int64_t));
+    int have_before = 0, rounds = 0, converged = 0;
+    for (rounds = 1; rounds <= j->max_rounds; rounds++) {
+        j->drained[0] = neg;
+        for (int64_t k = 0; k < ng; k++) j->drained[k + 1] = max64(j->drained[k], g_end[order[k]]);
+        for (int64_t i = 0; i < nh; i++) {
+            int64_t w = wait[i], f = neg;
+            if (ng) {
+                if (w == WAIT_DEVICE)
+                    f = j->drained[drain[i]] + hdur[i];
+                else if (w == WAIT_OWN_OP)
+                    f = g_end[own[i]] + hdur[i];
+                else if (w == WAIT_QUEUE)
+                    f = g_end[queue[i]] + hdur[i];
+            }
+            j->floor_h[i] = f;
+        }
+        if (host_chains(j)) return -1;
+        if (j->has_node_order)
+            for (int64_t k = 0; k < nh; k++) node_start[k] = j->h_start[node[k]];
+        for (int64_t k = 0; k < ng; k++) {
+            j->ready[k] = (nh && launch[k] >= 0) ? node_start[launch[k]] + offset[k] : g_anchor[k];
+            j->floor_g[k] = j->ready[k] + g_gap[k] + g_dur[k];
+        }
+        if (chain_pass(&j->chains, ng, NULL, j->g[G_CHAIN].v, g_gap, g_dur, j->floor_g, j->ready,
+                       j->out_gs, j->new_end))
+            return -1;
+        int64_t moved = 0;
+        for (int64_t k = 0; k < ng; k++) {
+            int64_t d = j->new_end[k] - g_end[k];
+            if (d < 0) d = -d;
+            if (d > moved) moved = d;
+        }
+        int cycle = have_before && memcmp(j->new_end, j->before, (size_t)ng * sizeof(int64_t)) == 0;
+        /* before_last, g_end = g_end, new_end */
+        int64_t *t = j->before;
+        j->before = g_end;
+        g_end = j->new_end;
+        j->new_end = t;
+        have_before = 1;
+        if (!j->blocking || (moved <= j->converged_ns && rounds > 1)) {
+            converged = 1;
+            break;
+        }
+        if (cycle) break; /* a two-round cycle: edges that contradict each other */
+    }
+    if (rounds > j->max_rounds) rounds = j->max_rounds;
+    if (ng) memcpy(j->out_ge, g_end, (size_t)ng * sizeof(int64_t));
+    if (j->has_node_order) {
+        for (int64_t k = 0; k < nh; k++) {
+            j->out_hs[k] = j->h_start[node[k]];
+            j->out_he[k] = j->h_end[node[k]];
+        }
+    } else if (nh) {
+        memcpy(j->out_hs, j->h_start, (size_t)nh * sizeof(int64_t));
+        memcpy(j->out_he, j->h_end, (size_t)nh * sizeof(int64_t));
+    }
+    *rounds_out = rounds;
+    *converged_out = converged;
+    return 0;
+}
+
+static void job_free(job_t *j) {
+    for (int i = 0; i < H_N; i++) vec_free(&j->h[i]);
+    for (int i = 0; i < G_N; i++) vec_free(&j->g[i]);
+    vec_free(&j->order);
+    vec_free(&j->node_order);
+    free(j->block);
+    free(j->out_hs);
+    free(j->out_he);
+    free(j->out_gs);
+    free(j->out_ge);
+    chains_free(&j->chains);
+    memset(j, 0, sizeof *j);
+}
+
+/* Reads a tuple of ``n`` streams into vecs of one length; 1: a null somewhere (decline). */
+static int read_all(PyObject *tuple, vec_t *out, int n, const char *what) {
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) != n) {
+        PyErr_Format(PyExc_TypeError, "kreplay: %s must be a tuple of %d streams", what, n);
+        return -1;
+    }
+    int declined = 0;
+    for (int i = 0; i < n; i++) {
+        int rc = read_i64(PyTuple_GET_ITEM(tuple, i), &out[i]);
+        if (rc == READ_ERROR) return -1;
+        if (rc == READ_NULLS) declined = 1;
+        if (!declined && out[i].n != out[0].n) {
+            PyErr_Format(PyExc_ValueError, "kreplay: %s columns differ in length", what);
+            return -1;
+        }
+    }
+    return declined;
+}
+
+static PyObject *kreplay_replay(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *host, *gpu, *order, *node_order, *main_tid;
+    int blocking, max_rounds;
+    long long neg_ns, converged_ns;
+    if (!PyArg_ParseTuple(args, "OOOOOpiLL", &host, &gpu, &order, &node_order, &main_tid,
+                          &blocking, &max_rounds, &neg_ns, &converged_ns))
+        return NULL;
+    job_t j;
+    memset(&j, 0, sizeof j);
+    j.blocking = blocking;
+    j.max_rounds = max_rounds;
+    j.neg_ns = neg_ns;
+    j.converged_ns = converged_ns;
+    if (main_tid != Py_None) {
+        j.main_tid = PyLong_AsLongLong(main_tid);
+        if (j.main_tid == -1 && PyErr_Occurred()) return NULL;
+        j.has_main = 1;
+    }
+    PyObject *result = NULL;
+    int dh = read_all(host, j.h, H_N, "host");
+    int dg = dh < 0 ? -1 : read_all(gpu, j.g, G_N, "gpu");
+    int dord = dg < 0 ? -1 : read_i64(order, &j.order);
+    int dnode = 0;
+    if (dord >= 0 && node_order != Py_None) {
+        dnode = read_i64(node_order, &j.node_order);
+        j.has_node_order = 1;
+    }
+    if (dh < 0 || dg < 0 || dord < 0 || dnode < 0) goto done;
+    if (dh || dg || dord || dnode) {
+        result = Py_None; /* nulls: the polars loop decides */
+        Py_INCREF(result);
+        goto done;
+    }
+    int64_t nh = j.h[H_TID].n, ng = j.g[G_CHAIN].n;
+    if (j.order.n != ng || (j.has_node_order && j.node_order.n != nh)) {
+        PyErr_SetString(PyExc_ValueError, "kreplay: order columns differ in length");
+        goto done;
+    }
+    if (job_alloc(&j)) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int rounds = 0, converged = 0, rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run(&j, &rounds, &converged);
+    Py_END_ALLOW_THREADS
+    if (rc == -1) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (rc == -2) {
+        PyErr_SetString(PyExc_IndexError, "kreplay: a node index is out of range");
+        goto done;
+    }
+    static const char *const names[2] = {"start", "end"};
+    int64_t *hcols[2] = {j.out_hs, j.out_he}, *gcols[2] = {j.out_gs, j.out_ge};
+    j.out_hs = j.out_he = j.out_gs = j.out_ge = NULL; /* they move into the tables */
+    PyObject *ht = export_i64_table(names, hcols, 2, nh);
+    PyObject *gt = ht ? export_i64_table(names, gcols, 2, ng) : NULL;
+    if (!gt) {
+        free(gcols[0]);
+        free(gcols[1]);
+    }
+    if (ht && gt)
+        result = Py_BuildValue("(NNii)", ht, gt, rounds, converged);
+    else {
+        Py_XDECREF(ht);
+        Py_XDECREF(gt);
+    }
+done:
+    job_free(&j);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"replay", kreplay_replay, METH_VARARGS,
+     "replay(host, gpu, order, node_order, main_tid, blocking, max_rounds, neg_ns, converged_ns)\n"
+     "-> (host_times, gpu_times, rounds, converged) | None\n\n"
+     "The step model's replay loop (model/replay.py) on int64 Arrow streams: host columns in\n"
+     "chain order (tid gap dur anchor wait own queue follows orig_end drain_pos), GPU columns\n"
+     "(chain gap dur anchor launch offset end), the GPU rows in launch order, the chain->node\n"
+     "order (or None). Times come as Arrow struct arrays (start, end); None where a null is."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kreplay",
+                                    "The step model's replay loop (see kreplay.c).", -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__kreplay(void) { return PyModule_Create(&module); }

@@ -1,0 +1,38 @@
+"""The C extensions, where the install built them (hatch_build.py; traceinsight/_native/).
+
+Each is a fast path with a polars or msgspec reference that gives the same result: ``kscan``
+decodes Kineto event spans (parsers/kineto/decode.py), ``kreplay`` runs the step model's replay
+loop (model/replay.py). A pure-Python install (no C compiler) has neither, and
+``TRACEINSIGHT_NO_NATIVE=1`` turns both off to compare.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+kscan: ModuleType | None
+kreplay: ModuleType | None
+try:
+    from traceinsight import _kscan as kscan
+except ImportError:
+    kscan = None
+try:
+    from traceinsight import _kreplay as kreplay
+except ImportError:
+    kreplay = None
+if os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1":
+    kscan = kreplay = None
+
+
+class ArrowTable:
+    """A struct array a native module made (a pair of PyCapsules): polars reads it through the
+    Arrow PyCapsule interface (``pl.DataFrame(ArrowTable(...))``) without a copy."""
+
+    __slots__ = ("capsules",)
+
+    def __init__(self, capsules: tuple[object, object]) -> None:
+        self.capsules = capsules
+
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        return self.capsules
