@@ -19,14 +19,16 @@ from typing import Any
 
 # polars' allocator (jemalloc) hands freed memory back to the OS within half a second, so each
 # phase of a large analysis faults fresh pages in again. For one trace, kept 10 s: on the 1 GB
-# nsys export 25% fewer page faults and 0.5 s less wall. Blocks from 1 MiB (not 8) come from the
-# arena all threads share, so a column freed by one thread is reused by the next: 0.3 GB less
-# peak there, 0.1 GB on the 10x trace (benchmarks/RESULTS.md). Not for a directory of ranks,
+# nsys export 25% fewer page faults and 0.5 s less wall. Blocks from 64 KiB (not 8 MiB) come
+# from the arena all threads share, so a column freed by one thread is reused by the next: at 1
+# MiB 0.3 GB less peak there, 0.1 GB on the 10x trace; at 64 KiB another 0.1-0.15 GB less on both
+# (10x: 912-960 MB against 1037-1066 MB) in the same CPU time (benchmarks/RESULTS.md; 16 KiB is
+# no better, 256 KiB keeps half the gain). Not for a directory of ranks,
 # nor in `batch`: worker processes holding on to freed memory made two-worker batches 10%
 # slower. jemalloc takes the last value, polars appends this to its own defaults; a user's own
 # setting wins.
 ALLOCATOR_ENV = "_RJEM_MALLOC_CONF"
-ALLOCATOR_CONF = "dirty_decay_ms:10000,muzzy_decay_ms:10000,oversize_threshold:1048576"
+ALLOCATOR_CONF = "dirty_decay_ms:10000,muzzy_decay_ms:10000,oversize_threshold:65536"
 POLARS_THREADS_ENV = "POLARS_MAX_THREADS"
 PARSE_HELPERS_ENV = "TRACEINSIGHT_PARSE_HELPERS"  # a user's switch: 0 parses in one process
 HELPERS_MAX = 8
