@@ -144,31 +144,26 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     # torch ops and annotations, and the user's own Python frames where the trace has them
     # (with_stack): a gap spent in the user's Python is named by its frame ("train.py(88):
     # log"); a torch op covering it wins, else the innermost user frame at its middle
-    ops = pl.concat(
-        [
-            ctx.ops.select("name", "start_ns", "end_ns", pl.lit(0, pl.Int8).alias("_py")),
-            user_frames(ctx.rows(("python_function",))).select(
-                "name", "start_ns", "end_ns", pl.lit(1, pl.Int8).alias("_py")
-            ),
-        ]
-    ).select(
-        pl.col("name").alias("op"),
-        pl.col("start_ns").alias("op_s"),
-        pl.col("end_ns").alias("op_e"),
-        "_py",
-    )
-    if ops.height == 0 or gaps.height == 0:
+    sources = [(ctx.ops, 0), (user_frames(ctx.rows(("python_function",))), 1)]
+    sources = [(df, py) for df, py in sources if df.height]
+    if not sources or gaps.height == 0:
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
     g = gaps.select(
         "gap_id", "start_ns", "end_ns", ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("mid")
     )
+    # filtered on their times first: only the few ops at a gap's middle carry their names on
     hits = pl.concat(
         [
-            ops.filter((pl.col("op_s") <= mid) & (pl.col("op_e") > mid)).with_columns(
+            df.filter((pl.col("start_ns") <= mid) & (pl.col("end_ns") > mid)).select(
+                pl.col("name").alias("op"),
+                pl.col("start_ns").alias("op_s"),
+                pl.col("end_ns").alias("op_e"),
+                pl.lit(py, pl.Int8).alias("_py"),
                 pl.lit(gid, pl.UInt32).alias("gap_id"),
                 pl.lit(s, pl.Int64).alias("start_ns"),
                 pl.lit(e, pl.Int64).alias("end_ns"),
             )
+            for df, py in sources
             for gid, s, e, mid in g.iter_rows()
         ]
     )

@@ -223,7 +223,11 @@ def _bound_by(engines: dict[str, float], cross: float | None, unconverged: list[
 
 def _coverage(ranges: pl.DataFrame, t: pl.Series) -> pl.DataFrame:
     """For each time ``t``: ``before`` (the ranges' union time before it) and ``inside``."""
-    u = iv.union(ranges.select("start_ns", "end_ns")) if ranges.height else None
+    return _covered(iv.union(ranges.select("start_ns", "end_ns")) if ranges.height else None, t)
+
+
+def _covered(u: pl.DataFrame | None, t: pl.Series) -> pl.DataFrame:
+    """:func:`_coverage` on a union already made (start_ns, end_ns; None: nothing)."""
     if u is None or u.height == 0:
         return pl.DataFrame(
             {
@@ -705,11 +709,13 @@ def _thread_coverage(ranges: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.Serie
     inside = pl.Series([False] * host.height, dtype=pl.Boolean)
     if ranges.height == 0:
         return gap, inside
+    # one union per thread, each looked up at the calls' starts and their gaps' starts at once
+    unions = iv.union(ranges.select("tid", "start_ns", "end_ns"), by=["tid"])
     gaps, ins = [], []
     for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
-        own = ranges.filter(pl.col("tid") == tid)
-        at = _coverage(own, rows.get_column("start_ns"))
-        since = _coverage(own, rows.get_column("_gap_from"))
+        own = unions.filter(pl.col("tid") == tid).select("start_ns", "end_ns")
+        both = _covered(own, pl.concat([rows.get_column("start_ns"), rows.get_column("_gap_from")]))
+        at, since = both.head(rows.height), both.tail(rows.height)
         idx = rows.get_column("_i")
         gaps.append(pl.DataFrame({"_i": idx, "v": at["before"] - since["before"]}))
         ins.append(pl.DataFrame({"_i": idx, "v": at["inside"]}))
