@@ -70,6 +70,25 @@ def same(a: R.Replayed, b: R.Replayed) -> None:
         assert x.to_list() == y.to_list(), name
 
 
+def same_steps(model: R.StepModel, r: R.Replayed) -> None:
+    """The steps' durations on replayed times ``r``: the C rule's equal the polars rule's."""
+    native = R._kreplay
+    try:
+        got = R.step_times_ns(model, r)
+        R._kreplay = None
+        want = R.step_times_ns(model, r)
+    finally:
+        R._kreplay = native
+    assert got.dtype == want.dtype == pl.Int64
+    assert got.to_list() == want.to_list(), "step times"
+
+
+def check(model: R.StepModel, max_rounds: int = R.MAX_ROUNDS) -> None:
+    r = _native(model, max_rounds)
+    same(r, _polars(model, max_rounds))
+    same_steps(model, r)
+
+
 def models_of(path: Path) -> dict[str, R.StepModel]:
     """The trace's step model and every transform and engine change of it that changes it."""
     trace = load_trace(path)
@@ -92,7 +111,7 @@ H200_TRACES = sorted(H200.glob("*.pt.trace.json.gz"))
 def test_same_times_on_the_h200_fixtures(path: Path) -> None:
     for name, model in models_of(path).items():
         try:
-            same(_native(model), _polars(model))
+            check(model)
         except AssertionError as exc:
             raise AssertionError(f"{name}: {exc}") from None
 
@@ -128,7 +147,7 @@ def test_same_times_on_corpus_traces(rel: str) -> None:
         pytest.skip(f"corpus trace {rel} not present (../shared/traces)")
     for name, model in models_of(path).items():
         try:
-            same(_native(model), _polars(model))
+            check(model)
         except AssertionError as exc:
             raise AssertionError(f"{name}: {exc}") from None
 
@@ -194,6 +213,7 @@ def step_models(draw: st.DrawFn) -> R.StepModel:
                 "gap_ns": draw(st.integers(0, 20)),
                 "dur_ns": dur,
                 "launch": draw(st.integers(-1, n_host - 1)),
+                "launched": draw(st.booleans()),
                 "launch_offset_ns": draw(st.integers(0, 10)),
                 "latency_ns": draw(st.integers(0, 10)),
                 "launch_key_ns": draw(st.integers(0, 40)) * 10,  # ties
@@ -208,6 +228,7 @@ def step_models(draw: st.DrawFn) -> R.StepModel:
             "gap_ns": pl.Int64,
             "dur_ns": pl.Int64,
             "launch": pl.Int64,
+            "launched": pl.Boolean,
             "launch_offset_ns": pl.Int64,
             "latency_ns": pl.Int64,
             "launch_key_ns": pl.Int64,
@@ -216,10 +237,17 @@ def step_models(draw: st.DrawFn) -> R.StepModel:
     if draw(st.booleans()):
         gpu = gpu.sort("chain", "start_ns")
     step_tid = draw(st.one_of(st.none(), st.integers(1, n_threads)))
+    # steps in order (they are a loop's), of any length, some launching nothing
+    bounds = sorted(draw(st.lists(st.integers(0, 420), min_size=0, max_size=8, unique=True)))
+    pairs = list(zip(bounds[::2], bounds[1::2], strict=False))
     steps = pl.DataFrame(
-        {"tid": [step_tid], "host_start_ns": [0], "host_end_ns": [400]},
+        {
+            "tid": [step_tid] * len(pairs),
+            "host_start_ns": [a for a, _ in pairs],
+            "host_end_ns": [b for _, b in pairs],
+        },
         schema={"tid": pl.Int64, "host_start_ns": pl.Int64, "host_end_ns": pl.Int64},
-    ).head(draw(st.integers(0, 1)))
+    )
     return R.StepModel(host=host, gpu=gpu, steps=steps)
 
 
@@ -230,7 +258,7 @@ def step_models(draw: st.DrawFn) -> R.StepModel:
 )
 @given(model=step_models(), max_rounds=st.sampled_from([1, 2, 3, R.MAX_ROUNDS]))
 def test_same_times_on_generated_models(model: R.StepModel, max_rounds: int) -> None:
-    same(_native(model, max_rounds), _polars(model, max_rounds))
+    check(model, max_rounds)
 
 
 # ---- by hand and bad input -----------------------------------------------------------------
@@ -261,6 +289,7 @@ def _tiny() -> R.StepModel:
             "gap_ns": [0],
             "dur_ns": [10],
             "launch": [0],
+            "launched": [True],
             "launch_offset_ns": [3],
             "latency_ns": [0],
             "launch_key_ns": [0],
@@ -276,6 +305,8 @@ def test_a_sync_waits_for_its_kernel_by_hand() -> None:
     assert r.host_end_ns.to_list() == [5, 15]
     assert (r.gpu_start_ns.to_list(), r.gpu_end_ns.to_list()) == ([3], [13])
     assert (r.rounds, r.converged) == (2, True)  # round 1 waits for the trace's end (18 + 2)
+    # the step (0-20 in the trace) ends with the sync: 15 ns; its kernel ends before that
+    assert R.step_times_ns(_tiny(), r).to_list() == [15]
     # the kernel twice as long: 3-23, so the sync returns at 25
     slow = _tiny()
     slow = slow.with_gpu(slow.gpu.with_columns(pl.col("dur_ns") * 2))

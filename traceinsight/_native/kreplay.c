@@ -319,8 +319,8 @@ static int chain_pass(chains_t *c, int64_t n, const int64_t *idx, const int64_t 
 
 /* ---- the replay ----------------------------------------------------------------------- */
 
-enum { H_TID, H_GAP, H_DUR, H_ANCHOR, H_WAIT, H_OWN, H_QUEUE, H_FOLLOWS, H_ORIG_END, H_DRAIN, H_N };
-enum { G_CHAIN, G_GAP, G_DUR, G_ANCHOR, G_LAUNCH, G_OFFSET, G_END, G_N };
+enum { H_TID, H_GAP, H_DUR, H_ANCHOR, H_WAIT, H_OWN, H_QUEUE, H_FOLLOWS, H_ORIG_END, H_START, H_N };
+enum { G_CHAIN, G_GAP, G_DUR, G_ANCHOR, G_LAUNCH, G_OFFSET, G_END, G_KEY, G_N };
 
 typedef struct {
     vec_t h[H_N], g[G_N], order, node_order;
@@ -331,7 +331,7 @@ typedef struct {
     int64_t *block;
     int64_t *floor_h, *h_start, *h_end, *drained, *ready, *floor_g, *g_cur, *new_end, *before;
     int64_t *main_idx, *rest_idx, *m_start, *m_end, *r_start, *r_end, *r_gap, *r_floor;
-    int64_t *shift_key, *shift_val, *sort_tmp, *node_start;
+    int64_t *shift_key, *shift_val, *sort_tmp, *node_start, *drain, *keys;
     int64_t n_main, n_rest;
     /* results (each moves into an exported array) */
     int64_t *out_hs, *out_he, *out_gs, *out_ge;
@@ -414,13 +414,14 @@ static int host_chains(job_t *j) {
 
 static int64_t *alloc_n(int64_t n) { return malloc((size_t)(n > 0 ? n : 1) * sizeof(int64_t)); }
 
-/* The work block's arrays: 15 of the host's length, 5 of the GPU's, one of the GPU's + 1. */
+/* The work block's arrays: 16 of the host's length, 6 of the GPU's, one of the GPU's + 1. */
 static int job_alloc(job_t *j) {
     int64_t nh = j->h[H_TID].n, ng = j->g[G_CHAIN].n;
     int64_t **hw[] = {&j->floor_h, &j->h_start, &j->h_end,    &j->main_idx,  &j->rest_idx,
                       &j->m_start, &j->m_end,   &j->r_start,  &j->r_end,     &j->r_gap,
-                      &j->r_floor, &j->shift_key, &j->shift_val, &j->sort_tmp, &j->node_start};
-    int64_t **gw[] = {&j->ready, &j->floor_g, &j->g_cur, &j->new_end, &j->before};
+                      &j->r_floor, &j->shift_key, &j->shift_val, &j->sort_tmp, &j->node_start,
+                      &j->drain};
+    int64_t **gw[] = {&j->ready, &j->floor_g, &j->g_cur, &j->new_end, &j->before, &j->keys};
     size_t nhw = sizeof hw / sizeof *hw, ngw = sizeof gw / sizeof *gw;
     j->block = malloc(((size_t)nh * nhw + (size_t)ng * ngw + (size_t)ng + 1) * sizeof(int64_t));
     j->out_hs = alloc_n(nh);
@@ -439,14 +440,43 @@ static int job_alloc(job_t *j) {
 static int run(job_t *j, int *rounds_out, int *converged_out) {
     int64_t nh = j->h[H_TID].n, ng = j->g[G_CHAIN].n, neg = j->neg_ns;
     const int64_t *wait = j->h[H_WAIT].v, *own = j->h[H_OWN].v, *queue = j->h[H_QUEUE].v;
-    const int64_t *drain = j->h[H_DRAIN].v, *hdur = j->h[H_DUR].v;
+    const int64_t *drain = j->drain, *hdur = j->h[H_DUR].v;
     const int64_t *launch = j->g[G_LAUNCH].v, *offset = j->g[G_OFFSET].v;
     const int64_t *g_anchor = j->g[G_ANCHOR].v, *g_gap = j->g[G_GAP].v, *g_dur = j->g[G_DUR].v;
     const int64_t *order = j->order.v, *node = j->node_order.v;
     for (int64_t k = 0; k < ng; k++)
         if (order[k] < 0 || order[k] >= ng || launch[k] >= nh) return -2;
+    /* which GPU ops a device sync waits for: those launched before the call starts (the
+     * number of launch times below its start) */
+    for (int64_t k = 0; k < ng; k++) j->keys[k] = j->g[G_KEY].v[order[k]];
+    int64_t lo = 0, prev_t = 0;
     for (int64_t i = 0; i < nh; i++) {
-        if (drain[i] < 0 || drain[i] > ng) return -2;
+        /* a thread's calls come in start order: gallop on from the previous call's position
+         * (a binary search over all of them misses the cache on each step) */
+        int64_t t = j->h[H_START].v[i], hi = ng;
+        if (i && t >= prev_t) {
+            int64_t step = 1;
+            hi = lo;
+            while (hi < ng && j->keys[hi] < t) {
+                lo = hi + 1;
+                hi += step;
+                step *= 2;
+            }
+            if (hi > ng) hi = ng;
+        } else {
+            lo = 0;
+        }
+        prev_t = t;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (j->keys[mid] < t)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        j->drain[i] = lo;
+    }
+    for (int64_t i = 0; i < nh; i++) {
         if (ng && (own[i] < 0 || own[i] >= ng || queue[i] < 0 || queue[i] >= ng)) return -2;
         if (j->has_node_order && (node[i] < 0 || node[i] >= nh)) return -2;
     }
@@ -646,14 +676,174 @@ done:
     return result;
 }
 
+/* ---- step times ----------------------------------------------------------------------- */
+
+static int64_t last_at_or_before(const int64_t *sorted, int64_t n, int64_t v) {
+    int64_t lo = 0, hi = n; /* the count of values <= v */
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (sorted[mid] <= v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo - 1;
+}
+
+enum { S_START, S_END, S_N };
+enum { T_TID, T_END, T_REPLAYED_END, T_N };
+enum { O_LAUNCHED, O_KEY, O_END, O_N };
+
+/* replay.py's step_times_ns on the replayed times: each step's duration. */
+static int step_times(vec_t *st, vec_t *th, vec_t *op, int has_tid, int64_t tid, int64_t *dur) {
+    int64_t n = st[S_START].n, nh = th[T_TID].n, ng = op[O_KEY].n;
+    const int64_t *ss = st[S_START].v, *se = st[S_END].v;
+    int64_t *idx = alloc_n(nh), *ends = alloc_n(nh), *tmp = alloc_n(nh);
+    int64_t *hs = alloc_n(n), *he = alloc_n(n), *gend = alloc_n(n), *start = alloc_n(n);
+    int64_t *end = alloc_n(n);
+    unsigned char *has_g = calloc((size_t)(n > 0 ? n : 1), 1);
+    int rc = -1;
+    if (!idx || !ends || !tmp || !hs || !he || !gend || !start || !end || !has_g) goto out;
+    /* the step thread's calls by their trace end (stable: the last of equal ends wins, as in
+     * an as-of join); a host time moves with the last of them that ended at or before it */
+    int64_t m = 0;
+    int sorted = 1;
+    for (int64_t i = 0; i < nh; i++) {
+        if (!has_tid || th[T_TID].v[i] != tid) continue;
+        idx[m] = i;
+        ends[m] = th[T_END].v[i];
+        if (m && ends[m] < ends[m - 1]) sorted = 0;
+        m++;
+    }
+    if (!sorted) {
+        int64_t *pos = alloc_n(m), *key = alloc_n(m);
+        if (!pos || !key) {
+            free(pos);
+            free(key);
+            goto out;
+        }
+        for (int64_t k = 0; k < m; k++) {
+            pos[k] = k;
+            key[k] = ends[k];
+        }
+        sort_by_key(pos, tmp, m, key);
+        for (int64_t k = 0; k < m; k++) {
+            tmp[k] = idx[pos[k]];
+            ends[k] = key[pos[k]];
+        }
+        memcpy(idx, tmp, (size_t)m * sizeof(int64_t));
+        free(pos);
+        free(key);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t a = last_at_or_before(ends, m, ss[i]), b = last_at_or_before(ends, m, se[i]);
+        hs[i] = ss[i] + (a >= 0 ? th[T_REPLAYED_END].v[idx[a]] - th[T_END].v[idx[a]] : 0);
+        he[i] = se[i] + (b >= 0 ? th[T_REPLAYED_END].v[idx[b]] - th[T_END].v[idx[b]] : 0);
+    }
+    /* the GPU work launched inside each step (the last step starting at or before the launch) */
+    for (int64_t k = 0; k < ng; k++) {
+        if (!op[O_LAUNCHED].v[k]) continue;
+        int64_t key = op[O_KEY].v[k], i = last_at_or_before(ss, n, key);
+        if (i < 0 || key >= se[i]) continue;
+        if (!has_g[i] || op[O_END].v[k] > gend[i]) gend[i] = op[O_END].v[k];
+        has_g[i] = 1;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t e = has_g[i] ? max64(he[i], gend[i]) : he[i];
+        end[i] = i ? max64(end[i - 1], e) : e;
+        start[i] = i ? max64(hs[i], end[i - 1]) : hs[i];
+    }
+    /* work queued before the first step runs first */
+    if (n) {
+        int found = 0;
+        int64_t drained = 0;
+        for (int64_t k = 0; k < ng; k++) {
+            int queued = !op[O_LAUNCHED].v[k] || op[O_KEY].v[k] < ss[0];
+            if (queued && op[O_END].v[k] > start[0]) {
+                drained = found ? max64(drained, op[O_END].v[k]) : op[O_END].v[k];
+                found = 1;
+            }
+        }
+        if (found) start[0] = drained < end[0] ? drained : end[0];
+    }
+    for (int64_t i = 0; i < n; i++) dur[i] = end[i] - start[i];
+    rc = 0;
+out:
+    free(idx);
+    free(ends);
+    free(tmp);
+    free(hs);
+    free(he);
+    free(gend);
+    free(start);
+    free(end);
+    free(has_g);
+    return rc;
+}
+
+static PyObject *kreplay_step_times(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *steps, *host, *gpu, *tid_obj;
+    if (!PyArg_ParseTuple(args, "OOOO", &steps, &host, &gpu, &tid_obj)) return NULL;
+    vec_t st[S_N], th[T_N], op[O_N];
+    memset(st, 0, sizeof st);
+    memset(th, 0, sizeof th);
+    memset(op, 0, sizeof op);
+    int64_t tid = 0;
+    int has_tid = tid_obj != Py_None;
+    if (has_tid) {
+        tid = PyLong_AsLongLong(tid_obj);
+        if (tid == -1 && PyErr_Occurred()) return NULL;
+    }
+    PyObject *result = NULL;
+    int ds = read_all(steps, st, S_N, "steps");
+    int dh = ds < 0 ? -1 : read_all(host, th, T_N, "host");
+    int dg = dh < 0 ? -1 : read_all(gpu, op, O_N, "gpu");
+    if (ds < 0 || dh < 0 || dg < 0) goto done;
+    if (ds || dh || dg) {
+        result = Py_None; /* nulls: the polars path decides */
+        Py_INCREF(result);
+        goto done;
+    }
+    int64_t n = st[S_START].n;
+    int64_t *dur = alloc_n(n);
+    if (!dur) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = step_times(st, th, op, has_tid, tid, dur);
+    Py_END_ALLOW_THREADS
+    if (rc) {
+        free(dur);
+        PyErr_NoMemory();
+        goto done;
+    }
+    static const char *const names[1] = {"dur_ns"};
+    int64_t *cols[1] = {dur};
+    result = export_i64_table(names, cols, 1, n);
+done:
+    for (int i = 0; i < S_N; i++) vec_free(&st[i]);
+    for (int i = 0; i < T_N; i++) vec_free(&th[i]);
+    for (int i = 0; i < O_N; i++) vec_free(&op[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"replay", kreplay_replay, METH_VARARGS,
      "replay(host, gpu, order, node_order, main_tid, blocking, max_rounds, neg_ns, converged_ns)\n"
      "-> (host_times, gpu_times, rounds, converged) | None\n\n"
      "The step model's replay loop (model/replay.py) on int64 Arrow streams: host columns in\n"
-     "chain order (tid gap dur anchor wait own queue follows orig_end drain_pos), GPU columns\n"
-     "(chain gap dur anchor launch offset end), the GPU rows in launch order, the chain->node\n"
+     "chain order (tid gap dur anchor wait own queue follows orig_end start), GPU columns\n"
+     "(chain gap dur anchor launch offset end launch_key), the GPU rows in launch order (the\n"
+     "launch keys sorted by it), the chain->node\n"
      "order (or None). Times come as Arrow struct arrays (start, end); None where a null is."},
+    {"step_times", kreplay_step_times, METH_VARARGS,
+     "step_times(steps, host, gpu, tid) -> dur_ns table | None\n\n"
+     "model/replay.py's step_times_ns: steps (host_start host_end, by start), host calls (tid\n"
+     "end_ns replayed_end), GPU ops (launched launch_key_ns replayed_end), the step thread (or\n"
+     "None): each step's duration as an Arrow struct array (dur_ns); None where a null is."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kreplay",

@@ -229,8 +229,7 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
     main_tid = step_thread(model.steps) if model.steps.height else None
     # Which GPU ops a device sync waits for: those launched before it (in trace order).
     order = g.select(pl.arg_sort_by("launch_key_ns", maintain_order=True)).to_series()
-    keys = g.get_column("launch_key_ns").gather(order)
-    host = host.with_columns(keys.search_sorted(starts, side="left").alias("drain_pos"))
+    host = host.with_columns(starts.alias("start"))
     gpu = g.select(
         "chain",
         pl.col("gap_ns").alias("gap"),
@@ -275,12 +274,12 @@ def _replay_native(
                 "queue",
                 "follows",
                 "orig_end",
-                "drain_pos",
+                "start",
             )
         ),
         _streams(
             gpu.select("chain", "gap", "dur", "anchor", "launch", "offset").with_columns(
-                g.get_column("end_ns").alias("end")
+                g.get_column("end_ns").alias("end"), g.get_column("launch_key_ns").alias("key")
             )
         ),
         _streams(order.to_frame())[0],
@@ -316,6 +315,10 @@ def _replay_polars(
     max_rounds: int,
 ) -> Replayed:
     """The reference loop (and the one a pure-Python install runs)."""
+    keys = g.get_column("launch_key_ns").gather(order)
+    host = host.with_columns(
+        keys.search_sorted(host.get_column("start"), side="left").alias("drain_pos")
+    )
     launch_idx = gpu.get_column("launch").clip(0)
     g_end = g.get_column("end_ns")
     h_times = pl.DataFrame({"start": h.get_column("start_ns"), "end": h.get_column("end_ns")})
@@ -384,11 +387,23 @@ def step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
         return pl.Series("dur_ns", [], dtype=pl.Int64)
     h, g = model.host, model.gpu
     tid = step_thread(st)
-    # A host timestamp moves with the last call on its thread that ended before it.
+    if _kreplay is not None:  # the same rule in C (kreplay.c); None: a null, decided below
+        out = _kreplay.step_times(
+            _streams(st.select("host_start_ns", "host_end_ns")),
+            _streams(h.select("tid", "end_ns").with_columns(r.host_end_ns.alias("replayed"))),
+            _streams(
+                g.select("launched", "launch_key_ns").with_columns(r.gpu_end_ns.alias("replayed"))
+            ),
+            tid,
+        )
+        if out is not None:
+            return pl.DataFrame(ArrowTable(out)).to_series()
+    # A host timestamp moves with the last call on its thread that ended before it (of equal
+    # ends, the last: the as-of join's choice).
     shifts = (
         h.select("tid", "end_ns", (r.host_end_ns - pl.col("end_ns")).alias("shift"))
         .filter(pl.col("tid") == tid)
-        .sort("end_ns")
+        .sort("end_ns", maintain_order=True)
     )
 
     def moved(col: str) -> pl.Expr:
