@@ -73,13 +73,17 @@ def analyze_health(ctx: Context) -> HealthResult:
     durations, absurd = _durations(ev)
     if absurd is not None:  # the other checks judge the rows that are left
         ev = ev.filter(~absurd)
+    # the runtime/driver calls' columns both call checks read, filtered once
+    api = ev.filter(pl.col("kind").is_in(API_KINDS)).select(
+        "name", "rank", "pid", "correlation", "start_ns", "end_ns"
+    )
     checks = [
         c
         for c in (
-            _graph_kernels_missing(ev),
+            _graph_kernels_missing(ev, api),
             _stream_overlap(ev),
             durations,
-            _collisions(ev),
+            _collisions(api),
             _launched_before_recording(ctx, absurd),
             _events_dropped(ctx),
             _rows_out_of_order(ctx),
@@ -101,8 +105,7 @@ def _check(
     }
 
 
-def _graph_kernels_missing(ev: pl.DataFrame) -> dict[str, Any] | None:
-    api = ev.filter(pl.col("kind").is_in(API_KINDS)).select("name", "rank", "correlation")
+def _graph_kernels_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any] | None:
     launches = names_matching(api, "GraphLaunch").select("rank", "correlation")
     if launches.height == 0:
         return None
@@ -181,15 +184,10 @@ def _durations(ev: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.Expr | None]
     return check, bad.fill_null(False)
 
 
-def _collisions(ev: pl.DataFrame) -> dict[str, Any] | None:
+def _collisions(api: pl.DataFrame) -> dict[str, Any] | None:
     # Launch calls only: nsys exports repeat some cudaMalloc rows under one id and MTIA runtimes
     # share ids across threads; neither joins GPU work to the wrong launch.
-    calls = names_matching(
-        ev.filter(pl.col("kind").is_in(API_KINDS) & pl.col("correlation").is_not_null()).select(
-            "name", "rank", "pid", "correlation", "start_ns", "end_ns"
-        ),
-        LAUNCH_API,
-    )
+    calls = names_matching(api.filter(pl.col("correlation").is_not_null()), LAUNCH_API)
     if calls.get_column("correlation").n_unique() == calls.height:
         return None  # every id once (the usual case): no grouping of millions of calls
     # Calls under one id that overlap in time are one call recorded twice (a nested wrapper,

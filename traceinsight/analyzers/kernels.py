@@ -37,7 +37,8 @@ class KernelResult:
 
 
 def analyze_kernels(ctx: Context) -> KernelResult:
-    k = ctx.gpu.filter(pl.col("kind") == "kernel")
+    # the four columns read here, before the filter copies them
+    k = ctx.gpu.select("kind", "name", "kernel_class", "dur_ns").filter(pl.col("kind") == "kernel")
     n = k.height
     total = int(k["dur_ns"].sum()) if n else 0
     by_class = (
@@ -51,8 +52,9 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         .sort(["total_ns", "kernel_class"], descending=[True, False])
     )
     ew = k.filter(pl.col("kernel_class") == "elementwise")
-    eager = names_matching(ew, EAGER_ELEMENTWISE).height
-    triton = names_matching(ew, TRITON_POINTWISE).height
+    ew_names = ew.get_column("name").unique()  # matched once for both patterns
+    eager = names_matching(ew, EAGER_ELEMENTWISE, names=ew_names).height
+    triton = names_matching(ew, TRITON_POINTWISE, names=ew_names).height
     top = (
         k.group_by("name", "kernel_class")
         .agg(
