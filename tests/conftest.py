@@ -13,6 +13,19 @@ CORPUS = FIXTURES / "corpus"
 SHARED = Path(os.environ.get("TRACEINSIGHT_SHARED", ROOT.parent / "shared")) / "traces"
 
 
+def require_native(module: object | None, name: str) -> None:
+    """A C extension's tests: it must be built (hatch_build.py builds it wherever a C compiler
+    is), unless the environment turned it off; then the module is skipped."""
+    if module is not None:
+        return
+    if (
+        os.environ.get("TRACEINSIGHT_NO_NATIVE_BUILD") == "1"
+        or os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1"
+    ):
+        pytest.skip(f"{name} turned off by the environment", allow_module_level=True)
+    raise AssertionError(f"{name} is not built: reinstall with a C compiler (pip install -e .)")
+
+
 def shared_or_skip() -> Path:
     if not SHARED.is_dir():
         pytest.skip(

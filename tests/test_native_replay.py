@@ -21,17 +21,9 @@ from traceinsight.model import whatif
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 
-from .conftest import H200, SHARED
+from .conftest import H200, SHARED, require_native
 
-if R._kreplay is None:  # built by the install (hatch_build.py) wherever a C compiler is
-    if (
-        os.environ.get("TRACEINSIGHT_NO_NATIVE_BUILD") == "1"
-        or os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1"
-    ):
-        pytest.skip("native replay turned off by the environment", allow_module_level=True)
-    raise AssertionError(
-        "traceinsight._kreplay is not built: reinstall with a C compiler (pip install -e .)"
-    )
+require_native(R._kreplay, "traceinsight._kreplay (the native replay loop)")
 
 
 def _polars(model: R.StepModel, max_rounds: int = R.MAX_ROUNDS) -> R.Replayed:

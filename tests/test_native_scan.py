@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import random
 
 import msgspec
@@ -21,18 +20,10 @@ from polars.testing import assert_frame_equal
 from traceinsight.parsers.kineto import decode as D
 from traceinsight.parsers.source import read_bytes
 
-from .conftest import CORPUS, H200, SHARED, TINY
+from .conftest import CORPUS, H200, SHARED, TINY, require_native
 from .test_layouts import relayout
 
-if D._kscan is None:  # built by the install (hatch_build.py) wherever a C compiler is
-    if (
-        os.environ.get("TRACEINSIGHT_NO_NATIVE_BUILD") == "1"
-        or os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1"
-    ):
-        pytest.skip("native scanner turned off by the environment", allow_module_level=True)
-    raise AssertionError(
-        "traceinsight._kscan is not built: reinstall with a C compiler (pip install -e .)"
-    )
+require_native(D._kscan, "traceinsight._kscan (the native scanner)")
 
 
 def _elements(data: bytes) -> bytes:

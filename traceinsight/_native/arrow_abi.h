@@ -92,4 +92,70 @@ static void array_capsule_free(PyObject *cap) {
     }
 }
 
+/* A struct array under construction: its parent schema and array, with room for ``n``
+ * children (each NULL until the caller fills it in; one left with release NULL is only freed
+ * by the parent's release). */
+typedef struct {
+    struct ArrowSchema *s;
+    struct ArrowArray *a;
+} arrow_table_t;
+
+/* 0, or -1 with nothing left allocated (out of memory). */
+static int arrow_table_new(arrow_table_t *t, int n, int64_t length) {
+    static const void *no_buffers[1] = {NULL};
+    struct ArrowSchema *s = calloc(1, sizeof *s);
+    struct ArrowArray *a = calloc(1, sizeof *a);
+    struct ArrowSchema **sch = calloc((size_t)(n > 0 ? n : 1), sizeof(void *));
+    struct ArrowArray **arr = calloc((size_t)(n > 0 ? n : 1), sizeof(void *));
+    if (!s || !a || !sch || !arr) {
+        free(s);
+        free(a);
+        free(sch);
+        free(arr);
+        t->s = NULL;
+        t->a = NULL;
+        return -1;
+    }
+    s->format = "+s";
+    s->name = "";
+    s->n_children = n;
+    s->children = sch;
+    s->release = release_schema;
+    a->length = length;
+    a->n_buffers = 1;
+    a->buffers = no_buffers;
+    a->n_children = n;
+    a->children = arr;
+    a->release = release_array;
+    t->s = s;
+    t->a = a;
+    return 0;
+}
+
+/* The finished table as a (schema capsule, array capsule) pair; with ``ok`` 0 (a child could
+ * not be made) or on any failure, everything is released and NULL returned with the error. */
+static PyObject *arrow_table_capsules(arrow_table_t *t, int ok) {
+    struct ArrowSchema *s = t->s;
+    struct ArrowArray *a = t->a;
+    PyObject *sc = ok ? PyCapsule_New(s, "arrow_schema", schema_capsule_free) : NULL;
+    if (!sc) {
+        s->release(s);
+        free(s);
+        a->release(a);
+        free(a);
+        return ok ? NULL : PyErr_NoMemory();
+    }
+    PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
+    if (!ac) {
+        Py_DECREF(sc); /* its destructor releases the schema */
+        a->release(a);
+        free(a);
+        return NULL;
+    }
+    PyObject *res = PyTuple_Pack(2, sc, ac);
+    Py_DECREF(sc);
+    Py_DECREF(ac);
+    return res;
+}
+
 #endif

@@ -133,43 +133,23 @@ static int read_i64(PyObject *cap, vec_t *out) {
  * arrays in ``cols`` move into it (set to NULL here), whether or not it succeeds. */
 static PyObject *export_i64_table(const char *const *names, int64_t **cols, int n,
                                   int64_t length) {
-    static const void *no_buffers[1] = {NULL};
-    struct ArrowSchema *s = calloc(1, sizeof *s);
-    struct ArrowArray *a = calloc(1, sizeof *a);
-    struct ArrowSchema **sch = calloc((size_t)n, sizeof(void *));
-    struct ArrowArray **arr = calloc((size_t)n, sizeof(void *));
-    if (!s || !a || !sch || !arr) {
+    arrow_table_t t;
+    if (arrow_table_new(&t, n, length)) {
         for (int i = 0; i < n; i++) {
             free(cols[i]);
             cols[i] = NULL;
         }
-        free(s);
-        free(a);
-        free(sch);
-        free(arr);
         return PyErr_NoMemory();
     }
-    s->format = "+s";
-    s->name = "";
-    s->n_children = n;
-    s->children = sch;
-    s->release = release_schema;
-    a->length = length;
-    a->n_buffers = 1;
-    a->buffers = no_buffers;
-    a->n_children = n;
-    a->children = arr;
-    a->release = release_array;
     int ok = 1;
     for (int i = 0; i < n; i++) {
         int64_t *data = cols[i] ? cols[i] : malloc(sizeof(int64_t)); /* non-null, even empty */
         cols[i] = NULL;
-        struct ArrowSchema *cs = ok ? (sch[i] = calloc(1, sizeof *cs)) : NULL;
-        struct ArrowArray *ca = ok ? (arr[i] = calloc(1, sizeof *ca)) : NULL;
+        struct ArrowSchema *cs = ok ? (t.s->children[i] = calloc(1, sizeof *cs)) : NULL;
+        struct ArrowArray *ca = ok ? (t.a->children[i] = calloc(1, sizeof *ca)) : NULL;
         arr_priv_t *pr = ok ? calloc(1, sizeof *pr) : NULL;
         char *name = ok ? strdup(names[i]) : NULL;
         if (!cs || !ca || !pr || !name || !data) {
-            /* a child not filled in keeps release NULL: its parent's release only frees it */
             free(pr);
             free(name);
             free(data);
@@ -188,32 +168,7 @@ static PyObject *export_i64_table(const char *const *names, int64_t **cols, int 
         ca->private_data = pr;
         ca->release = release_array;
     }
-    if (!ok) {
-        s->release(s);
-        free(s);
-        a->release(a);
-        free(a);
-        return PyErr_NoMemory();
-    }
-    PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
-    if (!sc) {
-        s->release(s);
-        free(s);
-        a->release(a);
-        free(a);
-        return NULL;
-    }
-    PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
-    if (!ac) {
-        Py_DECREF(sc);
-        a->release(a);
-        free(a);
-        return NULL;
-    }
-    PyObject *res = PyTuple_Pack(2, sc, ac);
-    Py_DECREF(sc);
-    Py_DECREF(ac);
-    return res;
+    return arrow_table_capsules(&t, ok);
 }
 
 /* ---- chains ------------------------------------------------------------------------- */
@@ -348,7 +303,8 @@ static void sort_by_key(int64_t *idx, int64_t *tmp, int64_t n, const int64_t *ke
         for (int64_t lo = 0; lo < n; lo += 2 * w) {
             int64_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
             int64_t a = lo, b = mid, o = lo;
-            while (a < mid && b < hi) tmp[o++] = cmp_idx_by_key(key, idx[b], idx[a]) < 0 ? idx[b++] : idx[a++];
+            while (a < mid && b < hi)
+                tmp[o++] = cmp_idx_by_key(key, idx[b], idx[a]) < 0 ? idx[b++] : idx[a++];
             while (a < mid) tmp[o++] = idx[a++];
             while (b < hi) tmp[o++] = idx[b++];
         }
@@ -722,16 +678,14 @@ static int step_times(vec_t *st, vec_t *th, vec_t *op, int has_tid, int64_t tid,
             free(key);
             goto out;
         }
-        for (int64_t k = 0; k < m; k++) {
-            pos[k] = k;
-            key[k] = ends[k];
-        }
-        sort_by_key(pos, tmp, m, key);
+        for (int64_t k = 0; k < m; k++) pos[k] = k;
+        sort_by_key(pos, tmp, m, ends);
         for (int64_t k = 0; k < m; k++) {
             tmp[k] = idx[pos[k]];
-            ends[k] = key[pos[k]];
+            key[k] = ends[pos[k]];
         }
         memcpy(idx, tmp, (size_t)m * sizeof(int64_t));
+        memcpy(ends, key, (size_t)m * sizeof(int64_t));
         free(pos);
         free(key);
     }

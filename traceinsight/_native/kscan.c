@@ -954,55 +954,15 @@ static int export_col(col_t *c, struct ArrowSchema *s, struct ArrowArray *a) {
 
 /* A table -> (schema capsule, array capsule) of one struct array. */
 static PyObject *export_table(col_t *cols, int n, int64_t length) {
-    static const void *no_buffers[1] = {NULL};
-    struct ArrowSchema *s = calloc(1, sizeof *s);
-    struct ArrowArray *a = calloc(1, sizeof *a);
-    struct ArrowSchema **sch = calloc((size_t)n, sizeof(void *));
-    struct ArrowArray **arr = calloc((size_t)n, sizeof(void *));
-    if (!s || !a || !sch || !arr) {
-        free(s);
-        free(a);
-        free(sch);
-        free(arr);
-        return PyErr_NoMemory();
-    }
-    s->format = "+s";
-    s->name = "";
-    s->n_children = n;
-    s->children = sch;
-    s->release = release_schema;
-    a->length = length;
-    a->n_buffers = 1;
-    a->buffers = no_buffers;
-    a->n_children = n;
-    a->children = arr;
-    a->release = release_array;
+    arrow_table_t t;
+    if (arrow_table_new(&t, n, length)) return PyErr_NoMemory();
     int ok = 1;
     for (int i = 0; i < n && ok; i++) {
-        sch[i] = calloc(1, sizeof(struct ArrowSchema));
-        arr[i] = calloc(1, sizeof(struct ArrowArray));
-        /* a child not exported keeps release NULL: its parent's release only frees it */
-        ok = sch[i] && arr[i] && export_col(&cols[i], sch[i], arr[i]) == 0;
+        struct ArrowSchema *cs = t.s->children[i] = calloc(1, sizeof *cs);
+        struct ArrowArray *ca = t.a->children[i] = calloc(1, sizeof *ca);
+        ok = cs && ca && export_col(&cols[i], cs, ca) == 0;
     }
-    PyObject *sc = ok ? PyCapsule_New(s, "arrow_schema", schema_capsule_free) : NULL;
-    if (!sc) {
-        s->release(s);
-        free(s);
-        a->release(a);
-        free(a);
-        return ok ? NULL : PyErr_NoMemory();
-    }
-    PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
-    if (!ac) {
-        Py_DECREF(sc);
-        a->release(a);
-        free(a);
-        return NULL;
-    }
-    PyObject *res = PyTuple_Pack(2, sc, ac);
-    Py_DECREF(sc);
-    Py_DECREF(ac);
-    return res;
+    return arrow_table_capsules(&t, ok);
 }
 
 static PyObject *kscan_scan(PyObject *self, PyObject *arg) {
