@@ -63,6 +63,36 @@ def _multi_stream() -> Events:
     return e
 
 
+def test_the_two_thread_schedule_takes_every_analyzer_after_what_it_reads() -> None:
+    """run_analyzers' SCHEDULE: every analyzer once; each derived one after the analyzers it
+    reads (so a waiting thread waits on one running or done), and it reads no others: each
+    derived analyzer run on a real trace with a table that records what it asks for."""
+    from traceinsight.analyzers import DERIVED_READS, SCHEDULE
+    from traceinsight.analyzers.context import build_context
+    from traceinsight.constants import DEFAULT_STEP_PATTERN
+
+    assert sorted(SCHEDULE) == sorted(set(ANALYZERS) | set(DERIVED) | set(OPTIONAL))
+    assert set(DERIVED_READS) == set(DERIVED)
+    for name, reads in DERIVED_READS.items():
+        assert all(SCHEDULE.index(r) < SCHEDULE.index(name) for r in reads), name
+    ctx = build_context(load_trace(H200 / "healthy_bf16.pt.trace.json.gz"), DEFAULT_STEP_PATTERN)
+    base = {n: f(ctx) for n, f in {**OPTIONAL, **ANALYZERS}.items()}
+
+    class Recording(dict):  # type: ignore[type-arg]
+        def __init__(self) -> None:
+            super().__init__(base)
+            self.asked: set[str] = set()
+
+        def __getitem__(self, key: str) -> object:
+            self.asked.add(key)
+            return super().__getitem__(key)
+
+    for name, derived in DERIVED.items():
+        seen = Recording()
+        derived(ctx, seen)
+        assert seen.asked and seen.asked <= set(DERIVED_READS[name]), (name, seen.asked)
+
+
 @pytest.mark.parametrize(
     "make", [_empty, _cpu_only, _multi_stream], ids=["empty", "cpu_only", "multi_stream"]
 )

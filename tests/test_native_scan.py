@@ -130,6 +130,26 @@ def test_edge_cases_scan_to_the_typed_chunk(event):
 
 
 @pytest.mark.parametrize(
+    "ts",
+    [
+        b"1669783687389245.0",  # json.dump's whole float: 17 digits, exact once the zero goes
+        b"1669783687389245.000",
+        b"9007199254740993.0",  # 2**53 + 1: not a double, rounded (strtod's path)
+        b"123.4500",
+        b"0.10",
+        b"-0.0",
+        b"0.000",
+        b"1234567890123456789.0",  # 19 digits before the zero: still past 2**53
+        b"12345678901234567890.0",  # 20 digits: the mantissa holds 19
+        b"1.0e3",
+    ],
+)
+def test_numbers_as_written_scan_to_the_typed_values(ts: bytes) -> None:
+    event = b'{"ph": "X", "cat": "kernel", "name": "k", "pid": 1, "tid": 7, "ts": %s, "dur": %s}'
+    check(event % (ts, ts), must_scan=True)
+
+
+@pytest.mark.parametrize(
     "text",
     [
         b'{"ph": "X", "p\\u0069d": 1}',  # an escaped key might spell a known one

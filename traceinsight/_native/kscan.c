@@ -508,9 +508,18 @@ static int parse_double(const span_t *v, double *out, int exact_int) {
         return 0;
     }
     /* digits.digits with a mantissa up to 2^53 and at most 22 decimals: one correctly rounded
-     * division of two exact doubles */
-    if (!v->expo && v->digits <= 17 && v->m <= (1ULL << 53) && v->frac <= 22) {
-        double d = (double)v->m / POW10[v->frac];
+     * division of two exact doubles. Trailing zeros of the fraction go first (the same number):
+     * Python's json.dump writes whole floats as "1669783687389245.0", 17 digits */
+    uint64_t m = v->m;
+    int frac = v->frac, digits = v->digits;
+    if (!v->expo && digits <= 19) /* m holds every digit */
+        while (frac > 0 && m % 10 == 0) {
+            m /= 10;
+            frac--;
+            digits--;
+        }
+    if (!v->expo && digits <= 17 && m <= (1ULL << 53) && frac <= 22) {
+        double d = (double)m / POW10[frac];
         *out = v->neg ? -d : d;
         return 0;
     }

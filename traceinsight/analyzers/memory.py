@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import polars as pl
 
@@ -158,10 +158,14 @@ def _outside_ops(ctx: Context, calls: pl.DataFrame) -> int:
     )
 
 
-def _alloc_ops(ctx: Context, mem: pl.DataFrame) -> pl.DataFrame:
-    """Each memory event with the host op allocating it: the latest-starting op on its thread
-    still running at that time (factory ops skipped: they allocate for the op around them), and
-    that op's input shapes (``op_args``)."""
+class _OpTables(NamedTuple):
+    """What :func:`_alloc_ops` joins to, made once per trace (each device's rows use it)."""
+
+    ops: pl.DataFrame  # cpu ops (factory ops left out) by start: tid, op, op_start_ns, op_end_ns
+    shapes: pl.DataFrame | None  # op_args' input shapes by (tid, op_start_ns, op); None: none
+
+
+def _op_tables(ctx: Context) -> _OpTables:
     ops = (
         ctx.rows(HOST_OP_KINDS, FACTORY_OPS, negate=True)
         .filter(pl.col("kind") == "cpu_op")
@@ -173,21 +177,32 @@ def _alloc_ops(ctx: Context, mem: pl.DataFrame) -> pl.DataFrame:
         )
         .sort("op_start_ns")
     )
-    out = mem.sort("start_ns").join_asof(
-        ops, left_on="start_ns", right_on="op_start_ns", by="tid", check_sortedness=False
-    )
-    out = out.with_columns(
-        pl.when(pl.col("op_end_ns") >= pl.col("start_ns")).then(pl.col("op")).alias("op")
-    )
     args = ctx.op_args
-    if args.height:
-        shapes = args.select(
+    shapes = (
+        args.select(
             "tid",
             pl.col("start_ns").alias("op_start_ns"),
             pl.col("name").alias("op"),
             pl.col("input_dims"),
         ).unique(["tid", "op_start_ns", "op"], keep="first")
-        out = out.join(shapes, on=["tid", "op_start_ns", "op"], how="left")
+        if args.height
+        else None
+    )
+    return _OpTables(ops, shapes)
+
+
+def _alloc_ops(tables: _OpTables, mem: pl.DataFrame) -> pl.DataFrame:
+    """Each memory event with the host op allocating it: the latest-starting op on its thread
+    still running at that time (factory ops skipped: they allocate for the op around them), and
+    that op's input shapes (``op_args``)."""
+    out = mem.sort("start_ns").join_asof(
+        tables.ops, left_on="start_ns", right_on="op_start_ns", by="tid", check_sortedness=False
+    )
+    out = out.with_columns(
+        pl.when(pl.col("op_end_ns") >= pl.col("start_ns")).then(pl.col("op")).alias("op")
+    )
+    if tables.shapes is not None:
+        out = out.join(tables.shapes, on=["tid", "op_start_ns", "op"], how="left")
     else:
         out = out.with_columns(pl.lit(None, pl.String).alias("input_dims"))
     return out.with_columns(pl.col("op").fill_null("(no op)"))
@@ -236,12 +251,23 @@ def _at(mem: pl.DataFrame, times: pl.Series, col: str) -> pl.Series:
 
 
 def _device(
-    ctx: Context, dev: int, mem: pl.DataFrame, steady: pl.DataFrame, lo: int, hi: int
+    ctx: Context,
+    tables: _OpTables,
+    dev: int,
+    mem: pl.DataFrame,
+    steady: pl.DataFrame,
+    lo: int,
+    hi: int,
 ) -> DeviceMemory:
     # only the columns read below: every join and sort then moves a few columns, not all
     mem = mem.select(
         "start_ns", "tid", "bytes", "allocated_bytes", "reserved_bytes", "addr", "category"
-    ).sort("start_ns", maintain_order=True)
+    )
+    start = mem.get_column("start_ns")
+    if start.null_count() == 0 and start.is_sorted():  # the table's own order (conform_side)
+        mem = mem.with_columns(start.set_sorted())  # a stable sort would keep it as it is
+    else:
+        mem = mem.sort("start_ns", maintain_order=True)
     win = mem.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
     if win.height == 0:  # no window (a memory timeline holds no events): all of it
         win = mem
@@ -294,7 +320,7 @@ def _device(
         at = mem.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi)
         by_category = _by_category_at_peak(mem, lo, hi, peak_alloc)
         peak_row = (at if at.height else mem).filter(pl.col("allocated_bytes") == peak_alloc)
-        peak_row = _alloc_ops(ctx, peak_row.head(1))
+        peak_row = _alloc_ops(tables, peak_row.head(1))
         peak_ns = int(peak_row["start_ns"][0])
         peak_op = peak_row["op"][0]
         peak_root = _root_op(
@@ -315,7 +341,7 @@ def _device(
             check_sortedness=False,
         )
         live = _alloc_ops(
-            ctx,
+            tables,
             allocs.filter(
                 (pl.col("start_ns") <= peak_ns)
                 & (pl.col("_freed_ns").is_null() | (pl.col("_freed_ns") > peak_ns))
@@ -334,7 +360,7 @@ def _device(
             a = int(steady["host_start_ns"][0])
             b = int(steady["host_start_ns"][-1])
             kept = _alloc_ops(
-                ctx,
+                tables,
                 allocs.filter(
                     pl.col("_freed_ns").is_null()
                     & (pl.col("start_ns") >= a)
@@ -465,9 +491,13 @@ def analyze_memory(
         else ctx.window_start_ns
     )
     hi = ctx.window_end_ns
-    devices = tuple(
-        _device(ctx, int(d), part, steady, lo, hi) for d, part in _per_device(mem).items()
-    )
+    parts = _per_device(mem)
+    devices: tuple[DeviceMemory, ...] = ()
+    if parts:
+        tables = _op_tables(ctx)
+        devices = tuple(
+            _device(ctx, tables, int(d), part, steady, lo, hi) for d, part in parts.items()
+        )
     allocs = frees = calls_ns = empties = released = None
     if n:
         a = _per_step_calls(ctx, steady, DEVICE_ALLOC_API)

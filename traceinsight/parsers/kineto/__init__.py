@@ -277,15 +277,13 @@ def _memory(raw: pl.DataFrame, base_ns: int) -> pl.DataFrame:
     if raw.height == 0:
         return conform_side(raw, MEMORY_SCHEMA)
     dtype = pl.col("mem_device_type")
+    # the few distinct device types named once (a string built per row cost 3x the rest)
+    types = raw.get_column("mem_device_type").drop_nulls().unique().to_list()
+    names = {t: "cpu" if t == 0 else "cuda" if t == 1 else f"type {t}" for t in types}
     out = raw.filter(pl.col("ts").is_finite() & (pl.col("ts").abs() < MAX_US)).select(
         "rank",
         pl.when(dtype == 1).then(pl.col("mem_device_id")).alias("device"),
-        pl.when(dtype == 0)
-        .then(pl.lit("cpu"))
-        .when(dtype == 1)
-        .then(pl.lit("cuda"))
-        .otherwise(pl.format("type {}", dtype))
-        .alias("device_type"),
+        dtype.replace_strict(names, default=None, return_dtype=pl.String).alias("device_type"),
         (_us_to_ns(pl.col("ts")) + base_ns).alias("start_ns"),
         "pid",
         "tid",
