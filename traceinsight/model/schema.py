@@ -213,6 +213,9 @@ def conform_side(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFra
         pl.col(c).cast(t, strict=False) if c in df.columns else pl.lit(None, t).alias(c)
         for c, t in schema.items()
     )
+    start = out.get_column("start_ns")
+    if start.null_count() == 0 and start.is_sorted():  # in order already: the sort copies all
+        return out.with_columns(start.set_sorted())
     return out.sort("start_ns", maintain_order=True, nulls_last=True)
 
 
