@@ -217,3 +217,29 @@ def test_profile_finds_a_trace_written_outside_out(tmp_path, monkeypatch, capsys
     assert f"trace: {found} (found where the script wrote it, outside --out)" in stdout
     assert re.search(r"GPU busy\s+49\.0%", stdout)
     assert (tmp_path / "runs" / "a" / "w0.123.traceinsight.html").exists()
+
+
+def test_one_trace_pads_glibcs_heap_unless_told_otherwise(monkeypatch):
+    """``analyze`` of one trace asks glibc to keep 32 MiB at the top of its heap (mallopt
+    M_TOP_PAD = -2), so inflated blocks stop faulting their pages in again (the benefit is
+    measured in benchmarks/RESULTS.md); a user's MALLOC_TOP_PAD_ is left to glibc."""
+    import ctypes
+
+    from traceinsight import runtime
+
+    if not hasattr(os, "confstr") or not os.confstr("CS_GNU_LIBC_VERSION"):
+        pytest.skip("not glibc")
+    calls: list[tuple[int, int]] = []
+
+    class Libc:
+        def mallopt(self, param: int, value: int) -> int:
+            calls.append((param, value))
+            return 1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
+    monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)
+    runtime.configure_single_trace_process()
+    assert calls == [(-2, 32 * 1024 * 1024)]
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "0")
+    runtime.configure_single_trace_process()
+    assert len(calls) == 1
