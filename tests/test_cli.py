@@ -220,9 +220,10 @@ def test_profile_finds_a_trace_written_outside_out(tmp_path, monkeypatch, capsys
 
 
 def test_one_trace_pads_glibcs_heap_unless_told_otherwise(monkeypatch):
-    """``analyze`` of one trace asks glibc to keep 32 MiB at the top of its heap (mallopt
-    M_TOP_PAD = -2), so inflated blocks stop faulting their pages in again (the benefit is
-    measured in benchmarks/RESULTS.md); a user's MALLOC_TOP_PAD_ is left to glibc."""
+    """``analyze`` of one trace of 8 MiB or more on disk asks glibc to keep 32 MiB at the top of
+    its heap (mallopt M_TOP_PAD = -2), so inflated blocks stop faulting their pages in again
+    (the benefit is measured in benchmarks/RESULTS.md); a user's MALLOC_TOP_PAD_ is left to
+    glibc."""
     import ctypes
 
     from traceinsight import runtime
@@ -238,8 +239,10 @@ def test_one_trace_pads_glibcs_heap_unless_told_otherwise(monkeypatch):
 
     monkeypatch.setattr(ctypes, "CDLL", lambda name: Libc())
     monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)
-    runtime.configure_single_trace_process()
+    runtime.configure_single_trace_process(7 * 1024 * 1024)  # a small file: no pad
+    assert calls == []
+    runtime.configure_single_trace_process(8 * 1024 * 1024)
     assert calls == [(-2, 32 * 1024 * 1024)]
     monkeypatch.setenv("MALLOC_TOP_PAD_", "0")
-    runtime.configure_single_trace_process()
+    runtime.configure_single_trace_process(1 << 30)
     assert len(calls) == 1

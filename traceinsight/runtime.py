@@ -82,16 +82,21 @@ class Runtime:
 # its pages in again: a 4 MiB block at a time, a third of the decode's page faults. Kept
 # padded by 32 MiB, the memory-events benchmark's trace decodes with 120k -> 80k page faults
 # and analyzes in 1.15-1.18 s against 1.23-1.27 s (16 MiB: no gain; benchmarks/RESULTS.md).
+# Only for files this large (on disk): a small trace's blocks do not churn, and the pad would
+# only raise its peak (healthy_bf16: +13 MiB).
 GLIBC_TOP_PAD_BYTES = 32 * 1024 * 1024
+GLIBC_TOP_PAD_MIN_FILE_BYTES = 8 * 1024 * 1024
 _M_TOP_PAD = -2  # glibc's <malloc.h>
 
 
-def configure_single_trace_process() -> None:
-    """Allocator settings for a process that analyzes one large trace: polars' (effective only
-    before polars is imported: afterwards its allocator is fixed) and glibc's heap padding."""
+def configure_single_trace_process(file_bytes: int = 0) -> None:
+    """Allocator settings for a process that analyzes one large trace (``file_bytes`` on
+    disk): polars' (effective only before polars is imported: afterwards its allocator is
+    fixed) and glibc's heap padding."""
     if "polars" not in sys.modules:
         os.environ.setdefault(ALLOCATOR_ENV, ALLOCATOR_CONF)
-    _pad_glibc_heap(GLIBC_TOP_PAD_BYTES)
+    if file_bytes >= GLIBC_TOP_PAD_MIN_FILE_BYTES:
+        _pad_glibc_heap(GLIBC_TOP_PAD_BYTES)
 
 
 def _pad_glibc_heap(n_bytes: int) -> None:

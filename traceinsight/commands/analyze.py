@@ -34,7 +34,7 @@ def run(
     annotate: Path | None = None,
 ) -> int:
     if path.is_file():
-        configure_single_trace_process()
+        configure_single_trace_process(path.stat().st_size)
     from traceinsight.api import analyze_with
     from traceinsight.io import check_outputs, check_writable, write_text_atomic
     from traceinsight.report import terminal

@@ -35,7 +35,7 @@ def run(path: Path, opts: Options, *, output: Path, force: bool, quiet: bool) ->
 
     check_writable(output, force)
     if path.is_file():
-        configure_single_trace_process()
+        configure_single_trace_process(path.stat().st_size)
     analysis = analyze_with(path, opts, Runtime.detect(helpers=True))
     n = write(analysis, path, output)
     if not quiet:
