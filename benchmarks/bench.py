@@ -9,7 +9,9 @@ shifted timestamps and offset correlation/external/flow ids) in each of ``--layo
 one event per line, compact single-line JSON (what json.dump, trace filters and merging
 scripts write) and indented JSON; ``--scaled-only`` times only those. ``--hta`` installs the peer
 (PyPI ``traceinsight==0.6.1``, import ``hta``) into its own venv under benchmarks/data/ and runs
-load + temporal + idle + overlap + kernel breakdown on the same files (benchmarks/hta_run.py).
+load + temporal + idle + overlap + kernel breakdown on the same files (benchmarks/hta_run.py),
+in the same rounds as ours (ours, the floor, the peer): the speedup is also given as the median
+of each round's pair, which a drift of the machine's speed between rounds does not skew.
 """
 
 from __future__ import annotations
@@ -253,25 +255,32 @@ def main() -> int:
         # one run without the HTML report shows what rendering costs
         # the floor is timed right after each of our runs: pairs side by side, so the ratio
         # of each pair holds even while other work on the machine comes and goes
-        ours, floors = [], []
-        for _ in range(args.repeat):
-            ours.append(timed([sys.executable, "-m", "traceinsight", "analyze", str(t), *ANALYZE]))
-            if args.floor and t.suffix != ".sqlite":
-                floors.append(floor(t))
+        # the peer runs in the same rounds (ours, the floor, the peer), so a slow phase of the
+        # machine slows both sides of a round's pair: the speedup is the median of the pairs
+        peer = bool(hpy) and t.suffix != ".sqlite"
+        hta_n = (args.hta_repeat or args.repeat) if peer else 0
+        ours, floors, runs = [], [], []
+        with tempfile.TemporaryDirectory() as d:
+            if peer:
+                shutil.copy(t, Path(d) / t.name)
+            for i in range(max(args.repeat, hta_n)):
+                if i < args.repeat:
+                    ours.append(
+                        timed([sys.executable, "-m", "traceinsight", "analyze", str(t), *ANALYZE])
+                    )
+                    if args.floor and t.suffix != ".sqlite":
+                        floors.append(floor(t))
+                if i < hta_n:
+                    runs.append(timed([str(hpy), str(ROOT / "benchmarks" / "hta_run.py"), d]))
         bare = timed([sys.executable, "-m", "traceinsight", "analyze", str(t), "-q", "--no-html"])
         w = statistics.median(x[0] for x in ours)
         m = statistics.median(x[1] for x in ours)
         hta_cols = ""
-        if hpy and t.suffix != ".sqlite":
-            with tempfile.TemporaryDirectory() as d:
-                shutil.copy(t, Path(d) / t.name)
-                runs = [
-                    timed([hpy, str(ROOT / "benchmarks" / "hta_run.py"), d])
-                    for _ in range(args.hta_repeat or args.repeat)
-                ]
+        if runs:
             hw = statistics.median(x[0] for x in runs)
             hm = statistics.median(x[1] for x in runs)
-            hta_cols = f"{hw:7.2f} {hm:8.0f} {hw / w:6.1f}x"
+            pairs = statistics.median(h[0] / o[0] for h, o in zip(runs, ours, strict=False))
+            hta_cols = f"{hw:7.2f} {hm:8.0f} {hw / w:6.1f}x (pairs {pairs:.1f}x)"
         floor_cols = ""
         if floors:
             gz = statistics.median(f[0] for f in floors)
