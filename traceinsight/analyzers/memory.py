@@ -20,7 +20,7 @@ import polars as pl
 from traceinsight.analyzers.context import API_KINDS, HOST_OP_KINDS, Context
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.model import whatif
-from traceinsight.model.schema import MEMORY_CATEGORIES
+from traceinsight.model.schema import MEMORY_CATEGORIES, by_start
 
 # Device allocations and frees: the caching allocator's own calls into the driver (pinned host
 # memory, cudaMallocHost/cudaFreeHost, is not device memory).
@@ -260,14 +260,11 @@ def _device(
     hi: int,
 ) -> DeviceMemory:
     # only the columns read below: every join and sort then moves a few columns, not all
-    mem = mem.select(
-        "start_ns", "tid", "bytes", "allocated_bytes", "reserved_bytes", "addr", "category"
+    mem = by_start(
+        mem.select(
+            "start_ns", "tid", "bytes", "allocated_bytes", "reserved_bytes", "addr", "category"
+        )
     )
-    start = mem.get_column("start_ns")
-    if start.null_count() == 0 and start.is_sorted():  # the table's own order (conform_side)
-        mem = mem.with_columns(start.set_sorted())  # a stable sort would keep it as it is
-    else:
-        mem = mem.sort("start_ns", maintain_order=True)
     win = mem.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi))
     if win.height == 0:  # no window (a memory timeline holds no events): all of it
         win = mem

@@ -213,10 +213,16 @@ def conform_side(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFra
         pl.col(c).cast(t, strict=False) if c in df.columns else pl.lit(None, t).alias(c)
         for c, t in schema.items()
     )
-    start = out.get_column("start_ns")
-    if start.null_count() == 0 and start.is_sorted():  # in order already: the sort copies all
-        return out.with_columns(start.set_sorted())
-    return out.sort("start_ns", maintain_order=True, nulls_last=True)
+    return by_start(out, nulls_last=True)
+
+
+def by_start(df: pl.DataFrame, *, nulls_last: bool = False) -> pl.DataFrame:
+    """``df`` in start order (a stable sort); one already in order is only flagged sorted (the
+    sort would copy every column to leave it as it is)."""
+    start = df.get_column("start_ns")
+    if start.null_count() == 0 and start.is_sorted():
+        return df.with_columns(start.set_sorted())
+    return df.sort("start_ns", maintain_order=True, nulls_last=nulls_last)
 
 
 PER_COLUMN_MIN_ROWS = 1_000_000  # conform: below this, a thread pool costs more than it saves
