@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 
 from traceinsight.cli import main
-from traceinsight.jobs import analyze_job, rank_from_name
+from traceinsight.inputs import rank_from_name
+from traceinsight.jobs import analyze_job
 from traceinsight.runtime import Runtime
 
 from .conftest import CORPUS, FIXTURES, H200, SHARED, TINY

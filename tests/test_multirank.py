@@ -15,13 +15,18 @@ import polars as pl
 import pytest
 
 from traceinsight.analyzers.comm import collective_kind
-from traceinsight.analyzers.cross_rank import COLLECTIVE_SCHEMA, RankPayload, analyze_cross_rank
+from traceinsight.analyzers.cross_rank import (
+    COLLECTIVE_KERNEL,
+    COLLECTIVE_SCHEMA,
+    RankPayload,
+    analyze_cross_rank,
+)
 from traceinsight.api import analyze_trace
 from traceinsight.findings import default_thresholds
 from traceinsight.findings.job_rules import RankFindings, worst_per_rank
 from traceinsight.findings.model import Finding
 from traceinsight.findings.rules import COMM_ADVICE_BY_KIND
-from traceinsight.jobs import COLLECTIVE_KERNEL, analyze_job, analyze_trace_ranks
+from traceinsight.jobs import analyze_job, analyze_trace_ranks
 from traceinsight.model.classify import names_matching
 from traceinsight.model.schema import GPU_KINDS, Trace
 from traceinsight.parsers import load_trace

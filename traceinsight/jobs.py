@@ -7,113 +7,39 @@ worker, not the whole job.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
 
 from traceinsight.analysis import JobAnalysis, TraceAnalysis
-from traceinsight.analyzers.comm import with_kinds
 from traceinsight.analyzers.cross_rank import (
-    COLLECTIVE_SCHEMA,
     RankPayload,
     analyze_cross_rank,
     differing_tops,
+    rank_payload,
 )
-from traceinsight.api import analyze_trace
 from traceinsight.errors import InputError
 from traceinsight.findings import RankFindings, diagnose_job
 from traceinsight.findings.job_rules import transfer_only
-from traceinsight.model import intervals as iv
-from traceinsight.model.classify import KERNEL_RULES, names_matching
-from traceinsight.model.schema import GPU_ACTIVITY_KINDS, SIDE_TABLES, Trace, by_rank
+from traceinsight.inputs import choose_ranks, discover_rank_files
+from traceinsight.model.schema import SIDE_TABLES, Trace, by_rank
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
+from traceinsight.pipeline import analyze_trace, graded
 from traceinsight.runtime import Runtime, process_pool
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
-COLLECTIVE_KERNEL = KERNEL_RULES[0][1]  # the communication rule's name pattern
-RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
 
-
-def discover_rank_files(directory: Path) -> list[Path]:
-    """Trace files of a job directory: ``*.pt.trace.json[.gz]`` if any, else any trace-like file."""
-    files = sorted(p for p in directory.iterdir() if p.is_file())
-    kineto = [p for p in files if ".pt.trace.json" in p.name]
-    if kineto:
-        return kineto
-    return [
-        p for p in files if p.name.endswith(TRACE_SUFFIXES) and not p.name.endswith(".truth.json")
-    ]
-
-
-def rank_from_name(name: str) -> int | None:
-    m = RANK_IN_NAME.search(name)
-    return int(m.group(1)) if m else None
-
-
-def rank_payload(analysis: TraceAnalysis, rank: int) -> RankPayload:
-    """The rank's collective kernels (by name: NCCL/RCCL, not helper kernels launched under a
-    collective op) on its first GPU, each tagged with its kind and the step it ran in, and the
-    union of that GPU's compute kernels in the window (what waiting can hide behind)."""
+def payload_of(analysis: TraceAnalysis, rank: int) -> RankPayload:
+    """What the cross-rank analysis needs of one rank's analysis (its event table still held)."""
     if analysis.trace is None:
-        raise ValueError("rank_payload needs the analysis with its event table")
-    ev = analysis.trace.events
-    kernels = ev.filter(pl.col("kind") == "kernel")
-    comm = names_matching(kernels, f"(?i){COLLECTIVE_KERNEL}")
-    steps = analysis.results.steps.per_step
-    if steps:
-        lo, hi = min(s["start_ns"] for s in steps), max(s["end_ns"] for s in steps)
-    else:
-        gpu = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
-        span = gpu if gpu.height else ev
-        lo, hi = (int(span["start_ns"].min() or 0), int(span["end_ns"].max() or 0))
-    compute = kernels.head(0)
-    if comm.height:
-        first_dev = comm["device"].min()
-        comm = with_kinds(
-            comm.filter(pl.col("device") == first_dev).sort("start_ns"),
-            ev,
-            analysis.trace.kernel_args,
-        )
-        compute = kernels.filter(
-            (pl.col("device") == first_dev) & (pl.col("kernel_class") != "communication")
-        )
-        if steps:
-            st = pl.DataFrame(
-                {
-                    "step": [s["step"] for s in steps],
-                    "s_s": [s["start_ns"] for s in steps],
-                    "s_e": [s["end_ns"] for s in steps],
-                }
-            )
-            # A collective still running when the window opens is the first step's (its waiting
-            # is clipped to the window): dropping it would pair the later ones off by one.
-            comm = (
-                comm.join_asof(st, left_on="start_ns", right_on="s_s", strategy="backward")
-                .filter(
-                    pl.when(pl.col("s_s").is_null())
-                    .then(pl.col("end_ns") > lo)
-                    .otherwise(pl.col("start_ns") < pl.col("s_e"))
-                )
-                .with_columns(pl.col("step").fill_null(st["step"][0]))
-            )
-        else:
-            comm = comm.with_columns(pl.lit(0, pl.Int64).alias("step"))
-    else:
-        comm = comm.with_columns(pl.lit("other").alias("kind"), pl.lit(0, pl.Int64).alias("step"))
-    return RankPayload(
-        rank=rank,
-        window_ns=analysis.results.idle.window_ns,
-        collectives=comm.select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA),
-        step_times_ns=tuple(s["dur_ns"] for s in steps),
-        step_starts_ns=tuple(s["start_ns"] for s in steps),
-        top_finding=analysis.findings[0].id if analysis.findings else None,
-        steps=tuple(s["step"] for s in steps),
-        window_start_ns=lo,
-        window_end_ns=hi,
-        compute_busy=iv.clip(iv.union(compute), lo, hi),
+        raise ValueError("payload_of needs the analysis with its event table")
+    return rank_payload(
+        analysis.trace,
+        analysis.results.steps.per_step,
+        analysis.results.idle.window_ns,
+        analysis.findings[0].id if analysis.findings else None,
+        rank,
     )
 
 
@@ -128,21 +54,7 @@ def _analyze_rank(
         threads=runtime.analyzer_threads,
     )
     a = analyze_trace(trace, opts, runtime)
-    return a.detached(), trace.meta.rank, rank_payload(a, trace.meta.rank or 0)
-
-
-def choose_ranks(meta: list[int | None], paths: list[Path]) -> tuple[list[int], str | None]:
-    """Ranks from distributedInfo, else from file names, else sorted order (with a warning)."""
-    if all(r is not None for r in meta) and len(set(meta)) == len(meta):
-        return [int(r) for r in meta if r is not None], None
-    named = [rank_from_name(p.name) for p in paths]
-    if all(r is not None for r in named) and len(set(named)) == len(named):
-        return [
-            int(r) for r in named if r is not None
-        ], "ranks taken from file names (no usable distributedInfo)"
-    return list(
-        range(len(paths))
-    ), "ranks could not be read from distributedInfo or file names; numbered in sorted file order"
+    return a.detached(), trace.meta.rank, payload_of(a, trace.meta.rank or 0)
 
 
 def _assign_ranks(
@@ -165,7 +77,7 @@ def _job(
     warnings: list[str],
 ) -> JobAnalysis:
     cross = analyze_cross_rank([p for _, _, p in ranked])
-    t = opts.graded()
+    t = graded(opts)
     # Each rank's communication findings on its transfer time: its waiting is the straggler's.
     ranks = [
         replace(
@@ -225,7 +137,7 @@ def analyze_trace_ranks(
     ranked = []
     for rank, events in by_rank(trace.events):
         a = analyze_trace(trace.view(events, rank=rank), opts, runtime)
-        ranked.append((rank, a.as_rank(rank), rank_payload(a, rank)))
+        ranked.append((rank, a.as_rank(rank), payload_of(a, rank)))
     return _job(trace.meta.source_path, ranked, opts, list(trace.meta.warnings))
 
 

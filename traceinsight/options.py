@@ -6,14 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from traceinsight.constants import DEFAULT_STEP_PATTERN
 from traceinsight.errors import InputError
-
-if TYPE_CHECKING:
-    from traceinsight.findings import Thresholds
-
 
 _UNIT_NS = {"ns": 1, "us": 1_000, "ms": 1_000_000, "s": 1_000_000_000}
 _TIME = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ns|us|ms|s)?\s*$")
@@ -84,15 +79,6 @@ class Options:
     def step_pattern(self) -> str:
         # a name prefix (its help, the README): literal, so "(" is no regex error
         return "^" + re.escape(self.step_range) if self.step_range else DEFAULT_STEP_PATTERN
-
-    def graded(self) -> Thresholds:
-        """The thresholds with the overrides applied; InputError names unknown keys."""
-        from traceinsight.findings import thresholds
-
-        try:
-            return thresholds(self.thresholds)
-        except ValueError as exc:
-            raise InputError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,16 @@ window, per step, net of the lead the waiting rank already had when the step beg
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
+from traceinsight.analyzers.comm import with_kinds
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import KERNEL_RULES, names_matching
+from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
 
 # A rank is the straggler when it causes this share of all exposed waiting (or more).
 STRAGGLER_CAUSED_MIN_RATIO = 0.6
@@ -31,6 +35,7 @@ COLLECTIVE_SCHEMA = {
     "step": pl.Int64,
 }
 INTERVAL_SCHEMA = {"start_ns": pl.Int64, "end_ns": pl.Int64}
+COLLECTIVE_KERNEL = KERNEL_RULES[0][1]  # the communication rule's name pattern
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,74 @@ class RankPayload:
     window_start_ns: int = 0
     window_end_ns: int = 0
     compute_busy: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=INTERVAL_SCHEMA))
+
+
+def rank_payload(
+    trace: Trace,
+    per_step: Sequence[Mapping[str, Any]],
+    window_ns: int,
+    top_finding: str | None,
+    rank: int,
+) -> RankPayload:
+    """The rank's collective kernels (by name: NCCL/RCCL, not helper kernels launched under a
+    collective op) on its first GPU, each tagged with its kind and the step it ran in, and the
+    union of that GPU's compute kernels in the window (what waiting can hide behind)."""
+    ev = trace.events
+    kernels = ev.filter(pl.col("kind") == "kernel")
+    comm = names_matching(kernels, f"(?i){COLLECTIVE_KERNEL}")
+    steps = per_step
+    if steps:
+        lo, hi = min(s["start_ns"] for s in steps), max(s["end_ns"] for s in steps)
+    else:
+        gpu = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
+        span = gpu if gpu.height else ev
+        lo, hi = (int(span["start_ns"].min() or 0), int(span["end_ns"].max() or 0))
+    compute = kernels.head(0)
+    if comm.height:
+        first_dev = comm["device"].min()
+        comm = with_kinds(
+            comm.filter(pl.col("device") == first_dev).sort("start_ns"),
+            ev,
+            trace.kernel_args,
+        )
+        compute = kernels.filter(
+            (pl.col("device") == first_dev) & (pl.col("kernel_class") != "communication")
+        )
+        if steps:
+            st = pl.DataFrame(
+                {
+                    "step": [s["step"] for s in steps],
+                    "s_s": [s["start_ns"] for s in steps],
+                    "s_e": [s["end_ns"] for s in steps],
+                }
+            )
+            # A collective still running when the window opens is the first step's (its waiting
+            # is clipped to the window): dropping it would pair the later ones off by one.
+            comm = (
+                comm.join_asof(st, left_on="start_ns", right_on="s_s", strategy="backward")
+                .filter(
+                    pl.when(pl.col("s_s").is_null())
+                    .then(pl.col("end_ns") > lo)
+                    .otherwise(pl.col("start_ns") < pl.col("s_e"))
+                )
+                .with_columns(pl.col("step").fill_null(st["step"][0]))
+            )
+        else:
+            comm = comm.with_columns(pl.lit(0, pl.Int64).alias("step"))
+    else:
+        comm = comm.with_columns(pl.lit("other").alias("kind"), pl.lit(0, pl.Int64).alias("step"))
+    return RankPayload(
+        rank=rank,
+        window_ns=window_ns,
+        collectives=comm.select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA),
+        step_times_ns=tuple(s["dur_ns"] for s in steps),
+        step_starts_ns=tuple(s["start_ns"] for s in steps),
+        top_finding=top_finding,
+        steps=tuple(s["step"] for s in steps),
+        window_start_ns=lo,
+        window_end_ns=hi,
+        compute_busy=iv.clip(iv.union(compute), lo, hi),
+    )
 
 
 @dataclass(frozen=True)

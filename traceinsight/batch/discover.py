@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceinsight.jobs import TRACE_SUFFIXES, rank_from_name
+from traceinsight.inputs import is_trace_name, rank_from_name
 
 ARCHIVE_RE = re.compile(r"\.(tar|tar\.gz|tgz|tar\.bz2|tar\.xz)$")
 MAX_MEMBER_BYTES = 8 * 1024**3
@@ -44,14 +44,6 @@ def item_key(label: str) -> str:
 
 def _item(label: str, path: str = "", kind: str = "trace", mtime_ns: int = 0) -> Item:
     return Item(label, path, kind, mtime_ns, item_key(label))
-
-
-def _is_trace_name(name: str) -> bool:
-    return (
-        name.endswith(TRACE_SUFFIXES)
-        and not name.endswith(".truth.json")
-        and not name.startswith(".")
-    )
 
 
 def _group_dir(d: Path, files: list[Path]) -> list[Item]:
@@ -98,7 +90,7 @@ def _from_archive(archive: Path, workdir: Path) -> tuple[list[Item], list[Failur
         with tarfile.open(archive, "r:*") as tar:
             groups: dict[str, list[tarfile.TarInfo]] = {}
             for m in tar.getmembers():
-                if m.isfile() and _is_trace_name(Path(m.name).name):
+                if m.isfile() and is_trace_name(Path(m.name).name):
                     groups.setdefault(str(Path(m.name).parent), []).append(m)
             mtime = archive.stat().st_mtime_ns
             for parent, ms in sorted(groups.items()):
@@ -121,7 +113,7 @@ def _walk(root_dir: Path, workdir: Path) -> tuple[list[Item], list[Failure]]:
         rootp = Path(root)
         if workdir in (rootp, *rootp.parents):
             continue
-        items.extend(_group_dir(rootp, sorted(rootp / f for f in files if _is_trace_name(f))))
+        items.extend(_group_dir(rootp, sorted(rootp / f for f in files if is_trace_name(f))))
         for f in sorted(files):
             if ARCHIVE_RE.search(f):
                 a_items, a_fail = _from_archive(rootp / f, workdir)

@@ -37,10 +37,11 @@ def run(
         configure_single_trace_process(path.stat().st_size)
     from traceinsight.api import analyze_with
     from traceinsight.io import check_outputs, check_writable, write_text_atomic
+    from traceinsight.pipeline import graded
     from traceinsight.report import terminal
     from traceinsight.report.json_out import emit_json
 
-    opts.graded()  # a bad --threshold fails before any output is checked or parsed
+    graded(opts)  # a bad --threshold fails before any output is checked or parsed
     report = (output or default_report_path(path)) if html else None
     check_outputs(report, json_out, force)
     # The command's own __main__ is import-safe, so a large trace may use helper processes

@@ -140,9 +140,10 @@ def against(
     from traceinsight.api import analyze_with
     from traceinsight.commands.diff import write_and_gate
     from traceinsight.io import check_outputs
+    from traceinsight.pipeline import graded
     from traceinsight.runtime import Runtime
 
-    opts.graded()
+    graded(opts)
     base = load(name, directory)
     report = (
         (output or Path.cwd() / f"diff_{name}_{trace.name.split('.')[0]}.traceinsight.html")

@@ -19,8 +19,9 @@ def run(
     quiet: bool,
 ) -> int:
     from traceinsight.batch import run_batch
+    from traceinsight.pipeline import graded
 
-    opts.graded()
+    graded(opts)
     result = run_batch(
         paths,
         outdir,

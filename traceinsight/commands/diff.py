@@ -32,9 +32,10 @@ def run(
 ) -> int:
     from traceinsight.diff import diff_paths
     from traceinsight.io import check_outputs
+    from traceinsight.pipeline import graded
     from traceinsight.runtime import Runtime
 
-    opts.graded()
+    graded(opts)
     report = (output or default_report_path(before, after)) if html else None
     check_outputs(report, json_out, force)
     doc = diff_paths(before, after, opts, Runtime.detect(helpers=True))

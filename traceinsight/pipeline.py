@@ -1,0 +1,130 @@
+"""One trace through the stages: context, analyzers, rules and savings, data quality, the
+analysis record. Below both the facade (:mod:`traceinsight.api`) and the job runner
+(:mod:`traceinsight.jobs`), which call it once per trace or rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import polars as pl
+
+from traceinsight.analysis import TraceAnalysis, source_json
+from traceinsight.analyzers import run_analyzers
+from traceinsight.analyzers.context import build_context
+from traceinsight.analyzers.regions import with_findings
+from traceinsight.errors import InputError
+from traceinsight.findings import Thresholds, all_fixes, diagnose, thresholds
+from traceinsight.findings.quality import apply_data_quality
+from traceinsight.model.schema import Trace
+from traceinsight.options import Options
+from traceinsight.runtime import Runtime
+
+# Findings whose evidence names the user's code when stacks were recorded (analyzers/sources.py).
+SOURCED_RULES = ("host_sync", "dataloader_stall", "launch_bound", "pageable_memcpy")
+
+
+def graded(opts: Options) -> Thresholds:
+    """The thresholds with the options' overrides applied; InputError names unknown keys."""
+    try:
+        return thresholds(opts.thresholds)
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+
+
+def analyze_trace(
+    trace: Trace, opts: Options | None = None, runtime: Runtime | None = None
+) -> TraceAnalysis:
+    """Every analyzer and every rule on one parsed single-rank trace."""
+    opts = opts or Options()
+    runtime = runtime or Runtime.detect(helpers=False)
+    if opts.device is not None:
+        trace = device_rows(trace, opts.device)
+    view = opts.view()
+    try:
+        ctx = build_context(
+            trace,
+            opts.step_pattern,
+            runtime.analyzer_threads,
+            steps_sel=view.steps,
+            window_sel=view.window,
+        )
+    except ValueError as exc:  # the selection holds nothing
+        raise InputError(str(exc), trace.meta.source_path) from None
+    results = run_analyzers(ctx, runtime.analyzer_threads, replay=opts.replay)
+    ev = trace.events
+    span = int(ev["end_ns"].max() - ev["start_ns"].min()) if ev.height else 0
+    warnings = list(trace.meta.warnings)
+    warnings.extend(results.efficiency.warnings)
+    if not ctx.has_gpu:
+        warnings.append("no GPU activity in this trace: GPU metrics are not applicable")
+    if ctx.steps.height == 0 and ctx.has_gpu:
+        warnings.append("no ProfilerStep/step ranges: the whole GPU span is analyzed as one window")
+    source = source_json(trace, results, span)
+    # which part of the run this is (the summary says it): offsets from the capture start
+    source["window"] = {
+        "start_ns": ctx.window_start_ns,
+        "end_ns": ctx.window_end_ns,
+        "offset_ns": ctx.window_start_ns - ctx.capture_start_ns,
+        "selection": view.describe() or ("all steps" if ctx.steps.height else "whole GPU span"),
+        "rank": opts.rank,
+        "device": opts.device,
+    }
+    findings, data_quality = apply_data_quality(diagnose(results, graded(opts)), results.health)
+    if not results.sources.stacks_recorded and any(f.id in SOURCED_RULES for f in findings):
+        warnings.append(f"no Python stacks: {results.sources.hint}")
+    # the regions name the findings whose evidence lies inside them (known only now)
+    results = replace(results, regions=with_findings(results.regions, findings))
+    return TraceAnalysis(
+        what_if=all_fixes(results, findings),
+        rank=source["ranks"][0] if len(source["ranks"]) == 1 else (trace.meta.rank or 0),
+        source=source,
+        results=results,
+        metrics=results.metrics(),
+        findings=findings,
+        warnings=warnings,
+        command=opts.command,
+        trace=trace,
+        data_quality=data_quality,
+    )
+
+
+def rank_rows(trace: Trace, rank: int) -> Trace:
+    """One rank's rows of a multi-process export (a one-rank trace must be that rank)."""
+    ranks = trace.events["rank"].drop_nulls().unique().sort().to_list()
+    if rank not in ranks and not (len(ranks) <= 1 and (trace.meta.rank or 0) == rank):
+        raise InputError(f"--rank {rank}: the trace has ranks {ranks}", trace.meta.source_path)
+    one = len(ranks) <= 1
+    return trace.view(
+        trace.events.filter(pl.col("rank").eq_missing(rank) | one), rank=None if one else rank
+    )
+
+
+def device_rows(trace: Trace, device: int) -> Trace:
+    """The host rows and one GPU's rows (other GPUs' activity left out)."""
+    ev = trace.events
+    devices = ev["device"].drop_nulls().unique().sort().to_list()
+    if device not in devices:
+        raise InputError(
+            f"--device {device}: the trace has devices {devices}", trace.meta.source_path
+        )
+    keep = pl.col("device").is_null() | (pl.col("device") == device)
+    return trace.view(ev.filter(keep), device=device)
+
+
+def view_events(trace: Trace, opts: Options) -> Trace:
+    """The rows of the view (``--rank``, ``--device``; ``--steps``/``--window``: the rows that
+    overlap the analysis window those give), for ``export``."""
+    if opts.rank is not None:
+        trace = rank_rows(trace, opts.rank)
+    if opts.device is not None:
+        trace = device_rows(trace, opts.device)
+    view = opts.view()
+    if view.steps is None and view.window is None:
+        return trace
+    try:
+        ctx = build_context(trace, opts.step_pattern, steps_sel=view.steps, window_sel=view.window)
+    except ValueError as exc:
+        raise InputError(str(exc), trace.meta.source_path) from None
+    inside = (pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns)
+    return trace.view(trace.events.filter(inside), window=(ctx.window_start_ns, ctx.window_end_ns))
