@@ -15,9 +15,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traceinsight.analyzers.context import build_context
-from traceinsight.analyzers.replay import build_model
-from traceinsight.model import replay as R
-from traceinsight.model import whatif
+from traceinsight.analyzers.replay import model_inputs
+from traceinsight.causal import transforms as whatif
+from traceinsight.causal.build import build_model
+from traceinsight.causal import graph as R
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 
@@ -84,7 +85,7 @@ def check(model: R.StepModel, max_rounds: int = R.MAX_ROUNDS) -> None:
 def models_of(path: Path) -> dict[str, R.StepModel]:
     """The trace's step model and every transform and engine change of it that changes it."""
     trace = load_trace(path)
-    model = build_model(build_context(trace, Options().step_pattern, 1))
+    model = build_model(model_inputs(build_context(trace, Options().step_pattern, 1)))
     assert model is not None
     out = {"as recorded": model}
     for name, transform in whatif.TRANSFORMS.items():

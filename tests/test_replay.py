@@ -9,18 +9,19 @@ import pytest
 
 from traceinsight import analyze
 from traceinsight.analyzers.context import build_context
-from traceinsight.analyzers.replay import build_model
+from traceinsight.analyzers.replay import model_inputs
 from traceinsight.api import analyze_trace
+from traceinsight.causal import transforms as whatif
+from traceinsight.causal.build import build_model
+from traceinsight.causal.graph import WAIT_DEVICE, median_step_ns, replay
 from traceinsight.constants import SEVERITIES
-from traceinsight.model import whatif
-from traceinsight.model.replay import WAIT_DEVICE, median_step_ns, replay
 
 from .builder import US, Events
 from .conftest import H200, ROOT, SHARED
 
 
 def model_of(ev: Events):
-    m = build_model(build_context(ev.trace()))
+    m = build_model(model_inputs(build_context(ev.trace())))
     assert m is not None
     return m
 
@@ -493,7 +494,7 @@ def test_chain_ends_by_hand_on_both_paths() -> None:
     """Two chains, by hand: start_i = end_{i-1} + gap_i (the first at anchor + gap),
     end_i = max(start_i + dur_i, floor_i). Contiguous chains take the sliced path, the same
     rows interleaved take the windows; both give the hand values."""
-    from traceinsight.model.replay import NEG_NS, _chain_ends_over, chain_ends
+    from traceinsight.causal.graph import NEG_NS, _chain_ends_over, chain_ends
 
     rows = pl.DataFrame(
         {

@@ -2,7 +2,7 @@
 
 Each is a fast path with a polars or msgspec reference that gives the same result: ``kscan``
 decodes Kineto event spans (parsers/kineto/decode.py), ``kreplay`` runs the step model's replay
-loop (model/replay.py). A pure-Python install (no C compiler) has neither, and
+loop (causal/graph.py). A pure-Python install (no C compiler) has neither, and
 ``TRACEINSIGHT_NO_NATIVE=1`` turns both off to compare.
 """
 

@@ -1,4 +1,4 @@
-/* The step model's replay loop (traceinsight/model/replay.py, ``replay``) over int64 arrays.
+/* The step model's replay loop (traceinsight/causal/graph.py, ``replay``) over int64 arrays.
  *
  * Why native: one replay is a few rounds of chain passes over ~100k nodes; in polars each
  * round is ~30 small queries (a fifth of a second of CPU per analysis of the 10x benchmark
@@ -23,7 +23,7 @@
 
 #include "arrow_abi.h"
 
-/* model/replay.py's WAIT_* codes */
+/* causal/graph.py's WAIT_* codes */
 enum { WAIT_NONE = 0, WAIT_DEVICE = 1, WAIT_OWN_OP = 2, WAIT_QUEUE = 3 };
 
 /* A column: the producer's buffer where the stream is one chunk (kept alive by ``keep``),
@@ -788,14 +788,14 @@ static PyMethodDef methods[] = {
     {"replay", kreplay_replay, METH_VARARGS,
      "replay(host, gpu, order, node_order, main_tid, blocking, max_rounds, neg_ns, converged_ns)\n"
      "-> (host_times, gpu_times, rounds, converged) | None\n\n"
-     "The step model's replay loop (model/replay.py) on int64 Arrow streams: host columns in\n"
+     "The step model's replay loop (causal/graph.py) on int64 Arrow streams: host columns in\n"
      "chain order (tid gap dur anchor wait own queue follows orig_end start), GPU columns\n"
      "(chain gap dur anchor launch offset end launch_key), the GPU rows in launch order (the\n"
      "launch keys sorted by it), the chain->node\n"
      "order (or None). Times come as Arrow struct arrays (start, end); None where a null is."},
     {"step_times", kreplay_step_times, METH_VARARGS,
      "step_times(steps, host, gpu, tid) -> dur_ns table | None\n\n"
-     "model/replay.py's step_times_ns: steps (host_start host_end, by start), host calls (tid\n"
+     "causal/graph.py's step_times_ns: steps (host_start host_end, by start), host calls (tid\n"
      "end_ns replayed_end), GPU ops (launched launch_key_ns replayed_end), the step thread (or\n"
      "None): each step's duration as an Arrow struct array (dur_ns); None where a null is."},
     {NULL, NULL, 0, NULL}};

@@ -13,7 +13,13 @@ import polars as pl
 
 from traceinsight.constants import DEFAULT_STEP_PATTERN
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import names_matching
+from traceinsight.model.classify import (
+    API_KINDS,
+    BLOCKING_COPY_API,
+    HOST_OP_KINDS,
+    SYNC_API,
+    names_matching,
+)
 from traceinsight.model.schema import (
     GPU_ACTIVITY_KINDS,
     DeviceInfo,
@@ -25,30 +31,8 @@ from traceinsight.model.schema import (
     empty_op_args,
 )
 
-# Host-side name patterns (runtime API names are matched after version suffixes are stripped).
-LAUNCH_API = (
-    r"^(cuda|hip)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch|ExtLaunchKernel|ModuleLaunchKernel)"
-    r"|^cuLaunchKernel|^cuLaunchKernelEx|^cuGraphLaunch|^(cuda|hip)Memcpy\w*Async|^(cuda|hip)Memset\w*Async"
-    r"|^hipExtModuleLaunchKernel|^launchKernel|^mtiaLaunch"
-)
-SYNC_API = (
-    r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)"
-    r"|^cu(StreamSynchronize|CtxSynchronize|EventSynchronize)"
-)
-BLOCKING_COPY_API = (
-    r"^(cuda|hip)Memcpy(2D|3D|ToSymbol|FromSymbol|Peer)?$|^cuMemcpy(HtoD|DtoH|DtoD)?(_v2)?$"
-)
-DATALOADER_PATTERN = (
-    r"enumerate\(DataLoader\)#|enumerate\(DataPipe\)#|DataLoader.*__next__|^DataLoader"
-)
-COMM_HOST_PATTERN = (
-    r"^nccl:|^gloo:|^c10d::|record_param_comms|^ncclAllReduce|^ncclAllGather|^ncclReduceScatter"
-    r"|^ncclBroadcast|^ncclSend|^ncclRecv|^ncclGroupEnd|barrier"
-)
 STEP_MARKER = r"^(ProfilerStep#|train_step#)"
 CLOSING_SLACK_NS = 1_000  # the profiler's flush may start just before the step range closes
-HOST_OP_KINDS = ("cpu_op", "user_annotation")
-API_KINDS = ("runtime", "driver")
 # What analyzers read of host rows: a subset of millions of host rows copies every column it
 # keeps, into fresh pages (the first rank's copy cost 0.3 s of page faults with all columns).
 HOST_COLUMNS = ("kind", "name", "start_ns", "end_ns", "dur_ns", "tid")

@@ -7,8 +7,9 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import BLOCKING_COPY_API, Context
+from traceinsight.analyzers.context import Context
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import BLOCKING_COPY_API
 
 
 @dataclass(frozen=True)

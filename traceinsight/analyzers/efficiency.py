@@ -21,7 +21,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.analyzers.steps import StepResult
-from traceinsight.model import whatif
+from traceinsight.causal import transforms as whatif
 from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
 from traceinsight.model.flops import op_costs
 

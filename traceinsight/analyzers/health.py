@@ -27,8 +27,8 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import API_KINDS, LAUNCH_API, Context
-from traceinsight.model.classify import names_matching
+from traceinsight.analyzers.context import Context
+from traceinsight.model.classify import API_KINDS, LAUNCH_API, names_matching
 
 IDLE_RULES = (
     "dataloader_stall",

@@ -22,18 +22,11 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import (
-    COMM_HOST_PATTERN,
-    DATALOADER_PATTERN,
-    LAUNCH_API,
-    Context,
-    closing_profiler_sync,
-    host_ranges,
-    launched,
-)
+from traceinsight.analyzers.context import Context, closing_profiler_sync, host_ranges, launched
 from traceinsight.analyzers.sources import user_frames
+from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
 from traceinsight.model import intervals as iv
-from traceinsight.model.whatif import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
+from traceinsight.model.classify import COMM_HOST_PATTERN, DATALOADER_PATTERN, LAUNCH_API
 
 CAUSES = (
     "dataloader",

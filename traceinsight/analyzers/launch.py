@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import API_KINDS, LAUNCH_API, Context
-from traceinsight.model.classify import names_matching
+from traceinsight.analyzers.context import Context
+from traceinsight.model.classify import API_KINDS, LAUNCH_API, names_matching
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,12 @@ from typing import Any, NamedTuple
 
 import polars as pl
 
-from traceinsight.analyzers.context import API_KINDS, HOST_OP_KINDS, Context
+from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.replay import ReplayResult
-from traceinsight.model import whatif
+from traceinsight.causal import transforms as whatif
+from traceinsight.model.classify import API_KINDS, DEVICE_ALLOC_API, DEVICE_FREE_API, HOST_OP_KINDS
 from traceinsight.model.schema import MEMORY_CATEGORIES, by_start
 
-# Device allocations and frees: the caching allocator's own calls into the driver (pinned host
-# memory, cudaMallocHost/cudaFreeHost, is not device memory).
-DEVICE_ALLOC_API = r"^(cuda|hip)Malloc(Async|Managed|Pitch)?$|^cuMemAlloc|^cuMemCreate$"
-DEVICE_FREE_API = r"^(cuda|hip)Free(Async)?$|^cuMemFree|^cuMemRelease$"
 # Factory ops allocate on behalf of the op around them: an allocation is charged to that op.
 FACTORY_OPS = r"^aten::(empty|empty_strided|empty_like|new_empty|new_empty_strided|resize_)$"
 FIT_RATIO = 0.8  # a larger batch must fit in this share of device memory (allocator slack)

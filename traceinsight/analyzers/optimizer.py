@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import HOST_OP_KINDS, Context, launched
+from traceinsight.analyzers.context import Context, launched
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import HOST_OP_KINDS
 
 # Fused: one kernel runs the whole update per chunk of tensors. PyTorch's fused=True kernels
 # (FusedAdamMathFunctor, _fused_sgd) and Apex/DeepSpeed/Transformer Engine's multi_tensor_apply

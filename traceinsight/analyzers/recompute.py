@@ -97,3 +97,53 @@ def analyze_recompute(ctx: Context) -> RecomputeResult:
         recompute_ns=cost,
         recompute_time_ratio=cost / ctx.window_ns if ctx.window_ns else None,
     )
+
+
+def recompute_ranges(ctx: Context) -> pl.DataFrame:
+    """Checkpointing's recomputation (the forward ops the recompute analyzer finds running
+    inside a backward node, over the whole trace), as one range per backward node: from the
+    node's start (the checkpoint restoring its RNG state and hooks) through its last recomputed
+    op and on to where the node's own work begins, i.e. all but the time the same backward
+    node takes where it recomputes nothing (its median; without one, the range ends at the
+    last recomputed op). The Python between the ops re-runs the block's forward too (module
+    calls, hooks), and goes with them. Measured on the H200 checkpointing pair's profiled
+    before/after: a recomputing LayerNorm node 2.8 ms, the same node elsewhere 70 us; of the
+    difference, 250 us before the first recomputed op and 250 us after the last."""
+    nested = recomputed_forward(ctx)
+    if nested is None or nested.height == 0:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64, "tid": pl.Int64})
+    nodes = ctx.rows(("cpu_op",), BACKWARD_NODE).select(
+        pl.col("start_ns").alias("b_s"),
+        pl.col("end_ns").alias("b_e"),
+        pl.col("tid").alias("b_tid"),
+        pl.col("name").alias("b_name"),
+    )
+    inside = iv.containing(
+        nested,
+        nodes,
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="b_s",
+        outer_end="b_e",
+        same=("b_tid", "tid"),
+    )
+    # the outermost backward node holding each op: nodes nest (evaluate_function > ...Backward)
+    outer = inside.sort("b_s").unique(subset=["start_ns", "end_ns", "tid"], keep="first")
+    ranges = outer.group_by("tid", "b_s").agg(
+        pl.col("start_ns").min(),
+        pl.col("end_ns").max(),
+        pl.col("b_e").first(),
+        pl.col("b_name").first(),
+    )
+    recomputing = inside.select(pl.col("b_s"), pl.col("b_tid")).unique()
+    typical = (
+        nodes.join(recomputing, on=["b_s", "b_tid"], how="anti")
+        .group_by("b_name")
+        .agg((pl.col("b_e") - pl.col("b_s")).median().alias("_own"))
+    )
+    own_start = pl.col("b_e") - pl.col("_own").cast(pl.Int64)
+    return ranges.join(typical, on="b_name", how="left").select(
+        pl.col("b_s").alias("start_ns"),
+        pl.max_horizontal("end_ns", own_start.fill_null(pl.col("end_ns"))).alias("end_ns"),
+        "tid",
+    )

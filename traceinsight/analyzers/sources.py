@@ -18,16 +18,16 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import (
+from traceinsight.analyzers.context import Context
+from traceinsight.model import intervals as iv
+from traceinsight.model.classify import (
     API_KINDS,
     BLOCKING_COPY_API,
     DATALOADER_PATTERN,
     HOST_OP_KINDS,
     LAUNCH_API,
     SYNC_API,
-    Context,
 )
-from traceinsight.model import intervals as iv
 
 FRAME = r"^(?<file>.+?)\((?<line>\d+)\): (?<func>.+)$"
 # Top-level packages that are libraries. Kineto strips the sys.path entry from a frame's file,

@@ -7,8 +7,9 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import DATALOADER_PATTERN, Context, host_ranges
+from traceinsight.analyzers.context import Context, host_ranges
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import DATALOADER_PATTERN
 
 # A step is an outlier when it is this much slower than the median (and beyond 3 robust sigmas).
 OUTLIER_FACTOR = 1.25

@@ -20,10 +20,10 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers import Results
+from traceinsight.causal import transforms as whatif
+from traceinsight.causal.graph import StepModel
 from traceinsight.constants import SEVERITIES
 from traceinsight.findings.model import Finding, Rule, Thresholds, ranked
-from traceinsight.model import whatif
-from traceinsight.model.replay import StepModel
 
 # finding id -> the what-if transform of its fix (model/whatif.py TRANSFORMS)
 FIXES: Mapping[str, str] = MappingProxyType(

@@ -1,4 +1,5 @@
-"""Kernel classification: one ordered rule table, applied vectorized to unique names.
+"""Names: host-call patterns (launches, syncs, blocking copies, the allocator, data loading),
+and kernel classification, one ordered rule table applied vectorized to unique names.
 
 The first matching rule wins, so more specific classes come first (an ``implicit_gemm`` is a
 convolution, a ``reduce_scatter`` is communication). Extend by adding a row; tests in
@@ -12,6 +13,36 @@ from typing import NamedTuple
 import polars as pl
 
 from traceinsight.model.schema import KernelClassT
+
+# Host-side name patterns (runtime API names are matched after version suffixes are stripped).
+LAUNCH_API = (
+    r"^(cuda|hip)(LaunchKernel|LaunchKernelExC|LaunchCooperativeKernel|GraphLaunch|ExtLaunchKernel|ModuleLaunchKernel)"
+    r"|^cuLaunchKernel|^cuLaunchKernelEx|^cuGraphLaunch|^(cuda|hip)Memcpy\w*Async|^(cuda|hip)Memset\w*Async"
+    r"|^hipExtModuleLaunchKernel|^launchKernel|^mtiaLaunch"
+)
+SYNC_API = (
+    r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)"
+    r"|^cu(StreamSynchronize|CtxSynchronize|EventSynchronize)"
+)
+BLOCKING_COPY_API = (
+    r"^(cuda|hip)Memcpy(2D|3D|ToSymbol|FromSymbol|Peer)?$|^cuMemcpy(HtoD|DtoH|DtoD)?(_v2)?$"
+)
+DATALOADER_PATTERN = (
+    r"enumerate\(DataLoader\)#|enumerate\(DataPipe\)#|DataLoader.*__next__|^DataLoader"
+)
+COMM_HOST_PATTERN = (
+    r"^nccl:|^gloo:|^c10d::|record_param_comms|^ncclAllReduce|^ncclAllGather|^ncclReduceScatter"
+    r"|^ncclBroadcast|^ncclSend|^ncclRecv|^ncclGroupEnd|barrier"
+)
+HOST_OP_KINDS = ("cpu_op", "user_annotation")
+API_KINDS = ("runtime", "driver")
+# The caching allocator's device-memory calls (pinned host memory, cudaMallocHost/cudaFreeHost,
+# is not device memory): one definition for the memory analyzer and the step model.
+DEVICE_ALLOC_API = r"^(cuda|hip)Malloc(Async|Managed|Pitch)?$|^cuMemAlloc|^cuMemCreate$"
+DEVICE_FREE_API = r"^(cuda|hip)Free(Async)?$|^cuMemFree|^cuMemRelease$"
+ALLOCATOR_API = f"{DEVICE_ALLOC_API}|{DEVICE_FREE_API}"
+# cudaFree (and so empty_cache) synchronizes the device before it returns memory.
+IMPLICIT_SYNC_API = r"^(cuda|hip)Free$|^cuMemFree"
 
 
 class KernelRule(NamedTuple):

@@ -1,5 +1,5 @@
 """What-if transforms on the step model: each returns the model as the fix would leave it (or
-None when the trace has nothing for it to change); :func:`~traceinsight.model.replay.replay`
+None when the trace has nothing for it to change); :func:`~traceinsight.causal.graph.replay`
 then says what the step would take. Each transform's assumptions are stated where it is made.
 """
 
@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import polars as pl
 
-from traceinsight.model.replay import WAIT_NONE, StepModel
+from traceinsight.causal.graph import WAIT_NONE, StepModel
 
 # H200 SXM datasheet (NVIDIA H200 Tensor Core GPU, dense, without sparsity): FP32 67 TFLOP/s on
 # CUDA cores, TF32 tensor 494.7, BF16/FP16 tensor 989.5. Real GEMMs reach a fraction of either

@@ -1,0 +1,599 @@
+"""The step model built from a trace's tables: host calls per thread and GPU ops per stream,
+their edges (launches, stream order, blocking calls and what they wait for, the autograd
+thread's bursts joining the step thread's chain, cross-stream waits read off the times) and
+the columns the transforms read (:data:`HOST_FLAGS`, :data:`GPU_FLAGS`).
+
+:class:`ModelInputs` is what it reads: plain tables, gathered from the analysis context by the
+replay analyzer (analyzers/replay.py), so the causal package depends on nothing above the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import polars as pl
+
+from traceinsight.causal.graph import (
+    NEG_NS,
+    WAIT_DEVICE,
+    WAIT_NONE,
+    WAIT_OWN_OP,
+    WAIT_QUEUE,
+    StepModel,
+    step_thread,
+)
+from traceinsight.model import intervals as iv
+from traceinsight.model.classify import (
+    ALLOCATOR_API,
+    BLOCKING_COPY_API,
+    IMPLICIT_SYNC_API,
+    LAUNCH_API,
+    SYNC_API,
+    is_fp32_math,
+    is_tf32_math,
+    name_matches,
+)
+
+# The host ranges whose work the transforms move: each gives a host column ``gap_<name>_ns``
+# (the gap's time inside such a range on the call's own thread) and ``in_<name>`` (the call is
+# inside one), and a GPU column ``in_<name>`` (the op was launched inside one).
+RANGES = ("dataloader", "empty_cache", "optimizer", "recompute")
+# Every column the build adds beyond the graph's own (causal/graph.py StepModel): what a
+# transform may declare it reads (causal/transforms.py Transform.reads).
+HOST_FLAGS = (
+    *(f"gap_{r}_ns" for r in RANGES),
+    *(f"in_{r}" for r in RANGES),
+    "gap_ops_ns",  # the gap's time inside the thread's own torch ops (dispatch, launches)
+    "step",  # the step the call is in (-1: before the first)
+    "is_launch",
+    "is_alloc",  # a device allocator call (model/classify.py ALLOCATOR_API)
+    "recorded_events",  # events the profiler recorded in the gap, plus the call
+)
+GPU_FLAGS = (
+    *(f"in_{r}" for r in RANGES),
+    "fp32_math",  # fp32 math on CUDA cores (model/classify.py)
+    "tf32_math",  # TF32 tensor-core math in a GEMM, conv or attention kernel
+)
+# A call counts as having waited only when it ended at or after what it waits for (within this).
+WAITED_SLACK_NS = 2_000
+OWN_COPY_SLACK_RATIO = 0.01  # ... or, for a copy call and its own copy, this share of the wait
+# A call on a helper thread after this much idle time waited for the step's thread (the
+# autograd engine's thread between backward() calls): it follows that thread's clock.
+FOLLOW_GAP_NS = 50_000
+DEFAULT_LAUNCH_LATENCY_NS = 3_000  # launch start -> earliest GPU start when the trace gives none
+# The most steps the model replays (see modelled_steps): the median of 8 consecutive steps
+# is the trace's median within 1% on the corpus traces with steps and the H200 fixtures.
+MODEL_STEPS = 8
+# A launch's latency is a few us (H200 fixtures: 3-10 us profiled); more than this after the
+# launch, an op started late because it was queued, which stream order explains.
+MAX_LAUNCH_LATENCY_NS = 50_000
+CROSS_STREAM_LAG_NS = 5_000  # an op this soon after another stream's op ended waited for it
+# ... or, after a long wait, this share of it (at most the cap): a profiled event wait returns
+# 2-6 us after the op it waits for (a 7.5 ms wait on the H200 comm pair: 4.8-5.1 us); a wait
+# that ends within 1% of its length after another stream's op is that op's
+CROSS_STREAM_LAG_RATIO = 0.01
+CROSS_STREAM_LAG_MAX_NS = 50_000
+# A call that does not wait for anything yet takes this long was blocked (a full launch queue
+# when a GPU op ended inside it): profiled launches take 5-20 us on the H200 fixtures.
+QUEUE_BLOCK_NS = 100_000
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """What the step model is built from (tables of the analysis window; see analyzers/context.py
+    for their columns): the window's steps, its bounds, the runtime/driver calls, the GPU ops
+    joined to their launches, the host ops and annotations, the Python frames, and the host
+    ranges of :data:`RANGES` (tid, start_ns, end_ns) by name."""
+
+    steps: pl.DataFrame
+    window_start_ns: int
+    window_end_ns: int
+    has_gpu: bool
+    calls: pl.DataFrame
+    launches: pl.DataFrame
+    ops: pl.DataFrame
+    python_frames: pl.DataFrame
+    ranges: Mapping[str, pl.DataFrame]
+
+    def __post_init__(self) -> None:
+        if set(self.ranges) != set(RANGES):
+            raise ValueError(f"ModelInputs.ranges needs {RANGES}, got {sorted(self.ranges)}")
+
+
+def _coverage(ranges: pl.DataFrame, t: pl.Series) -> pl.DataFrame:
+    """For each time ``t``: ``before`` (the ranges' union time before it) and ``inside``."""
+    return _covered(iv.union(ranges.select("start_ns", "end_ns")) if ranges.height else None, t)
+
+
+def _covered(u: pl.DataFrame | None, t: pl.Series) -> pl.DataFrame:
+    """:func:`_coverage` on a union already made (start_ns, end_ns; None: nothing)."""
+    if u is None or u.height == 0:
+        return pl.DataFrame(
+            {
+                "before": pl.repeat(0, t.len(), dtype=pl.Int64, eager=True),
+                "inside": pl.repeat(False, t.len(), eager=True),
+            }
+        )
+    u = (
+        u.sort("start_ns")
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("_len"))
+        .with_columns((pl.col("_len").cum_sum() - pl.col("_len")).alias("_cum"))
+    )
+    return (
+        pl.DataFrame({"t": t.cast(pl.Int64)})
+        .with_row_index("_i")
+        .sort("t")
+        .join_asof(u, left_on="t", right_on="start_ns")
+        .sort("_i")
+        .select(
+            (pl.col("_cum") + (pl.col("t") - pl.col("start_ns")).clip(0, pl.col("_len")))
+            .fill_null(0)
+            .alias("before"),
+            (pl.col("t") < pl.col("end_ns")).fill_null(False).alias("inside"),
+        )
+    )
+
+
+def modelled_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """The steps the model replays: all of them up to :data:`MODEL_STEPS`, else that many
+    consecutive ones from the middle of the window (steady state; the replay's rounds grow
+    with the blocking calls it holds, so a long capture costs no more than a short one)."""
+    if steps.height <= MODEL_STEPS:
+        return steps
+    return steps.sort("host_start_ns").slice((steps.height - MODEL_STEPS) // 2, MODEL_STEPS)
+
+
+def build_model(src: ModelInputs) -> StepModel | None:
+    """The nodes and edges of the window's steps (None without steps or GPU work)."""
+    if src.steps.height == 0 or not src.has_gpu:
+        return None
+    st = modelled_steps(src.steps)
+    if st.height < src.steps.height:  # a sample of the steps: just their span
+        lo = int(st["host_start_ns"].min())
+        hi = int(max(st["end_ns"].max(), st["host_end_ns"].max()))
+    else:
+        lo = int(min(st["host_start_ns"].min(), src.window_start_ns))
+        hi = src.window_end_ns
+    # Host nodes: the outermost runtime/driver call per thread (a driver call inside a runtime
+    # call is part of it).
+    host = (
+        src.calls.filter(
+            (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi) & pl.col("tid").is_not_null()
+        )
+        .select("name", "start_ns", "end_ns", "tid")
+        .sort("tid", "start_ns")
+        .with_columns(pl.col("end_ns").cum_max().shift(1).over("tid").alias("_prev_max"))
+        .filter(pl.col("_prev_max").is_null() | (pl.col("start_ns") >= pl.col("_prev_max")))
+        .with_columns(
+            (pl.col("start_ns") - pl.col("end_ns").shift(1).over("tid"))
+            .fill_null(0)
+            .clip(0)
+            .alias("gap_ns"),
+            (pl.col("end_ns").shift(1).over("tid"))
+            .fill_null(pl.col("start_ns"))
+            .alias("_gap_from"),
+        )
+        .drop("_prev_max")
+        .with_row_index("node")
+    )
+    if host.height == 0:
+        return None
+    gpu = src.launches.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    gpu = (
+        gpu.select(
+            "kind",
+            "name",
+            "start_ns",
+            "end_ns",
+            "dur_ns",
+            "device",
+            "stream",
+            "kernel_class",
+            "copy_kind",
+            "src_kind",
+            "dst_kind",
+            "bytes",
+            "launch_name",
+            "launch_start_ns",
+            "launch_end_ns",
+            "launch_tid",
+        )
+        .with_columns(
+            pl.struct(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1))
+            .rank("dense")
+            .cast(pl.Int64)
+            .alias("chain")
+        )
+        .sort("chain", "start_ns")
+    )
+    # launch -> GPU op: the outer host node holding the launching call (asof on its thread)
+    nodes = host.select(
+        pl.col("node").cast(pl.Int64).alias("launch"),
+        pl.col("tid").alias("launch_tid"),
+        pl.col("start_ns").alias("_node_start"),
+        pl.col("end_ns").alias("_node_end"),
+    ).sort("_node_start")
+    gpu = (
+        gpu.with_row_index("_row")
+        .sort("launch_start_ns")
+        .join_asof(
+            nodes,
+            left_on="launch_start_ns",
+            right_on="_node_start",
+            by="launch_tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .with_columns(
+            pl.when(
+                pl.col("launch_start_ns").is_not_null()
+                & (pl.col("launch_start_ns") <= pl.col("_node_end"))
+            )
+            .then(pl.col("launch"))
+            .otherwise(-1)
+            .alias("launch")
+        )
+        .sort("_row")
+        .drop("_row")
+    )
+    since = pl.col("start_ns") - pl.col("launch_start_ns")
+    prev_end = pl.col("end_ns").shift(1).over("chain")
+    launch_bound = gpu.filter((pl.col("launch") >= 0) & (pl.col("start_ns") > prev_end + 2_000))
+    lat = launch_bound.select(since.quantile(0.25)).item() if launch_bound.height else None
+    # ops that waited long after their launch were queued behind others, not slow to launch
+    latency_ns = (
+        min(int(lat), MAX_LAUNCH_LATENCY_NS)
+        if lat is not None and lat > 0
+        else DEFAULT_LAUNCH_LATENCY_NS
+    )
+    bound = pl.col("launch") >= 0
+    gpu = gpu.with_columns(
+        pl.when(bound)
+        .then(pl.col("launch_start_ns") - pl.col("_node_start"))
+        .otherwise(0)
+        .alias("launch_offset_ns"),
+        pl.when(bound).then(since.clip(0, latency_ns)).otherwise(0).alias("latency_ns"),
+        pl.col("launch_start_ns").is_not_null().alias("launched"),
+        pl.coalesce("launch_start_ns", "start_ns").alias("launch_key_ns"),
+    ).with_columns(
+        pl.when(bound)
+        .then(
+            pl.col("start_ns")
+            - pl.max_horizontal(
+                prev_end.fill_null(NEG_NS),  # a chain's first op: its delay after the launch
+                pl.col("launch_start_ns") + pl.col("latency_ns"),
+            )
+        )
+        .otherwise(0)  # no launch: pinned at its own start (floor), so no gap on top
+        .clip(0)
+        .alias("gap_ns")
+    )
+    gpu = gpu.with_columns(pl.col("gap_ns").fill_null(0))
+    gpu = _cross_stream_edges(gpu.drop("_node_start", "_node_end").with_row_index("op"))
+    main_tid = step_thread(st)
+    host = _follows(_queue_waits(_waits(host, gpu), gpu), main_tid)
+    # the step thread's work before its first call in the window (a first DataLoader wait)
+    first_main = (pl.int_range(pl.len()).over("tid") == 0) & (pl.col("tid") == main_tid)
+    host = host.with_columns(
+        pl.when(first_main)
+        .then((pl.col("start_ns") - lo).clip(0))
+        .otherwise("gap_ns")
+        .alias("gap_ns"),
+        pl.when(first_main).then(pl.lit(lo)).otherwise("_gap_from").alias("_gap_from"),
+    )
+    host = _joins(src, host, main_tid)
+    host, gpu = _flags(src, host, gpu)
+    host = host.with_columns(_recorded_events(src, host))
+    steps = st.select("tid", "host_start_ns", "host_end_ns")
+    return StepModel(host=host, gpu=gpu, steps=steps)
+
+
+def _follows(host: pl.DataFrame, main_tid: int) -> pl.DataFrame:
+    """``follows_main``: a call on another thread that waited for the step thread: idle for
+    over :data:`FOLLOW_GAP_NS` while the step thread made calls (the autograd engine's thread
+    starting a ``backward()``). Gaps inside its own burst, where the step thread made none,
+    are the helper's own work and stay in its chain."""
+    main_ends = host.filter(pl.col("tid") == main_tid).get_column("end_ns").sort()
+    start = host.get_column("start_ns")
+    during = main_ends.search_sorted(start) - main_ends.search_sorted(start - host["gap_ns"])
+    return host.with_columns(
+        (
+            (pl.col("tid") != main_tid)
+            & (pl.col("gap_ns") > FOLLOW_GAP_NS)
+            & (during.cast(pl.Int64) > 0)
+        ).alias("follows_main")
+    )
+
+
+def _joins(src: ModelInputs, host: pl.DataFrame, main_tid: int) -> pl.DataFrame:
+    """The step thread blocked on another thread: a gap of the step thread that holds a burst
+    of another thread's calls, the first of them woken up by the step thread
+    (``follows_main``: the autograd engine running ``backward()``), while the step thread
+    recorded nothing. The burst joins the step thread's chain (``chain_tid``): the step
+    thread resumes when the burst ends, so a faster backward moves the step (as a fixed gap
+    it would not). Each call's gap becomes the time since the one before it in that chain."""
+    host = host.with_columns(pl.col("tid").alias("chain_tid"))
+    helpers = host.filter(pl.col("tid") != main_tid)
+    if helpers.height == 0 or not helpers.get_column("follows_main").any():
+        return host
+    mains = (
+        host.filter(pl.col("tid") == main_tid)
+        .select("node", "start_ns", (pl.col("start_ns") - pl.col("gap_ns")).alias("_from"))
+        .sort("_from")
+    )
+    inside = (
+        helpers.select("node", "tid", "start_ns", "end_ns", "follows_main")
+        .sort("start_ns")
+        .join_asof(
+            mains.select(pl.col("node").alias("_main"), "_from", pl.col("start_ns").alias("_to")),
+            left_on="start_ns",
+            right_on="_from",
+        )
+        .filter(pl.col("end_ns") <= pl.col("_to"))
+    )
+    bursts = inside.group_by("_main", "tid").agg(
+        pl.col("follows_main").sort_by("start_ns").first().alias("_woke"),
+        pl.col("start_ns").min().alias("b_start"),
+        pl.col("end_ns").max().alias("b_end"),
+    )
+    # one woken thread per gap, and the step thread recorded nothing while it ran
+    bursts = bursts.filter(pl.col("_woke") & (pl.len().over("_main") == 1))
+    own = src.ops.filter(pl.col("tid") == main_tid).get_column("start_ns").sort()
+    busy = own.search_sorted(bursts.get_column("b_end")) - own.search_sorted(
+        bursts.get_column("b_start"), side="right"
+    )
+    bursts = bursts.filter(busy.cast(pl.Int64) == 0)
+    if bursts.height == 0:
+        return host
+    merged = inside.join(bursts.select("_main", "tid"), on=["_main", "tid"]).get_column("node")
+    in_burst = pl.col("node").is_in(merged.implode()) | (pl.col("tid") == main_tid)
+    chained = (
+        host.with_columns(
+            pl.when(in_burst).then(pl.lit(main_tid)).otherwise(pl.col("tid")).alias("chain_tid")
+        )
+        .sort("chain_tid", "start_ns")
+        .with_columns(
+            pl.when(in_burst)
+            .then(
+                (pl.col("start_ns") - pl.col("end_ns").shift(1).over("chain_tid"))
+                .fill_null(pl.col("gap_ns"))
+                .clip(0)
+            )
+            .otherwise(pl.col("gap_ns"))
+            .alias("gap_ns"),
+            # a merged call follows the chain it is in, not the step thread's clock
+            (pl.col("follows_main") & ~in_burst).alias("follows_main"),
+        )
+        .with_columns((pl.col("start_ns") - pl.col("gap_ns")).alias("_gap_from"))
+    )
+    return chained.sort("node")
+
+
+def _recorded_events(src: ModelInputs, host: pl.DataFrame) -> pl.Series:
+    """Per host node, the events the profiler recorded on its thread in its gap (ops,
+    annotations, Python frames) plus the call itself: what the profiler's per-event cost
+    scales with (see :func:`~traceinsight.causal.transforms.without_profiler`)."""
+    ops = pl.concat(
+        [
+            src.ops.select("tid", "start_ns"),
+            src.python_frames.select("tid", "start_ns"),
+        ]
+    )
+    counts = pl.Series("recorded_events", [1] * host.height, dtype=pl.Int64)
+    parts = []
+    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
+        starts = ops.filter(pl.col("tid") == tid).get_column("start_ns").sort()
+        start = rows.get_column("start_ns")
+        n = starts.search_sorted(start) - starts.search_sorted(start - rows.get_column("gap_ns"))
+        parts.append(pl.DataFrame({"_i": rows.get_column("_i"), "n": n.cast(pl.Int64)}))
+    if parts:
+        got = pl.concat(parts).sort("_i").get_column("n")
+        counts = (got.clip(0) + 1).alias("recorded_events")
+    return counts
+
+
+def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:
+    """An op that started, later than its stream and launch allow, within
+    :data:`CROSS_STREAM_LAG_NS` (or the share of its wait, see there) of another stream's op
+    ending waited for that op (an event wait the table does not link): ``after_op`` is that op
+    (-1: none), ``after_lag_ns`` the time from its end. The trace's event records and waits
+    carry no stream here, so the edge is read off the times. The replay keeps the wait as the
+    op's gap (a fixed delay: iterating edges that alternate between streams would take one
+    round per alternation); the overlap transform removes it."""
+    ends = gpu.select(
+        pl.col("op").cast(pl.Int64).alias("after_op"),
+        pl.col("chain").alias("_a_chain"),
+        pl.col("end_ns").alias("_a_end"),
+    ).sort("_a_end")
+    j = (
+        gpu.select("op", "start_ns")
+        .sort("start_ns")
+        .join_asof(ends, left_on="start_ns", right_on="_a_end")
+        .sort("op")
+    )
+    lag = pl.col("start_ns") - pl.col("_a_end")
+    within = pl.max_horizontal(
+        pl.lit(CROSS_STREAM_LAG_NS),
+        pl.min_horizontal(
+            pl.lit(CROSS_STREAM_LAG_MAX_NS),
+            (pl.col("gap_ns") * CROSS_STREAM_LAG_RATIO).cast(pl.Int64),
+        ),
+    )
+    cross = (
+        (pl.col("launch") >= 0)  # an op without a launch is pinned at its start anyway
+        & (pl.col("_a_chain") != pl.col("chain"))
+        & (pl.col("gap_ns") > CROSS_STREAM_LAG_NS)
+        & (lag <= within)
+    ).fill_null(False)
+    return (
+        gpu.with_columns(j.get_column("after_op"), j.get_column("_a_chain"), j.get_column("_a_end"))
+        .with_columns(
+            pl.when(cross).then(pl.col("after_op")).otherwise(-1).alias("after_op"),
+            pl.when(cross).then(lag).otherwise(0).alias("after_lag_ns"),
+        )
+        .drop("_a_chain", "_a_end")
+    )
+
+
+def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Which calls blocked on the GPU, on what, and their return latency (``dur_ns``)."""
+    order = gpu.select(pl.arg_sort_by("launch_key_ns", maintain_order=True)).to_series()
+    keys = gpu.get_column("launch_key_ns").gather(order)
+    drained = pl.concat(
+        [pl.Series([NEG_NS], dtype=pl.Int64), gpu.get_column("end_ns").gather(order).cum_max()]
+    )
+    drain = drained.gather(keys.search_sorted(host.get_column("start_ns"), side="left"))
+    # a blocking copy waits for its own copy: the one GPU op its call launched
+    copies = (
+        gpu.filter(
+            (pl.col("kind") == "memcpy")
+            & (pl.col("launch") >= 0)
+            & (
+                (pl.col("src_kind") == "pageable")
+                | (pl.col("dst_kind") == "pageable")
+                | name_matches(gpu, BLOCKING_COPY_API, "launch_name")
+            )
+        )
+        .group_by("launch")
+        .agg(
+            pl.col("op").last().cast(pl.Int64).alias("own_op"),
+            pl.col("end_ns").last().alias("_own_end"),
+        )
+        .rename({"launch": "node"})
+        .with_columns(pl.col("node").cast(pl.UInt32))
+    )
+    host = host.join(copies, on="node", how="left").sort("node").with_columns(drain.alias("_drain"))
+    is_sync = name_matches(host, f"{SYNC_API}|{IMPLICIT_SYNC_API}")
+    target = (
+        pl.when(pl.col("own_op").is_not_null())
+        .then(pl.col("_own_end"))
+        .when(is_sync)
+        .then(pl.col("_drain"))
+        .otherwise(NEG_NS)
+    )
+    host = host.with_columns(target.alias("_target"))
+    # a pageable copy's call stages the data chunk by chunk and returns with the last chunk
+    # submitted, a little before the DMA ends (20 us of a 9.2 ms copy on the H200 fixture)
+    slack = (
+        pl.when(pl.col("own_op").is_not_null())
+        .then(
+            pl.max_horizontal(
+                pl.lit(WAITED_SLACK_NS),
+                ((pl.col("_target") - pl.col("start_ns")) * OWN_COPY_SLACK_RATIO).cast(pl.Int64),
+            )
+        )
+        .otherwise(WAITED_SLACK_NS)
+    )
+    waited = (pl.col("_target") > pl.col("start_ns")) & (
+        pl.col("end_ns") + slack >= pl.col("_target")
+    )
+    wait = (
+        pl.when(waited & pl.col("own_op").is_not_null())
+        .then(WAIT_OWN_OP)
+        .when(waited)
+        .then(WAIT_DEVICE)
+        .otherwise(WAIT_NONE)
+        .cast(pl.Int8)
+    )
+    return host.with_columns(
+        wait.alias("wait"),
+        pl.col("own_op").fill_null(-1),
+        pl.when(waited)
+        .then((pl.col("end_ns") - pl.max_horizontal("start_ns", "_target")).clip(0))
+        .otherwise(pl.col("end_ns") - pl.col("start_ns"))
+        .alias("dur_ns"),
+        name_matches(host, LAUNCH_API).alias("is_launch"),
+        name_matches(host, ALLOCATOR_API).alias("is_alloc"),
+    ).drop("_drain", "_target", "_own_end")
+
+
+def _queue_waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
+    """Calls blocked behind queued GPU work: a call that does not otherwise wait, took over
+    :data:`QUEUE_BLOCK_NS` and returned just after a GPU op ended inside it was waiting for
+    that op (a launch into a full queue in a GPU-bound loop; a copy that staged behind the
+    stream's work without waiting for its own DMA).
+    ``queue_op``: that op (-1: none); the call returns when it ends, so a faster GPU frees
+    the host sooner (as a fixed duration it would not)."""
+    ends = gpu.select(
+        pl.col("op").cast(pl.Int64).alias("queue_op"), pl.col("end_ns").alias("_q_end")
+    ).sort("_q_end")
+    cand = (
+        host.filter((pl.col("wait") == WAIT_NONE) & (pl.col("dur_ns") > QUEUE_BLOCK_NS))
+        .select("node", "start_ns", "end_ns")
+        .sort("end_ns")
+        .join_asof(ends, left_on="end_ns", right_on="_q_end")
+        .filter(pl.col("_q_end") > pl.col("start_ns"))
+        .select("node", "queue_op", (pl.col("end_ns") - pl.col("_q_end")).alias("_lat"))
+    )
+    host = host.join(cand, on="node", how="left").sort("node")
+    queued = pl.col("queue_op").is_not_null()
+    return host.with_columns(
+        pl.when(queued).then(pl.lit(WAIT_QUEUE, pl.Int8)).otherwise(pl.col("wait")).alias("wait"),
+        pl.when(queued).then(pl.col("_lat")).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+        pl.col("queue_op").fill_null(-1),
+    ).drop("_lat")
+
+
+def _flags(
+    src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame
+) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """What the transforms need to know of each node: the host work of each gap that falls in
+    data loading / empty_cache / optimizer / recompute ranges, and which ops those launched."""
+    h_cols, g_cols = [], []
+    bound = gpu.get_column("launch") >= 0
+    for name, rows in src.ranges.items():
+        gap, inside = _thread_coverage(rows, host)
+        h_cols.append(gap.alias(f"gap_{name}_ns"))
+        h_cols.append(inside.alias(f"in_{name}"))
+        g_cols.append(
+            (bound & _coverage(rows, gpu.get_column("launch_key_ns"))["inside"]).alias(f"in_{name}")
+        )
+    # the host time of each gap inside the thread's own torch ops and annotations (dispatch,
+    # launches: what a CUDA graph replaces); the rest is Python outside any op
+    h_cols.append(_thread_coverage(src.ops, host)[0].alias("gap_ops_ns"))
+    steps = src.steps.get_column("host_start_ns").sort()
+    h_cols.append(
+        (steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1).alias(
+            "step"
+        )
+    )
+    # where each gap began in the trace: a thread's first call is anchored there
+    host = host.with_columns(h_cols).rename({"_gap_from": "gap_from_ns"})
+    # matched once per distinct kernel name (a few hundred), not per op
+    names = gpu.get_column("name").unique()
+
+    def kernels_named(test: Callable[[pl.Series], pl.Series]) -> pl.Expr:
+        hits = names.filter(test(names)) if names.len() else names
+        return pl.col("name").is_in(hits.implode()) & (pl.col("kind") == "kernel")
+
+    # TF32 in math kernels only: a conversion kernel may name tf32 too
+    math = pl.col("kernel_class").cast(pl.String).is_in(["gemm", "conv", "attention"])
+    gpu = gpu.with_columns(g_cols).with_columns(
+        kernels_named(is_fp32_math).alias("fp32_math"),
+        (kernels_named(is_tf32_math) & math).alias("tf32_math"),
+    )
+    return host, gpu
+
+
+def _thread_coverage(ranges: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.Series, pl.Series]:
+    """Per host node: the time of its gap inside ``ranges`` of its own thread, and whether
+    the call itself is inside one (a range on another thread, e.g. the autograd thread's
+    recompute while the step thread waits, is not this thread's work)."""
+    gap = pl.Series([0] * host.height, dtype=pl.Int64)
+    inside = pl.Series([False] * host.height, dtype=pl.Boolean)
+    if ranges.height == 0:
+        return gap, inside
+    # one union per thread, each looked up at the calls' starts and their gaps' starts at once
+    unions = iv.union(ranges.select("tid", "start_ns", "end_ns"), by=["tid"])
+    gaps, ins = [], []
+    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
+        own = unions.filter(pl.col("tid") == tid).select("start_ns", "end_ns")
+        both = _covered(own, pl.concat([rows.get_column("start_ns"), rows.get_column("_gap_from")]))
+        at, since = both.head(rows.height), both.tail(rows.height)
+        idx = rows.get_column("_i")
+        gaps.append(pl.DataFrame({"_i": idx, "v": at["before"] - since["before"]}))
+        ins.append(pl.DataFrame({"_i": idx, "v": at["inside"]}))
+    gap = pl.concat(gaps).sort("_i").get_column("v").clip(0)
+    inside = pl.concat(ins).sort("_i").get_column("v")
+    return gap, inside
