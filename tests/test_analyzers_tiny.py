@@ -43,8 +43,8 @@ def test_findings_rank_dataloader_first(tiny_analysis):
     # host gaps before calls = 994 us. The fix: the 300 us __next__ wait (296.129 us once the
     # profiler's 2 x 2 us in that gap are taken off pro rata: 300 x 306/310) drops to the 50 us
     # prefetch floor, so everything after it moves 246.129 us earlier: 747.871 us.
-    assert first.what_if["step_time_ns"] == 994 * US
-    assert first.what_if["step_time_after_ns"] == 747_871
+    assert first.what_if.step_time_ns == 994 * US
+    assert first.what_if.step_time_after_ns == 747_871
     assert first.cost_ratio == pytest.approx(1 - 747_871 / 994_000)
     assert first.severity == "medium"  # 24.8% of the step: under the 25% of "high"
     assert first.evidence["attributed_ns"] == 330 * US  # the rule's idle time, kept as evidence

@@ -3,7 +3,6 @@ CPU-only and a multi-stream table; the rules and metrics are documented; layers 
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
@@ -145,45 +144,3 @@ def test_every_metric_has_a_readme_entry(tiny_analysis) -> None:
 
 
 # Which of our top-level modules each layer may import (besides its own package).
-LAYERS: dict[str, set[str]] = {
-    "constants": set(),
-    "errors": set(),
-    "native": set(),  # the C extensions' wrapper: under everything that uses them
-    "io": {"errors"},
-    "runtime": set(),
-    "resources": {"errors"},
-    "options": {"constants", "errors", "findings"},
-    "model": {"constants", "errors", "native"},
-    "parsers": {"model", "errors", "constants", "runtime", "resources", "native"},
-    "analyzers": {"model", "constants"},
-    "findings": {"analyzers", "model", "constants", "report"},
-    "report": {"runtime", "analysis", "io", "constants"},
-}
-
-
-def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    out = set()
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.ImportFrom)
-            and node.module
-            and node.module.startswith("traceinsight.")
-        ):
-            out.add(node.module.split(".")[1])
-        elif isinstance(node, ast.Import):
-            out.update(
-                a.name.split(".")[1] for a in node.names if a.name.startswith("traceinsight.")
-            )
-    return out
-
-
-@pytest.mark.parametrize("layer", sorted(LAYERS))
-def test_layers_import_only_downward(layer: str) -> None:
-    pkg = ROOT / "traceinsight"
-    files = list((pkg / layer).rglob("*.py")) if (pkg / layer).is_dir() else [pkg / f"{layer}.py"]
-    for f in files:
-        upward = _imports(f) - LAYERS[layer] - {layer}
-        if layer == "report":  # reporters may use the number formatting of their own package only
-            upward -= {"report"}
-        assert not upward, f"{f.relative_to(ROOT)} imports {sorted(upward)}"

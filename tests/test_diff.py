@@ -14,7 +14,7 @@ import pytest
 from tests.builder import Events
 from traceinsight.api import analyze, analyze_trace
 from traceinsight.cli import main
-from traceinsight.commands.diff import gate_exit
+from traceinsight.commands.shared import gate_exit
 from traceinsight.diff import (
     change_interval,
     compare,

@@ -69,7 +69,7 @@ def test_diagnosis_names_the_right_cause_first(name, first):
     assert first in ids[:2], ids
     f = a.findings[ids.index(first)]
     assert f.severity != "info"
-    assert f.what_if is not None and f.what_if["speedup"] > 1.05
+    assert f.what_if is not None and f.what_if.speedup > 1.05
 
 
 @pytest.mark.parametrize("name", ["healthy_bf16", "h2d_pinned", "launch_bound_cudagraph"])

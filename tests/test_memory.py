@@ -158,7 +158,7 @@ def test_headroom_never_raised_on_a_busy_gpu() -> None:
     a = _cached(0)  # GPU 90% busy, 90% of memory unused
     assert a.metrics["memory_headroom_ratio"] == pytest.approx(0.9)
     assert "memory_headroom" not in {f.id for f in a.findings}
-    assert a.results.memory.batch_gain_by_multiplier is None
+    assert a.results.memory.batch_gains == ()
 
 
 # --- the H200 recordings ---------------------------------------------------------------------
@@ -245,8 +245,8 @@ def test_h200_empty_cache_churn_with_the_models_estimate(analyses) -> None:
     assert "empty_cache" in f.title and "empty_cache()" in f.recommendation
     # the cost is the causal model's saving: its no_empty_cache transform (findings/savings.py)
     w = f.what_if
-    assert w == a.results.replay.what_if["no_empty_cache"] and w["speedup"] > 1
-    saved = 1 - w["step_time_after_ns"] / w["step_time_ns"]
+    assert w == a.results.replay.what_if["no_empty_cache"] and w.speedup > 1
+    saved = 1 - w.step_time_after_ns / w.step_time_ns
     assert f.cost_ratio == pytest.approx(saved)
     assert f.evidence["attributed_ns"] > 0 and f.evidence["transform"] == "no_empty_cache"
 
@@ -256,18 +256,18 @@ def test_h200_headroom_prediction_matches_measured_throughput(analyses) -> None:
     f = next(f for f in a.findings if f.id == "memory_headroom")
     assert f.severity == "low"  # capped: an opportunity
     base = next(t for t in truth["throughput_unprofiled"] if t["multiple"] == 1)
-    gains = f.evidence["gain_by_multiplier"]
+    gains = {g.multiplier: g.throughput_gain for g in f.evidence["gain_by_multiplier"]}
     compared = 0
     for t in truth["throughput_unprofiled"]:
         m = t["multiple"]
-        if str(m) in gains:
+        if m in gains:
             measured = t["samples_per_s"] / base["samples_per_s"]
-            assert gains[str(m)]["throughput_gain"] == pytest.approx(measured, rel=0.3), m
+            assert gains[m] == pytest.approx(measured, rel=0.3), m
             compared += 1
     assert compared >= 3
     m = f.evidence["multiplier"]
-    assert f.what_if["speedup"] == gains[str(m)]["throughput_gain"]
-    assert f.cost_ratio == pytest.approx(1 - 1 / f.what_if["speedup"], abs=1e-3)
+    assert f.what_if.speedup == gains[m]
+    assert f.cost_ratio == pytest.approx(1 - 1 / f.what_if.speedup, abs=1e-3)
     # the batch that fits stays within 80% of the device
     assert f.evidence["predicted_peak_allocated_bytes"] <= 0.8 * truth["total_memory"]
 

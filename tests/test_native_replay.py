@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.replay import model_inputs
+from traceinsight.causal import graph as R
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import build_model
-from traceinsight.causal import graph as R
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 

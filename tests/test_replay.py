@@ -15,6 +15,7 @@ from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import build_model
 from traceinsight.causal.graph import WAIT_DEVICE, median_step_ns, replay
 from traceinsight.constants import SEVERITIES
+from traceinsight.records import jsonable
 
 from .builder import US, Events
 from .conftest import H200, ROOT, SHARED
@@ -305,7 +306,7 @@ def test_bf16_autocast_moves_tf32_gemms_too():
     assert gemm_ms(before, True) == pytest.approx(27.24, abs=0.01)
     assert gemm_ms(after, True) == 0 and gemm_ms(after, False) == pytest.approx(7.31, abs=0.01)
     w = next(f for f in before.findings if f.id == "fp32_compute").what_if
-    assert w["speedup"] > 2.0  # 2.24x and 1.94x measured
+    assert w.speedup > 2.0  # 2.24x and 1.94x measured
 
 
 @pytest.mark.parametrize("pair", FIRST)
@@ -322,14 +323,14 @@ def test_savings_are_the_findings_costs():
         if f.what_if is None:
             assert f.evidence["why_no_estimate"]
             continue
-        ratio = 1 - f.what_if["step_time_after_ns"] / f.what_if["step_time_ns"]
+        ratio = 1 - f.what_if.step_time_after_ns / f.what_if.step_time_ns
         assert f.cost_ns == int(max(0.0, ratio) * window)
         assert f.evidence["attributed_ns"] >= 0
     # ordered by severity, then the predicted savings by size, then the unestimated costs
     keys = [(SEVERITIES.index(f.severity), f.what_if is None, -f.cost_ns) for f in a.findings]
     assert keys == sorted(keys)
     combined = a.to_json()["details"]["what_if"]["all_fixes"]
-    best = max(f.what_if["speedup"] for f in a.findings if f.what_if)
+    best = max(f.what_if.speedup for f in a.findings if f.what_if)
     assert combined["speedup"] >= best  # every fix together saves at least the best one
     assert combined["step_time_after_ns"] > 0  # and never more than the step
 
@@ -338,8 +339,8 @@ def test_what_if_in_details():
     a = analyze(H200 / "pairs" / "fused_adamw.before.pt.trace.json.gz")
     w = a.results.replay.what_if["fused_optimizer"]
     assert set(w) == {"step_time_ns", "step_time_after_ns", "speedup"}
-    assert w["speedup"] > 1
-    assert a.to_json()["details"]["replay"]["what_if"]["fused_optimizer"] == w
+    assert w.speedup > 1
+    assert a.to_json()["details"]["replay"]["what_if"]["fused_optimizer"] == jsonable(w)
 
 
 def test_kernel_and_copy_engines_apart():
@@ -400,7 +401,7 @@ def test_launch_bound_first_where_cuda_graphs_measured_faster(pair):
     a = analyze(H200 / "pairs" / f"{pair}.before.pt.trace.json.gz")
     first = a.findings[0]
     assert first.id == "launch_bound"
-    assert first.what_if["speedup"] == pytest.approx(measured, rel=0.40)
+    assert first.what_if.speedup == pytest.approx(measured, rel=0.40)
 
 
 def test_host_sync_sources_carry_the_saving_of_one_call_site():
@@ -412,10 +413,10 @@ def test_host_sync_sources_carry_the_saving_of_one_call_site():
     sites = [s for s in f.evidence["sources"] if s.get("what_if")]
     assert sites and f.what_if is not None
     for s in sites:
-        assert s["what_if"]["step_time_ns"] == f.what_if["step_time_ns"]
-        assert f.what_if["step_time_after_ns"] <= s["what_if"]["step_time_after_ns"]
-        assert s["what_if"]["step_time_after_ns"] <= s["what_if"]["step_time_ns"]
-    best = min(sites, key=lambda s: s["what_if"]["step_time_after_ns"])
+        assert s["what_if"].step_time_ns == f.what_if.step_time_ns
+        assert f.what_if.step_time_after_ns <= s["what_if"].step_time_after_ns
+        assert s["what_if"].step_time_after_ns <= s["what_if"].step_time_ns
+    best = min(sites, key=lambda s: s["what_if"].step_time_after_ns)
     assert best["trigger"] == "item" and best["count"] == 6
 
 

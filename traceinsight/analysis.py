@@ -11,13 +11,15 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight import __version__
-from traceinsight.analyzers import Results, jsonable
+from traceinsight.analyzers import Results
 from traceinsight.analyzers.cross_rank import CrossRankResult
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SCHEMA
+from traceinsight.constants import VERSION as __version__
 from traceinsight.findings import Finding
 from traceinsight.findings.quality import rank_clock_skew
 from traceinsight.model.schema import KINDS, Trace, device_spec_json
+from traceinsight.records import jsonable
 
 KERNEL_TABLE_SCHEMA = {
     "name": pl.String,
@@ -50,7 +52,7 @@ class TraceAnalysis:
     data_quality: list[dict[str, Any]] = field(default_factory=list)  # findings/quality.py
     annotated_path: str | None = None  # the annotated Chrome trace, when one was written
     # the combined what-if of every finding's fix (findings/savings.py), null without a model
-    what_if: dict[str, Any] | None = None
+    what_if: WhatIf | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -63,7 +65,7 @@ class TraceAnalysis:
             "data_quality": self.data_quality,
             "annotated_trace": self.annotated_path,
             "warnings": self.warnings,
-            "details": {**self.results.to_json(), "what_if": {"all_fixes": self.what_if}},
+            "details": {**self.results.to_json(), "what_if": {"all_fixes": jsonable(self.what_if)}},
         }
 
     def kernel_table(self) -> pl.DataFrame:

@@ -15,8 +15,8 @@ from typing import Any
 
 import click
 
-from traceinsight import __version__
 from traceinsight.constants import SEVERITIES
+from traceinsight.constants import VERSION as __version__
 from traceinsight.errors import (
     EXIT_ANALYSIS_ERROR,
     EXIT_BAD_INPUT,
@@ -25,11 +25,10 @@ from traceinsight.errors import (
     TraceInsightError,
 )
 
-_VERBOSE = False
-
 
 def _guard(path: Path | None, fn: Callable[[], int]) -> int:
-    """Library errors pass through; anything unexpected becomes a one-line AnalysisError."""
+    """Library errors pass through; anything unexpected becomes a one-line AnalysisError (its
+    cause chained: :func:`main` prints the traceback with ``-v``)."""
     try:
         return fn()
     except (TraceInsightError, click.ClickException, KeyboardInterrupt):
@@ -39,8 +38,6 @@ def _guard(path: Path | None, fn: Callable[[], int]) -> int:
             "ran out of memory; try --max-bytes or a smaller capture", str(path) if path else None
         ) from None
     except Exception as exc:
-        if _VERBOSE:
-            traceback.print_exc()
         raise AnalysisError(
             f"internal error {type(exc).__name__}: {exc}", str(path) if path else None
         ) from exc
@@ -76,8 +73,7 @@ def cli(verbose: bool) -> None:
     traceinsight export trace.json.gz -o events.parquet
     traceinsight profile -- python train.py
     """
-    global _VERBOSE
-    _VERBOSE = _VERBOSE or verbose
+    # -v is read by main() from the arguments: it decides how errors are printed
 
 
 trace_path = click.Path(path_type=Path, dir_okay=True, file_okay=True)
@@ -238,8 +234,6 @@ def analyze(
 ) -> int:
     """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep) or a job (a
     directory with one trace per rank)."""
-    global _VERBOSE
-    _VERBOSE = _VERBOSE or verbose
     from dataclasses import replace
 
     from traceinsight.commands import analyze as cmd
@@ -504,9 +498,8 @@ def profile(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and map library errors to exit codes; never lets a traceback escape."""
-    global _VERBOSE
     args = list(sys.argv[1:] if argv is None else argv)
-    _VERBOSE = "-v" in args or "--verbose" in args
+    verbose = "-v" in args or "--verbose" in args
     try:
         rv: Any = cli.main(args=args, prog_name="traceinsight", standalone_mode=False)
     except click.exceptions.Exit as exc:
@@ -518,13 +511,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("traceinsight: aborted", file=sys.stderr)
         return EXIT_ANALYSIS_ERROR
     except TraceInsightError as exc:
+        if verbose and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__)
         print(f"traceinsight: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
         print("traceinsight: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # last resort: one line, details with -v
-        if _VERBOSE:
+        if verbose:
             traceback.print_exc()
         print(f"traceinsight: internal error {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ANALYSIS_ERROR

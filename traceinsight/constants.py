@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+VERSION = "0.1.0"  # the package version (pyproject.toml says the same; a test holds them equal)
 SCHEMA = "traceinsight/1"  # the JSON document's version (README, "JSON result")
 Severity = Literal["high", "medium", "low", "info"]
 SEVERITIES: tuple[Severity, ...] = ("high", "medium", "low", "info")  # most severe first

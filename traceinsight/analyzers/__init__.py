@@ -28,6 +28,7 @@ from traceinsight.analyzers.replay import ReplayResult, analyze_replay
 from traceinsight.analyzers.sources import SourcesResult, analyze_sources
 from traceinsight.analyzers.steps import StepResult, analyze_steps
 from traceinsight.analyzers.syncs import SyncResult, analyze_syncs
+from traceinsight.records import jsonable
 
 
 @dataclass(frozen=True)
@@ -205,20 +206,3 @@ def run_analyzers(ctx: Context, threads: int = 1, *, replay: bool = False) -> Re
         done = {name: f.result() for name, f in futures.items()}
     done.update({name: None for name in OPTIONAL if name not in done})
     return Results(**done)
-
-
-def jsonable(obj: Any) -> Any:
-    """Result dataclasses, tuples and dicts as plain JSON values (NaN as null)."""
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {
-            f.name: jsonable(getattr(obj, f.name))
-            for f in dataclasses.fields(obj)
-            if f.metadata.get("json", True)  # tables kept for later analyzers stay out
-        }
-    if isinstance(obj, dict):
-        return {str(k): jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, float) and obj != obj:  # NaN never reaches the JSON
-        return None
-    return obj

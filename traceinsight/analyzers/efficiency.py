@@ -22,6 +22,7 @@ from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.analyzers.steps import StepResult
 from traceinsight.causal import transforms as whatif
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
 from traceinsight.model.flops import op_costs
 
@@ -68,7 +69,7 @@ class EfficiencyResult:
     unaligned_gemm_ns: int
     unaligned_gemm_saving_ns: int  # measured - (FLOPs at the aligned GEMMs' rate)
     unaligned_gemm_time_ratio: float | None  # of kernel time
-    unaligned_gemm_what_if: dict[str, Any] | None  # replayed, where the replay ran
+    unaligned_gemm_what_if: WhatIf | None  # replayed, where the replay ran
     low_occupancy_kernels: tuple[dict[str, Any], ...]
     low_occupancy_ns: int
     low_occupancy_time_ratio: float | None  # of kernel time

@@ -20,6 +20,7 @@ import polars as pl
 from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as whatif
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.classify import API_KINDS, DEVICE_ALLOC_API, DEVICE_FREE_API, HOST_OP_KINDS
 from traceinsight.model.schema import MEMORY_CATEGORIES, by_start
 
@@ -62,6 +63,17 @@ class DeviceMemory:
 
 
 @dataclass(frozen=True)
+class BatchGain:
+    """The replayed step at ``multiplier`` x the batch (``step_time_after_ns``, for the larger
+    batch) against today's (``step_time_ns``), and the throughput gain per sample."""
+
+    multiplier: int
+    step_time_ns: int
+    step_time_after_ns: int
+    throughput_gain: float
+
+
+@dataclass(frozen=True)
 class MemoryResult:
     has_memory: bool  # the trace has device memory events
     devices: tuple[DeviceMemory, ...]
@@ -80,8 +92,8 @@ class MemoryResult:
     fit_multiplier: int | None
     saturation_multiplier: float | None
     recommended_multiplier: int | None  # the largest power of 2 within both
-    batch_gain_by_multiplier: dict[str, dict[str, Any]] | None
-    churn_what_if: dict[str, Any] | None  # the allocator calls and their syncs removed
+    batch_gains: tuple[BatchGain, ...]  # by multiplier, ascending (empty: none replayed)
+    churn_what_if: WhatIf | None  # the allocator calls and their syncs removed
     why_no_estimate: str | None  # why the what-ifs are missing
 
     def metric(self, name: str) -> Any:
@@ -93,21 +105,24 @@ class MemoryResult:
             return getattr(self.devices[0], name)
         return {str(d.device): getattr(d, name) for d in self.devices}
 
-    def headroom_what_if(self) -> tuple[dict[str, Any] | None, str | None]:
+    def gain(self, multiplier: int | None) -> BatchGain | None:
+        return next((g for g in self.batch_gains if g.multiplier == multiplier), None)
+
+    def headroom_what_if(self) -> tuple[WhatIf | None, str | None]:
         """The larger batch's what-if in the findings' terms: step_time_after_ns is the time
         per original batch's samples (the replayed step at ``multiplier`` x the batch, divided
         by it), so speedup is the throughput gain; None with the reason where there is none."""
         m = self.recommended_multiplier
-        gain = (self.batch_gain_by_multiplier or {}).get(str(m))
+        gain = self.gain(m)
         if gain is None or not m:
             return None, self.why_no_estimate or "no larger batch replayed (the GPU is busy)"
-        return {
-            "multiplier": m,
-            "step_time_ns": gain["step_time_ns"],
-            "step_time_after_ns": round(gain["step_time_after_ns"] / m),
-            "batch_step_time_after_ns": gain["step_time_after_ns"],
-            "speedup": gain["throughput_gain"],
-        }, None
+        return WhatIf(
+            gain.step_time_ns,
+            round(gain.step_time_after_ns / m),
+            gain.throughput_gain,
+            multiplier=m,
+            batch_step_time_after_ns=gain.step_time_after_ns,
+        ), None
 
     @property
     def peak(self) -> DeviceMemory | None:
@@ -511,7 +526,8 @@ def analyze_memory(
     step_med = float(steady["dur_ns"].median()) if n else None
     gpu_per_step = _gpu_busy_per_step(ctx, steady) if n else None
     fit = sat = rec = None
-    gains = churn = None
+    gains: tuple[BatchGain, ...] = ()
+    churn = None
     why = None
     if callable(replay):
         replay = replay()
@@ -548,7 +564,7 @@ def analyze_memory(
         fit_multiplier=fit,
         saturation_multiplier=sat,
         recommended_multiplier=rec,
-        batch_gain_by_multiplier=gains,
+        batch_gains=gains,
         churn_what_if=churn,
         why_no_estimate=why,
     )
@@ -567,22 +583,17 @@ def _gpu_busy_per_step(ctx: Context, steady: pl.DataFrame) -> float | None:
     return float(busy) / steady.height if busy else None
 
 
-def _batch_gains(replay: ReplayResult, rec: int | None) -> dict[str, dict[str, Any]] | None:
+def _batch_gains(replay: ReplayResult, rec: int | None) -> tuple[BatchGain, ...]:
     """Replayed throughput gain of a batch ``m`` times larger, for m = 2, 4, 8 up to the
     recommended multiplier, and that one (no replays where the GPU is already busy; on a large
     model only the recommended one: each replay costs as much as the model's own)."""
     if rec is None or rec < 2:
-        return None
-    out: dict[str, dict[str, Any]] = {}
+        return ()
+    out: list[BatchGain] = []
     small = replay.host_nodes + replay.gpu_nodes <= GAIN_TABLE_MAX_NODES
     for m in sorted({m for m in (2, 4, 8) if m <= rec and small} | {rec}):
         p = replay.predict(whatif.gpu_work_scaled(float(m)))
-        if p is None or not p.get("speedup"):
+        if p is None or not p.speedup:
             continue
-        out[str(m)] = {
-            "multiplier": m,
-            "step_time_ns": p["step_time_ns"],
-            "step_time_after_ns": p["step_time_after_ns"],
-            "throughput_gain": m * p["speedup"],
-        }
-    return out or None
+        out.append(BatchGain(m, p.step_time_ns, p.step_time_after_ns, m * p.speedup))
+    return tuple(out)

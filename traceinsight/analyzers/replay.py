@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import polars as pl
 
@@ -19,6 +18,7 @@ from traceinsight.analyzers.recompute import recompute_ranges
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
 from traceinsight.causal.graph import WAIT_NONE, StepModel, median_step_ns, replay
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, HOST_OP_KINDS
 
 EMPTY_CACHE_PATTERN = r"empty_cache"
@@ -55,9 +55,9 @@ class ReplayResult:
     gpu_nodes: int
     blocking_calls: int
     unexplained_gpu_gap_ratio: float | None  # GPU delay no edge explains, share of GPU op time
-    # transform -> step_time_ns, step_time_after_ns, speedup: the un-profiled loop's median
-    # step before and after the transform (see :func:`profiler_ns_per_event`)
-    what_if: dict[str, dict[str, Any]]
+    # transform -> the un-profiled loop's median step before and after the transform (see
+    # :func:`profiler_ns_per_event`)
+    what_if: dict[str, WhatIf]
     unprofiled_step_median_ns: float | None = None  # the model's step without the profiler
     # engine -> the step's speedup with that engine alone ENGINE_SPEEDUP times faster
     engine_speedups: dict[str, float] = field(default_factory=dict)
@@ -77,25 +77,15 @@ class ReplayResult:
         default=None, repr=False, compare=False, metadata={"json": False}
     )
 
-    def predict(self, transform: Callable[[StepModel], StepModel | None]) -> dict[str, Any] | None:
-        """``transform`` applied to the un-profiled model and replayed: {step_time_ns,
-        step_time_after_ns, speedup}, or None where it changes nothing (or there is no model)."""
+    def predict(self, transform: Callable[[StepModel], StepModel | None]) -> WhatIf | None:
+        """``transform`` applied to the un-profiled model and replayed, or None where it
+        changes nothing (or there is no model)."""
         if self.model is None or self.unprofiled_step_median_ns is None:
             return None
         changed = transform(self.model)
         if changed is None:
             return None
-        return _what_if(self.unprofiled_step_median_ns, median_step_ns(changed, replay(changed)))
-
-
-def _what_if(replayed: float, after: float | None) -> dict[str, Any] | None:
-    if after is None:
-        return None
-    return {
-        "step_time_ns": round(replayed),
-        "step_time_after_ns": round(after),
-        "speedup": replayed / after if after > 0 else None,
-    }
+        return WhatIf.of(self.unprofiled_step_median_ns, median_step_ns(changed, replay(changed)))
 
 
 def profiler_ns_per_event(ctx: Context) -> int:
@@ -124,7 +114,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     per_event = profiler_ns_per_event(ctx)
     bare = whatif.without_profiler(model, per_event) if per_event else model
     unprofiled = median_step_ns(bare, replay(bare)) if per_event else replayed
-    what_if: dict[str, dict[str, Any]] = {}
+    what_if: dict[str, WhatIf] = {}
     engines: dict[str, float] = {}
     unconverged: list[str] = []
 
@@ -138,7 +128,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     if unprofiled is not None:
         for name, transform in whatif.TRANSFORMS.items():
             changed = transform(bare)  # None: nothing for the transform to change
-            if changed is not None and (w := _what_if(unprofiled, after_of(changed, name))):
+            if changed is not None and (w := WhatIf.of(unprofiled, after_of(changed, name))):
                 what_if[name] = w
         for engine in whatif.ENGINES:
             changed = whatif.engine_faster(engine)(bare)

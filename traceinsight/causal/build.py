@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceinsight.causal.columns import RANGES
 from traceinsight.causal.graph import (
     NEG_NS,
     WAIT_DEVICE,
@@ -35,26 +36,6 @@ from traceinsight.model.classify import (
     name_matches,
 )
 
-# The host ranges whose work the transforms move: each gives a host column ``gap_<name>_ns``
-# (the gap's time inside such a range on the call's own thread) and ``in_<name>`` (the call is
-# inside one), and a GPU column ``in_<name>`` (the op was launched inside one).
-RANGES = ("dataloader", "empty_cache", "optimizer", "recompute")
-# Every column the build adds beyond the graph's own (causal/graph.py StepModel): what a
-# transform may declare it reads (causal/transforms.py Transform.reads).
-HOST_FLAGS = (
-    *(f"gap_{r}_ns" for r in RANGES),
-    *(f"in_{r}" for r in RANGES),
-    "gap_ops_ns",  # the gap's time inside the thread's own torch ops (dispatch, launches)
-    "step",  # the step the call is in (-1: before the first)
-    "is_launch",
-    "is_alloc",  # a device allocator call (model/classify.py ALLOCATOR_API)
-    "recorded_events",  # events the profiler recorded in the gap, plus the call
-)
-GPU_FLAGS = (
-    *(f"in_{r}" for r in RANGES),
-    "fp32_math",  # fp32 math on CUDA cores (model/classify.py)
-    "tf32_math",  # TF32 tensor-core math in a GEMM, conv or attention kernel
-)
 # A call counts as having waited only when it ended at or after what it waits for (within this).
 WAITED_SLACK_NS = 2_000
 OWN_COPY_SLACK_RATIO = 0.01  # ... or, for a copy call and its own copy, this share of the wait

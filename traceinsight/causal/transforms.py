@@ -1,14 +1,18 @@
 """What-if transforms on the step model: each returns the model as the fix would leave it (or
 None when the trace has nothing for it to change); :func:`~traceinsight.causal.graph.replay`
-then says what the step would take. Each transform's assumptions are stated where it is made.
+then says what the step would take. Each transform's assumptions are its docstring
+(:attr:`Transform.assumes`, docs/FINDINGS.md), and each declares the columns beyond the graph's
+own that it reads (:class:`Transform`; a test runs each on a model holding only those).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import polars as pl
 
+from traceinsight.causal.columns import SUBGAPS
 from traceinsight.causal.graph import WAIT_NONE, StepModel
 
 # H200 SXM datasheet (NVIDIA H200 Tensor Core GPU, dense, without sparsity): FP32 67 TFLOP/s on
@@ -32,6 +36,27 @@ FUSED_OPTIMIZER_GPU_RATIO = 0.25
 # A transform touching less than this share of the GPU op time cannot move the step by more,
 # so it is not replayed (a replay is the model's cost).
 NEGLIGIBLE_RATIO = 0.005
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A fix as a change of the model: its name, the function, and the columns it reads beyond
+    the graph's own (causal/graph.py ``HOST_GRAPH_COLUMNS``/``GPU_GRAPH_COLUMNS``): what a
+    node is (``kind``, ``kernel_class``, ...) or a flag the build sets (causal/build.py
+    ``HOST_FLAGS``/``GPU_FLAGS``)."""
+
+    name: str
+    apply: Callable[[StepModel], StepModel | None]
+    host_reads: frozenset[str] = frozenset()
+    gpu_reads: frozenset[str] = frozenset()
+
+    def __call__(self, model: StepModel) -> StepModel | None:
+        return self.apply(model)
+
+    @property
+    def assumes(self) -> str:
+        """What the prediction assumes: the function's docstring, one paragraph."""
+        return " ".join((self.apply.__doc__ or "").split())
 
 
 def _share(g: pl.DataFrame, which: pl.Expr, col: str) -> float:
@@ -71,7 +96,7 @@ def remove_syncs(model: StepModel) -> StepModel | None:
     return _host_blocks_off(model, which) if model.host.select(which.any()).item() else None
 
 
-def remove_syncs_at(calls: pl.DataFrame) -> Callable[[StepModel], StepModel | None]:
+def remove_syncs_at(calls: pl.DataFrame) -> Transform:
     """:func:`remove_syncs` for some calls only (``calls``: tid, start_ns; one call site's
     syncs, say): those that waited for the GPU return at once, the others still wait."""
 
@@ -88,7 +113,7 @@ def remove_syncs_at(calls: pl.DataFrame) -> Callable[[StepModel], StepModel | No
             return None
         return _host_blocks_off(model, which)
 
-    return transform
+    return Transform("remove_syncs_at", transform)
 
 
 def pinned_copies(model: StepModel) -> StepModel | None:
@@ -386,18 +411,46 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
     return StepModel(host=h, gpu=g, steps=model.steps)
 
 
-TRANSFORMS: dict[str, Callable[[StepModel], StepModel | None]] = {
-    "remove_syncs": remove_syncs,
-    "pinned_copies": pinned_copies,
-    "cuda_graphs": cuda_graphs,
-    "fused_optimizer": fused_optimizer,
-    "dataloader_floor": dataloader_floor,
-    "recompute_removed": recompute_removed,
-    "bf16_gemms": bf16_gemms,
-    "no_empty_cache": no_empty_cache,
-    "comm_overlapped": comm_overlapped,
-    "h2d_overlapped": h2d_overlapped,
-    "elementwise_fused": elementwise_fused,
+_PAGEABLE = frozenset({"kind", "src_kind", "dst_kind", "bytes"})
+_OVERLAP = frozenset({"kind", "kernel_class"})
+
+
+def _t(
+    fn: Callable[[StepModel], StepModel | None],
+    host: frozenset[str] | set[str] = frozenset(),
+    gpu: frozenset[str] | set[str] = frozenset(),
+) -> Transform:
+    return Transform(fn.__name__, fn, frozenset(host), frozenset(gpu))
+
+
+TRANSFORMS: dict[str, Transform] = {
+    t.name: t
+    for t in (
+        _t(remove_syncs),
+        _t(pinned_copies, gpu=_PAGEABLE),
+        _t(
+            cuda_graphs,
+            host={
+                "in_optimizer",
+                "in_dataloader",
+                "in_empty_cache",
+                "is_alloc",
+                "is_launch",
+                "step",
+                "gap_ops_ns",
+                "gap_dataloader_ns",
+                "gap_optimizer_ns",
+            },
+        ),
+        _t(fused_optimizer, host={"gap_optimizer_ns", "in_optimizer"}, gpu={"in_optimizer"}),
+        _t(dataloader_floor, host={"gap_dataloader_ns"}, gpu=_PAGEABLE),
+        _t(recompute_removed, host={"gap_recompute_ns", "in_recompute"}, gpu={"in_recompute"}),
+        _t(bf16_gemms, gpu={"fp32_math", "tf32_math", "kernel_class"}),
+        _t(no_empty_cache, host={"is_alloc", "in_empty_cache", "gap_empty_cache_ns"}),
+        _t(comm_overlapped, gpu=_OVERLAP),
+        _t(h2d_overlapped, gpu=_OVERLAP | {"copy_kind"}),
+        _t(elementwise_fused, gpu={"kernel_class"}),
+    )
 }
 
 
@@ -406,7 +459,7 @@ TRANSFORMS: dict[str, Callable[[StepModel], StepModel | None]] = {
 ENGINE_SPEEDUP = 2.0
 
 
-def engine_faster(engine: str) -> Callable[[StepModel], StepModel | None]:
+def engine_faster(engine: str) -> Transform:
     """``host`` (host work between calls and the calls' own time; blocked calls still wait for
     what they wait for), ``kernels`` (the SMs) or ``copies`` (copies and memsets: the copy
     engines) running ENGINE_SPEEDUP times faster."""
@@ -436,7 +489,7 @@ def engine_faster(engine: str) -> Callable[[StepModel], StepModel | None]:
             )
         )
 
-    return faster
+    return Transform(f"engine_faster_{engine}", faster, gpu_reads=frozenset({"kind"}))
 
 
 ENGINES = ("host", "kernels", "copies")
@@ -451,16 +504,7 @@ def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
     cut = pl.col("recorded_events") - 1
     gap_after = (pl.col("gap_ns") - cut * ns_per_event).clip(0)
     keep = pl.when(pl.col("gap_ns") > 0).then(gap_after / pl.col("gap_ns")).otherwise(1.0)
-    h = h.with_columns(
-        (pl.col(c) * keep).cast(pl.Int64).alias(c)
-        for c in (
-            "gap_dataloader_ns",
-            "gap_empty_cache_ns",
-            "gap_optimizer_ns",
-            "gap_recompute_ns",
-            "gap_ops_ns",
-        )
-    ).with_columns(
+    h = h.with_columns((pl.col(c) * keep).cast(pl.Int64).alias(c) for c in SUBGAPS).with_columns(
         gap_after.cast(pl.Int64).alias("gap_ns"),
         pl.when(pl.col("wait") == WAIT_NONE)
         .then(
@@ -472,7 +516,7 @@ def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
     return model.with_host(h)
 
 
-def gpu_work_scaled(factor: float) -> Callable[[StepModel], StepModel | None]:
+def gpu_work_scaled(factor: float) -> Transform:
     """A batch (or sequence) ``factor`` times larger: every GPU op of the step takes ``factor``
     times as long (work linear in the batch: an upper bound for small kernels that leave SMs
     idle), except the optimizer's, which runs over the parameters whatever the batch; host work
@@ -489,10 +533,10 @@ def gpu_work_scaled(factor: float) -> Callable[[StepModel], StepModel | None]:
         )
         return model.with_gpu(g)
 
-    return scaled
+    return Transform("gpu_work_scaled", scaled, gpu_reads=frozenset({"in_optimizer"}))
 
 
-def scaled_kernels(keys: pl.DataFrame) -> Callable[[StepModel], StepModel | None]:
+def scaled_kernels(keys: pl.DataFrame) -> Transform:
     """A transform: the GPU ops at ``keys`` (device, start_ns, factor) take ``factor`` x their
     time (e.g. unaligned GEMMs at the rate of aligned ones); the rest of the model is kept."""
 
@@ -511,4 +555,4 @@ def scaled_kernels(keys: pl.DataFrame) -> Callable[[StepModel], StepModel | None
         ).drop("factor")
         return model.with_gpu(g)
 
-    return transform
+    return Transform("scaled_kernels", transform, gpu_reads=frozenset({"device"}))

@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from traceinsight.constants import SEVERITIES
-from traceinsight.errors import EXIT_GATE, EXIT_OK
+from traceinsight.commands.shared import analyze_and_write
 from traceinsight.options import Options
-from traceinsight.runtime import Runtime, configure_single_trace_process
-
-
-def default_report_path(trace: Path) -> Path:
-    name = trace.name
-    for suffix in (".gz", ".json", ".sqlite", ".nsys-rep"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    name = name.removesuffix(".pt.trace")
-    return Path.cwd() / f"{name}.traceinsight.html"
 
 
 def run(
@@ -33,46 +21,15 @@ def run(
     fail_on: str | None = None,
     annotate: Path | None = None,
 ) -> int:
-    if path.is_file():
-        configure_single_trace_process(path.stat().st_size)
-    from traceinsight.api import analyze_with
-    from traceinsight.io import check_outputs, check_writable, write_text_atomic
-    from traceinsight.pipeline import graded
-    from traceinsight.report import terminal
-    from traceinsight.report.json_out import emit_json
-
-    graded(opts)  # a bad --threshold fails before any output is checked or parsed
-    report = (output or default_report_path(path)) if html else None
-    check_outputs(report, json_out, force)
-    # The command's own __main__ is import-safe, so a large trace may use helper processes
-    # (where the native scanner is not built; threads otherwise).
-    if annotate is not None:
-        check_writable(annotate, force)
-    analysis = analyze_with(path, opts, Runtime.detect(helpers=True))
-    doc = analysis.to_json()
-    if annotate is not None:
-        from traceinsight.commands.annotate import write
-
-        write(analysis, path, annotate)
-        doc["annotated_trace"] = str(annotate)
-    if report is not None:
-        from traceinsight.report.html import render
-
-        write_text_atomic(report, render(doc))
-    emit_json(doc, json_out)
-    if not quiet and json_out != "-":
-        print(terminal.render(doc, str(report) if report else None))
-    if report is not None and open_browser:
-        import webbrowser
-
-        webbrowser.open(report.resolve().as_uri())
-    if fail_on:
-        limit = SEVERITIES.index(fail_on)
-        hits = [f for f in doc["findings"] if SEVERITIES.index(f["severity"]) <= limit]
-        if hits:
-            print(
-                f"traceinsight: --fail-on {fail_on}: {len(hits)} finding(s), first: {hits[0]['id']}",
-                file=sys.stderr,
-            )
-            return EXIT_GATE
-    return EXIT_OK
+    return analyze_and_write(
+        path,
+        opts,
+        output=output,
+        json_out=json_out,
+        html=html,
+        quiet=quiet,
+        force=force,
+        open_browser=open_browser,
+        fail_on=fail_on,
+        annotate=annotate,
+    )

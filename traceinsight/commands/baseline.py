@@ -138,7 +138,7 @@ def against(
     allow_different_hardware: bool,
 ) -> int:
     from traceinsight.api import analyze_with
-    from traceinsight.commands.diff import write_and_gate
+    from traceinsight.commands.shared import write_and_gate
     from traceinsight.io import check_outputs
     from traceinsight.pipeline import graded
     from traceinsight.runtime import Runtime

@@ -69,9 +69,9 @@ def run(
     print(f"trace: {trace} ({how})")
     if not analyze:
         return EXIT_OK
-    from traceinsight.commands import analyze as analyze_cmd
+    from traceinsight.commands.shared import analyze_and_write
 
-    return analyze_cmd.run(
+    return analyze_and_write(
         trace,
         replace(opts, command="traceinsight profile -- " + " ".join(command)),
         output=trace.with_name(

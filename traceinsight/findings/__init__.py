@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from traceinsight.analyzers import Results
+from traceinsight.causal.whatif import WhatIf
 
 # memory_rules imports rules.py first, so its rules register after rules.py's own
 # efficiency_rules imports rules.py first, so its rules register (and are checked) after those
 from traceinsight.findings import (
     efficiency_rules,  # noqa: F401
     memory_rules,  # noqa: F401
+    savings,
 )
 from traceinsight.findings import rules as _rules
 from traceinsight.findings.job_rules import JOB_RULES, RankFindings, diagnose_job
@@ -23,7 +25,6 @@ from traceinsight.findings.model import (
     make_finding,
 )
 from traceinsight.findings.rules import RULES
-from traceinsight.findings.savings import all_fixes, with_savings
 
 __all__ = [
     "JOB_RULES",
@@ -47,7 +48,12 @@ def diagnose(results: Results, t: Thresholds) -> list[Finding]:
     """Every rule on one trace's results, each finding's cost the saving the causal model
     predicts for its fix (findings/savings.py), ranked: ``[0]`` is the biggest lever."""
     found = _rules.diagnose(results, t)
-    return with_savings(found, results, RULES, t, results.idle.device_window_ns)
+    return savings.with_savings(found, results, RULES, t, results.idle.device_window_ns)
+
+
+def all_fixes(results: Results, findings: list[Finding]) -> WhatIf | None:
+    """Every finding's fix applied together and replayed once (findings/savings.py)."""
+    return savings.all_fixes(results, findings, RULES)
 
 
 def default_thresholds() -> Thresholds:

@@ -5,13 +5,27 @@ checked last; they read ``x.r.efficiency`` (analyzers/efficiency.py).
 
 from __future__ import annotations
 
+from traceinsight.analyzers import Results
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.findings.model import Draft
 from traceinsight.findings.rules import RuleInput, rule
 from traceinsight.report.format import fmt_ms, fmt_pct
 
 
+def unaligned_gemms_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    """The unaligned GEMMs at the rate of aligned ones of similar size, replayed."""
+    w = r.efficiency.unaligned_gemm_what_if
+    return (
+        w,
+        None
+        if w is not None
+        else "no step model: the saving is the GEMMs' time at the aligned rate",
+    )
+
+
 @rule(
     "gemm_shape_inefficient",
+    estimate=unaligned_gemms_what_if,
     recommendation="Pad the GEMM dimensions to multiples of 8 for bf16/fp16 (64 where the trace shows it pays): "
     "a vocabulary padded to a multiple of 64 (8191 -> 8192, extra logits masked or never targeted), hidden and "
     "batch x sequence sizes that are multiples of 8.",
@@ -46,6 +60,8 @@ def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
 
 @rule(
     "low_occupancy",
+    no_estimate="raising a kernel's occupancy depends on its code (registers, shared "
+    "memory, grid); whether it then runs faster is not in the trace",
     recommendation="Give the low-occupancy kernels more parallel work: larger batches or fused ops (grid too small), "
     "128-256 threads per block (block size), fewer registers per thread (__launch_bounds__, maxrregcount) or less "
     "shared memory per block; for PyTorch ops, torch.compile fuses small reductions and elementwise kernels.",

@@ -81,6 +81,8 @@ STRAGGLER = Rule(
     "# compare ranks side by side: traceinsight analyze TRACE_DIR\n"
     "# balance work: pad/bucket sequences, move rank-specific logging off the step",
     {"straggler_wait_ratio": 0.05},
+    no_estimate="the straggler's cause (uneven shards, extra host work, a slower GPU) is on "
+    "one rank; its cost is the waiting it causes on the others, measured, not replayed",
 )
 JOB_RULES: list[Rule] = [STRAGGLER]
 
@@ -155,7 +157,9 @@ def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding
     out = []
     for f, rank in best.values():
         costs = {str(r.rank): x.cost_ns for r in ranks for x in r.findings if x.id == f.id}
-        rule = caps.get(f.id) or Rule(f.id, lambda _x: None, f.recommendation, f.snippet)
+        rule = caps.get(f.id) or Rule(
+            f.id, lambda _x: None, f.recommendation, f.snippet, no_estimate="a rank's finding"
+        )
         graded = make_finding(rule, Draft(sum(costs.values()), f.title, f.evidence), job_window, t)
         out.append(
             replace(
@@ -184,7 +188,9 @@ def diagnose_job(
     hit = _straggler(cross, t)
     if hit is not None:
         draft, job_ns = hit
-        out.append(make_finding(STRAGGLER, draft, job_ns, t))
+        found = make_finding(STRAGGLER, draft, job_ns, t)
+        why = {**found.evidence, "why_no_estimate": STRAGGLER.no_estimate}
+        out.append(replace(found, evidence=why))
     # By severity, then share of the job: costs summed over different numbers of ranks
     # compare only as shares.
     return sorted(

@@ -66,6 +66,8 @@ def _allocator_cost(x: RuleInput) -> float:
 
 @rule(
     "memory_growth",
+    no_estimate="a leak costs no time until the device is full: graded by the steps "
+    "until then (evidence.steps_until_full)",
     recommendation="Find the tensors kept across steps (the ops below allocate them and nothing frees them): "
     "store Python numbers, not tensors (loss.item() every N steps, or .detach() into a bounded buffer), and "
     "clear lists/caches that keep outputs.",
@@ -124,6 +126,8 @@ def memory_growth(x: RuleInput) -> Draft | None:
 
 @rule(
     "memory_fragmentation",
+    # expandable segments end the cudaMalloc/cudaFree calls as keeping the cache does
+    fix="no_empty_cache",
     recommendation="Let the caching allocator grow segments instead of caching odd-sized blocks: "
     "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (set before CUDA starts); pad variable shapes to a "
     "few bucket sizes.",
@@ -167,6 +171,7 @@ def memory_fragmentation(x: RuleInput) -> Draft | None:
 
 @rule(
     "allocator_churn",
+    fix="no_empty_cache",
     recommendation="Keep the caching allocator's blocks between steps: remove torch.cuda.empty_cache() (and "
     "gc-triggered frees) from the loop; each call makes the next step cudaMalloc again, and cudaFree "
     "synchronizes the device.",
@@ -220,6 +225,7 @@ def allocator_churn(x: RuleInput) -> Draft | None:
 
 @rule(
     "memory_headroom",
+    estimate=lambda r: r.memory.headroom_what_if(),
     recommendation="The GPU waits for the host while most of its memory is unused: give it more work per step "
     "(a larger batch or sequence; scale the learning rate, or accumulate fewer micro-batches).",
     snippet=(
@@ -250,10 +256,9 @@ def memory_headroom(x: RuleInput) -> Draft | None:
     m = mem.recommended_multiplier
     if m is None or m < 2:
         return None
-    gains = mem.batch_gain_by_multiplier or {}
     w, _ = mem.headroom_what_if()
-    if w is not None:
-        gain = w["speedup"]
+    if w is not None and w.speedup is not None:
+        gain = w.speedup
     else:  # no model: the GPU's busy time scaled, the host's unchanged
         step = mem.step_time_median_ns or 0
         gpu = mem.gpu_busy_ns_per_step or 0
@@ -283,7 +288,7 @@ def memory_headroom(x: RuleInput) -> Draft | None:
             "fit_multiplier": mem.fit_multiplier,
             "saturation_multiplier": mem.saturation_multiplier,
             "predicted_peak_allocated_bytes": fits,
-            "gain_by_multiplier": gains,
+            "gain_by_multiplier": mem.batch_gains,
         },
         recommendation=(
             f"The GPU waits for the host while {fmt_pct(d.headroom_ratio)} of its memory is unused: use a "

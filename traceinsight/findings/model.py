@@ -8,11 +8,13 @@ its snippet and its own thresholds. :func:`make_finding` turns a draft into a gr
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SEVERITIES, Severity
+from traceinsight.records import jsonable
 
 __all__ = [
     "SEVERITIES",
@@ -41,14 +43,12 @@ class Finding:
     recommendation: str
     snippet: str = ""
     tags: tuple[str, ...] = ()
-    # the causal model's prediction for this finding's fix: step_time_ns, step_time_after_ns,
-    # speedup (null where no transform applies: evidence.why_no_estimate says why)
-    what_if: dict[str, Any] | None = None
+    # the causal model's prediction for this finding's fix (None where nothing predicts it:
+    # evidence.why_no_estimate says why)
+    what_if: WhatIf | None = None
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["tags"] = list(self.tags)
-        return d
+        return jsonable(self)
 
 
 @dataclass(frozen=True)
@@ -97,14 +97,33 @@ class Draft:
     snippet: str | None = None  # where the code to change depends on what was found
 
 
+# A rule's own estimate of what its fix saves: the what-if, or None with the reason.
+Estimate = Callable[[Any], "tuple[WhatIf | None, str | None]"]
+
+
 @dataclass(frozen=True)
 class Rule:
+    """A rule and its fix's prediction, declared once and exactly once: ``fix`` (the name of a
+    causal/transforms.py transform, replayed on the un-profiled model), ``estimate`` (the rule's
+    own, from the results), or ``no_estimate`` (why nothing predicts it). ``per_site``: each
+    of the finding's call sites also gets the fix at that site alone (a ``fix`` that removes
+    blocking calls)."""
+
     id: str
     check: Callable[..., Draft | None]
     recommendation: str
     snippet: str = ""
     thresholds: Mapping[str, float] = field(default_factory=dict)
     cap: Severity | None = None  # the most severe grade this finding may get
+    fix: str | None = None
+    estimate: Estimate | None = None
+    no_estimate: str | None = None
+    per_site: bool = False
+
+    def __post_init__(self) -> None:
+        declared = [x for x in (self.fix, self.estimate, self.no_estimate) if x is not None]
+        if len(declared) != 1:
+            raise ValueError(f"rule {self.id} declares {len(declared)} of fix/estimate/no_estimate")
 
 
 def make_finding(rule: Rule, draft: Draft, window_ns: int, t: Thresholds) -> Finding:

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceinsight.analyzers import Results
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.findings.model import (
     Draft,
+    Estimate,
     Finding,
     Rule,
     Severity,
@@ -68,11 +70,30 @@ def rule(
     snippet: str = "",
     thresholds: Mapping[str, float] | None = None,
     cap: Severity | None = None,
+    fix: str | None = None,
+    estimate: Estimate | None = None,
+    no_estimate: str | None = None,
+    per_site: bool = False,
 ) -> Callable[[Callable[[RuleInput], Draft | None]], Callable[[RuleInput], Draft | None]]:
-    """Register the decorated check as a rule (registry order = checking order)."""
+    """Register the decorated check as a rule (registry order = checking order) with its fix's
+    prediction: exactly one of ``fix`` (a transform's name, causal/transforms.py), ``estimate``
+    or ``no_estimate`` (findings/model.py :class:`Rule`)."""
 
     def register(check: Callable[[RuleInput], Draft | None]) -> Callable[[RuleInput], Draft | None]:
-        RULES.append(Rule(rule_id, check, recommendation, snippet, dict(thresholds or {}), cap))
+        RULES.append(
+            Rule(
+                rule_id,
+                check,
+                recommendation,
+                snippet,
+                dict(thresholds or {}),
+                cap,
+                fix=fix,
+                estimate=estimate,
+                no_estimate=no_estimate,
+                per_site=per_site,
+            )
+        )
         return check
 
     return register
@@ -80,6 +101,7 @@ def rule(
 
 @rule(
     "dataloader_stall",
+    fix="dataloader_floor",
     recommendation="Load batches in parallel and ahead of time: num_workers > 0, pin_memory=True, prefetch_factor 4, "
     "persistent_workers=True; move tokenization/decoding out of __getitem__ (pre-tokenize to Arrow/Parquet).",
     snippet=(
@@ -110,6 +132,8 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
 
 @rule(
     "host_sync",
+    fix="remove_syncs",
+    per_site=True,
     recommendation="Remove per-step .item(), .cpu(), print(tensor) and tensor-valued if-conditions from the loop; "
     "accumulate metrics on the GPU and read them every N steps; time with CUDA events.",
     snippet=(
@@ -145,6 +169,7 @@ def host_sync(x: RuleInput) -> Draft | None:
 
 @rule(
     "launch_bound",
+    fix="cuda_graphs",
     recommendation="Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs), capture the step "
     "in a CUDA graph, use fused kernels, or give each kernel more work (larger batch).",
     snippet=(
@@ -180,6 +205,7 @@ def launch_bound(x: RuleInput) -> Draft | None:
 
 @rule(
     "pageable_memcpy",
+    fix="pinned_copies",
     recommendation="Copy from pinned memory (DataLoader(pin_memory=True) or tensor.pin_memory()) with "
     "non_blocking=True so the copy runs asynchronously and can overlap compute.",
     snippet=(
@@ -237,6 +263,7 @@ READBACK_ADVICE = (
 
 @rule(
     "h2d_not_overlapped",
+    fix="h2d_overlapped",
     recommendation="Prefetch the next batch on a side stream from pinned memory (non_blocking=True) so copies overlap "
     "the current step's kernels.",
     snippet=(
@@ -281,6 +308,8 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
 
 @rule(
     "copy_bound",
+    no_estimate="moving fewer bytes changes the program (what stays on the GPU, the input "
+    "format); no transform of the traced step predicts it",
     recommendation="The copy engines bound the run: move fewer bytes between host and device. Keep "
     "the data resident on the GPU (load the dataset, weights or lookup tables once, not every "
     "step), send compact inputs (uint8 images, int token ids, bf16) and decode or cast on the GPU, "
@@ -345,6 +374,7 @@ DDP_FSDP_ADVICE = (
 
 @rule(
     "comm_not_overlapped",
+    fix="comm_overlapped",
     recommendation=DDP_FSDP_ADVICE,
     snippet=(
         "# all-reduce / reduce-scatter / all-gather (DDP, FSDP):\n"
@@ -385,6 +415,8 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
 
 @rule(
     "comm_heavy",
+    no_estimate="communicating less changes the parallelism or the model; no transform of "
+    "the traced step predicts it",
     recommendation="Communicate less often or less: gradient accumulation, larger per-GPU batch, ZeRO-2/SHARD_GRAD_OP "
     "instead of full sharding, bf16 gradient reduction.",
     snippet=(
@@ -415,6 +447,7 @@ def comm_heavy(x: RuleInput) -> Draft | None:
 
 @rule(
     "elementwise_heavy",
+    fix="elementwise_fused",
     recommendation="Fuse elementwise chains: torch.compile, fused LayerNorm/RMSNorm, Flash attention "
     "(F.scaled_dot_product_attention); each unfused op reads and writes memory again.",
     snippet=(
@@ -452,6 +485,7 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
 
 @rule(
     "unfused_optimizer",
+    fix="fused_optimizer",
     recommendation="Use the fused implementation: torch.optim.<Optimizer>(..., fused=True) (or foreach=True where fused is unavailable).",
     snippet="optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
 )
@@ -508,6 +542,7 @@ def _optimizer_advice(name: str | None) -> tuple[str, str]:
 
 @rule(
     "fp32_compute",
+    fix="bf16_gemms",
     recommendation="Train in bf16 with torch.autocast (no GradScaler needed), or at least enable TF32 "
     "(torch.set_float32_matmul_precision('high')).",
     snippet=(
@@ -564,6 +599,7 @@ def _fp32_advice(has_bf16: bool | None, has_tf32: bool | None) -> tuple[str | No
 
 @rule(
     "recompute_overhead",
+    fix="recompute_removed",
     recommendation="Checkpoint only as much as memory requires (every other block, or selective checkpointing of "
     "cheap ops); if memory allows, turn it off.",
     snippet=(
@@ -589,8 +625,21 @@ def recompute_overhead(x: RuleInput) -> Draft | None:
     )
 
 
+def steady_steps_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    """step_time_variance's fix: every step as fast as the median one (no replay: the steps'
+    own times say it), mean step -> median step."""
+    s = r.steps
+    if not s.steps or s.step_time_median_ns is None or s.step_time_mean_ns is None:
+        return None, "the trace has no steps to compare"
+    mean, median = float(s.step_time_mean_ns), float(s.step_time_median_ns)
+    if median <= 0:
+        return None, "the trace has no steps to compare"
+    return WhatIf.of(mean, min(mean, median)), None
+
+
 @rule(
     "step_time_variance",
+    estimate=steady_steps_what_if,
     recommendation="Find what differs in the slow steps (data, GC pauses, logging/checkpointing every N steps, other "
     "processes) and move it out of the step or amortize it.",
     snippet=(
@@ -633,6 +682,8 @@ IDLE_RULES = (
 
 @rule(
     "gpu_underutilized",
+    no_estimate="no single fix: the other findings' what_if and "
+    "details.what_if.all_fixes predict what their fixes save",
     recommendation="Give the GPU more work per step (batch/sequence) and look at the host ops named in the idle "
     "segments: they run while the GPU waits.",
     snippet=(

@@ -1,0 +1,60 @@
+"""The step model's columns, named once: the graph's own (what the replay reads), the flags
+the build sets for the transforms, and the sub-gaps (a gap's share inside a kind of host work)
+that scale with the gap when the profiler's cost is taken out."""
+
+from __future__ import annotations
+
+# The graph's own columns: the nodes, their edges and times (what the replay and the step times
+# read). Anything else a transform reads (what a node is, the build's flags) it declares
+# (causal/transforms.py Transform.host_reads, gpu_reads).
+HOST_GRAPH_COLUMNS = (
+    "node",
+    "tid",
+    "chain_tid",  # the chain the call is in (a joined autograd burst: the step thread's)
+    "name",
+    "start_ns",
+    "end_ns",
+    "gap_ns",
+    "gap_from_ns",
+    "dur_ns",
+    "wait",
+    "own_op",
+    "queue_op",
+    "follows_main",
+)
+GPU_GRAPH_COLUMNS = (
+    "op",
+    "chain",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "gap_ns",
+    "launch",
+    "launched",
+    "launch_offset_ns",
+    "latency_ns",
+    "launch_key_ns",
+    "after_op",  # the other stream's op it waited for, -1 for none
+    "after_lag_ns",
+)
+# The host ranges whose work the transforms move: each gives a host column ``gap_<name>_ns``
+# (the gap's time inside such a range on the call's own thread) and ``in_<name>`` (the call is
+# inside one), and a GPU column ``in_<name>`` (the op was launched inside one).
+RANGES = ("dataloader", "empty_cache", "optimizer", "recompute")
+# The columns the build adds for the transforms (a transform declares those it reads).
+HOST_FLAGS = (
+    *(f"gap_{r}_ns" for r in RANGES),
+    *(f"in_{r}" for r in RANGES),
+    "gap_ops_ns",  # the gap's time inside the thread's own torch ops: dispatch, launches
+    "step",  # the step the call is in, -1 before the first
+    "is_launch",
+    "is_alloc",  # a device allocator call, model/classify.py ALLOCATOR_API
+    "recorded_events",  # events the profiler recorded in the gap, plus the call
+)
+GPU_FLAGS = (
+    *(f"in_{r}" for r in RANGES),
+    "fp32_math",  # fp32 math on CUDA cores, model/classify.py
+    "tf32_math",  # TF32 tensor-core math in a GEMM, conv or attention kernel
+)
+# The gap's shares inside kinds of host work: they shrink with the gap (without_profiler).
+SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns")

@@ -1,0 +1,157 @@
+"""What several commands share: analyzing a trace and writing its outputs (``analyze``,
+``profile``), the annotated trace (``analyze --annotate``, ``annotate``), and writing a diff
+document's outputs with its gate (``diff``, ``diff --against``). Commands import this module,
+never each other.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from traceinsight.constants import SEVERITIES
+from traceinsight.errors import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, InputError
+from traceinsight.options import Options
+from traceinsight.runtime import Runtime, configure_single_trace_process
+
+
+def default_report_path(trace: Path) -> Path:
+    name = trace.name
+    for suffix in (".gz", ".json", ".sqlite", ".nsys-rep"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    name = name.removesuffix(".pt.trace")
+    return Path.cwd() / f"{name}.traceinsight.html"
+
+
+def analyze_and_write(
+    path: Path,
+    opts: Options,
+    *,
+    output: Path | None = None,
+    json_out: str | None = None,
+    html: bool = True,
+    quiet: bool = False,
+    force: bool = False,
+    open_browser: bool = False,
+    fail_on: str | None = None,
+    annotate: Path | None = None,
+) -> int:
+    """Analyze ``path`` and write what was asked (HTML, JSON, the annotated trace, the summary);
+    the exit code, with ``fail_on``'s gate (``analyze`` and ``profile``)."""
+    if path.is_file():
+        configure_single_trace_process(path.stat().st_size)
+    from traceinsight.api import analyze_with
+    from traceinsight.io import check_outputs, check_writable, write_text_atomic
+    from traceinsight.pipeline import graded
+    from traceinsight.report import terminal
+    from traceinsight.report.json_out import emit_json
+
+    graded(opts)  # a bad --threshold fails before any output is checked or parsed
+    report = (output or default_report_path(path)) if html else None
+    check_outputs(report, json_out, force)
+    # The command's own __main__ is import-safe, so a large trace may use helper processes
+    # (where the native scanner is not built; threads otherwise).
+    if annotate is not None:
+        check_writable(annotate, force)
+    analysis = analyze_with(path, opts, Runtime.detect(helpers=True))
+    doc = analysis.to_json()
+    if annotate is not None:
+        write_annotated_trace(analysis, path, annotate)
+        doc["annotated_trace"] = str(annotate)
+    if report is not None:
+        from traceinsight.report.html import render
+
+        write_text_atomic(report, render(doc))
+    emit_json(doc, json_out)
+    if not quiet and json_out != "-":
+        print(terminal.render(doc, str(report) if report else None))
+    if report is not None and open_browser:
+        import webbrowser
+
+        webbrowser.open(report.resolve().as_uri())
+    if fail_on:
+        limit = SEVERITIES.index(fail_on)
+        hits = [f for f in doc["findings"] if SEVERITIES.index(f["severity"]) <= limit]
+        if hits:
+            print(
+                f"traceinsight: --fail-on {fail_on}: {len(hits)} finding(s), first: {hits[0]['id']}",
+                file=sys.stderr,
+            )
+            return EXIT_GATE
+    return EXIT_OK
+
+
+def write_annotated_trace(analysis: object, path: Path, output: Path) -> int:
+    """Write the annotated trace of one analysis; InputError for a job (one file per rank)."""
+    from traceinsight.analysis import TraceAnalysis
+    from traceinsight.report.annotate import write_annotated
+
+    if not isinstance(analysis, TraceAnalysis):
+        ranks = getattr(analysis, "ranks", ())
+        raise InputError(
+            f"annotate writes one rank's trace and this input holds {len(ranks)} ranks: "
+            "pass --rank N (or one rank's file)",
+            str(path),
+        )
+    try:
+        return write_annotated(analysis, path, output)
+    except ValueError as e:  # the document's layout is not one the streaming copy knows
+        raise InputError(str(e), str(path)) from e
+
+
+def write_and_gate(
+    doc: dict[str, Any],
+    report: Path | None,
+    json_out: str | None,
+    quiet: bool,
+    fail_if_slower: float | None,
+    allow_different_hardware: bool,
+) -> int:
+    """A diff document's outputs (HTML, JSON, summary), then the gate's exit code."""
+    from traceinsight.io import write_text_atomic
+    from traceinsight.report.json_out import emit_json
+    from traceinsight.report.terminal import render_diff_summary
+
+    if report is not None:
+        from traceinsight.report.diff_html import render_diff_html
+
+        write_text_atomic(report, render_diff_html(doc))
+    emit_json(doc, json_out)
+    if not quiet and json_out != "-":
+        print(render_diff_summary(doc, str(report) if report else None))
+    if fail_if_slower is None:
+        return EXIT_OK
+    if doc["hardware_differs"] and not allow_different_hardware:
+        print(
+            "traceinsight: not gating on a diff across different hardware ("
+            + "; ".join(doc["warnings"])
+            + "); pass --allow-different-hardware to gate anyway",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    return gate_exit(doc["gate"], fail_if_slower)
+
+
+def gate_exit(gate: dict[str, Any], fail_if_slower: float) -> int:
+    """EXIT_GATE when the slowdown is over the threshold and not inside the noise interval."""
+    slow = gate["slowdown_ratio"]
+    what = {"step_time": "step time", "iteration_time": "iteration time"}.get(
+        gate["basis"] or "", "time per kernel (throughput)"
+    )
+    if slow is None or slow * 100 <= fail_if_slower:
+        return EXIT_OK
+    if gate["significant"] is False:
+        lo, hi = gate["interval"]
+        print(
+            f"traceinsight: {what} {100 * slow:.1f}% slower, but within the noise "
+            f"({100 * lo:+.1f}% .. {100 * hi:+.1f}%): not failing",
+            file=sys.stderr,
+        )
+        return EXIT_OK
+    print(
+        f"traceinsight: {what} {100 * slow:.1f}% slower, over --fail-if-slower {fail_if_slower:g}%",
+        file=sys.stderr,
+    )
+    return EXIT_GATE
