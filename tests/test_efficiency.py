@@ -1,4 +1,4 @@
-"""Efficiency (issue 20): FLOPs per op against hand-computed values, the device spec table on the
+"""Efficiency: FLOPs per op against hand-computed values, the device spec table on the
 names the corpus carries, and MFU/FLOPs on the H200 GPT fixtures against their analytic truth."""
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ def test_sync_sources_name_the_functions_and_triggers_of_the_truth(stack: Any) -
     truth = json.loads(STACK.with_name("sync_sites.truth.json").read_text())
     steps = len(truth["profiled"]["recorded_step_ms"])  # the recorder's active steps
     (sync,) = [f for f in stack.findings if f.id == "host_sync"]
-    got = {(s["function"], s["line"], s["trigger"]): s["count"] for s in sync.evidence["sources"]}
+    got = {(s.function, s.line, s.trigger): s.count for s in sync.evidence["sources"]}
     # Expected from the truth: each site's function and def line (what a with_stack frame names),
     # the trigger its call makes (.item() -> item, .cpu() -> cpu, a tensor-valued if ->
     # aten::is_nonzero, which has no Python frame of its own), count_per_step x steps.
@@ -69,20 +69,18 @@ def test_sync_sources_name_the_functions_and_triggers_of_the_truth(stack: Any) -
     assert got == want
     assert sum(got.values()) == truth["syncs_per_step"] * steps == stack.metrics["host_sync_count"]
     # Costs are the blocked time of those very calls: their sum is the sync analyzer's.
-    assert (
-        sum(s["cost_ns"] for s in sync.evidence["sources"]) == stack.metrics["host_sync_blocked_ns"]
-    )
-    costs = [s["cost_ns"] for s in sync.evidence["sources"]]
+    assert sum(s.cost_ns for s in sync.evidence["sources"]) == stack.metrics["host_sync_blocked_ns"]
+    costs = [s.cost_ns for s in sync.evidence["sources"]]
     assert costs == sorted(costs, reverse=True)
-    assert all(s["file"] == truth["file"] for s in sync.evidence["sources"])
+    assert all(s.file == truth["file"] for s in sync.evidence["sources"])
 
 
 def test_launch_sources_stay_in_the_users_file(stack: Any) -> None:
     launch = stack.results.sources.by_category["launch"]
     # Every launch of the profiled loop happens under train_loop_step (def line from the truth's
     # caller record: the function holding lines 1095/1096 starts at 1089 in record_pairs.py).
-    assert launch and all(s["file"] == "record_pairs.py" for s in launch)
-    assert {s["function"] for s in launch} <= {"train_loop_step", "log_metrics", "should_stop"}
+    assert launch and all(s.file == "record_pairs.py" for s in launch)
+    assert {s.function for s in launch} <= {"train_loop_step", "log_metrics", "should_stop"}
 
 
 def test_terminal_names_the_line_and_the_call(stack: Any) -> None:
@@ -130,7 +128,7 @@ def test_library_frames_are_not_the_users_location() -> None:
     from traceinsight.analyzers.sources import analyze_sources
 
     rows = analyze_sources(ctx).by_category["host_sync"]
-    got = {(r["location"], r["trigger"], r["count"], r["cost_ns"]) for r in rows}
+    got = {(r.location, r.trigger, r.count, r.cost_ns) for r in rows}
     # the first sync: innermost user frame mylib/util.py:helper, the call beneath it torch's item;
     # the second: inside logging (stdlib), so the user frame is train.py:step, trigger info
     assert got == {
@@ -426,7 +424,7 @@ def test_rank_clock_skew(tmp_path: Path) -> None:
     # expected: the shift plus the ranks' own offset in the original (median over steps)
     import statistics
 
-    s0, s1 = ({s["step"]: s["start_ns"] for s in r.results.steps.per_step} for r in job.ranks)
+    s0, s1 = ({s.step: s.start_ns for s in r.results.steps.per_step} for r in job.ranks)
     natural = statistics.median(s1[k] - s0[k] for k in s0.keys() & s1.keys())
     # 1 ms: the upper-middle median of a few steps vs statistics.median; ignoring the natural
     # offset (2.2 ms here) fails it

@@ -54,10 +54,10 @@ def test_cuda_api_backtraces_name_main_and_the_copy() -> None:
     a = api.analyze(SAXPY)
     assert isinstance(a, api.TraceAnalysis)
     (copy,) = _sources(a, "blocking_copy")
-    assert copy["location"] == "main (saxpy-mpi-cuda)" and copy["trigger"] == "cudaMemcpy"
-    assert (copy["count"], copy["cost_ns"]) == (n, total) == (15, 374_343_896)
+    assert copy.location == "main (saxpy-mpi-cuda)" and copy.trigger == "cudaMemcpy"
+    assert (copy.count, copy.cost_ns) == (n, total) == (15, 374_343_896)
     (launch,) = _sources(a, "launch")  # the five launches come from the saxpy() wrapper
-    assert (launch["function"], launch["trigger"], launch["count"]) == (
+    assert (launch.function, launch.trigger, launch.count) == (
         "saxpy",
         "cudaLaunchKernel",
         5,
@@ -79,12 +79,12 @@ def test_os_runtime_backtraces_attribute_device_syncs() -> None:
     a = api.analyze(CLOVER)
     assert isinstance(a, api.TraceAnalysis) and a.results.sources.stacks_recorded
     syncs = _sources(a, "host_sync")
-    assert {s["trigger"] for s in syncs} == {"cudaDeviceSynchronize"}
-    assert syncs[0]["location"] == "clover::par_ranged2 (cuda-cloverleaf)"
+    assert {s.trigger for s in syncs} == {"cudaDeviceSynchronize"}
+    assert syncs[0].location == "clover::par_ranged2 (cuda-cloverleaf)"
     # every frame that names a location is the application's, not a library's
-    assert {s["file"] for s in syncs} == {"cuda-cloverleaf"}
+    assert {s.file for s in syncs} == {"cuda-cloverleaf"}
     (sync,) = [f for f in a.findings if f.id == "host_sync"]
-    assert sync.evidence["sources"][0]["location"] == syncs[0]["location"]
+    assert sync.evidence["sources"][0].location == syncs[0].location
 
 
 def test_nvtx_ranges_are_the_location_without_backtraces() -> None:
@@ -93,9 +93,9 @@ def test_nvtx_ranges_are_the_location_without_backtraces() -> None:
     r = a.ranks[0]
     assert not r.results.sources.stacks_recorded
     launches = _sources(r, "launch")
-    assert launches and all(s["file"] is None and s["line"] is None for s in launches)
+    assert launches and all(s.file is None and s.line is None for s in launches)
     # no op range (emit_nvtx aten::..., NCCL's domain) and no step number is a location
-    assert not any(s["location"].startswith(("aten::", "nccl:")) for s in launches)
+    assert not any(s.location.startswith(("aten::", "nccl:")) for s in launches)
     assert "nsys profile --cudabacktrace" in r.results.sources.hint
 
 

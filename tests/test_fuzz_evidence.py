@@ -1,4 +1,4 @@
-"""Property-based pass over issue 21's inputs: nsys backtrace tables (CUDA_CALLCHAINS, OSRT_API
+"""Property-based pass over the source-attribution inputs: nsys backtrace tables (CUDA_CALLCHAINS, OSRT_API
 with OSRT_CALLCHAINS, COMPOSITE_EVENTS with SAMPLING_CALLCHAINS), DIAGNOSTIC_EVENT messages,
 Kineto's logged WARNING/ERROR lines, and ``annotate`` of hostile traces (the annotated output
 must be strict JSON and analyze again).

@@ -37,7 +37,7 @@ def load(name):
 )
 def test_step_times_match_cuda_events(name):
     a, truth = load(name)
-    got = [s["dur_ns"] / 1e6 for s in a.results.steps.per_step][:COMPARED_STEPS]
+    got = [s.dur_ns / 1e6 for s in a.results.steps.per_step][:COMPARED_STEPS]
     want = truth["step_time_ms"][:COMPARED_STEPS]
     assert len(got) == COMPARED_STEPS
     for g, w in zip(got, want, strict=True):
@@ -87,7 +87,7 @@ def test_healthy_has_no_high_or_medium_and_busy_matches_compute():
     # kernels that the CUDA-event span includes: within 4% below, never above.
     compute_ns = truth["compute_only_ms"] * 1e6
     for s in a.results.steps.per_step[:COMPARED_STEPS]:
-        assert 0.96 * compute_ns <= s["gpu_busy_ns"] <= compute_ns
+        assert 0.96 * compute_ns <= s.gpu_busy_ns <= compute_ns
     # busy share of the window: compute-only time over the CUDA-event step time (0.99), within 3 points
     step_ms = sum(truth["step_time_ms"][:COMPARED_STEPS]) / COMPARED_STEPS
     assert a.metrics["gpu_busy_ratio"] == pytest.approx(
@@ -101,7 +101,7 @@ def test_dataloader_idle_matches_time_in_next():
     in_next_ns = sum(s["next_ns"] for s in truth["per_step"])
     assert a.metrics["idle_by_cause_ns"]["dataloader"] == pytest.approx(in_next_ns, rel=0.05)
     assert a.metrics["dataloader_ratio"] == pytest.approx(
-        in_next_ns / sum(s["dur_ns"] for s in a.results.steps.per_step), rel=0.05
+        in_next_ns / sum(s.dur_ns for s in a.results.steps.per_step), rel=0.05
     )
 
 
@@ -231,14 +231,14 @@ def test_sync_cost_matches_the_control():
 )
 def test_per_step_idle_plus_busy_is_step_time(name):
     a, _ = load(name)
-    idle = {s["step"]: s["idle_ns"] for s in a.results.idle.per_step}
+    idle = {s.step: s.idle_ns for s in a.results.idle.per_step}
     for s in a.results.steps.per_step:
-        assert idle[s["step"]] + s["gpu_busy_ns"] == s["dur_ns"]
+        assert idle[s.step] + s.gpu_busy_ns == s.dur_ns
 
 
 def test_phase_shares_on_host_ranges():
     a, truth = load("dataloader_starved")
     assert len(a.results.steps.per_step) == len(truth["per_step"]) == 4  # every recorded step
     for s, t in zip(a.results.steps.per_step, truth["per_step"], strict=True):
-        assert s["dataloader_ns"] == pytest.approx(t["next_ns"], rel=0.02)
-        assert s["forward_ns"] > 0 and s["backward_ns"] > 0
+        assert s.dataloader_ns == pytest.approx(t["next_ns"], rel=0.02)
+        assert s.forward_ns > 0 and s.backward_ns > 0

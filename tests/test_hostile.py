@@ -457,7 +457,7 @@ def test_concurrent_analyses_do_not_interfere(tmp_path, capsys):
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-# --- issue 17: deep nesting, whitespace bombs, inputs that cannot fit -------------------------
+# --- deep nesting, whitespace bombs, inputs that cannot fit -------------------------
 
 
 def _sha(path: Path) -> str:

@@ -1,4 +1,4 @@
-"""The streamed fast path cuts the events array in any JSON layout (issue 17): compact single
+"""The streamed fast path cuts the events array in any JSON layout: compact single
 line, one event per line, indented, CRLF; and cuts that fall inside strings or nested values
 are mended. In every case its analysis equals the reference (orjson) path's."""
 

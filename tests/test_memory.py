@@ -1,4 +1,4 @@
-"""Memory (issue 19): the analyzer and its findings on hand-computed tables, and against the
+"""Memory: the analyzer and its findings on hand-computed tables, and against the
 H200 recordings' own counters (torch.cuda.memory_stats() per step, measured outside the trace)."""
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def _self_by_name(a) -> dict[str, int]:
 def test_kineto_regions_match_hta_on_nccl_parser_config():
     path = shared_or_skip() / "hta" / "nccl_parser_config" / "nccl_data.json.gz"
     a = analyze(path, steps="..5")  # steps 4..6; HTA keeps 4 and 5
-    assert [s["step"] for s in a.results.steps.per_step] == [4, 5]
+    assert [s.step for s in a.results.steps.per_step] == [4, 5]
     ours = _self_by_name(a)
     # kernels with long durations: within HTA's integer-us rounding (<1 us a kernel)
     assert ours["nccl:all_reduce"] == pytest.approx(24_204_000, rel=0.002)

@@ -338,7 +338,7 @@ def test_savings_are_the_findings_costs():
 def test_what_if_in_details():
     a = analyze(H200 / "pairs" / "fused_adamw.before.pt.trace.json.gz")
     w = a.results.replay.what_if["fused_optimizer"]
-    assert set(w) == {"step_time_ns", "step_time_after_ns", "speedup"}
+    assert set(jsonable(w)) == {"step_time_ns", "step_time_after_ns", "speedup"}
     assert w.speedup > 1
     assert a.to_json()["details"]["replay"]["what_if"]["fused_optimizer"] == jsonable(w)
 
@@ -410,14 +410,14 @@ def test_host_sync_sources_carry_the_saving_of_one_call_site():
     with the most waiting syncs (6 x .item() in log_metrics) saves the most."""
     a = analyze(H200 / "stack" / "sync_sites.pt.trace.json.gz")
     f = next(x for x in a.findings if x.id == "host_sync")
-    sites = [s for s in f.evidence["sources"] if s.get("what_if")]
+    sites = [s for s in f.evidence["sources"] if s.what_if]
     assert sites and f.what_if is not None
     for s in sites:
-        assert s["what_if"].step_time_ns == f.what_if.step_time_ns
-        assert f.what_if.step_time_after_ns <= s["what_if"].step_time_after_ns
-        assert s["what_if"].step_time_after_ns <= s["what_if"].step_time_ns
-    best = min(sites, key=lambda s: s["what_if"].step_time_after_ns)
-    assert best["trigger"] == "item" and best["count"] == 6
+        assert s.what_if.step_time_ns == f.what_if.step_time_ns
+        assert f.what_if.step_time_after_ns <= s.what_if.step_time_after_ns
+        assert s.what_if.step_time_after_ns <= s.what_if.step_time_ns
+    best = min(sites, key=lambda s: s.what_if.step_time_after_ns)
+    assert best.trigger == "item" and best.count == 6
 
 
 # The engine each pair's measured fix sped up: CUDA graphs, a fused optimizer, no empty_cache

@@ -225,7 +225,7 @@ class JobAnalysis:
     def data_quality(self) -> list[dict[str, Any]]:
         """The job's own health checks (each rank's are in its entry)."""
         starts = {
-            r.rank: {s["step"]: s["start_ns"] for s in r.results.steps.per_step} for r in self.ranks
+            r.rank: {s.step: s.start_ns for s in r.results.steps.per_step} for r in self.ranks
         }
         return rank_clock_skew(starts, self.step_time_median_ns, self.findings)
 
@@ -244,6 +244,6 @@ class JobAnalysis:
 
     def step_table(self, limit: int = 200) -> list[dict[str, Any]]:
         """Step number -> each rank's step time (ranks in the job's order), for steps all ranks have."""
-        per = [{s["step"]: s["dur_ns"] for s in r.results.steps.per_step} for r in self.ranks]
+        per = [{s.step: s.dur_ns for s in r.results.steps.per_step} for r in self.ranks]
         common = sorted(set.intersection(*(set(p) for p in per))) if per else []
         return [{"step": st, "times": [p[st] for p in per]} for st in common[:limit]]

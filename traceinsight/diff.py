@@ -434,7 +434,7 @@ def throughput(
 def _step_sample(a: Analysis | None) -> list[float]:
     """Per-step times for the noise model: a trace's steps; a job's slowest rank per step."""
     if isinstance(a, TraceAnalysis):
-        return [float(s["dur_ns"]) for s in a.results.steps.per_step]
+        return [float(s.dur_ns) for s in a.results.steps.per_step]
     if isinstance(a, JobAnalysis):
         return [float(max(s["times"])) for s in a.step_table(limit=10_000)]
     return []

@@ -46,7 +46,7 @@ class Results:
     recompute: RecomputeResult
     sources: SourcesResult
     health: HealthResult
-    replay: ReplayResult | None  # with Options.replay only (the causal model is opt-in for now)
+    replay: ReplayResult | None  # None with --no-replay (Options.replay False)
     regions: RegionResult  # after the others: it places the idle segments (see run_analyzers)
     memory: MemoryResult  # derived too: its batch what-ifs replay the step model
     efficiency: EfficiencyResult  # FLOPs, MFU, roofline, GEMM shapes, occupancy (derived)

@@ -14,13 +14,14 @@ window, per step, net of the lead the waiting rank already had when the step beg
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
 
 from traceinsight.analyzers.comm import with_kinds
+from traceinsight.analyzers.steps import StepTime
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import KERNEL_RULES, names_matching
 from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
@@ -54,7 +55,7 @@ class RankPayload:
 
 def rank_payload(
     trace: Trace,
-    per_step: Sequence[Mapping[str, Any]],
+    per_step: Sequence[StepTime],
     window_ns: int,
     top_finding: str | None,
     rank: int,
@@ -67,7 +68,7 @@ def rank_payload(
     comm = names_matching(kernels, f"(?i){COLLECTIVE_KERNEL}")
     steps = per_step
     if steps:
-        lo, hi = min(s["start_ns"] for s in steps), max(s["end_ns"] for s in steps)
+        lo, hi = min(s.start_ns for s in steps), max(s.end_ns for s in steps)
     else:
         gpu = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
         span = gpu if gpu.height else ev
@@ -86,9 +87,9 @@ def rank_payload(
         if steps:
             st = pl.DataFrame(
                 {
-                    "step": [s["step"] for s in steps],
-                    "s_s": [s["start_ns"] for s in steps],
-                    "s_e": [s["end_ns"] for s in steps],
+                    "step": [s.step for s in steps],
+                    "s_s": [s.start_ns for s in steps],
+                    "s_e": [s.end_ns for s in steps],
                 }
             )
             # A collective still running when the window opens is the first step's (its waiting
@@ -110,10 +111,10 @@ def rank_payload(
         rank=rank,
         window_ns=window_ns,
         collectives=comm.select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA),
-        step_times_ns=tuple(s["dur_ns"] for s in steps),
-        step_starts_ns=tuple(s["start_ns"] for s in steps),
+        step_times_ns=tuple(s.dur_ns for s in steps),
+        step_starts_ns=tuple(s.start_ns for s in steps),
         top_finding=top_finding,
-        steps=tuple(s["step"] for s in steps),
+        steps=tuple(s.step for s in steps),
         window_start_ns=lo,
         window_end_ns=hi,
         compute_busy=iv.clip(iv.union(compute), lo, hi),

@@ -53,6 +53,29 @@ TOP_SEGMENTS = 25
 
 
 @dataclass(frozen=True)
+class IdleSegment:
+    """One idle gap of a device: its span, its offset from the window's start, its cause and
+    the host op running while the GPU waited (None: none)."""
+
+    device: int | None
+    start_ns: int
+    end_ns: int
+    dur_ns: int
+    offset_ns: int
+    cause: str
+    host_op: str | None
+
+
+@dataclass(frozen=True)
+class StepIdle:
+    """One step's idle time, in all and by cause."""
+
+    step: int
+    idle_ns: int
+    idle_by_cause_ns: dict[str, int]
+
+
+@dataclass(frozen=True)
 class IdleResult:
     window_ns: int
     devices: tuple[dict[str, Any], ...]
@@ -62,9 +85,9 @@ class IdleResult:
     gpu_idle_ratio: float | None
     idle_by_cause_ns: dict[str, int]
     segment_count: int
-    top_segments: tuple[dict[str, Any], ...]
+    top_segments: tuple[IdleSegment, ...]
     timeline: dict[str, Any] = field(default_factory=dict)  # per-device busy bins, for the report
-    per_step: tuple[dict[str, Any], ...] = ()  # step, idle_ns, idle_by_cause_ns
+    per_step: tuple[StepIdle, ...] = ()
     # every gap with its cause (device, start_ns, end_ns, cause, host_op: named for the
     # reported ones only): for the region breakdown, which places the same segments in the
     # model's regions, and the annotated trace's idle track over the whole window; not in the JSON
@@ -215,15 +238,15 @@ def analyze_idle(ctx: Context) -> IdleResult:
         by_cause[cause] = int(total)
     top = top_gaps(gaps)
     top_rows = tuple(
-        {
-            "device": r["device"],
-            "start_ns": r["start_ns"],
-            "end_ns": r["end_ns"],
-            "dur_ns": r["dur_ns"],
-            "offset_ns": r["start_ns"] - lo,
-            "cause": r["cause"],
-            "host_op": r["op"],
-        }
+        IdleSegment(
+            r["device"],
+            r["start_ns"],
+            r["end_ns"],
+            r["dur_ns"],
+            r["start_ns"] - lo,
+            r["cause"],
+            r["op"],
+        )
         for r in top.iter_rows(named=True)
     )
     denom = ctx.window_ns * max(1, len(ctx.devices))
@@ -254,7 +277,7 @@ def _engine_busy(ctx: Context, kinds: tuple[str, ...]) -> int:
     return iv.total(iv.union(rows, by=["device"])) if rows.height else 0
 
 
-def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[dict[str, Any], ...]:
+def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[StepIdle, ...]:
     """Idle time by cause inside each step; a gap spanning a step boundary is split there.
 
     A device's gaps are disjoint and sorted, so each (device, cause) set is a union and its
@@ -275,7 +298,7 @@ def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[dict[str, Any], ...]:
     rows = []
     for i, step in enumerate(ctx.steps["step"].to_list()):
         causes = {c: int(per_cause[c][i]) for c in CAUSES}
-        rows.append({"step": step, "idle_ns": sum(causes.values()), "idle_by_cause_ns": causes})
+        rows.append(StepIdle(step, sum(causes.values()), causes))
     return tuple(rows)
 
 

@@ -26,7 +26,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import STEP_MARKER, Context
-from traceinsight.analyzers.idle import CAUSES, IdleResult
+from traceinsight.analyzers.idle import CAUSES, IdleResult, IdleSegment
 from traceinsight.model import intervals as iv
 
 MODULE_PATTERN = r"^nn\.Module: "
@@ -413,18 +413,13 @@ def with_findings(result: RegionResult, findings: Iterable[Any]) -> RegionResult
     hits: dict[str, list[str]] = {}
     for f in findings:
         segs = [
-            s
-            for s in (f.evidence or {}).get("top_segments") or []
-            if isinstance(s, dict) and s.get("start_ns") is not None
+            s for s in (f.evidence or {}).get("top_segments") or [] if isinstance(s, IdleSegment)
         ]
         if not segs:
             continue
         # a few segments: one scan of the spans for all of them
         overlaps = pl.any_horizontal(
-            [
-                (pl.col("start_ns") < int(s["end_ns"])) & (pl.col("end_ns") > int(s["start_ns"]))
-                for s in segs
-            ]
+            [(pl.col("start_ns") < s.end_ns) & (pl.col("end_ns") > s.start_ns) for s in segs]
         )
         ids = spans.filter(overlaps).get_column("path_id").unique()
         for path in paths.filter(pl.col("path_id").is_in(ids.implode())).get_column("path"):

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import Any
 
 import polars as pl
 
 from traceinsight.analyzers.context import Context
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import (
     API_KINDS,
@@ -28,6 +28,7 @@ from traceinsight.model.classify import (
     LAUNCH_API,
     SYNC_API,
 )
+from traceinsight.records import OMIT_NONE
 
 FRAME = r"^(?<file>.+?)\((?<line>\d+)\): (?<func>.+)$"
 # Top-level packages that are libraries. Kineto strips the sys.path entry from a frame's file,
@@ -112,11 +113,27 @@ SOURCE_ORDER = {"cuda_api": 0, "osrt": 1, "sampling": 2}  # the call's own stack
 
 
 @dataclass(frozen=True)
+class Source:
+    """A place in the user's code: ``location`` (file:line), its parts, the call beneath it
+    that waited or launched (``trigger``), how often and how long (``cost_ns``); ``what_if``:
+    the fix at this site alone, where the finding prices each site (findings/savings.py)."""
+
+    location: str
+    file: str | None
+    line: int | None
+    function: str | None
+    trigger: str | None
+    count: int
+    cost_ns: int
+    what_if: WhatIf | None = field(default=None, metadata=OMIT_NONE)
+
+
+@dataclass(frozen=True)
 class SourcesResult:
     stacks_recorded: bool  # python_function frames or nsys backtraces present
     # by category (host_sync, blocking_copy, dataloader, launch): location, file, line,
     # function, trigger, count, cost_ns; most costly first
-    by_category: dict[str, tuple[dict[str, Any], ...]]
+    by_category: dict[str, tuple[Source, ...]]
     hint: str = STACK_HINT  # how to record stacks, for this input's profiler
     # each located sync and blocking copy call (category, tid, start_ns, location, trigger):
     # what a fix at one call site changes (findings/savings.py); not in the JSON
@@ -213,7 +230,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
             .sort(["cost_ns", "location", "trigger"], descending=[True, False, False])
             .head(TOP_SOURCES)
         )
-        by_category[cat] = tuple(rows.iter_rows(named=True))
+        by_category[cat] = tuple(Source(**row) for row in rows.iter_rows(named=True))
     return SourcesResult(frames.height > 0 or chains.height > 0, by_category, hint, sites)
 
 

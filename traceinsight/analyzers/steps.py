@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
@@ -16,6 +15,24 @@ OUTLIER_FACTOR = 1.25
 
 
 @dataclass(frozen=True)
+class StepTime:
+    """One step: its span (from the previous step's end, GPU-aligned), the host's time in the
+    data loader, forward, backward and the optimizer inside it, the GPU's busy time, and its
+    start's offset from the window's."""
+
+    step: int
+    start_ns: int
+    end_ns: int
+    dur_ns: int
+    dataloader_ns: int
+    forward_ns: int | None
+    backward_ns: int | None
+    optimizer_ns: int | None
+    gpu_busy_ns: int | None
+    offset_ns: int
+
+
+@dataclass(frozen=True)
 class StepResult:
     steps: int
     step_time_mean_ns: float | None
@@ -25,7 +42,7 @@ class StepResult:
     dataloader_ns: int
     dataloader_ratio: float | None
     outlier_steps: tuple[int, ...]
-    per_step: tuple[dict[str, Any], ...]
+    per_step: tuple[StepTime, ...]
 
 
 def _forward_ns(spans: pl.DataFrame, bw_rows: pl.DataFrame, dl: pl.DataFrame) -> pl.Series:
@@ -139,7 +156,8 @@ def analyze_steps(ctx: Context) -> StepResult:
         dataloader_ratio=dl_total / total if total else None,
         outlier_steps=tuple(int(s) for s in outliers if s is not None),
         per_step=tuple(
-            spans.with_columns(
+            StepTime(**row)
+            for row in spans.with_columns(
                 (pl.col("start_ns") - ctx.window_start_ns).alias("offset_ns")
             ).iter_rows(named=True)
         ),

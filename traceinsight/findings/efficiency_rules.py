@@ -1,4 +1,4 @@
-"""Efficiency rules (issue 20): GEMM shapes that miss the tensor cores' alignment, and kernels
+"""Efficiency rules: GEMM shapes that miss the tensor cores' alignment, and kernels
 that run at low occupancy. Registered after rules.py's (this module imports it), so they are
 checked last; they read ``x.r.efficiency`` (analyzers/efficiency.py).
 """

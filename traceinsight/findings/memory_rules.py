@@ -1,4 +1,4 @@
-"""The memory rules (issue 19): growth across steps, allocator churn, unused headroom on an
+"""The memory rules: growth across steps, allocator churn, unused headroom on an
 under-fed GPU, fragmentation. Registered with :func:`~traceinsight.findings.rules.rule` after
 ``rules.py``'s own (imported by ``findings/__init__``), so they are checked last and may read
 the other findings. They read ``x.r.memory`` (analyzers/memory.py).
@@ -82,6 +82,9 @@ def _allocator_cost(x: RuleInput) -> float:
         "growth_consistency_min_ratio": 0.6,
         "growth_full_steps_high": 1000,
         "growth_full_steps_medium": 100000,
+        # the net rise over the steps at least this share of what the slope says: rises and
+        # falls that a median slope smooths into growth are no growth
+        "growth_net_min_ratio": 0.5,
     },
 )
 def memory_growth(x: RuleInput) -> Draft | None:
@@ -93,8 +96,8 @@ def memory_growth(x: RuleInput) -> Draft | None:
     ):
         return None
     b = d.boundary_allocated_bytes
-    if b[-1] - b[0] < 0.5 * d.growth_bytes_per_step * (len(b) - 1):
-        return None  # rises and falls that a median slope smooths into growth: no net growth
+    if b[-1] - b[0] < x.t["growth_net_min_ratio"] * d.growth_bytes_per_step * (len(b) - 1):
+        return None
     # No time is lost until the device is full; graded by how soon that is.
     until = d.steps_until_full
     if until is not None and until < x.t["growth_full_steps_high"]:

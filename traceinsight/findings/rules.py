@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from traceinsight.analyzers import Results
+from traceinsight.analyzers.idle import IdleSegment
+from traceinsight.analyzers.sources import Source
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.findings.model import (
     Draft,
@@ -41,14 +42,14 @@ class RuleInput:
     def idle(self, cause: str) -> int:
         return self.r.idle.idle_by_cause_ns.get(cause, 0)
 
-    def sources(self, *categories: str) -> list[dict[str, Any]]:
+    def sources(self, *categories: str) -> list[Source]:
         """Where in the user's code these host events come from (analyzers/sources.py), most
         costly first; empty without with_stack=True."""
         rows = [s for c in categories for s in self.r.sources.by_category.get(c, ())]
-        return sorted(rows, key=lambda s: -s["cost_ns"])
+        return sorted(rows, key=lambda s: -s.cost_ns)
 
-    def segments(self, cause: str, n: int = 5) -> list[dict[str, Any]]:
-        return [s for s in self.r.idle.top_segments if s["cause"] == cause][:n]
+    def segments(self, cause: str, n: int = 5) -> list[IdleSegment]:
+        return [s for s in self.r.idle.top_segments if s.cause == cause][:n]
 
     def chain(self, cause: str, what: str) -> str | None:
         """The causal chain at the largest idle segment of ``cause``, in words: what the host
@@ -56,10 +57,10 @@ class RuleInput:
         seg = next(iter(self.segments(cause, 1)), None)
         if seg is None:
             return None
-        op = f" in {seg['host_op']}" if seg.get("host_op") else ""
+        op = f" in {seg.host_op}" if seg.host_op else ""
         return (
-            f"{what}{op} at {fmt_ms(seg['offset_ns'])} into the window: the GPU ran out of "
-            f"queued work and idled {fmt_ms(seg['dur_ns'])} until the host launched work again"
+            f"{what}{op} at {fmt_ms(seg.offset_ns)} into the window: the GPU ran out of "
+            f"queued work and idled {fmt_ms(seg.dur_ns)} until the host launched work again"
         )
 
 
@@ -109,11 +110,13 @@ def rule(
         "                    prefetch_factor=4, persistent_workers=True)\n"
         "# and tokenize/pre-process once, offline (datasets.map(..., num_proc=16) -> Arrow/Parquet)"
     ),
+    # without GPU idle to blame (a CPU-only trace), the loader's share of the steps must be this
+    thresholds={"dataloader_host_min_ratio": 0.05},
 )
 def dataloader_stall(x: RuleInput) -> Draft | None:
     steps = x.r.steps
     cost = x.idle("dataloader")
-    if cost <= 0 and (steps.dataloader_ratio or 0) <= 0.05:
+    if cost <= 0 and (steps.dataloader_ratio or 0) <= x.t["dataloader_host_min_ratio"]:
         return None
     return Draft(
         cost,
@@ -122,7 +125,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "idle_ns": cost,
             "dataloader_ratio": steps.dataloader_ratio,
             "dataloader_ns": steps.dataloader_ns,
-            "per_step_dataloader_ns": [s["dataloader_ns"] for s in steps.per_step],
+            "per_step_dataloader_ns": [s.dataloader_ns for s in steps.per_step],
             "top_segments": x.segments("dataloader"),
             "causal_chain": x.chain("dataloader", "the main thread waited for the next batch"),
             "sources": x.sources("dataloader"),
@@ -318,16 +321,26 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
         "data = dataset.tensors.to('cuda')            # once, outside the loop\n"
         "x = batch_u8.to('cuda', non_blocking=True).float().div_(255)  # cast on the GPU"
     ),
-    thresholds={"copy_bound_min_ratio": 0.5},
+    thresholds={
+        "copy_bound_min_ratio": 0.5,
+        "copy_bound_kernel_factor": 2.0,  # copies busy at least this many times the kernels
+        # mostly pageable bytes: pageable_memcpy names that fix instead
+        "copy_bound_pageable_max_ratio": 0.5,
+    },
 )
 def copy_bound(x: RuleInput) -> Draft | None:
     """Copies (not pageable ones: pageable_memcpy names that fix) keep the copy engines busy
     over half the window and at least twice as long as the kernels run."""
     idle, copies = x.r.idle, x.r.copies
     copy, kern = idle.copy_busy_ratio, idle.kernel_busy_ratio
-    if copy is None or kern is None or copy < x.t["copy_bound_min_ratio"] or copy < 2 * kern:
+    if (
+        copy is None
+        or kern is None
+        or copy < x.t["copy_bound_min_ratio"]
+        or copy < x.t["copy_bound_kernel_factor"] * kern
+    ):
         return None
-    if (copies.h2d_pageable_bytes_ratio or 0) >= 0.5:
+    if (copies.h2d_pageable_bytes_ratio or 0) >= x.t["copy_bound_pageable_max_ratio"]:
         return None
     # the copy time no kernel runs beside, at least (the unions' difference)
     exposed = (copy - kern) * idle.device_window_ns
@@ -488,6 +501,8 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
     fix="fused_optimizer",
     recommendation="Use the fused implementation: torch.optim.<Optimizer>(..., fused=True) (or foreach=True where fused is unavailable).",
     snippet="optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
+    # foreach is already batched: fused saves this share of its time (the attributed cost)
+    thresholds={"foreach_fused_saving_ratio": 0.3},
 )
 def unfused_optimizer(x: RuleInput) -> Draft | None:
     opt = x.r.optimizer
@@ -496,7 +511,7 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
     per_step = max(opt.gpu_ns_per_step or 0, opt.host_ns_per_step or 0)
     cost = per_step * min(opt.optimizer_steps, max(1, x.r.steps.steps or opt.optimizer_steps))
     if opt.mode == "foreach":
-        cost *= 0.3  # foreach is already batched; fused saves a fraction
+        cost *= x.t["foreach_fused_saving_ratio"]
     return Draft(
         cost,
         f"{opt.optimizer} runs {opt.mode.replace('_', '-')}: {fmt_num(opt.kernels_per_step)} kernels and "
@@ -657,9 +672,7 @@ def step_time_variance(x: RuleInput) -> Draft | None:
     ):
         return None
     median = steps.step_time_median_ns or 0
-    excess = sum(
-        max(0, s["dur_ns"] - median) for s in steps.per_step if s["step"] in steps.outlier_steps
-    )
+    excess = sum(max(0, s.dur_ns - median) for s in steps.per_step if s.step in steps.outlier_steps)
     return Draft(
         excess,
         f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {list(steps.outlier_steps) or 'none'}",
@@ -667,7 +680,7 @@ def step_time_variance(x: RuleInput) -> Draft | None:
             "step_time_cv": steps.step_time_cv,
             "step_time_median_ns": median,
             "outlier_steps": list(steps.outlier_steps),
-            "step_times_ns": [s["dur_ns"] for s in steps.per_step],
+            "step_times_ns": [s.dur_ns for s in steps.per_step],
         },
     )
 
@@ -698,7 +711,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         return None
     explained = sum(f.cost_ns for f in x.found if f.id in IDLE_RULES)
     rest = max(0, idle.idle_ns - explained)
-    top_ops = [s["host_op"] for s in x.segments("cpu_work", 10) if s["host_op"]]
+    top_ops = [s.host_op for s in x.segments("cpu_work", 10) if s.host_op]
     where = (
         f", mostly while the host ran {top_ops[0]}" if top_ops else " with no more specific cause"
     )

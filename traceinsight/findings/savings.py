@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import Any
 
 import polars as pl
 
 from traceinsight.analyzers import Results
+from traceinsight.analyzers.sources import Source
 from traceinsight.causal import transforms
 from traceinsight.causal.graph import StepModel
 from traceinsight.causal.whatif import WhatIf
@@ -30,7 +30,7 @@ from traceinsight.findings.model import Finding, Rule, Thresholds, ranked
 PER_SITE_MAX = 3  # the costliest call sites only: each is one more replay
 
 
-def _per_site(r: Results, sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _per_site(r: Results, sources: list[Source]) -> list[Source]:
     """The finding's sources, the costliest each with ``what_if``: its syncs alone removed."""
     sites, rp = r.sources.sites, r.replay
     if sites is None or rp is None or sites.height == 0:
@@ -40,11 +40,9 @@ def _per_site(r: Results, sources: list[dict[str, Any]]) -> list[dict[str, Any]]
         if i >= PER_SITE_MAX:
             out.append(s)
             continue
-        calls = sites.filter(
-            (pl.col("location") == s.get("location")) & (pl.col("trigger") == s.get("trigger"))
-        )
+        calls = sites.filter((pl.col("location") == s.location) & (pl.col("trigger") == s.trigger))
         w = rp.predict(transforms.remove_syncs_at(calls)) if calls.height else None
-        out.append({**s, "what_if": w})
+        out.append(replace(s, what_if=w))
     return out
 
 

@@ -25,7 +25,7 @@ _CHUNK = 8 * 1024 * 1024
 _BLOCK_MAX = 4 * 1024 * 1024
 # Whitespace runs at least this long are padding: no JSON writer's layout makes them, and inside a
 # string (spaces only: raw tabs and newlines are not JSON) such a value is pathological anyway.
-# They are cut to one space as they stream, so a whitespace bomb is never held (issue 17).
+# They are cut to one space as they stream, so a whitespace bomb is never held.
 PAD_RUN = 64 * 1024
 _STRIDE = 4096  # one sampled byte per stride finds runs of PAD_RUN without looking at every byte
 _WS = b" \t\r\n"

@@ -165,7 +165,10 @@ def _closing_bracket(tail: bytes) -> int:
 
 def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
     """A Chrome trace of the event table plus the annotation events."""
-    assert analysis.trace is not None
+    if analysis.trace is None:
+        raise ValueError(
+            "the analysis no longer holds its event table (a job rank sent back without it)"
+        )
     ev = analysis.trace.events
     # Times after a base (Kineto's baseTimeNanoseconds): absolute ns as float microseconds
     # would keep only a quarter of a microsecond.
@@ -242,7 +245,7 @@ def annotation_events(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, A
     out += [_meta("thread_name", PID, d, f"GPU {d} idle by cause") for d in devices]
     for f in analysis.findings:
         top = f.evidence.get("top_segments") or []
-        at = top[0]["start_ns"] if top else r.idle.window_ns and _window_start(analysis)
+        at = top[0].start_ns if top else r.idle.window_ns and _window_start(analysis)
         out.append(
             {
                 "name": f"{f.severity}: {f.id}",
@@ -255,10 +258,10 @@ def annotation_events(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, A
                 "args": {"id": f.id, "title": f.title, "cost_ns": f.cost_ns},
             }
         )
-    idle_by_step = {s["step"]: s for s in r.idle.per_step}
+    idle_by_step = {s.step: s for s in r.idle.per_step}
     for s in r.steps.per_step:
-        busy = s.get("gpu_busy_ns")
-        if busy is None or not s["dur_ns"]:
+        busy = s.gpu_busy_ns
+        if busy is None or not s.dur_ns:
             continue
         out.append(
             {
@@ -267,10 +270,10 @@ def annotation_events(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, A
                 "ph": "C",
                 "pid": PID,
                 "tid": COUNTERS_TID,
-                "ts": _us(s["start_ns"], base_ns),
+                "ts": _us(s.start_ns, base_ns),
                 "args": {
-                    "busy_pct": round(100 * busy / s["dur_ns"], 2),
-                    "idle_ns": idle_by_step.get(s["step"], {}).get("idle_ns"),
+                    "busy_pct": round(100 * busy / s.dur_ns, 2),
+                    "idle_ns": idle.idle_ns if (idle := idle_by_step.get(s.step)) else None,
                 },
             }
         )
@@ -396,7 +399,7 @@ def _queue_depth(analysis: TraceAnalysis, base_ns: int) -> list[dict[str, Any]]:
 
 def _window_start(analysis: TraceAnalysis) -> int:
     steps = analysis.results.steps.per_step
-    return int(steps[0]["start_ns"]) if steps else 0
+    return int(steps[0].start_ns) if steps else 0
 
 
 def _sync_flows(analysis: TraceAnalysis, base_ns: int) -> list[pl.DataFrame]:

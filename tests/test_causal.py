@@ -1,0 +1,103 @@
+"""The causal package's contracts: every transform runs on a model holding only the graph's
+own columns and those it declares, with the same result as on the whole model (so a column it
+reads undeclared fails here); the build makes every column a transform may declare; and every
+rule declares its fix's prediction exactly once, a ``fix`` naming a transform that exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from traceinsight.analyzers.context import build_context
+from traceinsight.analyzers.replay import model_inputs
+from traceinsight.causal import transforms
+from traceinsight.causal.build import build_model
+from traceinsight.causal.columns import GPU_FLAGS, GPU_GRAPH_COLUMNS, HOST_FLAGS, HOST_GRAPH_COLUMNS
+from traceinsight.causal.graph import StepModel, median_step_ns, replay
+from traceinsight.findings import JOB_RULES, RULES
+from traceinsight.findings.model import Rule
+from traceinsight.options import Options
+from traceinsight.parsers import load_trace
+
+from .conftest import H200
+
+PAIRS = H200 / "pairs"
+# Each of these has what some transforms change: syncs, pageable copies, a DataLoader, the
+# optimizer, checkpointing, fp32 math, empty_cache, a side stream.
+MODELS = [
+    PAIRS / "syncs.before.pt.trace.json.gz",
+    PAIRS / "dataloader.before.pt.trace.json.gz",
+    PAIRS / "checkpointing.before.pt.trace.json.gz",
+    PAIRS / "empty_cache.before.pt.trace.json.gz",
+    PAIRS / "comm_overlap.before.pt.trace.json.gz",
+    PAIRS / "h2d_pinned.before.pt.trace.json.gz",
+    H200 / "fp32.pt.trace.json.gz",
+    H200 / "unfused_adamw_bf16.pt.trace.json.gz",
+    H200 / "launch_bound_eager.pt.trace.json.gz",
+]
+
+
+def model_of(path: Path) -> StepModel:
+    ctx = build_context(load_trace(path), Options().step_pattern, 1)
+    model = build_model(model_inputs(ctx))
+    assert model is not None
+    return model
+
+
+def only(model: StepModel, t: transforms.Transform) -> StepModel:
+    """The model with just the graph's columns and those ``t`` declares."""
+    host = [c for c in model.host.columns if c in HOST_GRAPH_COLUMNS or c in t.host_reads]
+    gpu = [c for c in model.gpu.columns if c in GPU_GRAPH_COLUMNS or c in t.gpu_reads]
+    return StepModel(model.host.select(host), model.gpu.select(gpu), model.steps)
+
+
+def every_transform(model: StepModel) -> list[transforms.Transform]:
+    g = model.gpu
+    some = g.head(max(1, g.height // 3)).select("device", "start_ns", pl.lit(0.5).alias("factor"))
+    return [
+        *transforms.TRANSFORMS.values(),
+        *(transforms.engine_faster(e) for e in transforms.ENGINES),
+        transforms.gpu_work_scaled(2.0),
+        transforms.scaled_kernels(some),
+        transforms.remove_syncs_at(model.host.select("tid", "start_ns").head(50)),
+    ]
+
+
+@pytest.mark.parametrize("path", MODELS, ids=[p.name.split(".")[0] for p in MODELS])
+def test_each_transform_reads_only_what_it_declares(path: Path) -> None:
+    model = model_of(path)
+    assert set(HOST_GRAPH_COLUMNS) | set(HOST_FLAGS) <= set(model.host.columns)
+    assert set(GPU_GRAPH_COLUMNS) | set(GPU_FLAGS) <= set(model.gpu.columns)
+    changed = 0
+    for t in every_transform(model):
+        declared = (t.host_reads - set(model.host.columns)) | (t.gpu_reads - set(model.gpu.columns))
+        assert not declared, f"{t.name} declares columns the model has not: {declared}"
+        full, narrow = t(model), t(only(model, t))
+        assert (full is None) == (narrow is None), t.name
+        if full is None or narrow is None:
+            continue
+        changed += 1
+        a, b = median_step_ns(full, replay(full)), median_step_ns(narrow, replay(narrow))
+        assert a == b, f"{t.name}: {a} on the whole model, {b} on its declared columns"
+    assert changed >= 5  # the transforms this trace is for ran (and the engines, the batch)
+
+
+def test_every_transform_states_what_it_assumes() -> None:
+    for t in transforms.TRANSFORMS.values():
+        assert len(t.assumes) > 80, t.name
+
+
+def test_every_rule_declares_its_prediction_once() -> None:
+    for rule in [*RULES, *JOB_RULES]:
+        declared = [x for x in (rule.fix, rule.estimate, rule.no_estimate) if x is not None]
+        assert len(declared) == 1, rule.id
+        if rule.fix is not None:
+            assert rule.fix in transforms.TRANSFORMS, (rule.id, rule.fix)
+        if rule.per_site:
+            assert rule.fix is not None, rule.id
+    with pytest.raises(ValueError, match="declares 0"):
+        Rule("x", lambda _x: None, "advice")
+    with pytest.raises(ValueError, match="declares 2"):
+        Rule("x", lambda _x: None, "advice", fix="remove_syncs", no_estimate="why")
