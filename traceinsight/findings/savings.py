@@ -42,6 +42,9 @@ def _per_site(r: Results, sources: list[Source]) -> list[Source]:
             continue
         calls = sites.filter((pl.col("location") == s.location) & (pl.col("trigger") == s.trigger))
         w = rp.predict(transforms.remove_syncs_at(calls)) if calls.height else None
+        if w is None and rp.unprofiled_step_median_ns is not None:
+            # the site's calls did not wait in the modelled steps: its fix saves nothing there
+            w = WhatIf.unchanged(rp.unprofiled_step_median_ns)
         out.append(replace(s, what_if=w))
     return out
 
