@@ -61,7 +61,7 @@ LAYERS: dict[str, set[str]] = {
     },
     "diff": {"api", "analysis", "constants", "options", "runtime"},
     "report": {"report.format", "constants", "runtime", "io"},
-    "report.annotate": {"analysis", "io"},
+    "report.annotate": {"analysis", "io", "constants"},
     "batch": {"api", "inputs", "report", "constants", "errors", "io", "options", "runtime"},
     "capture": {"api", "io", "report"},
     "commands.shared": {

@@ -8,6 +8,22 @@ VERSION = "0.1.0"  # the package version (pyproject.toml says the same; a test h
 SCHEMA = "traceinsight/1"  # the JSON document's version (README, "JSON result")
 Severity = Literal["high", "medium", "low", "info"]
 SEVERITIES: tuple[Severity, ...] = ("high", "medium", "low", "info")  # most severe first
+# GPU idle causes (analyzers/idle.py attributes each idle gap to one) and the finding that
+# explains each (None: none; the summary names it). Adding a cause: here, its colour in
+# report/html.py, its test in analyzers/idle.py's attribution.
+IDLE_CAUSES: dict[str, str | None] = {
+    "dataloader": "dataloader_stall",
+    "host_sync": "host_sync",
+    "launch_overhead": "launch_bound",
+    "pageable_copy": "pageable_memcpy",
+    "communication": "comm_not_overlapped",
+    "cpu_work": "gpu_underutilized",
+    "gpu_wait": None,
+    "profiler": None,
+    "warmup": "cold_start",
+    "allocator": "allocator_churn",
+    "capture": "graph_capture",
+}
 # Steps: ProfilerStep#N (torch.profiler) or train_step#N (traceinsight.capture, NVTX)
 DEFAULT_STEP_PATTERN = r"^(ProfilerStep#\d+|train_step#\d+)$"
 # The few metrics a one-line-per-trace view shows: batch's summary table, the diff's terminal table.

@@ -4,15 +4,20 @@ Busy = the union of kernels, copies and memsets on a device (all streams). Every
 analysis window is an idle segment, attributed by what the host was doing during it:
 
 1. ``profiler``: the profiler's own work (buffer requests, its closing sync) covers most of it.
-2. ``dataloader``: the main thread is inside ``DataLoader.__next__`` for most of it.
-3. ``pageable_copy``: a host-synchronous copy from pageable memory covers most of it.
-4. ``host_sync``: a blocking sync (stream/device/event synchronize, blocking memcpy) was in
+2. ``capture``: a CUDA/HIP graph capture is in progress (its launches run nothing).
+3. ``dataloader``: the main thread is inside ``DataLoader.__next__`` for most of it.
+4. ``warmup``: one-time costs cover most of it: a launch far slower than its thread's usual
+   launch and the first of its kernel (lazy module loading), module and library loads, stream,
+   event and context creation, torch.compile's compilation.
+5. ``pageable_copy``: a host-synchronous copy from pageable memory covers most of it.
+6. ``allocator``: cudaMalloc/cudaFree (hipMalloc/hipFree) calls cover most of it.
+7. ``host_sync``: a blocking sync (stream/device/event synchronize, blocking memcpy) was in
    progress when the GPU ran dry, so nothing could be queued ahead; or syncs cover most of it.
-5. ``communication``: the host is blocked in a collective or barrier.
-6. ``launch_overhead``: the work after the gap was launched only after the GPU went idle, and
+8. ``communication``: the host is blocked in a collective or barrier.
+9. ``launch_overhead``: the work after the gap was launched only after the GPU went idle, and
    the gap is short or the host spent it in launch calls: the CPU cannot feed the GPU fast enough.
-7. ``cpu_work``: launched late after a longer stretch of other host work (the op is named).
-8. ``gpu_wait``: the next work was already queued (a cross-stream or event dependency).
+10. ``cpu_work``: launched late after a longer stretch of other host work (the op is named).
+11. ``gpu_wait``: the next work was already queued (a cross-stream or event dependency).
 """
 
 from __future__ import annotations
@@ -25,19 +30,24 @@ import polars as pl
 from traceinsight.analyzers.context import Context, closing_profiler_sync, host_ranges, launched
 from traceinsight.analyzers.sources import user_frames
 from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
+from traceinsight.constants import IDLE_CAUSES
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import COMM_HOST_PATTERN, DATALOADER_PATTERN, LAUNCH_API
-
-CAUSES = (
-    "dataloader",
-    "host_sync",
-    "launch_overhead",
-    "pageable_copy",
-    "communication",
-    "cpu_work",
-    "gpu_wait",
-    "profiler",
+from traceinsight.model.classify import (
+    ALLOCATOR_API,
+    API_KINDS,
+    CAPTURE_ANNOTATION,
+    CAPTURE_BEGIN_API,
+    CAPTURE_END_API,
+    COMM_HOST_PATTERN,
+    COMPILE_PATTERN,
+    DATALOADER_PATTERN,
+    HOST_OP_KINDS,
+    LAUNCH_API,
+    WARMUP_API,
+    name_matches,
 )
+
+CAUSES = tuple(IDLE_CAUSES)
 # A gap at least this covered by one host activity is blamed on it.
 MAJORITY = 0.5
 # A gap whose next kernel was launched late is launch overhead when the host spent it mostly
@@ -48,6 +58,22 @@ MAJORITY = 0.5
 # without CPU activity) the host's time cannot be split: gaps up to this long are then taken
 # as launch overhead.
 UNSPLIT_LAUNCH_GAP_NS = 100_000
+# A launch call is a one-time cost (its kernel's module loaded on first use, lazy loading)
+# when it is its kernel's first launch in the trace and takes at least this long, and this
+# many times its thread's median launch: warm launches take 2-20 us; first ones 1 ms to
+# seconds on the audited traces (benchmarks/audit/AUDIT.md).
+WARMUP_LAUNCH_MIN_NS = 1_000_000
+WARMUP_LAUNCH_FACTOR = 20.0
+WARMUP_CALLS_REPORTED = 10
+# A steady loop creates no streams, events or handles and loads no modules: a window with this
+# many such calls is (part of) a first pass, whatever idle they cover.
+COLD_CREATIONS_MIN = 4
+# ... and one whose one-time costs cover this share of the idle is a cold pass.
+COLD_IDLE_MIN_RATIO = 0.5
+# Allocator calls churn when memory is given back and asked for again: frees at least this
+# share of the mallocs. Mallocs without frees are the cache filling: first allocations,
+# one-time (the caching allocator keeps the blocks).
+CHURN_FREE_MIN_RATIO = 0.5
 TIMELINE_BINS = 600
 TOP_SEGMENTS = 25
 
@@ -76,6 +102,18 @@ class StepIdle:
 
 
 @dataclass(frozen=True)
+class WarmupCall:
+    """A one-time host call in the window (see :func:`warmup_calls`): its name, when (from the
+    window's start), how long, and why it is one-time (``first_launch``, ``load``, ``create``,
+    ``compile``)."""
+
+    name: str
+    offset_ns: int
+    dur_ns: int
+    kind: str
+
+
+@dataclass(frozen=True)
 class IdleResult:
     window_ns: int
     devices: tuple[dict[str, Any], ...]
@@ -98,6 +136,12 @@ class IdleResult:
     # on the copy engines, each as its union's share of the window x devices
     kernel_busy_ratio: float | None = None
     copy_busy_ratio: float | None = None
+    # the window is (part of) a first pass: its one-time costs cover most of the idle, or it
+    # creates streams, events or handles or loads modules (see COLD_CREATIONS_MIN)
+    cold_window: bool = False
+    # the longest one-time calls of the window (first launches, loads, creations, compiling)
+    warmup_calls: tuple[WarmupCall, ...] = ()
+    warmup_call_count: int = 0
 
     @property
     def device_window_ns(self) -> int:
@@ -251,6 +295,17 @@ def analyze_idle(ctx: Context) -> IdleResult:
     )
     denom = ctx.window_ns * max(1, len(ctx.devices))
     per_step = _per_step(ctx, gaps)
+    once = warmup_calls(ctx).filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    idle_total = sum(by_cause.values())
+    cold = once.filter(pl.col("kind").is_in(["load", "create"])).height >= COLD_CREATIONS_MIN or (
+        idle_total > 0 and by_cause.get("warmup", 0) >= COLD_IDLE_MIN_RATIO * idle_total
+    )
+    reported = tuple(
+        WarmupCall(r["name"], r["start_ns"] - lo, r["dur_ns"], r["kind"])
+        for r in once.sort(["dur_ns", "start_ns"], descending=[True, False])
+        .head(WARMUP_CALLS_REPORTED)
+        .iter_rows(named=True)
+    )
     return IdleResult(
         window_ns=ctx.window_ns,
         devices=tuple(per_dev),
@@ -268,6 +323,9 @@ def analyze_idle(ctx: Context) -> IdleResult:
         ),
         kernel_busy_ratio=_engine_busy(ctx, ("kernel",)) / denom,
         copy_busy_ratio=_engine_busy(ctx, ("memcpy", "memset")) / denom,
+        warmup_calls=reported,
+        warmup_call_count=once.height,
+        cold_window=cold,
     )
 
 
@@ -315,6 +373,19 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     torch_ops = _launching_ops(ctx)
     profiler = _profiler_ranges(ctx)
     pageable = _pageable_copy_calls(ctx)
+    once = warmup_calls(ctx)
+    allocs = ctx.rows(API_KINDS, ALLOCATOR_API)
+    if not churning(ctx, allocs):  # the cache filling: first allocations are one-time
+        once = pl.concat(
+            [
+                once,
+                allocs.select(once.columns[:-1]).with_columns(pl.lit("first_alloc").alias("kind")),
+            ]
+        )
+        allocs = allocs.clear()
+    warmup = _clipped(ctx, once)
+    allocator = _clipped(ctx, allocs)
+    capture = capture_ranges(ctx)
 
     gaps = gaps.with_columns(
         _overlap_frac(gaps, dataloader, "f_dataloader"),
@@ -324,6 +395,9 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         _overlap_frac(gaps, torch_ops, "f_ops"),
         _overlap_frac(gaps, profiler, "f_profiler"),
         _overlap_frac(gaps, pageable, "f_pageable"),
+        _overlap_frac(gaps, warmup, "f_warmup"),
+        _overlap_frac(gaps, allocator, "f_allocator"),
+        _overlap_frac(gaps, capture, "f_capture"),
     )
     # Was a blocking sync (or an op that performs one, like aten::item launching its copy) in
     # progress when the GPU ran dry? Then the queue was empty because of the sync.
@@ -349,10 +423,16 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     cause = (
         pl.when(pl.col("f_profiler") >= MAJORITY)
         .then(pl.lit("profiler"))
+        .when(pl.col("f_capture") >= MAJORITY)
+        .then(pl.lit("capture"))
         .when(pl.col("f_dataloader") >= MAJORITY)
         .then(pl.lit("dataloader"))
+        .when(pl.col("f_warmup") >= MAJORITY)
+        .then(pl.lit("warmup"))
         .when(pl.col("f_pageable") >= MAJORITY)
         .then(pl.lit("pageable_copy"))
+        .when(pl.col("f_allocator") >= MAJORITY)
+        .then(pl.lit("allocator"))
         .when(pl.col("sync_at_start") | (pl.col("f_sync") >= MAJORITY))
         .then(pl.lit("host_sync"))
         .when(pl.col("f_comm") >= MAJORITY)
@@ -368,6 +448,109 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     # the hundreds of thousands of short gaps a long trace has.
     ops = dominant_ops(ctx, top_gaps(gaps))
     return gaps.join(ops, on="gap_id", how="left")
+
+
+def _clipped(ctx: Context, calls: pl.DataFrame) -> pl.DataFrame:
+    if calls.height == 0:
+        return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
+    return iv.clip(
+        iv.union(calls.select("start_ns", "end_ns")), ctx.window_start_ns, ctx.window_end_ns
+    )
+
+
+def churning(ctx: Context, allocs: pl.DataFrame) -> bool:
+    """The window's allocator calls give memory back and ask for it again (frees at least
+    :data:`CHURN_FREE_MIN_RATIO` of the mallocs), rather than fill the cache once."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    inside = allocs.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    if inside.height == 0:
+        return False
+    frees = inside.filter(pl.col("name").str.contains("Free")).height
+    return frees >= CHURN_FREE_MIN_RATIO * (inside.height - frees)
+
+
+def warmup_calls(ctx: Context) -> pl.DataFrame:
+    """The host's one-time calls (name, start_ns, end_ns, dur_ns, kind): each kernel's first
+    launch where it is far slower than its thread's usual launch (:data:`WARMUP_LAUNCH_MIN_NS`,
+    :data:`WARMUP_LAUNCH_FACTOR`), module and library loads, stream, event and context
+    creation, and torch.compile's compilation ranges."""
+    cols = ["name", "start_ns", "end_ns", "dur_ns", "tid"]
+    calls = ctx.rows(API_KINDS)
+    once = ctx.rows(API_KINDS, WARMUP_API)
+    loads = once.select(
+        *cols,
+        pl.when(name_matches(once, r"Create|Retain|Init$"))
+        .then(pl.lit("create"))
+        .otherwise(pl.lit("load"))
+        .alias("kind"),
+    )
+    compiling = ctx.rows(HOST_OP_KINDS, COMPILE_PATTERN)
+    compiling = compiling.select(*cols, pl.lit("compile").alias("kind"))
+    launches = ctx.rows(API_KINDS, LAUNCH_API).select(cols)
+    first = pl.DataFrame(schema={**{c: calls.schema[c] for c in cols}, "kind": pl.String})
+    if launches.height:
+        typical = launches.group_by("tid").agg(pl.col("dur_ns").median().alias("_med"))
+        slow = launches.join(typical, on="tid", how="left").filter(
+            (pl.col("dur_ns") >= WARMUP_LAUNCH_MIN_NS)
+            & (pl.col("dur_ns") >= WARMUP_LAUNCH_FACTOR * pl.col("_med"))
+        )
+        if slow.height:
+            # its kernel's first launch in the trace (a launch whose work is unknown counts)
+            firsts = (
+                launched(ctx.launches, ["name", "launch_start_ns", "launch_tid"])
+                .group_by("name")
+                .agg(pl.col("launch_start_ns").min(), pl.col("launch_tid").first())
+            )
+            known = launched(ctx.launches, ["launch_start_ns", "launch_tid"])
+            is_first = slow.join(
+                firsts.select(
+                    pl.col("launch_start_ns").alias("start_ns"),
+                    pl.col("launch_tid").alias("tid"),
+                    pl.lit(True).alias("_first"),
+                ).unique(["start_ns", "tid"]),
+                on=["start_ns", "tid"],
+                how="left",
+            ).join(
+                known.select(
+                    pl.col("launch_start_ns").alias("start_ns"),
+                    pl.col("launch_tid").alias("tid"),
+                    pl.lit(True).alias("_known"),
+                ).unique(["start_ns", "tid"]),
+                on=["start_ns", "tid"],
+                how="left",
+            )
+            first = is_first.filter(
+                pl.col("_first").fill_null(False) | pl.col("_known").is_null()
+            ).select(*cols, pl.lit("first_launch").alias("kind"))
+    return pl.concat([loads, compiling, first]).sort("start_ns")
+
+
+def capture_ranges(ctx: Context) -> pl.DataFrame:
+    """Graph captures in the window: each thread's begin-capture call to its next end-capture
+    call, and the annotations frameworks put around a capture (start_ns, end_ns)."""
+    calls = pl.concat(
+        [
+            ctx.rows(API_KINDS, CAPTURE_BEGIN_API).select(
+                "tid", "start_ns", "end_ns", pl.lit(True).alias("_begin")
+            ),
+            ctx.rows(API_KINDS, CAPTURE_END_API).select(
+                "tid", "start_ns", "end_ns", pl.lit(False).alias("_begin")
+            ),
+        ]
+    ).sort("tid", "start_ns")
+    pairs = calls.with_columns(
+        pl.col("end_ns").shift(-1).over("tid").alias("_to"),
+        pl.col("_begin").shift(-1).over("tid").alias("_next_begin"),
+    ).filter(pl.col("_begin") & (pl.col("_next_begin") == False))  # noqa: E712
+    spans = pl.concat(
+        [
+            pairs.select("start_ns", pl.col("_to").alias("end_ns")),
+            ctx.rows(("user_annotation", "cpu_op"), CAPTURE_ANNOTATION).select(
+                "start_ns", "end_ns"
+            ),
+        ]
+    )
+    return _clipped(ctx, spans)
 
 
 def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.Series:

@@ -21,7 +21,13 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.whatif import WhatIf
-from traceinsight.model.classify import API_KINDS, DEVICE_ALLOC_API, DEVICE_FREE_API, HOST_OP_KINDS
+from traceinsight.model.classify import (
+    ALLOCATOR_API,
+    API_KINDS,
+    DEVICE_ALLOC_API,
+    DEVICE_FREE_API,
+    HOST_OP_KINDS,
+)
 from traceinsight.model.schema import MEMORY_CATEGORIES, by_start
 
 # Factory ops allocate on behalf of the op around them: an allocation is charged to that op.
@@ -95,6 +101,10 @@ class MemoryResult:
     batch_gains: tuple[BatchGain, ...]  # by multiplier, ascending (empty: none replayed)
     churn_what_if: WhatIf | None  # the allocator calls and their syncs removed
     why_no_estimate: str | None  # why the what-ifs are missing
+    # the device allocator's calls in the whole window and their host time (with or without
+    # steps: a trace without steps is judged on these)
+    window_allocator_calls: int = 0
+    window_allocator_ns: int = 0
 
     def metric(self, name: str) -> Any:
         """A per-device number: plain for one device, {device: value} for several, None
@@ -508,6 +518,9 @@ def analyze_memory(
             _device(ctx, tables, int(d), part, steady, lo, hi) for d, part in parts.items()
         )
     allocs = frees = calls_ns = empties = released = None
+    w_calls = ctx.rows(API_KINDS, ALLOCATOR_API).filter(
+        (pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns)
+    )
     if n:
         a = _per_step_calls(ctx, steady, DEVICE_ALLOC_API)
         f = _per_step_calls(ctx, steady, DEVICE_FREE_API)
@@ -567,6 +580,8 @@ def analyze_memory(
         batch_gains=gains,
         churn_what_if=churn,
         why_no_estimate=why,
+        window_allocator_calls=w_calls.height,
+        window_allocator_ns=int(w_calls["dur_ns"].sum()) if w_calls.height else 0,
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from traceinsight.analyzers import Results
 from traceinsight.causal.whatif import WhatIf
@@ -23,6 +24,7 @@ from traceinsight.findings.model import (
     Severity,
     Thresholds,
     make_finding,
+    ranked,
 )
 from traceinsight.findings.rules import RULES
 
@@ -44,11 +46,39 @@ __all__ = [
 ]
 
 
+# Steady-state findings a first pass's one-time costs feed (launches that load modules, cuDNN's
+# first-call setup, the cache filling): in a cold window they are no lever, at most low.
+COLD_CAPPED = (
+    "launch_bound",
+    "host_sync",
+    "gpu_underutilized",
+    "allocator_churn",
+    "step_time_variance",
+)
+
+
 def diagnose(results: Results, t: Thresholds) -> list[Finding]:
     """Every rule on one trace's results, each finding's cost the saving the causal model
     predicts for its fix (findings/savings.py), ranked: ``[0]`` is the biggest lever."""
     found = _rules.diagnose(results, t)
-    return savings.with_savings(found, results, RULES, t, results.idle.device_window_ns)
+    priced = savings.with_savings(found, results, RULES, t, results.idle.device_window_ns)
+    return _cold_capped(priced) if results.idle.cold_window else priced
+
+
+def _cold_capped(findings: list[Finding]) -> list[Finding]:
+    """In a cold window the steady-state findings are at most low, tagged ``cold_window``."""
+    low = SEVERITIES.index("low")
+    out = [
+        replace(
+            f,
+            severity=SEVERITIES[max(SEVERITIES.index(f.severity), low)],
+            tags=(*f.tags, "cold_window"),
+        )
+        if f.id in COLD_CAPPED
+        else f
+        for f in findings
+    ]
+    return ranked(out)
 
 
 def all_fixes(results: Results, findings: list[Finding]) -> WhatIf | None:

@@ -184,10 +184,16 @@ def memory_fragmentation(x: RuleInput) -> Draft | None:
         "    # torch.cuda.empty_cache()   # remove: the next step re-allocates everything\n"
         "# if memory is tight: export PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
     ),
-    thresholds={"churn_calls_per_step_min": 1.0},
+    thresholds={
+        "churn_calls_per_step_min": 1.0,
+        # without steps: the allocator's calls leave the GPU idle this share of the window
+        "churn_idle_min_ratio": 0.05,
+    },
 )
 def allocator_churn(x: RuleInput) -> Draft | None:
     mem = x.r.memory
+    if not mem.steady_steps:
+        return _churn_in_window(x)
     allocs = mem.allocator_device_allocs_per_step or 0
     frees = mem.allocator_device_frees_per_step or 0
     if max(allocs, frees) < x.t["churn_calls_per_step_min"]:
@@ -223,6 +229,32 @@ def allocator_churn(x: RuleInput) -> Draft | None:
             "steady_steps": list(mem.steady_steps),
         },
         recommendation=rec,
+    )
+
+
+def _churn_in_window(x: RuleInput) -> Draft | None:
+    """allocator_churn without steps: the window's allocator calls, judged by the GPU idle
+    they cover (a cold first pass's few first allocations do not reach it)."""
+    mem = x.r.memory
+    idle = x.idle("allocator")
+    if idle <= 0 or idle < x.t["churn_idle_min_ratio"] * x.window_ns:
+        return None
+    return Draft(
+        idle,
+        f"{mem.window_allocator_calls} cudaMalloc/cudaFree calls take {fmt_ms(mem.window_allocator_ns)} "
+        f"of host time and leave the GPU idle {fmt_ms(idle)}",
+        {
+            "idle_ns": idle,
+            "window_allocator_calls": mem.window_allocator_calls,
+            "window_allocator_ns": mem.window_allocator_ns,
+            "top_segments": x.segments("allocator"),
+        },
+        recommendation=(
+            "The GPU waits while the host allocates and frees device memory: keep PyTorch's caching "
+            "allocator on (unset PYTORCH_NO_CUDA_MEMORY_CACHING / PYTORCH_NO_HIP_MEMORY_CACHING), "
+            "remove torch.cuda.empty_cache() from the loop, and keep shapes stable (or set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True)."
+        ),
     )
 
 

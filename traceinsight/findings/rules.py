@@ -685,12 +685,86 @@ def step_time_variance(x: RuleInput) -> Draft | None:
     )
 
 
+@rule(
+    "cold_start",
+    no_estimate="one-time costs (first launches that load their modules, module loads, stream "
+    "and handle creation, compilation) are not paid again by a warmed-up loop: record after "
+    "warm-up to see what the steady state spends",
+    cap="low",  # not a change to the program: the recording's window
+    recommendation="The window holds the run's first pass: its idle time is one-time cost, not "
+    "what each step pays. Record steady-state steps after a warm-up (and after torch.compile "
+    "has compiled) to see the levers.",
+    snippet=(
+        "from torch.profiler import profile, schedule\n"
+        "with profile(schedule=schedule(wait=1, warmup=1, active=3), record_shapes=True) as prof:\n"
+        "    for step, batch in enumerate(loader):\n"
+        "        train_step(batch)\n"
+        "        prof.step()\n"
+        "        if step >= 5:\n"
+        "            break"
+    ),
+    thresholds={"cold_start_min_ratio": 0.03},
+)
+def cold_start(x: RuleInput) -> Draft | None:
+    cost = x.idle("warmup")
+    idle = x.r.idle
+    if not idle.cold_window and (cost <= 0 or cost < x.t["cold_start_min_ratio"] * x.window_ns):
+        return None
+    calls = idle.warmup_calls
+    first = sum(1 for c in calls if c.kind == "first_launch")
+    longest = calls[0] if calls else None
+    calls_text = f"{idle.warmup_call_count} one-time calls" + (
+        f", the longest {longest.name} {fmt_ms(longest.dur_ns)}" if longest else ""
+    )
+    return Draft(
+        cost,
+        f"A cold first pass: {fmt_ms(cost)} of GPU idle is one-time cost ({calls_text})"
+        if cost >= x.t["cold_start_min_ratio"] * x.window_ns
+        else f"The window is part of a first pass ({calls_text}): its costs are not all a steady "
+        "step's",
+        {
+            "idle_ns": cost,
+            "warmup_call_count": idle.warmup_call_count,
+            "first_launches_reported": first,
+            "warmup_calls": list(calls),
+            "top_segments": x.segments("warmup"),
+        },
+    )
+
+
+@rule(
+    "graph_capture",
+    no_estimate="a graph capture runs no work: its GPU time says nothing about the replayed "
+    "graph's; profile the replay",
+    cap="info",
+    recommendation="This window is a CUDA/HIP graph capture phase (launches are recorded into a "
+    "graph, not run): its utilization is not the steady state. Profile the steps that replay "
+    "the captured graphs.",
+    snippet="# profile after capture: the replayed steps (e.g. skip the warm-up/capture iterations)",
+    thresholds={"graph_capture_min_ratio": 0.03},
+)
+def graph_capture(x: RuleInput) -> Draft | None:
+    cost = x.idle("capture")
+    if cost <= 0 or cost < x.t["graph_capture_min_ratio"] * x.window_ns:
+        return None
+    return Draft(
+        cost,
+        f"A graph capture phase: {fmt_ms(cost)} of GPU idle while launches were captured, not run",
+        {"idle_ns": cost, "top_segments": x.segments("capture")},
+    )
+
+
 IDLE_RULES = (
     "dataloader_stall",
     "host_sync",
     "launch_bound",
     "pageable_memcpy",
+    "cold_start",
+    "graph_capture",
 )  # explain idle time
+# causes whose finding is checked after gpu_underutilized (the memory rules): their idle is
+# explained all the same
+LATER_CAUSES = ("allocator",)
 
 
 @rule(
@@ -703,18 +777,22 @@ IDLE_RULES = (
         "# give the GPU more work per launch: larger batch / sequence, fewer small ops\n"
         "model = torch.compile(model)"
     ),
-    thresholds={"underutilized_busy_ratio": 0.6},
+    thresholds={
+        "underutilized_busy_ratio": 0.6,
+        # the op named in the title covers at least this share of the CPU-work idle
+        "underutilized_op_min_ratio": 0.5,
+    },
 )
 def gpu_underutilized(x: RuleInput) -> Draft | None:
     idle = x.r.idle
     if idle.gpu_busy_ratio is None or idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"]:
         return None
     explained = sum(f.cost_ns for f in x.found if f.id in IDLE_RULES)
+    explained += sum(x.idle(c) for c in LATER_CAUSES)
     rest = max(0, idle.idle_ns - explained)
-    top_ops = [s.host_op for s in x.segments("cpu_work", 10) if s.host_op]
-    where = (
-        f", mostly while the host ran {top_ops[0]}" if top_ops else " with no more specific cause"
-    )
+    segs = x.segments("cpu_work", 10)
+    top_ops = [s.host_op for s in segs if s.host_op]
+    where = _mostly(segs, x.idle("cpu_work"), x.t["underutilized_op_min_ratio"])
     return Draft(
         rest,
         f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "
@@ -738,3 +816,21 @@ def diagnose(results: Results, t: Thresholds) -> list[Finding]:
         if draft is not None:
             found.append(make_finding(r, draft, window, t))
     return ranked(found)
+
+
+def _mostly(segs: Sequence[IdleSegment], cpu_work_ns: int, min_ratio: float) -> str:
+    """Where the CPU-work idle went, in words: the host op under most of it, or outside any
+    recorded op (Python between ops), where either holds ``min_ratio`` of it."""
+    if cpu_work_ns <= 0 or not segs:
+        return " with no more specific cause"
+    by_op: dict[str | None, int] = {}
+    for s in segs:
+        by_op[s.host_op] = by_op.get(s.host_op, 0) + s.dur_ns
+    op, ns = max(by_op.items(), key=lambda kv: kv[1])
+    if ns < min_ratio * cpu_work_ns:
+        return " with no more specific cause"
+    if op is None:
+        return (
+            ", mostly outside any recorded op (Python between ops: with_stack=True names the lines)"
+        )
+    return f", mostly while the host ran {op}"

@@ -24,8 +24,12 @@ SYNC_API = (
     r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)"
     r"|^cu(StreamSynchronize|CtxSynchronize|EventSynchronize)"
 )
+# Synchronous copies: the call returns when its copy is done. HIP's twins of CUDA's, and
+# hipMemcpyWithStream, which PyTorch on ROCm uses for a synchronous copy (CUDA's is
+# cudaMemcpyAsync then a stream sync).
 BLOCKING_COPY_API = (
     r"^(cuda|hip)Memcpy(2D|3D|ToSymbol|FromSymbol|Peer)?$|^cuMemcpy(HtoD|DtoH|DtoD)?(_v2)?$"
+    r"|^hipMemcpy(HtoD|DtoH|DtoD|WithStream)$"
 )
 DATALOADER_PATTERN = (
     r"enumerate\(DataLoader\)#|enumerate\(DataPipe\)#|DataLoader.*__next__|^DataLoader"
@@ -43,6 +47,27 @@ DEVICE_FREE_API = r"^(cuda|hip)Free(Async)?$|^cuMemFree|^cuMemRelease$"
 ALLOCATOR_API = f"{DEVICE_ALLOC_API}|{DEVICE_FREE_API}"
 # cudaFree (and so empty_cache) synchronizes the device before it returns memory.
 IMPLICIT_SYNC_API = r"^(cuda|hip)Free$|^cuMemFree"
+# One-time costs a steady-state loop does not pay: the runtime initialized, modules and
+# libraries loaded (lazy loading loads a kernel's module at its first launch), streams,
+# events and contexts created.
+WARMUP_API = (
+    r"^(cu|hip)Init$|^(cu|hip)Module(Load|GetFunction|GetGlobal)\w*|^cuLibrary(Load|Get)\w*"
+    r"|^(cuda|hip)(StreamCreate|EventCreate)\w*|^cu(StreamCreate|EventCreate|CtxCreate)\w*"
+    r"|^cuDevicePrimaryCtxRetain"
+)
+# torch.compile's own work (Dynamo, AOTAutograd, Inductor, autotuning), recorded as
+# annotations (dynamo_timed): compiling is a first-call cost.
+COMPILE_PATTERN = (
+    r"^(_compile\.compile_inner|OutputGraph\.call_user_compiler|compile_fx|GraphLowering\."
+    r"|CachingAutotuner\.benchmark|PyCodeCache\.load|async_compile\.|compile_file"
+    r"|create_aot_dispatcher_function)"
+)
+# CUDA/HIP graph capture: launches between a begin and an end capture run nothing.
+CAPTURE_BEGIN_API = r"^(cuda|hip)StreamBeginCapture\w*|^cuStreamBeginCapture\w*"
+CAPTURE_END_API = r"^(cuda|hip)StreamEndCapture\w*|^cuStreamEndCapture\w*"
+# annotations frameworks put around a capture (vLLM capture_<bs>_<mode>, SGLang, torch's
+# CUDAGraph.capture, graph_capture)
+CAPTURE_ANNOTATION = r"(?i)^capture_|graph_capture|CUDAGraph\.capture|cuda_graph_capture"
 
 
 class KernelRule(NamedTuple):

@@ -22,6 +22,7 @@ import orjson
 import polars as pl
 
 from traceinsight.analysis import TraceAnalysis
+from traceinsight.constants import IDLE_CAUSES
 from traceinsight.io import atomic_path
 
 CATEGORY = "traceinsight"
@@ -41,14 +42,7 @@ SLICE_ROWS = 200_000  # rows per NDJSON slice of the per-segment tables
 MEMORY_TID = 1_000_002
 GZIP_LEVEL = 3  # level 6 spent 3x longer for 8% less on the 10x trace
 # Idle cause -> the finding that explains it.
-CAUSE_FINDING = {
-    "dataloader": "dataloader_stall",
-    "host_sync": "host_sync",
-    "launch_overhead": "launch_bound",
-    "pageable_copy": "pageable_memcpy",
-    "communication": "comm_not_overlapped",
-    "cpu_work": "gpu_underutilized",
-}
+CAUSE_FINDING = {c: f for c, f in IDLE_CAUSES.items() if f is not None}
 # Event kind -> the Kineto category that parses back to it (nsys input's Chrome trace).
 KINETO_CATEGORY = {
     "memcpy": "gpu_memcpy",

@@ -31,6 +31,9 @@ CAUSE_COLORS = {
     "cpu_work": "#eeca3b",
     "gpu_wait": "#bab0ac",
     "profiler": "#72b7b2",
+    "warmup": "#88d27a",
+    "allocator": "#ff9da6",
+    "capture": "#d6d6d6",
 }
 CLASS_COLORS = {
     "gemm": "#4c78a8",
