@@ -13,6 +13,9 @@ analysis window is an idle segment, attributed by what the host was doing during
    the gap is short or the host spent it in launch calls: the CPU cannot feed the GPU fast enough.
 7. ``cpu_work``: launched late after a longer stretch of other host work (the op is named).
 8. ``gpu_wait``: the next work was already queued (a cross-stream or event dependency).
+9. ``host_untraced``: none of the above, and the capture recorded no runtime/driver API calls
+   at all (a rocprofv3 kernel trace): when the next work was launched is unknown, so the gap is
+   not blamed on the host's work (``cpu_work``) or a dependency (``gpu_wait``) by guess.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ CAUSES = (
     "cpu_work",
     "gpu_wait",
     "profiler",
+    "host_untraced",
 )
 # A gap at least this covered by one host activity is blamed on it.
 MAJORITY = 0.5
@@ -319,6 +323,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         else pl.lit(False).alias("sync_at_start")
     )
     gaps = gaps.with_columns(_next_launch(ctx, gaps))
+    untraced = ctx.rows(host).height == 0  # no API call anywhere: no gap's launch is known
     launched_late = pl.col("next_launch_ns").is_not_null() & (
         pl.col("next_launch_ns") >= pl.col("start_ns")
     )
@@ -343,6 +348,8 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("communication"))
         .when(launched_late & dispatching)
         .then(pl.lit("launch_overhead"))
+        .when(pl.lit(untraced))
+        .then(pl.lit("host_untraced"))
         .when(launched_late | pl.col("next_launch_ns").is_null())
         .then(pl.lit("cpu_work"))
         .otherwise(pl.lit("gpu_wait"))

@@ -31,6 +31,7 @@ CAUSE_COLORS = {
     "cpu_work": "#eeca3b",
     "gpu_wait": "#bab0ac",
     "profiler": "#72b7b2",
+    "host_untraced": "#d8d8d8",
 }
 CLASS_COLORS = {
     "gemm": "#4c78a8",
