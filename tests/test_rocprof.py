@@ -510,3 +510,187 @@ def test_damaged_rocprof_json_is_refused(tmp_path: Path, capsys, doc: bytes, say
     path.write_bytes(doc)
     assert detect_format(path) == "rocprof-json"
     assert says in refused(path, capsys)
+
+
+# --- the JSON's other domains: a made two-process document ---------------------------------
+
+
+def made_json(path: Path) -> Path:
+    """A rocprofv3 JSON document of two processes, made by hand in the writer's record shapes
+    (rocprofiler-sdk's serialization: records name their kind and operation by index into
+    ``strings.buffer_records``; roctx messages are keyed by the range's correlation id).
+
+    Node agents: CPU (handle 10), GPU 0 (11), GPU 1 (12); times in ns.
+      pid 100: roctx "forward" 50-3,000; hipLaunchKernel 100-200 (corr 1) -> kernel 1,000-2,000 on
+               GPU 0 queue 5 (grid 256, workgroup 64: 4 workgroups); hipMemcpyAsync 300-400
+               (corr 2) -> copy HtoD 2,100-2,300, 1,000 bytes; hipStreamSynchronize 500-2,500
+      pid 200: hipLaunchKernel 1,000-1,100 (corr 1, the same id: ids are per process) -> kernel
+               1,500-1,800 on GPU 1 queue 7
+    """
+    kinds = ["NONE"] * 33
+    ops: dict[int, list[str]] = {}
+    kinds[5], ops[5] = (
+        "HIP_RUNTIME_API",
+        ["hipNone", "hipLaunchKernel", "hipMemcpyAsync", "hipStreamSynchronize"],
+    )
+    kinds[10], ops[10] = (
+        "MEMORY_COPY",
+        ["MEMORY_COPY_NONE", "MEMORY_COPY_HOST_TO_HOST", "MEMORY_COPY_HOST_TO_DEVICE"],
+    )
+    kinds[11], ops[11] = (
+        "KERNEL_DISPATCH",
+        ["KERNEL_DISPATCH_NONE", "KERNEL_DISPATCH_ENQUEUE", "KERNEL_DISPATCH_COMPLETE"],
+    )
+    kinds[32], ops[32] = "MARKER_CORE_RANGE_API", ["roctxRangePushA"]
+    strings = [{"kind": k, "operations": ops.get(i, [])} for i, k in enumerate(kinds)]
+    agents = [
+        {"id": {"handle": 10}, "type": 1, "logical_node_type_id": 0, "name": "AMD EPYC"},
+        *(
+            {
+                "id": {"handle": 11 + i},
+                "type": 2,
+                "logical_node_type_id": i,
+                "name": "gfx942",
+                "product_name": "AMD Instinct MI300X",
+                "cu_count": 304,
+                "mem_banks": [{"size_in_bytes": 206_141_652_992}],
+            }
+            for i in range(2)
+        ),
+    ]
+
+    def api(kind: int, op: int, corr: int, start: int, end: int, tid: int) -> dict:
+        return {
+            "size": 48,
+            "kind": kind,
+            "operation": op,
+            "correlation_id": {"internal": corr, "external": 0, "ancestor": 0},
+            "start_timestamp": start,
+            "end_timestamp": end,
+            "thread_id": tid,
+        }
+
+    def dispatch(corr: int, start: int, end: int, agent: int, queue: int, tid: int) -> dict:
+        return {
+            "size": 184,
+            "kind": 11,
+            "operation": 2,
+            "thread_id": tid,
+            "correlation_id": {"internal": corr, "external": 0},
+            "start_timestamp": start,
+            "end_timestamp": end,
+            "dispatch_info": {
+                "size": 72,
+                "agent_id": {"handle": agent},
+                "queue_id": {"handle": queue},
+                "kernel_id": 1,
+                "dispatch_id": corr,
+                "private_segment_size": 0,
+                "group_segment_size": 0,
+                "workgroup_size": {"x": 64, "y": 1, "z": 1},
+                "grid_size": {"x": 256, "y": 1, "z": 1},
+            },
+            "stream_id": {"handle": 1},
+        }
+
+    symbols = [
+        {"kernel_id": 0, "kernel_name": "", "formatted_kernel_name": "0"},
+        {
+            "kernel_id": 1,
+            "kernel_name": "_Z6reducePf.kd",
+            "formatted_kernel_name": "void at::native::reduce_kernel<512, 1>(float*)",
+            "arch_vgpr_count": 24,
+            "accum_vgpr_count": 0,
+        },
+    ]
+
+    def process(pid: int, records: dict, messages: list[dict]) -> dict:
+        empty = dict.fromkeys(
+            ("kernel_dispatch", "hip_api", "hsa_api", "marker_api", "rccl_api", "memory_copy"), []
+        )
+        return {
+            "metadata": {"pid": pid, "init_time": 0, "fini_time": 10_000},
+            "agents": agents,
+            "strings": {"buffer_records": strings, "marker_api": messages},
+            "kernel_symbols": symbols,
+            "buffer_records": {**empty, **records},
+        }
+
+    copy = {
+        **api(10, 2, 2, 2_100, 2_300, 100),
+        "dst_agent_id": {"handle": 11},
+        "src_agent_id": {"handle": 10},
+        "bytes": 1_000,
+    }
+    doc = {
+        "rocprofiler-sdk-tool": [
+            process(
+                100,
+                {
+                    "hip_api": [
+                        api(5, 1, 1, 100, 200, 100),
+                        api(5, 2, 2, 300, 400, 100),
+                        api(5, 3, 3, 500, 2_500, 100),
+                    ],
+                    "kernel_dispatch": [dispatch(1, 1_000, 2_000, 11, 5, 100)],
+                    "memory_copy": [copy],
+                    "marker_api": [api(32, 0, 50, 50, 3_000, 100)],
+                },
+                [{"key": 50, "value": "forward"}],
+            ),
+            process(
+                200,
+                {
+                    "hip_api": [api(5, 1, 1, 1_000, 1_100, 200)],
+                    "kernel_dispatch": [dispatch(1, 1_500, 1_800, 12, 7, 200)],
+                },
+                [],
+            ),
+        ]
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_made_json_two_processes(tmp_path: Path) -> None:
+    tr = load_trace(made_json(tmp_path / "results.json"))
+    ev = tr.events
+    assert tr.meta.world_size == 2 and [d.id for d in tr.meta.devices] == [0, 1]
+    k = ev.filter(pl.col("kind") == "kernel").sort("rank")
+    assert k.select("rank", "pid", "device", "stream", "dur_ns").rows() == [
+        (0, 100, 0, 5, 1_000),
+        (1, 200, 1, 7, 300),
+    ]
+    assert k["name"].to_list() == ["void at::native::reduce_kernel<512, 1>(float*)"] * 2
+    # correlation ids repeat across processes: each dispatch finds its own process's launch
+    calls = ev.filter(pl.col("kind") == "runtime").select(
+        "rank", "correlation", pl.col("name").alias("api"), pl.col("start_ns").alias("at")
+    )
+    joined = k.join(calls, on=["rank", "correlation"]).sort("rank")
+    assert joined.select("api", "at").rows() == [
+        ("hipLaunchKernel", 100),
+        ("hipLaunchKernel", 1_000),
+    ]
+    c = ev.filter(pl.col("kind") == "memcpy")
+    assert c.select("rank", "copy_kind", "bytes", "device", "correlation").rows() == [
+        (0, "HtoD", 1_000, 0, 2)
+    ]
+    m = ev.filter(pl.col("kind") == "user_annotation")
+    assert m.select("rank", "name", "start_ns", "dur_ns").rows() == [(0, "forward", 50, 2_950)]
+    ka = tr.kernel_args.sort("rank")
+    assert ka.select("rank", "grid_x", "block_x", "registers_per_thread").rows() == [
+        (0, 4, 64, 24),
+        (1, 4, 64, 24),
+    ]
+
+
+def test_made_json_analysis_per_rank(tmp_path: Path) -> None:
+    job = analyze(made_json(tmp_path / "results.json"))
+    doc = job.to_json()
+    assert doc["source"]["world_size"] == 2
+    rank0 = analyze(tmp_path / "results.json", rank=0)
+    m = rank0.metrics
+    assert m["host_sync_count"] == 1 and m["host_sync_blocked_ns"] == 2_000
+    assert m["h2d_bytes"] == 1_000
+    regions = {r["name"]: r for r in rank0.to_json()["details"]["regions"]["regions"]}
+    assert regions["forward"]["gpu_ns"] == 1_000 + 200  # the kernel and the copy it launched
