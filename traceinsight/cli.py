@@ -236,8 +236,8 @@ def analyze(
     annotate: Path | None,
     opts: Any,
 ) -> int:
-    """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep) or a job (a
-    directory with one trace per rank)."""
+    """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep, a rocprofv3
+    JSON or rocpd .db) or a job (a directory with one trace per rank)."""
     global _VERBOSE
     _VERBOSE = _VERBOSE or verbose
     from dataclasses import replace
