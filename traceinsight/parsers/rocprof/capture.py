@@ -23,11 +23,12 @@ from traceinsight.model.schema import (
 )
 
 # The frames' columns (the event schema's names where they mean the same thing).
+# GPU rows carry their process (the rank) but no thread, as in the other formats: the thread that
+# dispatched a kernel is its API call's (found through the correlation id).
 KERNEL_COLUMNS: dict[str, pl.DataType] = {
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
     "pid": pl.Int64(),
-    "tid": pl.Int64(),
     "agent": pl.Int64(),  # the reader's agent key (JSON handle, rocpd agent id): see Agent.key
     "stream": pl.Int64(),  # the HSA queue the packet went to
     "correlation": pl.Int64(),  # rocprofiler's internal correlation id: the launching API call's
@@ -55,7 +56,6 @@ COPY_COLUMNS: dict[str, pl.DataType] = {
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
     "pid": pl.Int64(),
-    "tid": pl.Int64(),
     "correlation": pl.Int64(),
     "stream": pl.Int64(),  # the HIP stream (copies run on DMA engines, beside the queues)
     "bytes": pl.Int64(),

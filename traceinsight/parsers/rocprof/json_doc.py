@@ -31,7 +31,6 @@ TOOL_KEY = b'"rocprofiler-sdk-tool"'
 _DISPATCH_FIELDS = (
     "start_ns",
     "end_ns",
-    "tid",
     "correlation",
     "agent",
     "stream",
@@ -75,7 +74,6 @@ class _DispatchInfo(msgspec.Struct):
 
 
 class _Dispatch(msgspec.Struct):
-    thread_id: int
     correlation_id: _Correlation
     start_timestamp: int
     end_timestamp: int
@@ -94,7 +92,6 @@ class _Api(msgspec.Struct):
 class _Copy(msgspec.Struct):
     kind: int
     operation: int
-    thread_id: int
     correlation_id: _Correlation
     start_timestamp: int
     end_timestamp: int
@@ -232,7 +229,6 @@ def _process(
         {
             "start_ns": [r.start_timestamp for r in d],
             "end_ns": [r.end_timestamp for r in d],
-            "tid": [r.thread_id for r in d],
             "correlation": [r.correlation_id.internal for r in d],
             "agent": [r.dispatch_info.agent_id.handle for r in d],
             "stream": [r.dispatch_info.queue_id.handle for r in d],
@@ -272,7 +268,6 @@ def _process(
         {
             "start_ns": [r.start_timestamp for r in c],
             "end_ns": [r.end_timestamp for r in c],
-            "tid": [r.thread_id for r in c],
             "correlation": [r.correlation_id.internal for r in c],
             "stream": [r.stream_id.handle if r.stream_id else None for r in c],
             "bytes": [r.bytes for r in c],
@@ -284,7 +279,6 @@ def _process(
         schema={
             "start_ns": pl.Int64,
             "end_ns": pl.Int64,
-            "tid": pl.Int64,
             "correlation": pl.Int64,
             "stream": pl.Int64,
             "bytes": pl.Int64,
