@@ -86,6 +86,7 @@ def test_real_json_kernels_match_the_raw_records(raw: dict, real_trace) -> None:
     )
     assert kernels["tid"].null_count() == kernels.height  # GPU rows: a process, no thread
     assert kernels["rank"].unique().to_list() == [0] and kernels["pid"].unique().to_list() == [908]
+    assert real_trace.meta.extra["rocprof_traced"] == ["kernel_dispatch"]
     # the agent as device: all dispatches went to the first GPU agent (logical type index 0)
     agent = next(a for a in raw["agents"] if a["id"]["handle"] == 37946)
     assert agent["type"] == 2 and agent["logical_node_type_id"] == 0
@@ -380,6 +381,13 @@ def test_rocpd_made_rows(made_db: Path) -> None:
     tr = load_trace(made_db)
     ev = tr.events
     assert tr.meta.format == "rocpd" and tr.meta.format_version == "rocpd schema 3"
+    assert tr.meta.extra["rocprof_traced"] == [
+        "hip_api",
+        "hsa_api",
+        "kernel_dispatch",
+        "marker_api",
+        "memory_copy",
+    ]
     assert [(d.id, d.name, d.sm_count, d.memory_bytes) for d in tr.meta.devices] == [
         (0, "AMD Instinct MI300X", 304, 206_141_652_992),
         (1, "AMD Instinct MI300X", 304, 206_141_652_992),
@@ -656,6 +664,12 @@ def test_made_json_two_processes(tmp_path: Path) -> None:
     tr = load_trace(made_json(tmp_path / "results.json"))
     ev = tr.events
     assert tr.meta.world_size == 2 and [d.id for d in tr.meta.devices] == [0, 1]
+    assert tr.meta.extra["rocprof_traced"] == [
+        "hip_api",
+        "kernel_dispatch",
+        "marker_api",
+        "memory_copy",
+    ]
     k = ev.filter(pl.col("kind") == "kernel").sort("rank")
     assert k.select("rank", "pid", "device", "stream", "dur_ns").rows() == [
         (0, 100, 0, 5, 1_000),

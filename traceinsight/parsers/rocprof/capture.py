@@ -126,16 +126,15 @@ class Capture:
     copies: pl.DataFrame
     markers: pl.DataFrame
     gpus: list[Agent]
-    traced: list[str]  # what the capture recorded, for the one note on what it lacks
+    traced: list[
+        str
+    ]  # the domains it recorded (the JSON's names, sorted): meta.extra["rocprof_traced"]
     extra: dict[str, object] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
-def frame(
-    rows: dict[str, list[object]] | pl.DataFrame, schema: dict[str, pl.DataType]
-) -> pl.DataFrame:
-    """``rows`` with exactly ``schema``'s columns and types (missing columns null)."""
-    df = rows if isinstance(rows, pl.DataFrame) else pl.DataFrame(rows)
+def frame(df: pl.DataFrame, schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """``df`` with exactly ``schema``'s columns and types (missing columns null)."""
     return df.select(
         pl.col(c).cast(t) if c in df.columns else pl.lit(None, t).alias(c)
         for c, t in schema.items()

@@ -143,16 +143,17 @@ def read_rocpd(path: Path) -> Capture:
     finally:
         db.close()
     markers, api, other = _split_regions(r)
-    traced = [
-        name
-        for name, df in (
-            ("kernel_dispatch", k),
-            ("api", api),
-            ("marker_api", markers),
-            ("memory_copy", c),
-        )
-        if df.height
-    ]
+    # the JSON's domain names, so both outputs say alike what the capture recorded
+    cats = set(api.get_column("category").unique().to_list())
+    domains = {"hip_api": "HIP_", "hsa_api": "HSA_", "rccl_api": "RCCL_"}
+    traced = sorted(
+        [
+            *(["kernel_dispatch"] if k.height else []),
+            *(d for d, prefix in domains.items() if any(c.startswith(prefix) for c in cats)),
+            *(["marker_api"] if markers.height else []),
+            *(["memory_copy"] if c.height else []),
+        ]
+    )
     cap = Capture(
         path=str(path),
         format="rocpd",
