@@ -708,3 +708,19 @@ def test_made_json_analysis_per_rank(tmp_path: Path) -> None:
     assert m["h2d_bytes"] == 1_000
     regions = {r["name"]: r for r in rank0.to_json()["details"]["regions"]["regions"]}
     assert regions["forward"]["gpu_ns"] == 1_000 + 200  # the kernel and the copy it launched
+
+
+def test_damaged_rocpd_rows_and_files(made_db: Path, tmp_path: Path, capsys) -> None:
+    """SQLite keeps any value in any column: a dispatch whose start is text is left out and
+    counted; a database cut short is refused in one line."""
+    con = sqlite3.connect(made_db)
+    con.execute(f"UPDATE rocpd_kernel_dispatch{SUFFIX} SET start = 'soon' WHERE id = 3")
+    con.commit()
+    con.close()
+    tr = load_trace(made_db)
+    assert tr.events.filter(pl.col("kind") == "kernel")["correlation"].to_list() == [2, 5]
+    assert "1 records end before they start or have no time: left out" in tr.meta.warnings
+    cut = tmp_path / "cut.db"
+    cut.write_bytes(made_db.read_bytes()[:8192])
+    err = refused(cut, capsys)
+    assert "cut.db" in err

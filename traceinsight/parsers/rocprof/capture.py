@@ -174,11 +174,13 @@ def to_trace(cap: Capture, threads: int = 1) -> Trace:
     df = pl.concat(frames, how="diagonal_relaxed").with_columns(
         (pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")
     )
-    # Records that end before they start are the profiler's own damage: kept out, counted.
-    bad = df.filter(pl.col("dur_ns") < 0).height
+    # Records that end before they start (or, in a damaged database, lack a time) are kept out
+    # and counted.
+    ok = pl.col("dur_ns").fill_null(-1) >= 0
+    bad = df.height - df.select(ok.sum()).item()
     if bad:
-        meta.warnings.append(f"{bad:,} records end before they start: left out")
-        df = df.filter(pl.col("dur_ns") >= 0)
+        meta.warnings.append(f"{bad:,} records end before they start or have no time: left out")
+        df = df.filter(ok)
     # One process = one rank, in process id order (one file per process is rocprofv3's default).
     pids = sorted(df.get_column("pid").drop_nulls().unique().to_list())
     rank = pl.col("pid").replace_strict(

@@ -11,6 +11,7 @@ these types at once (msgspec): a field of the wrong type is an InputError naming
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import msgspec
 import polars as pl
@@ -49,55 +50,59 @@ API_DOMAINS = ("hip_api", "hsa_api", "rccl_api")
 MARKER_RANGE = "MARKER_CORE_RANGE_API"  # roctx push/pop and start/stop ranges
 
 
+# Every number is stored as int64: a value beyond it (rocprofiler's fields are uint64) is refused
+# at decoding, naming the field, rather than failing later in a column.
+N = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
 class _Handle(msgspec.Struct):
-    handle: int
+    handle: N
 
 
 class _Correlation(msgspec.Struct):
-    internal: int
-    external: int = 0
+    internal: N
 
 
 class _Dim3(msgspec.Struct):
-    x: int
-    y: int = 1
-    z: int = 1
+    x: N
+    y: N = 1
+    z: N = 1
 
 
 class _DispatchInfo(msgspec.Struct):
     agent_id: _Handle
     queue_id: _Handle
-    kernel_id: int
+    kernel_id: N
     workgroup_size: _Dim3
     grid_size: _Dim3
-    group_segment_size: int = 0
+    group_segment_size: N = 0
 
 
 class _Dispatch(msgspec.Struct):
     correlation_id: _Correlation
-    start_timestamp: int
-    end_timestamp: int
+    start_timestamp: N
+    end_timestamp: N
     dispatch_info: _DispatchInfo
 
 
 class _Api(msgspec.Struct):
-    kind: int
-    operation: int
-    thread_id: int
+    kind: N
+    operation: N
+    thread_id: N
     correlation_id: _Correlation
-    start_timestamp: int
-    end_timestamp: int
+    start_timestamp: N
+    end_timestamp: N
 
 
 class _Copy(msgspec.Struct):
-    kind: int
-    operation: int
+    kind: N
+    operation: N
     correlation_id: _Correlation
-    start_timestamp: int
-    end_timestamp: int
+    start_timestamp: N
+    end_timestamp: N
     dst_agent_id: _Handle
     src_agent_id: _Handle
-    bytes: int
+    bytes: N
     stream_id: _Handle | None = None
 
 
@@ -116,7 +121,7 @@ class _Names(msgspec.Struct):
 
 
 class _Message(msgspec.Struct):
-    key: int
+    key: N
     value: str
 
 
@@ -126,31 +131,31 @@ class _Strings(msgspec.Struct):
 
 
 class _Symbol(msgspec.Struct):
-    kernel_id: int
+    kernel_id: N
     kernel_name: str = ""
     formatted_kernel_name: str = ""
-    arch_vgpr_count: int = 0
-    accum_vgpr_count: int = 0
+    arch_vgpr_count: N = 0
+    accum_vgpr_count: N = 0
 
 
 class _MemBank(msgspec.Struct):
-    size_in_bytes: int = 0
+    size_in_bytes: N = 0
 
 
 class _Agent(msgspec.Struct):
     id: _Handle
-    type: int
-    logical_node_type_id: int = -1
+    type: N
+    logical_node_type_id: N | None = None  # the GPU's index among the node's GPUs
     name: str = ""
     product_name: str = ""
-    cu_count: int = 0
+    cu_count: N = 0
     mem_banks: list[_MemBank] = []
 
 
 class _Metadata(msgspec.Struct):
-    pid: int
-    init_time: int = 0
-    fini_time: int = 0
+    pid: N
+    init_time: N = 0
+    fini_time: N = 0
 
 
 class _Process(msgspec.Struct):
@@ -291,17 +296,17 @@ def _process(
     copies = (
         _named(copies, names).rename({"name": "operation"}).with_columns(pl.lit(pid).alias("pid"))
     )
+    gpu_agents = [a for a in p.agents if a.type == GPU_AGENT]
     gpus = [
         Agent(
             key=a.id.handle,
-            index=a.logical_node_type_id,
+            index=i if a.logical_node_type_id is None else a.logical_node_type_id,
             name=a.product_name or a.name or None,
             cu_count=a.cu_count or None,
             memory_bytes=sum(m.size_in_bytes for m in a.mem_banks) or None,
             arch=a.name or None,
         )
-        for a in p.agents
-        if a.type == GPU_AGENT
+        for i, a in enumerate(gpu_agents)
     ]
     traced = [
         domain
