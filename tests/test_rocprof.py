@@ -141,7 +141,6 @@ def test_real_json_analysis(raw: dict) -> None:
     assert m["gpu_busy_ratio"] == pytest.approx(busy / window, abs=1e-12)  # 0.2799
     assert m["idle_by_cause_ns"]["host_untraced"] == window - busy
     assert m["idle_by_cause_ns"]["cpu_work"] == 0 and m["idle_by_cause_ns"]["gpu_wait"] == 0
-    # elementwise share by time, from the records: names as the classifier sees them
     doc = a.to_json()
     notes = [w for w in doc["warnings"] if w.startswith("rocprofv3 capture without")]
     assert len(notes) == 1 and "kernel trace only" in notes[0]
