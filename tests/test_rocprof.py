@@ -439,7 +439,10 @@ def test_rocpd_made_rows_analysis(made_db: Path) -> None:
         "elementwise": 1,
     }
     busy = {r["device"]: r["busy_ns"] for r in d["idle"]["devices"]}
-    assert busy[0] == 8_000
+    assert busy == {0: 8_000, 1: 500}
+    # the window is the two roctx steps, 0-20,000 (the GPU work ends inside them): busy over
+    # both devices' windows (8,000 + 500) / (2 x 20,000)
+    assert m["window_ns"] == 20_000 and m["gpu_busy_ratio"] == pytest.approx(8_500 / 40_000)
     assert m["idle_by_cause_ns"]["host_untraced"] == 0  # API calls were traced: causes are told
     kinds = {r["copy_kind"]: r for r in d["copies"]["by_kind"]}
     assert set(kinds) == {"HtoD", "PtoP"}
