@@ -726,3 +726,14 @@ def test_damaged_rocpd_rows_and_files(made_db: Path, tmp_path: Path, capsys) -> 
     cut.write_bytes(made_db.read_bytes()[:8192])
     err = refused(cut, capsys)
     assert "cut.db" in err
+
+
+def test_locked_rocpd_is_one_line(made_db: Path, capsys) -> None:
+    con = sqlite3.connect(made_db, timeout=0.1, isolation_level=None)
+    con.execute("BEGIN EXCLUSIVE")  # rocprofv3 still writing
+    try:
+        err = refused(made_db, capsys)
+    finally:
+        con.execute("ROLLBACK")
+        con.close()
+    assert "locked" in err and "nsys" not in err

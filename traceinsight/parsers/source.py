@@ -81,8 +81,14 @@ def sqlite_names(path: Path) -> set[str]:
             ).fetchall()
         finally:
             con.close()
-    except sqlite3.DatabaseError:
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):  # before any parser: the file may be either profiler's
+            raise InputError(
+                "SQLite database is locked (is the profiler still writing it?)", str(path)
+            ) from None
         return set()  # the parser reports the damage with its own message
+    except sqlite3.DatabaseError:
+        return set()
     return {r[0] for r in rows}
 
 
