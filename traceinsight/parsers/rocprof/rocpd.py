@@ -69,8 +69,7 @@ def read_rocpd(path: Path) -> Capture:
         if kind == "rpd":
             raise InputError(
                 "a rocmProfileData (RPD) database, not rocprofv3's rocpd: RPD is a different "
-                "schema that this tool does not read (profile with rocprofv3, or convert with "
-                "RPD's own rpd2tracing.py to a Chrome trace)",
+                "schema that this tool does not read (profile with rocprofv3 instead)",
                 str(path),
             )
         if kind is None:
@@ -89,7 +88,7 @@ def read_rocpd(path: Path) -> Capture:
         if int(major) != KNOWN_MAJOR:
             raise InputError(
                 f"rocpd schema version {version} is not supported (this tool reads schema "
-                f"{KNOWN_MAJOR}, written by rocprofv3 of ROCm 7.0 and 7.1)",
+                f"{KNOWN_MAJOR})",
                 str(path),
             )
         missing = sorted({"kernels", "memory_copies", "regions", "rocpd_info_agent"} - db.tables)
