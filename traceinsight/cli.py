@@ -232,8 +232,8 @@ def analyze(
     annotate: Path | None,
     opts: Any,
 ) -> int:
-    """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep) or a job (a
-    directory with one trace per rank)."""
+    """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep, a rocprofv3
+    JSON or rocpd .db) or a job (a directory with one trace per rank)."""
     from dataclasses import replace
 
     from traceinsight.commands import analyze as cmd

@@ -23,6 +23,7 @@ IDLE_CAUSES: dict[str, str | None] = {
     "warmup": "cold_start",
     "allocator": "allocator_churn",
     "capture": "graph_capture",
+    "host_untraced": None,
 }
 # Steps: ProfilerStep#N (torch.profiler) or train_step#N (traceinsight.capture, NVTX)
 DEFAULT_STEP_PATTERN = r"^(ProfilerStep#\d+|train_step#\d+)$"

@@ -18,6 +18,9 @@ analysis window is an idle segment, attributed by what the host was doing during
    the gap is short or the host spent it in launch calls: the CPU cannot feed the GPU fast enough.
 10. ``cpu_work``: launched late after a longer stretch of other host work (the op is named).
 11. ``gpu_wait``: the next work was already queued (a cross-stream or event dependency).
+12. ``host_untraced``: none of the above, and the capture recorded no runtime/driver API calls
+    at all (a rocprofv3 kernel trace): when the next work was launched is unknown, so the gap is
+    not blamed on the host's work (``cpu_work``) or a dependency (``gpu_wait``) by guess.
 """
 
 from __future__ import annotations
@@ -409,6 +412,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         else pl.lit(False).alias("sync_at_start")
     )
     gaps = gaps.with_columns(_next_launch(ctx, gaps))
+    untraced = ctx.rows(host).height == 0  # no API call anywhere: no gap's launch is known
     launched_late = pl.col("next_launch_ns").is_not_null() & (
         pl.col("next_launch_ns") >= pl.col("start_ns")
     )
@@ -439,6 +443,8 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("communication"))
         .when(launched_late & dispatching)
         .then(pl.lit("launch_overhead"))
+        .when(pl.lit(untraced))
+        .then(pl.lit("host_untraced"))
         .when(launched_late | pl.col("next_launch_ns").is_null())
         .then(pl.lit("cpu_work"))
         .otherwise(pl.lit("gpu_wait"))

@@ -6,22 +6,29 @@ from pathlib import Path
 
 from traceinsight.errors import InputError
 from traceinsight.model.schema import Trace
-from traceinsight.parsers.source import sniff
+from traceinsight.parsers.source import head_bytes, sniff, sqlite_names
 
 
 def detect_format(path: Path) -> str:
-    """'kineto', 'nsys-sqlite' or 'nsys-rep', from the content (suffix only for .nsys-rep)."""
+    """'kineto', 'nsys-sqlite', 'nsys-rep', 'rocprof-json' or 'rocpd', from the content (suffix
+    only for .nsys-rep). A rocmProfileData (RPD) database is 'rocpd' too: its parser refuses it."""
     if not path.exists():
         raise InputError("no such file", str(path))
     if path.is_dir():
         raise InputError("is a directory, expected a trace file", str(path))
     kind = sniff(path)
     if kind == "sqlite":
-        return "nsys-sqlite"
+        from traceinsight.parsers.rocprof import flavour
+
+        return "rocpd" if flavour(sqlite_names(path)) else "nsys-sqlite"
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
         return "nsys-rep"
     if kind == "empty":
         raise InputError("empty file (0 bytes)", str(path))
+    from traceinsight.parsers.rocprof import looks_like_rocprof_json
+
+    if looks_like_rocprof_json(head_bytes(path)):
+        return "rocprof-json"
     return "kineto"
 
 
@@ -41,6 +48,14 @@ def load_trace(
         from traceinsight.parsers.kineto import parse_kineto
 
         return parse_kineto(p, max_bytes=max_bytes, parse_helpers=parse_helpers, threads=threads)
+    if fmt == "rocprof-json":
+        from traceinsight.parsers.rocprof import parse_rocprof_json
+
+        return parse_rocprof_json(p, max_bytes=max_bytes, threads=threads)
+    if fmt == "rocpd":
+        from traceinsight.parsers.rocprof import parse_rocpd
+
+        return parse_rocpd(p, threads=threads)
     if fmt == "nsys-sqlite":
         from traceinsight.parsers.nsys import parse_nsys
 

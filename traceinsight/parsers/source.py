@@ -57,6 +57,41 @@ def sniff(path: Path) -> str:
     return "json"
 
 
+def head_bytes(path: Path, n: int = 4096, max_bytes: int | None = None) -> bytes:
+    """The first ``n`` (decompressed) bytes, for detecting a format by content."""
+    try:
+        for block in Decompressed(path, max_bytes, read_size=n):
+            return block[:n]
+    except InputError:
+        pass  # damaged: the format's parser says how, in its own words
+    return b""
+
+
+def sqlite_names(path: Path) -> set[str]:
+    """The tables and views of an SQLite file (read-only), empty when it cannot be read."""
+    import sqlite3
+    import urllib.parse
+
+    uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            rows = con.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            ).fetchall()
+        finally:
+            con.close()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):  # before any parser: the file may be either profiler's
+            raise InputError(
+                "SQLite database is locked (is the profiler still writing it?)", str(path)
+            ) from None
+        return set()  # the parser reports the damage with its own message
+    except sqlite3.DatabaseError:
+        return set()
+    return {r[0] for r in rows}
+
+
 def padding_note(dropped: int) -> str:
     return f"{dropped:,} bytes of whitespace padding (runs of {PAD_RUN // 1024} KiB or more) were skipped"
 

@@ -34,6 +34,7 @@ CAUSE_COLORS = {
     "warmup": "#88d27a",
     "allocator": "#ff9da6",
     "capture": "#d6d6d6",
+    "host_untraced": "#d8d8d8",
 }
 CLASS_COLORS = {
     "gemm": "#4c78a8",
