@@ -197,7 +197,8 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
     "-o",
     "--output",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="HTML report path (default: ./NAME.traceinsight.html).",
+    help="HTML report path (default: ./NAME.traceinsight.html); with --format markdown, the "
+    "Markdown summary's path.",
 )
 @click.option(
     "--json",
@@ -206,6 +207,15 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
     help="Write the machine-readable result to FILE, or '-' for stdout.",
 )
 @click.option("--no-html", is_flag=True, help="Do not write the HTML report.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["terminal", "markdown"]),
+    default="terminal",
+    show_default=True,
+    help="markdown: the summary as Markdown (for a ticket or a chat) to -o FILE, or to stdout; "
+    "no HTML report.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Show details (tracebacks) on errors.")
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
@@ -228,6 +238,7 @@ def analyze(
     output: Path | None,
     json_out: str | None,
     no_html: bool,
+    fmt: str,
     quiet: bool,
     verbose: bool,
     force: bool,
@@ -263,6 +274,7 @@ def analyze(
             open_browser=open_browser,
             fail_on=fail_on,
             annotate=annotate,
+            fmt=fmt,
         ),
     )
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from traceinsight.constants import SEVERITIES
-from traceinsight.errors import EXIT_GATE, EXIT_OK
+from traceinsight.errors import EXIT_GATE, EXIT_OK, OutputError
 from traceinsight.options import Options
 from traceinsight.runtime import Runtime, configure_single_trace_process
 
@@ -32,6 +32,7 @@ def run(
     open_browser: bool = False,
     fail_on: str | None = None,
     annotate: Path | None = None,
+    fmt: str = "terminal",
 ) -> int:
     if path.is_file():
         configure_single_trace_process(path.stat().st_size)
@@ -41,6 +42,14 @@ def run(
     from traceinsight.report.json_out import emit_json
 
     opts.graded()  # a bad --threshold fails before any output is checked or parsed
+    # --format markdown: the Markdown summary is the report (-o names it, else stdout), no HTML
+    markdown_out = output if fmt == "markdown" else None
+    if fmt == "markdown":
+        html = False
+        if markdown_out is None and json_out == "-":
+            raise OutputError("--json - and --format markdown both write to stdout: give -o FILE")
+        if markdown_out is not None:
+            check_writable(markdown_out, force)
     report = (output or default_report_path(path)) if html else None
     check_outputs(report, json_out, force)
     # The command's own __main__ is import-safe, so a large trace may use helper processes
@@ -59,8 +68,17 @@ def run(
 
         write_text_atomic(report, render(doc))
     emit_json(doc, json_out)
-    if not quiet and json_out != "-":
-        print(terminal.render(doc, str(report) if report else None))
+    if fmt == "markdown":
+        from traceinsight.report import markdown
+
+        text = markdown.render(doc)
+        if markdown_out is None:
+            sys.stdout.write(text)
+        else:
+            write_text_atomic(markdown_out, text)
+    if not quiet and json_out != "-" and not (fmt == "markdown" and markdown_out is None):
+        written = markdown_out or report  # the summary names the report it wrote
+        print(terminal.render(doc, str(written) if written else None))
     if report is not None and open_browser:
         import webbrowser
 
