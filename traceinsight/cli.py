@@ -514,6 +514,32 @@ def profile(
     )
 
 
+@cli.command("mcp")
+@click.option(
+    "--allow",
+    "allow",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A directory whose traces the tools may read (and annotate may write into); "
+    "repeatable; default: the current directory. Relative tool paths start at the first.",
+)
+@click.option(
+    "--source-dir",
+    "source_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where explain looks for the files named by call sites (inside an --allow directory); "
+    "repeatable.",
+)
+def mcp_command(allow: tuple[Path, ...], source_dirs: tuple[Path, ...]) -> int:
+    """Serve the analyses as Model Context Protocol tools over stdio, for agents and chat
+    clients (needs the mcp extra): analyze, explain, what_if, regions, top_kernels, diff,
+    annotate."""
+    from traceinsight.commands import mcp as cmd
+
+    return _guard(None, lambda: cmd.run(list(allow), list(source_dirs)))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and map library errors to exit codes; never lets a traceback escape."""
     global _VERBOSE
