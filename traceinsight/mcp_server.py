@@ -19,6 +19,7 @@ here: the SDK reads the tool functions' annotations (their JSON schemas) at runt
 aliases they use are local to :func:`build_server`.
 """
 
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -39,7 +40,7 @@ CACHE_ENTRIES = 8  # analyses kept per session (each holds its event table)
 TOP_FINDINGS = 10
 TOP_LIST = 5  # rows of any list inside a finding's evidence, call sites, diff rows
 MAX_NAME = 160  # characters of a kernel name (C++ template names run to thousands)
-SOURCE_LINES = 6  # lines of user code shown from a call site's line
+SOURCE_LINES = 8  # lines of user code shown from a call site's line
 SOURCE_MAX_BYTES = 4 << 20  # a "source file" larger than this is not read
 MAX_KERNELS = 25  # the kernels analyzer keeps this many (analyzers/kernels.py TOP_KERNELS)
 
@@ -301,12 +302,25 @@ def _trim(v: Any, n: int = TOP_LIST) -> Any:
     return v
 
 
-def source_lines(
-    ws: Workspace, trace: Path, file: str | None, line: int | None
-) -> list[str] | None:
-    """The user's code at a call site (Kineto frames give a function's first line): up to
-    SOURCE_LINES lines from ``line`` of ``file`` found beside the trace or in a --source-dir,
-    inside the allow-list; None where it is not there (nothing outside is read)."""
+def _def_line(lines: list[str], function: str, near: int) -> int | None:
+    """Where ``def function`` is: at ``near`` (or within the decorators after it), else the one
+    definition of that name in the file; None where there is none or several."""
+    pat = re.compile(rf"^\s*(async\s+)?def\s+{re.escape(function)}\s*\(")
+    for i in range(max(1, near), min(len(lines), near + 3) + 1):
+        if pat.match(lines[i - 1]):
+            return i
+    hits = [i for i, text in enumerate(lines, 1) if pat.match(text)]
+    return hits[0] if len(hits) == 1 else None
+
+
+def source_excerpt(
+    ws: Workspace, trace: Path, file: str | None, line: int | None, function: str | None
+) -> dict[str, Any] | None:
+    """The user's code at a call site: up to SOURCE_LINES lines of ``file`` (found beside the
+    trace or in a --source-dir, inside the allow-list; nothing outside is read), None where it
+    is not there. Kineto's Python frames give a function's first line, so where the recorded
+    line does not start ``def function`` the file changed since the recording: the excerpt is
+    taken where that function is now (``line_now``), or left out if it cannot be found."""
     if not file or not line or line < 1 or file.startswith("<"):
         return None
     rel = Path(file)
@@ -319,16 +333,32 @@ def source_lines(
         if not ws.inside(real) or not real.is_file() or real.stat().st_size > SOURCE_MAX_BYTES:
             continue
         try:
-            with real.open(encoding="utf-8", errors="replace") as fh:
-                lines = fh.read().splitlines()
+            lines = real.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
             continue
-        if line > len(lines):
+        at = line
+        python = real.suffix == ".py" and bool(function) and function.isidentifier()
+        if python:
+            found = _def_line(lines, function or "", line)
+            if found is None:
+                return {
+                    "file": str(real),
+                    "line": line,
+                    "lines": None,
+                    "note": (
+                        f"def {function} is not at line {line} nor once elsewhere in the file: it "
+                        "changed since the recording"
+                    ),
+                }
+            at = found
+        if at > len(lines):
             return None
-        return [
-            f"{i}: {lines[i - 1].rstrip()}"
-            for i in range(line, min(len(lines), line + SOURCE_LINES - 1) + 1)
-        ]
+        end = min(len(lines), at + SOURCE_LINES - 1)
+        out: dict[str, Any] = {"file": str(real), "line": line}
+        if at != line:
+            out["line_now"] = at  # the file changed since the recording
+        out["lines"] = [f"{i}: {lines[i - 1].rstrip()}" for i in range(at, end + 1)]
+        return out
     return None
 
 
@@ -356,7 +386,7 @@ def explain_answer(
         }
         if s.get("what_if"):
             site["what_if"] = _saving(s["what_if"])
-        site["source"] = source_lines(ws, trace, s.get("file"), s.get("line"))
+        site["source"] = source_excerpt(ws, trace, s.get("file"), s.get("line"), s.get("function"))
         call_sites.append(site)
     regions = ((doc.get("details") or {}).get("regions") or {}).get("regions") or []
     inside = [r["path"] for r in regions if finding_id in (r.get("findings") or [])]
