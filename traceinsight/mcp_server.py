@@ -640,12 +640,28 @@ def build_server(ws: Workspace, session: Session | None = None) -> "MCPServer":
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import ToolAnnotations
-    from pydantic import Field
+    from pydantic import Field, ValidationError
 
     from traceinsight import __version__
 
+    class OneLineErrors(MCPServer):
+        """Arguments the schema rejects come back as one line too (pydantic's own message
+        spans several)."""
+
+        async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                if not isinstance(exc.__cause__, ValidationError):
+                    raise
+                why = "; ".join(
+                    f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                    for e in exc.__cause__.errors()
+                )
+                raise ToolError(f"Error executing tool {name}: invalid arguments: {why}") from None
+
     tools = Tools(session or Session(ws))
-    server = MCPServer(
+    server = OneLineErrors(
         name="traceinsight", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
     read_only = ToolAnnotations(read_only_hint=True, idempotent_hint=True, open_world_hint=False)
