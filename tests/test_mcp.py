@@ -434,3 +434,37 @@ def test_session_caches_per_input_and_view(tmp_path):
     os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 10**9))
     tools.analyze("t.pt.trace.json.gz", View(), 10)
     assert session.analyses_run == 3
+
+
+def test_job_directory_and_its_ranks(tmp_path):
+    """A directory of rank traces is a job: the straggler is the library's; one rank's
+    questions need rank=N, and a rank's what-if needs the rank's own file (its step model)."""
+    job = H200 / "ddp_straggler"
+    _, (a, no_rank, one, wi_rank, wi_file) = serve(
+        [
+            ("analyze", {"path": str(job)}),
+            ("explain", {"path": str(job), "finding_id": "launch_bound"}),
+            ("explain", {"path": str(job), "finding_id": "launch_bound", "rank": 1}),
+            ("what_if", {"path": str(job), "fixes": ["launch_bound"], "rank": 1}),
+            ("what_if", {"path": str(job / "rank1.pt.trace.json.gz"), "fixes": ["launch_bound"]}),
+        ],
+        [FIXTURES],
+        tmp_path / "err.log",
+    )
+    lib = traceinsight.analyze(job)
+    j = ok(a)
+    assert j["kind"] == "job" and [r["rank"] for r in j["ranks"]] == [0, 1]
+    assert j["headline"]["straggler_rank"] == lib.cross.straggler_rank == 1
+    assert [f["id"] for f in j["findings"]] == [f.id for f in lib.findings][:10]
+    assert "pass rank" in tool_error(no_rank)
+    rank1 = next(r for r in lib.ranks if r.rank == 1)
+    e = ok(one)
+    f = next(f for f in rank1.findings if f.id == "launch_bound")
+    assert (
+        e["title"] == f.title
+        and e["what_if"]["step_time_after_ns"] == f.what_if["step_time_after_ns"]
+    )
+    assert "rank1.pt.trace.json.gz: this rank's step model was not kept" in tool_error(wi_rank)
+    w = ok(wi_file)["combined"]
+    alone = traceinsight.analyze(job / "rank1.pt.trace.json.gz")
+    assert w["step_time_after_ns"] == predict_fixes(alone, ["launch_bound"]).step_time_after_ns

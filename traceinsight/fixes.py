@@ -70,6 +70,9 @@ def predict_fixes(analysis: TraceAnalysis | JobAnalysis, finding_ids: Iterable[s
             raise InputError(f"finding {fid!r} has no fix to replay: {why}", where)
         names.append(name)
     rp = analysis.results.replay
+    if rp is not None and rp.model is None and rp.unprofiled_step_median_ns is not None:
+        # a job's ranks come back from worker processes without their models (detached())
+        raise InputError("this rank's step model was not kept: analyze the rank's own file", where)
     if rp is None or rp.model is None or rp.unprofiled_step_median_ns is None:
         raise InputError("no step model to replay (no steps or GPU work, or --no-replay)", where)
     transforms = tuple(dict.fromkeys(names))
