@@ -71,8 +71,17 @@ class Workspace:
                 raise InputError("--allow: not a directory", str(d))
             roots.append(p.resolve())
         ws = cls(tuple(roots))
-        srcs = tuple(ws.resolve(str(d), what="--source-dir") for d in source_dirs)
-        return cls(tuple(roots), srcs)
+        srcs = []
+        for d in source_dirs:  # like --allow, from the working directory
+            p = Path(d).expanduser()
+            if not p.is_dir():
+                raise InputError("--source-dir: not a directory", str(d))
+            if not ws.inside(p.resolve()):
+                raise InputError(
+                    f"--source-dir: outside the allowed directories ({ws.allowed()})", str(d)
+                )
+            srcs.append(p.resolve())
+        return cls(tuple(roots), tuple(srcs))
 
     def inside(self, p: Path) -> bool:
         return any(p == r or p.is_relative_to(r) for r in self.roots)
