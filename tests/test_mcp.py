@@ -468,3 +468,21 @@ def test_job_directory_and_its_ranks(tmp_path):
     w = ok(wi_file)["combined"]
     alone = traceinsight.analyze(job / "rank1.pt.trace.json.gz")
     assert w["step_time_after_ns"] == predict_fixes(alone, ["launch_bound"]).step_time_after_ns
+
+
+def test_session_sees_a_rank_file_rewritten(tmp_path):
+    """A job directory's analysis is stale when one rank's file changes, though the
+    directory's own mtime does not."""
+    job = tmp_path / "job"
+    shutil.copytree(H200 / "ddp_straggler", job)
+    session = Session(Workspace.of([tmp_path]))
+    tools = Tools(session)
+    tools.analyze("job", View(), 10)
+    tools.analyze(str(job), View(), 10)
+    assert session.analyses_run == 1
+    dir_mtime = job.stat().st_mtime_ns
+    rank1 = job / "rank1.pt.trace.json.gz"
+    os.utime(rank1, ns=(rank1.stat().st_atime_ns, rank1.stat().st_mtime_ns + 10**9))
+    assert job.stat().st_mtime_ns == dir_mtime
+    tools.analyze("job", View(), 10)
+    assert session.analyses_run == 2

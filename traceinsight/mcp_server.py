@@ -27,9 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
+import traceinsight
 from traceinsight.analysis import JobAnalysis, TraceAnalysis
 from traceinsight.errors import InputError, OutputError, TraceInsightError
-from traceinsight.options import Options
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -137,9 +137,6 @@ class View:
     window: str | None = None
     rank: int | None = None
 
-    def options(self) -> Options:
-        return Options(steps=self.steps, window=self.window, rank=self.rank)
-
 
 @dataclass
 class Session:
@@ -147,7 +144,6 @@ class Session:
     same trace costs no parse. One analysis at a time (they use every core anyway)."""
 
     workspace: Workspace
-    analyze_fn: Callable[[Path, Options], Analysis] | None = None
     _cache: OrderedDict[tuple[Any, ...], tuple[Analysis, dict[str, Any]]] = field(
         default_factory=OrderedDict
     )
@@ -155,27 +151,30 @@ class Session:
     analyses_run: int = 0  # how many analyses ran (the rest came from the cache)
 
     def analysis(self, path: Path, view: View) -> tuple[Analysis, dict[str, Any]]:
-        st = path.stat()
-        key = (str(path), st.st_size, st.st_mtime_ns, view)
+        key = (str(path), _stamp(path), view)
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
                 return hit
-            opts = view.options()
-            if self.analyze_fn is not None:
-                a = self.analyze_fn(path, opts)
-            else:
-                from traceinsight.api import analyze_with
-                from traceinsight.runtime import Runtime
-
-                a = analyze_with(path, opts, Runtime.detect(helpers=False))
+            # the public entry point, as a script would call it
+            a = traceinsight.analyze(path, steps=view.steps, window=view.window, rank=view.rank)
             self.analyses_run += 1
             entry = (a, a.to_json())
             self._cache[key] = entry
             while len(self._cache) > CACHE_ENTRIES:
                 self._cache.popitem(last=False)
             return entry
+
+
+def _stamp(path: Path) -> tuple[Any, ...]:
+    """What says an input changed: a file's size and mtime; a job directory's, each file's
+    (rewriting a rank's trace leaves the directory's own mtime as it was)."""
+    if path.is_dir():
+        files = sorted(c for c in path.iterdir() if c.is_file())
+        return tuple((c.name, c.stat().st_size, c.stat().st_mtime_ns) for c in files)
+    st = path.stat()
+    return (st.st_size, st.st_mtime_ns)
 
 
 # ---- answer builders: a JSON-able dict from an analysis (its document) ----------------------
