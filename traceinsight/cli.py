@@ -193,7 +193,8 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
     "-o",
     "--output",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="HTML report path (default: ./NAME.traceinsight.html).",
+    help="HTML report path (default: ./NAME.traceinsight.html); with --format markdown, the "
+    "Markdown summary's path.",
 )
 @click.option(
     "--json",
@@ -202,6 +203,15 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
     help="Write the machine-readable result to FILE, or '-' for stdout.",
 )
 @click.option("--no-html", is_flag=True, help="Do not write the HTML report.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["terminal", "markdown"]),
+    default="terminal",
+    show_default=True,
+    help="markdown: the summary as Markdown (for a ticket or a chat) to -o FILE, or to stdout; "
+    "no HTML report.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
 @click.option("-v", "--verbose", is_flag=True, help="Show details (tracebacks) on errors.")
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
@@ -224,6 +234,7 @@ def analyze(
     output: Path | None,
     json_out: str | None,
     no_html: bool,
+    fmt: str,
     quiet: bool,
     verbose: bool,
     force: bool,
@@ -257,6 +268,7 @@ def analyze(
             open_browser=open_browser,
             fail_on=fail_on,
             annotate=annotate,
+            fmt=fmt,
         ),
     )
 
@@ -494,6 +506,32 @@ def profile(
             list(command), opts, out_dir=out_dir, tool=tool, steps=steps, analyze=not no_analyze
         ),
     )
+
+
+@cli.command("mcp")
+@click.option(
+    "--allow",
+    "allow",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="A directory whose traces the tools may read (and annotate may write into); "
+    "repeatable; default: the current directory. Relative tool paths start at the first.",
+)
+@click.option(
+    "--source-dir",
+    "source_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where explain looks for the files named by call sites (inside an --allow directory); "
+    "repeatable.",
+)
+def mcp_command(allow: tuple[Path, ...], source_dirs: tuple[Path, ...]) -> int:
+    """Serve the analyses as Model Context Protocol tools over stdio, for agents and chat
+    clients (needs the mcp extra): analyze, explain, what_if, regions, top_kernels, diff,
+    annotate."""
+    from traceinsight.commands import mcp as cmd
+
+    return _guard(None, lambda: cmd.run(list(allow), list(source_dirs)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

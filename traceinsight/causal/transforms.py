@@ -411,6 +411,21 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
     return StepModel(host=h, gpu=g, steps=model.steps)
 
 
+def combined(steps: list[Transform]) -> Transform:
+    """One transform applying each of ``steps`` in turn (None where none of them changes the
+    model): fixes made together, each saving counted once."""
+
+    def apply(m: StepModel) -> StepModel | None:
+        changed = False
+        for step in steps:
+            nxt = step(m)
+            if nxt is not None:
+                m, changed = nxt, True
+        return m if changed else None
+
+    return Transform("+".join(s.name for s in steps), apply)
+
+
 _PAGEABLE = frozenset({"kind", "src_kind", "dst_kind", "bytes"})
 _OVERLAP = frozenset({"kind", "kernel_class"})
 

@@ -20,6 +20,7 @@ def run(
     open_browser: bool = False,
     fail_on: str | None = None,
     annotate: Path | None = None,
+    fmt: str = "terminal",
 ) -> int:
     return analyze_and_write(
         path,
@@ -32,4 +33,5 @@ def run(
         open_browser=open_browser,
         fail_on=fail_on,
         annotate=annotate,
+        fmt=fmt,
     )

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traceinsight.commands.shared import write_annotated_trace
+from traceinsight.commands.shared import OPEN_HINT, write_annotated_trace
 from traceinsight.errors import EXIT_OK
 from traceinsight.options import Options
 from traceinsight.runtime import Runtime, configure_single_trace_process
-
-OPEN_HINT = "open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing"
 
 
 def run(path: Path, opts: Options, *, output: Path, force: bool, quiet: bool) -> int:

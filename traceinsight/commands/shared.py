@@ -11,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight.constants import SEVERITIES
-from traceinsight.errors import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, InputError
+from traceinsight.errors import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, InputError, OutputError
 from traceinsight.options import Options
 from traceinsight.runtime import Runtime, configure_single_trace_process
+
+OPEN_HINT = "open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing"
 
 
 def default_report_path(trace: Path) -> Path:
@@ -37,6 +39,7 @@ def analyze_and_write(
     open_browser: bool = False,
     fail_on: str | None = None,
     annotate: Path | None = None,
+    fmt: str = "terminal",
 ) -> int:
     """Analyze ``path`` and write what was asked (HTML, JSON, the annotated trace, the summary);
     the exit code, with ``fail_on``'s gate (``analyze`` and ``profile``)."""
@@ -49,6 +52,14 @@ def analyze_and_write(
     from traceinsight.report.json_out import emit_json
 
     graded(opts)  # a bad --threshold fails before any output is checked or parsed
+    # --format markdown: the Markdown summary is the report (-o names it, else stdout), no HTML
+    markdown_out = output if fmt == "markdown" else None
+    if fmt == "markdown":
+        html = False
+        if markdown_out is None and json_out == "-":
+            raise OutputError("--json - and --format markdown both write to stdout: give -o FILE")
+        if markdown_out is not None:
+            check_writable(markdown_out, force)
     report = (output or default_report_path(path)) if html else None
     check_outputs(report, json_out, force)
     # The command's own __main__ is import-safe, so a large trace may use helper processes
@@ -65,8 +76,17 @@ def analyze_and_write(
 
         write_text_atomic(report, render(doc))
     emit_json(doc, json_out)
-    if not quiet and json_out != "-":
-        print(terminal.render(doc, str(report) if report else None))
+    if fmt == "markdown":
+        from traceinsight.report import markdown
+
+        text = markdown.render(doc)
+        if markdown_out is None:
+            sys.stdout.write(text)
+        else:
+            write_text_atomic(markdown_out, text)
+    if not quiet and json_out != "-" and not (fmt == "markdown" and markdown_out is None):
+        written = markdown_out or report  # the summary names the report it wrote
+        print(terminal.render(doc, str(written) if written else None))
     if report is not None and open_browser:
         import webbrowser
 

@@ -22,7 +22,6 @@ import polars as pl
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal import transforms
-from traceinsight.causal.graph import StepModel
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SEVERITIES
 from traceinsight.findings.model import Finding, Rule, Thresholds, ranked
@@ -108,15 +107,5 @@ def all_fixes(r: Results, findings: Iterable[Finding], rules: Iterable[Rule]) ->
     names = list(dict.fromkeys(fix[f.id] for f in findings if f.id in fix and f.cost_ns > 0))
     if rp is None or not names:
         return None
-    steps = [transforms.TRANSFORMS[n] for n in names]
-
-    def combined(m: StepModel) -> StepModel | None:
-        changed = False
-        for step in steps:
-            nxt = step(m)
-            if nxt is not None:
-                m, changed = nxt, True
-        return m if changed else None
-
-    w = rp.predict(combined)
+    w = rp.predict(transforms.combined([transforms.TRANSFORMS[n] for n in names]))
     return None if w is None else replace(w, transforms=tuple(names))
