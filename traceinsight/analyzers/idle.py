@@ -68,8 +68,8 @@ UNSPLIT_LAUNCH_GAP_NS = 100_000
 WARMUP_LAUNCH_MIN_NS = 1_000_000
 WARMUP_LAUNCH_FACTOR = 20.0
 WARMUP_CALLS_REPORTED = 10
-# A steady loop creates no streams, events or handles and loads no modules: a window with this
-# many such calls is (part of) a first pass, whatever idle they cover.
+# A steady loop creates no streams or contexts and loads no modules: a window with this many
+# such calls after its first step is (part of) a first pass, whatever idle they cover.
 COLD_CREATIONS_MIN = 4
 # ... and one whose one-time costs cover this share of the idle is a cold pass.
 COLD_IDLE_MIN_RATIO = 0.5
@@ -299,10 +299,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
     denom = ctx.window_ns * max(1, len(ctx.devices))
     per_step = _per_step(ctx, gaps)
     once = warmup_calls(ctx).filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
-    idle_total = sum(by_cause.values())
-    cold = once.filter(pl.col("kind").is_in(["load", "create"])).height >= COLD_CREATIONS_MIN or (
-        idle_total > 0 and by_cause.get("warmup", 0) >= COLD_IDLE_MIN_RATIO * idle_total
-    )
+    cold = _cold(ctx, gaps, once)
     reported = tuple(
         WarmupCall(r["name"], r["start_ns"] - lo, r["dur_ns"], r["kind"])
         for r in once.sort(["dur_ns", "start_ns"], descending=[True, False])
@@ -462,6 +459,26 @@ def _clipped(ctx: Context, calls: pl.DataFrame) -> pl.DataFrame:
     return iv.clip(
         iv.union(calls.select("start_ns", "end_ns")), ctx.window_start_ns, ctx.window_end_ns
     )
+
+
+def _cold(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> bool:
+    """The window is a cold pass: after its first step (a first step is often cold; the rest
+    are what the window is for), one-time costs cover most of the idle, or streams or
+    contexts are created or modules loaded (a steady loop does neither; events it may create
+    every step, for timing)."""
+    lo = ctx.window_start_ns
+    if ctx.steps.height >= 2:
+        lo = int(ctx.steps.get_column("start_ns").sort()[1])
+    rest = gaps.filter(pl.col("end_ns") > lo).with_columns(
+        (pl.col("end_ns") - pl.max_horizontal("start_ns", pl.lit(lo))).alias("_in")
+    )
+    idle = int(rest.get_column("_in").sum()) if rest.height else 0
+    warm = int(rest.filter(pl.col("cause") == "warmup").get_column("_in").sum()) if idle else 0
+    setup = once.filter(
+        (pl.col("start_ns") >= lo)
+        & ((pl.col("kind") == "load") | pl.col("name").str.contains(r"StreamCreate|CtxCreate"))
+    )
+    return setup.height >= COLD_CREATIONS_MIN or (idle > 0 and warm >= COLD_IDLE_MIN_RATIO * idle)
 
 
 def churning(ctx: Context, allocs: pl.DataFrame) -> bool:
