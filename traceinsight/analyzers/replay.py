@@ -17,7 +17,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.recompute import recompute_ranges
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
-from traceinsight.causal.graph import WAIT_NONE, StepModel, median_step_ns, replay
+from traceinsight.causal.graph import WAIT_NONE, Replayed, StepModel, median_step_ns, replay
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, HOST_OP_KINDS
 
@@ -42,6 +42,55 @@ PROFILER_NS_PER_EVENT_RANGE = (500, 5_000)
 # any where streams wait for each other over this share of the steps (see step_bound_by)
 BOUND_MIN_SPEEDUP = 1.1
 CROSS_WAIT_MAX_RATIO = 0.05
+
+
+# the transform whose moved waits are reported: host_sync's fix
+WAIT_MOVES_OF = "remove_syncs"
+WAIT_MOVES_REPORTED = 3
+
+
+@dataclass(frozen=True)
+class WaitMove:
+    """Blocking calls that wait longer once a fix removed others: the call, whether it follows
+    a host-to-device copy (an input copy's sync), how many such calls, and the waiting added
+    per modelled step."""
+
+    call: str
+    after_input_copy: bool
+    count: int
+    added_ns_per_step: int
+
+
+def wait_moves(
+    model: StepModel, before: Replayed, changed: StepModel, after: Replayed
+) -> tuple[WaitMove, ...]:
+    """The calls still blocking after the change that wait longer than before, grouped by
+    name: where the removed waits went (a step waits once for its GPU work, at the first
+    blocking call left)."""
+    h = changed.host
+    still = (pl.col("wait") != WAIT_NONE).alias("_still")
+    waited = pl.DataFrame(
+        {
+            "name": h.get_column("name"),
+            "_h2d": h.get_column("after_copy").fill_null("") == "HtoD",
+            "_before": (before.host_end_ns - before.host_start_ns),
+            "_after": (after.host_end_ns - after.host_start_ns),
+        }
+    ).with_columns(h.select(still).to_series())
+    grown = waited.filter(pl.col("_still") & (pl.col("_after") > pl.col("_before") + 1_000))
+    if grown.height == 0:
+        return ()
+    steps = max(1, model.steps.height)
+    top = (
+        grown.group_by("name", "_h2d")
+        .agg(pl.len().alias("n"), (pl.col("_after") - pl.col("_before")).sum().alias("added"))
+        .sort(["added", "name"], descending=[True, False])
+        .head(WAIT_MOVES_REPORTED)
+    )
+    return tuple(
+        WaitMove(r["name"], r["_h2d"], r["n"], int(r["added"] // steps))
+        for r in top.iter_rows(named=True)
+    )
 
 
 @dataclass(frozen=True)
@@ -72,6 +121,8 @@ class ReplayResult:
     # the change has not reached the later ones and the saving is a lower bound
     unconverged: tuple[str, ...] = ()
     profiler_ns_per_event: int = 0
+    # where host_sync's fix moves the host's waiting (see :func:`wait_moves`)
+    wait_moves: tuple[WaitMove, ...] = ()
     # the un-profiled model, for analyzers and rules with their own transform (:meth:`predict`)
     model: StepModel | None = field(
         default=None, repr=False, compare=False, metadata={"json": False}
@@ -113,16 +164,21 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     error = abs(replayed - trace_median) / trace_median if replayed is not None else None
     per_event = profiler_ns_per_event(ctx)
     bare = whatif.without_profiler(model, per_event) if per_event else model
-    unprofiled = median_step_ns(bare, replay(bare)) if per_event else replayed
+    bare_replay = replay(bare) if per_event else base
+    unprofiled = median_step_ns(bare, bare_replay) if per_event else replayed
     what_if: dict[str, WhatIf] = {}
     engines: dict[str, float] = {}
     unconverged: list[str] = []
+    moves: tuple[WaitMove, ...] = ()
 
     def after_of(changed: StepModel, name: str) -> float | None:
         """The changed model's median step; a replay cut short at MAX_ROUNDS is noted."""
+        nonlocal moves
         r = replay(changed)
         if not r.converged:
             unconverged.append(name)
+        if name == WAIT_MOVES_OF:
+            moves = wait_moves(bare, bare_replay, changed, r)
         return median_step_ns(changed, r)
 
     if unprofiled is not None:
@@ -158,6 +214,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         step_bound_by=_bound_by(engines, cross, unconverged),
         cross_stream_wait_ratio=cross,
         unconverged=tuple(unconverged),
+        wait_moves=moves,
         model=bare,
     )
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, closing_profiler_sync
+from traceinsight.analyzers.context import Context, closing_profiler_sync, launched
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import API_KINDS
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,10 @@ class SyncResult:
     syncs_per_step: float | None
     profiler_syncs: int  # the profiler's own closing sync, not the user's
     by_op: tuple[dict[str, Any], ...]  # op that caused the syncs: count, blocked_ns
+    # the syncs an input copy makes (right after the thread's host-to-device copy: a
+    # .to(device) without non_blocking=True), counted in host_sync_count too
+    input_copy_sync_count: int = 0
+    input_copy_blocked_ns: int = 0
 
 
 def analyze_syncs(ctx: Context) -> SyncResult:
@@ -42,13 +47,47 @@ def analyze_syncs(ctx: Context) -> SyncResult:
         .head(10)
     )
     steps = ctx.steps.height
+    inputs = calls.filter(_after_host_to_device(ctx, calls))
     return SyncResult(
         host_sync_count=calls.height,
         host_sync_blocked_ns=int(calls["dur_ns"].sum()) if calls.height else 0,
         syncs_per_step=calls.height / steps if steps else None,
         profiler_syncs=profiler,
         by_op=tuple(by_op.iter_rows(named=True)),
+        input_copy_sync_count=inputs.height,
+        input_copy_blocked_ns=int(inputs["dur_ns"].sum()) if inputs.height else 0,
     )
+
+
+def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
+    """Per sync call (in ``calls`` order): the thread's previous runtime/driver call launched a
+    host-to-device copy (the sync is that copy's)."""
+    if calls.height == 0:
+        return pl.Series([], dtype=pl.Boolean)
+    api = ctx.rows(API_KINDS).select("tid", "start_ns").sort("start_ns")
+    h2d = launched(
+        ctx.launches,
+        [pl.col("launch_tid").alias("tid"), pl.col("launch_start_ns").alias("start_ns")],
+        (pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "HtoD"),
+    ).with_columns(pl.lit(True).alias("_h2d"))
+    prev = (
+        calls.select("sync_id", "tid", (pl.col("start_ns") - 1).alias("_before"))
+        .sort("_before")
+        .join_asof(
+            api.rename({"start_ns": "_prev"}),
+            left_on="_before",
+            right_on="_prev",
+            by="tid",
+            check_sortedness=False,
+        )
+        .join(
+            h2d.unique(["tid", "start_ns"]).rename({"start_ns": "_prev"}),
+            on=["tid", "_prev"],
+            how="left",
+        )
+        .sort("sync_id")
+    )
+    return prev.get_column("_h2d").fill_null(False)
 
 
 def _enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:

@@ -444,7 +444,24 @@ def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
         .rename({"launch": "node"})
         .with_columns(pl.col("node").cast(pl.UInt32))
     )
-    host = host.join(copies, on="node", how="left").sort("node").with_columns(drain.alias("_drain"))
+    # the copy each call launched (its direction): a sync right after a host-to-device copy is
+    # that copy's (``.to(device)`` without non_blocking), after a device-to-host one a read-back
+    launched_copy = (
+        gpu.filter((pl.col("kind") == "memcpy") & (pl.col("launch") >= 0))
+        .group_by("launch")
+        .agg(pl.col("copy_kind").cast(pl.String).first().alias("launched_copy"))
+        .rename({"launch": "node"})
+        .with_columns(pl.col("node").cast(pl.UInt32))
+    )
+    host = (
+        host.join(copies, on="node", how="left")
+        .join(launched_copy, on="node", how="left")
+        .sort("node")
+        .with_columns(
+            drain.alias("_drain"),
+            pl.col("launched_copy").shift(1).over("tid").alias("after_copy"),
+        )
+    )
     is_sync = name_matches(host, f"{SYNC_API}|{IMPLICIT_SYNC_API}")
     target = (
         pl.when(pl.col("own_op").is_not_null())

@@ -50,6 +50,8 @@ HOST_FLAGS = (
     "is_launch",
     "is_alloc",  # a device allocator call, model/classify.py ALLOCATOR_API
     "recorded_events",  # events the profiler recorded in the gap, plus the call
+    "launched_copy",  # the direction of the copy the call launched (HtoD, DtoH, ...), or null
+    "after_copy",  # the direction of the copy the thread's previous call launched, or null
 )
 GPU_FLAGS = (
     *(f"in_{r}" for r in RANGES),

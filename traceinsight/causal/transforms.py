@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.causal.columns import SUBGAPS
-from traceinsight.causal.graph import WAIT_NONE, StepModel
+from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 
 # H200 SXM datasheet (NVIDIA H200 Tensor Core GPU, dense, without sparsity): FP32 67 TFLOP/s on
 # CUDA cores, TF32 tensor 494.7, BF16/FP16 tensor 989.5. Real GEMMs reach a fraction of either
@@ -89,11 +89,41 @@ def _host_blocks_off(model: StepModel, which: pl.Expr) -> StepModel:
     return model.with_host(h)
 
 
+# A device sync that follows the thread's host-to-device copy is that copy's (.to(device)
+# without non_blocking=True): the input copies' own fix, not host_sync's.
+_INPUT_COPY_SYNC = (pl.col("wait") == WAIT_DEVICE) & (pl.col("after_copy") == "HtoD")
+
+
 def remove_syncs(model: StepModel) -> StepModel | None:
-    """Every host call that waited for the GPU (device syncs, blocking read-backs) returns at
-    once; the data it read is assumed not needed by the host until later."""
-    which = pl.col("wait") != WAIT_NONE
+    """The host syncs the advice removes return at once: device and stream syncs (``.item()``,
+    ``print(tensor)``, a tensor-valued ``if``, ``synchronize()``) and blocking device-to-host
+    read-backs (``.cpu()``, ``.tolist()``); the value read is assumed not needed by the host
+    until later (read every N steps, or one step late). What stays: an input copy's sync
+    (``.to(device)`` without ``non_blocking``: its own fix), a pageable host-to-device copy,
+    cudaFree's implicit sync (the allocator's), a launch into a full queue. Where the wait
+    moves to one of those, the replay finds it there."""
+    which = (
+        (pl.col("wait") == WAIT_DEVICE)
+        & ~pl.col("is_alloc")
+        & (pl.col("after_copy").fill_null("") != "HtoD")
+    ) | ((pl.col("wait") == WAIT_OWN_OP) & (pl.col("launched_copy") == "DtoH"))
     return _host_blocks_off(model, which) if model.host.select(which.any()).item() else None
+
+
+def async_input_copies(model: StepModel) -> StepModel | None:
+    """Input copies made asynchronous: batches in pinned memory copied with
+    ``non_blocking=True``. The sync each ``.to(device)`` makes after its host-to-device copy
+    goes, and a pageable host-to-device copy runs at pinned bandwidth without blocking the
+    host (as :func:`pinned_copies`, for input copies only); the copy still runs on its stream
+    before the work that reads it."""
+    h = model.host
+    if h.select(_INPUT_COPY_SYNC.any()).item():
+        model = _host_blocks_off(model, _INPUT_COPY_SYNC)
+        changed = True
+    else:
+        changed = False
+    pinned = _pinned(model, pl.col("copy_kind") == "HtoD")
+    return pinned if pinned is not None else (model if changed else None)
 
 
 def remove_syncs_at(calls: pl.DataFrame) -> Transform:
@@ -119,9 +149,16 @@ def remove_syncs_at(calls: pl.DataFrame) -> Transform:
 def pinned_copies(model: StepModel) -> StepModel | None:
     """Pageable copies from pinned memory: the copy runs async at pinned bandwidth and the host
     goes on (only the host-to-device and device-to-host copies from pageable buffers)."""
+    return _pinned(model, pl.lit(True))
+
+
+def _pinned(model: StepModel, which_copies: pl.Expr) -> StepModel | None:
+    """:func:`pinned_copies` for the copies ``which_copies`` selects."""
     g = model.gpu
-    pageable = (pl.col("kind") == "memcpy") & (
-        (pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")
+    pageable = (
+        (pl.col("kind") == "memcpy")
+        & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable"))
+        & which_copies
     )
     ops = g.filter(pageable)
     if ops.height == 0:
@@ -441,7 +478,8 @@ def _t(
 TRANSFORMS: dict[str, Transform] = {
     t.name: t
     for t in (
-        _t(remove_syncs),
+        _t(remove_syncs, host={"is_alloc", "after_copy", "launched_copy"}),
+        _t(async_input_copies, host={"after_copy"}, gpu=_PAGEABLE | {"copy_kind"}),
         _t(pinned_copies, gpu=_PAGEABLE),
         _t(
             cuda_graphs,

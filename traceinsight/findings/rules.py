@@ -165,7 +165,42 @@ def host_sync(x: RuleInput) -> Draft | None:
             "top_segments": x.segments("host_sync"),
             "causal_chain": x.chain("host_sync", "a sync blocked the host until the queue drained"),
             "profiler_syncs_excluded": syncs.profiler_syncs,
+            "input_copy_sync_count": syncs.input_copy_sync_count,
+            # removing these syncs moves the wait to the blocking calls that remain
+            "wait_moves_to": list(x.r.replay.wait_moves) if x.r.replay else [],
             "sources": x.sources("host_sync", "blocking_copy"),
+        },
+    )
+
+
+@rule(
+    "sync_input_copy",
+    fix="async_input_copies",
+    recommendation="Copy inputs without waiting: pinned batches (DataLoader(pin_memory=True)) and "
+    ".to(device, non_blocking=True). A .to(device) without non_blocking synchronizes the stream "
+    "after the copy, so the host waits for all queued GPU work before it can go on.",
+    snippet=(
+        "loader = DataLoader(dataset, batch_size=B, pin_memory=True)\n"
+        "x = x.to(device, non_blocking=True)   # no stream sync after the copy"
+    ),
+    thresholds={"input_copy_blocked_min_ratio": 0.01},
+)
+def sync_input_copy(x: RuleInput) -> Draft | None:
+    syncs = x.r.syncs
+    blocked = syncs.input_copy_blocked_ns
+    if (
+        syncs.input_copy_sync_count <= 0
+        or blocked < x.t["input_copy_blocked_min_ratio"] * x.window_ns
+    ):
+        return None
+    return Draft(
+        blocked,
+        f"{syncs.input_copy_sync_count} input copies wait for the GPU: each .to(device) without "
+        f"non_blocking syncs the stream, {fmt_ms(blocked)} of host time blocked",
+        {
+            "input_copy_sync_count": syncs.input_copy_sync_count,
+            "input_copy_blocked_ns": blocked,
+            "host_sync_count": syncs.host_sync_count,
         },
     )
 
