@@ -175,6 +175,10 @@ def test_launches_without_device_activity_are_lost_activity_not_a_cpu_job(capsys
     err = capsys.readouterr().err
     assert "data-quality error" in err and "device_activity_missing" in err
     assert _run([str(ZOOLOGY)]) == EXIT_OK  # without a gate it is a report, not a failure
+    assert main(["analyze", str(ZOOLOGY), "--no-html"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "No findings, but the trace failed device_activity_missing" in out
+    assert "nothing measurable stands out" not in out
 
 
 def test_copies_without_kernels_while_modules_load_is_lost_activity():
@@ -326,6 +330,21 @@ def test_kineto_2026_shape_reads_on_purpose():
     assert a.source["devices"][0]["name"] == "NVIDIA H200"
     assert a.data_quality == []
     assert _run([str(KINETO_2026)]) == EXIT_OK
+
+
+def test_corpus_counter_events_make_no_rows():
+    """tb_plugin's GPU-metrics sample: 78 counter events (``ph: C``, GPU utilization and SM
+    efficiency) beside the 2021-era duration events; counters are samples, not events."""
+    path = shared_or_skip() / "kineto-samples" / "gpu_metrics_expected.json"
+    raw = json.loads(path.read_text())["traceEvents"]
+    counters = [e for e in raw if e["ph"] == "C"]
+    profiler_cats = {"Operator", "Runtime", "Kernel", "Memcpy"}  # its 'Trace' span is no event
+    xs = [e for e in raw if e["ph"] == "X" and e.get("cat") in profiler_cats]
+    assert (len(counters), len(xs)) == (78, 253)
+    ev = load_trace(path).events
+    assert ev.height == len(xs)
+    counter_names = {e["name"] for e in counters}
+    assert not ev.filter(pl.col("name").is_in(list(counter_names))).height
 
 
 # ---- class 9: non-UTF-8 text in an nsys export ------------------------------------------------
