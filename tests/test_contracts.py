@@ -25,6 +25,10 @@ PARSER_SAMPLES = [
     CORPUS / "libkineto_test_after_fix_trace.json",  # libkineto's own test trace
     FIXTURES / "nsys" / "nsys-ai__mock.sqlite",  # Nsight Systems export
     FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite",  # two processes in one export
+    TINY / "kineto_2026_shape.json",  # Kineto 2026 shape: counters, stream sync rows
+    FIXTURES / "foreign" / "zoology_a100_inference.json.gz",  # launches, no device activity
+    FIXTURES / "foreign" / "awsgpu_report2.sqlite",  # unified-memory migrations
+    FIXTURES / "foreign" / "extrap_concurrent_s16.sqlite",  # Windows export, non-UTF-8 text
 ]
 
 

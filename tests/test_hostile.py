@@ -129,7 +129,12 @@ CASES: dict[str, tuple[bytes, int, str]] = {
         0,
         "no GPU activity",
     ),
-    "not_events_inside": (json.dumps({"traceEvents": [1, "x", None, [], {}]}).encode(), 0, ""),
+    # nothing in it is a profiler event, and it has none of the profiler's top-level keys
+    "not_events_inside": (
+        json.dumps({"traceEvents": [1, "x", None, [], {}]}).encode(),
+        2,
+        "not a PyTorch profiler",
+    ),
     "traceEvents_not_list": (b'{"traceEvents": {"a": 1}}', 2, "not an array"),
 }
 

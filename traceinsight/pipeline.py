@@ -56,7 +56,10 @@ def analyze_trace(
     span = int(ev["end_ns"].max() - ev["start_ns"].min()) if ev.height else 0
     warnings = list(trace.meta.warnings)
     warnings.extend(results.efficiency.warnings)
-    if not ctx.has_gpu:
+    lost = [c for c in results.health.checks if c["check"] == "device_activity_missing"]
+    if not ctx.has_gpu and lost:
+        warnings.append("no GPU activity recorded although the job used the GPU: see data_quality")
+    elif not ctx.has_gpu:
         warnings.append("no GPU activity in this trace: GPU metrics are not applicable")
     if ctx.steps.height == 0 and ctx.has_gpu:
         warnings.append("no ProfilerStep/step ranges: the whole GPU span is analyzed as one window")

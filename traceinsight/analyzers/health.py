@@ -14,6 +14,13 @@ on what it found (findings/quality.py downgrades and tags those findings).
 - ``events_dropped``: the profiler says it dropped events (Kineto's logged ``WARNING``/``ERROR``
   lines, nsys' ``DIAGNOSTIC_EVENT``): GPU work may be missing, so idle looks larger and
   kernel totals smaller.
+- ``device_activity_missing``: launch calls traced but no GPU activity at all (the CUPTI/
+  roctracer buffers were lost or never flushed: Zoology's A100 trace has 244 launches, 268
+  ``ac2g`` flows and no kernel), or copies/memsets but no kernel while launches were traced or
+  modules loaded (a Rust cudarc program on nsys 2026: no kernel table). Not a CPU-only job: an
+  error, the GPU's side of the job is missing.
+- ``trace_truncated``: the file ends early (a cut gzip stream, a cut-off events array): only the
+  events written before the cut were read; an error.
 - ``rows_out_of_order``: an nsys export whose rows are in no time order on their stream or
   thread (nsys 2025.6+ may write them so). The parser sorts them, so no finding rests on it:
   a warning for other tools that read the export as written.
@@ -59,7 +66,12 @@ DROPPED_ERROR_RATIO = 0.01
 # A row this many times longer than the span covered by 98% of the rows (1%..99%: one bad row
 # in a small trace cannot stretch it) is not a real one.
 ABSURD_SPAN_FACTOR = 10
-QUANTILE_SAMPLE = 200_000  # rows the span's quantiles are taken from (every k-th row)
+QUANTILE_SAMPLE = 200_000  # rows the median end is taken from (every k-th row)
+# Calls that load device code (module or library loading): kernels are coming. Defined here
+# rather than in model/classify.py (owned by the analyzer work of issue 36 at the same time).
+MODULE_LOAD_API = r"^(cuModuleLoad|cuLibraryLoad|cudaLibraryLoad|hipModuleLoad)"
+# GPU activity that a launch call produces (gpu_sync and GPU annotations are not launched work).
+GPU_WORK_KINDS = ("kernel", "memcpy", "memset")
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,8 @@ def analyze_health(ctx: Context) -> HealthResult:
             _collisions(api),
             _launched_before_recording(ctx, absurd),
             _events_dropped(ctx),
+            _device_activity_missing(ev, api),
+            _truncated(ctx),
             _rows_out_of_order(ctx),
         )
         if c is not None
@@ -157,13 +171,17 @@ def _durations(ev: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.Expr | None]
     timed = ev.filter(pl.col("dur_ns").is_not_null())
     if timed.height == 0:
         return None, None
-    # the middle 98%'s span, from an evenly spaced sample (a full quantile sorts every row)
-    sample = timed.select("start_ns", "end_ns").gather_every(
-        max(1, timed.height // QUANTILE_SAMPLE)
-    )
-    lo = sample.get_column("start_ns").quantile(0.01)
-    hi = sample.get_column("end_ns").quantile(0.99)
-    span = max(1, int((hi or 0) - (lo or 0)))
+    # The capture's span from the starts (a wrong duration does not move its row's start), and
+    # at least the median row's end past the first start (a capture of a few long rows, or of
+    # rows that all start together). Quantiles of the starts would shrink it to the burst where
+    # most rows are (SGLang's prefill+decode: 98% of the rows in the decode steps, while a
+    # 493 ms copy and the 523 ms prefill annotation are real).
+    first, last = timed.select(
+        pl.col("start_ns").min().alias("first"), pl.col("start_ns").max().alias("last")
+    ).row(0)
+    sample = timed.get_column("end_ns").gather_every(max(1, timed.height // QUANTILE_SAMPLE))
+    median_end = sample.median()
+    span = max(1, int(last - first), int((median_end or first) - first))
     bad = (pl.col("dur_ns") < 0) | (pl.col("dur_ns") > ABSURD_SPAN_FACTOR * span)
     counts = timed.select(
         (pl.col("dur_ns") < 0).sum().alias("negative"), bad.sum().alias("bad")
@@ -176,7 +194,8 @@ def _durations(ev: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.Expr | None]
         "error",
         counts["bad"],
         f"{negative} events with a negative duration and {absurd} longer than "
-        f"{ABSURD_SPAN_FACTOR}x the capture (an overflowed dur): times summed over them are wrong.",
+        f"{ABSURD_SPAN_FACTOR}x the capture's span of starts ({span / 1e6:.2f} ms; an overflowed "
+        "dur): times summed over them are wrong.",
         IDLE_RULES
         + KERNEL_RULES
         + ("step_time_variance", "h2d_not_overlapped", "unfused_optimizer"),
@@ -218,8 +237,10 @@ def _launched_before_recording(ctx: Context, bad: pl.Expr | None) -> dict[str, A
     launched = gpu.filter(pl.col("launch_start_ns").is_not_null()).get_column("start_ns")
     if launched.len() == 0:
         return None
+    # unified-memory migrations are the driver's, on a page fault or prefetch: never launched
     orphans = gpu.filter(
         pl.col("launch_start_ns").is_null()
+        & (pl.col("copy_kind") != "unified").fill_null(True)
         & (pl.col("start_ns") < int(launched.min()))
         & (pl.col("end_ns") > ctx.window_start_ns)
     )
@@ -255,6 +276,56 @@ def _events_dropped(ctx: Context) -> dict[str, Any] | None:
         "idle looks larger and kernel time smaller; record fewer steps or raise the profiler's "
         "buffer size.",
         IDLE_RULES + KERNEL_RULES + ("step_time_variance",),
+    )
+
+
+def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any] | None:
+    """Launch calls (or module loads) but no GPU work of the kind they make."""
+    work = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len()
+    count = dict(work.iter_rows())
+    kernels, other = count.get("kernel", 0), count.get("memcpy", 0) + count.get("memset", 0)
+    if kernels:
+        return None
+    launches = names_matching(api, LAUNCH_API).height
+    loads = names_matching(api, MODULE_LOAD_API).height
+    if other == 0 and launches:
+        message = (
+            f"{launches:,} launch calls were traced but the trace has no GPU activity (no kernel, "
+            "copy or memset): the device side was lost (CUPTI/roctracer buffers not flushed, or "
+            "the GPU activity not enabled). This is not a CPU-only job: re-record it."
+        )
+        n = launches
+    elif other and (launches or loads):
+        why = f"{launches:,} launch calls" if launches else f"{loads:,} module loads"
+        message = (
+            f"{other:,} copies/memsets were recorded but no kernel, while {why} were traced: "
+            "the kernel activity is missing (not enabled or lost), so busy time, idle and "
+            "kernel totals are wrong. Re-record with kernel tracing (nsys --trace=cuda)."
+        )
+        n = launches or loads
+    else:
+        return None
+    return _check(
+        "device_activity_missing",
+        "error",
+        n,
+        message,
+        IDLE_RULES + KERNEL_RULES + ("step_time_variance", "h2d_not_overlapped"),
+    )
+
+
+def _truncated(ctx: Context) -> dict[str, Any] | None:
+    said = ctx.source_extra.get("truncated")
+    if not said:
+        return None
+    return _check(
+        "trace_truncated",
+        "error",
+        1,
+        f"the file is cut off ({str(said)[:300]}): every event written after the cut is "
+        "missing, so the analysis covers an arbitrary part of the capture. Copy or export the "
+        "trace again.",
+        IDLE_RULES + KERNEL_RULES + ("step_time_variance", "h2d_not_overlapped"),
     )
 
 

@@ -9,6 +9,12 @@ import polars as pl
 from traceinsight.analyzers.context import Context
 from traceinsight.model.classify import API_KINDS, LAUNCH_API, names_matching
 
+# A launch call longer than this is not launch overhead: a first launch that loads the module
+# (lazy loading: awsgpu_report2's only cudaLaunchKernel, 39.2 ms, with its 35.6 ms kernel inside
+# it), or one blocked on a full queue. Its kernel has no measured launch cost and stays out of
+# short_kernel_ratio (warm launches take 2-20 us).
+LAUNCH_MEASURED_MAX_NS = 1_000_000
+
 
 @dataclass(frozen=True)
 class LaunchResult:
@@ -16,7 +22,9 @@ class LaunchResult:
     launch_calls_per_step: float | None
     launch_call_median_ns: float | None
     kernel_median_ns: float | None
-    short_kernel_ratio: float | None  # kernels shorter than their own launch call
+    # kernels shorter than their own launch call, among those whose launch call was measured
+    # (at most LAUNCH_MEASURED_MAX_NS); None without any
+    short_kernel_ratio: float | None
     queue_delay_median_ns: float | None  # kernel start - launch call end
     queue_depth_median: float | None  # kernels launched but not yet started, at each launch
     graph_launches: int
@@ -56,14 +64,19 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         launch_calls_per_step=calls.height / steps if steps else None,
         launch_call_median_ns=float(calls["dur_ns"].median()) if calls.height else None,
         kernel_median_ns=float(kl["dur_ns"].median()),
-        short_kernel_ratio=float((direct["dur_ns"] < direct["launch_ns"]).mean())
-        if direct.height
-        else None,
+        short_kernel_ratio=_short_kernel_ratio(direct),
         queue_delay_median_ns=float(direct["queue_ns"].median()) if direct.height else None,
         queue_depth_median=depth,
         graph_launches=graph["correlation"].n_unique() if graph.height else 0,
         graph_kernels=graph.height,
     )
+
+
+def _short_kernel_ratio(direct: pl.DataFrame) -> float | None:
+    measured = direct.filter(pl.col("launch_ns") <= LAUNCH_MEASURED_MAX_NS)
+    if measured.height == 0:
+        return None
+    return float((measured["dur_ns"] < measured["launch_ns"]).mean())
 
 
 def _queue_depth(kl: pl.DataFrame) -> float:

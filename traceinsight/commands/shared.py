@@ -92,6 +92,20 @@ def analyze_and_write(
 
         webbrowser.open(report.resolve().as_uri())
     if fail_on:
+        # a data-quality error (lost device activity, a truncated file, ...) fails any gate:
+        # the findings, or their absence, cannot be trusted
+        checks = [
+            *doc.get("data_quality", []),
+            *(q for r in doc.get("ranks", []) for q in r["data_quality"]),
+        ]
+        errors = [q for q in checks if q.get("severity") == "error"]
+        if errors:
+            print(
+                f"traceinsight: --fail-on {fail_on}: {len(errors)} data-quality error(s), "
+                f"first: {errors[0]['check']}: {errors[0]['message']}",
+                file=sys.stderr,
+            )
+            return EXIT_GATE
         limit = SEVERITIES.index(fail_on)
         hits = [f for f in doc["findings"] if SEVERITIES.index(f["severity"]) <= limit]
         if hits:

@@ -44,7 +44,8 @@ KERNEL_CLASSES = [
     "optimizer",
     "other",
 ]
-COPY_KINDS = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "other"]
+# "unified": unified-memory page migrations (nsys copyKind 11-13), not copies a call launched
+COPY_KINDS = ["HtoD", "DtoH", "DtoD", "HtoH", "PtoP", "other", "unified"]
 MEMORY_KINDS = ["pageable", "pinned", "device", "managed", "array", "host", "unknown"]
 
 KindT = pl.Enum(KINDS)

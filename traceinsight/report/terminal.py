@@ -192,7 +192,12 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
     findings = doc["findings"]
     shown = [f for f in findings if f["severity"] != "info"] or findings[:1]
     lines = [""]
-    if not findings:
+    failed = [q["check"] for q in doc.get("data_quality", []) if q["severity"] == "error"]
+    if not findings and failed:
+        lines.append(
+            f"No findings, but the trace failed {', '.join(failed)} (below): not a clean bill."
+        )
+    elif not findings:
         lines.append("No findings: nothing measurable stands out.")
     else:
         lines.append(f"Findings ({len(findings)}, {min(len(shown), max_findings)} shown):")

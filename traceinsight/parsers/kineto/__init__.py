@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.constants import DROPPED_EVENTS_PATTERN
+from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import (
     KERNEL_ARGS_SCHEMA,
@@ -61,6 +62,11 @@ CATEGORY_KIND: dict[str, str] = {
     "privateuse1_driver": "driver",
 }
 GPU_SIDE = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
+# Top-level keys only the profiler writes (KINETO_FORMAT.md 1.1): a document with any of them is
+# a profiler trace even when it holds no event of a known category (an empty capture).
+PROFILER_TOP_KEYS = frozenset(
+    {"schemaVersion", "deviceProperties", "baseTimeNanoseconds", "distributedInfo", "traceName"}
+)
 
 _MEM_KIND = {
     "pageable": "pageable",
@@ -72,7 +78,16 @@ _MEM_KIND = {
     "device static": "device",
     "managed static": "managed",
 }
-_COPY_KIND = {"HtoD": "HtoD", "DtoH": "DtoH", "DtoD": "DtoD", "HtoH": "HtoH", "PtoP": "PtoP"}
+# "Unified": a unified-memory migration, as nsys names them (CUPTI's memcpy activity that Kineto
+# records has no such kind, but a converted trace may carry the name)
+_COPY_KIND = {
+    "HtoD": "HtoD",
+    "DtoH": "DtoH",
+    "DtoD": "DtoD",
+    "HtoH": "HtoH",
+    "PtoP": "PtoP",
+    "Unified": "unified",
+}
 _MEMCPY_RE = r"^Memcpy\s+(\w+)(?:\s*\(([^)]*?)\s*->\s*([^)]*?)\))?"
 
 # Bounds that keep base + ts + dur inside int64 nanoseconds (about 292 years).
@@ -155,6 +170,7 @@ def parse_kineto(
     cat_map = {c: CATEGORY_KIND.get(c.lower()) for c in cat_set}
     kind = pl.col("cat").replace_strict(cat_map, default=None, return_dtype=KindT)
     df = df.with_columns(kind.alias("kind"))
+    _refuse_foreign(df, top, n_other_ph=parsed[3], cats=cat_set, path=path)
     if exact is not None and exact[0].len() == df.height:
         df = df.with_columns(exact[0].alias("_ts_ns"), exact[1].alias("_dur_ns"))
     else:
@@ -198,6 +214,11 @@ def parse_kineto(
         warnings=warnings,
     )
     _fill_meta(meta, top, path)
+    gpu_ids = df.filter(is_gpu).get_column("device").drop_nulls().unique().sort().to_list()
+    meta.warnings.extend(reconcile_devices(meta.devices, gpu_ids))
+    cut = [w for w in warnings if w.startswith((repair.TRUNCATED_NOTE, repair.TRUNCATED_GZIP_NOTE))]
+    if truncated or cut:  # analyzers/health.py makes it an error
+        meta.extra["truncated"] = "; ".join(cut) or "the gzip stream ends early"
     rank = pl.lit(meta.rank if meta.rank is not None else 0, pl.Int32).alias("rank")
     df = df.with_columns(rank)
     op_args, kernel_args = _side_args(df, side)
@@ -213,6 +234,58 @@ def parse_kineto(
     del df, parsed, fast, side, mem_rows
     typed.trim_native_memory()  # the raw chunks' columns are freed by now
     return Trace(events=table, meta=meta, memory=memory, op_args=op_args, kernel_args=kernel_args)
+
+
+def _refuse_foreign(
+    df: pl.DataFrame, top: dict[str, Any], *, n_other_ph: int, cats: set[str], path: Path
+) -> None:
+    """InputError for a Chrome-trace document that is not the profiler's: events, none of a
+    profiler category, and none of the top-level keys only the profiler writes (a Triton
+    server's request trace: an array of ``ph: b/e`` events, ``cat`` the model's name). Every
+    Kineto era has one or the other (the 2020 bare array: ``Operator``/``Kernel`` categories)."""
+    n_events = df.height + n_other_ph
+    if n_events == 0 or PROFILER_TOP_KEYS & set(top) or df.get_column("kind").is_not_null().any():
+        return
+    seen = f" (duration events' categories: {', '.join(sorted(cats)[:5])})" if cats else ""
+    raise InputError(
+        f"not a PyTorch profiler (Kineto) trace: {n_events:,} Chrome-trace events, no duration "
+        f"event of a profiler category (cpu_op, kernel, cuda_runtime, ...){seen} and no "
+        "schemaVersion/deviceProperties",
+        str(path),
+    )
+
+
+def reconcile_devices(devices: list[DeviceInfo], gpu_ids: list[int]) -> list[str]:
+    """Give the GPU events' device ids missing from ``deviceProperties`` their entry, in place;
+    the notes saying so. ROCm traces number devices differently on events and in the list
+    (TraceLens' MI300X traces: kernels on device 2 or 9, one entry with id 0). A missing id is
+    taken as a listed GPU only where that is unambiguous: every entry describes the same GPU
+    (one entry, or a node of identical GPUs), or the missing ids and the unused entries are as
+    many (paired in id order)."""
+    listed = {d.id for d in devices}
+    missing = [i for i in gpu_ids if i not in listed]
+    if not missing or not devices:
+        return []
+    models = {(d.name, d.sm_count, d.memory_bytes, d.compute_capability) for d in devices}
+    unused = sorted((d for d in devices if d.id not in set(gpu_ids)), key=lambda d: d.id)
+    if len(models) == 1:
+        pairs = [(i, devices[0]) for i in missing]
+    elif len(unused) == len(missing):
+        pairs = list(zip(missing, unused, strict=True))
+    else:
+        return [
+            f"GPU events on device {', '.join(map(str, missing))} not in deviceProperties "
+            f"(ids {', '.join(str(d.id) for d in devices)}), which list different GPUs: "
+            "left unnamed"
+        ]
+    devices.extend(
+        DeviceInfo(i, d.name, d.sm_count, d.memory_bytes, d.compute_capability) for i, d in pairs
+    )
+    return [
+        f"GPU events on device {i} are not in deviceProperties: taken as its entry {d.id} "
+        f"({d.name or 'unnamed'}) (ROCm numbers devices differently on events and in the list)"
+        for i, d in pairs
+    ]
 
 
 def _side_args(df: pl.DataFrame, side: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -29,6 +29,9 @@ from traceinsight.parsers.source import Decompressed, padding_note
 # trace: 2.9 GiB for 433 MB); an input it cannot hold is refused before it is read.
 WHOLE_DOCUMENT_FACTOR = 8
 _EMPTY: dict[str, Any] = {}
+# How the notes of a cut-off document begin (parse_kineto records the trace as truncated).
+TRUNCATED_GZIP_NOTE = "the gzip stream ends early"
+TRUNCATED_NOTE = "the file is truncated"
 
 
 def whole_document(path: Path, max_bytes: int | None) -> tuple[bytes, bool, list[str]]:
@@ -79,7 +82,7 @@ def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[st
         except orjson.JSONDecodeError:
             data = repaired
     if truncated_gzip:
-        warnings.append("the gzip stream ends early; analyzed the events before the cut")
+        warnings.append(f"{TRUNCATED_GZIP_NOTE}; analyzed the events before the cut")
     salvaged = _salvage(data)
     if salvaged is not None:
         obj, note = salvaged
@@ -135,7 +138,7 @@ def _salvage(data: bytes) -> tuple[Any, str] | None:
             )
             if isinstance(events, list) and events:
                 return obj, (
-                    f"the file is truncated (damaged after byte {cut:,}); "
+                    f"{TRUNCATED_NOTE} (damaged after byte {cut:,}); "
                     f"analyzed the {len(events):,} complete events before the damage"
                 )
     return None

@@ -22,6 +22,23 @@ FETCH_THREADS = 2  # SQLite steps rows without the GIL: two scans at once on two
 ROWS_PER_PART = 1_000_000  # big tables are fetched as rowid ranges of about this many rows
 
 
+def text_replacing(raw: bytes) -> str:
+    """SQLite text as str, invalid UTF-8 replaced (U+FFFD): Windows exports hold cp1252 user
+    names in ``EXPORT_META_DATA`` and binary protobuf in ``TARGET_INFO_SYSTEM_ENV``; sqlite3's
+    default decoder raises on them."""
+    return raw.decode("utf-8", errors="replace")
+
+
+def connect(uri: str, *, replacing: bool = True) -> sqlite3.Connection:
+    """A read-only connection; with ``replacing`` its text never fails to decode
+    (:func:`text_replacing`)."""
+    con = sqlite3.connect(uri, uri=True)
+    if replacing:
+        con.text_factory = text_replacing
+    con.execute("PRAGMA query_only = ON")
+    return con
+
+
 class Rows:
     """A fetch split into parts, in rowid order."""
 
@@ -44,8 +61,7 @@ class Db:
         )
         self.uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
         try:
-            self.con = sqlite3.connect(self.uri, uri=True)
-            self.con.execute("PRAGMA query_only = ON")
+            self.con = connect(self.uri)
             rows = self.con.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
             ).fetchall()
@@ -126,14 +142,31 @@ class Db:
         return self.finish(to_events(df), self.offset_ns) if to_events is not None else df
 
     def _fetch_sqlite3(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
-        """Rows in batches straight into polars frames: Python tuples never outlive one batch."""
-        frames = []
-        uri_con = sqlite3.connect(self.uri, uri=True)
+        """Rows in batches straight into polars frames: Python tuples never outlive one batch.
+        Text that is not UTF-8 fails the fast decoder; the query is then read again with
+        replacement (:func:`text_replacing`, slower: a Python call per value)."""
         try:
-            uri_con.execute("PRAGMA query_only = ON")
+            return self._fetch_rows(sql, schema, replacing=False)
+        except sqlite3.OperationalError as exc:
+            if "decode" not in str(exc):
+                raise InputError(
+                    f"export is damaged or unreadable ({exc})", str(self.path)
+                ) from None
+            return self._fetch_rows(sql, schema, replacing=True)
+
+    def _fetch_rows(
+        self, sql: str, schema: dict[str, pl.DataType], *, replacing: bool
+    ) -> pl.DataFrame:
+        frames = []
+        uri_con = connect(self.uri, replacing=replacing)
+        try:
             cur = uri_con.execute(sql)
             while rows := cur.fetchmany(FETCH_ROWS):
                 frames.append(rows_frame(rows, schema))
+        except sqlite3.OperationalError as exc:
+            if "decode" in str(exc) and not replacing:
+                raise
+            raise InputError(f"export is damaged or unreadable ({exc})", str(self.path)) from None
         except sqlite3.DatabaseError as exc:
             raise InputError(f"export is damaged or unreadable ({exc})", str(self.path)) from None
         finally:
@@ -149,12 +182,12 @@ def unblob(s: pl.Series, dtype: pl.DataType) -> pl.Series:
     """A BLOB anywhere in a column makes ADBC return all of it as bytes, integers as their
     ASCII digits; polars casts no bytes to numbers, nor invalid UTF-8 to text. Integers are
     read back from the digits' hex codes (0x30-0x39, a leading 0x2d minus), text columns as
-    UTF-8 where all of it is; anything else becomes null."""
+    UTF-8, invalid bytes replaced (U+FFFD); integers that are not digits become null."""
     if not dtype.is_integer():
         try:
             return s.cast(pl.String)
-        except pl.exceptions.ComputeError:
-            return pl.Series(s.name, [None] * s.len(), dtype=pl.String)
+        except pl.exceptions.ComputeError:  # invalid UTF-8 somewhere: decoded with replacement
+            return s.map_elements(text_replacing, return_dtype=pl.String, skip_nulls=True)
     hexed = pl.col(s.name).bin.encode("hex")
     digits = hexed.str.replace(r"^2d", "-").str.replace_all(r"3([0-9])", "$1")
     is_int = hexed.str.contains(r"^(2d)?(3[0-9])+$")

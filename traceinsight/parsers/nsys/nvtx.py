@@ -92,9 +92,48 @@ def registered_names(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
 
 def nvtx_rows(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
     df = registered_names(df, strings)
-    return keep_rows(df, pl.col("name").is_not_null()).with_columns(
+    df = keep_rows(df, pl.col("name").is_not_null()).with_columns(
         strip_emit_nvtx(pl.col("name")), pl.lit("user_annotation").alias("kind")
     )
+    return pyprof_names(df)
+
+
+# DLProf / apex.pyprof mark ranges with a Python dict's repr: "{'traceMarker': ['net.py:41',
+# ...], 'funcStack': '/<module>/Net::forward/conv2d'}" for the calling frames, or "{'mod':
+# 'torch.nn.functional', 'op': 'conv2d', 'args': [...]}" for the op.
+PYPROF_PREFIX = "{'"
+_FUNC_STACK = r"'funcStack': '([^']*)'"
+_INNERMOST = r"([^/]+)/*$"
+_MOD = r"'mod': '([^']*)'"
+_OP = r"'op': '([^']*)'"
+_TRACE_MARKER = r"'traceMarker': \[\s*'([^']*)'"
+
+
+def pyprof_names(df: pl.DataFrame) -> pl.DataFrame:
+    """DLProf/pyprof payloads named by what they mark: the innermost frame of ``funcStack``,
+    else ``mod.op``, else ``op``, else the first ``traceMarker`` (file:line); a payload with none
+    of them stays as written. Only the payload rows are touched (they are few)."""
+    name = df.get_column("name")
+    rows = name.str.starts_with(PYPROF_PREFIX).fill_null(False).arg_true()
+    if rows.len() == 0:
+        return df
+    text = pl.col("name")
+    mod, op = text.str.extract(_MOD), text.str.extract(_OP)
+    parsed = (
+        name.gather(rows)
+        .to_frame()
+        .select(
+            pl.coalesce(
+                text.str.extract(_FUNC_STACK).str.extract(_INNERMOST),
+                pl.when(mod.is_not_null() & op.is_not_null()).then(pl.format("{}.{}", mod, op)),
+                op,
+                text.str.extract(_TRACE_MARKER),
+                text,
+            )
+        )
+        .to_series()
+    )
+    return df.with_columns(name.scatter(rows, parsed))
 
 
 def nccl_domain(nvtx: pl.DataFrame) -> pl.DataFrame:

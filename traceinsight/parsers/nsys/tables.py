@@ -15,17 +15,20 @@ from traceinsight.model.schema import (
 from traceinsight.parsers.nsys.db import Db, Rows
 
 # ENUM_CUDA_MEMCPY_OPER / ENUM_CUDA_MEM_KIND values (stable since 2021; the ENUM tables are
-# missing before 2022.4, so the values are fixed here).
+# missing before 2022.4, so the values are fixed here). 11-13 ("Unified HtoD/DtoH/DtoD") are
+# unified-memory page migrations the driver made on a fault or prefetch, not copies a call
+# launched: copy kind "unified", managed memory on both ends (their srcKind/dstKind say 7).
 COPY_KIND = {
     1: "HtoD",
     2: "DtoH",
     8: "DtoD",
     9: "HtoH",
     10: "PtoP",
-    11: "HtoD",
-    12: "DtoH",
-    13: "DtoD",
+    11: "unified",
+    12: "unified",
+    13: "unified",
 }
+UNIFIED_COPY_KINDS = (11, 12, 13)
 COPY_LABEL = {
     0: "Unknown",
     1: "HtoD",
@@ -271,11 +274,13 @@ def memcpy_rows(df: pl.DataFrame) -> pl.DataFrame:
         pl.col("ck")
         .replace_strict(COPY_KIND, default="other", return_dtype=pl.String)
         .alias("copy_kind"),
-        pl.col("sk")
-        .replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String)
+        pl.when(pl.col("ck").is_in(UNIFIED_COPY_KINDS))
+        .then(pl.lit("managed"))
+        .otherwise(pl.col("sk").replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String))
         .alias("src_kind"),
-        pl.col("dk")
-        .replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String)
+        pl.when(pl.col("ck").is_in(UNIFIED_COPY_KINDS))
+        .then(pl.lit("managed"))
+        .otherwise(pl.col("dk").replace_strict(MEM_KIND, default="unknown", return_dtype=pl.String))
         .alias("dst_kind"),
         pl.format(
             "Memcpy {} ({} -> {})",
