@@ -117,14 +117,15 @@ def test_data_quality_notes_and_warnings(tmp_path):
     cut.write_bytes(data[: len(data) // 2])
     doc = traceinsight.analyze(cut).to_json()
     truncated = [w for w in doc["warnings"] if "truncated" in w]
-    assert truncated and doc["data_quality"] == []
-    doc["data_quality"] = [
+    assert truncated and [c["check"] for c in doc["data_quality"]] == ["trace_truncated"]
+    doc["data_quality"].append(
         {"severity": "warning", "check": "clock", "message": "m", "affected": ["host_sync"]}
-    ]
+    )
     tokens = parse(render(doc))
     assert "Data quality" in headings(tokens)
     items = [t.content for t in tokens if t.type == "inline"]
     assert "**warning** clock: m (affects host_sync)" in items
+    assert any(i.startswith("**error** trace_truncated:") for i in items)
     assert f"warning: {truncated[0]}" in items
 
 
