@@ -17,6 +17,7 @@ from typing import Any
 
 import polars as pl
 
+from traceinsight.analyzers.attention import EagerAttention, eager_attention
 from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
 from traceinsight.analyzers.replay import ReplayResult
@@ -84,6 +85,8 @@ class EfficiencyResult:
     gpu_metrics_steps: tuple[dict[str, Any], ...] = ()  # per step, over the devices
     # per class of the kernel running at each sample ("idle": none on that device)
     gpu_metrics_classes: tuple[dict[str, Any], ...] = ()
+    # softmax over a T x T score matrix between batched matmuls, no fused kernel (None: none)
+    attention: EagerAttention | None = None
 
 
 def _spec(ctx: Context) -> DeviceSpec | None:
@@ -541,8 +544,12 @@ def analyze_efficiency(
         if k.height
         else []
     )
+    rp = (replay() if callable(replay) else replay) if has_flops or ctx.op_args.height else None
+    attention, eager_ops = eager_attention(ctx, k, spec, rp, step_ns, steps.steps)
     if has_flops:
-        unaligned, un_ns, un_save, un_what = _unaligned(k, replay() if callable(replay) else replay)
+        # eager attention's matmuls are attention's (its own finding), not GEMMs to pad
+        gemms = k.join(eager_ops, on=["rank", "external_id"], how="anti") if eager_ops.height else k
+        unaligned, un_ns, un_save, un_what = _unaligned(gemms, rp)
     else:
         unaligned, un_ns, un_save, un_what = [], 0, 0, None
     # NCCL kernels hold a few SMs by design: their occupancy says nothing about the compute
@@ -600,6 +607,7 @@ def analyze_efficiency(
         kernel_ns=kernel_ns,
         warnings=tuple(warnings),
         **counters,
+        attention=attention,
     )
 
 

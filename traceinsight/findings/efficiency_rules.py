@@ -89,3 +89,50 @@ def low_occupancy(x: RuleInput) -> Draft | None:
             "kernels": list(e.low_occupancy_kernels),
         },
     )
+
+
+def fused_attention_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    """Eager attention's kernels at a fused kernel's estimated time (analyzers/attention.py)."""
+    a = r.efficiency.attention
+    if a is None:
+        return None, "no eager attention"
+    return a.what_if, a.why_no_estimate if a.what_if is None else None
+
+
+@rule(
+    "attention_unfused",
+    estimate=fused_attention_what_if,
+    recommendation="Attention runs eagerly: softmax over the T x T score matrix between two batched "
+    "matmuls writes and reads that matrix in memory. Use a fused kernel: "
+    "torch.nn.functional.scaled_dot_product_attention (FlashAttention / memory-efficient / cuDNN), "
+    'or attn_implementation="sdpa" (or "flash_attention_2") for Hugging Face models.',
+    snippet=(
+        "# before: scores = q @ k.transpose(-2, -1) / math.sqrt(d); p = scores.softmax(-1); o = p @ v\n"
+        "o = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)\n"
+        '# transformers: AutoModel.from_pretrained(..., attn_implementation="sdpa")'
+    ),
+    thresholds={"attention_unfused_min_ratio": 0.1},
+)
+def attention_unfused(x: RuleInput) -> Draft | None:
+    a = x.r.efficiency.attention
+    if a is None or (a.kernel_time_ratio or 0) < x.t["attention_unfused_min_ratio"]:
+        return None
+    d = f", head size {a.head_dim}" if a.head_dim else ""
+    return Draft(
+        a.saving_ns if a.saving_ns is not None else a.kernel_ns,
+        f"Eager attention: softmax over {a.seq_len}x{a.seq_len} scores ({a.batch_heads} batch x "
+        f"heads{d}) and its matmuls take {fmt_pct(a.kernel_time_ratio)} of kernel time "
+        f"({fmt_ms(a.kernel_ns)}); a fused kernel would not write the score matrix",
+        {
+            "seq_len": a.seq_len,
+            "batch_heads": a.batch_heads,
+            "head_dim": a.head_dim,
+            "dtype": a.dtype,
+            "forward_calls": a.forward_calls,
+            "backward_calls": a.backward_calls,
+            "eager_kernel_ns": a.kernel_ns,
+            "eager_kernel_count": a.kernel_count,
+            "eager_kernel_time_ratio": a.kernel_time_ratio,
+            "fused_estimate_ns": a.fused_estimate_ns,
+        },
+    )

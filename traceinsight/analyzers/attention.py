@@ -1,0 +1,206 @@
+"""Eager attention: softmax over a [..., T, T] score matrix between two batched matmuls
+(Q @ K^T and P @ V), with no fused attention kernel, and what a fused kernel would take.
+
+Found from the recorded shapes (``record_shapes=True``): the softmax ops give T and the batch
+times heads (B·H); the batched matmul whose inputs are [..., T, d] and [..., d, T] gives the
+head size d. The eager kernels are those launched by ops that take a [..., T, T] tensor (the
+softmax, the mask and scale, P @ V, their backward) or compute Q @ K^T. A fused kernel
+(FlashAttention, memory-efficient, cuDNN: ``F.scaled_dot_product_attention``) does the forward's
+4·B·H·T²·d FLOPs (the backward's 2.5x that) at :data:`FUSED_ATTENTION_EFFICIENCY` of the
+device's tensor peak for the dtype, and moves Q, K, V and O (4·B·H·T·d elements, 2.5x that
+backward) at :data:`FUSED_MEMORY_EFFICIENCY` of its bandwidth: it never writes the T x T
+matrix. The loop over distinct shapes is Python (a handful); the kernels are polars.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+import polars as pl
+
+from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.replay import ReplayResult
+from traceinsight.causal import transforms
+from traceinsight.causal.whatif import WhatIf
+from traceinsight.model.devices import DeviceSpec
+from traceinsight.model.flops import ATTENTION, ATTENTION_BACKWARD_RATIO, DTYPE_BYTES, DTYPE_NAMES
+from traceinsight.records import OMIT_NONE
+
+SOFTMAX_OPS = ("aten::softmax", "aten::_softmax", "aten::_safe_softmax")
+SOFTMAX_BACKWARD_OPS = ("aten::_softmax_backward_data",)
+MATMUL_OPS = ("aten::bmm", "aten::matmul", "aten::baddbmm", "aten::mm")
+# A score matrix this long on a side is attention (short ones are cheap either way).
+MIN_SEQ_LEN = 128
+# FlashAttention-2's forward reaches 50-73% of an A100's bf16 peak (its paper, d = 64/128);
+# FlashAttention-3 about 75% of an H100's: half the peak is the assumption, stated.
+FUSED_ATTENTION_EFFICIENCY = 0.5
+FUSED_MEMORY_EFFICIENCY = 0.8  # of the datasheet's HBM bandwidth
+
+
+@dataclass(frozen=True)
+class EagerAttention:
+    """Eager attention in the window: the score matrix's side (``seq_len``), B·H, the head size
+    (None where no Q @ K^T was recorded), the softmax dtype, the forward and backward softmax
+    calls, the eager kernels' time and share of kernel time, and the fused estimate (None with
+    ``why_no_estimate`` where the trace cannot tell)."""
+
+    seq_len: int
+    batch_heads: int
+    head_dim: int | None
+    dtype: str | None
+    forward_calls: int
+    backward_calls: int
+    kernel_count: int
+    kernel_ns: int
+    kernel_time_ratio: float | None
+    fused_estimate_ns: int | None = None
+    saving_ns: int | None = None
+    what_if: WhatIf | None = field(default=None, metadata=OMIT_NONE)
+    why_no_estimate: str | None = field(default=None, metadata=OMIT_NONE)
+
+
+def _square(dims: list[Any]) -> int | None:
+    """The side of a [..., T, T] tensor among ``dims`` (T >= MIN_SEQ_LEN), else None."""
+    for d in dims:
+        if (
+            isinstance(d, list)
+            and len(d) >= 3
+            and all(isinstance(x, int) for x in d)
+            and d[-1] == d[-2] >= MIN_SEQ_LEN
+        ):
+            return int(d[-1])
+    return None
+
+
+def _loads(text: str | None) -> list[Any]:
+    try:
+        v = orjson.loads(text) if text else []
+    except orjson.JSONDecodeError:
+        return []
+    return v if isinstance(v, list) else []
+
+
+def _qk_head_dim(dims: list[Any], seqs: set[int]) -> int | None:
+    """d of a Q @ K^T: inputs [..., T, d] and [..., d, T] with T a softmax's side."""
+    if len(dims) < 2 or not all(isinstance(d, list) and len(d) >= 2 for d in dims[:2]):
+        return None
+    a, b = dims[0], dims[1]
+    if a[-2] == b[-1] and a[-2] in seqs and a[-1] == b[-2] and a[-1] < a[-2]:
+        return int(a[-1])
+    return None
+
+
+def eager_attention(
+    ctx: Context,
+    k: pl.DataFrame,
+    spec: DeviceSpec | None,
+    replay: ReplayResult | None,
+    step_ns: float | None,
+    steps: int,
+) -> tuple[EagerAttention | None, pl.DataFrame]:
+    """The eager attention of the window (None without), and the eager kernels' ops
+    (rank, external_id) for other analyses to leave out (their GEMMs are attention's)."""
+    none = pl.DataFrame(schema={"rank": pl.Int32, "external_id": pl.Int64})
+    oa = ctx.op_args
+    if oa.height == 0 or k.height == 0:
+        return None, none
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    ops = oa.filter(pl.col("start_ns").is_between(lo, hi, closed="left"))
+    fused = (
+        ops.get_column("name").is_in(list(ATTENTION)).any()
+        or (k.get_column("kernel_class") == "attention").any()
+    )
+    if fused:  # a fused kernel already runs attention here
+        return None, none
+    shapes = ops.select("name", "input_dims", "input_types").unique()
+    softmax = shapes.filter(pl.col("name").is_in(SOFTMAX_OPS + SOFTMAX_BACKWARD_OPS))
+    seqs = {t for t in (_square(_loads(x)) for x in softmax.get_column("input_dims")) if t}
+    if not seqs:
+        return None, none
+    eager_rows, heads = [], Counter()
+    for name, dims_text, _types in shapes.iter_rows():  # distinct shapes: a handful
+        dims = _loads(dims_text)
+        sq = _square(dims)
+        d = _qk_head_dim(dims, seqs) if name in MATMUL_OPS else None
+        if (sq is not None and sq in seqs) or d is not None:
+            eager_rows.append((name, dims_text))
+        if d is not None:
+            heads[d] += 1
+    eager_ops = ops.join(
+        pl.DataFrame(eager_rows, schema=["name", "input_dims"], orient="row"),
+        on=["name", "input_dims"],
+        nulls_equal=True,
+    ).select("rank", "external_id", "name", "input_dims", "input_types")
+    ids = eager_ops.select("rank", "external_id").unique()
+    ek = k.join(ids, on=["rank", "external_id"])
+    if ek.height == 0:
+        return None, none
+    kernel_ns = int(ek.get_column("dur_ns").sum())
+    all_ns = int(k.get_column("dur_ns").sum())
+    # the forward and backward softmax calls: B·H and T each, the dtype of the first
+    fwd = eager_ops.filter(pl.col("name").is_in(SOFTMAX_OPS))
+    bwd = eager_ops.filter(pl.col("name").is_in(SOFTMAX_BACKWARD_OPS))
+    head_dim = heads.most_common(1)[0][0] if heads else None
+    dtype = None
+    for types in fwd.get_column("input_types").head(1):
+        t = _loads(types)
+        dtype = DTYPE_NAMES.get(t[0]) if t and isinstance(t[0], str) else None
+    elem = next((b for n, b in DTYPE_BYTES.items() if DTYPE_NAMES.get(n) == dtype), 2)
+
+    def work(rows: pl.DataFrame) -> tuple[float, float, int, int]:
+        flops = nbytes = 0.0
+        side = bh = 0
+        for dims_text in rows.get_column("input_dims"):
+            dims = _loads(dims_text)
+            t = _square(dims)
+            if t is None:
+                continue
+            b = math.prod(dims[0][:-2])
+            side, bh = t, b
+            if head_dim is not None:
+                flops += 4.0 * b * t * t * head_dim
+                nbytes += 4.0 * b * t * head_dim * elem
+        return flops, nbytes, side, bh
+
+    f_flops, f_bytes, side, bh = work(fwd)
+    b_flops, b_bytes, _, _ = work(bwd)
+    flops = f_flops + ATTENTION_BACKWARD_RATIO * b_flops
+    nbytes = f_bytes + ATTENTION_BACKWARD_RATIO * b_bytes
+    result = EagerAttention(
+        seq_len=side or max(seqs),
+        batch_heads=bh,
+        head_dim=head_dim,
+        dtype=dtype,
+        forward_calls=fwd.height,
+        backward_calls=bwd.height,
+        kernel_count=ek.height,
+        kernel_ns=kernel_ns,
+        kernel_time_ratio=kernel_ns / all_ns if all_ns else None,
+    )
+    why = None
+    peak = spec.peak_tflops.get(dtype or "") if spec is not None else None
+    if head_dim is None:
+        why = "no Q @ K^T matmul with the softmax's shape was recorded: the head size is unknown"
+    elif spec is None or not peak:
+        why = "the device (or its peak for this dtype) is not in the spec table"
+    if why is not None or spec is None or not peak:
+        return replace(result, why_no_estimate=why), ids
+    fused_ns = max(
+        flops / (peak * 1e3 * FUSED_ATTENTION_EFFICIENCY),
+        nbytes / (spec.memory_bandwidth_bytes_per_s / 1e9 * FUSED_MEMORY_EFFICIENCY),
+    )
+    saving = max(0.0, kernel_ns - fused_ns)
+    what_if = None
+    if replay is not None and replay.model is not None:
+        factor = min(1.0, fused_ns / kernel_ns) if kernel_ns else 1.0
+        keys = ek.select("device", "start_ns", pl.lit(factor).alias("factor"))
+        what_if = replay.predict(transforms.scaled_kernels(keys))
+    elif step_ns:
+        per_step = saving / max(1, steps)
+        what_if = WhatIf.of(step_ns, max(0.0, step_ns - per_step))
+    done = replace(result, fused_estimate_ns=int(fused_ns), saving_ns=int(saving), what_if=what_if)
+    return done, ids
