@@ -8,9 +8,9 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, launched
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import names_matching
+from traceinsight.model.classify import BACKWARD_PATTERN, HOST_OP_KINDS, names_matching
 
 # Collective kinds, matched on lower-case names with everything but letters removed
 # (ncclDevKernel_AllReduce_Sum_f32 -> ...allreduce..., nccl:_all_gather_base -> ...allgather...).
@@ -118,6 +118,9 @@ class CommResult:
     top_collectives: tuple[dict[str, Any], ...]
     # collective kind -> {count, comm_ns, exposed_ns} (unions per kind and device, summed)
     by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    # share of the communication kernels' time launched inside backward (autograd) ops: data
+    # parallel's gradient reduction; near 0 in a forward-only (inference, tensor-parallel) run
+    backward_comm_ratio: float | None = None
 
 
 def analyze_comm(ctx: Context) -> CommResult:
@@ -161,7 +164,41 @@ def analyze_comm(ctx: Context) -> CommResult:
         per_device=tuple(per_device),
         top_collectives=tuple(top.iter_rows(named=True)),
         by_kind=_by_kind(with_kinds(comm, ctx.events, ctx.kernel_args), pu),
+        backward_comm_ratio=_backward_ratio(ctx),
     )
+
+
+def _backward_ratio(ctx: Context) -> float | None:
+    """Communication kernel time launched inside a backward op, over all of it."""
+    comm = launched(
+        ctx.launches,
+        ["launch_tid", "launch_start_ns", "dur_ns"],
+        (pl.col("kind") == "kernel") & (pl.col("kernel_class") == "communication"),
+    )
+    total = int(comm.get_column("dur_ns").sum()) if comm.height else 0
+    if total == 0:
+        return None
+    if ctx.rows(HOST_OP_KINDS).height == 0:
+        return None  # no host ops recorded (nsys): the phase is unknown
+    bw = ctx.rows(HOST_OP_KINDS, BACKWARD_PATTERN)
+    if bw.height == 0:
+        return 0.0
+    inside = iv.containing(
+        comm.rename({"launch_tid": "tid", "launch_start_ns": "t"}).with_columns(
+            (pl.col("t") + 1).alias("t_end")
+        ),
+        bw.select(
+            pl.col("start_ns").alias("b_s"),
+            pl.col("end_ns").alias("b_e"),
+            pl.col("tid").alias("b_tid"),
+        ),
+        inner_start="t",
+        inner_end="t_end",
+        outer_start="b_s",
+        outer_end="b_e",
+        same=("b_tid", "tid"),
+    ).unique(subset=["tid", "t"])
+    return float(inside.get_column("dur_ns").sum()) / total
 
 
 def _by_kind(comm: pl.DataFrame, compute: pl.DataFrame) -> dict[str, dict[str, int]]:

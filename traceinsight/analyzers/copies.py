@@ -26,6 +26,9 @@ class CopyResult:
     # the blocked time by direction (HtoD, DtoH, ...): a read-back wants a different fix
     host_blocking_copy_ns_by_kind: dict[str, int]
     pageable_calls: tuple[dict[str, Any], ...]  # top pageable copies with timestamps
+    # the part of that time after each copy began (its own time, not the wait for queued
+    # work before it: a read-back's wait is the sync's, not the pageable buffer's)
+    host_blocking_copy_own_ns: int = 0
 
 
 def analyze_copies(ctx: Context) -> CopyResult:
@@ -61,7 +64,13 @@ def analyze_copies(ctx: Context) -> CopyResult:
         (pl.col("src_kind") == "pageable")
         | (pl.col("dst_kind") == "pageable")
         | pl.col("launch_name").str.contains(BLOCKING_COPY_API)
-    ).with_columns((pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("blocked_ns"))
+    ).with_columns(
+        (pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("blocked_ns"),
+        # the part after the copy began: the copy's own time, not the wait for queued work
+        (pl.col("launch_end_ns") - pl.max_horizontal("launch_start_ns", "start_ns"))
+        .clip(0)
+        .alias("own_ns"),
+    )
     top_pageable = blocking.sort(["blocked_ns", "launch_start_ns"], descending=[True, False]).head(
         10
     )
@@ -75,6 +84,7 @@ def analyze_copies(ctx: Context) -> CopyResult:
         copy_dur_ns=int(copies["dur_ns"].sum()) if copies.height else 0,
         host_blocking_copy_ns=int(blocking["blocked_ns"].sum()) if blocking.height else 0,
         host_blocking_copy_count=blocking.height,
+        host_blocking_copy_own_ns=int(blocking["own_ns"].sum()) if blocking.height else 0,
         host_blocking_copy_ns_by_kind={
             str(r["copy_kind"]): int(r["blocked_ns"])
             for r in blocking.group_by("copy_kind")

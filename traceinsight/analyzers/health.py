@@ -48,7 +48,6 @@ KERNEL_RULES = (
     "elementwise_heavy",
     "fp32_compute",
     "comm_not_overlapped",
-    "comm_heavy",
     "recompute_overhead",
 )
 # Overlap on one stream below this is timestamp rounding (Kineto's us-resolution eras).

@@ -23,6 +23,8 @@ class SyncResult:
     # .to(device) without non_blocking=True), counted in host_sync_count too
     input_copy_sync_count: int = 0
     input_copy_blocked_ns: int = 0
+    # the part of that blocked time the GPU sat idle (the rest it ran queued work)
+    input_copy_idle_ns: int = 0
 
 
 def analyze_syncs(ctx: Context) -> SyncResult:
@@ -56,7 +58,22 @@ def analyze_syncs(ctx: Context) -> SyncResult:
         by_op=tuple(by_op.iter_rows(named=True)),
         input_copy_sync_count=inputs.height,
         input_copy_blocked_ns=int(inputs["dur_ns"].sum()) if inputs.height else 0,
+        input_copy_idle_ns=_idle_during(ctx, inputs),
     )
+
+
+def _idle_during(ctx: Context, calls: pl.DataFrame) -> int:
+    """The time inside ``calls`` (their union, in the window) during which no GPU ran."""
+    if calls.height == 0:
+        return 0
+    u = iv.clip(
+        iv.union(calls.select("start_ns", "end_ns")), ctx.window_start_ns, ctx.window_end_ns
+    )
+    if u.height == 0:
+        return 0
+    busy = iv.union(ctx.busy.select("start_ns", "end_ns")) if ctx.busy.height else None
+    inside = int(iv.overlap_with(u, busy).sum()) if busy is not None else 0
+    return iv.total(u) - inside
 
 
 def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:

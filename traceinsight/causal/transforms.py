@@ -147,8 +147,9 @@ def remove_syncs_at(calls: pl.DataFrame) -> Transform:
 
 
 def pinned_copies(model: StepModel) -> StepModel | None:
-    """Pageable copies from pinned memory: the copy runs async at pinned bandwidth and the host
-    goes on (only the host-to-device and device-to-host copies from pageable buffers)."""
+    """Pageable copies through pinned memory at pinned bandwidth: a host-to-device copy runs
+    async and the host goes on; a device-to-host read-back only runs faster, the host still
+    waits for it (it needs the data; and the queued work the copy waits behind stays)."""
     return _pinned(model, pl.lit(True))
 
 
@@ -174,8 +175,10 @@ def _pinned(model: StepModel, which_copies: pl.Expr) -> StepModel | None:
         .otherwise(pl.col("dur_ns"))
         .alias("dur_ns")
     )
-    own = ops.get_column("op").cast(pl.Int64).implode()
-    # the call stages a pageable copy whether or not it outlasted the DMA: it all goes
+    # the call stages a pageable copy whether or not it outlasted the DMA: it all goes. A
+    # read-back (device to host) is still waited for: the host needs the data (a pinned buffer
+    # and non_blocking=True then an event wait), so only its copy gets faster.
+    own = ops.filter(pl.col("copy_kind") != "DtoH").get_column("op").cast(pl.Int64).implode()
     which = pl.col("own_op").is_in(own)
     return _host_blocks_off(model.with_gpu(g), which)
 
@@ -463,7 +466,7 @@ def combined(steps: list[Transform]) -> Transform:
     return Transform("+".join(s.name for s in steps), apply)
 
 
-_PAGEABLE = frozenset({"kind", "src_kind", "dst_kind", "bytes"})
+_PAGEABLE = frozenset({"kind", "src_kind", "dst_kind", "bytes", "copy_kind"})
 _OVERLAP = frozenset({"kind", "kernel_class"})
 
 

@@ -22,7 +22,7 @@ from traceinsight.findings.rules import RULES, RuleInput
 from traceinsight.report.format import fmt_ms, fmt_pct
 
 # The single-trace rules that read communication time: in a job they see only the transfer part.
-COMM_RULES = ("comm_not_overlapped", "comm_heavy")
+COMM_RULES = ("comm_not_overlapped",)
 
 
 @dataclass(frozen=True)

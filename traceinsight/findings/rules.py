@@ -193,13 +193,16 @@ def sync_input_copy(x: RuleInput) -> Draft | None:
         or blocked < x.t["input_copy_blocked_min_ratio"] * x.window_ns
     ):
         return None
+    # attributed: the GPU idle while those syncs held the host (blocked time with the GPU busy
+    # costs nothing by itself; the model prices the rest where there is one)
     return Draft(
-        blocked,
+        syncs.input_copy_idle_ns,
         f"{syncs.input_copy_sync_count} input copies wait for the GPU: each .to(device) without "
         f"non_blocking syncs the stream, {fmt_ms(blocked)} of host time blocked",
         {
             "input_copy_sync_count": syncs.input_copy_sync_count,
             "input_copy_blocked_ns": blocked,
+            "input_copy_idle_ns": syncs.input_copy_idle_ns,
             "host_sync_count": syncs.host_sync_count,
         },
     )
@@ -262,7 +265,9 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
         if copies.pageable_calls
         else 0
     )
-    cost = max(copies.host_blocking_copy_ns, x.idle("pageable_copy"))
+    # the copies' own time under their calls: a read-back's wait for the queued work before it
+    # is a sync's, which pinned memory does not remove
+    cost = max(copies.host_blocking_copy_own_ns, x.idle("pageable_copy"))
     by_kind = copies.host_blocking_copy_ns_by_kind
     readback = by_kind.get("DtoH", 0) > by_kind.get("HtoD", 0)
     title = (
@@ -278,6 +283,7 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
             "h2d_pageable_bytes": copies.h2d_pageable_bytes,
             "h2d_pageable_bytes_ratio": ratio,
             "host_blocking_copy_ns": copies.host_blocking_copy_ns,
+            "host_blocking_copy_own_ns": copies.host_blocking_copy_own_ns,
             "host_blocking_copy_count": copies.host_blocking_copy_count,
             "top_blocked_ns": blocked,
             "top_copies": list(copies.pageable_calls[:5]),
@@ -413,6 +419,21 @@ COMM_ADVICE_BY_KIND: Mapping[str, str] = {
     "broadcast": "Broadcasts are exposed: broadcast parameters once at start-up, not per step; DDP "
     "broadcast_buffers=False when buffers need no syncing.",
 }
+# Tensor/sequence parallelism: all-gathers and reduce-scatters in the forward, none in backward
+# (an inference or forward-only trace): data-parallel bucket advice does not apply.
+TP_ADVICE = (
+    "Collectives of the forward (tensor/sequence parallelism: all-gather and reduce-scatter "
+    "around the sharded layers) are exposed: overlap them with the matmuls they feed (async "
+    "tensor parallelism: torch.compile with torch._inductor.config._micro_pipeline_tp = True; "
+    "Megatron's --tp-comm-overlap), keep the tensor-parallel group within one NVLink domain, "
+    "or lower the tensor-parallel degree where the model fits."
+)
+# comm_time_ratio at which communicating less becomes the advice too (it was comm_heavy)
+COMM_LESS_ADVICE = (
+    " Communication is a large share of the window: communicate less often or less "
+    "(gradient accumulation, a larger per-GPU batch, ZeRO-2/SHARD_GRAD_OP instead of full "
+    "sharding, bf16 gradient reduction)."
+)
 DDP_FSDP_ADVICE = (
     "Let gradient reduction overlap backward: DDP with buckets (bucket_cap_mb), static_graph=True, "
     "gradient_as_bucket_view=True; no manual all_reduce after backward(); FSDP backward_prefetch "
@@ -432,9 +453,16 @@ DDP_FSDP_ADVICE = (
         "# all-to-all (TorchRec): TrainPipelineSparseDist(model, optimizer, device)\n"
         "# send/recv (pipeline): ScheduleInterleaved1F1B(stages, n_microbatches=4 * n_stages)"
     ),
-    thresholds={"comm_overlap_min": 0.5},
+    thresholds={
+        "comm_overlap_min": 0.5,
+        "comm_heavy_ratio": 0.3,
+        # communication launched in backward under this share: a forward's collectives (TP)
+        "comm_forward_max_backward_ratio": 0.1,
+    },
 )
 def comm_not_overlapped(x: RuleInput) -> Draft | None:
+    """Exposed communication, one finding whatever its share of the window (a heavy share adds
+    the advice to communicate less); the advice follows the parallelism that issues it."""
     comm = x.r.comm
     if (
         comm.comm_compute_overlap_ratio is None
@@ -443,6 +471,18 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         return None
     by_kind = comm.by_kind
     worst = max(by_kind, key=lambda k: (by_kind[k]["exposed_ns"], k)) if by_kind else None
+    forward_only = (
+        comm.backward_comm_ratio is not None
+        and comm.backward_comm_ratio < x.t["comm_forward_max_backward_ratio"]
+    )
+    if worst in COMM_ADVICE_BY_KIND:
+        advice = COMM_ADVICE_BY_KIND[worst]
+    elif forward_only and worst in ("all_gather", "reduce_scatter", "all_reduce"):
+        advice = TP_ADVICE
+    else:
+        advice = DDP_FSDP_ADVICE
+    if (comm.comm_time_ratio or 0) >= x.t["comm_heavy_ratio"]:
+        advice += COMM_LESS_ADVICE
     return Draft(
         comm.exposed_comm_ns,
         f"Communication is exposed: {fmt_pct(comm.comm_compute_overlap_ratio)} of it overlaps compute, "
@@ -456,40 +496,10 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
             "top_collectives": list(comm.top_collectives[:5]),
             "by_kind": by_kind,
             "most_exposed_kind": worst,
-        },
-        COMM_ADVICE_BY_KIND.get(worst or "", DDP_FSDP_ADVICE),
-    )
-
-
-@rule(
-    "comm_heavy",
-    no_estimate="communicating less changes the parallelism or the model; no transform of "
-    "the traced step predicts it",
-    recommendation="Communicate less often or less: gradient accumulation, larger per-GPU batch, ZeRO-2/SHARD_GRAD_OP "
-    "instead of full sharding, bf16 gradient reduction.",
-    snippet=(
-        "# accumulate gradients: reduce every K micro-batches\n"
-        "with model.no_sync():\n"
-        "    loss.backward()\n"
-        "# FSDP: ShardingStrategy.SHARD_GRAD_OP (ZeRO-2) instead of FULL_SHARD"
-    ),
-    thresholds={"comm_heavy_ratio": 0.3},
-)
-def comm_heavy(x: RuleInput) -> Draft | None:
-    comm = x.r.comm
-    if (
-        comm.comm_compute_overlap_ratio is None
-        or (comm.comm_time_ratio or 0) < x.t["comm_heavy_ratio"]
-    ):
-        return None
-    return Draft(
-        comm.exposed_comm_ns,
-        f"Communication takes {fmt_pct(comm.comm_time_ratio)} of the window",
-        {
-            "comm_ns": comm.comm_ns,
             "comm_time_ratio": comm.comm_time_ratio,
-            "top_collectives": list(comm.top_collectives[:5]),
+            "backward_comm_ratio": comm.backward_comm_ratio,
         },
+        advice,
     )
 
 

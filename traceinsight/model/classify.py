@@ -47,6 +47,8 @@ DEVICE_FREE_API = r"^(cuda|hip)Free(Async)?$|^cuMemFree|^cuMemRelease$"
 ALLOCATOR_API = f"{DEVICE_ALLOC_API}|{DEVICE_FREE_API}"
 # cudaFree (and so empty_cache) synchronizes the device before it returns memory.
 IMPLICIT_SYNC_API = r"^(cuda|hip)Free$|^cuMemFree"
+# Autograd's backward: its engine's evaluate_function ranges and the Backward nodes' ops.
+BACKWARD_PATTERN = r"^autograd::engine::evaluate_function|Backward\d*$"
 # One-time costs a steady-state loop does not pay: the runtime initialized, modules and
 # libraries loaded (lazy loading loads a kernel's module at its first launch), streams,
 # events and contexts created.
