@@ -409,6 +409,7 @@ def _gemms(rows: list[tuple[int, int, int, int]]) -> pl.DataFrame:
             "gemm_n": [r[1] for r in rows],
             "gemm_k": [r[2] for r in rows],
             "flops": [2.0 * r[0] * r[1] * r[2] for r in rows],
+            "bytes": [2.0 * (r[0] * r[2] + r[2] * r[1] + r[0] * r[1]) for r in rows],
             "dur_ns": [r[3] for r in rows],
             "op": ["aten::mm"] * len(rows),
             "device": [0] * len(rows),
@@ -433,6 +434,29 @@ def test_unaligned_gemms_by_hand() -> None:
     assert [u["alignment"] for u in _unaligned(odd, None)[0]] == ["8"]
     # no aligned GEMM within 4x of its FLOPs: nothing to compare with, not reported
     assert _unaligned(_gemms([(64, 64, 64, 1_000), (1023, 1024, 1024, 5_000)]), None)[0] == []
+
+
+def test_unaligned_gemms_against_the_roofline_without_aligned_ones() -> None:
+    """Every GEMM unaligned: judged against the device's roofline (H200 bf16 989.5 TFLOP/s,
+    4.8 TB/s) at half the attainable rate. 3137x3137x64 (K = 64): 1.26 GFLOP over 20.5 MB,
+    intensity 61.5 FLOP/B x 4.8e12 B/s = 295 TFLOP/s attainable, 147.6 expected (8.5 us); at
+    25 us it ran 50.4 TFLOP/s (reported, saving 25 - 8.5 us); at 8 us it beat the expectation."""
+    from traceinsight.analyzers.efficiency import GEMM_ROOFLINE_EFFICIENCY, _unaligned
+    from traceinsight.model.devices import lookup
+
+    h200 = lookup("NVIDIA H200", 150_000_000_000)
+    assert h200 is not None and h200.id == "H200-SXM"
+    m, n, k = 3137, 3137, 64
+    flops, nbytes = 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n)
+    rate = min(989.5e3, flops / nbytes * h200.memory_bandwidth_bytes_per_s / 1e9)
+    expected = flops / (rate * GEMM_ROOFLINE_EFFICIENCY)
+    (u,) = _unaligned(_gemms([(m, n, k, 25_000)]), None, h200)[0]
+    assert u["reference"] == "roofline"
+    assert u["reference_tflops"] == pytest.approx(rate * GEMM_ROOFLINE_EFFICIENCY / 1e3)
+    assert u["saving_ns"] == int(25_000 - expected)
+    assert expected == pytest.approx(8_534, abs=5)
+    assert _unaligned(_gemms([(m, n, k, 8_000)]), None, h200)[0] == []
+    assert _unaligned(_gemms([(m, n, k, 25_000)]), None, None)[0] == []  # no device: no roofline
 
 
 def test_occupancy_estimate_agrees_with_kineto() -> None:

@@ -328,11 +328,32 @@ def _per_step(ctx: Context, k: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# A GEMM measured against the roofline (no aligned GEMM in the trace to compare with) is
+# expected at this share of the attainable rate (min(peak, intensity x bandwidth)): cuBLAS
+# reaches 60-80% of the tensor peak on large aligned shapes; half is the stated assumption.
+GEMM_ROOFLINE_EFFICIENCY = 0.5
+
+
+def _roofline_rate(
+    spec: DeviceSpec | None, dtype: str | None, flops: float, nbytes: float | None
+) -> float | None:
+    """FLOP/ns a GEMM of this intensity can expect on the device (None: unknown)."""
+    peak = spec.peak_tflops.get(dtype or "") if spec is not None else None
+    if not peak or not flops:
+        return None
+    attainable = peak * 1e3  # FLOP/ns
+    if nbytes:
+        attainable = min(attainable, flops / nbytes * spec.memory_bandwidth_bytes_per_s / 1e9)
+    return attainable * GEMM_ROOFLINE_EFFICIENCY
+
+
 def _unaligned(
-    k: pl.DataFrame, replay: ReplayResult | None
-) -> tuple[list[dict[str, Any]], int, int, dict | None]:
+    k: pl.DataFrame, replay: ReplayResult | None, spec: DeviceSpec | None = None
+) -> tuple[list[dict[str, Any]], int, int, WhatIf | None]:
     """16-bit GEMMs with M, N or K not a multiple of 8 (or of 64 where that measurably costs),
-    each against the FLOP rate of aligned GEMMs of similar size in the same trace."""
+    each against the FLOP rate of aligned GEMMs of similar size in the same trace; where the
+    trace has none (every GEMM unaligned), against the device's roofline for its arithmetic
+    intensity at :data:`GEMM_ROOFLINE_EFFICIENCY` (``reference`` says which)."""
     g = k.filter(
         (pl.col("formula") == "gemm")
         & pl.col("dtype").is_in(SIXTEEN_BIT)
@@ -352,6 +373,7 @@ def _unaligned(
             pl.len().alias("count"),
             pl.col("dur_ns").sum().alias("time_ns"),
             pl.col("flops").sum().alias("flops"),
+            pl.col("bytes").sum().alias("bytes"),
             pl.col("op").first(),
         )
         .with_columns((pl.col("flops") / pl.col("count")).alias("flops_each"))
@@ -372,9 +394,13 @@ def _unaligned(
             for r in rows
             if not r["off64"] and r["dtype"] == s["dtype"] and lo <= r["flops_each"] <= hi
         ]
-        if not ref:
+        if ref:
+            rate = sum(r["flops"] for r in ref) / max(1, sum(r["time_ns"] for r in ref))  # FLOP/ns
+            reference = "aligned GEMMs"
+        elif (rate := _roofline_rate(spec, s["dtype"], s["flops"], s["bytes"])) is not None:
+            reference = "roofline"
+        else:
             continue
-        rate = sum(r["flops"] for r in ref) / max(1, sum(r["time_ns"] for r in ref))  # FLOP/ns
         expected = s["flops"] / rate
         if not s["off8"] and s["time_ns"] < MISALIGNED_64_SLOWDOWN * expected:
             continue  # aligned to 8 and not measurably slower than the 64-aligned ones
@@ -394,6 +420,7 @@ def _unaligned(
                 "flops": s["flops"],
                 "achieved_tflops": s["flops"] / s["time_ns"] / 1e3 if s["time_ns"] else None,
                 "reference_tflops": rate / 1e3,
+                "reference": reference,
                 "reference_shapes": [[r["gemm_m"], r["gemm_n"], r["gemm_k"]] for r in ref][:5],
                 "aligned_estimate_ns": int(expected),
                 "saving_ns": int(saving),
@@ -549,7 +576,7 @@ def analyze_efficiency(
     if has_flops:
         # eager attention's matmuls are attention's (its own finding), not GEMMs to pad
         gemms = k.join(eager_ops, on=["rank", "external_id"], how="anti") if eager_ops.height else k
-        unaligned, un_ns, un_save, un_what = _unaligned(gemms, rp)
+        unaligned, un_ns, un_save, un_what = _unaligned(gemms, rp, spec)
     else:
         unaligned, un_ns, un_save, un_what = [], 0, 0, None
     # NCCL kernels hold a few SMs by design: their occupancy says nothing about the compute

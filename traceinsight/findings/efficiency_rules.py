@@ -46,7 +46,13 @@ def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
         e.unaligned_gemm_saving_ns,  # measured time less the aligned GEMMs' rate on their FLOPs
         f"GEMMs with dimensions off the tensor-core alignment take {fmt_pct(ratio)} of kernel time "
         f"({worst['m']}x{worst['n']}x{worst['k']} {worst['dtype']} at {worst['achieved_tflops']:.0f} TFLOP/s "
-        f"against {worst['reference_tflops']:.0f} for aligned GEMMs of similar size); padding saves about "
+        f"against {worst['reference_tflops']:.0f} "
+        + (
+            "for aligned GEMMs of similar size"
+            if worst["reference"] == "aligned GEMMs"
+            else "expected from the device's roofline"
+        )
+        + "); padding saves about "
         f"{fmt_ms(e.unaligned_gemm_saving_ns)}",
         {
             "unaligned_gemm_time_ratio": ratio,
