@@ -14,6 +14,7 @@ from traceinsight.analyzers import Results
 from traceinsight.analyzers.idle import IdleSegment
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.whatif import WhatIf
+from traceinsight.constants import IDLE_CAUSES
 from traceinsight.findings.model import (
     Draft,
     Estimate,
@@ -464,10 +465,10 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
     """Exposed communication, one finding whatever its share of the window (a heavy share adds
     the advice to communicate less); the advice follows the parallelism that issues it."""
     comm = x.r.comm
-    if (
-        comm.comm_compute_overlap_ratio is None
-        or comm.comm_compute_overlap_ratio >= x.t["comm_overlap_min"]
-    ):
+    if comm.comm_compute_overlap_ratio is None or comm.exposed_comm_ns <= 0:
+        return None
+    heavy = (comm.comm_time_ratio or 0) >= x.t["comm_heavy_ratio"]
+    if comm.comm_compute_overlap_ratio >= x.t["comm_overlap_min"] and not heavy:
         return None
     by_kind = comm.by_kind
     worst = max(by_kind, key=lambda k: (by_kind[k]["exposed_ns"], k)) if by_kind else None
@@ -481,7 +482,7 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         advice = TP_ADVICE
     else:
         advice = DDP_FSDP_ADVICE
-    if (comm.comm_time_ratio or 0) >= x.t["comm_heavy_ratio"]:
+    if heavy:
         advice += COMM_LESS_ADVICE
     return Draft(
         comm.exposed_comm_ns,
@@ -799,14 +800,6 @@ def graph_capture(x: RuleInput) -> Draft | None:
     )
 
 
-IDLE_RULES = (
-    "dataloader_stall",
-    "host_sync",
-    "launch_bound",
-    "pageable_memcpy",
-    "cold_start",
-    "graph_capture",
-)  # explain idle time
 # causes whose finding is checked after gpu_underutilized (the memory rules): their idle is
 # explained all the same
 LATER_CAUSES = ("allocator",)
@@ -832,8 +825,13 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     idle = x.r.idle
     if idle.gpu_busy_ratio is None or idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"]:
         return None
-    explained = sum(f.cost_ns for f in x.found if f.id in IDLE_RULES)
-    explained += sum(x.idle(c) for c in LATER_CAUSES)
+    # the idle of every cause whose finding was raised (or is checked later) is explained
+    raised = {f.id for f in x.found}
+    explained = sum(
+        x.idle(c)
+        for c, fid in IDLE_CAUSES.items()
+        if c in LATER_CAUSES or (fid is not None and fid != "gpu_underutilized" and fid in raised)
+    )
     rest = max(0, idle.idle_ns - explained)
     segs = x.segments("cpu_work", 10)
     top_ops = [s.host_op for s in segs if s.host_op]
