@@ -3,6 +3,7 @@ error on recorded traces, and what-if predictions against the H200 before/after 
 
 import importlib.util
 import json
+from dataclasses import replace
 
 import polars as pl
 import pytest
@@ -15,6 +16,7 @@ from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import build_model
 from traceinsight.causal.graph import WAIT_DEVICE, median_step_ns, replay
 from traceinsight.constants import SEVERITIES
+from traceinsight.model.schema import DeviceInfo
 from traceinsight.records import jsonable
 
 from .builder import US, Events
@@ -528,6 +530,21 @@ def test_bf16_autocast_by_hand():
     ev.kernel("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n", 9895, 1000, launch_us=1)  # -> 500
     ev.kernel("vectorized_elementwise_kernel", 10895, 400, launch_us=2)  # -> 200
     ev.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 11295, 300, launch_us=3)  # kept
-    m = model_of(ev)
-    assert step_us(m) == 11595
-    assert step_us(whatif.bf16_gemms(m)) == pytest.approx(670 + 500 + 200 + 300, abs=0.1)
+    trace = ev.trace()
+    # an H200 (data/devices.toml: fp32 67, TF32 494.5, bf16 989.5 TFLOP/s): 1000 * 494.5/989.5
+    # = 499.7 for the TF32 GEMM
+    h200 = replace(trace.meta, devices=[DeviceInfo(0, "NVIDIA H200", 132, 150_000_000_000)])
+    m = build_model(model_inputs(build_context(replace(trace, meta=h200))))
+    assert m is not None and step_us(m) == 11595
+    after = 670 + 1000 * 494.5 / 989.5 + 200 + 300
+    assert step_us(whatif.bf16_gemms(m)) == pytest.approx(after, abs=0.1)
+    # an unknown device: the table has no peaks, so no prediction
+    assert whatif.bf16_gemms(model_of(ev)) is None
+    # an RTX 4090 (fp32 82.6, bf16 165.2 dense): the same fp32 GEMM only 2x faster
+    rtx = replace(
+        trace.meta, devices=[DeviceInfo(0, "NVIDIA GeForce RTX 4090", 128, 25_000_000_000)]
+    )
+    m = build_model(model_inputs(build_context(replace(trace, meta=rtx))))
+    assert m is not None
+    g = whatif.bf16_gemms(m).gpu
+    assert int(g["dur_ns"][0]) == int(9_895_000 * 82.6 / 165.2)

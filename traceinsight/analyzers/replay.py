@@ -20,6 +20,7 @@ from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
 from traceinsight.causal.graph import WAIT_NONE, Replayed, StepModel, median_step_ns, replay
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, HOST_OP_KINDS
+from traceinsight.model.devices import spec_of, tensor_time_ratio
 
 EMPTY_CACHE_PATTERN = r"empty_cache"
 OPTIMIZER_PATTERN = r"^Optimizer\.step#"
@@ -245,5 +246,9 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             "empty_cache": ctx.rows(HOST_OP_KINDS, EMPTY_CACHE_PATTERN),
             "optimizer": ctx.rows(HOST_OP_KINDS, OPTIMIZER_PATTERN),
             "recompute": recompute_ranges(ctx),
+        },
+        time_ratios={
+            d.id: (tensor_time_ratio(spec_of(d), "fp32"), tensor_time_ratio(spec_of(d), "tf32"))
+            for d in ctx.device_info
         },
     )

@@ -10,7 +10,7 @@ replay analyzer (analyzers/replay.py), so the causal package depends on nothing 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -76,6 +76,9 @@ class ModelInputs:
     ops: pl.DataFrame
     python_frames: pl.DataFrame
     ranges: Mapping[str, pl.DataFrame]
+    # device -> (fp32 peak, TF32 peak) over its 16-bit tensor peak, from the device spec table
+    # (None where the table lacks the device or a figure): the bf16 transform's time scales
+    time_ratios: Mapping[int, tuple[float | None, float | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if set(self.ranges) != set(RANGES):
@@ -571,6 +574,19 @@ def _flags(
         kernels_named(is_fp32_math).alias("fp32_math"),
         (kernels_named(is_tf32_math) & math).alias("tf32_math"),
     )
+    ratios = pl.DataFrame(
+        {
+            "device": list(src.time_ratios),
+            "fp32_time_ratio": [r[0] for r in src.time_ratios.values()],
+            "tf32_time_ratio": [r[1] for r in src.time_ratios.values()],
+        },
+        schema={
+            "device": gpu.schema["device"],
+            "fp32_time_ratio": pl.Float64,
+            "tf32_time_ratio": pl.Float64,
+        },
+    )
+    gpu = gpu.join(ratios, on="device", how="left", maintain_order="left")
     return host, gpu
 
 

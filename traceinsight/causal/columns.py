@@ -57,6 +57,8 @@ GPU_FLAGS = (
     *(f"in_{r}" for r in RANGES),
     "fp32_math",  # fp32 math on CUDA cores, model/classify.py
     "tf32_math",  # TF32 tensor-core math in a GEMM, conv or attention kernel
+    "fp32_time_ratio",  # the device's fp32 peak over its 16-bit tensor peak (null: unknown)
+    "tf32_time_ratio",  # its TF32 peak over its 16-bit tensor peak (null: unknown)
 )
 # The gap's shares inside kinds of host work: they shrink with the gap (without_profiler).
 SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns")

@@ -15,11 +15,8 @@ import polars as pl
 from traceinsight.causal.columns import SUBGAPS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 
-# H200 SXM datasheet (NVIDIA H200 Tensor Core GPU, dense, without sparsity): FP32 67 TFLOP/s on
-# CUDA cores, TF32 tensor 494.7, BF16/FP16 tensor 989.5. Real GEMMs reach a fraction of either
-# peak, so a fp32 GEMM's time scales by the ratio of the peaks (a TF32 one's too: TF32/BF16 is
-# 1/2 on A100, H100, H200 and B200 alike); a memory-bound fp32 kernel moves half the bytes in bf16.
-FP32_TFLOPS, TF32_TFLOPS, BF16_TFLOPS = 67.0, 494.7, 989.5
+# a memory-bound fp32 kernel moves half the bytes in bf16 (the peaks' ratios are the device's:
+# the build's fp32_time_ratio and tf32_time_ratio columns, from data/devices.toml)
 BF16_MEMORY_RATIO = 0.5
 PINNED_H2D_BYTES_PER_NS = 50.0  # PCIe Gen5 x16 pinned DMA, about 50 GB/s measured on H200 hosts
 SYNC_RETURN_NS = 2_000  # a call that no longer waits still costs its API overhead
@@ -303,18 +300,22 @@ def recompute_removed(model: StepModel) -> StepModel | None:
 
 
 def bf16_gemms(model: StepModel) -> StepModel | None:
-    """fp32 math on CUDA cores moved to bf16 tensor cores at the datasheet's peak ratio, and
-    TF32 tensor-core math (autocast moves the same matmuls) at its own; the elementwise and
-    reduction kernels around it move half the bytes."""
+    """fp32 math on CUDA cores moved to bf16 tensor cores at the ratio of the device's
+    datasheet peaks (fp32 / bf16, from data/devices.toml: 67 / 989.5 on an H200, 82.6 / 165 on
+    an RTX 4090), and TF32 tensor-core math (autocast moves the same matmuls) at TF32 / bf16;
+    the elementwise and reduction kernels around it move half the bytes. Real GEMMs reach a
+    fraction of either peak, the same fraction assumed. A device the table lacks: no
+    prediction."""
     g = model.gpu
-    if _share(g, pl.col("fp32_math"), "dur_ns") < NEGLIGIBLE_RATIO:
+    known = pl.col("fp32_time_ratio").is_not_null()
+    if _share(g, pl.col("fp32_math") & known, "dur_ns") < NEGLIGIBLE_RATIO:
         return None
     memory_bound = pl.col("kernel_class").cast(pl.String).is_in(["elementwise", "reduction"])
     g = g.with_columns(
-        pl.when(pl.col("fp32_math"))
-        .then((pl.col("dur_ns") * (FP32_TFLOPS / BF16_TFLOPS)).cast(pl.Int64))
-        .when(pl.col("tf32_math"))
-        .then((pl.col("dur_ns") * (TF32_TFLOPS / BF16_TFLOPS)).cast(pl.Int64))
+        pl.when(pl.col("fp32_math") & known)
+        .then((pl.col("dur_ns") * pl.col("fp32_time_ratio")).cast(pl.Int64))
+        .when(pl.col("tf32_math") & pl.col("tf32_time_ratio").is_not_null())
+        .then((pl.col("dur_ns") * pl.col("tf32_time_ratio")).cast(pl.Int64))
         .when(memory_bound)
         .then((pl.col("dur_ns") * BF16_MEMORY_RATIO).cast(pl.Int64))
         .otherwise(pl.col("dur_ns"))
@@ -501,7 +502,10 @@ TRANSFORMS: dict[str, Transform] = {
         _t(fused_optimizer, host={"gap_optimizer_ns", "in_optimizer"}, gpu={"in_optimizer"}),
         _t(dataloader_floor, host={"gap_dataloader_ns"}, gpu=_PAGEABLE),
         _t(recompute_removed, host={"gap_recompute_ns", "in_recompute"}, gpu={"in_recompute"}),
-        _t(bf16_gemms, gpu={"fp32_math", "tf32_math", "kernel_class"}),
+        _t(
+            bf16_gemms,
+            gpu={"fp32_math", "tf32_math", "kernel_class", "fp32_time_ratio", "tf32_time_ratio"},
+        ),
         _t(no_empty_cache, host={"is_alloc", "in_empty_cache", "gap_empty_cache_ns"}),
         _t(comm_overlapped, gpu=_OVERLAP),
         _t(h2d_overlapped, gpu=_OVERLAP | {"copy_kind"}),

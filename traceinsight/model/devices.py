@@ -126,10 +126,16 @@ def fp32_to_bf16_time_ratio(spec: DeviceSpec | None) -> float | None:
     """How much faster 16-bit tensor-core math is than fp32 CUDA-core math on this device
     (fp32 peak / bf16 peak; fp16 where the device has no bf16): the bf16 what-if's scale for a
     fp32 GEMM's time. None where the table lacks either figure."""
-    if spec is None or "fp32" not in spec.peak_tflops:
+    return tensor_time_ratio(spec, "fp32")
+
+
+def tensor_time_ratio(spec: DeviceSpec | None, dtype: str) -> float | None:
+    """``dtype``'s peak over the device's 16-bit tensor peak: the time the same math takes on
+    the tensor cores in bf16 (fp16), relative to ``dtype`` (None where the table lacks either)."""
+    if spec is None or dtype not in spec.peak_tflops:
         return None
     tensor = spec.tensor_peak_tflops
-    return spec.peak_tflops["fp32"] / tensor if tensor else None
+    return spec.peak_tflops[dtype] / tensor if tensor else None
 
 
 def occupancy_estimate(
