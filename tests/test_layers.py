@@ -35,7 +35,16 @@ LAYERS: dict[str, set[str]] = {
     "analyzers": {"model", "causal", "constants", "records"},
     "findings": {"analyzers", "causal", "constants", "records", "report.format"},
     "analysis": {"analyzers", "findings", "causal", "model", "constants", "records"},
-    "pipeline": {"analysis", "analyzers", "findings", "model", "options", "runtime", "errors"},
+    "pipeline": {
+        "analysis",
+        "analyzers",
+        "causal",
+        "findings",
+        "model",
+        "options",
+        "runtime",
+        "errors",
+    },
     "jobs": {
         "pipeline",
         "analysis",
@@ -76,7 +85,7 @@ LAYERS: dict[str, set[str]] = {
         "options",
         "runtime",
     },
-    "fixes": {"analysis", "causal", "errors"},
+    "fixes": {"analysis", "findings", "errors"},
     "mcp_server": {
         "traceinsight",
         "analysis",

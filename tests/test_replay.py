@@ -548,3 +548,50 @@ def test_bf16_autocast_by_hand():
     assert m is not None
     g = whatif.bf16_gemms(m).gpu
     assert int(g["dur_ns"][0]) == int(9_895_000 * 82.6 / 165.2)
+
+
+def test_selected_fixes_and_all_fixes_hold_every_transform():
+    """--what-if / what_if=[...]: one replay of the chosen fixes together. Each fix alone is its
+    finding's own what_if; all of them equal details.what_if.all_fixes; no single fix (the
+    larger batch's included, whose saving is per sample) exceeds all_fixes."""
+    path = H200 / "memory" / "mem_small_batch.pt.trace.json.gz"
+    base = analyze(path)
+    priced = [f for f in base.findings if f.what_if is not None and f.what_if.transform is not None]
+    assert "memory_headroom" in [f.id for f in priced]
+    for f in priced:
+        one = analyze(path, what_if=[f.id]).to_json()["details"]["what_if"]["selected"]
+        assert one["fixes"] == [f.id] and one["not_raised"] == [] and one["no_fix"] == []
+        assert one["step_time_after_ns"] == pytest.approx(f.what_if.step_time_after_ns, abs=1)
+    every = [f.id for f in priced if f.cost_ns > 0]
+    doc = analyze(path, what_if=every).to_json()["details"]["what_if"]
+    assert doc["selected"]["step_time_after_ns"] == doc["all_fixes"]["step_time_after_ns"]
+    assert doc["all_fixes"]["speedup"] >= max(f.what_if.speedup for f in priced) - 1e-9
+    assert "gpu_work_scaled" in doc["all_fixes"]["transforms"]
+
+
+def test_what_if_option_refuses_unknown_ids_and_notes_absent_ones(tmp_path, capsys):
+    from traceinsight.cli import main
+
+    trace = str(H200 / "pairs" / "syncs.before.pt.trace.json.gz")
+    assert main(["analyze", trace, "--no-html", "-q", "--what-if", "host_sync,no_such"]) == 2
+    assert "no_such" in capsys.readouterr().err
+    out = tmp_path / "o.json"
+    rc = main(
+        [
+            "analyze",
+            trace,
+            "--no-html",
+            "-q",
+            "--json",
+            str(out),
+            "--what-if",
+            "host_sync,dataloader_stall",
+        ]
+    )
+    assert rc == 0
+    sel = json.loads(out.read_text())["details"]["what_if"]["selected"]
+    assert sel["fixes"] == ["host_sync", "dataloader_stall"] and sel["not_raised"] == [
+        "dataloader_stall"
+    ]
+    host_sync = next(f for f in json.loads(out.read_text())["findings"] if f["id"] == "host_sync")
+    assert sel["step_time_after_ns"] == host_sync["what_if"]["step_time_after_ns"]

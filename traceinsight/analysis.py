@@ -34,6 +34,29 @@ def tool_json() -> dict[str, str]:
 
 
 @dataclass(frozen=True)
+class SelectedFixes:
+    """``--what-if``: the chosen finding ids, their fixes replayed together (None without a
+    step model), the ids this trace did not raise, and those with no fix to replay."""
+
+    fixes: tuple[str, ...]
+    what_if: WhatIf | None
+    not_raised: tuple[str, ...] = ()
+    no_fix: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        w = jsonable(self.what_if) if self.what_if is not None else {}
+        return {
+            "fixes": list(self.fixes),
+            "step_time_ns": w.get("step_time_ns"),
+            "step_time_after_ns": w.get("step_time_after_ns"),
+            "speedup": w.get("speedup"),
+            "transforms": w.get("transforms", []),
+            "not_raised": list(self.not_raised),
+            "no_fix": list(self.no_fix),
+        }
+
+
+@dataclass(frozen=True)
 class TraceAnalysis:
     """One rank's (or one single-process trace's) analysis.
 
@@ -53,6 +76,13 @@ class TraceAnalysis:
     annotated_path: str | None = None  # the annotated Chrome trace, when one was written
     # the combined what-if of every finding's fix (findings/savings.py), null without a model
     what_if: WhatIf | None = None
+    selected: SelectedFixes | None = None  # --what-if
+
+    def _what_ifs(self) -> dict[str, Any]:
+        out = {"all_fixes": jsonable(self.what_if)}
+        if self.selected is not None:
+            out["selected"] = self.selected.to_json()
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -65,7 +95,7 @@ class TraceAnalysis:
             "data_quality": self.data_quality,
             "annotated_trace": self.annotated_path,
             "warnings": self.warnings,
-            "details": {**self.results.to_json(), "what_if": {"all_fixes": jsonable(self.what_if)}},
+            "details": {**self.results.to_json(), "what_if": self._what_ifs()},
         }
 
     def kernel_table(self) -> pl.DataFrame:

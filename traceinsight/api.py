@@ -6,7 +6,7 @@ holding several processes, gives a :class:`JobAnalysis`. Every command calls thi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -45,6 +45,7 @@ def analyze(
     rank: int | None = None,
     device: int | None = None,
     replay: bool = True,
+    what_if: Sequence[str] = (),
 ) -> TraceAnalysis | JobAnalysis:
     """Analyze a trace file, a directory of rank traces, or a multi-process Nsight export.
 
@@ -52,9 +53,19 @@ def analyze(
     processes, since those need the caller's ``if __name__ == "__main__":`` guard). The view:
     ``steps`` ``"A..B"``, ``window`` ``"START:END"`` (``2s:4s``, from the capture start),
     ``rank`` (one rank of a job), ``device`` (one GPU's activity); ``replay`` runs the causal
-    step model too (``details.replay``)."""
+    step model too (``details.replay``); ``what_if``: finding ids whose fixes are replayed
+    together (``details.what_if.selected``)."""
     opts = Options(
-        dict(thresholds or {}), step_range, max_bytes, command, steps, window, rank, device, replay
+        dict(thresholds or {}),
+        step_range,
+        max_bytes,
+        command,
+        steps,
+        window,
+        rank,
+        device,
+        replay,
+        tuple(what_if),
     )
     return analyze_with(Path(path), opts, runtime or Runtime.detect(helpers=False))
 

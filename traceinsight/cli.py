@@ -132,6 +132,13 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
             help="Analyze only this GPU's activity (host rows kept).",
         ),
         click.option(
+            "--what-if",
+            "what_if",
+            metavar="ID[,ID...]",
+            help="Also replay these findings' fixes together (finding ids, comma-separated): "
+            "details.what_if.selected and a summary line.",
+        ),
+        click.option(
             "--replay/--no-replay",
             default=True,
             show_default=True,
@@ -161,6 +168,7 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
         rank: int | None,
         device: int | None,
         replay: bool,
+        what_if: str | None,
         step_window: str | None = None,
         **kwargs: Any,
     ) -> Any:
@@ -177,6 +185,7 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
                 rank=rank,
                 device=device,
                 replay=replay,
+                what_if=tuple(x.strip() for x in (what_if or "").split(",") if x.strip()),
             )
         except InputError as exc:  # a bad --steps/--window is a usage error (exit 2)
             raise click.BadParameter(str(exc)) from None

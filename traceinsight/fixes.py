@@ -3,7 +3,7 @@
 Each finding's ``what_if`` replays its own fix alone and ``details.what_if.all_fixes`` every
 fix at once (findings/savings.py). Between the two, a user (or an agent) asks "what if I fix
 only these?": :func:`predict_fixes` applies the chosen findings' transforms (their
-``evidence.transform``, causal/transforms.py) to the un-profiled step model and replays it once, so
+``what_if.transform``, causal/transforms.py) to the un-profiled step model and replays it once, so
 the saving of fixes that overlap is counted once, as in ``all_fixes``.
 """
 
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceinsight.analysis import JobAnalysis, TraceAnalysis
-from traceinsight.causal import transforms as whatif
 from traceinsight.errors import InputError
+from traceinsight.findings import selected_fixes
 
 
 @dataclass(frozen=True)
@@ -55,34 +55,32 @@ def predict_fixes(analysis: TraceAnalysis | JobAnalysis, finding_ids: Iterable[s
     if not ids:
         raise InputError("no fixes chosen: give one or more finding ids", where)
     by_id = {f.id: f for f in analysis.findings}
-    names = []
-    for fid in ids:
-        f = by_id.get(fid)
-        if f is None:
-            known = ", ".join(by_id) or "none"
-            raise InputError(f"no finding {fid!r} in this analysis (findings: {known})", where)
-        name = f.evidence.get("transform")
-        if name not in whatif.TRANSFORMS:
-            why = f.evidence.get("why_no_estimate") or (
-                "its what_if is its analyzer's own estimate, not a transform of the step model"
-            )
-            raise InputError(f"finding {fid!r} has no fix to replay: {why}", where)
-        names.append(name)
+    unknown = [fid for fid in ids if fid not in by_id]
+    if unknown:
+        known = ", ".join(by_id) or "none"
+        raise InputError(f"no finding {unknown[0]!r} in this analysis (findings: {known})", where)
     rp = analysis.results.replay
     if rp is not None and rp.model is None and rp.unprofiled_step_median_ns is not None:
         # a job's ranks come back from worker processes without their models (detached())
         raise InputError("this rank's step model was not kept: analyze the rank's own file", where)
     if rp is None or rp.model is None or rp.unprofiled_step_median_ns is None:
         raise InputError("no step model to replay (no steps or GPU work, or --no-replay)", where)
-    transforms = tuple(dict.fromkeys(names))
-    w = rp.predict(whatif.combined([whatif.TRANSFORMS[n] for n in transforms]))
+    for fid in ids:
+        f = by_id[fid]
+        if f.what_if is None or f.what_if.transform is None:
+            why = f.evidence.get("why_no_estimate") or (
+                "its what_if is its analyzer's own arithmetic, not a change of the step model"
+            )
+            raise InputError(f"finding {fid!r} has no fix to replay: {why}", where)
+    w = selected_fixes(analysis.results, analysis.findings, ids)
     before = round(rp.unprofiled_step_median_ns)
+    chosen = [by_id[i] for i in ids]
     # a choice that changes nothing in the model saves nothing (as a rule's unchanged fix)
     return FixesWhatIf(
         fixes=ids,
-        transforms=transforms,
+        transforms=w.transforms or () if w else (),
         step_time_ns=w.step_time_ns if w else before,
         step_time_after_ns=w.step_time_after_ns if w else before,
         speedup=w.speedup if w else 1.0,
-        lower_bound=any(n in rp.unconverged for n in transforms),
+        lower_bound=any(f.evidence.get("what_if_lower_bound") for f in chosen),
     )

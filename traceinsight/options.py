@@ -65,6 +65,8 @@ class Options:
     # the causal step model: replay, what-if predictions and the findings' costs as savings
     # (False: the findings keep the time their rules attribute; see findings/savings.py)
     replay: bool = True
+    # finding ids whose fixes are replayed together (details.what_if.selected)
+    what_if: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.view()  # bad --steps/--window fail before any parsing (exit 2)

@@ -9,12 +9,14 @@ from dataclasses import replace
 
 import polars as pl
 
-from traceinsight.analysis import TraceAnalysis, source_json
-from traceinsight.analyzers import run_analyzers
+from traceinsight.analysis import SelectedFixes, TraceAnalysis, source_json
+from traceinsight.analyzers import Results, run_analyzers
 from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.regions import with_findings
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.errors import InputError
-from traceinsight.findings import Thresholds, all_fixes, diagnose, thresholds
+from traceinsight.findings import RULES, Thresholds, all_fixes, diagnose, selected_fixes, thresholds
+from traceinsight.findings.model import Finding
 from traceinsight.findings.quality import apply_data_quality
 from traceinsight.model.schema import Trace
 from traceinsight.options import Options
@@ -25,7 +27,14 @@ SOURCED_RULES = ("host_sync", "dataloader_stall", "launch_bound", "pageable_memc
 
 
 def graded(opts: Options) -> Thresholds:
-    """The thresholds with the options' overrides applied; InputError names unknown keys."""
+    """The thresholds with the options' overrides applied; InputError names unknown keys (and
+    unknown finding ids in ``--what-if``)."""
+    known = {r.id for r in RULES}
+    unknown = [i for i in opts.what_if if i not in known]
+    if unknown:
+        raise InputError(
+            f"--what-if: unknown finding id(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
     try:
         return thresholds(opts.thresholds)
     except ValueError as exc:
@@ -80,6 +89,7 @@ def analyze_trace(
     results = replace(results, regions=with_findings(results.regions, findings))
     return TraceAnalysis(
         what_if=all_fixes(results, findings),
+        selected=_selected(results, findings, opts.what_if) if opts.what_if else None,
         rank=source["ranks"][0] if len(source["ranks"]) == 1 else (trace.meta.rank or 0),
         source=source,
         results=results,
@@ -90,6 +100,23 @@ def analyze_trace(
         trace=trace,
         data_quality=data_quality,
     )
+
+
+def _selected(results: Results, findings: list[Finding], ids: tuple[str, ...]) -> SelectedFixes:
+    """``--what-if``: the chosen findings' fixes replayed together, and which of them this
+    trace did not raise or has no fix to replay for."""
+    by_id = {f.id: f for f in findings}
+    not_raised = tuple(i for i in ids if i not in by_id)
+    no_fix = tuple(
+        i
+        for i in ids
+        if i in by_id and (by_id[i].what_if is None or by_id[i].what_if.transform is None)
+    )
+    w = selected_fixes(results, findings, ids)
+    rp = results.replay
+    if w is None and rp is not None and rp.unprofiled_step_median_ns is not None:
+        w = WhatIf.unchanged(rp.unprofiled_step_median_ns)  # nothing chosen changes the model
+    return SelectedFixes(ids, w, not_raised, no_fix)
 
 
 def rank_rows(trace: Trace, rank: int) -> Trace:

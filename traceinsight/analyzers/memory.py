@@ -132,6 +132,7 @@ class MemoryResult:
             gain.throughput_gain,
             multiplier=m,
             batch_step_time_after_ns=gain.step_time_after_ns,
+            transform=whatif.gpu_work_scaled(float(m)),
         ), None
 
     @property

@@ -137,7 +137,8 @@ class ReplayResult:
         changed = transform(self.model)
         if changed is None:
             return None
-        return WhatIf.of(self.unprofiled_step_median_ns, median_step_ns(changed, replay(changed)))
+        w = WhatIf.of(self.unprofiled_step_median_ns, median_step_ns(changed, replay(changed)))
+        return w.of_transform(transform) if w is not None else None
 
 
 def profiler_ns_per_event(ctx: Context) -> int:
@@ -186,7 +187,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         for name, transform in whatif.TRANSFORMS.items():
             changed = transform(bare)  # None: nothing for the transform to change
             if changed is not None and (w := WhatIf.of(unprofiled, after_of(changed, name))):
-                what_if[name] = w
+                what_if[name] = w.of_transform(transform)
         for engine in whatif.ENGINES:
             changed = whatif.engine_faster(engine)(bare)
             if changed is not None and unprofiled:

@@ -7,7 +7,8 @@ findings, the JSON and the reports read one shape.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from traceinsight.records import OMIT_NONE
 
@@ -26,6 +27,9 @@ class WhatIf:
     transforms: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
     multiplier: int | None = field(default=None, metadata=OMIT_NONE)
     batch_step_time_after_ns: int | None = field(default=None, metadata=OMIT_NONE)
+    # the change of the model it replayed (causal/transforms.py Transform; None where it came
+    # from no replay): what a combined what-if applies together with others
+    transform: Any = field(default=None, compare=False, repr=False, metadata={"json": False})
 
     @classmethod
     def of(cls, before_ns: float, after_ns: float | None) -> WhatIf | None:
@@ -35,6 +39,19 @@ class WhatIf:
         return cls(
             round(before_ns), round(after_ns), before_ns / after_ns if after_ns > 0 else None
         )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the transform is a closure over this process's model: it stays behind when an
+        # analysis crosses processes (a job's ranks), as the model does
+        return {**self.__dict__, "transform": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+
+    def of_transform(self, transform: Any) -> WhatIf:
+        """This prediction, remembering the transform it replayed."""
+        return replace(self, transform=transform)
 
     @classmethod
     def unchanged(cls, step_ns: float) -> WhatIf:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from traceinsight.analyzers import Results
@@ -38,6 +38,7 @@ __all__ = [
     "Severity",
     "Thresholds",
     "all_fixes",
+    "selected_fixes",
     "default_thresholds",
     "diagnose",
     "diagnose_job",
@@ -83,7 +84,14 @@ def _cold_capped(findings: list[Finding]) -> list[Finding]:
 
 def all_fixes(results: Results, findings: list[Finding]) -> WhatIf | None:
     """Every finding's fix applied together and replayed once (findings/savings.py)."""
-    return savings.all_fixes(results, findings, RULES)
+    return savings.all_fixes(results, findings)
+
+
+def selected_fixes(results: Results, findings: list[Finding], ids: Iterable[str]) -> WhatIf | None:
+    """The chosen findings' fixes (by id) applied together and replayed once; the ids of this
+    trace's findings only (``unknown_fixes`` says which are not)."""
+    wanted = set(ids)
+    return savings.combined(results, [f for f in findings if f.id in wanted])
 
 
 def default_thresholds() -> Thresholds:

@@ -272,7 +272,6 @@ def _churn_in_window(x: RuleInput) -> Draft | None:
         "headroom_busy_max_ratio": 0.6,
         "headroom_host_bound_min_ratio": 0.5,
     },
-    cap="low",  # an opportunity (it changes the training recipe), not a cause of starvation
 )
 def memory_headroom(x: RuleInput) -> Draft | None:
     mem, idle = x.r.memory, x.r.idle

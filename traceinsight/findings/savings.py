@@ -14,6 +14,7 @@ assumptions.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import replace
 
@@ -99,13 +100,34 @@ def with_savings(
     return ranked(out)
 
 
-def all_fixes(r: Results, findings: Iterable[Finding], rules: Iterable[Rule]) -> WhatIf | None:
-    """Every finding's transform applied together and replayed once: the combined saving
-    (with the transforms applied, in finding order)."""
+def combined(r: Results, findings: Iterable[Finding]) -> WhatIf | None:
+    """The findings' fixes applied together to the un-profiled model and replayed once (each
+    saving counted once; a larger batch's time per the original batch's samples): every
+    finding whose what-if replayed a transform, its rule's ``fix`` or its own estimate's."""
     rp = r.replay
-    fix = {rule.id: rule.fix for rule in rules if rule.fix is not None}
-    names = list(dict.fromkeys(fix[f.id] for f in findings if f.id in fix and f.cost_ns > 0))
-    if rp is None or not names:
+    chosen = [f for f in findings if f.what_if is not None and f.what_if.transform is not None]
+    if rp is None or not chosen:
         return None
-    w = rp.predict(transforms.combined([transforms.TRANSFORMS[n] for n in names]))
-    return None if w is None else replace(w, transforms=tuple(names))
+    steps = list({id(f.what_if.transform): f.what_if.transform for f in chosen}.values())
+    multiplier = math.prod(f.what_if.multiplier or 1 for f in chosen)
+    w = rp.predict(transforms.combined(steps))
+    if w is None:
+        return None
+    names = tuple(t.name for t in steps)
+    if multiplier == 1:
+        return replace(w, transforms=names, transform=None)
+    per_batch = w.step_time_after_ns / multiplier
+    return WhatIf(
+        w.step_time_ns,
+        round(per_batch),
+        w.step_time_ns / per_batch if per_batch > 0 else None,
+        transforms=names,
+        multiplier=multiplier,
+        batch_step_time_after_ns=w.step_time_after_ns,
+    )
+
+
+def all_fixes(r: Results, findings: Iterable[Finding]) -> WhatIf | None:
+    """Every finding's fix together (those that save something), replayed once: no single
+    fix's saving can exceed it."""
+    return combined(r, [f for f in findings if f.cost_ns > 0])

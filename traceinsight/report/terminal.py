@@ -187,6 +187,17 @@ def _saving(w: dict[str, Any]) -> str:
     )
 
 
+def _selected_line(sel: dict[str, Any]) -> str:
+    """--what-if in words: the chosen fixes together, and the ids that did not apply."""
+    text = f"What if {' + '.join(sel['fixes'])}: "
+    text += _saving(sel) if sel.get("step_time_ns") is not None else "no step model to replay"
+    if sel.get("not_raised"):
+        text += f" (not raised here: {', '.join(sel['not_raised'])})"
+    if sel.get("no_fix"):
+        text += f" (no fix to replay: {', '.join(sel['no_fix'])})"
+    return text
+
+
 def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> list[str]:
     """Findings (non-info first), warnings and the report path: the end of every summary."""
     findings = doc["findings"]
@@ -216,6 +227,9 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
         combined = (doc.get("details") or {}).get("what_if", {}).get("all_fixes")
         if combined:
             lines.append(f"All fixes together: {_saving(combined)}")
+        chosen = (doc.get("details") or {}).get("what_if", {}).get("selected")
+        if chosen:
+            lines.append(_selected_line(chosen))
     for q in doc.get("data_quality", []):
         affected = f" (affects {', '.join(q['affected'])})" if q["affected"] else ""
         lines.append(f"data quality {q['severity']}: {q['check']}: {q['message']}{affected}")
