@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa
 """Independent fact sheet for a Kineto (PyTorch profiler) Chrome trace.
 
 Plain json/gzip + interval arithmetic; imports nothing from traceinsight. Prints the numbers

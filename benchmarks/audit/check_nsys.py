@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa
 """Independent fact sheet for an Nsight Systems SQLite export (plain sqlite3; no traceinsight code).
 
 GPU busy = union of CUPTI kernel/memcpy/memset intervals over the GPU span; memcpy by copyKind

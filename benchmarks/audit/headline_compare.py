@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa
 """Compare traceinsight's headline (window, GPU busy, steps, step median, bound-by) with the
 independent Kineto fact sheets (check/NAME.facts.json from check_kineto.py).
 usage: headline_compare.py /work/foreign_traces"""

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa
 """Totals of the audit verdicts (verdicts.json) and a drift check against a run's outputs.
 
 usage: totals.py [/work/foreign_traces] [OUT=TRACES/out] [--verdicts verdicts_after.json]
@@ -24,7 +25,7 @@ for name, t in V.items():
                     classes[c.strip()] += 1
     for h in t.get("health", []):
         health[h[1]] += 1
-        if h[0] == "crash":
+        if h[0] == "crash" and h[1] == "wrong":
             crashes += 1
         if h[1] == "wrong" and h[2]:
             classes[h[2] + " (health)"] += 1
@@ -48,6 +49,16 @@ for name, t in V.items():
     aud_first = t["findings"][0][0] if t["findings"] else None
     if cur_hm != aud_hm or first != aud_first:
         drift.append((name, sorted(aud_hm - cur_hm), sorted(cur_hm - aud_hm), aud_first, first))
+# healthy traces: nothing above low in the current outputs
+bad = []
+for name, t in V.items():
+    p = os.path.join(OUT, name + ".json")
+    if t.get("healthy") and os.path.exists(p) and os.path.getsize(p):
+        above = [f["id"] for f in json.load(open(p))["findings"] if f["severity"] in ("high", "medium")]
+        if above:
+            bad.append((name, above))
+n_healthy = sum(1 for t in V.values() if t.get("healthy"))
+print(f"healthy traces with a finding above low: {len(bad)} of {n_healthy}", bad or "")
 print("drift vs current outputs (name, audited-but-gone, new, audited first, current first):")
 for d in drift:
     print("  ", d)

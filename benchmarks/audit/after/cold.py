@@ -1,3 +1,4 @@
+# ruff: noqa
 import sys; sys.path.insert(0, __import__('os').path.dirname(__import__('os').path.abspath(__file__)))
 from indep import *
 import re

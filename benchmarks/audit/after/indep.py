@@ -1,3 +1,4 @@
+# ruff: noqa
 import gzip, json, re, bisect
 from collections import defaultdict
 def load(p):

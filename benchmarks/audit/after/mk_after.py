@@ -1,3 +1,4 @@
+# ruff: noqa
 import json, copy
 B = json.load(open('verdicts.json'))['traces']
 A = {}

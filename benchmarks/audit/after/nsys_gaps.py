@@ -1,3 +1,4 @@
+# ruff: noqa
 import sqlite3, sys, re
 from collections import defaultdict
 p=sys.argv[1]
