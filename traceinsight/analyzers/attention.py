@@ -85,13 +85,26 @@ def _loads(text: str | None) -> list[Any]:
 
 
 def _qk_head_dim(dims: list[Any], seqs: set[int]) -> int | None:
-    """d of a Q @ K^T: inputs [..., T, d] and [..., d, T] with T a softmax's side."""
-    if len(dims) < 2 or not all(isinstance(d, list) and len(d) >= 2 for d in dims[:2]):
-        return None
-    a, b = dims[0], dims[1]
-    if a[-2] == b[-1] and a[-2] in seqs and a[-1] == b[-2] and a[-1] < a[-2]:
-        return int(a[-1])
+    """d of a Q @ K^T: two consecutive inputs [..., T, d] and [..., d, T] with T a softmax's
+    side (bmm/matmul's first two; baddbmm's second and third, after the bias)."""
+    mats = [d if isinstance(d, list) and len(d) >= 2 else None for d in dims]
+    for a, b in zip(mats, mats[1:], strict=False):
+        if a is None or b is None:
+            continue
+        if a[-2] == b[-1] and a[-2] in seqs and a[-1] == b[-2] and a[-1] < a[-2]:
+            return int(a[-1])
     return None
+
+
+def _scores(dims: list[Any]) -> set[tuple[int, int]]:
+    """(elements, T) of each [..., T, T] input: a score matrix is known by both, whatever
+    split of its batch and heads (a [B, H, T, T] view of a [B*H, T, T] tensor)."""
+    out = set()
+    for d in dims:
+        square = isinstance(d, list) and len(d) >= 3 and all(isinstance(x, int) for x in d)
+        if square and d[-1] == d[-2] >= MIN_SEQ_LEN:
+            out.add((math.prod(d), int(d[-1])))
+    return out
 
 
 def eager_attention(
@@ -118,15 +131,17 @@ def eager_attention(
         return None, none
     shapes = ops.select("name", "input_dims", "input_types").unique()
     softmax = shapes.filter(pl.col("name").is_in(SOFTMAX_OPS + SOFTMAX_BACKWARD_OPS))
-    seqs = {t for t in (_square(_loads(x)) for x in softmax.get_column("input_dims")) if t}
+    # the score matrices: the softmax inputs' shapes; an op takes one when an input has the
+    # same elements and side (activations whose last two sizes happen to equal T do not)
+    scores = set().union(*(_scores(_loads(x)) for x in softmax.get_column("input_dims")))
+    seqs = {t for _, t in scores}
     if not seqs:
         return None, none
     eager_rows, heads = [], Counter()
     for name, dims_text, _types in shapes.iter_rows():  # distinct shapes: a handful
         dims = _loads(dims_text)
-        sq = _square(dims)
         d = _qk_head_dim(dims, seqs) if name in MATMUL_OPS else None
-        if (sq is not None and sq in seqs) or d is not None:
+        if _scores(dims) & scores or d is not None:
             eager_rows.append((name, dims_text))
         if d is not None:
             heads[d] += 1

@@ -304,13 +304,10 @@ def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, A
         n = launches or loads
     else:
         return None
-    return _check(
-        "device_activity_missing",
-        "error",
-        n,
-        message,
-        IDLE_RULES + KERNEL_RULES + ("step_time_variance", "h2d_not_overlapped"),
-    )
+    affects = IDLE_RULES + KERNEL_RULES + ("step_time_variance", "h2d_not_overlapped")
+    if other:  # the copies were recorded: what rests on them alone stands
+        affects = tuple(a for a in affects if a != "pageable_memcpy")
+    return _check("device_activity_missing", "error", n, message, affects)
 
 
 def _truncated(ctx: Context) -> dict[str, Any] | None:

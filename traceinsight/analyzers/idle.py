@@ -46,6 +46,7 @@ from traceinsight.model.classify import (
     DATALOADER_PATTERN,
     HOST_OP_KINDS,
     LAUNCH_API,
+    PINNED_HOST_ALLOC_API,
     WARMUP_API,
     name_matches,
 )
@@ -61,12 +62,18 @@ MAJORITY = 0.5
 # without CPU activity) the host's time cannot be split: gaps up to this long are then taken
 # as launch overhead.
 UNSPLIT_LAUNCH_GAP_NS = 100_000
-# A launch call is a one-time cost (its kernel's module loaded on first use, lazy loading)
-# when it is its kernel's first launch in the trace and takes at least this long, and this
-# many times its thread's median launch: warm launches take 2-20 us; first ones 1 ms to
-# seconds on the audited traces (benchmarks/audit/AUDIT.md).
+# A kernel launch call is a one-time cost (its kernel's module loaded on first use, lazy
+# loading) when it is its kernel's first launch in the trace and takes at least this long,
+# and this many times its thread's median launch (taken as at most a warm launch's cost, so a
+# thread with one launch is judged too): warm launches take 2-20 us; first ones 1 ms to
+# seconds on the audited traces (benchmarks/audit/AUDIT.md). Copies and memsets launched
+# through the same calls are no kernel's first launch.
 WARMUP_LAUNCH_MIN_NS = 1_000_000
 WARMUP_LAUNCH_FACTOR = 20.0
+WARM_LAUNCH_MAX_NS = 50_000
+# Work launched this long (or half the gap) before the gap ended was queued: a launch's latency
+# is microseconds (the step model's MAX_LAUNCH_LATENCY_NS)
+QUEUED_MIN_NS = 50_000
 WARMUP_CALLS_REPORTED = 10
 # A steady loop creates no streams or contexts and loads no modules: a window with this many
 # such calls after its first step is (part of) a first pass, whatever idle they cover.
@@ -374,7 +381,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     profiler = _profiler_ranges(ctx)
     pageable = _pageable_copy_calls(ctx)
     once = warmup_calls(ctx)
-    allocs = ctx.rows(API_KINDS, ALLOCATOR_API)
+    allocs = ctx.rows(API_KINDS, f"{ALLOCATOR_API}|{PINNED_HOST_ALLOC_API}")
     if not churning(ctx, allocs):  # the cache filling: first allocations are one-time
         once = pl.concat(
             [
@@ -410,8 +417,20 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     gaps = gaps.with_columns(_next_launch(ctx, gaps))
     untraced = ctx.rows(host).height == 0  # no API call anywhere: no gap's launch is known
-    launched_late = pl.col("next_launch_ns").is_not_null() & (
-        pl.col("next_launch_ns") >= pl.col("start_ns")
+    # the next work was queued while the GPU stayed idle for most of the gap (longer than a
+    # launch's latency): it waited on a dependency, not on the host
+    queued_before = (
+        pl.col("next_launch_ns").is_not_null()
+        & (pl.col("dur_ns") > QUEUED_MIN_NS)  # shorter: the scheduling latency of queued work
+        & (
+            (pl.col("end_ns") - pl.col("next_launch_ns"))
+            > pl.max_horizontal(pl.lit(QUEUED_MIN_NS), pl.col("dur_ns") * MAJORITY)
+        )
+    )
+    launched_late = (
+        pl.col("next_launch_ns").is_not_null()
+        & (pl.col("next_launch_ns") >= pl.col("start_ns"))
+        & ~queued_before
     )
     in_launch = pl.col("f_launch") >= MAJORITY
     if torch_ops.height:
@@ -434,7 +453,10 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .then(pl.lit("pageable_copy"))
         .when(pl.col("f_allocator") >= MAJORITY)
         .then(pl.lit("allocator"))
-        .when(pl.col("sync_at_start") | (pl.col("f_sync") >= MAJORITY))
+        # a sync explains a gap only where the host launched the next work after the GPU went
+        # idle: work queued before the gap waited on a dependency (another stream, an event
+        # recorded outside the trace), not on the host
+        .when((pl.col("sync_at_start") | (pl.col("f_sync") >= MAJORITY)) & ~queued_before)
         .then(pl.lit("host_sync"))
         .when(pl.col("f_comm") >= MAJORITY)
         .then(pl.lit("communication"))
@@ -509,13 +531,20 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
     )
     compiling = ctx.rows(HOST_OP_KINDS, COMPILE_PATTERN)
     compiling = compiling.select(*cols, pl.lit("compile").alias("kind"))
-    launches = ctx.rows(API_KINDS, LAUNCH_API).select(cols)
+    launches = (
+        ctx.rows(API_KINDS, LAUNCH_API)
+        .filter(~pl.col("name").str.contains("Memcpy|Memset"))
+        .select(cols)
+    )
     first = pl.DataFrame(schema={**{c: calls.schema[c] for c in cols}, "kind": pl.String})
     if launches.height:
         typical = launches.group_by("tid").agg(pl.col("dur_ns").median().alias("_med"))
         slow = launches.join(typical, on="tid", how="left").filter(
             (pl.col("dur_ns") >= WARMUP_LAUNCH_MIN_NS)
-            & (pl.col("dur_ns") >= WARMUP_LAUNCH_FACTOR * pl.col("_med"))
+            & (
+                pl.col("dur_ns")
+                >= WARMUP_LAUNCH_FACTOR * pl.min_horizontal("_med", pl.lit(WARM_LAUNCH_MAX_NS))
+            )
         )
         if slow.height:
             # its kernel's first launch in the trace (a launch whose work is unknown counts)
@@ -545,7 +574,8 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
             first = is_first.filter(
                 pl.col("_first").fill_null(False) | pl.col("_known").is_null()
             ).select(*cols, pl.lit("first_launch").alias("kind"))
-    return pl.concat([loads, compiling, first]).sort("start_ns")
+    # nsys may record a call twice, nested (cudaLaunchKernel around cudaLaunchKernel_v7000)
+    return pl.concat([loads, compiling, first]).unique(["tid", "start_ns"]).sort("start_ns")
 
 
 def capture_ranges(ctx: Context) -> pl.DataFrame:

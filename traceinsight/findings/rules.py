@@ -836,6 +836,12 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     segs = x.segments("cpu_work", 10)
     top_ops = [s.host_op for s in segs if s.host_op]
     where = _mostly(segs, x.idle("cpu_work"), x.t["underutilized_op_min_ratio"])
+    if x.idle("gpu_wait") >= x.t["underutilized_op_min_ratio"] * max(1, rest):
+        # work was queued and waited on something the trace does not show
+        where = (
+            ", mostly with work queued that waited on a dependency (another stream, or an event "
+            "recorded outside the trace)"
+        )
     return Draft(
         rest,
         f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "

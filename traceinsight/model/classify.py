@@ -45,6 +45,9 @@ API_KINDS = ("runtime", "driver")
 DEVICE_ALLOC_API = r"^(cuda|hip)Malloc(Async|Managed|Pitch)?$|^cuMemAlloc|^cuMemCreate$"
 DEVICE_FREE_API = r"^(cuda|hip)Free(Async)?$|^cuMemFree|^cuMemRelease$"
 ALLOCATOR_API = f"{DEVICE_ALLOC_API}|{DEVICE_FREE_API}"
+# Pinned host memory's calls: not the device allocator, but time the host spends allocating
+# (an idle cause, analyzers/idle.py, with the device allocator's).
+PINNED_HOST_ALLOC_API = r"^(cuda|hip)(MallocHost|HostAlloc|FreeHost|HostMalloc|HostFree)$"
 # cudaFree (and so empty_cache) synchronizes the device before it returns memory.
 IMPLICIT_SYNC_API = r"^(cuda|hip)Free$|^cuMemFree"
 # Autograd's backward: its engine's evaluate_function ranges and the Backward nodes' ops.
