@@ -1,0 +1,96 @@
+"""Predicted vs measured speedups on the third-party loops recorded on the H200
+(fixtures/h200/thirdparty, fixtures/generate/thirdparty): for each loop, every finding with a
+prediction, the fix it maps to in the recording (FIX_OF) and its measured band (processes A
+and B, per sample), their ratio, and the un-profiled step the model starts from against the
+measured one. Prints a Markdown table (benchmarks/RESULTS.md)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import traceinsight
+
+HERE = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "thirdparty"
+# finding id -> the recorded fix that applies its advice, per loop
+FIX_OF = {
+    "host_sync": "remove_syncs",
+    "sync_input_copy": "non_blocking",
+    "pageable_memcpy": "pin_nonblocking",
+    "dataloader_stall": "workers",
+    "launch_bound": "cudagraph",
+    "unfused_optimizer": "fused_optimizer",
+    "fp32_compute": "bf16",
+    "recompute_overhead": "no_checkpointing",
+    "memory_headroom": "batch_4x",
+}
+
+
+def rows(loop: str) -> list[dict]:
+    truth = json.loads((HERE / f"{loop}.truth.json").read_text())
+    a = traceinsight.analyze(HERE / f"{loop}.before.pt.trace.json.gz")
+    band = truth["speedup_band"]
+    base = truth["configs"]["baseline"]
+    measured_step = sum(base[p]["step_ms_window_mean"] for p in base) / len(base)
+    out = []
+    for f in a.findings:
+        fix = FIX_OF.get(f.id)
+        if f.id == "fp32_compute" and loop == "timm_jpeg":
+            fix = "bf16_channels_last"
+        if f.id == "dataloader_stall" and loop == "hf_trainer":
+            fix = "workers"
+        if fix not in band:
+            fix = next((k for k in band if k.startswith(fix or "-")), fix)
+        m = band.get(fix)
+        m = (m["low"], m["high"]) if m else None
+        out.append(
+            {
+                "loop": loop,
+                "finding": f.id,
+                "severity": f.severity,
+                "predicted": f.what_if.speedup if f.what_if else None,
+                "fix": fix if m else None,
+                "measured": m,
+                "unprofiled_ms": f.what_if.step_time_ns / 1e6 if f.what_if else None,
+                "measured_ms": measured_step,
+            }
+        )
+    all_fixes = a.what_if
+    out.append(
+        {
+            "loop": loop,
+            "finding": "all_fixes",
+            "severity": "",
+            "predicted": all_fixes.speedup if all_fixes else None,
+            "fix": "all",
+            "measured": (band["all"]["low"], band["all"]["high"]) if "all" in band else None,
+            "unprofiled_ms": all_fixes.step_time_ns / 1e6 if all_fixes else None,
+            "measured_ms": measured_step,
+        }
+    )
+    return out
+
+
+def main() -> None:
+    loops = sys.argv[1:] or ["hf_trainer", "timm_jpeg", "launch_bound", "peft_lora"]
+    print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for loop in loops:
+        for r in rows(loop):
+            m = r["measured"]
+            band = f"{m[0]:.2f}-{m[1]:.2f}" if m else "not measured"
+            p = r["predicted"]
+            mid = (m[0] + m[1]) / 2 if m else None
+            ratio = f"{p / mid:.2f}" if p and mid else ""
+            print(
+                f"| {loop} | {r['finding']} | {r['severity']} | {p:.2f} | {r['fix'] or '-'} | {band} | {ratio} |"
+                if p
+                else f"| {loop} | {r['finding']} | {r['severity']} | - | {r['fix'] or '-'} | {band} | |"
+            )
+        first = rows(loop)[0]
+        print(f"<!-- {loop}: model's un-profiled step {first['unprofiled_ms']} ms, measured {first['measured_ms']:.2f} ms -->")
+
+
+if __name__ == "__main__":
+    main()

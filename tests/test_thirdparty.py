@@ -1,0 +1,166 @@
+"""Predictions against third-party training loops measured on the H200 (issue 37): the
+transformers Trainer on a small Llama, a timm ResNet-50 fed by torchvision transforms with 3
+workers, a launch-bound MobileNetV3 with an eager per-parameter AdamW, and PEFT LoRA with
+gradient checkpointing (fixtures/h200/thirdparty, recorded by fixtures/generate/thirdparty).
+Every fix was measured un-profiled in two processes: the band is their spread, per sample
+where the batch changes. What holds is asserted; the misses are strict expected failures
+that name their mechanism (benchmarks/RESULTS.md), so fixing one turns its test red until
+the expectation is updated."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+
+import pytest
+
+import traceinsight
+
+from .conftest import H200
+
+HERE = H200 / "thirdparty"
+TOLERANCE = 0.25  # a prediction within 25% of the measured band
+
+
+@cache
+def analysis(name: str):
+    return traceinsight.analyze(HERE / name)
+
+
+def band(loop: str, fix: str) -> tuple[float, float]:
+    b = json.loads((HERE / f"{loop}.truth.json").read_text())["speedup_band"][fix]
+    return b["low"], b["high"]
+
+
+def finding(loop: str, fid: str, which: str = "before"):
+    a = analysis(f"{loop}.{which}.pt.trace.json.gz")
+    return next(f for f in a.findings if f.id == fid)
+
+
+def within(predicted: float, lo: float, hi: float) -> bool:
+    return (1 - TOLERANCE) * lo <= predicted <= (1 + TOLERANCE) * hi
+
+
+HOLDS = [
+    ("hf_trainer", "dataloader_stall", "workers"),  # 1.18 against 1.00-1.27
+    ("timm_jpeg", "dataloader_stall", "workers"),  # 1.54 against 1.76-1.91 (3 -> 12 workers)
+    ("launch_bound", "unfused_optimizer", "fused_optimizer"),  # 1.63 against 1.31-2.67
+    ("timm_jpeg", "fp32_compute", "bf16_channels_last"),  # 1.10 against 0.85-1.13
+    ("timm_jpeg", "pageable_memcpy", "pin_nonblocking"),  # 1.00 against 0.96-1.07
+    ("peft_lora", "recompute_overhead", "no_checkpointing"),  # 1.27 against 1.49-2.23
+    # the per-step syncs (Trainer's NaN filter and logging, .item() logging): the wait moves
+    # to the input copies' and the optimizer's blocking calls, as measured (0.69-1.26)
+    ("hf_trainer", "host_sync", "remove_syncs"),
+    ("timm_jpeg", "host_sync", "remove_syncs"),
+    ("launch_bound", "host_sync", "remove_syncs"),
+    ("peft_lora", "host_sync", "remove_syncs"),
+]
+
+
+@pytest.mark.parametrize("loop, fid, fix", HOLDS, ids=[f"{a}-{b}" for a, b, _ in HOLDS])
+def test_prediction_within_the_measured_band(loop: str, fid: str, fix: str) -> None:
+    lo, hi = band(loop, fix)
+    w = finding(loop, fid).what_if
+    assert w is not None and within(w.speedup, lo, hi), (w.speedup if w else None, lo, hi)
+
+
+@pytest.mark.parametrize("loop", ["hf_trainer", "timm_jpeg"])
+def test_all_fixes_within_the_measured_band(loop: str) -> None:
+    lo, hi = band(loop, "all")
+    w = analysis(f"{loop}.before.pt.trace.json.gz").what_if
+    assert w is not None and within(w.speedup, lo, hi), (w.speedup, lo, hi)
+
+
+# finding -> the recorded fix its advice makes, where the loop measured it
+MEASURED = {
+    "hf_trainer": {
+        "host_sync": "remove_syncs",
+        "fp32_compute": "bf16",
+        "dataloader_stall": "workers",
+    },
+    "timm_jpeg": {
+        "host_sync": "remove_syncs",
+        "pageable_memcpy": "pin_nonblocking",
+        "fp32_compute": "bf16_channels_last",
+        "dataloader_stall": "workers",
+    },
+    "launch_bound": {"host_sync": "remove_syncs", "unfused_optimizer": "fused_optimizer"},
+    "peft_lora": {"host_sync": "remove_syncs", "recompute_overhead": "no_checkpointing"},
+}
+
+
+@pytest.mark.parametrize("loop", sorted(MEASURED))
+def test_no_finding_above_low_for_a_fix_measured_below_1_10(loop: str) -> None:
+    a = analysis(f"{loop}.before.pt.trace.json.gz")
+    for f in a.findings:
+        fix = MEASURED[loop].get(f.id)
+        if fix is not None and band(loop, fix)[1] < 1.10:
+            assert f.severity in ("low", "info"), (f.id, f.severity, band(loop, fix))
+
+
+@pytest.mark.parametrize(
+    "loop, fix, gone",
+    [
+        ("launch_bound", "cudagraph", "launch_bound"),
+        ("launch_bound", "fused_optimizer", "unfused_optimizer"),
+        ("peft_lora", "no_checkpointing", "recompute_overhead"),
+        ("timm_jpeg", "workers", "dataloader_stall"),
+    ],
+)
+def test_the_fixed_cause_is_gone_in_the_profiled_after(loop: str, fix: str, gone: str) -> None:
+    before = {f.id for f in analysis(f"{loop}.before.pt.trace.json.gz").findings}
+    after = {f.id: f for f in analysis(f"{loop}.{fix}.after.pt.trace.json.gz").findings}
+    assert gone in before
+    assert gone not in after or after[gone].severity == "info"
+
+
+@pytest.mark.parametrize(
+    "loop, fid, fix",
+    [("timm_jpeg", "dataloader_stall", "workers"), ("peft_lora", "memory_headroom", "batch_4x")],
+)
+def test_the_first_finding_is_the_largest_measured_lever(loop: str, fid: str, fix: str) -> None:
+    a = analysis(f"{loop}.before.pt.trace.json.gz")
+    assert a.findings[0].id == fid
+    bands = json.loads((HERE / f"{loop}.truth.json").read_text())["speedup_band"]
+    best = max((k for k in bands if k not in ("all", "baseline")), key=lambda k: bands[k]["high"])
+    assert best == fix
+
+
+# ---- the misses, each with its mechanism (benchmarks/RESULTS.md) ---------------------------
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="CUDA graphs: the transform keeps the optimizer eager and the host time outside ops; "
+    "the recorded fix captured the whole step, optimizer included: 1.61x against 3.9-5.1x",
+)
+def test_cuda_graphs_on_the_launch_bound_loop() -> None:
+    lo, hi = band("launch_bound", "cudagraph")
+    assert within(finding("launch_bound", "launch_bound").what_if.speedup, lo, hi)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the profiler's cost: the model's un-profiled LoRA step (36.8 ms) is 17% over the "
+    "measured 31.5 ms, and the host time it keeps per step overstates the larger batch's gain "
+    "(6.8x against 3.2-3.3x)",
+)
+def test_larger_batch_on_the_lora_loop() -> None:
+    lo, hi = band("peft_lora", "batch_4x")
+    assert within(finding("peft_lora", "memory_headroom").what_if.speedup, lo, hi)
+
+
+def test_unprofiled_step_estimate_against_the_measured_one() -> None:
+    """The profiler's cost, read off the trace (the median no-work op per recorded event),
+    takes out too little on these loops: the estimate is within 10% only where the loader,
+    not the host's dispatch, sets the step. Measured here so a better estimate shows."""
+    ratios = {}
+    for loop in MEASURED:
+        truth = json.loads((HERE / f"{loop}.truth.json").read_text())
+        base = truth["configs"]["baseline"]
+        measured = sum(base[p]["step_ms_window_mean"] for p in base) / len(base)
+        rp = analysis(f"{loop}.before.pt.trace.json.gz").results.replay
+        ratios[loop] = rp.unprofiled_step_median_ns / 1e6 / measured
+    assert 0.7 < ratios["timm_jpeg"] < 1.1  # data-bound: the loader's wait dominates
+    # host-bound loops: 1.17 (LoRA) to 1.65 (Trainer): the profiler's cost is underestimated
+    assert all(1.0 < ratios[x] < 1.8 for x in ("hf_trainer", "launch_bound", "peft_lora"))
