@@ -280,8 +280,9 @@ def analyze_idle(ctx: Context) -> IdleResult:
             }
         )
 
+    every_once = warmup_calls(ctx)
     if gaps.height:
-        gaps = _attribute(ctx, gaps)
+        gaps = _attribute(ctx, gaps, every_once)
     else:
         gaps = gaps.with_columns(
             pl.lit("gpu_wait").alias("cause"), pl.lit(None, pl.String).alias("op")
@@ -305,7 +306,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
     )
     denom = ctx.window_ns * max(1, len(ctx.devices))
     per_step = _per_step(ctx, gaps)
-    once = warmup_calls(ctx).filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    once = every_once.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
     cold = _cold(ctx, gaps, once)
     reported = tuple(
         WarmupCall(r["name"], r["start_ns"] - lo, r["dur_ns"], r["kind"])
@@ -367,7 +368,7 @@ def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[StepIdle, ...]:
     return tuple(rows)
 
 
-def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
+def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataFrame:
     host = ("runtime", "driver")
     dataloader = host_ranges(ctx, DATALOADER_PATTERN)
     syncs = (
@@ -380,7 +381,6 @@ def _attribute(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     torch_ops = _launching_ops(ctx)
     profiler = _profiler_ranges(ctx)
     pageable = _pageable_copy_calls(ctx)
-    once = warmup_calls(ctx)
     allocs = ctx.rows(API_KINDS, f"{ALLOCATOR_API}|{PINNED_HOST_ALLOC_API}")
     if not churning(ctx, allocs):  # the cache filling: first allocations are one-time
         once = pl.concat(

@@ -73,7 +73,7 @@ def wait_moves(
     waited = pl.DataFrame(
         {
             "name": h.get_column("name"),
-            "_h2d": h.get_column("after_copy").fill_null("") == "HtoD",
+            "_h2d": (h.get_column("after_copy") == "HtoD").fill_null(False),
             "_before": (before.host_end_ns - before.host_start_ns),
             "_after": (after.host_end_ns - after.host_start_ns),
         }

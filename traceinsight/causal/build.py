@@ -452,7 +452,7 @@ def _waits(host: pl.DataFrame, gpu: pl.DataFrame) -> pl.DataFrame:
     launched_copy = (
         gpu.filter((pl.col("kind") == "memcpy") & (pl.col("launch") >= 0))
         .group_by("launch")
-        .agg(pl.col("copy_kind").cast(pl.String).first().alias("launched_copy"))
+        .agg(pl.col("copy_kind").first().alias("launched_copy"))
         .rename({"launch": "node"})
         .with_columns(pl.col("node").cast(pl.UInt32))
     )

@@ -102,7 +102,7 @@ def remove_syncs(model: StepModel) -> StepModel | None:
     which = (
         (pl.col("wait") == WAIT_DEVICE)
         & ~pl.col("is_alloc")
-        & (pl.col("after_copy").fill_null("") != "HtoD")
+        & (pl.col("after_copy") != "HtoD").fill_null(True)
     ) | ((pl.col("wait") == WAIT_OWN_OP) & (pl.col("launched_copy") == "DtoH"))
     return _host_blocks_off(model, which) if model.host.select(which.any()).item() else None
 
