@@ -139,15 +139,14 @@ def test_cuda_graphs_on_the_launch_bound_loop() -> None:
     assert within(finding("launch_bound", "launch_bound").what_if.speedup, lo, hi)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the profiler's cost: the model's un-profiled LoRA step (36.8 ms) is 17% over the "
-    "measured 31.5 ms, and the host time it keeps per step overstates the larger batch's gain "
-    "(6.8x against 3.2-3.3x)",
-)
 def test_larger_batch_on_the_lora_loop() -> None:
+    """The recorded fix is a 4x batch (2 -> 8): the headroom finding's replayed gain at 4x
+    (GPU work x4, host work per step held) is 4.0 against 3.20-3.28 measured per sample; it
+    recommends 8x (6.8x predicted), which was not recorded."""
     lo, hi = band("peft_lora", "batch_4x")
-    assert within(finding("peft_lora", "memory_headroom").what_if.speedup, lo, hi)
+    f = finding("peft_lora", "memory_headroom")
+    gains = {g.multiplier: g.throughput_gain for g in f.evidence["gain_by_multiplier"]}
+    assert within(gains[4], lo, hi), (gains, lo, hi)
 
 
 def test_unprofiled_step_estimate_against_the_measured_one() -> None:
