@@ -538,8 +538,9 @@ def test_bf16_autocast_by_hand():
     assert m is not None and step_us(m) == 11595
     after = 670 + 1000 * 494.5 / 989.5 + 200 + 300
     assert step_us(whatif.bf16_gemms(m)) == pytest.approx(after, abs=0.1)
-    # an unknown device: the table has no peaks, so no prediction
+    # an unknown device: the table has no peaks, so no prediction, and the transform says why
     assert whatif.bf16_gemms(model_of(ev)) is None
+    assert "data/devices.toml" in whatif.TRANSFORMS["bf16_gemms"].unpriced(model_of(ev))
     # an RTX 4090 (fp32 82.6, bf16 165.2 dense): the same fp32 GEMM only 2x faster
     rtx = replace(
         trace.meta, devices=[DeviceInfo(0, "NVIDIA GeForce RTX 4090", 128, 25_000_000_000)]

@@ -122,6 +122,8 @@ class ReplayResult:
     # the change has not reached the later ones and the saving is a lower bound
     unconverged: tuple[str, ...] = ()
     profiler_ns_per_event: int = 0
+    # transform -> why it could not price this model (data it needs is missing)
+    unpriced: dict[str, str] = field(default_factory=dict)
     # where host_sync's fix moves the host's waiting (see :func:`wait_moves`)
     wait_moves: tuple[WaitMove, ...] = ()
     # the un-profiled model, for analyzers and rules with their own transform (:meth:`predict`)
@@ -172,6 +174,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     engines: dict[str, float] = {}
     unconverged: list[str] = []
     moves: tuple[WaitMove, ...] = ()
+    unpriced: dict[str, str] = {}
 
     def after_of(changed: StepModel, name: str) -> float | None:
         """The changed model's median step; a replay cut short at MAX_ROUNDS is noted."""
@@ -188,6 +191,8 @@ def analyze_replay(ctx: Context) -> ReplayResult:
             changed = transform(bare)  # None: nothing for the transform to change
             if changed is not None and (w := WhatIf.of(unprofiled, after_of(changed, name))):
                 what_if[name] = w.of_transform(transform)
+            elif changed is None and transform.unpriced and (why := transform.unpriced(bare)):
+                unpriced[name] = why
         for engine in whatif.ENGINES:
             changed = whatif.engine_faster(engine)(bare)
             if changed is not None and unprofiled:
@@ -217,6 +222,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         cross_stream_wait_ratio=cross,
         unconverged=tuple(unconverged),
         wait_moves=moves,
+        unpriced=unpriced,
         model=bare,
     )
 

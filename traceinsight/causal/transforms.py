@@ -46,6 +46,9 @@ class Transform:
     apply: Callable[[StepModel], StepModel | None]
     host_reads: frozenset[str] = frozenset()
     gpu_reads: frozenset[str] = frozenset()
+    # why it cannot price this model although it has something to change (the data it needs
+    # is missing), None where it can; asked only where ``apply`` returned None
+    unpriced: Callable[[StepModel], str | None] | None = None
 
     def __call__(self, model: StepModel) -> StepModel | None:
         return self.apply(model)
@@ -475,8 +478,20 @@ def _t(
     fn: Callable[[StepModel], StepModel | None],
     host: frozenset[str] | set[str] = frozenset(),
     gpu: frozenset[str] | set[str] = frozenset(),
+    unpriced: Callable[[StepModel], str | None] | None = None,
 ) -> Transform:
-    return Transform(fn.__name__, fn, frozenset(host), frozenset(gpu))
+    return Transform(fn.__name__, fn, frozenset(host), frozenset(gpu), unpriced)
+
+
+def _bf16_unpriced(model: StepModel) -> str | None:
+    """fp32 math on a device whose peaks the table lacks: bf16_gemms cannot price it."""
+    unknown = pl.col("fp32_math") & pl.col("fp32_time_ratio").is_null()
+    if _share(model.gpu, unknown, "dur_ns") < NEGLIGIBLE_RATIO:
+        return None
+    return (
+        "the device's fp32 and bf16 peaks are not in the spec table (data/devices.toml): "
+        "no prediction for moving its fp32 math to bf16"
+    )
 
 
 TRANSFORMS: dict[str, Transform] = {
@@ -505,6 +520,7 @@ TRANSFORMS: dict[str, Transform] = {
         _t(
             bf16_gemms,
             gpu={"fp32_math", "tf32_math", "kernel_class", "fp32_time_ratio", "tf32_time_ratio"},
+            unpriced=_bf16_unpriced,
         ),
         _t(no_empty_cache, host={"is_alloc", "in_empty_cache", "gap_empty_cache_ns"}),
         _t(comm_overlapped, gpu=_OVERLAP),

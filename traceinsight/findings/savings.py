@@ -58,6 +58,8 @@ def what_if_of(rule: Rule, r: Results) -> tuple[WhatIf | None, str | None]:
     rp = r.replay
     if rp is None or rp.unprofiled_step_median_ns is None:
         return None, "no step model: the trace has no steps or no GPU work to replay"
+    if rule.fix in rp.unpriced:
+        return None, rp.unpriced[rule.fix]
     # a transform that changes nothing in the model (what_if absent) saves nothing
     return rp.what_if.get(rule.fix) or WhatIf.unchanged(rp.unprofiled_step_median_ns), None
 
