@@ -163,3 +163,13 @@ def test_unprofiled_step_estimate_against_the_measured_one() -> None:
     assert 0.7 < ratios["timm_jpeg"] < 1.1  # data-bound: the loader's wait dominates
     # host-bound loops: 1.17 (LoRA) to 1.65 (Trainer): the profiler's cost is underestimated
     assert all(1.0 < ratios[x] < 1.8 for x in ("hf_trainer", "launch_bound", "peft_lora"))
+
+
+def test_step_time_variance_follows_its_cause() -> None:
+    """timm with 3 workers: the loader keeps up on some steps only, so the steps vary with the
+    DataLoader wait: the variance names that cause and ranks right after dataloader_stall."""
+    a = analysis("timm_jpeg.before.pt.trace.json.gz")
+    ids = [f.id for f in a.findings]
+    var = next(f for f in a.findings if f.id == "step_time_variance")
+    assert var.evidence["caused_by"] == "dataloader"
+    assert ids.index("step_time_variance") == ids.index("dataloader_stall") + 1

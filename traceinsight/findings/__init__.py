@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from traceinsight.analyzers import Results
 from traceinsight.causal.whatif import WhatIf
+from traceinsight.constants import IDLE_CAUSES
 
 # memory_rules imports rules.py first, so its rules register after rules.py's own
 # efficiency_rules imports rules.py first, so its rules register (and are checked) after those
@@ -63,7 +64,24 @@ def diagnose(results: Results, t: Thresholds) -> list[Finding]:
     predicts for its fix (findings/savings.py), ranked: ``[0]`` is the biggest lever."""
     found = _rules.diagnose(results, t)
     priced = savings.with_savings(found, results, RULES, t, results.idle.device_window_ns)
-    return _cold_capped(priced) if results.idle.cold_window else priced
+    priced = _cold_capped(priced) if results.idle.cold_window else priced
+    return _symptom_after_cause(priced)
+
+
+def _symptom_after_cause(findings: list[Finding]) -> list[Finding]:
+    """step_time_variance never outranks the cause that produces it (its ``caused_by`` idle
+    cause's finding): at most that finding's severity, right after it."""
+    var = next((f for f in findings if f.id == "step_time_variance"), None)
+    cause = IDLE_CAUSES.get(var.evidence.get("caused_by") or "") if var else None
+    by_id = {f.id: f for f in findings}
+    if var is None or cause is None or cause not in by_id:
+        return findings
+    top = by_id[cause]
+    sev = SEVERITIES[max(SEVERITIES.index(var.severity), SEVERITIES.index(top.severity))]
+    var = replace(var, severity=sev)
+    out = [f for f in findings if f.id != "step_time_variance"]
+    i = out.index(top)
+    return out[: i + 1] + [var] + out[i + 1 :]
 
 
 def _cold_capped(findings: list[Finding]) -> list[Finding]:

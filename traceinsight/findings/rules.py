@@ -707,7 +707,7 @@ def steady_steps_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
         "# time every step with CUDA events and look at the slow ones\n"
         "gc.freeze(); gc.disable()  # if Python GC pauses line up with the slow steps"
     ),
-    thresholds={"step_cv": 0.15},
+    thresholds={"step_cv": 0.15, "variance_cause_min_ratio": 0.5},
 )
 def step_time_variance(x: RuleInput) -> Draft | None:
     steps = x.r.steps
@@ -719,16 +719,42 @@ def step_time_variance(x: RuleInput) -> Draft | None:
         return None
     median = steps.step_time_median_ns or 0
     excess = sum(max(0, s.dur_ns - median) for s in steps.per_step if s.step in steps.outlier_steps)
+    cause = variance_cause(x.r, x.t["variance_cause_min_ratio"])
     return Draft(
         excess,
-        f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {list(steps.outlier_steps) or 'none'}",
+        f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {list(steps.outlier_steps) or 'none'}"
+        + (f"; the {cause} idle varies with it" if cause else ""),
         {
             "step_time_cv": steps.step_time_cv,
             "step_time_median_ns": median,
             "outlier_steps": list(steps.outlier_steps),
             "step_times_ns": [s.dur_ns for s in steps.per_step],
+            # the idle cause whose per-step time varies as the steps do: the variance is its
+            # symptom, ranked after its finding (findings/__init__.py)
+            "caused_by": cause,
         },
     )
+
+
+def variance_cause(r: Results, min_ratio: float) -> str | None:
+    """The idle cause whose time per step varies most, where its spread is at least
+    ``min_ratio`` of the steps' own (standard deviations over the steps): a periodic loader
+    stall, a sync every N steps. None where no cause carries the variance."""
+    per = r.idle.per_step
+    durs = {s.step: s.dur_ns for s in r.steps.per_step}
+    if len(per) < 3 or len(durs) < 3:
+        return None
+
+    def std(xs: list[float]) -> float:
+        m = sum(xs) / len(xs)
+        return (sum((x - m) ** 2 for x in xs) / len(xs)) ** 0.5
+
+    step_std = std([float(durs[s.step]) for s in per if s.step in durs])
+    if step_std <= 0:
+        return None
+    spread = {c: std([float(s.idle_by_cause_ns.get(c, 0)) for s in per]) for c in IDLE_CAUSES}
+    cause = max(spread, key=lambda c: (spread[c], c))
+    return cause if spread[cause] >= min_ratio * step_std else None
 
 
 @rule(
