@@ -240,6 +240,11 @@ def launch_bound(x: RuleInput) -> Draft | None:
             "causal_chain": x.chain(
                 "launch_overhead", "each kernel finished before the host had launched the next"
             ),
+            # the upper estimate: the whole step in one graph, the optimizer's step too (the
+            # saving and severity rest on the model-only capture, the recommended fix)
+            "what_if_whole_step": x.r.replay.what_if.get("cuda_graphs_whole_step")
+            if x.r.replay
+            else None,
             "sources": x.sources("launch"),
         },
     )
