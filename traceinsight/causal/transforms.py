@@ -506,40 +506,29 @@ def _bf16_unpriced(model: StepModel) -> str | None:
     )
 
 
+# Both captures read the same host columns: they differ only in whether the optimizer is kept.
+_GRAPH_HOST = frozenset(
+    {
+        "in_optimizer",
+        "in_dataloader",
+        "in_empty_cache",
+        "is_alloc",
+        "is_launch",
+        "step",
+        "gap_ops_ns",
+        "gap_dataloader_ns",
+        "gap_optimizer_ns",
+    }
+)
+
 TRANSFORMS: dict[str, Transform] = {
     t.name: t
     for t in (
         _t(remove_syncs, host={"is_alloc", "after_copy", "launched_copy"}),
         _t(async_input_copies, host={"after_copy"}, gpu=_PAGEABLE | {"copy_kind"}),
         _t(pinned_copies, gpu=_PAGEABLE),
-        _t(
-            cuda_graphs,
-            host={
-                "in_optimizer",
-                "in_dataloader",
-                "in_empty_cache",
-                "is_alloc",
-                "is_launch",
-                "step",
-                "gap_ops_ns",
-                "gap_dataloader_ns",
-                "gap_optimizer_ns",
-            },
-        ),
-        _t(
-            cuda_graphs_whole_step,
-            host={
-                "in_optimizer",
-                "in_dataloader",
-                "in_empty_cache",
-                "is_alloc",
-                "is_launch",
-                "step",
-                "gap_ops_ns",
-                "gap_dataloader_ns",
-                "gap_optimizer_ns",
-            },
-        ),
+        _t(cuda_graphs, host=_GRAPH_HOST),
+        _t(cuda_graphs_whole_step, host=_GRAPH_HOST),
         _t(fused_optimizer, host={"gap_optimizer_ns", "in_optimizer"}, gpu={"in_optimizer"}),
         _t(dataloader_floor, host={"gap_dataloader_ns"}, gpu=_PAGEABLE),
         _t(recompute_removed, host={"gap_recompute_ns", "in_recompute"}, gpu={"in_recompute"}),

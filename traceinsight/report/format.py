@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def ranked_idle_causes(idle_by_cause_ns: dict[str, int]) -> list[tuple[str, int]]:
+    """The idle causes that cost time, costliest first (ties keep the table's order)."""
+    return sorted(((k, v) for k, v in idle_by_cause_ns.items() if v), key=lambda kv: -kv[1])
+
+
 def fmt_ns(ns: float | int | None) -> str:
     """A duration in the largest unit that keeps it above 1 (s, ms, us, ns)."""
     if ns is None:

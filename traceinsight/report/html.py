@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from traceinsight.constants import SEVERITIES
-from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct, fmt_signed_bytes
+from traceinsight.report.format import (
+    fmt_bytes,
+    fmt_ns,
+    fmt_pct,
+    fmt_signed_bytes,
+    ranked_idle_causes,
+)
 from traceinsight.report.memory_view import MEMORY_FINDINGS, job_memory, memory_charts
 from traceinsight.report.regions_view import icicle, region_rows
 from traceinsight.runtime import template_cache
@@ -107,9 +113,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "steps": steps.get("per_step") or [],
         "step_max_ns": max((s["dur_ns"] for s in steps.get("per_step") or []), default=0),
         "outliers": set(steps.get("outlier_steps") or []),
-        "idle_causes": sorted(
-            ((k, v) for k, v in idle["idle_by_cause_ns"].items() if v), key=lambda kv: -kv[1]
-        ),
+        "idle_causes": ranked_idle_causes(idle["idle_by_cause_ns"]),
         "idle_max": max([v for v in idle["idle_by_cause_ns"].values()] or [0]),
         "shorten": _shorten,
         "command": command,

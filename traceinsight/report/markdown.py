@@ -17,6 +17,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    ranked_idle_causes,
 )
 
 MAX_FINDINGS = 10  # table rows; the rest are counted under the table
@@ -65,9 +66,7 @@ def _headline(doc: dict[str, Any]) -> list[str]:
     view = f"; view: {win['selection']}" if win.get("selection") else ""
     out.append(f"- **Window**: {fmt_ns(m['window_ns'])} analyzed ({step_txt}{view})")
     if m.get("gpu_busy_ratio") is not None:
-        causes = sorted(
-            ((k, v) for k, v in m["idle_by_cause_ns"].items() if v), key=lambda x: -x[1]
-        )
+        causes = ranked_idle_causes(m["idle_by_cause_ns"])
         idle = ", ".join(f"{k} {fmt_ns(v)}" for k, v in causes[:4])
         out.append(
             f"- **GPU busy**: {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}"

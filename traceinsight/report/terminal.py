@@ -13,6 +13,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    ranked_idle_causes,
 )
 
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
@@ -54,9 +55,7 @@ def render_summary(
     counts = ", ".join(f"{k} {v:,}" for k, v in src["event_counts"].items() if v)
     lines.append(f"  events    {counts or 'none'}")
     if m.get("gpu_busy_ratio") is not None:
-        causes = sorted(
-            ((k, v) for k, v in m["idle_by_cause_ns"].items() if v), key=lambda kv: -kv[1]
-        )
+        causes = ranked_idle_causes(m["idle_by_cause_ns"])
         idle_txt = ", ".join(f"{k} {fmt_ns(v)}" for k, v in causes[:5])
         lines.append(
             f"  GPU busy  {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}"
