@@ -217,7 +217,17 @@ def test_predicted_speedup_matches_the_measured_pair(pair):
     # the un-profiled "before" step the model predicts (profiler cost per event taken off)
     # against the one measured outside the profiler: median over the pairs 3.8%, the worst of
     # these empty_cache's -20% (its cudaFree calls take longer profiled than the model knows)
-    assert r["replayed_before_ms"] == pytest.approx(r["measured_before_ms"], rel=0.25)
+    if (
+        analyze(H200 / "pairs" / f"{pair}.before.pt.trace.json.gz").results.replay.step_statistic
+        == "mean"
+    ):
+        # a loader pattern repeats (num_workers=0: a long wait every few steps): the model takes
+        # the mean over its 3 steps, which lies between the measured median (the long steps
+        # dropped) and the mean over 40 measured steps; 3 steps cannot say how often they come
+        steps = truth["before"]["step_ms"]
+        assert r["measured_before_ms"] <= r["replayed_before_ms"] <= sum(steps) / len(steps)
+    else:
+        assert r["replayed_before_ms"] == pytest.approx(r["measured_before_ms"], rel=0.25)
 
 
 AFTER = json.loads((H200 / "pairs" / "after.truth.json").read_text())["pairs"]

@@ -9,9 +9,11 @@ the expectation is updated."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from functools import cache
 
+import orjson
 import pytest
 
 import traceinsight
@@ -43,7 +45,8 @@ def within(predicted: float, lo: float, hi: float) -> bool:
 
 HOLDS = [
     ("hf_trainer", "dataloader_stall", "workers"),  # 1.18 against 1.00-1.27
-    ("timm_jpeg", "dataloader_stall", "workers"),  # 1.54 against 1.76-1.91 (3 -> 12 workers)
+    ("timm_jpeg", "dataloader_stall", "workers"),  # 1.60 against 1.76-1.91 (3 -> 12 workers)
+    ("timm_jpeg", "dataloader_stall", "workers_6"),  # 1.60 against 1.74-1.90 (3 -> 6 workers)
     ("launch_bound", "unfused_optimizer", "fused_optimizer"),  # 1.63 against 1.31-2.67
     ("timm_jpeg", "fp32_compute", "bf16_channels_last"),  # 1.10 against 0.85-1.13
     ("timm_jpeg", "pageable_memcpy", "pin_nonblocking"),  # 1.00 against 0.96-1.07
@@ -54,6 +57,14 @@ HOLDS = [
     ("timm_jpeg", "host_sync", "remove_syncs"),
     ("launch_bound", "host_sync", "remove_syncs"),
     ("peft_lora", "host_sync", "remove_syncs"),
+    # Lightning: the optimizer's own part of optimizer.step(closure), the closure left out
+    ("lightning", "unfused_optimizer", "fused_optimizer"),  # 1.10 against 0.80-1.26
+    ("lightning", "launch_bound", "compile"),  # 1.58 against 1.40-1.41 (default torch.compile)
+    ("lightning", "fp32_compute", "bf16_mixed"),  # 1.00 against 0.73-1.02
+    # accelerate: one process measured each (A); 0.87, 1.02, 0.95
+    ("accelerate", "host_sync", "remove_syncs"),
+    ("accelerate", "unfused_optimizer", "fused_optimizer"),
+    ("accelerate", "pageable_memcpy", "pin_nonblocking"),
 ]
 
 
@@ -86,6 +97,12 @@ MEASURED = {
     },
     "launch_bound": {"host_sync": "remove_syncs", "unfused_optimizer": "fused_optimizer"},
     "peft_lora": {"host_sync": "remove_syncs", "recompute_overhead": "no_checkpointing"},
+    "lightning": {"unfused_optimizer": "fused_optimizer", "fp32_compute": "bf16_mixed"},
+    "accelerate": {
+        "host_sync": "remove_syncs",
+        "unfused_optimizer": "fused_optimizer",
+        "pageable_memcpy": "pin_nonblocking",
+    },
 }
 
 
@@ -116,7 +133,11 @@ def test_the_fixed_cause_is_gone_in_the_profiled_after(loop: str, fix: str, gone
 
 @pytest.mark.parametrize(
     "loop, fid, fix",
-    [("timm_jpeg", "dataloader_stall", "workers"), ("peft_lora", "memory_headroom", "batch_4x")],
+    [
+        ("timm_jpeg", "dataloader_stall", "workers"),
+        ("peft_lora", "memory_headroom", "batch_4x"),
+        ("lightning", "memory_headroom", "batch_4x"),
+    ],
 )
 def test_the_first_finding_is_the_largest_measured_lever(loop: str, fid: str, fix: str) -> None:
     a = analysis(f"{loop}.before.pt.trace.json.gz")
@@ -141,6 +162,69 @@ def test_cuda_graphs_on_the_launch_bound_loop() -> None:
     assert within(whole.speedup, lo, hi), (whole.speedup, lo, hi)
 
 
+# The applied set of each recorded "all" as --what-if ids (ID@K: the batch multiplier recorded)
+APPLIED = {
+    "peft_lora": "memory_headroom@4,recompute_overhead,host_sync",  # 5.09 against 5.94-7.12
+}
+
+
+@pytest.mark.parametrize("loop", sorted(APPLIED))
+def test_what_if_of_the_applied_set_within_the_measured_all(loop: str) -> None:
+    lo, hi = band(loop, "all")
+    a = traceinsight.analyze(
+        HERE / f"{loop}.before.pt.trace.json.gz", what_if=APPLIED[loop].split(",")
+    )
+    w = a.selected.what_if
+    assert a.selected.not_raised == () and w is not None and within(w.speedup, lo, hi)
+    assert w.multiplier == 4
+
+
+def test_lightning_closure_is_not_the_optimizers() -> None:
+    """Lightning runs forward and backward inside optimizer.step(closure): the optimizer's
+    own part starts where the closure's backward ends. Against the raw events: each
+    Optimizer.step range from the end of the last autograd-engine op that started inside it
+    (on any thread) to the range's end."""
+    raw = orjson.loads(gzip.decompress((HERE / "lightning.before.pt.trace.json.gz").read_bytes()))
+    ev = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    steps = [e for e in ev if e["name"].startswith("Optimizer.step#")]
+    bw = [e for e in ev if e["name"].startswith("autograd::engine::evaluate_function")]
+    own_us = []
+    for o in steps:
+        inside = [b["ts"] + b["dur"] for b in bw if o["ts"] <= b["ts"] <= o["ts"] + o["dur"]]
+        own_us.append(o["ts"] + o["dur"] - max([o["ts"], *inside]))
+    opt = analysis("lightning.before.pt.trace.json.gz").results.optimizer
+    assert 1_000 < sum(own_us) / len(own_us) < 10_000  # a few ms, not the 28 ms of the range
+    # the analyzer's window holds the steps whose range starts inside it: compare per step
+    assert opt.host_ns_per_step == pytest.approx(1000 * sum(own_us) / len(own_us), rel=0.25)
+    assert opt.kernels_per_step < 20  # 12 foreach kernels, not the closure's 88
+
+
+def test_the_loader_plan() -> None:
+    """timm with 3 workers: the loader delivers one batch per step as run, so about 1.6x the
+    workers keep up (measured: 6 workers gave what 12 gave, 1.74-1.90 and 1.76-1.91); the
+    Trainer loads in the step's thread (num_workers=0): its loading per batch is the wait,
+    one worker hides it (4 workers measured 1.00-1.27)."""
+    timm = finding("timm_jpeg", "dataloader_stall").evidence["loader_plan"]
+    assert timm.iterator == "multi_process" and timm.workers_needed is None
+    assert 1.0 < timm.workers_factor <= 2.0  # 3 -> 6 workers was enough
+    lo, hi = band("timm_jpeg", "workers_6")
+    assert within(timm.assumed_speedup, lo, hi)
+    assert timm.assumed_speedup <= timm.upper_bound_speedup
+    hf = finding("hf_trainer", "dataloader_stall").evidence["loader_plan"]
+    assert hf.iterator == "single_process" and hf.workers_needed == 1
+    assert hf.loading_per_batch_ns == hf.batch_interval_ns - hf.compute_step_ns
+
+
+def test_a_periodic_loader_step_is_taken_over_whole_periods() -> None:
+    """timm's steps (3 workers): two fast, one with the loader's long wait. The predictions
+    start from the mean over the modelled steps (the run's time per step), where a steady
+    loop keeps the median."""
+    assert analysis("timm_jpeg.before.pt.trace.json.gz").results.replay.step_statistic == "mean"
+    for loop in ("launch_bound", "peft_lora", "lightning"):
+        rp = analysis(f"{loop}.before.pt.trace.json.gz").results.replay
+        assert rp.step_statistic == "median", loop
+
+
 def test_larger_batch_on_the_lora_loop() -> None:
     """The recorded fix is a 4x batch (2 -> 8): the headroom finding's replayed gain at 4x
     (GPU work x4, host work per step held) is 4.0 against 3.20-3.28 measured per sample; it
@@ -159,12 +243,14 @@ def test_unprofiled_step_estimate_against_the_measured_one() -> None:
     for loop in MEASURED:
         truth = json.loads((HERE / f"{loop}.truth.json").read_text())
         base = truth["configs"]["baseline"]
-        measured = sum(base[p]["step_ms_window_mean"] for p in base) / len(base)
+        ms = [v["step_ms_window_mean"] for v in base.values() if "step_ms_window_mean" in v]
+        measured = sum(ms) / len(ms)  # over the processes that ran it
         rp = analysis(f"{loop}.before.pt.trace.json.gz").results.replay
-        ratios[loop] = rp.unprofiled_step_median_ns / 1e6 / measured
-    assert 0.7 < ratios["timm_jpeg"] < 1.1  # data-bound: the loader's wait dominates
+        ratios[loop] = rp.unprofiled_step_ns / 1e6 / measured
+    assert 0.9 < ratios["timm_jpeg"] < 1.1  # data-bound, over whole loader periods: 0.92
     # host-bound loops: 1.17 (LoRA) to 1.65 (Trainer): the profiler's cost is underestimated
-    assert all(1.0 < ratios[x] < 1.8 for x in ("hf_trainer", "launch_bound", "peft_lora"))
+    host_bound = ("hf_trainer", "launch_bound", "peft_lora", "lightning", "accelerate")
+    assert all(1.0 < ratios[x] < 1.8 for x in host_bound), ratios
 
 
 def test_step_time_variance_follows_its_cause() -> None:

@@ -135,8 +135,9 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
             "--what-if",
             "what_if",
             metavar="ID[,ID...]",
-            help="Also replay these findings' fixes together (finding ids, comma-separated): "
-            "details.what_if.selected and a summary line.",
+            help="Also replay these findings' fixes together (finding ids, comma-separated; "
+            "memory_headroom@K: the larger batch at K x): details.what_if.selected and a "
+            "summary line.",
         ),
         click.option(
             "--replay/--no-replay",

@@ -60,10 +60,10 @@ def predict_fixes(analysis: TraceAnalysis | JobAnalysis, finding_ids: Iterable[s
         known = ", ".join(by_id) or "none"
         raise InputError(f"no finding {unknown[0]!r} in this analysis (findings: {known})", where)
     rp = analysis.results.replay
-    if rp is not None and rp.model is None and rp.unprofiled_step_median_ns is not None:
+    if rp is not None and rp.model is None and rp.unprofiled_step_ns is not None:
         # a job's ranks come back from worker processes without their models (detached())
         raise InputError("this rank's step model was not kept: analyze the rank's own file", where)
-    if rp is None or rp.model is None or rp.unprofiled_step_median_ns is None:
+    if rp is None or rp.model is None or rp.unprofiled_step_ns is None:
         raise InputError("no step model to replay (no steps or GPU work, or --no-replay)", where)
     for fid in ids:
         f = by_id[fid]
@@ -73,7 +73,7 @@ def predict_fixes(analysis: TraceAnalysis | JobAnalysis, finding_ids: Iterable[s
             )
             raise InputError(f"finding {fid!r} has no fix to replay: {why}", where)
     w = selected_fixes(analysis.results, analysis.findings, ids)
-    before = round(rp.unprofiled_step_median_ns)
+    before = round(rp.unprofiled_step_ns)
     chosen = [by_id[i] for i in ids]
     # a choice that changes nothing in the model saves nothing (as a rule's unchanged fix)
     return FixesWhatIf(

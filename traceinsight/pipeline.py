@@ -13,9 +13,17 @@ from traceinsight.analysis import SelectedFixes, TraceAnalysis, source_json
 from traceinsight.analyzers import Results, run_analyzers
 from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.regions import with_findings
+from traceinsight.causal.transforms import gpu_work_scaled
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.errors import InputError
-from traceinsight.findings import RULES, Thresholds, all_fixes, diagnose, selected_fixes, thresholds
+from traceinsight.findings import (
+    RULES,
+    Thresholds,
+    all_fixes,
+    combined_fixes,
+    diagnose,
+    thresholds,
+)
 from traceinsight.findings.model import Finding
 from traceinsight.findings.quality import apply_data_quality
 from traceinsight.model.schema import Trace
@@ -30,7 +38,7 @@ def graded(opts: Options) -> Thresholds:
     """The thresholds with the options' overrides applied; InputError names unknown keys (and
     unknown finding ids in ``--what-if``)."""
     known = {r.id for r in RULES}
-    unknown = [i for i in opts.what_if if i not in known]
+    unknown = [i for i in opts.what_if if i.partition("@")[0] not in known]
     if unknown:
         raise InputError(
             f"--what-if: unknown finding id(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
@@ -104,19 +112,40 @@ def analyze_trace(
 
 def _selected(results: Results, findings: list[Finding], ids: tuple[str, ...]) -> SelectedFixes:
     """``--what-if``: the chosen findings' fixes replayed together, and which of them this
-    trace did not raise or has no fix to replay for."""
-    by_id = {f.id: f for f in findings}
-    not_raised = tuple(i for i in ids if i not in by_id)
+    trace did not raise or has no fix to replay for. ``ID@K`` picks the batch multiplier K
+    of a larger-batch fix (memory_headroom) in place of the recommended one."""
+    chosen, by_id = [], {f.id: f for f in findings}
+    for raw in ids:
+        fid, _, k = raw.partition("@")
+        f = by_id.get(fid)
+        if f is not None and k:
+            f = _at_multiplier(f, k)
+        chosen.append((raw, fid, f))
+    not_raised = tuple(raw for raw, _, f in chosen if f is None)
     no_fix = tuple(
-        i
-        for i in ids
-        if i in by_id and (by_id[i].what_if is None or by_id[i].what_if.transform is None)
+        raw
+        for raw, _, f in chosen
+        if f is not None and (f.what_if is None or f.what_if.transform is None)
     )
-    w = selected_fixes(results, findings, ids)
+    w = combined_fixes(results, [f for _, _, f in chosen if f is not None])
     rp = results.replay
-    if w is None and rp is not None and rp.unprofiled_step_median_ns is not None:
-        w = WhatIf.unchanged(rp.unprofiled_step_median_ns)  # nothing chosen changes the model
+    if w is None and rp is not None and rp.unprofiled_step_ns is not None:
+        w = WhatIf.unchanged(rp.unprofiled_step_ns)  # nothing chosen changes the model
     return SelectedFixes(ids, w, not_raised, no_fix)
+
+
+def _at_multiplier(f: Finding, k: str) -> Finding:
+    """The finding with its larger-batch fix at ``k`` x the batch (InputError otherwise)."""
+    if f.what_if is None or f.what_if.multiplier is None:
+        raise InputError(f"--what-if {f.id}@{k}: {f.id}'s fix is not a larger batch")
+    try:
+        m = int(k)
+    except ValueError:
+        raise InputError(f"--what-if {f.id}@{k}: the multiplier must be a whole number") from None
+    if m < 2:
+        raise InputError(f"--what-if {f.id}@{k}: the multiplier must be at least 2")
+    w = replace(f.what_if, multiplier=m).of_transform(gpu_work_scaled(float(m)))
+    return replace(f, what_if=w)
 
 
 def rank_rows(trace: Trace, rank: int) -> Trace:

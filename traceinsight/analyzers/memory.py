@@ -551,7 +551,7 @@ def analyze_memory(
             room = FIT_RATIO * d.device_memory_bytes - d.base_allocated_bytes
             fit = max(1, int(room // d.step_span_bytes)) if room > 0 else 1
         # the un-profiled step where the model has one: the profiler's host work is no room
-        unprofiled = replay.unprofiled_step_median_ns if replay is not None else None
+        unprofiled = replay.unprofiled_step_ns if replay is not None else None
         if (unprofiled or step_med) and gpu_per_step:
             sat = (unprofiled or step_med) / gpu_per_step
         if fit is not None and sat is not None:

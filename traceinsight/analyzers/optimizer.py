@@ -22,6 +22,42 @@ FUSED = (
 FOREACH = r"(?i)multi_tensor_apply"
 # an optimizer class that says it is fused (apex.optimizers.FusedAdam, FusedLAMB)
 FUSED_OPTIMIZER_CLASS = r"(?i)^fused"
+OPTIMIZER_PATTERN = r"^Optimizer\.step#"
+# The autograd engine's work: a backward pass. Inside an optimizer step it is the closure's
+# (Lightning, LBFGS: ``optimizer.step(closure)`` runs forward and backward inside the range).
+BACKWARD_PATTERN = r"^autograd::engine::evaluate_function"
+
+
+def optimizer_ranges(ctx: Context) -> pl.DataFrame:
+    """The optimizer steps' own host ranges (name, tid, start_ns, end_ns): each
+    ``Optimizer.step#`` range from the end of the last backward op that started inside it (a
+    closure's forward and backward are the model's work, not the optimizer's), else whole."""
+    ranges = ctx.rows(HOST_OP_KINDS, OPTIMIZER_PATTERN).select("name", "tid", "start_ns", "end_ns")
+    if ranges.height == 0:
+        return ranges
+    bw = ctx.rows(HOST_OP_KINDS, BACKWARD_PATTERN).select("start_ns", "end_ns")
+    if bw.height == 0:
+        return ranges
+    ranges = ranges.with_row_index("_r")
+    pairs = iv.containing(
+        bw.rename({"start_ns": "b_s", "end_ns": "b_e"}).with_columns(pl.col("b_s").alias("_bs")),
+        ranges,
+        inner_start="b_s",
+        inner_end="_bs",
+        outer_start="start_ns",
+        outer_end="end_ns",
+    )
+    closure_end = pairs.group_by("_r").agg(pl.col("b_e").max().alias("_own_from"))
+    return (
+        ranges.join(closure_end, on="_r", how="left")
+        .with_columns(
+            pl.max_horizontal("start_ns", pl.col("_own_from").fill_null(pl.col("start_ns")))
+            .clip(upper_bound=pl.col("end_ns"))
+            .alias("start_ns")
+        )
+        .sort("_r")
+        .select("name", "tid", "start_ns", "end_ns")
+    )
 
 
 @dataclass(frozen=True)
@@ -36,9 +72,7 @@ class OptimizerResult:
 
 def analyze_optimizer(ctx: Context) -> OptimizerResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    ranges = ctx.rows(HOST_OP_KINDS, r"^Optimizer\.step#").filter(
-        pl.col("start_ns").is_between(lo, hi)
-    )
+    ranges = optimizer_ranges(ctx).filter(pl.col("start_ns").is_between(lo, hi))
     ranges = ranges.select(
         pl.col("name"),
         pl.col("start_ns").alias("o_s"),

@@ -14,16 +14,24 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
-from traceinsight.causal.graph import WAIT_NONE, Replayed, StepModel, median_step_ns, replay
+from traceinsight.causal.graph import (
+    WAIT_NONE,
+    Replayed,
+    StepModel,
+    median_step_ns,
+    replay,
+    step_ns,
+    step_times_ns,
+)
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, HOST_OP_KINDS
 from traceinsight.model.devices import spec_of, tensor_time_ratio
 
 EMPTY_CACHE_PATTERN = r"empty_cache"
-OPTIMIZER_PATTERN = r"^Optimizer\.step#"
 # Host time the profiler adds per event it records (op, annotation, Python frame, runtime
 # call): predictions are for the loop without the profiler. Read off the trace itself: ops that
 # do no work (views, detach, empty: well under a microsecond un-profiled) take about what
@@ -44,6 +52,11 @@ PROFILER_NS_PER_EVENT_RANGE = (500, 5_000)
 BOUND_MIN_SPEEDUP = 1.1
 CROSS_WAIT_MAX_RATIO = 0.05
 
+
+# Steps this far apart (max - min over the median) whose spread the loader's waits explain
+# (what is left without them at most this share of it) repeat a loader pattern: step_statistic
+PERIODIC_SPREAD_MIN_RATIO = 0.2
+PERIODIC_EXPLAINED_MAX = 0.5
 
 # the transform whose moved waits are reported: host_sync's fix
 WAIT_MOVES_OF = "remove_syncs"
@@ -108,7 +121,10 @@ class ReplayResult:
     # transform -> the un-profiled loop's median step before and after the transform (see
     # :func:`profiler_ns_per_event`)
     what_if: dict[str, WhatIf]
-    unprofiled_step_median_ns: float | None = None  # the model's step without the profiler
+    unprofiled_step_ns: float | None = None  # the model's step without the profiler
+    # how that step is taken over the modelled steps: "median", or "mean" where a loader
+    # pattern repeats (step_statistic); every what-if's after-step the same way
+    step_statistic: str = "median"
     # engine -> the step's speedup with that engine alone ENGINE_SPEEDUP times faster
     engine_speedups: dict[str, float] = field(default_factory=dict)
     # the engine the step follows (its speedup the largest, at least BOUND_MIN_SPEEDUP): host,
@@ -134,12 +150,14 @@ class ReplayResult:
     def predict(self, transform: Callable[[StepModel], StepModel | None]) -> WhatIf | None:
         """``transform`` applied to the un-profiled model and replayed, or None where it
         changes nothing (or there is no model)."""
-        if self.model is None or self.unprofiled_step_median_ns is None:
+        if self.model is None or self.unprofiled_step_ns is None:
             return None
         changed = transform(self.model)
         if changed is None:
             return None
-        w = WhatIf.of(self.unprofiled_step_median_ns, median_step_ns(changed, replay(changed)))
+        w = WhatIf.of(
+            self.unprofiled_step_ns, step_ns(changed, replay(changed), self.step_statistic)
+        )
         return w.of_transform(transform) if w is not None else None
 
 
@@ -156,6 +174,36 @@ def profiler_ns_per_event(ctx: Context) -> int:
     return int(min(high, max(low, float(median))))
 
 
+def step_statistic(model: StepModel, r: Replayed) -> str:
+    """How the prediction's step is taken over the modelled steps: the mean where the steps
+    repeat a pattern set by the loader (workers that keep up on some steps only: a long wait
+    every few steps, the step times apart by more than :data:`PERIODIC_SPREAD_MIN_RATIO` of
+    the median and the loader's waits explaining most of that), since over whole periods the
+    mean is the time per step a run takes; else the median, which a one-off step (a
+    checkpoint, a collection, a late warm-up) does not move."""
+    d = step_times_ns(model, r)
+    h = model.host
+    if d.len() < 2 or "gap_dataloader_ns" not in h.columns:
+        return "median"
+    starts = model.steps.get_column("host_start_ns").sort()
+    idx = starts.search_sorted(h.get_column("start_ns"), side="right").cast(pl.Int64) - 1
+    loader = (
+        pl.DataFrame({"i": idx, "ns": h.get_column("gap_dataloader_ns")})
+        .filter(pl.col("i") >= 0)
+        .group_by("i")
+        .agg(pl.col("ns").sum())
+        .join(pl.DataFrame({"i": range(d.len())}, schema={"i": pl.Int64}), on="i", how="right")
+        .sort("i")
+        .get_column("ns")
+        .fill_null(0)
+    )
+    spread = float(d.max() - d.min())
+    rest = d.cast(pl.Float64) - loader.cast(pl.Float64)
+    if spread <= PERIODIC_SPREAD_MIN_RATIO * float(d.median()):
+        return "median"
+    return "mean" if float(rest.max() - rest.min()) <= PERIODIC_EXPLAINED_MAX * spread else "median"
+
+
 def analyze_replay(ctx: Context) -> ReplayResult:
     src = model_inputs(ctx)
     model = build_model(src) if src is not None else None
@@ -169,7 +217,8 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     per_event = profiler_ns_per_event(ctx)
     bare = whatif.without_profiler(model, per_event) if per_event else model
     bare_replay = replay(bare) if per_event else base
-    unprofiled = median_step_ns(bare, bare_replay) if per_event else replayed
+    statistic = step_statistic(bare, bare_replay)
+    unprofiled = step_ns(bare, bare_replay, statistic)
     what_if: dict[str, WhatIf] = {}
     engines: dict[str, float] = {}
     unconverged: list[str] = []
@@ -184,7 +233,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
             unconverged.append(name)
         if name == WAIT_MOVES_OF:
             moves = wait_moves(bare, bare_replay, changed, r)
-        return median_step_ns(changed, r)
+        return step_ns(changed, r, statistic)
 
     if unprofiled is not None:
         for name, transform in whatif.TRANSFORMS.items():
@@ -215,7 +264,8 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         blocking_calls=int((model.host["wait"] != WAIT_NONE).sum()),
         unexplained_gpu_gap_ratio=int(g["gap_ns"].sum()) / gpu_ns if gpu_ns else None,
         what_if=what_if,
-        unprofiled_step_median_ns=unprofiled,
+        unprofiled_step_ns=unprofiled,
+        step_statistic=statistic,
         profiler_ns_per_event=per_event,
         engine_speedups=engines,
         step_bound_by=_bound_by(engines, cross, unconverged),
@@ -251,7 +301,7 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
         ranges={
             "dataloader": ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN),
             "empty_cache": ctx.rows(HOST_OP_KINDS, EMPTY_CACHE_PATTERN),
-            "optimizer": ctx.rows(HOST_OP_KINDS, OPTIMIZER_PATTERN),
+            "optimizer": optimizer_ranges(ctx),
             "recompute": recompute_ranges(ctx),
         },
         time_ratios={

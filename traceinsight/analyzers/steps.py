@@ -8,7 +8,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context, host_ranges
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import DATALOADER_PATTERN
+from traceinsight.model.classify import DATALOADER_PATTERN, HOST_OP_KINDS
 
 # A step is an outlier when it is this much slower than the median (and beyond 3 robust sigmas).
 OUTLIER_FACTOR = 1.25
@@ -43,6 +43,18 @@ class StepResult:
     dataloader_ratio: float | None
     outlier_steps: tuple[int, ...]
     per_step: tuple[StepTime, ...]
+    # the DataLoader's iterator as the trace names it: "multi_process" (num_workers > 0),
+    # "single_process" (num_workers=0, loading in the step's own thread) or None
+    loader_iterator: str | None = None
+
+
+def loader_iterator(names: pl.Series) -> str | None:
+    """The iterator kind the DataLoader ranges name (see :attr:`StepResult.loader_iterator`)."""
+    if names.str.contains("_MultiProcessingDataLoaderIter").any():
+        return "multi_process"
+    if names.str.contains("_SingleProcessDataLoaderIter").any():
+        return "single_process"
+    return None
 
 
 def _forward_ns(spans: pl.DataFrame, bw_rows: pl.DataFrame, dl: pl.DataFrame) -> pl.Series:
@@ -83,6 +95,7 @@ def _forward_ns(spans: pl.DataFrame, bw_rows: pl.DataFrame, dl: pl.DataFrame) ->
 def analyze_steps(ctx: Context) -> StepResult:
     st = ctx.steps
     dl = host_ranges(ctx, DATALOADER_PATTERN)
+    iterator = loader_iterator(ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN).get_column("name"))
     if st.height == 0:
         dl_ns = iv.total(dl)
         return StepResult(
@@ -95,6 +108,7 @@ def analyze_steps(ctx: Context) -> StepResult:
             dl_ns / ctx.window_ns if ctx.window_ns and dl_ns else None,
             (),
             (),
+            iterator,
         )
     spans = st.select("step", "start_ns", "end_ns", "dur_ns")
     # Host-side phases are measured on the host's own step ranges: with a GPU-bound loop the host
@@ -161,4 +175,5 @@ def analyze_steps(ctx: Context) -> StepResult:
                 (pl.col("start_ns") - ctx.window_start_ns).alias("offset_ns")
             ).iter_rows(named=True)
         ),
+        loader_iterator=iterator,
     )

@@ -458,3 +458,11 @@ def step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
 def median_step_ns(model: StepModel, r: Replayed) -> float | None:
     d = step_times_ns(model, r)
     return float(d.median()) if d.len() else None
+
+
+def step_ns(model: StepModel, r: Replayed, statistic: str = "median") -> float | None:
+    """The modelled steps' ``statistic`` ("median" or "mean") on the replayed times."""
+    d = step_times_ns(model, r)
+    if d.len() == 0:
+        return None
+    return float(d.mean() if statistic == "mean" else d.median())

@@ -7,6 +7,7 @@ findings, the JSON and the reports read one shape.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -64,3 +65,63 @@ class WhatIf:
         if self.step_time_ns <= 0:
             return 0.0
         return min(1.0, max(0.0, 1.0 - self.step_time_after_ns / self.step_time_ns))
+
+
+# The stated assumption of the loader's what-if: the loader delivers batches twice as fast
+# (twice the workers, or two workers where the step thread loaded alone), on free host cores.
+LOADER_ASSUMED_THROUGHPUT = 2.0
+
+
+@dataclass(frozen=True)
+class LoaderPlan:
+    """What a faster input pipeline would do, from the step with and without the loader's
+    waits (the replay's ``dataloader_floor``) and the loader's kind. ``batch_interval_ns``: the
+    step as run, the interval at which the loader delivers while it is the bound;
+    ``compute_step_ns``: the step with the waits hidden. Where the step thread loads
+    (num_workers=0) the wait is the loading: ``loading_per_batch_ns`` and ``workers_needed``
+    follow. Where workers load, each takes (its count x the interval) per batch, and
+    ``workers_factor`` times the workers hide it (the count is not in the trace). The
+    speedups: at :data:`LOADER_ASSUMED_THROUGHPUT` (``assumed_speedup``) and with loading
+    hidden (``upper_bound_speedup``); both assume free host cores: workers share them."""
+
+    iterator: str | None
+    batch_interval_ns: int
+    compute_step_ns: int
+    loading_per_batch_ns: int | None
+    workers_needed: int | None
+    workers_factor: float | None
+    assumed_speedup: float
+    upper_bound_speedup: float
+
+    @property
+    def assumed_step_ns(self) -> int:
+        return round(self.batch_interval_ns / self.assumed_speedup)
+
+
+def loader_plan(step_ns: float, hidden_ns: float, iterator: str | None) -> LoaderPlan | None:
+    """The plan for a loader-bound step (None where hiding the loader saves nothing)."""
+    if hidden_ns <= 0 or step_ns <= hidden_ns:
+        return None
+    upper = step_ns / hidden_ns
+    if iterator == "single_process":
+        loading = step_ns - hidden_ns
+        return LoaderPlan(
+            iterator,
+            round(step_ns),
+            round(hidden_ns),
+            round(loading),
+            max(1, math.ceil(loading / hidden_ns)),
+            None,
+            step_ns / max(hidden_ns, loading / LOADER_ASSUMED_THROUGHPUT),
+            upper,
+        )
+    return LoaderPlan(
+        iterator,
+        round(step_ns),
+        round(hidden_ns),
+        None,
+        None,
+        upper,
+        step_ns / max(hidden_ns, step_ns / LOADER_ASSUMED_THROUGHPUT),
+        upper,
+    )

@@ -39,6 +39,7 @@ __all__ = [
     "Severity",
     "Thresholds",
     "all_fixes",
+    "combined_fixes",
     "selected_fixes",
     "default_thresholds",
     "diagnose",
@@ -103,6 +104,11 @@ def _cold_capped(findings: list[Finding]) -> list[Finding]:
 def all_fixes(results: Results, findings: list[Finding]) -> WhatIf | None:
     """Every finding's fix applied together and replayed once (findings/savings.py)."""
     return savings.all_fixes(results, findings)
+
+
+def combined_fixes(results: Results, findings: Iterable[Finding]) -> WhatIf | None:
+    """These findings' fixes (as their what-ifs carry them) applied together, replayed once."""
+    return savings.combined(results, findings)
 
 
 def selected_fixes(results: Results, findings: list[Finding], ids: Iterable[str]) -> WhatIf | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.idle import IdleSegment
 from traceinsight.analyzers.sources import Source
-from traceinsight.causal.whatif import WhatIf
+from traceinsight.causal.whatif import LoaderPlan, WhatIf, loader_plan
 from traceinsight.constants import IDLE_CAUSES
 from traceinsight.findings.model import (
     Draft,
@@ -101,9 +101,33 @@ def rule(
     return register
 
 
+def loader_plan_of(r: Results) -> LoaderPlan | None:
+    """The loader's plan from the replay's step with its waits hidden (causal/whatif.py)."""
+    rp = r.replay
+    hidden = rp.what_if.get("dataloader_floor") if rp is not None else None
+    if hidden is None:
+        return None
+    return loader_plan(hidden.step_time_ns, hidden.step_time_after_ns, r.steps.loader_iterator)
+
+
+def loader_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    """dataloader_stall's fix at the stated assumption (the loader twice as fast, on free
+    cores: :class:`LoaderPlan`); the loading hidden entirely is its upper bound, in the
+    evidence, and what all fixes together assume."""
+    rp = r.replay
+    if rp is None or rp.unprofiled_step_ns is None:
+        return None, "no step model: the trace has no steps or no GPU work to replay"
+    hidden = rp.what_if.get("dataloader_floor")
+    plan = loader_plan_of(r)
+    if hidden is None or plan is None:
+        return WhatIf.unchanged(rp.unprofiled_step_ns), None
+    w = WhatIf.of(plan.batch_interval_ns, plan.assumed_step_ns)
+    return (w.of_transform(hidden.transform) if w is not None else None), None
+
+
 @rule(
     "dataloader_stall",
-    fix="dataloader_floor",
+    estimate=loader_what_if,
     recommendation="Load batches in parallel and ahead of time: num_workers > 0, pin_memory=True, prefetch_factor 4, "
     "persistent_workers=True; move tokenization/decoding out of __getitem__ (pre-tokenize to Arrow/Parquet).",
     snippet=(
@@ -119,9 +143,16 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
     cost = x.idle("dataloader")
     if cost <= 0 and (steps.dataloader_ratio or 0) <= x.t["dataloader_host_min_ratio"]:
         return None
+    plan = loader_plan_of(x.r)
+    need = ""
+    if plan is not None and plan.workers_needed is not None:
+        n = plan.workers_needed
+        need = f"; num_workers={n} would hide loading of {fmt_ms(plan.loading_per_batch_ns or 0)} per batch"
+    elif plan is not None and plan.workers_factor is not None:
+        need = f"; about {plan.workers_factor:.1f}x the current workers would keep up"
     return Draft(
         cost,
-        f"GPU waits for the input pipeline: {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window)",
+        f"GPU waits for the input pipeline: {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window){need}",
         {
             "idle_ns": cost,
             "dataloader_ratio": steps.dataloader_ratio,
@@ -130,6 +161,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "top_segments": x.segments("dataloader"),
             "causal_chain": x.chain("dataloader", "the main thread waited for the next batch"),
             "sources": x.sources("dataloader"),
+            "loader_plan": plan,
         },
     )
 

@@ -42,9 +42,9 @@ def _per_site(r: Results, sources: list[Source]) -> list[Source]:
             continue
         calls = sites.filter((pl.col("location") == s.location) & (pl.col("trigger") == s.trigger))
         w = rp.predict(transforms.remove_syncs_at(calls)) if calls.height else None
-        if w is None and rp.unprofiled_step_median_ns is not None:
+        if w is None and rp.unprofiled_step_ns is not None:
             # the site's calls did not wait in the modelled steps: its fix saves nothing there
-            w = WhatIf.unchanged(rp.unprofiled_step_median_ns)
+            w = WhatIf.unchanged(rp.unprofiled_step_ns)
         out.append(replace(s, what_if=w))
     return out
 
@@ -56,12 +56,12 @@ def what_if_of(rule: Rule, r: Results) -> tuple[WhatIf | None, str | None]:
     if rule.fix is None:
         return None, rule.no_estimate
     rp = r.replay
-    if rp is None or rp.unprofiled_step_median_ns is None:
+    if rp is None or rp.unprofiled_step_ns is None:
         return None, "no step model: the trace has no steps or no GPU work to replay"
     if rule.fix in rp.unpriced:
         return None, rp.unpriced[rule.fix]
     # a transform that changes nothing in the model (what_if absent) saves nothing
-    return rp.what_if.get(rule.fix) or WhatIf.unchanged(rp.unprofiled_step_median_ns), None
+    return rp.what_if.get(rule.fix) or WhatIf.unchanged(rp.unprofiled_step_ns), None
 
 
 def with_savings(
