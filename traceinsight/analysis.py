@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers import Results
+from traceinsight.analyzers.context import activity_devices
 from traceinsight.analyzers.cross_rank import CrossRankResult
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SCHEMA
@@ -141,21 +142,28 @@ class TraceAnalysis:
 
 
 def source_json(trace: Trace, results: Results, capture_span_ns: int) -> dict[str, Any]:
-    """The ``source`` block: the file, its format, ranks, the active devices, event counts."""
+    """The ``source`` block: the file, its format, ranks, the devices, event counts. The devices
+    are those with GPU activity anywhere in the trace (what ``--device`` selects from), or where
+    there are none those its metadata names, each with ``active`` saying which it is."""
     m = trace.meta
     ev = trace.events
-    active = sorted(d["device"] for d in results.idle.devices)
+    active = activity_devices(ev)
     known = {d.id: d for d in m.devices}
     devices = [
-        known[i].to_json()
-        if i in known
-        else {
-            "id": i,
-            "name": None,
-            "sm_count": None,
-            "memory_bytes": None,
-            "compute_capability": None,
-            **device_spec_json(None),
+        {
+            **(
+                known[i].to_json()
+                if i in known
+                else {
+                    "id": i,
+                    "name": None,
+                    "sm_count": None,
+                    "memory_bytes": None,
+                    "compute_capability": None,
+                    **device_spec_json(None),
+                }
+            ),
+            "active": bool(active),
         }
         for i in (active or sorted(known))
     ]
