@@ -293,3 +293,95 @@ def test_job_ranks_from_workers_keep_their_cuda_versions():
     assert all(r.trace is None for r in job.ranks)  # analyzed in workers
     env = environment(job)
     assert env["cuda_runtime_version"] == 13000 and env["cuda_driver_version"] == 13000
+
+
+# --- per-step figures come from the analysis window ---------------------------------------------
+
+
+def _raw_kernels_in_gpu_steps(path: Path, prefix: str) -> tuple[int, int, float]:
+    """From the raw Kineto events: the GPU-side ProfilerStep ranges (their count), and the calls
+    and total µs of the kernels named ``prefix...`` lying inside their span."""
+    with gzip.open(path) as f:
+        ev = json.load(f)["traceEvents"]
+    steps = [
+        e
+        for e in ev
+        if e.get("cat") == "gpu_user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
+    lo, hi = min(e["ts"] for e in steps), max(e["ts"] + e["dur"] for e in steps)
+    inside = [
+        e
+        for e in ev
+        if e.get("cat") == "kernel"
+        and e["name"].startswith(prefix)
+        and lo <= e["ts"]
+        and e["ts"] + e["dur"] <= hi
+    ]
+    return len(steps), len(inside), sum(e["dur"] for e in inside)
+
+
+def test_kernel_changes_per_step_count_the_window_only(tmp_path):
+    """h2d_pinned before/after: the capture holds warm-up steps outside the analysed window, and
+    their GEMMs were once spread over the window's 3 steps (58.3 -> 74.3 calls, 9.85 -> 12.58 ms
+    per step: more than the whole 10.47 ms step). The raw events give 48 calls per step and
+    8.10 -> 8.13 ms; the baseline and diff paths share the one kernel table."""
+    from traceinsight.commands.baseline import baseline_doc
+
+    gemm = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+    before = H200 / "pairs" / "h2d_pinned.before.pt.trace.json.gz"
+    after = H200 / "pairs" / "h2d_pinned.after.pt.trace.json.gz"
+    raw = [_raw_kernels_in_gpu_steps(p, gemm) for p in (before, after)]
+    ab, aa = analyze(before), analyze(after)
+    doc = compare(ab, aa)
+    row = next(r for r in doc["kernels_per_step"]["changed"] if r["name"] == gemm)
+    for (steps, calls, us), count, total_ns in (
+        (raw[0], row["count"], row["total_ns"]),
+        (raw[1], row["count_after"], row["total_ns_after"]),
+    ):
+        assert count == calls / steps == 48
+        assert total_ns == pytest.approx(us * 1000 / steps, rel=1e-6)
+    assert row["total_ns"] == pytest.approx(8.097e6, rel=1e-3)
+    assert row["total_ns_after"] == pytest.approx(8.126e6, rel=1e-3)
+    assert row["total_ns_after"] < doc["step_time_after_ns"]
+    stored = {r["name"]: r for r in baseline_doc(aa, "b")["kernels"]}
+    assert stored[gemm]["total_ns"] == row["total_ns_after"]
+    # the batch summary's kernels_per_step is the kernel analyzer's: the window's too (150
+    # kernels per step over the whole capture)
+    steps, calls, _ = _raw_kernels_in_gpu_steps(after, "")
+    assert aa.metrics["kernels_per_step"] == calls / steps == 97
+
+
+# --- a baseline gives the direct diff's verdict -------------------------------------------------
+
+
+def test_job_baseline_gives_the_direct_diffs_verdict(tmp_path, capsys):
+    """ddp_overlap -> ddp_no_overlap is 11.4% slower but inside its bootstrap interval: the
+    direct diff does not fail --fail-if-slower 5. Against a saved baseline of ddp_overlap the
+    per-step times were lost ("too few steps for a noise estimate", exit 3); the baseline now
+    stores them, and the diff against it is the direct diff's document."""
+    before, after, bl = H200 / "ddp_overlap", H200 / "ddp_no_overlap", tmp_path / "bl"
+    gate = ["--no-html", "-q", "--fail-if-slower", "5"]
+    direct, against = tmp_path / "direct.json", tmp_path / "against.json"
+    assert main(["diff", str(before), str(after), *gate, "--json", str(direct)]) == 0
+    assert main(["baseline", "save", "job", str(before), "--dir", str(bl), "-q"]) == 0
+    args = ["diff", "--against", "job", "--dir", str(bl), str(after), *gate]
+    assert main([*args, "--json", str(against)]) == 0
+    assert "within the noise" in capsys.readouterr().err
+    d, a = json.loads(direct.read_text()), json.loads(against.read_text())
+    assert a.pop("baseline")["name"] == "job"
+    assert d["gate"]["significant"] is False and d["noise"]["interval"] is not None
+    assert a == d
+
+
+def test_no_marker_baseline_compares_iterations(tmp_path):
+    """Without step markers the direct diff times iterations from the event table, which a
+    baseline does not keep: it stores the iterations found, so its diff is on the same basis."""
+    from traceinsight.commands.baseline import baseline_doc, compare_with_baseline
+
+    k = "kineto-samples/tbplugin_2021-01_resnet50_autograd_nw{}_worker0.pt.trace.json.gz"
+    ab, aa = analyze(_corpus(k.format(0))), analyze(_corpus(k.format(4)))
+    direct = compare(ab, aa)
+    stored = json.loads(json.dumps(baseline_doc(ab, "b"), default=str))  # as saved and loaded
+    doc = compare_with_baseline(stored, aa)
+    assert direct["gate"]["basis"] == doc["gate"]["basis"] == "iteration_time"
+    assert doc["gate"] == direct["gate"] and doc["noise"] == direct["noise"]

@@ -12,12 +12,14 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers import Results
+from traceinsight.analyzers.context import activity_devices
 from traceinsight.analyzers.cross_rank import CrossRankResult
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SCHEMA
 from traceinsight.constants import VERSION as __version__
 from traceinsight.findings import Finding
 from traceinsight.findings.quality import rank_clock_skew
+from traceinsight.model import intervals as iv
 from traceinsight.model.schema import KINDS, Trace, device_spec_json
 from traceinsight.records import jsonable
 
@@ -99,16 +101,27 @@ class TraceAnalysis:
         }
 
     def kernel_table(self) -> pl.DataFrame:
-        """Kernels per step by name and class (count, total_ns): what ``diff`` compares."""
+        """Kernels per step of the analysis window by name and class (count, total_ns): what
+        ``diff`` and a baseline compare."""
         if self.kernels is not None:
             return self.kernels
         if self.trace is None:
             return pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
         steps = max(1, self.metrics["steps"] or 1)
+        k = self.trace.events.filter(pl.col("kind") == "kernel").select(
+            "name", "kernel_class", "start_ns", "end_ns"
+        )
+        window = self.source.get("window")
+        if window:
+            # the window's kernels only, clipped as the analyzers clip them: the steps divided
+            # by are the window's, and warm-up or flush kernels outside it ran in none of them
+            k = iv.clip(k, window["start_ns"], window["end_ns"])
         return (
-            self.trace.events.filter(pl.col("kind") == "kernel")
-            .group_by("name", "kernel_class")
-            .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
+            k.group_by("name", "kernel_class")
+            .agg(
+                pl.len().alias("count"),
+                (pl.col("end_ns") - pl.col("start_ns")).sum().alias("total_ns"),
+            )
             .select(
                 "name",
                 pl.col("kernel_class").cast(pl.String),
@@ -129,21 +142,28 @@ class TraceAnalysis:
 
 
 def source_json(trace: Trace, results: Results, capture_span_ns: int) -> dict[str, Any]:
-    """The ``source`` block: the file, its format, ranks, the active devices, event counts."""
+    """The ``source`` block: the file, its format, ranks, the devices, event counts. The devices
+    are those with GPU activity anywhere in the trace (what ``--device`` selects from), or where
+    there are none those its metadata names, each with ``active`` saying which it is."""
     m = trace.meta
     ev = trace.events
-    active = sorted(d["device"] for d in results.idle.devices)
+    active = activity_devices(ev)
     known = {d.id: d for d in m.devices}
     devices = [
-        known[i].to_json()
-        if i in known
-        else {
-            "id": i,
-            "name": None,
-            "sm_count": None,
-            "memory_bytes": None,
-            "compute_capability": None,
-            **device_spec_json(None),
+        {
+            **(
+                known[i].to_json()
+                if i in known
+                else {
+                    "id": i,
+                    "name": None,
+                    "sm_count": None,
+                    "memory_bytes": None,
+                    "compute_capability": None,
+                    **device_spec_json(None),
+                }
+            ),
+            "active": bool(active),
         }
         for i in (active or sorted(known))
     ]

@@ -431,13 +431,11 @@ def throughput(
     }
 
 
-def _step_sample(a: Analysis | None) -> list[float]:
+def _step_sample(a: Analysis) -> list[float]:
     """Per-step times for the noise model: a trace's steps; a job's slowest rank per step."""
     if isinstance(a, TraceAnalysis):
         return [float(s.dur_ns) for s in a.results.steps.per_step]
-    if isinstance(a, JobAnalysis):
-        return [float(max(s["times"])) for s in a.step_table(limit=10_000)]
-    return []
+    return [float(max(s["times"])) for s in a.step_table(limit=10_000)]
 
 
 def _doc_steps(doc: dict[str, Any]) -> list[float]:
@@ -445,10 +443,23 @@ def _doc_steps(doc: dict[str, Any]) -> list[float]:
     return [float(s["dur_ns"]) for s in steps.get("per_step") or []]
 
 
-def _iterations(a: Analysis | None) -> dict[str, Any] | None:
+def _iterations(a: Analysis) -> dict[str, Any] | None:
     if isinstance(a, TraceAnalysis) and a.trace is not None and not a.metrics.get("steps"):
         return nvtx_iterations(a.trace.events) or kernel_iterations(a.trace.events)
     return None
+
+
+def timing_sample(a: Analysis) -> dict[str, Any]:
+    """What a diff reads of one side beyond its document: the per-step times of the noise
+    model (a job's slowest rank per step) and, without step markers, the iterations found in
+    its event table. A baseline stores it, since it keeps neither the analysis nor the events."""
+    return {"step_times_ns": _step_sample(a), "iterations": _iterations(a)}
+
+
+def _doc_sample(doc: dict[str, Any]) -> dict[str, Any]:
+    """A stored document's timing sample where none was stored with it (a baseline saved by an
+    earlier version): a trace's per-step times from its details; a job's are not there."""
+    return {"step_times_ns": _doc_steps(doc), "iterations": None}
 
 
 def _gate(doc: dict[str, Any]) -> dict[str, Any]:
@@ -479,20 +490,25 @@ def compare_docs(
     after: dict[str, Any],
     kb: pl.DataFrame,
     ka: pl.DataFrame,
-    analyses: tuple[Analysis, Analysis] | None = None,
+    analyses: tuple[Analysis | None, Analysis | None] = (None, None),
+    samples: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
 ) -> dict[str, Any]:
-    """The diff of two analysis documents and their kernel tables (and, where given, the two
-    analyses: per-step times, event tables for the iteration finder, versions)."""
-    ab, aa = analyses or (None, None)
+    """The diff of two analysis documents and their kernel tables. Each side's timing sample
+    (:func:`timing_sample`) is the one given, else its analysis's, else its document's; its
+    environment comes from its analysis where given."""
+    ab, aa = analyses
+    tb, ta = (
+        given or (timing_sample(a) if a is not None else _doc_sample(doc))
+        for given, a, doc in zip(samples, analyses, (before, after), strict=True)
+    )
     sb, sa = (
         before["metrics"].get("step_time_median_ns"),
         after["metrics"].get("step_time_median_ns"),
     )
-    # a stored document (a baseline) has no analysis: its per-step times are in its details
-    xb, xa = _step_sample(ab) or _doc_steps(before), _step_sample(aa) or _doc_steps(after)
+    xb, xa = tb["step_times_ns"], ta["step_times_ns"]
     iterations = None
     if not (sb and sa):
-        ib, ia = _iterations(ab), _iterations(aa)
+        ib, ia = tb["iterations"], ta["iterations"]
         sb = sa = None
         if ib and ia:
             iterations = {"before": ib, "after": ia}

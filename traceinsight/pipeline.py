@@ -11,7 +11,7 @@ import polars as pl
 
 from traceinsight.analysis import SelectedFixes, TraceAnalysis, source_json
 from traceinsight.analyzers import Results, run_analyzers
-from traceinsight.analyzers.context import build_context
+from traceinsight.analyzers.context import activity_devices, build_context
 from traceinsight.analyzers.regions import with_findings
 from traceinsight.causal.transforms import gpu_work_scaled
 from traceinsight.causal.whatif import WhatIf
@@ -76,6 +76,8 @@ def analyze_trace(
     lost = [c for c in results.health.checks if c["check"] == "device_activity_missing"]
     if not ctx.has_gpu and lost:
         warnings.append("no GPU activity recorded although the job used the GPU: see data_quality")
+    elif not ctx.has_gpu and ctx.trace_devices:
+        warnings.append("no GPU activity in the window: its GPUs were idle all of it")
     elif not ctx.has_gpu:
         warnings.append("no GPU activity in this trace: GPU metrics are not applicable")
     if ctx.steps.height == 0 and ctx.has_gpu:
@@ -162,10 +164,16 @@ def rank_rows(trace: Trace, rank: int) -> Trace:
 def device_rows(trace: Trace, device: int) -> Trace:
     """The host rows and one GPU's rows (other GPUs' activity left out)."""
     ev = trace.events
-    devices = ev["device"].drop_nulls().unique().sort().to_list()
-    if device not in devices:
+    # the devices source.devices lists as active: a device the metadata names but that ran
+    # nothing here cannot be analyzed
+    active = list(activity_devices(ev))
+    if device not in active:
+        idle = sorted(d.id for d in trace.meta.devices if d.id not in active)
+        named = f" (its metadata also names {idle}, with no activity)" if idle else ""
         raise InputError(
-            f"--device {device}: the trace has devices {devices}", trace.meta.source_path
+            f"--device {device}: no GPU activity on it; the trace has GPU activity on devices "
+            f"{active}{named}",
+            trace.meta.source_path,
         )
     keep = pl.col("device").is_null() | (pl.col("device") == device)
     return trace.view(ev.filter(keep), device=device)

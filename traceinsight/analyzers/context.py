@@ -87,6 +87,9 @@ class Context:
     busy: pl.DataFrame  # per-device union of GPU activity in the window (device, start_ns, end_ns)
     compute_busy: pl.DataFrame  # per-device union of the non-communication kernels in the window
     capture_start_ns: int = 0  # the first event's start: --window counts from here
+    # the GPUs with activity anywhere in the trace: a window none of them worked in is idle
+    # on them all (devices: those active inside the window)
+    trace_devices: tuple[int, ...] = ()
     source_format: str = ""  # TraceMeta.format: "kineto" | "nsys-sqlite"
     # TraceMeta.extra: what the parser saw of the file itself (dropped events, row order)
     source_extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -133,6 +136,14 @@ def _outermost(calls: pl.DataFrame) -> pl.DataFrame:
     )
     inside = (pl.col("end_ns") <= pl.col("end_ns").cum_max().shift(1).over("tid")).fill_null(False)
     return ordered.filter(~inside).sort("_i").drop("_i")
+
+
+def activity_devices(events: pl.DataFrame) -> tuple[int, ...]:
+    """The devices with GPU activity (kernels, copies, memsets) in ``events``, in order: what a
+    trace's ``source.devices`` lists as active and ``--device`` selects from (the metadata may
+    name more, every GPU the process could see)."""
+    gpu = events.lazy().filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS)).select("device")
+    return tuple(sorted(int(d) for d in gpu.collect().get_column("device").drop_nulls().unique()))
 
 
 def launched(
@@ -273,7 +284,7 @@ def build_context(
             raise ValueError("the --window holds none of the trace's activity")
     steps = steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     gpu = iv.clip(gpu_all, lo, hi) if gpu_all.height else gpu_all
-    devices = tuple(sorted(int(d) for d in gpu["device"].drop_nulls().unique().to_list()))
+    devices = activity_devices(gpu)
     host = HostIndex(ev, {HOST_OP_KINDS: host_ops})
     if threads > 1:
         with ThreadPoolExecutor(max_workers=2) as pool:
@@ -297,6 +308,7 @@ def build_context(
         busy=busy,
         compute_busy=compute_busy,
         capture_start_ns=capture_lo,
+        trace_devices=activity_devices(gpu_all),
         memory=trace.memory,
         op_args=trace.op_args,
         kernel_args=trace.kernel_args,

@@ -25,7 +25,7 @@ analysis window is an idle segment, attributed by what the host was doing during
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import polars as pl
@@ -254,13 +254,22 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
 
 def analyze_idle(ctx: Context) -> IdleResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    if not ctx.has_gpu or hi <= lo:
+    if not ctx.has_gpu and ctx.trace_devices and hi > lo:
+        # a window none of the trace's GPUs worked in (inside a loader stall): they were idle
+        # all of it, and its cause is what the host did then
+        ctx = replace(ctx, devices=ctx.trace_devices)
+    if not ctx.devices or hi <= lo:
         return IdleResult(ctx.window_ns, (), 0, 0, None, None, {c: 0 for c in CAUSES}, 0, ())
     busy = ctx.busy
-    gaps = (
-        iv.gaps(busy, lo, hi, by=["device"])
-        .with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
-        .filter(pl.col("dur_ns") > 0)
+    gaps = iv.gaps(busy, lo, hi, by=["device"])
+    quiet = [d for d in ctx.devices if d not in set(busy.get_column("device").to_list())]
+    if quiet:  # a device without one busy interval has no gap from iv.gaps: the whole window
+        whole = pl.DataFrame(
+            {"device": quiet, "start_ns": [lo] * len(quiet), "end_ns": [hi] * len(quiet)}
+        )
+        gaps = pl.concat([gaps, whole.cast(gaps.schema)])
+    gaps = gaps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns")).filter(
+        pl.col("dur_ns") > 0
     )
     gaps = gaps.with_row_index("gap_id")
     if gaps.get_column("device").n_unique() == 1:  # one device's gaps: disjoint, in time order

@@ -25,10 +25,11 @@ def baseline_path(name: str, directory: Path | None) -> Path:
 
 
 def baseline_doc(analysis: Any, name: str) -> dict[str, Any]:
-    """The stored document: the result JSON and the kernel table per step (what ``diff``
-    compares beyond the document), for a job also each rank's."""
+    """The stored document: the result JSON, and what ``diff`` compares beyond the document
+    (the kernel table per step, the timing sample: per-step times, iterations), for a job also
+    each rank's, so that a diff against it gives the direct diff's verdict."""
     from traceinsight.analysis import JobAnalysis
-    from traceinsight.diff import environment
+    from traceinsight.diff import environment, timing_sample
 
     doc: dict[str, Any] = {
         "kind": BASELINE_KIND,
@@ -36,11 +37,18 @@ def baseline_doc(analysis: Any, name: str) -> dict[str, Any]:
         "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "environment": environment(analysis),
         "result": analysis.to_json(),
+        "timing": timing_sample(analysis),
     }
     if isinstance(analysis, JobAnalysis):
         doc["kernels"] = []
         doc["ranks"] = [
-            {"rank": r.rank, "result": r.to_json(), "kernels": r.kernel_table().to_dicts()}
+            {
+                "rank": r.rank,
+                "result": r.to_json(),
+                "kernels": r.kernel_table().to_dicts(),
+                "timing": timing_sample(r),
+                "environment": environment(r),
+            }
             for r in analysis.ranks
         ]
     else:
@@ -76,7 +84,8 @@ def load(name: str, directory: Path | None) -> dict[str, Any]:
 
 
 def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]:
-    """The diff of the stored document (before) and a fresh analysis (after)."""
+    """The diff of the stored document (before) and a fresh analysis (after): for a job also
+    rank by rank, each side as the direct ``diff`` sees it."""
     import polars as pl
 
     from traceinsight.analysis import KERNEL_TABLE_SCHEMA, JobAnalysis
@@ -87,35 +96,27 @@ def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]
         kernels_per_step,
     )
 
-    def table(rows: list[dict[str, Any]]) -> pl.DataFrame:
-        return pl.DataFrame(rows, schema=KERNEL_TABLE_SCHEMA)
+    def one(stored: dict[str, Any], a: Any) -> dict[str, Any]:
+        doc = compare_docs(
+            stored["result"],
+            a.to_json(),
+            pl.DataFrame(stored.get("kernels") or [], schema=KERNEL_TABLE_SCHEMA),
+            kernels_per_step(a),
+            (None, a),
+            (stored.get("timing"), None),
+        )
+        eb, ea = stored.get("environment"), doc["environment"]["after"]
+        if eb and ea:  # the stored side's hardware, checked as diff checks two traces
+            doc["environment"]["before"] = eb
+            doc["warnings"], doc["hardware_differs"] = environment_warnings(eb, ea)
+        return doc
 
-    after_k = kernels_per_step(analysis)
-    doc = compare_docs(
-        base["result"],
-        analysis.to_json(),
-        table(base.get("kernels") or []),
-        after_k,
-        (None, analysis),
-    )
+    doc = one(base, analysis)
     doc["baseline"] = {"name": base.get("name"), "saved_at": base.get("saved_at")}
-    eb, ea = base.get("environment"), doc["environment"]["after"]
-    if eb and ea:  # the stored side's hardware, checked as diff checks two traces
-        doc["environment"]["before"] = eb
-        doc["warnings"], doc["hardware_differs"] = environment_warnings(eb, ea)
     if base.get("ranks") and isinstance(analysis, JobAnalysis):
         after = {r.rank: r for r in analysis.ranks}
         doc["ranks"] = [
-            {
-                "rank": b["rank"],
-                **compare_docs(
-                    b["result"],
-                    after[b["rank"]].to_json(),
-                    table(b.get("kernels") or []),
-                    after[b["rank"]].kernel_table(),
-                    (None, after[b["rank"]]),
-                ),
-            }
+            {"rank": b["rank"], **one(b, after[b["rank"]])}
             for b in base["ranks"]
             if b["rank"] in after
         ]

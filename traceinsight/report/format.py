@@ -10,6 +10,44 @@ def ranked_idle_causes(idle_by_cause_ns: dict[str, int]) -> list[tuple[str, int]
     return sorted(((k, v) for k, v in idle_by_cause_ns.items() if v), key=lambda kv: -kv[1])
 
 
+def fmt_devices(devices: list[dict[str, Any]]) -> str:
+    """The devices with GPU activity (what ``--device`` selects from); where none had any, the
+    ids the trace's metadata names, said as such."""
+    active = [d for d in devices if d.get("active", True)]
+    if active:
+        return ", ".join(
+            f"{d['id']}: {d['name'] or 'unknown GPU'}"
+            + (f" ({d['sm_count']} SMs)" if d.get("sm_count") else "")
+            for d in active
+        )
+    named = ", ".join(str(d["id"]) for d in devices)
+    return "none with GPU activity" + (f" (the metadata names {named})" if named else "")
+
+
+def saving_per_step_ns(w: dict[str, Any]) -> int:
+    """A what-if's saving per step: its un-profiled step before less after (never below 0)."""
+    return max(0, w["step_time_ns"] - w["step_time_after_ns"])
+
+
+def saving_share(w: dict[str, Any]) -> float | None:
+    """A what-if's saving per step as a share of its un-profiled step (None for an empty step)."""
+    return saving_per_step_ns(w) / w["step_time_ns"] if w["step_time_ns"] > 0 else None
+
+
+def prediction_basis(doc: dict[str, Any]) -> str | None:
+    """The one sentence every reporter puts near its headline: what a predicted saving or
+    speedup applies to (None without a step model)."""
+    unprofiled = ((doc.get("details") or {}).get("replay") or {}).get("unprofiled_step_median_ns")
+    if unprofiled is None:
+        return None
+    profiled = doc["metrics"].get("step_time_median_ns")
+    return (
+        "Predicted savings and speedups are per step and apply to the un-profiled step, "
+        f"{fmt_ns(unprofiled)} (the profiled step as recorded, median {fmt_ns(profiled)}, less "
+        "the profiler's own cost)."
+    )
+
+
 def fmt_ns(ns: float | int | None) -> str:
     """A duration in the largest unit that keeps it above 1 (s, ms, us, ns)."""
     if ns is None:

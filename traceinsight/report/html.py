@@ -19,7 +19,10 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_signed_bytes,
+    prediction_basis,
     ranked_idle_causes,
+    saving_per_step_ns,
+    saving_share,
 )
 from traceinsight.report.memory_view import MEMORY_FINDINGS, job_memory, memory_charts
 from traceinsight.report.regions_view import icicle, region_rows
@@ -78,7 +81,14 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, sbytes=fmt_signed_bytes)
+    env.filters.update(
+        ns=fmt_ns,
+        pct=fmt_pct,
+        bytes=fmt_bytes,
+        sbytes=fmt_signed_bytes,
+        saving=saving_per_step_ns,
+        saving_share=saving_share,
+    )
     env.globals.update(cause_colors=CAUSE_COLORS, class_colors=CLASS_COLORS)
     return env
 
@@ -96,6 +106,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
     top = [f for f in doc["findings"] if f["severity"] in SEVERITIES[:2]]
     verdict_cost = top[0] if top else None
     command = doc.get("command") or f"traceinsight analyze {shlex.quote(doc['source']['path'])}"
+    n_dev = len(idle.get("devices") or [])
     return {
         "doc": doc,
         "src": doc["source"],
@@ -104,6 +115,10 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "findings": doc["findings"],
         "all_fixes": (d.get("what_if") or {}).get("all_fixes"),
         "verdict": verdict_cost,
+        "basis": prediction_basis(doc),
+        "unprofiled_step_ns": (d.get("replay") or {}).get("unprofiled_step_median_ns"),
+        # what a finding's cost_ns is the total of (findings/savings.py: window x devices)
+        "cost_scope": "over the window" + (f", its {n_dev} devices summed" if n_dev > 1 else ""),
         "timeline": {
             "devices": devices,
             "bins": tl.get("bins", 0),
@@ -175,6 +190,7 @@ def job_context(doc: dict[str, Any]) -> dict[str, Any]:
         "cross": cross,
         "findings": doc["findings"],
         "verdict": top[0] if top else None,
+        "cost_scope": "over the ranks' windows summed",
         "step_rows": steps,
         "memory": memory,
         "command": doc.get("command")

@@ -17,7 +17,9 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    prediction_basis,
     ranked_idle_causes,
+    saving_per_step_ns,
 )
 
 MAX_FINDINGS = 10  # table rows; the rest are counted under the table
@@ -44,27 +46,31 @@ def _fence(code: str, lang: str = "python") -> list[str]:
 
 
 def _saving(w: dict[str, Any] | None) -> tuple[str, str, str]:
-    """(saving per step, step after, speedup) of a what-if, or dashes without one."""
+    """(saving per step, un-profiled step before → after, speedup) of a what-if, or dashes
+    without one."""
     if not w:
         return "—", "—", "—"
     before, after = w["step_time_ns"], w["step_time_after_ns"]
     speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
-    return fmt_ms(max(0, before - after)), f"{fmt_ms(before)} → {fmt_ms(after)}", speedup
+    return fmt_ms(saving_per_step_ns(w)), f"{fmt_ms(before)} → {fmt_ms(after)}", speedup
 
 
 def _headline(doc: dict[str, Any]) -> list[str]:
     src, m = doc["source"], doc["metrics"]
-    devs = ", ".join(d["name"] or f"GPU {d['id']}" for d in src["devices"]) or "no GPU activity"
+    active = [d for d in src["devices"] if d.get("active", True)]
+    devs = ", ".join(d["name"] or f"GPU {d['id']}" for d in active) or "no GPU activity"
     out = [f"- **Trace**: {_code(str(src['path']))} ({src['format']}, {devs})"]
     steps = m.get("steps") or 0
     step_txt = (
-        f"{steps} steps, median step {fmt_ns(m['step_time_median_ns'])}"
+        f"{steps} steps; profiled step as recorded: median {fmt_ns(m['step_time_median_ns'])}"
         if steps and m.get("step_time_median_ns") is not None
         else "no step markers"
     )
     win = src.get("window") or {}
     view = f"; view: {win['selection']}" if win.get("selection") else ""
     out.append(f"- **Window**: {fmt_ns(m['window_ns'])} analyzed ({step_txt}{view})")
+    if basis := prediction_basis(doc):
+        out.append(f"- {basis}")
     if m.get("gpu_busy_ratio") is not None:
         causes = ranked_idle_causes(m["idle_by_cause_ns"])
         idle = ", ".join(f"{k} {fmt_ns(v)}" for k, v in causes[:4])
@@ -122,7 +128,7 @@ def _first_finding(f: dict[str, Any]) -> list[str]:
         out.append("")
     if (w := f.get("what_if")) is not None:
         saving, step, speedup = _saving(w)
-        out += [f"Predicted: saves {saving} per step ({step}, {speedup}).", ""]
+        out += [f"Predicted: saves {saving} per step (un-profiled step {step}, {speedup}).", ""]
     elif ev.get("why_no_estimate"):
         out += [f"No predicted saving: {ev['why_no_estimate']}.", ""]
     out += [f"**Advice**: {f['recommendation']}", ""]
@@ -171,7 +177,10 @@ def render(doc: dict[str, Any]) -> str:
         combined = ((doc.get("details") or {}).get("what_if") or {}).get("all_fixes")
         if combined:
             saving, step, speedup = _saving(combined)
-            out += [f"All fixes together: saves {saving} per step ({step}, {speedup}).", ""]
+            out += [
+                f"All fixes together: saves {saving} per step (un-profiled step {step}, {speedup}).",
+                "",
+            ]
         out += _first_finding(findings[0])
     out += _notes(doc)
     version = doc["tool"]["version"]

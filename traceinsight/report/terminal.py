@@ -8,12 +8,15 @@ from traceinsight.constants import HEADLINE_METRICS
 from traceinsight.report.format import (
     SOURCE_NOUNS,
     fmt_bytes,
+    fmt_devices,
     fmt_metric,
     fmt_ms,
     fmt_ns,
     fmt_pct,
     fmt_source,
+    prediction_basis,
     ranked_idle_causes,
+    saving_per_step_ns,
 )
 
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
@@ -26,12 +29,7 @@ def render_summary(
     src, m = doc["source"], doc["metrics"]
     lines = [f"traceinsight {doc['tool']['version']}: {src['path']}"]
     lines.append(f"  format    {src['format']} ({src['format_version']})")
-    devs = ", ".join(
-        f"{d['id']}: {d['name'] or 'unknown GPU'}"
-        + (f" ({d['sm_count']} SMs)" if d.get("sm_count") else "")
-        for d in src["devices"]
-    )
-    lines.append(f"  devices   {devs or 'none with activity'}")
+    lines.append(f"  devices   {fmt_devices(src['devices'])}")
     world = f" of {src['world_size']}" if src.get("world_size") else ""
     lines.append(
         f"  ranks     {', '.join(map(str, src['ranks']))}{world}"
@@ -39,7 +37,8 @@ def render_summary(
     )
     steps = m.get("steps") or 0
     step_txt = (
-        f"{steps} steps, median {fmt_ns(m['step_time_median_ns'])}, CV {m['step_time_cv']:.2f}"
+        f"{steps} steps; profiled step as recorded: median {fmt_ns(m['step_time_median_ns'])}, "
+        f"CV {m['step_time_cv']:.2f}"
         if steps and m.get("step_time_cv") is not None
         else "no step markers"
     )
@@ -52,6 +51,8 @@ def render_summary(
             f", {k} {win[k]}" for k in ("rank", "device") if win.get(k) is not None
         )
         lines.append(f"  view      {view}: from {fmt_ns(win['offset_ns'])} after the capture start")
+    if basis := prediction_basis(doc):
+        lines.append(f"  {basis}")
     counts = ", ".join(f"{k} {v:,}" for k, v in src["event_counts"].items() if v)
     lines.append(f"  events    {counts or 'none'}")
     if m.get("gpu_busy_ratio") is not None:
@@ -155,7 +156,12 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     steps = max(1, doc["metrics"].get("steps") or 1)
     per = " per step" if doc["metrics"].get("steps") else " in the window"
     top = max(regs, key=lambda r: r["gpu_ns"])
-    out = [f"  regions   most GPU time in {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"]
+    # no region with GPU time (a window inside a loader stall): nothing to name
+    out = (
+        [f"  regions   most GPU time in {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"]
+        if top.get("gpu_ns_per_step")
+        else []
+    )
     # from the root with the most idle inside, down while one child holds most of it:
     # "Optimizer.step" says more than the step-wide range around it
     kids: dict[str | None, list[dict[str, Any]]] = {}
@@ -169,20 +175,22 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
         idle = child
     if idle["idle_ns"]:
         cause = max(idle["idle_by_cause_ns"].items(), key=lambda kv: kv[1])[0]
+        label = "            " if out else "  regions   "
         out.append(
-            f"            the idle is in {idle['path']}: {fmt_ns(idle['idle_ns'] / steps)}{per}"
+            f"{label}the idle is in {idle['path']}: {fmt_ns(idle['idle_ns'] / steps)}{per}"
             f" (mostly {cause})"
         )
     return out
 
 
 def _saving(w: dict[str, Any]) -> str:
-    """A what-if in words: the step before and after the fix, as the causal model predicts."""
+    """A what-if in words: the saving per step, the un-profiled step before and after the fix
+    as the causal model predicts."""
     before, after = w["step_time_ns"], w["step_time_after_ns"]
     speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
     return (
-        f"saves {fmt_ms(max(0, before - after))} per step "
-        f"({fmt_ms(before)} -> {fmt_ms(after)} un-profiled, {speedup} predicted)"
+        f"saves {fmt_ms(saving_per_step_ns(w))} per step "
+        f"(un-profiled step {fmt_ms(before)} -> {fmt_ms(after)}, {speedup} predicted)"
     )
 
 
