@@ -19,6 +19,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_signed_bytes,
+    plural,
     ranked_idle_causes,
 )
 from traceinsight.report.memory_view import MEMORY_FINDINGS, job_memory, memory_charts
@@ -78,7 +79,9 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, sbytes=fmt_signed_bytes)
+    env.filters.update(
+        ns=fmt_ns, pct=fmt_pct, bytes=fmt_bytes, sbytes=fmt_signed_bytes, plural=plural
+    )
     env.globals.update(cause_colors=CAUSE_COLORS, class_colors=CLASS_COLORS)
     return env
 

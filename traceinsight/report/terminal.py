@@ -13,6 +13,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    plural,
     ranked_idle_causes,
 )
 
@@ -39,7 +40,8 @@ def render_summary(
     )
     steps = m.get("steps") or 0
     step_txt = (
-        f"{steps} steps, median {fmt_ns(m['step_time_median_ns'])}, CV {m['step_time_cv']:.2f}"
+        f"{plural(steps, 'step')}, median {fmt_ns(m['step_time_median_ns'])}, "
+        f"CV {m['step_time_cv']:.2f}"
         if steps and m.get("step_time_cv") is not None
         else "no step markers"
     )
@@ -213,7 +215,7 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
         lines.append(f"Findings ({len(findings)}, {min(len(shown), max_findings)} shown):")
         for f in shown[:max_findings]:
             lines.append(f"  [{SEV_MARK[f['severity']]}] {f['id']}: {f['title']}")
-            noun = SOURCE_NOUNS.get(f["id"], "events")
+            noun = SOURCE_NOUNS.get(f["id"], ("event", "events"))
             sources = f["evidence"].get("sources", [])[:3]
             lines.extend(
                 f"         at {fmt_source(s, noun)}"
@@ -243,7 +245,8 @@ def render_job_summary(
 ) -> str:
     src, m = doc["source"], doc["metrics"]
     lines = [
-        f"traceinsight {doc['tool']['version']}: job {src['path']} ({len(src['ranks'])} ranks, {src['format']})"
+        f"traceinsight {doc['tool']['version']}: job {src['path']} "
+        f"({plural(len(src['ranks']), 'rank')}, {src['format']})"
     ]
     lines.append(
         f"  {'rank':>4}  {'GPU busy':>8}  {'median step':>11}  {'waiting':>9}  {'transfer':>9}  top finding"
