@@ -206,7 +206,7 @@ def test_negative_duration_on_a_hand_made_table() -> None:
     e.kernel("bad", 80, -3, launch_us=70, launch_dur_us=1)  # end before start
     c = {x["check"]: x for x in analyze_health(build_context(e.trace())).checks}
     assert set(c) == {"duration_invalid"} and c["duration_invalid"]["count"] == 1
-    assert c["duration_invalid"]["message"].startswith("1 events with a negative duration and 0")
+    assert c["duration_invalid"]["message"].startswith("1 event with a negative duration and 0")
 
 
 def test_kernel_moved_inside_another_on_its_stream(tmp_path: Path) -> None:

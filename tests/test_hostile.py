@@ -170,7 +170,7 @@ MEMORY_TIMELINE_CASES: dict[str, tuple[str, str]] = {
         "[[1, 2], [[1, null], [2, 3]]]",
         "Expected `int`, got `null` - at `$[1][0][1]`",
     ),
-    "plot_lengths_differ": ("[[1, 2], [[0, 1]]]", "2 times but 1 size rows"),
+    "plot_lengths_differ": ("[[1, 2], [[0, 1]]]", "2 times but 1 size row"),
     "plot_ragged_sizes": ("[[1, 2], [[0, 1], [0]]]", "rows of sizes must all hold 1 to 9 numbers"),
     "plot_too_many_categories": (
         json.dumps([[1], [list(range(10))]]),

@@ -119,7 +119,7 @@ def test_absolute_fractional_us_keeps_exact_ns(tmp_path):
     assert not t.meta.warnings
 
 
-def test_repeated_step_names_are_each_a_step(tmp_path):
+def test_repeated_step_names_are_each_a_step(tmp_path, capsys):
     """Three ranges all named ``train_step`` are three steps, numbered in time order. Hand-computed
     from fixtures/tiny/repeated_step_names.json (µs): hosts 1000-1100, 1200-1300, 1400-1500, their
     kernels end at 1130, 1280, 1550; a step ends at the later of its host end and its kernels' end
@@ -140,10 +140,11 @@ def test_repeated_step_names_are_each_a_step(tmp_path):
         (2, 1_400_000, 150_000),
     ]
     assert doc["metrics"]["steps"] == 3
-    # NAME is a literal prefix (README): "train.step" matches no name, "(" is no regex error
+    # NAME is a literal prefix (README): "train.step" matches no name, "(" is no regex error;
+    # a NAME that matches nothing is a usage error, not an analysis without steps
     for literal in ("train.step", "train_step("):
-        assert main([*args, "--force", "--step-range", literal]) == 0
-        assert json.loads(out.read_text())["metrics"]["steps"] == 0
+        assert main([*args, "--force", "--step-range", literal]) == 2
+        assert f"--step-range {literal!r}: no annotation" in capsys.readouterr().err
     # the default pattern wants a number (train_step#N): no steps, the GPU span is the window
     assert main([*args, "--force"]) == 0
     assert json.loads(out.read_text())["metrics"]["steps"] == 0

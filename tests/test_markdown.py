@@ -106,7 +106,7 @@ def test_many_findings_are_counted(sync_doc):
     text = render(doc)
     (table,) = tables(parse(text))
     assert len(table) - 1 == MAX_FINDINGS
-    assert f"{15 - MAX_FINDINGS} more finding(s) not shown." in text
+    assert f"{15 - MAX_FINDINGS} more findings not shown." in text
 
 
 def test_data_quality_notes_and_warnings(tmp_path):

@@ -13,7 +13,8 @@ import polars as pl
 
 from traceinsight import jobs
 from traceinsight.analysis import JobAnalysis, TraceAnalysis
-from traceinsight.errors import InputError
+from traceinsight.errors import InputError, OutputError
+from traceinsight.inputs import ARCHIVE_SUFFIXES
 from traceinsight.io import atomic_path
 from traceinsight.model.schema import Trace
 from traceinsight.options import Options
@@ -26,6 +27,7 @@ __all__ = [
     "analyze_trace",
     "analyze_with",
     "export_events",
+    "export_format",
     "load_events",
     "side_paths",
     "view_events",
@@ -50,7 +52,8 @@ def analyze(
     """Analyze a trace file, a directory of rank traces, or a multi-process Nsight export.
 
     ``runtime`` says how much of the machine to use (default: every core, no decoder helper
-    processes, since those need the caller's ``if __name__ == "__main__":`` guard). The view:
+    processes; worker processes never re-run the caller's script: no ``__main__`` guard is
+    needed). The view:
     ``steps`` ``"A..B"``, ``window`` ``"START:END"`` (``2s:4s``, from the capture start),
     ``rank`` (one rank of a job), ``device`` (one GPU's activity); ``replay`` runs the causal
     step model too (``details.replay``); ``what_if``: finding ids whose fixes are replayed
@@ -73,6 +76,7 @@ def analyze(
 def analyze_with(path: Path, opts: Options, runtime: Runtime) -> TraceAnalysis | JobAnalysis:
     """:func:`analyze` with the options already gathered (what commands and workers call)."""
     graded(opts)  # unknown threshold names fail before any parsing
+    refuse_archive(path)
     if path.is_dir():
         job = jobs.analyze_job(path, opts, runtime)
         return job if opts.rank is None else _one_rank(job, opts.rank)
@@ -89,6 +93,16 @@ def analyze_with(path: Path, opts: Options, runtime: Runtime) -> TraceAnalysis |
     return analyze_trace(trace, opts, runtime)
 
 
+def refuse_archive(path: Path) -> None:
+    """A .tar[.gz] holds many traces: ``batch``'s input, named so, not a parse error."""
+    if path.name.endswith(ARCHIVE_SUFFIXES) and path.is_file():
+        raise InputError(
+            f"is an archive, not a trace: for the traces in it run 'traceinsight batch {path} "
+            "-o OUTDIR'",
+            str(path),
+        )
+
+
 def _one_rank(job: JobAnalysis, rank: int) -> TraceAnalysis:
     for r in job.ranks:
         if r.rank == rank:
@@ -101,6 +115,7 @@ def load_events(path: str | Path, opts: Options | None = None) -> Trace:
     :func:`analyze`)."""
     opts = opts or Options()
     p = Path(path)
+    refuse_archive(p)
     if not p.is_dir():
         return load_trace(p, max_bytes=opts.max_bytes)
     return jobs.load_rank_tables(p, opts)
@@ -108,24 +123,52 @@ def load_events(path: str | Path, opts: Options | None = None) -> Trace:
 
 # callchains stay out: frames of native stacks, for the sources analyzer only
 EXPORTED_SIDE_TABLES = ("memory", "op_args", "kernel_args", "gpu_metrics")
+# export's formats by the output's suffix (every table is flat: CSV holds them too)
+EXPORT_FORMATS = {
+    ".parquet": "parquet",
+    ".csv": "csv",
+    ".arrow": "ipc",
+    ".feather": "ipc",
+    ".ndjson": "ndjson",
+    ".jsonl": "ndjson",
+}
+
+
+def export_format(out: Path) -> str:
+    """The format ``out``'s suffix names; OutputError (exit 2) for any other suffix."""
+    fmt = EXPORT_FORMATS.get(out.suffix.lower())
+    if fmt is None:
+        raise OutputError(
+            f"unknown suffix {out.suffix or '(none)'!r}: export writes "
+            f"{', '.join(EXPORT_FORMATS)} (the format follows the suffix)",
+            str(out),
+        )
+    return fmt
 
 
 def side_paths(out: Path) -> dict[str, Path]:
-    """Where ``export`` writes each side table: ``OUT.memory.parquet`` beside ``OUT.parquet``."""
-    stem = out.name[: -len(".parquet")] if out.name.endswith(".parquet") else out.name
-    return {name: out.with_name(f"{stem}.{name}.parquet") for name in EXPORTED_SIDE_TABLES}
+    """Where ``export`` writes each side table: ``OUT.memory.parquet`` beside ``OUT.parquet``
+    (``OUT.memory.csv`` beside ``OUT.csv``)."""
+    stem = out.name.removesuffix(out.suffix)
+    return {name: out.with_name(f"{stem}.{name}{out.suffix}") for name in EXPORTED_SIDE_TABLES}
+
+
+def _write_table(table: pl.DataFrame, out: Path, fmt: str) -> None:
+    table = table.with_columns(pl.col(pl.Enum).cast(pl.String))  # plain strings in every format
+    with atomic_path(out) as tmp:
+        getattr(table, f"write_{fmt}")(tmp)
 
 
 def export_events(trace: Trace, out: Path) -> list[Path]:
-    """Write the common event table as Parquet (atomically), and beside it each side table that
-    has rows (:func:`side_paths`); returns the side tables' paths."""
-    with atomic_path(out) as tmp:
-        trace.events.with_columns(pl.col(pl.Enum).cast(pl.String)).write_parquet(tmp)
+    """Write the common event table in the format ``out``'s suffix names (atomically), and
+    beside it each side table that has rows (:func:`side_paths`); returns the side tables'
+    paths."""
+    fmt = export_format(out)
+    _write_table(trace.events, out, fmt)
     written = []
     for name, path in side_paths(out).items():
         table: pl.DataFrame = getattr(trace, name)
         if table.height:
-            with atomic_path(path) as tmp:
-                table.write_parquet(tmp)
+            _write_table(table, path, fmt)
             written.append(path)
     return written

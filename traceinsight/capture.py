@@ -195,11 +195,10 @@ def _safe(text: str) -> str:
 def _analyze(trace_path: Path, report_path: Path | None) -> Path:
     from traceinsight.api import analyze
     from traceinsight.io import write_text_atomic
+    from traceinsight.report import report_name
     from traceinsight.report.html import render
 
-    report = report_path or trace_path.with_name(
-        trace_path.name.replace(".pt.trace.json.gz", "") + ".html"
-    )
+    report = report_path or trace_path.with_name(report_name(trace_path))  # as profile names it
     result = analyze(trace_path)
     write_text_atomic(report, render(result.to_json()))
     return report

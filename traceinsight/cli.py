@@ -1,15 +1,18 @@
 """The ``traceinsight`` command: parses options and calls the library, nothing more.
 
 Exit codes (also in the README): 0 ok; 1 analysis error; 2 bad usage or unreadable/invalid
-input (or an output that exists without --force); 3 a performance gate tripped (--fail-on).
+input (or an output that exists without --force, or that would replace an input); 3 a
+performance gate tripped (--fail-on); 141 stdout was closed early (``| head``), quietly.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +23,53 @@ from traceinsight.constants import VERSION as __version__
 from traceinsight.errors import (
     EXIT_ANALYSIS_ERROR,
     EXIT_BAD_INPUT,
+    EXIT_BROKEN_PIPE,
     EXIT_OK,
     AnalysisError,
+    InputError,
     TraceInsightError,
 )
+from traceinsight.options import SIZE_HELP, parse_size
+
+
+@dataclass
+class CliState:
+    """What :func:`main` needs to know of the parsed command line (click's ``obj``):
+    ``verbose``, set by any command's -v."""
+
+    verbose: bool = False
+
+
+def _set_verbose(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(CliState).verbose = True
+
+
+def verbose_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """-v/--verbose, the same on the group and every command: tracebacks on errors."""
+    return click.option(
+        "-v",
+        "--verbose",
+        is_flag=True,
+        expose_value=False,
+        is_eager=True,
+        callback=_set_verbose,
+        help="Show details (tracebacks) on errors.",
+    )(fn)
+
+
+class ByteSize(click.ParamType):
+    """A size: bytes, or a number with a unit (options.parse_size)."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(str(value))
+        except InputError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def _guard(path: Path | None, fn: Callable[[], int]) -> int:
@@ -31,7 +77,7 @@ def _guard(path: Path | None, fn: Callable[[], int]) -> int:
     cause chained: :func:`main` prints the traceback with ``-v``)."""
     try:
         return fn()
-    except (TraceInsightError, click.ClickException, KeyboardInterrupt):
+    except (TraceInsightError, click.ClickException, KeyboardInterrupt, BrokenPipeError):
         raise
     except MemoryError:
         raise AnalysisError(
@@ -60,8 +106,8 @@ def _parse_thresholds(values: Sequence[str]) -> dict[str, float]:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="traceinsight")
-@click.option("-v", "--verbose", is_flag=True, help="Show details (tracebacks) on errors.")
-def cli(verbose: bool) -> None:
+@verbose_option
+def cli() -> None:
     """Why does the GPU starve? Offline diagnosis of PyTorch profiler (Kineto) traces and
     Nsight Systems SQLite exports.
 
@@ -73,7 +119,7 @@ def cli(verbose: bool) -> None:
     traceinsight export trace.json.gz -o events.parquet
     traceinsight profile -- python train.py
     """
-    # -v is read by main() from the arguments: it decides how errors are printed
+    # -v (here or on the command) sets CliState.verbose: main() prints tracebacks then
 
 
 trace_path = click.Path(path_type=Path, dir_okay=True, file_okay=True)
@@ -91,6 +137,18 @@ def file_output(help_text: str) -> Callable[[Callable[..., Any]], Callable[..., 
     return wrap
 
 
+def _check_step_range(
+    _ctx: click.Context, _param: click.Parameter, value: str | None
+) -> str | None:
+    """A blank --step-range would match every range: refused with the form it takes."""
+    if value is not None and (not value.strip() or any(c in value for c in "\n\r\t")):
+        raise click.BadParameter(
+            f"expected NAME, the literal start of the step ranges' names (e.g. train_step, "
+            f"ProfilerStep#), got {value!r}"
+        )
+    return value
+
+
 def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool = True) -> Any:
     """The options every analysis takes, gathered into one ``opts`` argument (an
     :class:`~traceinsight.api.Options`) for the command. ``with_steps=False`` leaves out
@@ -101,12 +159,15 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
         click.option(
             "--step-range",
             metavar="NAME",
-            help="Step ranges are annotations/NVTX ranges whose name starts with NAME (default: ProfilerStep#N, train_step#N).",
+            callback=_check_step_range,
+            help="Step ranges are annotations/NVTX ranges whose name starts with NAME, a literal "
+            "prefix such as train_step or ProfilerStep# (default: ProfilerStep#N, train_step#N); "
+            "a NAME no range starts with is an error.",
         ),
         click.option(
             "--max-bytes",
-            type=click.IntRange(min=1),
-            help="Refuse inputs that decompress to more than this many bytes (default 8 GB).",
+            type=ByteSize(),
+            help=f"Refuse inputs that decompress to more than SIZE ({SIZE_HELP}; default 8G).",
         ),
         click.option(
             "--threshold",
@@ -223,7 +284,7 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
     "no HTML report.",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No terminal summary.")
-@click.option("-v", "--verbose", is_flag=True, help="Show details (tracebacks) on errors.")
+@verbose_option
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
 @click.option(
     "--open", "open_browser", is_flag=True, help="Open the report in the default browser."
@@ -246,7 +307,6 @@ def analyze(
     no_html: bool,
     fmt: str,
     quiet: bool,
-    verbose: bool,
     force: bool,
     open_browser: bool,
     fail_on: str | None,
@@ -286,6 +346,7 @@ def analyze(
 @cli.command()
 @click.argument("path", type=trace_path)
 @file_output("Annotated trace to write (.json, or .json.gz for gzip).")
+@verbose_option
 @analysis_options
 def annotate(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> int:
     """Write TRACE's events unchanged plus the analysis as cat "traceinsight" events (idle by
@@ -297,11 +358,16 @@ def annotate(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> i
 
 @cli.command()
 @click.argument("path", type=trace_path)
-@file_output("Parquet file to write.")
+@file_output(
+    "File to write, its format by its suffix: .parquet, .csv, .arrow/.feather (Arrow IPC), "
+    ".ndjson/.jsonl."
+)
+@verbose_option
 @analysis_options
 def export(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> int:
     """Write the common event table of PATH (a trace, or a job directory: every rank's rows) as
-    Parquet (readable by polars, duckdb, pandas)."""
+    Parquet, CSV, Arrow IPC or NDJSON, by the output's suffix (readable by polars, duckdb,
+    pandas)."""
     from traceinsight.commands import export as cmd
 
     return _guard(path, lambda: cmd.run(path, opts, output=output, force=force, quiet=quiet))
@@ -330,6 +396,7 @@ def export(path: Path, output: Path, force: bool, quiet: bool, opts: Any) -> int
 )
 @click.option("--force", is_flag=True, help="Re-analyze items whose report is up to date.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar or summary.")
+@verbose_option
 @analysis_options
 def batch(
     paths: tuple[Path, ...],
@@ -404,6 +471,7 @@ def batch(
     help="Let --fail-if-slower gate a diff whose sides ran on different GPUs, device counts or "
     "world sizes (refused with exit 2 otherwise).",
 )
+@verbose_option
 @analysis_options
 def diff(
     before: Path,
@@ -450,6 +518,7 @@ def diff(
 
 
 @cli.group()
+@verbose_option
 def baseline() -> None:
     """Named baselines for CI: save a trace's result, then 'diff --against NAME TRACE'."""
 
@@ -464,12 +533,20 @@ def baseline() -> None:
     help="Where baselines are kept (default: .traceinsight/baselines/).",
 )
 @click.option("-q", "--quiet", is_flag=True, help="No summary line.")
+@click.option("--force", is_flag=True, help="Replace an existing baseline NAME.")
+@verbose_option
 @analysis_options
-def baseline_save(name: str, path: Path, baseline_dir: Path | None, quiet: bool, opts: Any) -> int:
-    """Analyze PATH and store its result (not the trace) as baseline NAME."""
+def baseline_save(
+    name: str, path: Path, baseline_dir: Path | None, quiet: bool, force: bool, opts: Any
+) -> int:
+    """Analyze PATH and store its result (not the trace) as baseline NAME (an existing one is
+    replaced only with --force)."""
     from traceinsight.commands import baseline as cmd
 
-    return _guard(path, lambda: cmd.save(name, path, opts, directory=baseline_dir, quiet=quiet))
+    return _guard(
+        path,
+        lambda: cmd.save(name, path, opts, directory=baseline_dir, quiet=quiet, force=force),
+    )
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -497,6 +574,7 @@ def baseline_save(name: str, path: Path, baseline_dir: Path | None, quiet: bool,
     help="Steps to record (torch).",
 )
 @click.option("--no-analyze", is_flag=True, help="Only record.")
+@verbose_option
 @analysis_options(with_steps=False)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED, required=True)
 def profile(
@@ -535,6 +613,7 @@ def profile(
     help="Where explain looks for the files named by call sites (inside an --allow directory); "
     "repeatable.",
 )
+@verbose_option
 def mcp_command(allow: tuple[Path, ...], source_dirs: tuple[Path, ...]) -> int:
     """Serve the analyses as Model Context Protocol tools over stdio, for agents and chat
     clients (needs the mcp extra): analyze, explain, what_if, regions, top_kernels, diff,
@@ -547,9 +626,18 @@ def mcp_command(allow: tuple[Path, ...], source_dirs: tuple[Path, ...]) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI and map library errors to exit codes; never lets a traceback escape."""
     args = list(sys.argv[1:] if argv is None else argv)
-    verbose = "-v" in args or "--verbose" in args
+    state = CliState()
+    stdout = sys.stdout
     try:
-        rv: Any = cli.main(args=args, prog_name="traceinsight", standalone_mode=False)
+        rv: Any = cli.main(args=args, prog_name="traceinsight", standalone_mode=False, obj=state)
+    except BrokenPipeError:
+        return _stdout_gone()
+    except SystemExit:
+        # click meets a closed stdout (EPIPE) by wrapping sys.stdout and exiting 1
+        if sys.stdout is not stdout:
+            sys.stdout = stdout
+            return _stdout_gone()
+        raise
     except click.exceptions.Exit as exc:
         return int(exc.exit_code or 0)
     except click.ClickException as exc:
@@ -559,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("traceinsight: aborted", file=sys.stderr)
         return EXIT_ANALYSIS_ERROR
     except TraceInsightError as exc:
-        if verbose and exc.__cause__ is not None:
+        if state.verbose and exc.__cause__ is not None:
             traceback.print_exception(exc.__cause__)
         print(f"traceinsight: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -567,14 +655,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("traceinsight: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # last resort: one line, details with -v
-        if verbose:
+        if state.verbose:
             traceback.print_exc()
         print(f"traceinsight: internal error {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_ANALYSIS_ERROR
     return rv if isinstance(rv, int) else EXIT_OK
 
 
+def _stdout_gone() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as Unix tools do. stdout is
+    pointed at /dev/null so the interpreter's last flush has nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout without a descriptor (a test's capture)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
 def entry_point() -> None:
     from traceinsight.runtime import exit_now
 
-    exit_now(main())
+    code = main()
+    try:  # the summary may still sit in the buffer: a reader gone by now is the same case
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _stdout_gone() if code == EXIT_OK else code
+    exit_now(code)

@@ -7,10 +7,13 @@ analysis stack to decide what to analyze.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
 TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+BELOW_LIMIT = 10_000  # directory entries looked at, at most, before saying what lies below
 RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
 
 
@@ -32,6 +35,32 @@ def discover_rank_files(directory: Path) -> list[Path]:
     return [
         p for p in files if p.name.endswith(TRACE_SUFFIXES) and not p.name.endswith(".truth.json")
     ]
+
+
+def holds_traces_below(directory: Path) -> bool:
+    """Trace files in subdirectories of ``directory``, or archives in it: a collection for
+    ``batch`` rather than one job (bounded: a huge tree is not walked to its end)."""
+    seen = 0
+    for top, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        below = Path(top) != directory
+        if any(f.endswith(ARCHIVE_SUFFIXES) or (below and is_trace_name(f)) for f in files):
+            return True
+        seen += len(files) + len(dirs)
+        if seen > BELOW_LIMIT:
+            break
+    return False
+
+
+def no_traces_message(directory: Path) -> str:
+    """Why a directory is no job, and what to run where it holds traces deeper down."""
+    msg = "directory holds no trace files (*.pt.trace.json[.gz], *.json, *.sqlite)"
+    if holds_traces_below(directory):
+        msg += (
+            f"; its subdirectories or archives do: for many traces run "
+            f"'traceinsight batch {directory} -o OUTDIR'"
+        )
+    return msg
 
 
 def rank_from_name(name: str) -> int | None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from traceinsight.errors import OutputError
+from traceinsight.inputs import discover_rank_files
 
 
 def check_writable(out: Path, force: bool) -> None:
@@ -16,6 +17,41 @@ def check_writable(out: Path, force: bool) -> None:
         raise OutputError("already exists; pass --force to overwrite", str(out))
     if not out.parent.exists():
         raise OutputError(f"directory {out.parent} does not exist", str(out))
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """``a`` and ``b`` name one file: through symlinks and hard links where both exist, by
+    their resolved paths otherwise."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return a.resolve() == b.resolve()
+
+
+def input_files(path: Path) -> list[Path]:
+    """The files an input reads: itself, or a job directory's rank files."""
+    try:
+        return discover_rank_files(path) if path.is_dir() else [path]
+    except OSError:  # an unreadable directory: reading it fails later, with its own message
+        return [path]
+
+
+def refuse_replacing_inputs(
+    outputs: Iterable[Path | str | None], inputs: Iterable[Path | None]
+) -> None:
+    """An output never replaces an input, --force or not (checked before anything is read);
+    ``-`` (stdout) and None are no files."""
+    sources = [f for p in inputs if p is not None for f in input_files(Path(p))]
+    for out in outputs:
+        if out is None or str(out) == "-":
+            continue
+        hit = next((src for src in sources if same_file(Path(out), src)), None)
+        if hit is not None:
+            raise OutputError(
+                f"is the input {hit}; an output never replaces an input (--force or not): "
+                "choose another path",
+                str(out),
+            )
 
 
 def check_outputs(report: Path | None, json_out: str | None, force: bool) -> None:

@@ -22,7 +22,7 @@ from traceinsight.analyzers.cross_rank import (
 from traceinsight.errors import InputError
 from traceinsight.findings import RankFindings, diagnose_job
 from traceinsight.findings.job_rules import transfer_only
-from traceinsight.inputs import choose_ranks, discover_rank_files
+from traceinsight.inputs import choose_ranks, discover_rank_files, no_traces_message
 from traceinsight.model.schema import SIDE_TABLES, Trace, by_rank
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
@@ -113,9 +113,7 @@ def analyze_job(
     d = Path(directory)
     files = discover_rank_files(d)
     if not files:
-        raise InputError(
-            "directory holds no trace files (*.pt.trace.json[.gz], *.json, *.sqlite)", str(d)
-        )
+        raise InputError(no_traces_message(d), str(d))
     workers = max(1, min(len(files), runtime.workers))
     if workers == 1:
         solo = runtime.for_workers(1) if not runtime.in_worker else runtime
@@ -146,10 +144,7 @@ def load_rank_tables(directory: Path, opts: Options) -> Trace:
     numbers the ranks (one file at a time: this is for ``export``)."""
     files = discover_rank_files(directory)
     if not files:
-        raise InputError(
-            "directory holds no trace files (*.pt.trace.json[.gz], *.json, *.sqlite)",
-            str(directory),
-        )
+        raise InputError(no_traces_message(directory), str(directory))
     traces = [load_trace(p, max_bytes=opts.max_bytes) for p in files]
     ranks, _ = choose_ranks([t.meta.rank for t in traces], files)
 

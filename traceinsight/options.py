@@ -22,6 +22,34 @@ def parse_time_ns(text: str, what: str) -> int:
     return round(float(m.group(1)) * _UNIT_NS[m.group(2) or "ns"])
 
 
+# Sizes: K/M/G/T and KiB.. are powers of 1024 (the default limit is 8 GiB, as a file manager's
+# 8G); KB/MB/GB/TB powers of 1000, as disk makers write them.
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    **{u: 1024 ** (i + 1) for i, u in enumerate("kmgt")},
+    **{u + "ib": 1024 ** (i + 1) for i, u in enumerate("kmgt")},
+    **{u + "b": 1000 ** (i + 1) for i, u in enumerate("kmgt")},
+}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+SIZE_HELP = (
+    "bytes, or with a unit: K, M, G, T and KiB, MiB, GiB, TiB are powers of 1024; "
+    "KB, MB, GB, TB powers of 1000"
+)
+
+
+def parse_size(text: str) -> int:
+    """``8G`` (8 GiB), ``500MB`` (500e6), ``1.5GiB``, ``1000`` (bytes) as int bytes, at least 1."""
+    m = _SIZE.match(text)
+    scale = _SIZE_UNITS.get(m.group(2).lower()) if m else None
+    if m is None or scale is None:
+        raise InputError(f"expected a size like 8G, 500MB or 1000000 ({SIZE_HELP}), got {text!r}")
+    n = round(float(m.group(1)) * scale)
+    if n < 1:
+        raise InputError(f"expected a size of at least 1 byte, got {text!r}")
+    return n
+
+
 def parse_steps(text: str) -> tuple[int | None, int | None]:
     """``A..B`` (inclusive; either side may be left out) or one step ``N``."""
     a, sep, b = text.partition("..")

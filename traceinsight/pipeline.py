@@ -68,6 +68,14 @@ def analyze_trace(
         )
     except ValueError as exc:  # the selection holds nothing
         raise InputError(str(exc), trace.meta.source_path) from None
+    if opts.step_range and ctx.steps.height == 0 and view.window is None:
+        # a --window may leave out every step; anything else found none by that name
+        raise InputError(
+            f"--step-range {opts.step_range!r}: no annotation or NVTX range name starts with "
+            "it; expected NAME, the literal start of the step ranges' names (e.g. train_step, "
+            "ProfilerStep#)",
+            trace.meta.source_path,
+        )
     results = run_analyzers(ctx, runtime.analyzer_threads, replay=opts.replay)
     ev = trace.events
     span = int(ev["end_ns"].max() - ev["start_ns"].min()) if ev.height else 0

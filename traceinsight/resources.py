@@ -26,15 +26,20 @@ def available_bytes() -> int:
 def too_big(path: Path | str, kept: int, room: int, limit: int) -> InputError:
     """The refusal for an input that does not fit: one line, naming the limit option."""
     return InputError(
-        f"does not fit in the memory available: over {_size(kept)} of JSON to hold, room for "
-        f"{_size(room)} (free memory, cgroup and address-space limits); refusing "
-        f"(the input limit, --max-bytes, is {_size(limit)})",
+        f"does not fit in the memory available: over {fmt_size(kept)} of JSON to hold, room for "
+        f"{fmt_size(room)} (free memory, cgroup and address-space limits); refusing "
+        f"(the input limit, --max-bytes, is {fmt_size(limit)})",
         str(path),
     )
 
 
-def _size(n: int) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.1f} MB"
+def fmt_size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps the number at 1 or more (``--max-bytes``
+    counts K, M, G in powers of 1024): ``1000 bytes``, ``1.5 MiB``, ``8 GiB``."""
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{n} byte" if n == 1 else f"{n} bytes"
 
 
 def _read_int(path: Path) -> int | None:

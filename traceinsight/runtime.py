@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import types
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
-from multiprocessing import get_context
+from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
 # polars' allocator (jemalloc) hands freed memory back to the OS within half a second, so each
@@ -112,6 +113,38 @@ def _pad_glibc_heap(n_bytes: int) -> None:
         ctypes.CDLL(None).mallopt(_M_TOP_PAD, n_bytes)
 
 
+class _SpawnWithoutMain(SpawnProcess):
+    """A spawned process that does not run the parent's ``__main__`` again. Spawn re-imports
+    the main script in each child so functions defined there unpickle; ours run only
+    traceinsight's own functions, and a plain script without an ``if __name__ ==
+    "__main__":`` guard would run again in every child (which then fails to start its own
+    pool: BrokenProcessPool). The child is told of no main module instead."""
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:  # noqa: N802 - multiprocessing's name
+        main = sys.modules.get("__main__")
+        # read by multiprocessing.spawn.get_preparation_data as the child is launched (pools
+        # start their processes from the thread that submits: the caller's, for a moment)
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            return SpawnProcess._Popen(process_obj)
+        finally:
+            if main is None:
+                sys.modules.pop("__main__", None)
+            else:
+                sys.modules["__main__"] = main
+
+
+class _SpawnContextWithoutMain(SpawnContext):
+    Process = _SpawnWithoutMain
+
+
+def spawn_context() -> SpawnContext:
+    """Spawned workers (forking a process that runs polars' thread pool can deadlock) that
+    never re-run the caller's ``__main__``: the library works from a plain script."""
+    return _SpawnContextWithoutMain()
+
+
 @contextlib.contextmanager
 def process_pool(workers: int, runtime: Runtime) -> Iterator[tuple[ProcessPoolExecutor, Runtime]]:
     """Spawned workers (forking a process that runs polars' thread pool can deadlock) and the
@@ -119,7 +152,7 @@ def process_pool(workers: int, runtime: Runtime) -> Iterator[tuple[ProcessPoolEx
     child = runtime.for_workers(workers)
     with (
         _env(POLARS_THREADS_ENV, str(child.threads)),
-        ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool,
+        ProcessPoolExecutor(max_workers=workers, mp_context=spawn_context()) as pool,
     ):
         yield pool, child
 

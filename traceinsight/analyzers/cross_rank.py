@@ -25,6 +25,7 @@ from traceinsight.analyzers.steps import StepTime
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import KERNEL_RULES, names_matching
 from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
+from traceinsight.report.format import plural
 
 # A rank is the straggler when it causes this share of all exposed waiting (or more).
 STRAGGLER_CAUSED_MIN_RATIO = 0.6
@@ -260,7 +261,8 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     unmatched = sum(counts.values()) - df.height
     if unmatched:
         warnings.append(
-            f"{unmatched} collective kernels had no counterpart on every rank (steps {counts}) and were not matched"
+            f"{plural(unmatched, 'collective kernel')} without a counterpart on every rank "
+            f"(steps {counts}): not matched"
         )
     if n == 0:
         return CrossRankResult(**{**empty.__dict__, "warnings": tuple(warnings)})
@@ -272,7 +274,7 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     mismatches = df.filter(pl.col("names") > 1).select("step", "k").unique().height
     if mismatches:
         warnings.append(
-            f"{mismatches} matched collectives have different kernel names across ranks"
+            f"{plural(mismatches, 'matched collective')} with different kernel names across ranks"
         )
     df = _split(df, payloads)
 

@@ -36,6 +36,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context
 from traceinsight.model.classify import API_KINDS, LAUNCH_API, names_matching
+from traceinsight.report.format import plural
 
 IDLE_RULES = (
     "dataloader_stall",
@@ -159,7 +160,7 @@ def _stream_overlap(ev: pl.DataFrame) -> dict[str, Any] | None:
         "stream_overlap",
         "warning",
         n,
-        f"{n} kernels run inside an earlier kernel on their stream: timestamps are "
+        f"{plural(n, 'kernel')} inside an earlier kernel on its stream: timestamps are "
         "off (clock conversion, merged or edited trace); busy and kernel times may be wrong.",
         KERNEL_RULES + ("gpu_underutilized",),
     )
@@ -192,7 +193,7 @@ def _durations(ev: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.Expr | None]
         "duration_invalid",
         "error",
         counts["bad"],
-        f"{negative} events with a negative duration and {absurd} longer than "
+        f"{plural(negative, 'event')} with a negative duration and {absurd} longer than "
         f"{ABSURD_SPAN_FACTOR}x the capture's span of starts ({span / 1e6:.2f} ms; an overflowed "
         "dur): times summed over them are wrong.",
         IDLE_RULES
@@ -289,15 +290,16 @@ def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, A
     loads = names_matching(api, MODULE_LOAD_API).height
     if other == 0 and launches:
         message = (
-            f"{launches:,} launch calls were traced but the trace has no GPU activity (no kernel, "
+            f"{plural(launches, 'launch call')} traced but no GPU activity (no kernel, "
             "copy or memset): the device side was lost (CUPTI/roctracer buffers not flushed, or "
             "the GPU activity not enabled). This is not a CPU-only job: re-record it."
         )
         n = launches
     elif other and (launches or loads):
-        why = f"{launches:,} launch calls" if launches else f"{loads:,} module loads"
+        why = plural(launches, "launch call") if launches else plural(loads, "module load")
         message = (
-            f"{other:,} copies/memsets were recorded but no kernel, while {why} were traced: "
+            f"{plural(other, 'copy/memset', 'copies/memsets')} recorded but no kernel, while "
+            f"{why} traced: "
             "the kernel activity is missing (not enabled or lost), so busy time, idle and "
             "kernel totals are wrong. Re-record with kernel tracing (nsys --trace=cuda)."
         )

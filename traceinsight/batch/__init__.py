@@ -7,10 +7,11 @@ report and one JSON result per item in ``reports/``, and ``index.html`` linking 
 """
 
 from traceinsight.batch.discover import Item, discover
-from traceinsight.batch.outputs import SUMMARY_METRICS, SUMMARY_SCHEMA, BatchResult
+from traceinsight.batch.outputs import OUTPUT_FILES, SUMMARY_METRICS, SUMMARY_SCHEMA, BatchResult
 from traceinsight.batch.run import analyze_item, run_batch
 
 __all__ = [
+    "OUTPUT_FILES",
     "SUMMARY_METRICS",
     "SUMMARY_SCHEMA",
     "BatchResult",

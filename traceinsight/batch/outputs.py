@@ -90,13 +90,18 @@ class BatchResult:
         return pl.DataFrame(clean, schema=SUMMARY_SCHEMA, orient="row").sort("label")
 
 
+# the files a batch writes at the top of OUTDIR (besides reports/)
+OUTPUT_FILES = ("summary.parquet", "summary.csv", "index.html")
+
+
 def write_outputs(result: BatchResult, outdir: Path) -> None:
     from traceinsight.report.html import render_index_html
 
+    parquet, csv, index = (outdir / name for name in OUTPUT_FILES)
     df = result.frame()
-    with atomic_path(outdir / "summary.parquet") as tmp:
+    with atomic_path(parquet) as tmp:
         df.write_parquet(tmp)
     buf = io.StringIO()
     df.write_csv(buf)
-    write_text_atomic(outdir / "summary.csv", buf.getvalue())
-    write_text_atomic(outdir / "index.html", render_index_html(df.to_dicts(), result.failed))
+    write_text_atomic(csv, buf.getvalue())
+    write_text_atomic(index, render_index_html(df.to_dicts(), result.failed))

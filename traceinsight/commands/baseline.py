@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from traceinsight.errors import EXIT_OK, InputError
+from traceinsight.errors import EXIT_OK, InputError, OutputError
 from traceinsight.options import Options
 
 DEFAULT_DIR = Path(".traceinsight") / "baselines"
@@ -56,12 +56,23 @@ def baseline_doc(analysis: Any, name: str) -> dict[str, Any]:
     return doc
 
 
-def save(name: str, trace: Path, opts: Options, *, directory: Path | None, quiet: bool) -> int:
+def save(
+    name: str,
+    trace: Path,
+    opts: Options,
+    *,
+    directory: Path | None,
+    quiet: bool,
+    force: bool = False,
+) -> int:
     from traceinsight.api import analyze_with
-    from traceinsight.io import write_text_atomic
+    from traceinsight.io import refuse_replacing_inputs, write_text_atomic
     from traceinsight.runtime import Runtime
 
     out = baseline_path(name, directory)
+    refuse_replacing_inputs([out], [trace])
+    if out.exists() and not force:  # a baseline CI gates on is replaced only when asked
+        raise OutputError(f"baseline {name!r} already exists; pass --force to replace it", str(out))
     analysis = analyze_with(trace, opts, Runtime.detect(helpers=True))
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, json.dumps(baseline_doc(analysis, name), default=str))
@@ -140,17 +151,18 @@ def against(
 ) -> int:
     from traceinsight.api import analyze_with
     from traceinsight.commands.shared import write_and_gate
-    from traceinsight.io import check_outputs
+    from traceinsight.io import check_outputs, refuse_replacing_inputs
     from traceinsight.pipeline import graded
     from traceinsight.runtime import Runtime
 
-    graded(opts)
-    base = load(name, directory)
     report = (
         (output or Path.cwd() / f"diff_{name}_{trace.name.split('.')[0]}.traceinsight.html")
         if html
         else None
     )
+    refuse_replacing_inputs([report, json_out], [trace, baseline_path(name, directory)])
+    graded(opts)
+    base = load(name, directory)
     check_outputs(report, json_out, force)
     doc = compare_with_baseline(base, analyze_with(trace, opts, Runtime.detect(helpers=True)))
     return write_and_gate(doc, report, json_out, quiet, fail_if_slower, allow_different_hardware)

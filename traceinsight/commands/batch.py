@@ -6,6 +6,7 @@ from pathlib import Path
 
 from traceinsight.errors import EXIT_ANALYSIS_ERROR, EXIT_OK
 from traceinsight.options import Options
+from traceinsight.report.format import plural
 
 
 def run(
@@ -18,9 +19,11 @@ def run(
     force: bool,
     quiet: bool,
 ) -> int:
-    from traceinsight.batch import run_batch
+    from traceinsight.batch import OUTPUT_FILES, run_batch
+    from traceinsight.io import refuse_replacing_inputs
     from traceinsight.pipeline import graded
 
+    refuse_replacing_inputs([outdir / name for name in OUTPUT_FILES], paths)
     graded(opts)
     result = run_batch(
         paths,
@@ -34,8 +37,9 @@ def run(
     if not quiet:
         ok = len(result.rows) - result.failed
         print(
-            f"{len(result.rows)} items: {ok} analyzed ({result.resumed} up to date, skipped), {result.failed} failed, "
-            f"in {result.seconds:.1f} s -> {outdir / 'index.html'}"
+            f"{plural(len(result.rows), 'item')}: {ok} analyzed ({result.resumed} up to date, "
+            f"skipped), {result.failed} failed, in {result.seconds:.1f} s -> "
+            f"{outdir / 'index.html'}"
         )
         for r in result.rows:
             if r["status"] != "ok":

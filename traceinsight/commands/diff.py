@@ -29,12 +29,13 @@ def run(
     allow_different_hardware: bool = False,
 ) -> int:
     from traceinsight.diff import diff_paths
-    from traceinsight.io import check_outputs
+    from traceinsight.io import check_outputs, refuse_replacing_inputs
     from traceinsight.pipeline import graded
     from traceinsight.runtime import Runtime
 
-    graded(opts)
     report = (output or default_report_path(before, after)) if html else None
+    refuse_replacing_inputs([report, json_out], [before, after])
+    graded(opts)
     check_outputs(report, json_out, force)
     doc = diff_paths(before, after, opts, Runtime.detect(helpers=True))
     return write_and_gate(doc, report, json_out, quiet, fail_if_slower, allow_different_hardware)

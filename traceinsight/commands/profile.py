@@ -69,14 +69,12 @@ def run(
     print(f"trace: {trace} ({how})")
     if not analyze:
         return EXIT_OK
-    from traceinsight.commands.shared import analyze_and_write
+    from traceinsight.commands.shared import analyze_and_write, default_report_path
 
     return analyze_and_write(
         trace,
         replace(opts, command="traceinsight profile -- " + " ".join(command)),
-        output=trace.with_name(
-            trace.name.split(".pt.trace")[0].removesuffix(".sqlite") + ".traceinsight.html"
-        ),
+        output=trace.with_name(default_report_path(trace).name),  # beside the trace
         force=True,
     )
 

@@ -13,18 +13,16 @@ from typing import Any
 from traceinsight.constants import SEVERITIES
 from traceinsight.errors import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, InputError, OutputError
 from traceinsight.options import Options
+from traceinsight.report.format import plural
 from traceinsight.runtime import Runtime, configure_single_trace_process
 
 OPEN_HINT = "open it in https://ui.perfetto.dev (works offline once loaded) or chrome://tracing"
 
 
 def default_report_path(trace: Path) -> Path:
-    name = trace.name
-    for suffix in (".gz", ".json", ".sqlite", ".nsys-rep"):
-        if name.endswith(suffix):
-            name = name[: -len(suffix)]
-    name = name.removesuffix(".pt.trace")
-    return Path.cwd() / f"{name}.traceinsight.html"
+    from traceinsight.report import report_name
+
+    return Path.cwd() / report_name(trace)
 
 
 def analyze_and_write(
@@ -46,11 +44,18 @@ def analyze_and_write(
     if path.is_file():
         configure_single_trace_process(path.stat().st_size)
     from traceinsight.api import analyze_with
-    from traceinsight.io import check_outputs, check_writable, write_text_atomic
+    from traceinsight.io import (
+        check_outputs,
+        check_writable,
+        refuse_replacing_inputs,
+        write_text_atomic,
+    )
     from traceinsight.pipeline import graded
     from traceinsight.report import terminal
     from traceinsight.report.json_out import emit_json
 
+    report_or_default = (output or default_report_path(path)) if html else output
+    refuse_replacing_inputs((report_or_default, json_out, annotate), [path])
     graded(opts)  # a bad --threshold fails before any output is checked or parsed
     # --format markdown: the Markdown summary is the report (-o names it, else stdout), no HTML
     markdown_out = output if fmt == "markdown" else None
@@ -66,10 +71,11 @@ def analyze_and_write(
     # (where the native scanner is not built; threads otherwise).
     if annotate is not None:
         check_writable(annotate, force)
-    analysis = analyze_with(path, opts, Runtime.detect(helpers=True))
+    runtime = Runtime.detect(helpers=True)
+    analysis = analyze_with(path, opts, runtime)
     doc = analysis.to_json()
     if annotate is not None:
-        write_annotated_trace(analysis, path, annotate)
+        write_annotated_trace(*with_event_table(analysis, path, opts, runtime), annotate)
         doc["annotated_trace"] = str(annotate)
     if report is not None:
         from traceinsight.report.html import render
@@ -101,7 +107,7 @@ def analyze_and_write(
         errors = [q for q in checks if q.get("severity") == "error"]
         if errors:
             print(
-                f"traceinsight: --fail-on {fail_on}: {len(errors)} data-quality error(s), "
+                f"traceinsight: --fail-on {fail_on}: {plural(len(errors), 'data-quality error')}, "
                 f"first: {errors[0]['check']}: {errors[0]['message']}",
                 file=sys.stderr,
             )
@@ -110,11 +116,30 @@ def analyze_and_write(
         hits = [f for f in doc["findings"] if SEVERITIES.index(f["severity"]) <= limit]
         if hits:
             print(
-                f"traceinsight: --fail-on {fail_on}: {len(hits)} finding(s), first: {hits[0]['id']}",
+                f"traceinsight: --fail-on {fail_on}: {plural(len(hits), 'finding')}, "
+                f"first: {hits[0]['id']}",
                 file=sys.stderr,
             )
             return EXIT_GATE
     return EXIT_OK
+
+
+def with_event_table(
+    analysis: Any, path: Path, opts: Options, runtime: Runtime
+) -> tuple[Any, Path]:
+    """The analysis the annotated trace is drawn from, and the file it copies: a job's rank
+    (``DIR --rank N``) was analyzed in a worker that kept no event table, so its own file is
+    analyzed again here, alone; anything else as it is."""
+    from dataclasses import replace
+
+    from traceinsight.analysis import TraceAnalysis
+
+    if not isinstance(analysis, TraceAnalysis) or analysis.trace is not None or not path.is_dir():
+        return analysis, path
+    from traceinsight.api import analyze_with
+
+    rank_file = Path(analysis.source["path"])
+    return analyze_with(rank_file, replace(opts, rank=None), runtime), rank_file
 
 
 def write_annotated_trace(analysis: object, path: Path, output: Path) -> int:
@@ -125,7 +150,7 @@ def write_annotated_trace(analysis: object, path: Path, output: Path) -> int:
     if not isinstance(analysis, TraceAnalysis):
         ranks = getattr(analysis, "ranks", ())
         raise InputError(
-            f"annotate writes one rank's trace and this input holds {len(ranks)} ranks: "
+            f"annotate writes one rank's trace and this input holds {plural(len(ranks), 'rank')}: "
             "pass --rank N (or one rank's file)",
             str(path),
         )

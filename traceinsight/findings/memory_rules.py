@@ -9,7 +9,7 @@ from __future__ import annotations
 from traceinsight.analyzers.memory import DeviceMemory, MemoryResult
 from traceinsight.findings.model import Draft
 from traceinsight.findings.rules import RuleInput, rule
-from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct
+from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct, plural
 
 # Host-bound idle causes: the GPU waits for the host to launch work, not for data or peers.
 HOST_BOUND_CAUSES = ("launch_overhead", "cpu_work")
@@ -110,7 +110,7 @@ def memory_growth(x: RuleInput) -> Draft | None:
     return Draft(
         ratio * x.window_ns,
         f"Allocated memory grows {_mib(d.growth_bytes_per_step)} per step on GPU {d.device}"
-        + (f" (device full in {until:,.0f} steps)" if until is not None else "")
+        + (f" (device full in {plural(until, 'step')})" if until is not None else "")
         + (f"; never freed: {top['op']}" if top else ""),
         {
             "device": d.device,
@@ -241,7 +241,8 @@ def _churn_in_window(x: RuleInput) -> Draft | None:
         return None
     return Draft(
         idle,
-        f"{mem.window_allocator_calls} cudaMalloc/cudaFree calls take {fmt_ms(mem.window_allocator_ns)} "
+        f"{plural(mem.window_allocator_calls, 'cudaMalloc/cudaFree call')} "
+        f"{'takes' if mem.window_allocator_calls == 1 else 'take'} {fmt_ms(mem.window_allocator_ns)} "
         f"of host time and leave the GPU idle {fmt_ms(idle)}",
         {
             "idle_ns": idle,

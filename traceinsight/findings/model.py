@@ -70,7 +70,10 @@ class Thresholds:
     def with_overrides(self, overrides: Mapping[str, float]) -> Thresholds:
         unknown = set(overrides) - set(self.values)
         if unknown:
-            raise ValueError(f"unknown threshold(s): {', '.join(sorted(unknown))}")
+            raise ValueError(
+                f"unknown threshold(s): {', '.join(sorted(unknown))}; "
+                f"valid names: {', '.join(sorted(self.values))}"
+            )
         return Thresholds(
             MappingProxyType({**self.values, **{k: float(v) for k, v in overrides.items()}})
         )

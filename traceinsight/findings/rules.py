@@ -25,7 +25,7 @@ from traceinsight.findings.model import (
     make_finding,
     ranked,
 )
-from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct
+from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct, plural
 
 RULES: list[Rule] = []
 
@@ -187,7 +187,8 @@ def host_sync(x: RuleInput) -> Draft | None:
     top = syncs.by_op[0] if syncs.by_op else {}
     return Draft(
         cost,
-        f"{syncs.host_sync_count} host syncs ({fmt_num(syncs.syncs_per_step)} per step) leave the GPU idle {fmt_ms(cost)}"
+        f"{plural(syncs.host_sync_count, 'host sync')} ({fmt_num(syncs.syncs_per_step)} per step) "
+        f"{'leaves' if syncs.host_sync_count == 1 else 'leave'} the GPU idle {fmt_ms(cost)}"
         + (f"; most from {top.get('op')}" if top else ""),
         {
             "idle_ns": cost,
@@ -230,7 +231,9 @@ def sync_input_copy(x: RuleInput) -> Draft | None:
     # costs nothing by itself; the model prices the rest where there is one)
     return Draft(
         syncs.input_copy_idle_ns,
-        f"{syncs.input_copy_sync_count} input copies wait for the GPU: each .to(device) without "
+        f"{plural(syncs.input_copy_sync_count, 'input copy', 'input copies')} "
+        f"{'waits' if syncs.input_copy_sync_count == 1 else 'wait'} for the GPU: each .to(device) "
+        "without "
         f"non_blocking syncs the stream, {fmt_ms(blocked)} of host time blocked",
         {
             "input_copy_sync_count": syncs.input_copy_sync_count,
@@ -822,7 +825,7 @@ def cold_start(x: RuleInput) -> Draft | None:
     calls = idle.warmup_calls
     first = sum(1 for c in calls if c.kind == "first_launch")
     longest = calls[0] if calls else None
-    calls_text = f"{idle.warmup_call_count} one-time calls" + (
+    calls_text = plural(idle.warmup_call_count, "one-time call") + (
         f", the longest {longest.name} {fmt_ms(longest.dur_ns)}" if longest else ""
     )
     return Draft(

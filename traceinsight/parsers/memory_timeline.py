@@ -39,6 +39,7 @@ from traceinsight.model.schema import (
     empty_events,
 )
 from traceinsight.parsers.source import Decompressed, read_bytes
+from traceinsight.report.format import plural
 
 # An array of arrays of numbers (a Kineto 2020 bare array holds objects): either layout.
 _HEAD = re.compile(rb"^\s*\[\s*\[\s*-?\d")
@@ -174,8 +175,8 @@ def _raw_rows(rows: list[tuple[int, int, int, int]], path: str) -> pl.DataFrame:
 def _plot_rows(times: list[int | float], sizes: list[list[int]], path: str) -> pl.DataFrame:
     if len(times) != len(sizes):
         raise InputError(
-            f"not a memory timeline export ({LAYOUTS['plot']}): {len(times)} times but "
-            f"{len(sizes)} size rows",
+            f"not a memory timeline export ({LAYOUTS['plot']}): {plural(len(times), 'time')} "
+            f"but {plural(len(sizes), 'size row')}",
             path,
         )
     widths = {len(r) for r in sizes}

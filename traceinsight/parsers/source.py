@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from traceinsight.errors import InputError
+from traceinsight.resources import fmt_size
 
 # Decompressed JSON larger than this is refused (a gzip bomb, or a trace beyond this machine).
 # Override with TRACEINSIGHT_MAX_BYTES or the CLI's --max-bytes.
@@ -179,7 +180,7 @@ class Decompressed:
                 size = os.fstat(fh.fileno()).st_size
                 if size > limit:
                     raise InputError(
-                        f"file is {size / 1e9:.1f} GB, over the {limit / 1e9:.1f} GB limit (--max-bytes)",
+                        f"file is {fmt_size(size)}, over the {fmt_size(limit)} limit (--max-bytes)",
                         str(path),
                     )
                 while block := fh.read(self.read_size):
@@ -199,7 +200,7 @@ class Decompressed:
                         size += len(part)
                         if size > limit:
                             raise InputError(
-                                f"decompresses to more than {limit / 1e9:.1f} GB (limit --max-bytes); refusing",
+                                f"decompresses to more than {fmt_size(limit)} (limit --max-bytes); refusing",
                                 str(path),
                             )
                         if part:

@@ -37,15 +37,27 @@ def saving_share(w: dict[str, Any]) -> float | None:
 def prediction_basis(doc: dict[str, Any]) -> str | None:
     """The one sentence every reporter puts near its headline: what a predicted saving or
     speedup applies to (None without a step model)."""
-    unprofiled = ((doc.get("details") or {}).get("replay") or {}).get("unprofiled_step_median_ns")
+    replay = (doc.get("details") or {}).get("replay") or {}
+    unprofiled = replay.get("unprofiled_step_ns")
     if unprofiled is None:
         return None
     profiled = doc["metrics"].get("step_time_median_ns")
+    how = (
+        "the mean over the steps, whose loader waits repeat,"
+        if replay.get("step_statistic") == "mean"
+        else f"the profiled step as recorded, median {fmt_ns(profiled)},"
+    )
     return (
         "Predicted savings and speedups are per step and apply to the un-profiled step, "
-        f"{fmt_ns(unprofiled)} (the profiled step as recorded, median {fmt_ns(profiled)}, less "
-        "the profiler's own cost)."
+        f"{fmt_ns(unprofiled)} ({how} less the profiler's own cost)."
     )
+
+
+def plural(n: float, noun: str, many: str | None = None) -> str:
+    """A count and its noun: ``1 step``, ``2 steps``, ``1,024 events``; ``many`` where adding
+    an s is wrong (``copy``/``copies``). A float is shown rounded and agrees with what shows."""
+    text = f"{n:,}" if isinstance(n, int) else f"{n:,.0f}"
+    return f"{text} {noun if text in ('1', '-1') else many or noun + 's'}"
 
 
 def fmt_ns(ns: float | int | None) -> str:
@@ -105,23 +117,25 @@ def fmt_metric(key: str, v: Any) -> str:
     return f"{v:,.1f}" if isinstance(v, float) else f"{v:,}"
 
 
+# what a finding's sources count: (one, many)
 SOURCE_NOUNS = {
-    "host_sync": "syncs",
-    "dataloader_stall": "DataLoader waits",
-    "launch_bound": "launches",
-    "pageable_memcpy": "blocking copies",
+    "host_sync": ("sync", "syncs"),
+    "dataloader_stall": ("DataLoader wait", "DataLoader waits"),
+    "launch_bound": ("launch", "launches"),
+    "pageable_memcpy": ("blocking copy", "blocking copies"),
 }
 
 
-def fmt_source(src: dict[str, Any], noun: str) -> str:
-    """One attributed source: ``4 syncs in step() (train.py:259) via .item(), 1.20 ms``."""
+def fmt_source(src: dict[str, Any], noun: tuple[str, str]) -> str:
+    """One attributed source: ``4 syncs in step() (train.py:259) via .item(), 1.20 ms``
+    (``noun``: the thing counted, one and many)."""
     t = src["trigger"]
     # a Python method call, else a module or API name; native and NVTX sources call functions
     via = (f".{t}()" if t[:1].islower() else t) if src.get("line") is not None else f"{t}()"
     # a Python frame has file and line, a native one its module, an NVTX range neither
     where = ":".join(str(x) for x in (src.get("file"), src.get("line")) if x is not None)
     return (
-        f"{src['count']} {noun} in {src['function']}()"
+        f"{plural(src['count'], *noun)} in {src['function']}()"
         + (f" ({where})" if where else "")
         + f" via {via}, {fmt_ms(src['cost_ns'])}"
     )

@@ -19,6 +19,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_signed_bytes,
+    plural,
     prediction_basis,
     ranked_idle_causes,
     saving_per_step_ns,
@@ -88,6 +89,7 @@ def environment() -> jinja2.Environment:
         sbytes=fmt_signed_bytes,
         saving=saving_per_step_ns,
         saving_share=saving_share,
+        plural=plural,
     )
     env.globals.update(cause_colors=CAUSE_COLORS, class_colors=CLASS_COLORS)
     return env
@@ -116,7 +118,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "all_fixes": (d.get("what_if") or {}).get("all_fixes"),
         "verdict": verdict_cost,
         "basis": prediction_basis(doc),
-        "unprofiled_step_ns": (d.get("replay") or {}).get("unprofiled_step_median_ns"),
+        "unprofiled_step_ns": (d.get("replay") or {}).get("unprofiled_step_ns"),
         # what a finding's cost_ns is the total of (findings/savings.py: window x devices)
         "cost_scope": "over the window" + (f", its {n_dev} devices summed" if n_dev > 1 else ""),
         "timeline": {

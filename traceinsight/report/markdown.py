@@ -17,6 +17,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    plural,
     prediction_basis,
     ranked_idle_causes,
     saving_per_step_ns,
@@ -62,7 +63,7 @@ def _headline(doc: dict[str, Any]) -> list[str]:
     out = [f"- **Trace**: {_code(str(src['path']))} ({src['format']}, {devs})"]
     steps = m.get("steps") or 0
     step_txt = (
-        f"{steps} steps; profiled step as recorded: median {fmt_ns(m['step_time_median_ns'])}"
+        f"{plural(steps, 'step')}; profiled step as recorded: median {fmt_ns(m['step_time_median_ns'])}"
         if steps and m.get("step_time_median_ns") is not None
         else "no step markers"
     )
@@ -109,7 +110,7 @@ def _findings_table(findings: list[dict[str, Any]]) -> list[str]:
             f"| {saving} | {step} | {speedup} |"
         )
     if len(findings) > MAX_FINDINGS:
-        rows += ["", f"{len(findings) - MAX_FINDINGS} more finding(s) not shown."]
+        rows += ["", f"{plural(len(findings) - MAX_FINDINGS, 'more finding')} not shown."]
     return rows
 
 
@@ -118,12 +119,12 @@ def _first_finding(f: dict[str, Any]) -> list[str]:
     ev = f.get("evidence") or {}
     if ev.get("causal_chain"):
         out += [f"Why: {ev['causal_chain']}.", ""]
-    noun = SOURCE_NOUNS.get(f["id"], "events")
+    noun = SOURCE_NOUNS.get(f["id"], ("event", "events"))
     sources = ev.get("sources") or []
     for s in sources[:MAX_SOURCES]:
         out.append(f"- at {fmt_source(s, noun)}")
     if len(sources) > MAX_SOURCES:
-        out.append(f"- and {len(sources) - MAX_SOURCES} more call site(s)")
+        out.append(f"- and {plural(len(sources) - MAX_SOURCES, 'more call site')}")
     if sources:
         out.append("")
     if (w := f.get("what_if")) is not None:
@@ -165,7 +166,11 @@ def render(doc: dict[str, Any]) -> str:
     name = str(src["path"]).rstrip("/").rsplit("/", 1)[-1]
     out = [f"# traceinsight: {name}", ""]
     if job:
-        out += [f"Job of {len(src['ranks'])} ranks ({src['format']}).", "", *_ranks_table(doc)]
+        out += [
+            f"Job of {plural(len(src['ranks']), 'rank')} ({src['format']}).",
+            "",
+            *_ranks_table(doc),
+        ]
     else:
         out += [*_headline(doc), ""]
     findings = doc["findings"]

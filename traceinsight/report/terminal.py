@@ -14,6 +14,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    plural,
     prediction_basis,
     ranked_idle_causes,
     saving_per_step_ns,
@@ -37,7 +38,7 @@ def render_summary(
     )
     steps = m.get("steps") or 0
     step_txt = (
-        f"{steps} steps; profiled step as recorded: median {fmt_ns(m['step_time_median_ns'])}, "
+        f"{plural(steps, 'step')}; profiled step as recorded: median {fmt_ns(m['step_time_median_ns'])}, "
         f"CV {m['step_time_cv']:.2f}"
         if steps and m.get("step_time_cv") is not None
         else "no step markers"
@@ -221,7 +222,7 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
         lines.append(f"Findings ({len(findings)}, {min(len(shown), max_findings)} shown):")
         for f in shown[:max_findings]:
             lines.append(f"  [{SEV_MARK[f['severity']]}] {f['id']}: {f['title']}")
-            noun = SOURCE_NOUNS.get(f["id"], "events")
+            noun = SOURCE_NOUNS.get(f["id"], ("event", "events"))
             sources = f["evidence"].get("sources", [])[:3]
             lines.extend(
                 f"         at {fmt_source(s, noun)}"
@@ -251,7 +252,8 @@ def render_job_summary(
 ) -> str:
     src, m = doc["source"], doc["metrics"]
     lines = [
-        f"traceinsight {doc['tool']['version']}: job {src['path']} ({len(src['ranks'])} ranks, {src['format']})"
+        f"traceinsight {doc['tool']['version']}: job {src['path']} "
+        f"({plural(len(src['ranks']), 'rank')}, {src['format']})"
     ]
     lines.append(
         f"  {'rank':>4}  {'GPU busy':>8}  {'median step':>11}  {'waiting':>9}  {'transfer':>9}  top finding"

@@ -35,6 +35,7 @@ from traceinsight.model.schema import (
 )
 from traceinsight.parsers.kineto import decode as typed
 from traceinsight.parsers.kineto import repair, stream
+from traceinsight.report.format import plural
 
 # Category (any era, lower-cased) -> event kind. Unknown categories are dropped.
 CATEGORY_KIND: dict[str, str] = {
@@ -190,7 +191,7 @@ def parse_kineto(
     df = df.filter(pl.col("kind").is_not_null() & good_time & pl.col("name").is_not_null())
     if n_bad_time:
         warnings.append(
-            f"{n_bad_time:,} events with missing, negative or non-finite ts/dur were skipped"
+            f"skipped {plural(n_bad_time, 'event')} with missing, negative or non-finite ts/dur"
         )
 
     is_gpu = pl.col("kind").is_in(GPU_SIDE)
@@ -248,7 +249,7 @@ def _refuse_foreign(
         return
     seen = f" (duration events' categories: {', '.join(sorted(cats)[:5])})" if cats else ""
     raise InputError(
-        f"not a PyTorch profiler (Kineto) trace: {n_events:,} Chrome-trace events, no duration "
+        f"not a PyTorch profiler (Kineto) trace: {plural(n_events, 'Chrome-trace event')}, no duration "
         f"event of a profiler category (cpu_op, kernel, cuda_runtime, ...){seen} and no "
         "schemaVersion/deviceProperties",
         str(path),

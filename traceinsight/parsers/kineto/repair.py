@@ -24,6 +24,7 @@ from traceinsight.parsers.kineto.decode import (
     side_frame,
 )
 from traceinsight.parsers.source import Decompressed, padding_note
+from traceinsight.report.format import plural
 
 # Memory the whole-document path takes per byte of JSON (orjson's dicts of the compact 10x
 # trace: 2.9 GiB for 433 MB); an input it cannot hold is refused before it is read.
@@ -139,7 +140,7 @@ def _salvage(data: bytes) -> tuple[Any, str] | None:
             if isinstance(events, list) and events:
                 return obj, (
                     f"{TRUNCATED_NOTE} (damaged after byte {cut:,}); "
-                    f"analyzed the {len(events):,} complete events before the damage"
+                    f"analyzed the {plural(len(events), 'complete event')} before the damage"
                 )
     return None
 

@@ -30,7 +30,7 @@ import polars as pl
 from traceinsight import resources
 from traceinsight.parsers.kineto.decode import TOP, Chunk, Parsed, decode_chunk, native_scanner
 from traceinsight.parsers.source import Decompressed, padding_note
-from traceinsight.runtime import single_thread_children
+from traceinsight.runtime import single_thread_children, spawn_context
 
 CHUNK_BYTES = 8 * 1024 * 1024  # ~40k events: bounded struct memory; small enough to balance helpers
 HEAD_MAX_BYTES = 64 * 1024 * 1024  # metadata before (or after) traceEvents beyond this: not a trace
@@ -507,12 +507,10 @@ class _Scheduler:
         if self.threads:  # the native scanner decodes without the GIL: nothing to unpickle
             self.pool = ThreadPoolExecutor(self.helpers, thread_name_prefix="traceinsight-decode")
             return
-        from multiprocessing import get_context
-
         try:
             with single_thread_children():  # each helper's polars starts with one thread
                 self.pool = ProcessPoolExecutor(
-                    max_workers=self.helpers, mp_context=get_context("spawn")
+                    max_workers=self.helpers, mp_context=spawn_context()
                 )
                 for _ in range(self.helpers):  # spawn them now, inside the block
                     self.pool.submit(int)
