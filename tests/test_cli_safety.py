@@ -311,10 +311,10 @@ def test_one_step_is_one_step(tmp_path, capsys):
     src = str(TINY / "step_dataloader_sync.json")
     assert main(["analyze", src, "--no-html", "--steps", "1"]) == 0
     out = capsys.readouterr().out
-    assert "1 step," in out and "1 steps" not in out
+    assert "1 step;" in out and "1 steps" not in out
     md = tmp_path / "s.md"
     assert main(["analyze", src, "--format", "markdown", "-o", str(md), "--steps", "1", "-q"]) == 0
-    assert "1 step," in md.read_text() and "1 steps" not in md.read_text()
+    assert "1 step;" in md.read_text() and "1 steps" not in md.read_text()
     html = tmp_path / "s.html"
     assert main(["analyze", src, "-o", str(html), "--steps", "1", "-q"]) == 0
     assert "(1 step)" in html.read_text() and "1 steps" not in html.read_text()

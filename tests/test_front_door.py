@@ -142,7 +142,7 @@ def test_reporters_say_what_a_prediction_applies_to(tiny_analysis):
         "994.0 us (the profiled step as recorded, median 1.00 ms, less the profiler's own cost)."
     )
     text = terminal.render(doc)
-    assert "(1 steps; profiled step as recorded: median 1.00 ms, CV" in text
+    assert "(1 step; profiled step as recorded: median 1.00 ms, CV" in text
     assert f"  {basis}" in text
     assert (
         "fix: saves 0.25 ms per step (un-profiled step 0.99 ms -> 0.75 ms, 1.33x predicted)" in text
@@ -160,7 +160,7 @@ def test_reporters_say_what_a_prediction_applies_to(tiny_analysis):
         " window): the un-profiled step 994.0 us &rarr; 747.9 us" in html
     )
     assert "its fix saves 246.1 us per step, 24.8% of the un-profiled step" in html
-    assert "profiled step as recorded, median (1 steps)" in html
+    assert "profiled step as recorded, median (1 step)" in html
     for mixed in ("of the step)", "without the profiler,", "over the window ("):
         assert mixed not in html
 

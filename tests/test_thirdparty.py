@@ -17,6 +17,7 @@ import orjson
 import pytest
 
 import traceinsight
+from traceinsight.errors import InputError
 
 from .conftest import H200
 
@@ -261,3 +262,17 @@ def test_step_time_variance_follows_its_cause() -> None:
     var = next(f for f in a.findings if f.id == "step_time_variance")
     assert var.evidence["caused_by"] == "dataloader"
     assert ids.index("step_time_variance") == ids.index("dataloader_stall") + 1
+
+
+def test_what_if_multiplier_only_for_a_larger_batch() -> None:
+    path = HERE / "peft_lora.before.pt.trace.json.gz"
+    with pytest.raises(InputError, match="not a larger batch"):
+        traceinsight.analyze(path, what_if=["host_sync@4"])
+    with pytest.raises(InputError, match="whole number"):
+        traceinsight.analyze(path, what_if=["memory_headroom@x"])
+    at2 = traceinsight.analyze(path, what_if=["memory_headroom@2"]).selected.what_if
+    gains = {
+        g.multiplier: g.throughput_gain
+        for g in finding("peft_lora", "memory_headroom").evidence["gain_by_multiplier"]
+    }
+    assert at2.multiplier == 2 and at2.speedup == pytest.approx(gains[2], rel=0.01)
