@@ -140,7 +140,7 @@ def test_repeated_step_names_are_each_a_step(tmp_path, capsys):
         (2, 1_400_000, 150_000),
     ]
     assert doc["metrics"]["steps"] == 3
-    # NAME is a literal prefix (README): "train.step" matches no name, "(" is no regex error;
+    # NAME is a literal prefix (docs/COMMANDS.md): "train.step" matches no name, "(" is no regex error;
     # a NAME that matches nothing is a usage error, not an analysis without steps
     for literal in ("train.step", "train_step("):
         assert main([*args, "--force", "--step-range", literal]) == 2

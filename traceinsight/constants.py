@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 VERSION = "0.1.0"  # the package version (pyproject.toml says the same; a test holds them equal)
-SCHEMA = "traceinsight/1"  # the JSON document's version (README, "JSON result")
+SCHEMA = "traceinsight/1"  # the JSON document's version (docs/METRICS.md, "JSON result")
 Severity = Literal["high", "medium", "low", "info"]
 SEVERITIES: tuple[Severity, ...] = ("high", "medium", "low", "info")  # most severe first
 # GPU idle causes (analyzers/idle.py attributes each idle gap to one) and the finding that

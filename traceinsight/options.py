@@ -107,7 +107,7 @@ class Options:
 
     @property
     def step_pattern(self) -> str:
-        # a name prefix (its help, the README): literal, so "(" is no regex error
+        # a name prefix (its help, docs/COMMANDS.md): literal, so "(" is no regex error
         return "^" + re.escape(self.step_range) if self.step_range else DEFAULT_STEP_PATTERN
 
 

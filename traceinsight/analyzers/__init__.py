@@ -52,7 +52,7 @@ class Results:
     efficiency: EfficiencyResult  # FLOPs, MFU, roofline, GEMM shapes, occupancy (derived)
 
     def metrics(self) -> dict[str, Any]:
-        """The headline numbers (documented one by one in the README)."""
+        """The headline numbers (documented one by one in docs/METRICS.md)."""
         idle, steps, copies, comm = self.idle, self.steps, self.copies, self.comm
         kern, launch, syncs, rec = self.kernels, self.launch, self.syncs, self.recompute
         return {
