@@ -125,7 +125,9 @@ def test_every_command_has_help_and_docs():
         r = runner.invoke(cli, [name, "--help"])
         assert r.exit_code == 0 and cmd.help and len(cmd.help) > 20
         assert f"traceinsight {name}" in readme, f"README does not list `traceinsight {name}`"
-        assert f"traceinsight {name}" in commands, f"docs/COMMANDS.md does not document `traceinsight {name}`"
+        assert f"traceinsight {name}" in commands, (
+            f"docs/COMMANDS.md does not document `traceinsight {name}`"
+        )
         for param in cmd.params:
             for opt in getattr(param, "opts", []):
                 if opt.startswith("--") and opt != "--help":
