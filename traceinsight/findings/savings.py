@@ -28,6 +28,7 @@ from traceinsight.constants import SEVERITIES
 from traceinsight.findings.model import Finding, Rule, Thresholds, ranked
 
 PER_SITE_MAX = 3  # the costliest call sites only: each is one more replay
+UNPRICED_CAP = SEVERITIES.index("low")  # a fix the replay cannot price: at most this
 
 
 def _per_site(r: Results, sources: list[Source]) -> list[Source]:
@@ -74,6 +75,11 @@ def with_savings(
     for f in findings:
         rule = by_id[f.id]
         w, why = what_if_of(rule, r)
+        if w is None and rule.fix is not None and SEVERITIES.index(f.severity) < UNPRICED_CAP:
+            # the fix has a transform the trace cannot price (a device the spec table lacks):
+            # the attributed time is only an upper bound on the saving, and severity never
+            # rests on an upper bound alone
+            f = replace(f, severity=SEVERITIES[UNPRICED_CAP])
         if w is None:
             out.append(replace(f, evidence={**f.evidence, "why_no_estimate": why}))
             continue
