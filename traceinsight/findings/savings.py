@@ -75,7 +75,8 @@ def with_savings(
     for f in findings:
         rule = by_id[f.id]
         w, why = what_if_of(rule, r)
-        if w is None and rule.fix is not None and SEVERITIES.index(f.severity) < UNPRICED_CAP:
+        unpriced = r.replay is not None and rule.fix is not None and rule.fix in r.replay.unpriced
+        if w is None and unpriced and SEVERITIES.index(f.severity) < UNPRICED_CAP:
             # the fix has a transform the trace cannot price (a device the spec table lacks):
             # the attributed time is only an upper bound on the saving, and severity never
             # rests on an upper bound alone
