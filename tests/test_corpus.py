@@ -35,3 +35,17 @@ def test_corpus_trace(path, tmp_path, capsys):
         assert rc == 2 and len(err.strip().splitlines()) == 1
     else:
         assert rc == 0, err
+
+
+def test_a_fix_the_replay_cannot_price_is_at_most_low():
+    """A 2021 ResNet-50 trace without device properties: fp32_compute's bf16 transform needs the
+    device's peaks, so there is no prediction; its attributed fp32 math time is only an upper
+    bound on the saving, and the finding stays at most low (it read HIGH on that bound)."""
+    import traceinsight
+
+    path = shared_or_skip(
+        "kineto-samples/tbplugin_2021-01_resnet50_profiler_api_nw4_worker0.pt.trace.json.gz"
+    )
+    f = next(f for f in traceinsight.analyze(path).findings if f.id == "fp32_compute")
+    assert f.what_if is None and "spec table" in f.evidence["why_no_estimate"]
+    assert f.severity in ("low", "info")
