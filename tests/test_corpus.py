@@ -43,9 +43,8 @@ def test_a_fix_the_replay_cannot_price_is_at_most_low():
     bound on the saving, and the finding stays at most low (it read HIGH on that bound)."""
     import traceinsight
 
-    path = shared_or_skip(
-        "kineto-samples/tbplugin_2021-01_resnet50_profiler_api_nw4_worker0.pt.trace.json.gz"
-    )
+    name = "tbplugin_2021-01_resnet50_profiler_api_nw4_worker0.pt.trace.json.gz"
+    path = shared_or_skip() / "kineto-samples" / name
     f = next(f for f in traceinsight.analyze(path).findings if f.id == "fp32_compute")
     assert f.what_if is None and "spec table" in f.evidence["why_no_estimate"]
     assert f.severity in ("low", "info")
