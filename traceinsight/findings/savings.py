@@ -89,8 +89,9 @@ def with_savings(
         if rule.cap and SEVERITIES.index(sev) < SEVERITIES.index(rule.cap):
             sev = rule.cap
         evidence = {**f.evidence, "attributed_ns": f.cost_ns}
-        if rule.fix is not None:
-            evidence["transform"] = rule.fix
+        if rule.fix is not None or w.transform is not None:
+            # the transform replayed (an estimate's own, where it replayed one)
+            evidence["transform"] = rule.fix or w.transform.name
             if r.replay is not None and rule.fix in r.replay.unconverged:
                 # the replay stopped before the change reached every blocking call
                 evidence["what_if_lower_bound"] = True
