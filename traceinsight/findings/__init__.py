@@ -57,6 +57,8 @@ COLD_CAPPED = (
     "gpu_underutilized",
     "allocator_churn",
     "step_time_variance",
+    "small_batch",
+    "memory_headroom",
 )
 
 

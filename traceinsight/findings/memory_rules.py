@@ -381,14 +381,24 @@ def small_batch_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
         "# check it fits: torch.profiler.profile(..., profile_memory=True) or "
         "traceinsight.capture(profile_memory=True)"
     ),
-    thresholds={"small_batch_busy_max_ratio": 0.6, "small_batch_host_bound_min_ratio": 0.5},
+    thresholds={
+        "small_batch_busy_max_ratio": 0.6,
+        "small_batch_host_bound_min_ratio": 0.5,
+        # a per-step lever needs steps that repeat: one "step" is a capture, not a loop
+        "small_batch_min_steps": 2,
+    },
 )
 def small_batch(x: RuleInput) -> Draft | None:
     """memory_headroom's lever where the trace has no memory events: the GPU under-fed by a
     host-bound step; the fit unknown, said so."""
     mem, idle = x.r.memory, x.r.idle
     busy = idle.gpu_busy_ratio
-    if mem.has_memory or busy is None or idle.idle_ns <= 0:
+    if (
+        mem.has_memory
+        or busy is None
+        or idle.idle_ns <= 0
+        or x.r.steps.steps < x.t["small_batch_min_steps"]
+    ):
         return None
     host_bound = sum(x.idle(c) for c in HOST_BOUND_CAUSES)
     if (
