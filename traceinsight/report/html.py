@@ -14,6 +14,13 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from traceinsight.constants import SEVERITIES
+from traceinsight.report.evidence import (
+    finding_evidence,
+    no_prediction,
+    plain,
+    source_lines,
+    transform_words,
+)
 from traceinsight.report.format import (
     fmt_bytes,
     fmt_ns,
@@ -90,8 +97,16 @@ def environment() -> jinja2.Environment:
         saving=saving_per_step_ns,
         saving_share=saving_share,
         plural=plural,
+        plain=plain,
+        transform_words=transform_words,
     )
-    env.globals.update(cause_colors=CAUSE_COLORS, class_colors=CLASS_COLORS)
+    env.globals.update(
+        cause_colors=CAUSE_COLORS,
+        class_colors=CLASS_COLORS,
+        finding_evidence=finding_evidence,
+        source_lines=source_lines,
+        no_prediction=no_prediction,
+    )
     return env
 
 
