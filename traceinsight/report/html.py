@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from traceinsight.constants import SEVERITIES
+from traceinsight.report.charts import step_chart, time_axis, y_axis
 from traceinsight.report.evidence import (
     finding_evidence,
     no_prediction,
@@ -141,9 +142,14 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
             "bins": tl.get("bins", 0),
             "bin_ns": tl.get("bin_ns", 0),
             "start_ns": tl.get("start_ns", 0),
+            "xticks": time_axis(tl.get("bins", 0) * tl.get("bin_ns", 0)),
+            # busy share: the bars' 40 px of the 46 px plot
+            "yticks": y_axis(1.0, 40, lambda v: f"{100 * v:.0f}%", target=1),
         },
         "steps": steps.get("per_step") or [],
-        "step_max_ns": max((s["dur_ns"] for s in steps.get("per_step") or []), default=0),
+        "step_chart": step_chart(
+            steps.get("per_step") or [], set(steps.get("outlier_steps") or [])
+        ),
         "outliers": set(steps.get("outlier_steps") or []),
         "idle_causes": ranked_idle_causes(idle["idle_by_cause_ns"]),
         "idle_max": max([v for v in idle["idle_by_cause_ns"].values()] or [0]),
