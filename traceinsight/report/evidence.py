@@ -339,14 +339,17 @@ def _records_table(key: str, rows: list[dict[str, Any]]) -> Table | None:
     return Table(label(key), tuple(label(c) for c in cols), numeric, body, len(rows) - len(shown))
 
 
-def _key_label(parent: str, k: str) -> str:
-    """A mapping's key: ranks by number, else the key's words."""
-    if "rank" in parent and str(k).isdigit():
-        return f"rank {k}"
+def _key_label(parent: str, k: str, by_rank: bool = False) -> str:
+    """A mapping's key: ranks (in a job's finding) or GPUs by number, else the key's words."""
+    if str(k).isdigit():
+        if "rank" in parent or by_rank:
+            return f"rank {k}"
+        if "device" in parent:
+            return f"GPU {k}"
     return label(k)
 
 
-def _mapping_table(key: str, m: dict[str, Any]) -> Table | None:
+def _mapping_table(key: str, m: dict[str, Any], by_rank: bool = False) -> Table | None:
     """A mapping: label/value rows for scalars (a record, or values by rank or kind); a mapping
     of mappings one row per key, a column per inner key."""
     items = [(k, v) for k, v in m.items() if v is not None]
@@ -361,17 +364,17 @@ def _mapping_table(key: str, m: dict[str, Any]) -> Table | None:
         numeric = tuple(True for _ in inner)
         rows = tuple(
             (
-                Cell(_key_label(key, k)),
+                Cell(_key_label(key, k, by_rank)),
                 *(_cell(c, v.get(c), None if _has_unit(c) else key) for c in inner),
             )
             for k, v in items[:MAX_ROWS]
         )
-        first = "rank" if "rank" in key else ""
+        first = "rank" if "rank" in key or by_rank else ""
         return Table(
             label(key), (first, *cols), (False, *numeric), rows, max(0, len(items) - MAX_ROWS)
         )
     rows = tuple(
-        (Cell(_key_label(key, k)), _cell(k if _has_unit(k) else key, v))
+        (Cell(_key_label(key, k, by_rank)), _cell(k if _has_unit(k) else key, v))
         for k, v in items[:MAX_ROWS]
         if not (isinstance(v, (list, tuple, dict)) and not v)
     )
@@ -387,13 +390,16 @@ def finding_evidence(f: dict[str, Any]) -> Evidence:
     and mappings as small tables, what SHOWN_ELSEWHERE lists left to the card."""
     facts: list[tuple[str, str]] = []
     tables: list[Table] = []
-    for key, v in (f.get("evidence") or {}).items():
+    evidence = f.get("evidence") or {}
+    # a job's finding: mappings keyed by number are by rank
+    by_rank = "ranks" in evidence or "rank" in evidence
+    for key, v in evidence.items():
         if key in SHOWN_ELSEWHERE:
             continue
         if _is_what_if(v):
             facts.append((label(key), what_if_text(v)))
         elif isinstance(v, dict):
-            if (t := _mapping_table(key, v)) is not None and t.rows:
+            if (t := _mapping_table(key, v, by_rank)) is not None and t.rows:
                 tables.append(t)
         elif isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
             if (t := _records_table(key, list(v))) is not None:

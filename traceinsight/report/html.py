@@ -99,9 +99,11 @@ def environment() -> jinja2.Environment:
         saving_share=saving_share,
         plural=plural,
         plain=plain,
+        middle=shorten_middle,
         transform_words=transform_words,
     )
     env.globals.update(
+        shorten=_shorten,
         cause_colors=CAUSE_COLORS,
         class_colors=CLASS_COLORS,
         finding_evidence=finding_evidence,
@@ -113,6 +115,16 @@ def environment() -> jinja2.Environment:
 
 def _shorten(name: str, n: int = 110) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def shorten_middle(path: str, n: int = 56) -> str:
+    """A path with its middle left out: its start and its file name both show (the full path
+    is the cell's tooltip)."""
+    path = str(path)
+    if len(path) <= n:
+        return path
+    head = (n - 1) // 3
+    return path[:head] + "…" + path[len(path) - (n - 1 - head) :]
 
 
 def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
