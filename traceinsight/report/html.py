@@ -117,13 +117,13 @@ def _shorten(name: str, n: int = 110) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
 
 
-def shorten_middle(path: str, n: int = 56) -> str:
+def shorten_middle(path: str, n: int = 44) -> str:
     """A path with its middle left out: its start and its file name both show (the full path
     is the cell's tooltip)."""
     path = str(path)
     if len(path) <= n:
         return path
-    head = (n - 1) // 3
+    head = (n - 1) // 4
     return path[:head] + "…" + path[len(path) - (n - 1 - head) :]
 
 
