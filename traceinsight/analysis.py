@@ -18,6 +18,7 @@ from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SCHEMA
 from traceinsight.constants import VERSION as __version__
 from traceinsight.findings import Finding
+from traceinsight.findings.job_rules import transfer_split
 from traceinsight.findings.quality import rank_clock_skew
 from traceinsight.model import intervals as iv
 from traceinsight.model.schema import KINDS, Trace, device_spec_json
@@ -284,7 +285,13 @@ class JobAnalysis:
         compute), transfer, the waiting charged to the straggler, and each by collective kind."""
         kinds = self.cross.comm_split.get(str(rank), {})
         key = str(rank)
+        r = next(x for x in self.ranks if x.rank == rank)
+        transfer = transfer_split(r.results.comm, kinds, r.results.idle.device_window_ns)
+        comm = transfer or r.results.comm
         return {
+            # the share of the transfer time (waiting for peers excluded) that overlaps compute:
+            # what the rank's communication finding reports
+            "transfer_overlap_ratio": comm.comm_compute_overlap_ratio,
             "wait_ns": self.cross.wait_by_rank_ns.get(key, 0),
             "exposed_wait_ns": self.cross.exposed_wait_by_rank_ns.get(key, 0),
             "transfer_ns": self.cross.transfer_by_rank_ns.get(key, 0),

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from traceinsight.analyzers import Results
+from traceinsight.analyzers.comm import CommResult
 from traceinsight.analyzers.cross_rank import CrossRankResult
 from traceinsight.findings.model import (
     SEVERITIES,
@@ -87,21 +88,17 @@ STRAGGLER = Rule(
 JOB_RULES: list[Rule] = [STRAGGLER]
 
 
-def transfer_only(
-    results: Results,
-    findings: Sequence[Finding],
-    split: Mapping[str, Mapping[str, int]],
-    t: Thresholds,
-) -> list[Finding]:
-    """The rank's findings with the communication rules re-run on its transfer time: waiting
-    for a late peer is the straggler's (charged there), and no overlap or bucketing on this rank
-    would remove it. ``split`` is the rank's kind -> {wait_ns, exposed_wait_ns, ...}."""
+def transfer_split(
+    comm: CommResult, split: Mapping[str, Mapping[str, int]], window_ns: int
+) -> CommResult | None:
+    """The rank's communication without its waiting for peers (``split``: kind -> {wait_ns,
+    exposed_wait_ns, ...}): the transfer time, its exposed part and the share of it that
+    overlaps compute; None where there is no waiting to take out. The job report's rank table
+    and the rank's communication finding both read this one quantity."""
     wait = sum(v["wait_ns"] for v in split.values())
     exposed_wait = sum(v["exposed_wait_ns"] for v in split.values())
-    comm = results.comm
     if wait == 0 or comm.comm_compute_overlap_ratio is None:
-        return list(findings)
-    window = results.idle.device_window_ns
+        return None
     comm_ns = max(0, comm.comm_ns - wait)
     exposed = max(0, comm.exposed_comm_ns - exposed_wait)
     by_kind = {
@@ -112,15 +109,32 @@ def transfer_only(
         }
         for k, v in comm.by_kind.items()
     }
-    adjusted = replace(
+    return replace(
         comm,
         comm_ns=comm_ns,
         exposed_comm_ns=exposed,
         comm_compute_overlap_ratio=(comm_ns - exposed) / comm_ns if comm_ns else None,
-        exposed_comm_ratio=exposed / window,
-        comm_time_ratio=comm_ns / window,
+        exposed_comm_ratio=exposed / window_ns,
+        comm_time_ratio=comm_ns / window_ns,
         by_kind=by_kind,
     )
+
+
+def transfer_only(
+    results: Results,
+    findings: Sequence[Finding],
+    split: Mapping[str, Mapping[str, int]],
+    t: Thresholds,
+) -> list[Finding]:
+    """The rank's findings with the communication rules re-run on its transfer time: waiting
+    for a late peer is the straggler's (charged there), and no overlap or bucketing on this rank
+    would remove it. ``split`` is the rank's kind -> {wait_ns, exposed_wait_ns, ...}."""
+    window = results.idle.device_window_ns
+    adjusted = transfer_split(results.comm, split, window)
+    if adjusted is None:
+        return list(findings)
+    wait = sum(v["wait_ns"] for v in split.values())
+    exposed_wait = sum(v["exposed_wait_ns"] for v in split.values())
     kept = [f for f in findings if f.id not in COMM_RULES]
     x = RuleInput(replace(results, comm=adjusted), t, window, kept)
     redone = []
@@ -129,10 +143,18 @@ def transfer_only(
         if draft is not None:
             # the rank's own replay cannot tell transfer from waiting for peers: the cost is
             # the transfer time left once the waits are charged to the straggler
+            # its overlap is of the transfer time: the title says so, and the per-GPU table
+            # (collective time with the waiting in it) is left out so no two shares disagree
+            evidence = {k: v for k, v in draft.evidence.items() if k != "per_device"}
             draft = replace(
                 draft,
+                title=draft.title.replace(
+                    " of it overlaps",
+                    " of its transfer time (waiting for peers excluded) overlaps",
+                    1,
+                ),
                 evidence=dict(
-                    draft.evidence,
+                    evidence,
                     comm_wait_ns=wait,
                     exposed_wait_ns=exposed_wait,
                     attributed_ns=int(draft.cost_ns),

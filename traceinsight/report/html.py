@@ -14,6 +14,14 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from traceinsight.constants import SEVERITIES
+from traceinsight.report.charts import step_chart, time_axis, y_axis
+from traceinsight.report.evidence import (
+    finding_evidence,
+    no_prediction,
+    plain,
+    source_lines,
+    transform_words,
+)
 from traceinsight.report.format import (
     fmt_bytes,
     fmt_ns,
@@ -90,13 +98,33 @@ def environment() -> jinja2.Environment:
         saving=saving_per_step_ns,
         saving_share=saving_share,
         plural=plural,
+        plain=plain,
+        middle=shorten_middle,
+        transform_words=transform_words,
     )
-    env.globals.update(cause_colors=CAUSE_COLORS, class_colors=CLASS_COLORS)
+    env.globals.update(
+        shorten=_shorten,
+        cause_colors=CAUSE_COLORS,
+        class_colors=CLASS_COLORS,
+        finding_evidence=finding_evidence,
+        source_lines=source_lines,
+        no_prediction=no_prediction,
+    )
     return env
 
 
 def _shorten(name: str, n: int = 110) -> str:
     return name if len(name) <= n else name[: n - 1] + "…"
+
+
+def shorten_middle(path: str, n: int = 44) -> str:
+    """A path with its middle left out: its start and its file name both show (the full path
+    is the cell's tooltip)."""
+    path = str(path)
+    if len(path) <= n:
+        return path
+    head = (n - 1) // 4
+    return path[:head] + "…" + path[len(path) - (n - 1 - head) :]
 
 
 def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
@@ -126,9 +154,14 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
             "bins": tl.get("bins", 0),
             "bin_ns": tl.get("bin_ns", 0),
             "start_ns": tl.get("start_ns", 0),
+            "xticks": time_axis(tl.get("bins", 0) * tl.get("bin_ns", 0)),
+            # busy share: the bars' 40 px of the 46 px plot
+            "yticks": y_axis(1.0, 40, lambda v: f"{100 * v:.0f}%", target=1),
         },
         "steps": steps.get("per_step") or [],
-        "step_max_ns": max((s["dur_ns"] for s in steps.get("per_step") or []), default=0),
+        "step_chart": step_chart(
+            steps.get("per_step") or [], set(steps.get("outlier_steps") or [])
+        ),
         "outliers": set(steps.get("outlier_steps") or []),
         "idle_causes": ranked_idle_causes(idle["idle_by_cause_ns"]),
         "idle_max": max([v for v in idle["idle_by_cause_ns"].values()] or [0]),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from traceinsight.report.evidence import finding_evidence, no_prediction, plain
 from traceinsight.report.format import (
     SOURCE_NOUNS,
     fmt_bytes,
@@ -25,6 +26,7 @@ from traceinsight.report.format import (
 
 MAX_FINDINGS = 10  # table rows; the rest are counted under the table
 MAX_SOURCES = 3  # call sites of the first finding
+MAX_FACTS = 6  # the first finding's evidence, in one line
 _ENGINES = {"host": "the host (CPU)", "kernels": "GPU kernels", "copies": "copies"}
 
 
@@ -106,7 +108,7 @@ def _findings_table(findings: list[dict[str, Any]]) -> list[str]:
     for i, f in enumerate(findings[:MAX_FINDINGS], 1):
         saving, step, speedup = _saving(f.get("what_if"))
         rows.append(
-            f"| {i} | {f['severity']} | **{cell(f['id'])}**: {cell(f['title'])} "
+            f"| {i} | {f['severity']} | **{cell(f['id'])}**: {cell(plain(f['title']))} "
             f"| {saving} | {step} | {speedup} |"
         )
     if len(findings) > MAX_FINDINGS:
@@ -118,7 +120,7 @@ def _first_finding(f: dict[str, Any]) -> list[str]:
     out = [f"### What to change first: {f['id']}", "", f["title"], ""]
     ev = f.get("evidence") or {}
     if ev.get("causal_chain"):
-        out += [f"Why: {ev['causal_chain']}.", ""]
+        out += [f"Why: {plain(ev['causal_chain'])}.", ""]
     noun = SOURCE_NOUNS.get(f["id"], ("event", "events"))
     sources = ev.get("sources") or []
     for s in sources[:MAX_SOURCES]:
@@ -130,8 +132,10 @@ def _first_finding(f: dict[str, Any]) -> list[str]:
     if (w := f.get("what_if")) is not None:
         saving, step, speedup = _saving(w)
         out += [f"Predicted: saves {saving} per step (un-profiled step {step}, {speedup}).", ""]
-    elif ev.get("why_no_estimate"):
-        out += [f"No predicted saving: {ev['why_no_estimate']}.", ""]
+    elif why := no_prediction(f):
+        out += [why, ""]
+    if facts := finding_evidence(f).facts[:MAX_FACTS]:
+        out += ["Evidence: " + "; ".join(f"{k}: {cell(v)}" for k, v in facts) + ".", ""]
     out += [f"**Advice**: {f['recommendation']}", ""]
     if f.get("snippet"):
         out += [*_fence(f["snippet"]), ""]

@@ -1,5 +1,5 @@
 """The HTML's memory sections. A trace's: per device, allocated and reserved over the window as
-SVG polylines (in a 100 x 40 box), the steps as bands, the peak with the op allocating then and
+SVG polylines (in the plot's 100 x 100 box), the steps as bands, the peak with the op allocating then and
 what the bytes at the peak are (the memory profiler's categories, where the source has them). A
 job's: one row per rank (and device) with the rank's memory metrics, and the ranks' memory
 findings."""
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.constants import MEMORY_DEVICE_METRICS
+from traceinsight.report.charts import TOP_PX, bytes_axis, nice_top, plot_x, time_axis
 
 MEMORY_FINDINGS = ("memory_growth", "memory_fragmentation", "allocator_churn", "memory_headroom")
 # The memory profiler's categories as the report names them (schema.MEMORY_CATEGORIES' order).
@@ -92,6 +93,9 @@ def _device_order(d: str) -> tuple[int, str]:
     return (int(d), d) if d.isdigit() else (1 << 30, d)
 
 
+MEMORY_PLOT_PX = 140
+
+
 def memory_charts(doc: dict[str, Any]) -> list[dict[str, Any]]:
     d = doc.get("details") or {}
     mem = d.get("memory") or {}
@@ -105,13 +109,15 @@ def memory_charts(doc: dict[str, Any]) -> list[dict[str, Any]]:
         t0 = tl["start_ns"]
         span = max([ts[-1], *(s["end_ns"] - t0 for s in steps)] + [1])
         vals = [v for v in tl["allocated_bytes"] + tl["reserved_bytes"] if v is not None]
-        top = max(vals + [1])
+        # the y axis ends at a round tick at or above the largest value
+        top, _ = nice_top(max(vals + [1]))
 
         peak = None
         if dev.get("peak_ns") is not None and dev.get("peak_allocated_bytes") is not None:
             peak = {
-                "x": 100 * (dev["peak_ns"] - t0) / span,
-                "y": 38 - 36 * dev["peak_allocated_bytes"] / top,
+                # in the chart's frame (percent, px): a circle there stays round
+                "x": plot_x((dev["peak_ns"] - t0) / span),
+                "y": TOP_PX + MEMORY_PLOT_PX * (1 - dev["peak_allocated_bytes"] / top),
                 "op": dev.get("peak_op"),
                 "root": dev.get("peak_root_op")
                 if dev.get("peak_root_op") != dev.get("peak_op")
@@ -137,15 +143,19 @@ def memory_charts(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "categories": peak_categories(dev),
                 "top_bytes": top,
                 "span_ns": span,
+                "height": MEMORY_PLOT_PX,
+                "yticks": bytes_axis(top, MEMORY_PLOT_PX),
+                "xticks": time_axis(span),
             }
         )
     return out
 
 
 def _points(ts: list[int], vs: list[int | None], span: int, top: int) -> str:
-    """SVG polyline points: x in 0..100 over ``span``, y in 2..38 over 0..``top`` (nulls left out)."""
+    """SVG polyline points in the plot's 0..100 box: x over ``span``, y over ``top``..0 (nulls
+    left out)."""
     return " ".join(
-        f"{100 * t / span:.3f},{38 - 36 * v / top:.3f}"
+        f"{100 * t / span:.3f},{100 - 100 * v / top:.3f}"
         for t, v in zip(ts, vs, strict=True)
         if v is not None
     )
