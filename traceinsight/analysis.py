@@ -6,6 +6,7 @@ that document or these objects, never the other way round.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,7 +16,7 @@ from traceinsight.analyzers import Results
 from traceinsight.analyzers.context import activity_devices
 from traceinsight.analyzers.cross_rank import CrossRankResult
 from traceinsight.causal.whatif import WhatIf
-from traceinsight.constants import SCHEMA
+from traceinsight.constants import FRAMEWORKS, SCHEMA, Framework
 from traceinsight.constants import VERSION as __version__
 from traceinsight.findings import Finding
 from traceinsight.findings.job_rules import transfer_split
@@ -142,6 +143,13 @@ class TraceAnalysis:
         return replace(self, rank=rank, source=dict(self.source, ranks=[rank]))
 
 
+def job_framework(frameworks: Iterable[str | None]) -> Framework:
+    """A job's framework: PyTorch where any rank shows it (a launcher rank may not), else the
+    ranks' (constants.FRAMEWORKS order)."""
+    seen = {f for f in frameworks if f}
+    return next((f for f in FRAMEWORKS if f in seen), FRAMEWORKS[0])
+
+
 def source_json(trace: Trace, results: Results, capture_span_ns: int) -> dict[str, Any]:
     """The ``source`` block: the file, its format, ranks, the devices, event counts. The devices
     are those with GPU activity anywhere in the trace (what ``--device`` selects from), or where
@@ -215,6 +223,7 @@ class JobAnalysis:
             "ranks": [r.rank for r in ranks],
             "world_size": len(ranks),
             "backend": first.get("backend"),
+            "framework": job_framework(r.source.get("framework") for r in ranks),
             "devices": [dict(dev, rank=r.rank) for r in ranks for dev in r.source["devices"]],
             "capture_span_ns": max((r.source["capture_span_ns"] for r in ranks), default=0),
             "event_counts": counts,

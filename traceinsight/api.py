@@ -107,7 +107,13 @@ def _one_rank(job: JobAnalysis, rank: int) -> TraceAnalysis:
     for r in job.ranks:
         if r.rank == rank:
             return r
-    raise InputError(f"--rank {rank}: the job has ranks {[r.rank for r in job.ranks]}", job.path)
+    # with --device the job holds only the ranks that ran on that GPU: its warning says which not
+    left_out = next((w for w in job.warnings if w.startswith("--device ")), None)
+    raise InputError(
+        f"--rank {rank}: the job has ranks {[r.rank for r in job.ranks]}"
+        + (f" ({left_out})" if left_out else ""),
+        job.path,
+    )
 
 
 def load_events(path: str | Path, opts: Options | None = None) -> Trace:

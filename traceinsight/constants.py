@@ -25,6 +25,10 @@ IDLE_CAUSES: dict[str, str | None] = {
     "capture": "graph_capture",
     "host_untraced": None,
 }
+# What program a trace records (model/framework.py reads it off the trace): the first is the
+# default, whose advice is each rule's own; every other has its advice declared on each rule.
+Framework = Literal["pytorch", "cuda_app"]
+FRAMEWORKS: tuple[Framework, ...] = ("pytorch", "cuda_app")
 # Steps: ProfilerStep#N (torch.profiler) or train_step#N (traceinsight.capture, NVTX)
 DEFAULT_STEP_PATTERN = r"^(ProfilerStep#\d+|train_step#\d+)$"
 # The few metrics a one-line-per-trace view shows: batch's summary table, the diff's terminal table.

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import polars as pl
 
-from traceinsight.analysis import JobAnalysis, TraceAnalysis
+from traceinsight.analysis import JobAnalysis, TraceAnalysis, job_framework
+from traceinsight.analyzers.context import activity_devices
 from traceinsight.analyzers.cross_rank import (
     RankPayload,
     analyze_cross_rank,
@@ -43,9 +44,12 @@ def payload_of(analysis: TraceAnalysis, rank: int) -> RankPayload:
     )
 
 
-def _analyze_rank(
-    path: str, opts: Options, runtime: Runtime
-) -> tuple[TraceAnalysis, int | None, RankPayload]:
+# A rank's analysis and payload, or None with the devices it has where --device names a GPU
+# it did not use (each rank of a job usually drives its own GPU).
+RankResult = tuple[TraceAnalysis | None, int | None, RankPayload | None, tuple[int, ...]]
+
+
+def _analyze_rank(path: str, opts: Options, runtime: Runtime) -> RankResult:
     """Worker: parse and analyze one rank file; send back the analysis without its events."""
     trace = load_trace(
         path,
@@ -53,21 +57,56 @@ def _analyze_rank(
         parse_helpers=runtime.parse_helpers,
         threads=runtime.analyzer_threads,
     )
+    return _rank_result(trace, opts, runtime, trace.meta.rank or 0, detach=True)
+
+
+def _rank_result(
+    trace: Trace, opts: Options, runtime: Runtime | None, rank: int, *, detach: bool
+) -> RankResult:
+    devices = activity_devices(trace.events)
+    if opts.device is not None and opts.device not in devices:
+        return None, trace.meta.rank, None, devices
     a = analyze_trace(trace, opts, runtime)
-    return a.detached(), trace.meta.rank, payload_of(a, trace.meta.rank or 0)
+    return (a.detached() if detach else a), trace.meta.rank, payload_of(a, rank), devices
 
 
 def _assign_ranks(
-    results: list[tuple[Path, tuple[TraceAnalysis, int | None, RankPayload]]], warnings: list[str]
-) -> list[tuple[int, TraceAnalysis, RankPayload]]:
+    results: list[tuple[Path, RankResult]], warnings: list[str]
+) -> list[tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]]:
     ranks, warning = choose_ranks([res[1] for _, res in results], [p for p, _ in results])
     if warning:
         warnings.append(warning)
     out = [
-        (r, a.as_rank(r), replace(p, rank=r))
-        for r, (_, (a, _m, p)) in zip(ranks, results, strict=True)
+        (r, a.as_rank(r) if a else None, replace(p, rank=r) if p else None, devs)
+        for r, (_, (a, _m, p, devs)) in zip(ranks, results, strict=True)
     ]
     return sorted(out, key=lambda t: t[0])
+
+
+def _with_device(
+    ranked: list[tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]],
+    opts: Options,
+    path: str,
+    warnings: list[str],
+) -> list[tuple[int, TraceAnalysis, RankPayload]]:
+    """``--device`` on a job: each rank's rows on that GPU; the ranks that ran nothing on it
+    are left out, in one warning line (all of them: refused, with each rank's devices)."""
+    kept = [(r, a, p) for r, a, p, _ in ranked if a is not None and p is not None]
+    missing = [(r, devs) for r, a, _, devs in ranked if a is None]
+    if not missing:
+        return kept
+    by_rank = "; ".join(f"rank {r}: {list(devs)}" for r, devs in missing)
+    if not kept:
+        all_ranks = "; ".join(f"rank {r}: {list(devs)}" for r, _, _, devs in ranked)
+        raise InputError(
+            f"--device {opts.device}: no rank has GPU activity on it; devices by rank: {all_ranks}",
+            path,
+        )
+    warnings.append(
+        f"--device {opts.device}: {'rank' if len(missing) == 1 else 'ranks'} without GPU "
+        f"activity on it left out ({by_rank})"
+    )
+    return kept
 
 
 def _job(
@@ -82,7 +121,13 @@ def _job(
     ranks = [
         replace(
             a,
-            findings=transfer_only(a.results, a.findings, cross.comm_split.get(str(a.rank), {}), t),
+            findings=transfer_only(
+                a.results,
+                a.findings,
+                cross.comm_split.get(str(a.rank), {}),
+                t,
+                a.source["framework"],
+            ),
         )
         for _, a, _ in ranked
     ]
@@ -100,7 +145,8 @@ def _job(
         )
         for a in ranks
     ]
-    findings = diagnose_job(cross, per, t)
+    framework = job_framework(a.source["framework"] for a in ranks)
+    findings = diagnose_job(cross, per, t, framework)
     return JobAnalysis(path, ranks, cross, findings, warnings + list(cross.warnings), opts.command)
 
 
@@ -123,7 +169,7 @@ def analyze_job(
             futs = [(p, pool.submit(_analyze_rank, str(p), opts, child)) for p in files]
             results = [(p, f.result()) for p, f in futs]
     warnings: list[str] = []
-    ranked = _assign_ranks(results, warnings)
+    ranked = _with_device(_assign_ranks(results, warnings), opts, str(d), warnings)
     return _job(str(d), ranked, opts, warnings)
 
 
@@ -132,11 +178,15 @@ def analyze_trace_ranks(
 ) -> JobAnalysis:
     """One parsed trace holding several ranks (an nsys export of several processes)."""
     opts = opts or Options()
-    ranked = []
+    results = []
     for rank, events in by_rank(trace.events):
-        a = analyze_trace(trace.view(events, rank=rank), opts, runtime)
-        ranked.append((rank, a.as_rank(rank), payload_of(a, rank)))
-    return _job(trace.meta.source_path, ranked, opts, list(trace.meta.warnings))
+        a, _, p, devs = _rank_result(
+            trace.view(events, rank=rank), opts, runtime, rank, detach=False
+        )
+        results.append((rank, a.as_rank(rank) if a else None, p, devs))
+    warnings = list(trace.meta.warnings)
+    ranked = _with_device(results, opts, trace.meta.source_path, warnings)
+    return _job(trace.meta.source_path, ranked, opts, warnings)
 
 
 def load_rank_tables(directory: Path, opts: Options) -> Trace:

@@ -410,6 +410,7 @@ def explain_answer(
         "regions": inside[:TOP_LIST],
         "recommendation": f["recommendation"],
         "snippet": f.get("snippet") or None,
+        "snippet_language": f.get("snippet_language") or "python",
         "tags": f.get("tags") or [],
     }
     if sites and all(c["source"] is None for c in call_sites):

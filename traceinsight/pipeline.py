@@ -26,12 +26,14 @@ from traceinsight.findings import (
 )
 from traceinsight.findings.model import Finding
 from traceinsight.findings.quality import apply_data_quality
+from traceinsight.model.framework import detect_framework
 from traceinsight.model.schema import Trace
 from traceinsight.options import Options
 from traceinsight.runtime import Runtime
 
 # Findings whose evidence names the user's code when stacks were recorded (analyzers/sources.py).
 SOURCED_RULES = ("host_sync", "dataloader_stall", "launch_bound", "pageable_memcpy")
+NO_STACKS = {"pytorch": "no Python stacks", "cuda_app": "no call stacks"}
 
 
 def graded(opts: Options) -> Thresholds:
@@ -55,6 +57,8 @@ def analyze_trace(
     """Every analyzer and every rule on one parsed single-rank trace."""
     opts = opts or Options()
     runtime = runtime or Runtime.detect(helpers=False)
+    # read once off the whole trace: the findings' advice follows it
+    framework = detect_framework(trace)
     if opts.device is not None:
         trace = device_rows(trace, opts.device)
     view = opts.view()
@@ -91,6 +95,7 @@ def analyze_trace(
     if ctx.steps.height == 0 and ctx.has_gpu:
         warnings.append("no ProfilerStep/step ranges: the whole GPU span is analyzed as one window")
     source = source_json(trace, results, span)
+    source["framework"] = framework
     # which part of the run this is (the summary says it): offsets from the capture start
     source["window"] = {
         "start_ns": ctx.window_start_ns,
@@ -100,9 +105,11 @@ def analyze_trace(
         "rank": opts.rank,
         "device": opts.device,
     }
-    findings, data_quality = apply_data_quality(diagnose(results, graded(opts)), results.health)
+    findings, data_quality = apply_data_quality(
+        diagnose(results, graded(opts), framework), results.health
+    )
     if not results.sources.stacks_recorded and any(f.id in SOURCED_RULES for f in findings):
-        warnings.append(f"no Python stacks: {results.sources.hint}")
+        warnings.append(f"{NO_STACKS[framework]}: {results.sources.hint}")
     # the regions name the findings whose evidence lies inside them (known only now)
     results = replace(results, regions=with_findings(results.regions, findings))
     return TraceAnalysis(

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from traceinsight.analyzers import Results
 from traceinsight.causal.whatif import WhatIf
-from traceinsight.constants import IDLE_CAUSES
+from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
 
 # memory_rules imports rules.py first, so its rules register after rules.py's own
 # efficiency_rules imports rules.py first, so its rules register (and are checked) after those
@@ -62,10 +62,13 @@ COLD_CAPPED = (
 )
 
 
-def diagnose(results: Results, t: Thresholds) -> list[Finding]:
-    """Every rule on one trace's results, each finding's cost the saving the causal model
-    predicts for its fix (findings/savings.py), ranked: ``[0]`` is the biggest lever."""
-    found = _rules.diagnose(results, t)
+def diagnose(
+    results: Results, t: Thresholds, framework: Framework = FRAMEWORKS[0]
+) -> list[Finding]:
+    """Every rule that applies to ``framework`` on one trace's results, with its advice for
+    that framework, each finding's cost the saving the causal model predicts for its fix
+    (findings/savings.py), ranked: ``[0]`` is the biggest lever."""
+    found = _rules.diagnose(results, t, framework)
     priced = savings.with_savings(found, results, RULES, t, results.idle.device_window_ns)
     priced = _cold_capped(priced) if results.idle.cold_window else priced
     return _symptom_after_cause(priced)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from traceinsight.analyzers import Results
 from traceinsight.causal.whatif import WhatIf
-from traceinsight.findings.model import Draft
+from traceinsight.findings.model import Advice, Draft
 from traceinsight.findings.rules import RuleInput, rule
 from traceinsight.report.format import fmt_ms, fmt_pct
 
@@ -25,6 +25,7 @@ def unaligned_gemms_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 
 @rule(
     "gemm_shape_inefficient",
+    advice={"cuda_app": None},  # the GEMMs' shapes come from ATen's recorded inputs
     estimate=unaligned_gemms_what_if,
     recommendation="Pad the GEMM dimensions to multiples of 8 for bf16/fp16 (64 where the trace shows it pays): "
     "a vocabulary padded to a multiple of 64 (8191 -> 8192, extra logits masked or never targeted), hidden and "
@@ -66,6 +67,19 @@ def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
 
 @rule(
     "low_occupancy",
+    advice={
+        "cuda_app": Advice(
+            "Give the low-occupancy kernels more parallel work: a larger grid (more, smaller "
+            "blocks, or several problems per launch), 128-256 threads per block, fewer registers "
+            "per thread (__launch_bounds__, -maxrregcount) or less shared memory per block; "
+            "cudaOccupancyMaxPotentialBlockSize suggests a block size.",
+            (
+                "int min_grid, block;\n"
+                "cudaOccupancyMaxPotentialBlockSize(&min_grid, &block, kernel, 0, 0);\n"
+                "// and cap registers: __global__ void __launch_bounds__(256, 2) kernel(...)"
+            ),
+        )
+    },
     no_estimate="raising a kernel's occupancy depends on its code (registers, shared "
     "memory, grid); whether it then runs faster is not in the trace",
     recommendation="Give the low-occupancy kernels more parallel work: larger batches or fused ops (grid too small), "
@@ -107,6 +121,7 @@ def fused_attention_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 
 @rule(
     "attention_unfused",
+    advice={"cuda_app": None},  # ATen's matmul-softmax-matmul
     estimate=fused_attention_what_if,
     recommendation="Attention runs eagerly: softmax over the T x T score matrix between two batched "
     "matmuls writes and reads that matrix in memory. Use a fused kernel: "

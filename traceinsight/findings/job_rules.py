@@ -10,8 +10,10 @@ from dataclasses import dataclass, replace
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.comm import CommResult
 from traceinsight.analyzers.cross_rank import CrossRankResult
+from traceinsight.constants import FRAMEWORKS, Framework
 from traceinsight.findings.model import (
     SEVERITIES,
+    Advice,
     Draft,
     Finding,
     Rule,
@@ -82,6 +84,15 @@ STRAGGLER = Rule(
     "# compare ranks side by side: traceinsight analyze TRACE_DIR\n"
     "# balance work: pad/bucket sequences, move rank-specific logging off the step",
     {"straggler_wait_ratio": 0.05},
+    advice={
+        "cuda_app": Advice(
+            "Find what the slow rank does before each collective that the others do not: an "
+            "uneven domain decomposition, extra host work (I/O or output on one rank), a slower "
+            "or throttled GPU, a noisy neighbour on its host.",
+            "# compare ranks side by side: traceinsight analyze TRACE_DIR\n"
+            "# balance the decomposition: as much work (cells, particles) on every rank",
+        )
+    },
     no_estimate="the straggler's cause (uneven shards, extra host work, a slower GPU) is on "
     "one rank; its cost is the waiting it causes on the others, measured, not replayed",
 )
@@ -125,6 +136,7 @@ def transfer_only(
     findings: Sequence[Finding],
     split: Mapping[str, Mapping[str, int]],
     t: Thresholds,
+    framework: Framework = FRAMEWORKS[0],
 ) -> list[Finding]:
     """The rank's findings with the communication rules re-run on its transfer time: waiting
     for a late peer is the straggler's (charged there), and no overlap or bucketing on this rank
@@ -136,9 +148,9 @@ def transfer_only(
     wait = sum(v["wait_ns"] for v in split.values())
     exposed_wait = sum(v["exposed_wait_ns"] for v in split.values())
     kept = [f for f in findings if f.id not in COMM_RULES]
-    x = RuleInput(replace(results, comm=adjusted), t, window, kept)
+    x = RuleInput(replace(results, comm=adjusted), t, window, kept, framework)
     redone = []
-    for rule in (r for r in RULES if r.id in COMM_RULES):
+    for rule in (r for r in RULES if r.id in COMM_RULES and r.applies(framework)):
         draft = rule.check(x)
         if draft is not None:
             # the rank's own replay cannot tell transfer from waiting for peers: the cost is
@@ -162,7 +174,7 @@ def transfer_only(
                     "the cost is the transfer time left once the waits are charged to it",
                 ),
             )
-            redone.append(make_finding(rule, draft, window, t))
+            redone.append(make_finding(rule, draft, window, t, framework))
     return ranked(kept + redone)
 
 
@@ -203,14 +215,18 @@ def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding
 
 
 def diagnose_job(
-    cross: CrossRankResult, ranks: Sequence[RankFindings], t: Thresholds
+    cross: CrossRankResult,
+    ranks: Sequence[RankFindings],
+    t: Thresholds,
+    framework: Framework = FRAMEWORKS[0],
 ) -> list[Finding]:
-    """The job's findings: the straggler, then each per-rank finding once."""
+    """The job's findings: the straggler (with ``framework``'s advice), then each per-rank
+    finding once."""
     out: list[Finding] = []
     hit = _straggler(cross, t)
     if hit is not None:
         draft, job_ns = hit
-        found = make_finding(STRAGGLER, draft, job_ns, t)
+        found = make_finding(STRAGGLER, draft, job_ns, t, framework)
         why = {**found.evidence, "why_no_estimate": STRAGGLER.no_estimate}
         out.append(replace(found, evidence=why))
     # By severity, then share of the job: costs summed over different numbers of ranks

@@ -12,7 +12,7 @@ from traceinsight.analyzers import Results
 from traceinsight.analyzers.memory import DeviceMemory, MemoryResult
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.whatif import WhatIf
-from traceinsight.findings.model import Draft
+from traceinsight.findings.model import Advice, Draft
 from traceinsight.findings.rules import RuleInput, rule
 from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct, plural
 
@@ -71,6 +71,18 @@ def _allocator_cost(x: RuleInput) -> float:
 
 @rule(
     "memory_growth",
+    advice={
+        "cuda_app": Advice(
+            "Device memory allocated in the loop is not freed: free what each iteration allocates"
+            " (cudaFree, cudaFreeAsync), or allocate the buffers once outside the loop and reuse "
+            "them.",
+            (
+                "cudaMalloc(&tmp, bytes);                        // once, before the loop\n"
+                "for (int it = 0; it < n; ++it) work<<<g, b>>>(tmp);  // reused each iteration\n"
+                "cudaFree(tmp);"
+            ),
+        )
+    },
     no_estimate="a leak costs no time until the device is full: graded by the steps "
     "until then (evidence.steps_until_full)",
     recommendation="Find the tensors kept across steps (the ops below allocate them and nothing frees them): "
@@ -134,6 +146,7 @@ def memory_growth(x: RuleInput) -> Draft | None:
 
 @rule(
     "memory_fragmentation",
+    advice={"cuda_app": None},  # PyTorch's caching allocator: reserved against allocated
     # expandable segments end the cudaMalloc/cudaFree calls as keeping the cache does
     fix="no_empty_cache",
     recommendation="Let the caching allocator grow segments instead of caching odd-sized blocks: "
@@ -179,6 +192,20 @@ def memory_fragmentation(x: RuleInput) -> Draft | None:
 
 @rule(
     "allocator_churn",
+    advice={
+        "cuda_app": Advice(
+            "The GPU waits while the host allocates and frees device memory (cudaFree "
+            "synchronizes the device): allocate buffers once and reuse them, or use the stream-"
+            "ordered allocator (cudaMallocAsync/cudaFreeAsync) with a pool that keeps freed "
+            "memory cached.",
+            (
+                "cudaMemPool_t pool; cudaDeviceGetDefaultMemPool(&pool, dev);\n"
+                "uint64_t keep = UINT64_MAX;  // keep freed memory in the pool\n"
+                "cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);\n"
+                "cudaMallocAsync(&buf, bytes, stream); /* ... */ cudaFreeAsync(buf, stream);  // no device sync"
+            ),
+        )
+    },
     fix="no_empty_cache",
     recommendation="Keep the caching allocator's blocks between steps: remove torch.cuda.empty_cache() (and "
     "gc-triggered frees) from the loop; each call makes the next step cudaMalloc again, and cudaFree "
@@ -266,6 +293,18 @@ def _churn_in_window(x: RuleInput) -> Draft | None:
 
 @rule(
     "memory_headroom",
+    advice={
+        "cuda_app": Advice(
+            "The GPU waits for the host while most of its memory is unused: give each launch more"
+            " work (a larger problem per kernel, or several independent problems batched into one"
+            " launch).",
+            (
+                "// batch independent problems into one launch: one grid dimension per problem\n"
+                "dim3 grid(blocks_per_problem, n_problems);\n"
+                "solve<<<grid, b, 0, s>>>(problems);"
+            ),
+        )
+    },
     estimate=lambda r: r.memory.headroom_what_if(),
     recommendation="The GPU waits for the host while most of its memory is unused: give it more work per step "
     "(a larger batch or sequence; scale the learning rate, or accumulate fewer micro-batches).",
@@ -372,6 +411,18 @@ def small_batch_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 
 @rule(
     "small_batch",
+    advice={
+        "cuda_app": Advice(
+            "The GPU waits for the host: give each launch more work (a larger problem per kernel,"
+            " or several independent problems batched into one launch); the trace has no memory"
+            " events to say how much more fits (nsys --cuda-memory-usage=true records them).",
+            (
+                "// batch independent problems into one launch: one grid dimension per problem\n"
+                "dim3 grid(blocks_per_problem, n_problems);\n"
+                "solve<<<grid, b, 0, s>>>(problems);"
+            ),
+        )
+    },
     estimate=small_batch_what_if,
     recommendation="The GPU waits for the host and the trace has no memory events to say how much "
     "larger a batch fits: try the multiplier in the evidence, and record once with "

@@ -13,11 +13,12 @@ from types import MappingProxyType
 from typing import Any
 
 from traceinsight.causal.whatif import WhatIf
-from traceinsight.constants import SEVERITIES, Severity
+from traceinsight.constants import FRAMEWORKS, SEVERITIES, Framework, Severity
 from traceinsight.records import jsonable
 
 __all__ = [
     "SEVERITIES",
+    "Advice",
     "Draft",
     "Finding",
     "Rule",
@@ -43,6 +44,7 @@ class Finding:
     recommendation: str
     snippet: str = ""
     tags: tuple[str, ...] = ()
+    snippet_language: str = "python"  # what the snippet is written in (a fence's language)
     # the causal model's prediction for this finding's fix (None where nothing predicts it:
     # evidence.why_no_estimate says why)
     what_if: WhatIf | None = None
@@ -100,6 +102,15 @@ class Draft:
     snippet: str | None = None  # where the code to change depends on what was found
 
 
+@dataclass(frozen=True)
+class Advice:
+    """A rule's recommendation and snippet for one framework (constants.FRAMEWORKS)."""
+
+    recommendation: str
+    snippet: str = ""
+    language: str = "cpp"  # the snippet's (CUDA C++ for a CUDA/HIP application)
+
+
 # A rule's own estimate of what its fix saves: the what-if, or None with the reason.
 Estimate = Callable[[Any], "tuple[WhatIf | None, str | None]"]
 
@@ -110,7 +121,9 @@ class Rule:
     causal/transforms.py transform, replayed on the un-profiled model), ``estimate`` (the rule's
     own, from the results), or ``no_estimate`` (why nothing predicts it). ``per_site``: each
     of the finding's call sites also gets the fix at that site alone (a ``fix`` that removes
-    blocking calls)."""
+    blocking calls). ``advice``: the recommendation and snippet for each framework but the
+    default (``pytorch``, the rule's own and the draft's), None where the rule does not apply
+    to that framework's programs (it reads what only they record: it is not checked)."""
 
     id: str
     check: Callable[..., Draft | None]
@@ -122,6 +135,10 @@ class Rule:
     estimate: Estimate | None = None
     no_estimate: str | None = None
     per_site: bool = False
+    advice: Mapping[str, Advice | None] = field(default_factory=dict)
+
+    def applies(self, framework: Framework) -> bool:
+        return framework == FRAMEWORKS[0] or self.advice.get(framework, Advice("")) is not None
 
     def __post_init__(self) -> None:
         declared = [x for x in (self.fix, self.estimate, self.no_estimate) if x is not None]
@@ -129,12 +146,16 @@ class Rule:
             raise ValueError(f"rule {self.id} declares {len(declared)} of fix/estimate/no_estimate")
 
 
-def make_finding(rule: Rule, draft: Draft, window_ns: int, t: Thresholds) -> Finding:
-    """Grade ``draft`` by its cost's share of ``window_ns`` (capped by the rule)."""
+def make_finding(
+    rule: Rule, draft: Draft, window_ns: int, t: Thresholds, framework: Framework = FRAMEWORKS[0]
+) -> Finding:
+    """Grade ``draft`` by its cost's share of ``window_ns`` (capped by the rule); the advice is
+    the framework's (the draft's and the rule's own are the default framework's)."""
     ratio = min(1.0, max(0.0, draft.cost_ns / max(1, window_ns)))
     sev = t.severity(ratio)
     if rule.cap and SEVERITIES.index(sev) < SEVERITIES.index(rule.cap):
         sev = rule.cap
+    advice = _advice(rule, draft, framework)
     return Finding(
         rule.id,
         sev,
@@ -142,8 +163,22 @@ def make_finding(rule: Rule, draft: Draft, window_ns: int, t: Thresholds) -> Fin
         int(draft.cost_ns),
         ratio,
         draft.evidence,
+        advice.recommendation,
+        advice.snippet,
+        snippet_language=advice.language,
+    )
+
+
+def _advice(rule: Rule, draft: Draft, framework: Framework) -> Advice:
+    """The advice for ``framework``: the rule's declared advice for it, or for the default
+    framework (PyTorch, Python snippets) the draft's (what was found) before the rule's own."""
+    declared = rule.advice.get(framework) if framework != FRAMEWORKS[0] else None
+    if declared is not None:
+        return declared
+    return Advice(
         draft.recommendation or rule.recommendation,
         rule.snippet if draft.snippet is None else draft.snippet,
+        "python",
     )
 
 

@@ -14,8 +14,9 @@ from traceinsight.analyzers import Results
 from traceinsight.analyzers.idle import IdleSegment
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.whatif import LoaderPlan, WhatIf, loader_plan
-from traceinsight.constants import IDLE_CAUSES
+from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
 from traceinsight.findings.model import (
+    Advice,
     Draft,
     Estimate,
     Finding,
@@ -32,13 +33,19 @@ RULES: list[Rule] = []
 
 @dataclass(frozen=True)
 class RuleInput:
-    """What a check sees: the results, the thresholds, the window (ns x devices) and the
-    findings of the rules before it."""
+    """What a check sees: the results, the thresholds, the window (ns x devices), the
+    findings of the rules before it and the framework the trace records."""
 
     r: Results
     t: Thresholds
     window_ns: int
     found: Sequence[Finding]
+    framework: Framework = FRAMEWORKS[0]
+
+    def per_step(self, value: float | None) -> str:
+        """``N per step`` where the trace has steps; without them the window's total (the
+        framework's iterations are not the profiler's steps)."""
+        return f"{fmt_num(value)} per step" if self.r.steps.steps else "over the window"
 
     def idle(self, cause: str) -> int:
         return self.r.idle.idle_by_cause_ns.get(cause, 0)
@@ -76,6 +83,7 @@ def rule(
     estimate: Estimate | None = None,
     no_estimate: str | None = None,
     per_site: bool = False,
+    advice: Mapping[str, Advice | None] | None = None,
 ) -> Callable[[Callable[[RuleInput], Draft | None]], Callable[[RuleInput], Draft | None]]:
     """Register the decorated check as a rule (registry order = checking order) with its fix's
     prediction: exactly one of ``fix`` (a transform's name, causal/transforms.py), ``estimate``
@@ -94,6 +102,7 @@ def rule(
                 estimate=estimate,
                 no_estimate=no_estimate,
                 per_site=per_site,
+                advice=dict(advice or {}),
             )
         )
         return check
@@ -127,6 +136,7 @@ def loader_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 
 @rule(
     "dataloader_stall",
+    advice={"cuda_app": None},  # DataLoader waits: only a PyTorch trace records them
     estimate=loader_what_if,
     recommendation="Load batches in parallel and ahead of time: num_workers > 0, pin_memory=True, prefetch_factor 4, "
     "persistent_workers=True; move tokenization/decoding out of __getitem__ (pre-tokenize to Arrow/Parquet).",
@@ -168,6 +178,20 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
 
 @rule(
     "host_sync",
+    advice={
+        "cuda_app": Advice(
+            "Take cudaDeviceSynchronize/cudaStreamSynchronize out of the loop: order work with "
+            "streams and events (cudaEventRecord, then cudaStreamWaitEvent) so the host keeps "
+            "queuing kernels; read results back only every N iterations and time with "
+            "cudaEventElapsedTime, not a sync.",
+            (
+                "// before: kernel<<<g, b, 0, s>>>(...); cudaDeviceSynchronize();\n"
+                "cudaEventRecord(done, s);              // mark what the consumer needs\n"
+                "cudaStreamWaitEvent(other, done, 0);   // the GPU waits, not the host\n"
+                "if (iter % N == 0) cudaEventSynchronize(done);  // host reads every N iterations"
+            ),
+        )
+    },
     fix="remove_syncs",
     per_site=True,
     recommendation="Remove per-step .item(), .cpu(), print(tensor) and tensor-valued if-conditions from the loop; "
@@ -187,7 +211,7 @@ def host_sync(x: RuleInput) -> Draft | None:
     top = syncs.by_op[0] if syncs.by_op else {}
     return Draft(
         cost,
-        f"{plural(syncs.host_sync_count, 'host sync')} ({fmt_num(syncs.syncs_per_step)} per step) "
+        f"{plural(syncs.host_sync_count, 'host sync')} ({x.per_step(syncs.syncs_per_step)}) "
         f"{'leaves' if syncs.host_sync_count == 1 else 'leave'} the GPU idle {fmt_ms(cost)}"
         + (f"; most from {top.get('op')}" if top else ""),
         {
@@ -209,6 +233,7 @@ def host_sync(x: RuleInput) -> Draft | None:
 
 @rule(
     "sync_input_copy",
+    advice={"cuda_app": None},  # .to(device) copies: read off ATen's copy ops
     fix="async_input_copies",
     recommendation="Copy inputs without waiting: pinned batches (DataLoader(pin_memory=True)) and "
     ".to(device, non_blocking=True). A .to(device) without non_blocking synchronizes the stream "
@@ -246,6 +271,21 @@ def sync_input_copy(x: RuleInput) -> Draft | None:
 
 @rule(
     "launch_bound",
+    advice={
+        "cuda_app": Advice(
+            "Cut per-launch CPU cost: capture an iteration's launches in a CUDA graph once "
+            "(cudaStreamBeginCapture, cudaStreamEndCapture, cudaGraphInstantiate) and replay it "
+            "with one cudaGraphLaunch; fuse small kernels and batch small launches so each does "
+            "more work.",
+            (
+                "cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);\n"
+                "for (auto& t : tasks) small_kernel<<<g, b, 0, s>>>(t);  // the iteration's launches\n"
+                "cudaStreamEndCapture(s, &graph);\n"
+                "cudaGraphInstantiate(&exec, graph, 0);  // once\n"
+                "cudaGraphLaunch(exec, s);               // each iteration: one launch"
+            ),
+        )
+    },
     fix="cuda_graphs",
     recommendation="Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs), capture the step "
     "in a CUDA graph, use fused kernels, or give each kernel more work (larger batch).",
@@ -287,6 +327,19 @@ def launch_bound(x: RuleInput) -> Draft | None:
 
 @rule(
     "pageable_memcpy",
+    advice={
+        "cuda_app": Advice(
+            "Copy to and from pinned host memory: allocate host buffers with cudaHostAlloc (or "
+            "pin existing ones with cudaHostRegister) and copy with cudaMemcpyAsync on a stream, "
+            "so the copy neither blocks the host nor stages through a bounce buffer and can "
+            "overlap kernels (hipHostMalloc, hipMemcpyAsync on ROCm).",
+            (
+                "double* h; cudaHostAlloc(&h, bytes, cudaHostAllocDefault);  // once, not malloc/new\n"
+                "cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream);\n"
+                "// or pin a buffer you have: cudaHostRegister(buf, bytes, cudaHostRegisterDefault);"
+            ),
+        )
+    },
     fix="pinned_copies",
     recommendation="Copy from pinned memory (DataLoader(pin_memory=True) or tensor.pin_memory()) with "
     "non_blocking=True so the copy runs asynchronously and can overlap compute.",
@@ -348,6 +401,21 @@ READBACK_ADVICE = (
 
 @rule(
     "h2d_not_overlapped",
+    advice={
+        "cuda_app": Advice(
+            "Overlap copies with compute: split the data into chunks and issue each chunk's "
+            "cudaMemcpyAsync (from pinned memory) and kernel on alternating streams, so one "
+            "chunk's copy runs under the previous chunk's kernel; order with events, not device "
+            "syncs.",
+            (
+                "for (int i = 0; i < n; ++i) {\n"
+                "  cudaStream_t s = streams[i % 2];\n"
+                "  cudaMemcpyAsync(d + off[i], h + off[i], sz[i], cudaMemcpyHostToDevice, s);\n"
+                "  kernel<<<g, b, 0, s>>>(d + off[i], sz[i]);\n"
+                "}"
+            ),
+        )
+    },
     fix="h2d_overlapped",
     recommendation="Prefetch the next batch on a side stream from pinned memory (non_blocking=True) so copies overlap "
     "the current step's kernels.",
@@ -393,6 +461,18 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
 
 @rule(
     "copy_bound",
+    advice={
+        "cuda_app": Advice(
+            "The copy engines bound the run: move fewer bytes between host and device. Keep the "
+            "data resident on the GPU across iterations (copy it once, not every iteration), "
+            "exchange only halos or boundaries, send compact types and convert on the GPU; with "
+            "MPI use CUDA-aware MPI (GPUDirect) so device buffers need no host staging.",
+            (
+                "cudaMemcpy(d_field, h_field, bytes, cudaMemcpyHostToDevice);  // once, before the loop\n"
+                "for (int it = 0; it < n; ++it) step<<<g, b>>>(d_field);      // copy back halos or results only"
+            ),
+        )
+    },
     no_estimate="moving fewer bytes changes the program (what stays on the GPU, the input "
     "format); no transform of the traced step predicts it",
     recommendation="The copy engines bound the run: move fewer bytes between host and device. Keep "
@@ -484,6 +564,20 @@ DDP_FSDP_ADVICE = (
 
 @rule(
     "comm_not_overlapped",
+    advice={
+        "cuda_app": Advice(
+            "Communication is exposed: post it non-blocking (NCCL on its own stream, or "
+            "MPI_Isend/MPI_Irecv with CUDA-aware MPI) and compute the interior while it runs; "
+            "wait (cudaStreamWaitEvent, MPI_Waitall) only before the boundary work that needs the"
+            " data.",
+            (
+                "ncclAllReduce(sendbuf, recvbuf, n, ncclFloat, ncclSum, comm, comm_stream);\n"
+                "interior<<<g, b, 0, compute_stream>>>(...);   // runs under the transfer\n"
+                "cudaEventRecord(ev, comm_stream); cudaStreamWaitEvent(compute_stream, ev, 0);\n"
+                "boundary<<<g, b, 0, compute_stream>>>(...);   // needs the received data"
+            ),
+        )
+    },
     fix="comm_overlapped",
     recommendation=DDP_FSDP_ADVICE,
     snippet=(
@@ -546,6 +640,19 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
 
 @rule(
     "elementwise_heavy",
+    advice={
+        "cuda_app": Advice(
+            "Fuse elementwise kernels: compute a chain of elementwise operations in one kernel so"
+            " each value is read and written once, not once per kernel.",
+            (
+                "// before: scale<<<g, b>>>(x); add<<<g, b>>>(x, y); relu<<<g, b>>>(x);  // 3 passes\n"
+                "__global__ void fused(float* x, const float* y, float a, int n) {\n"
+                "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                "  if (i < n) x[i] = fmaxf(a * x[i] + y[i], 0.f);  // one pass\n"
+                "}"
+            ),
+        )
+    },
     fix="elementwise_fused",
     recommendation="Fuse elementwise chains: torch.compile, fused LayerNorm/RMSNorm, Flash attention "
     "(F.scaled_dot_product_attention); each unfused op reads and writes memory again.",
@@ -584,6 +691,7 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
 
 @rule(
     "unfused_optimizer",
+    advice={"cuda_app": None},  # torch.optim's per-parameter kernels
     fix="fused_optimizer",
     recommendation="Use the fused implementation: torch.optim.<Optimizer>(..., fused=True) (or foreach=True where fused is unavailable).",
     snippet="optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
@@ -643,6 +751,19 @@ def _optimizer_advice(name: str | None) -> tuple[str, str]:
 
 @rule(
     "fp32_compute",
+    advice={
+        "cuda_app": Advice(
+            "Matrix math runs in fp32 on CUDA cores: put it on tensor cores, with cuBLAS's TF32 "
+            "math mode where the precision allows, or bf16/fp16 inputs with fp32 accumulation "
+            "(cublasGemmEx).",
+            (
+                "cublasSetMathMode(handle, CUBLAS_TF32_TENSOR_OP_MATH);  // fp32 GEMMs on TF32 tensor cores\n"
+                "// or bf16 inputs, fp32 accumulation:\n"
+                "cublasGemmEx(handle, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,\n"
+                "             &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);"
+            ),
+        )
+    },
     fix="bf16_gemms",
     recommendation="Train in bf16 with torch.autocast (no GradScaler needed), or at least enable TF32 "
     "(torch.set_float32_matmul_precision('high')).",
@@ -700,6 +821,7 @@ def _fp32_advice(has_bf16: bool | None, has_tf32: bool | None) -> tuple[str | No
 
 @rule(
     "recompute_overhead",
+    advice={"cuda_app": None},  # torch.utils.checkpoint's recomputed forward
     fix="recompute_removed",
     recommendation="Checkpoint only as much as memory requires (every other block, or selective checkpointing of "
     "cheap ops); if memory allows, turn it off.",
@@ -740,6 +862,15 @@ def steady_steps_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 
 @rule(
     "step_time_variance",
+    advice={
+        "cuda_app": Advice(
+            "Find what differs in the slow iterations (I/O, output or checkpoint writes every N "
+            "iterations, load imbalance across MPI ranks, other processes) and move it off the "
+            "critical path or amortize it.",
+            "// time each iteration with cudaEventRecord/cudaEventElapsedTime and compare the "
+            "slow ones",
+        )
+    },
     estimate=steady_steps_what_if,
     recommendation="Find what differs in the slow steps (data, GC pauses, logging/checkpointing every N steps, other "
     "processes) and move it out of the step or amortize it.",
@@ -799,6 +930,22 @@ def variance_cause(r: Results, min_ratio: float) -> str | None:
 
 @rule(
     "cold_start",
+    advice={
+        "cuda_app": Advice(
+            "The window holds the run's first pass: its idle time is one-time cost (module "
+            "loading, context and handle creation, JIT compilation). Profile steady-state "
+            "iterations: start the capture after warm-up (cudaProfilerStart/cudaProfilerStop with"
+            " nsys --capture-range=cudaProfilerApi); build for the GPU's architecture so nothing "
+            "is JIT-compiled.",
+            (
+                "for (int it = 0; it < n; ++it) {\n"
+                "  if (it == warmup) cudaProfilerStart();  // nsys profile --capture-range=cudaProfilerApi\n"
+                "  step(it);\n"
+                "}\n"
+                "cudaProfilerStop();"
+            ),
+        )
+    },
     no_estimate="one-time costs (first launches that load their modules, module loads, stream "
     "and handle creation, compilation) are not paid again by a warmed-up loop: record after "
     "warm-up to see what the steady state spends",
@@ -846,6 +993,17 @@ def cold_start(x: RuleInput) -> Draft | None:
 
 @rule(
     "graph_capture",
+    advice={
+        "cuda_app": Advice(
+            "This window is a CUDA/HIP graph capture phase (launches are recorded into a graph, "
+            "not run): its utilization is not the steady state. Profile the iterations that "
+            "replay the graph (cudaGraphLaunch).",
+            (
+                "// profile the replays: cudaProfilerStart() after cudaGraphInstantiate, with nsys\n"
+                "// profile --capture-range=cudaProfilerApi"
+            ),
+        )
+    },
     no_estimate="a graph capture runs no work: its GPU time says nothing about the replayed "
     "graph's; profile the replay",
     cap="info",
@@ -873,6 +1031,17 @@ LATER_CAUSES = ("allocator",)
 
 @rule(
     "gpu_underutilized",
+    advice={
+        "cuda_app": Advice(
+            "Give the GPU more work per launch (a larger problem per kernel, independent work on "
+            "concurrent streams) and look at the host calls named in the idle segments: they run "
+            "while the GPU waits.",
+            (
+                "// independent work on concurrent streams keeps the GPU fed while one stream waits\n"
+                "for (int i = 0; i < nstreams; ++i) work<<<g, b, 0, streams[i]>>>(part[i]);"
+            ),
+        )
+    },
     no_estimate="no single fix: the other findings' what_if and "
     "details.what_if.all_fixes predict what their fixes save",
     recommendation="Give the GPU more work per step (batch/sequence) and look at the host ops named in the idle "
@@ -901,7 +1070,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     rest = max(0, idle.idle_ns - explained)
     segs = x.segments("cpu_work", 10)
     top_ops = [s.host_op for s in segs if s.host_op]
-    where = _mostly(segs, x.idle("cpu_work"), x.t["underutilized_op_min_ratio"])
+    where = _mostly(segs, x.idle("cpu_work"), x.t["underutilized_op_min_ratio"], x.framework)
     if x.idle("gpu_wait") >= x.t["underutilized_op_min_ratio"] * max(1, rest):
         # work was queued and waited on something the trace does not show
         where = (
@@ -922,18 +1091,32 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     )
 
 
-def diagnose(results: Results, t: Thresholds) -> list[Finding]:
-    """Every rule on one trace's results, ranked: ``[0]`` is the biggest lever."""
+def diagnose(
+    results: Results, t: Thresholds, framework: Framework = FRAMEWORKS[0]
+) -> list[Finding]:
+    """Every rule that applies to ``framework`` on one trace's results, each with that
+    framework's advice, ranked: ``[0]`` is the biggest lever."""
     window = results.idle.device_window_ns
     found: list[Finding] = []
     for r in RULES:
-        draft = r.check(RuleInput(results, t, window, found))
+        if not r.applies(framework):
+            continue
+        draft = r.check(RuleInput(results, t, window, found, framework))
         if draft is not None:
-            found.append(make_finding(r, draft, window, t))
+            found.append(make_finding(r, draft, window, t, framework))
     return ranked(found)
 
 
-def _mostly(segs: Sequence[IdleSegment], cpu_work_ns: int, min_ratio: float) -> str:
+# The host time outside every recorded op, by framework: what runs there and what names it.
+OUTSIDE_OPS: Mapping[str, str] = {
+    "pytorch": "Python between ops: with_stack=True names the lines",
+    "cuda_app": "host code between CUDA calls: nsys profile --sample=cpu names the functions",
+}
+
+
+def _mostly(
+    segs: Sequence[IdleSegment], cpu_work_ns: int, min_ratio: float, framework: Framework
+) -> str:
     """Where the CPU-work idle went, in words: the host op under most of it, or outside any
     recorded op (Python between ops), where either holds ``min_ratio`` of it."""
     if cpu_work_ns <= 0 or not segs:
@@ -945,7 +1128,5 @@ def _mostly(segs: Sequence[IdleSegment], cpu_work_ns: int, min_ratio: float) -> 
     if ns < min_ratio * cpu_work_ns:
         return " with no more specific cause"
     if op is None:
-        return (
-            ", mostly outside any recorded op (Python between ops: with_stack=True names the lines)"
-        )
+        return f", mostly outside any recorded op ({OUTSIDE_OPS[framework]})"
     return f", mostly while the host ran {op}"

@@ -24,6 +24,26 @@ def fmt_devices(devices: list[dict[str, Any]]) -> str:
     return "none with GPU activity" + (f" (the metadata names {named})" if named else "")
 
 
+# What the reports call a step, by the trace's framework (source.framework): a PyTorch
+# trace's profiler steps; an application's iterations (its NVTX ranges matched as steps).
+STEP_NOUNS: dict[str, str] = {"pytorch": "step", "cuda_app": "iteration"}
+
+
+# The program the trace records (source.framework), in words where its advice is not the
+# default (PyTorch's): the summary says why the advice is CUDA's.
+FRAMEWORK_WORDS: dict[str, str] = {
+    "cuda_app": "CUDA/HIP application (no PyTorch seen: CUDA-level advice)",
+}
+
+
+def per_step(doc: dict[str, Any]) -> str:
+    """``per step`` (``per iteration`` for an application) where the trace has steps, else
+    ``over the window``: a trace without steps has nothing to count per."""
+    steps = (doc.get("metrics") or {}).get("steps", 1)  # a job's ranks have theirs
+    noun = STEP_NOUNS.get((doc.get("source") or {}).get("framework") or "pytorch", "step")
+    return f"per {noun}" if steps else "over the window"
+
+
 def saving_per_step_ns(w: dict[str, Any]) -> int:
     """A what-if's saving per step: its un-profiled step before less after (never below 0)."""
     return max(0, w["step_time_ns"] - w["step_time_after_ns"])
@@ -48,7 +68,7 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
         else f"the profiled step as recorded, median {fmt_ns(profiled)},"
     )
     return (
-        "Predicted savings and speedups are per step and apply to the un-profiled step, "
+        f"Predicted savings and speedups are {per_step(doc)} and apply to the un-profiled step, "
         f"{fmt_ns(unprofiled)} ({how} less the profiler's own cost)."
     )
 

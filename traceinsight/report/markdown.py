@@ -18,6 +18,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    per_step,
     plural,
     prediction_basis,
     ranked_idle_causes,
@@ -100,9 +101,9 @@ def _headline(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _findings_table(findings: list[dict[str, Any]]) -> list[str]:
+def _findings_table(findings: list[dict[str, Any]], per: str) -> list[str]:
     rows = [
-        "| # | severity | finding | saving per step | step (un-profiled) | speedup |",
+        f"| # | severity | finding | saving {per} | step (un-profiled) | speedup |",
         "|---:|---|---|---:|---|---:|",
     ]
     for i, f in enumerate(findings[:MAX_FINDINGS], 1):
@@ -116,7 +117,7 @@ def _findings_table(findings: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
-def _first_finding(f: dict[str, Any]) -> list[str]:
+def _first_finding(f: dict[str, Any], per: str) -> list[str]:
     out = [f"### What to change first: {f['id']}", "", f["title"], ""]
     ev = f.get("evidence") or {}
     if ev.get("causal_chain"):
@@ -131,14 +132,14 @@ def _first_finding(f: dict[str, Any]) -> list[str]:
         out.append("")
     if (w := f.get("what_if")) is not None:
         saving, step, speedup = _saving(w)
-        out += [f"Predicted: saves {saving} per step (un-profiled step {step}, {speedup}).", ""]
+        out += [f"Predicted: saves {saving} {per} (un-profiled step {step}, {speedup}).", ""]
     elif why := no_prediction(f):
         out += [why, ""]
     if facts := finding_evidence(f).facts[:MAX_FACTS]:
         out += ["Evidence: " + "; ".join(f"{k}: {cell(v)}" for k, v in facts) + ".", ""]
     out += [f"**Advice**: {f['recommendation']}", ""]
     if f.get("snippet"):
-        out += [*_fence(f["snippet"]), ""]
+        out += [*_fence(f["snippet"], f.get("snippet_language") or "python"), ""]
     return out
 
 
@@ -182,15 +183,16 @@ def render(doc: dict[str, Any]) -> str:
     if not findings:
         out += ["No findings: nothing measurable stands out.", ""]
     else:
-        out += [*_findings_table(findings), ""]
+        out += [*_findings_table(findings, per_step(doc)), ""]
         combined = ((doc.get("details") or {}).get("what_if") or {}).get("all_fixes")
         if combined:
             saving, step, speedup = _saving(combined)
             out += [
-                f"All fixes together: saves {saving} per step (un-profiled step {step}, {speedup}).",
+                f"All fixes together: saves {saving} {per_step(doc)} (un-profiled step {step}, "
+                f"{speedup}).",
                 "",
             ]
-        out += _first_finding(findings[0])
+        out += _first_finding(findings[0], per_step(doc))
     out += _notes(doc)
     version = doc["tool"]["version"]
     out.append(

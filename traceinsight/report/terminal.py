@@ -6,6 +6,7 @@ from typing import Any
 
 from traceinsight.constants import HEADLINE_METRICS
 from traceinsight.report.format import (
+    FRAMEWORK_WORDS,
     SOURCE_NOUNS,
     fmt_bytes,
     fmt_devices,
@@ -14,6 +15,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    per_step,
     plural,
     prediction_basis,
     ranked_idle_causes,
@@ -30,6 +32,8 @@ def render_summary(
     src, m = doc["source"], doc["metrics"]
     lines = [f"traceinsight {doc['tool']['version']}: {src['path']}"]
     lines.append(f"  format    {src['format']} ({src['format_version']})")
+    if program := FRAMEWORK_WORDS.get(src.get("framework") or ""):
+        lines.append(f"  program   {program}")
     lines.append(f"  devices   {fmt_devices(src['devices'])}")
     world = f" of {src['world_size']}" if src.get("world_size") else ""
     lines.append(
@@ -184,21 +188,21 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def _saving(w: dict[str, Any]) -> str:
+def _saving(w: dict[str, Any], per: str = "per step") -> str:
     """A what-if in words: the saving per step, the un-profiled step before and after the fix
     as the causal model predicts."""
     before, after = w["step_time_ns"], w["step_time_after_ns"]
     speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
     return (
-        f"saves {fmt_ms(saving_per_step_ns(w))} per step "
+        f"saves {fmt_ms(saving_per_step_ns(w))} {per} "
         f"(un-profiled step {fmt_ms(before)} -> {fmt_ms(after)}, {speedup} predicted)"
     )
 
 
-def _selected_line(sel: dict[str, Any]) -> str:
+def _selected_line(sel: dict[str, Any], per: str) -> str:
     """--what-if in words: the chosen fixes together, and the ids that did not apply."""
     text = f"What if {' + '.join(sel['fixes'])}: "
-    text += _saving(sel) if sel.get("step_time_ns") is not None else "no step model to replay"
+    text += _saving(sel, per) if sel.get("step_time_ns") is not None else "no step model to replay"
     if sel.get("not_raised"):
         text += f" (not raised here: {', '.join(sel['not_raised'])})"
     if sel.get("no_fix"):
@@ -209,6 +213,7 @@ def _selected_line(sel: dict[str, Any]) -> str:
 def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> list[str]:
     """Findings (non-info first), warnings and the report path: the end of every summary."""
     findings = doc["findings"]
+    per = per_step(doc)
     shown = [f for f in findings if f["severity"] != "info"] or findings[:1]
     lines = [""]
     failed = [q["check"] for q in doc.get("data_quality", []) if q["severity"] == "error"]
@@ -226,18 +231,18 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
             sources = f["evidence"].get("sources", [])[:3]
             lines.extend(
                 f"         at {fmt_source(s, noun)}"
-                + (f"; fixing it here {_saving(s['what_if'])}" if s.get("what_if") else "")
+                + (f"; fixing it here {_saving(s['what_if'], per)}" if s.get("what_if") else "")
                 for s in sources
             )
             if (w := f.get("what_if")) is not None:
-                lines.append(f"         fix: {_saving(w)}")
+                lines.append(f"         fix: {_saving(w, per)}")
             lines.append(f"         -> {f['recommendation']}")
         combined = (doc.get("details") or {}).get("what_if", {}).get("all_fixes")
         if combined:
-            lines.append(f"All fixes together: {_saving(combined)}")
+            lines.append(f"All fixes together: {_saving(combined, per)}")
         chosen = (doc.get("details") or {}).get("what_if", {}).get("selected")
         if chosen:
-            lines.append(_selected_line(chosen))
+            lines.append(_selected_line(chosen, per))
     for q in doc.get("data_quality", []):
         affected = f" (affects {', '.join(q['affected'])})" if q["affected"] else ""
         lines.append(f"data quality {q['severity']}: {q['check']}: {q['message']}{affected}")

@@ -1,0 +1,149 @@
+"""Advice follows what the trace records: a PyTorch program gets PyTorch advice, a plain CUDA/HIP
+application (C++, MPI codes under Nsight Systems) CUDA-level advice with C++ snippets and no
+"per step" where it has no steps. And --device on a job: per rank, the ranks without that GPU
+left out in one warning line."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from traceinsight.api import analyze
+from traceinsight.cli import main
+from traceinsight.constants import FRAMEWORKS
+from traceinsight.errors import InputError
+from traceinsight.findings import JOB_RULES, RULES
+from traceinsight.model.framework import detect_framework
+from traceinsight.parsers import load_trace
+from traceinsight.report import markdown
+
+from .conftest import FIXTURES, H200, shared_or_skip
+
+# what no advice for an application may say: PyTorch's API, and steps it does not have
+TORCH_WORDS = re.compile(r"\.item\(\)|DataLoader|torch|per step", re.IGNORECASE)
+
+# CUDA/HIP applications in fixtures/ (always present) and in the corpus (../shared)
+APP_FIXTURES = [
+    FIXTURES / "nsys" / "Mordred__report1.sqlite",  # a GPU database engine (C++)
+    FIXTURES / "foreign" / "awsgpu_report2.sqlite",  # a unified-memory softmax (CUDA C++)
+    FIXTURES / "foreign" / "extrap_concurrent_s16.sqlite",
+]
+APP_CORPUS = [
+    "pipit__perlmutter-cloverleaf-cuda.sqlite",  # CloverLeaf (C++/CUDA) on an A100
+    "pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite",  # an MPI + CUDA saxpy
+]
+
+
+def _corpus(name: str) -> Path:
+    return shared_or_skip() / "nsys" / name
+
+
+def _assert_application_advice(path: Path) -> None:
+    a = analyze(path)
+    assert a.source["framework"] == "cuda_app"
+    assert a.findings, f"{path.name}: the check needs findings to look at"
+    for f in a.findings:
+        for text in (f.recommendation, f.snippet, f.title):
+            assert not TORCH_WORDS.search(text), f"{path.name} {f.id}: {text!r}"
+        assert f.snippet_language == "cpp"
+    md = markdown.render(a.to_json())
+    assert "```python" not in md and "per step" not in md
+
+
+@pytest.mark.parametrize("path", APP_FIXTURES, ids=lambda p: p.name)
+def test_application_fixtures_get_cuda_advice(path):
+    _assert_application_advice(path)
+
+
+@pytest.mark.parametrize("name", APP_CORPUS)
+def test_application_corpus_gets_cuda_advice(name):
+    _assert_application_advice(_corpus(name))
+
+
+def test_cloverleaf_host_sync_names_streams_and_events():
+    # CloverLeaf syncs with cudaDeviceSynchronize after its kernels: the advice is the CUDA one
+    a = analyze(_corpus(APP_CORPUS[0]))
+    sync = next(f for f in a.findings if f.id == "host_sync")
+    assert "cudaStreamWaitEvent" in sync.recommendation and "cudaEventRecord" in sync.snippet
+    assert "(over the window)" in sync.title  # no steps: nothing is per step
+    copy = next(f for f in a.findings if f.id == "pageable_memcpy")
+    assert "cudaHostAlloc" in copy.recommendation and "cudaMemcpyAsync" in copy.snippet
+
+
+@pytest.mark.parametrize(
+    ("path", "framework"),
+    [
+        (FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite", "pytorch"),  # aten:: NVTX ranges
+        (FIXTURES / "nsys" / "nsys-ai__mock.sqlite", "pytorch"),  # ATen kernels only
+        (H200 / "h2d_pageable.pt.trace.json.gz", "pytorch"),  # Kineto: the PyTorch profiler
+        (FIXTURES / "nsys" / "Mordred__report1.sqlite", "cuda_app"),
+    ],
+    ids=lambda x: x.name if isinstance(x, Path) else x,
+)
+def test_framework_is_read_off_the_trace(path, framework):
+    assert detect_framework(load_trace(path)) == framework
+
+
+def test_pytorch_trace_keeps_its_advice():
+    a = analyze(H200 / "h2d_pageable.pt.trace.json.gz")
+    assert a.source["framework"] == "pytorch"
+    f = next(f for f in a.findings if f.id == "pageable_memcpy")
+    rule = next(r for r in RULES if r.id == "pageable_memcpy")
+    assert (f.recommendation, f.snippet) == (rule.recommendation, rule.snippet)
+    assert "pin_memory" in f.recommendation and f.snippet_language == "python"
+
+
+def test_pytorch_nsys_export_keeps_its_advice():
+    a = analyze(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite")
+    assert a.source["framework"] == "pytorch"
+    assert any("torch" in f.recommendation + f.snippet for f in a.findings)
+
+
+@pytest.mark.parametrize("rule", [*RULES, *JOB_RULES], ids=lambda r: r.id)
+def test_every_rule_declares_advice_for_every_framework(rule):
+    # a rule either declares each other framework's advice or says it does not apply (None):
+    # falling back to the PyTorch text would give an application PyTorch advice
+    for framework in FRAMEWORKS[1:]:
+        assert framework in rule.advice, f"{rule.id}: no advice for {framework}"
+        adv = rule.advice[framework]
+        if adv is not None:
+            assert adv.recommendation and adv.snippet
+            assert not TORCH_WORDS.search(adv.recommendation + adv.snippet), rule.id
+
+
+# --- --device on a job: per rank ------------------------------------------------------------
+
+DDP = H200 / "ddp_overlap"  # rank 0 on GPU 0, rank 1 on GPU 1
+
+
+def test_device_on_a_job_keeps_the_ranks_on_that_gpu():
+    job = analyze(DDP, device=1)
+    assert [r.rank for r in job.ranks] == [1]
+    assert [d["id"] for d in job.ranks[0].source["devices"]] == [1]
+    assert (
+        job.warnings.count("--device 1: rank without GPU activity on it left out (rank 0: [0])")
+        == 1
+    )
+    assert job.to_json()["source"]["framework"] == "pytorch"
+
+
+def test_device_on_a_multi_process_export_is_per_rank_too():
+    job = analyze(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite", device=1)
+    assert [r.rank for r in job.ranks] == [1]
+    assert any(w.startswith("--device 1: rank without GPU activity") for w in job.warnings)
+
+
+def test_device_no_rank_has_is_refused_with_each_ranks_devices(capsys):
+    with pytest.raises(InputError, match=r"devices by rank: rank 0: \[0\]; rank 1: \[1\]"):
+        analyze(DDP, device=5)
+    assert main(["analyze", str(DDP), "--device", "5", "--no-html"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no rank has GPU activity on it" in err[0]
+
+
+def test_rank_left_out_by_device_says_why():
+    with pytest.raises(InputError, match=r"--rank 0: the job has ranks \[1\] \(--device 1: rank"):
+        analyze(DDP, device=1, rank=0)
+    assert analyze(DDP, device=1, rank=1).source["devices"][0]["id"] == 1

@@ -1,0 +1,42 @@
+"""What program a trace records, read from the trace itself: a PyTorch program or a plain
+CUDA/HIP application (C++, Fortran, MPI codes). The findings' advice follows it (each rule
+declares its advice per framework: findings/model.py)."""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceinsight.constants import FRAMEWORKS, Framework
+from traceinsight.model.schema import Trace
+
+__all__ = ["FRAMEWORKS", "Framework", "detect_framework"]
+
+# ATen ops (cpu_op rows, torch's NVTX ranges under nsys --pytorch or emit_nvtx), the profiler's
+# steps, torch.compile/Dynamo regions
+_TORCH_RANGE = (
+    r"^(aten::|ProfilerStep#|autograd::|torch[._:]|Torch-Compiled Region|## Call CompiledFxGraph)"
+)
+# ATen's and c10's own CUDA/HIP kernels (nsys and rocprof traces without host ranges)
+_TORCH_KERNEL = r"at::native::|at::cuda::|\bc10::|at_cuda_detail::|\bpytorch_"
+# libtorch in the backtraces nsys recorded
+_TORCH_MODULE = r"(?i)(^|/)(libtorch|libc10|_C\.cpython|libtorch_python)"
+
+
+def detect_framework(trace: Trace) -> Framework:
+    """``pytorch`` when the trace shows PyTorch (a Kineto trace: its profiler wrote it; ATen op
+    or step ranges, Python frames, ATen kernels, libtorch in the backtraces), else ``cuda_app``."""
+    if trace.meta.format == "kineto":
+        return "pytorch"
+    ev = trace.events
+    kind, name = pl.col("kind"), pl.col("name")
+    hit = ev.select(
+        (kind.eq("python_function").any())
+        | (kind.is_in(["cpu_op", "user_annotation"]) & name.str.contains(_TORCH_RANGE)).any()
+        | (kind.eq("kernel") & name.str.contains(_TORCH_KERNEL)).any()
+    ).item()
+    if hit:
+        return "pytorch"
+    chains = trace.callchains
+    if chains.height and chains["module"].drop_nulls().str.contains(_TORCH_MODULE).any():
+        return "pytorch"
+    return "cuda_app"
