@@ -23,9 +23,11 @@ _TORCH_MODULE = r"(?i)(^|/)(libtorch|libc10|_C\.cpython|libtorch_python)"
 
 
 def detect_framework(trace: Trace) -> Framework:
-    """``pytorch`` when the trace shows PyTorch (a Kineto trace: its profiler wrote it; ATen op
-    or step ranges, Python frames, ATen kernels, libtorch in the backtraces), else ``cuda_app``."""
-    if trace.meta.format == "kineto":
+    """``pytorch`` when the trace shows PyTorch (a Kineto trace with its schemaVersion: the
+    profiler wrote it; ATen op or step ranges, Python frames, ATen kernels, libtorch in the
+    backtraces), else ``cuda_app``. A Chrome trace without schemaVersion is judged by its
+    content: ``annotate`` writes one from an nsys export of any program."""
+    if trace.meta.format == "kineto" and trace.meta.format_version.startswith("schemaVersion"):
         return "pytorch"
     ev = trace.events
     kind, name = pl.col("kind"), pl.col("name")
