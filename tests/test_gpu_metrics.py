@@ -20,7 +20,7 @@ from traceinsight.model.schema import GPU_METRICS_SCHEMA, conform_side
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.report.html import render_html
-from traceinsight.report.terminal import _efficiency_line
+from traceinsight.report.terminal import render_summary
 
 from .builder import Events
 from .conftest import FIXTURES
@@ -185,8 +185,8 @@ def test_means_overall_per_device_and_per_kernel_class(tmp_path: Path) -> None:
     assert cls["idle"].samples == 2
     assert cls["idle"].sm_active_ratio == pytest.approx(0.2)
     assert cls["idle"].dram_bandwidth_ratio == pytest.approx(0.1)
-    line = _efficiency_line(m)
-    assert line and "SM active 52.5%" in line[0] and "tensor active 20.0%" in line[0]
+    (line,) = [ln for ln in render_summary(a.to_json()).splitlines() if "SM active" in ln]
+    assert "SM active 52.5%" in line and "tensor active 20.0%" in line
 
 
 def test_no_gpu_metrics_no_counters(tmp_path: Path) -> None:
