@@ -226,36 +226,35 @@ def test_conform_orders_several_ranks_rank_by_rank_and_by_rank_slices_them():
     ]
 
 
-def test_next_launch_per_device():
-    """Each gap gets the earliest launch of the work starting exactly at its end on its own
-    device; none where that work has no launch or nothing starts there."""
-    from traceinsight.analyzers.idle import _next_launch
-
-    class Ctx:
-        launches = pl.DataFrame(
-            {
-                "device": [0, 0, 1, 0, 1],
-                "start_ns": [10, 10, 10, 30, 50],
-                "launch_start_ns": [7, 5, 1, None, 40],
-            }
-        )
-
-    gaps = pl.DataFrame(
-        {
-            "gap_id": [0, 1, 2, 3, 4],
-            "device": [0, 0, 0, 1, 1],
-            "start_ns": [0, 20, 40, 0, 20],
-            "end_ns": [10, 30, 45, 10, 50],
-        },
-        schema_overrides={"gap_id": pl.UInt32},
-    )
-    assert _next_launch(Ctx(), gaps).to_list() == [5, None, None, 1, 40]  # type: ignore[arg-type]
-    # gaps not grouped by device: the same answer, in the order given
-    mixed = gaps[[3, 0, 4, 1, 2]]
-    assert _next_launch(Ctx(), mixed).to_list() == [1, 5, 40, None, None]  # type: ignore[arg-type]
+def test_gap_causes_read_the_next_launch_per_device():
+    """A gap's next launch is the earliest launch of the work starting exactly at its end on its
+    own device: queued long before (> half the gap) it is ``gpu_wait``, launched late or never
+    it is ``cpu_work``; a launch of the other device's, or of later work, does not count."""
+    ev = Events()
+    ev.kernel("a0", 10, 10, launch_us=2)
+    ev.kernel("a1", 10, 10, launch_us=50, device=1)
+    # device 0's next work: two kernels at 220 us, the earlier queued at 30 us
+    ev.kernel("b0", 220, 10, launch_us=30)
+    ev.kernel("b0x", 220, 10, launch_us=210, stream=8)
+    # device 1's next work at 220 us, launched late (at 200 us)
+    ev.kernel("b1", 220, 10, launch_us=200, device=1)
+    # device 0: work at 420 us without a launch call, then work at 600 us queued at 100 us
+    ev.kernel("c0", 420, 10)
+    ev.kernel("d0", 600, 10, launch_us=100)
+    segments = analyze_trace(ev.trace()).results.idle.top_segments
+    causes = {(s.device, s.start_ns // US, s.end_ns // US): s.cause for s in segments}
+    assert causes == {
+        (0, 20, 220): "gpu_wait",  # the earliest of the two launches (30 us), not 210 us
+        (1, 20, 220): "cpu_work",  # its own late launch, not device 0's queued one
+        (0, 230, 420): "cpu_work",  # no launch at 420 us: d0's early one is not its
+        (0, 430, 600): "gpu_wait",
+        (1, 230, 610): "cpu_work",  # to the window's end: nothing launched
+    }
 
 
 def test_nsys_rank_of_both_paths_agree():
+    # a private helper on purpose: its lookup path starts at 17 processes in one export, which
+    # no fixture has; the chain path is what every nsys test reaches publicly
     from traceinsight.parsers.nsys import _rank_of
 
     gpid = pl.DataFrame({"gpid": [30, 10, None, 20, 99, 10]})
@@ -326,6 +325,8 @@ def test_nested_api_records_of_one_call_are_one_sync_and_readbacks_get_their_adv
     ],
 )
 def test_optimizer_advice_names_what_exists(name, expected):
+    # the advice table by optimizer name: the unfused_optimizer finding reaches one name per
+    # recording, and the fixtures record AdamW and SGD only
     from traceinsight.findings.rules import _optimizer_advice
 
     recommendation, snippet = _optimizer_advice(name)

@@ -140,13 +140,13 @@ def _periodic(iteration_us: float, iterations: int, warmup: bool = True):
 def test_iterations_from_the_repeating_kernel_sequence():
     it = kernel_iterations(_periodic(1000, 6).events)
     assert it is not None
-    assert it["period_kernels"] == 5  # A B C B D, not B's layer spacing
+    assert it.period_kernels == 5  # A B C B D, not B's layer spacing
     # 6 iterations 1000 us apart: 5 spacings between anchors, the first (warm-up) dropped
-    assert it["iterations"] == 4
-    assert it["per_iteration_ns"] == [1_000_000] * 4
+    assert it.iterations == 4
+    assert it.per_iteration_ns == (1_000_000,) * 4
     # 31 kernels (the warm-up, then 6 x 5); of the 26 compared one period apart only the
     # warm-up differs from its partner
-    assert it["match_ratio"] == pytest.approx(25 / 26)
+    assert it.match_ratio == pytest.approx(25 / 26)
 
 
 def test_no_period_in_a_shuffled_sequence():
@@ -278,9 +278,10 @@ def test_real_nvtx_and_kernel_period_agree():
     # kernel sequence are two independent ways to the same iteration time
     a = analyze(_corpus("param/linear_kineto.json.gz"))
     n, k = nvtx_iterations(a.trace.events), kernel_iterations(a.trace.events)
-    assert n["range_name"] == "Optimizer.step#SGD.step"
-    assert n["iterations"] == k["iterations"]
-    assert n["median_ns"] == pytest.approx(k["median_ns"], rel=0.03)
+    assert n is not None and k is not None
+    assert n.range_name == "Optimizer.step#SGD.step"
+    assert n.iterations == k.iterations
+    assert n.median_ns == pytest.approx(k.median_ns, rel=0.03)
 
 
 def test_job_ranks_from_workers_keep_their_cuda_versions():

@@ -31,6 +31,9 @@ def _doc(
     streamed: bool = True,
     helpers: int = 0,
 ):
+    # Module constants patched on purpose: the cut points (CHUNK_BYTES) and the helper threshold
+    # are fixed policy with no public knob, and cuts inside strings or nested values, or helpers
+    # on a small file, are reached only with them shrunk; the document is the public result.
     monkeypatch.setattr(fast, "CHUNK_BYTES", chunk)
     monkeypatch.setattr(fast, "MIN_HELPER_BYTES", 0)
     if not use_fast:

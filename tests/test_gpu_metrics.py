@@ -20,7 +20,7 @@ from traceinsight.model.schema import GPU_METRICS_SCHEMA, conform_side
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.report.html import render_html
-from traceinsight.report.terminal import _efficiency_line
+from traceinsight.report.terminal import render_summary
 
 from .builder import Events
 from .conftest import FIXTURES
@@ -164,29 +164,29 @@ def test_views_cut_the_samples(tmp_path: Path) -> None:
 
 def test_means_overall_per_device_and_per_kernel_class(tmp_path: Path) -> None:
     a = analyze_trace(load_trace(_export(tmp_path)))
-    m, e = a.metrics, a.results.efficiency
+    m, e = a.metrics, a.results.efficiency.counters
     # four samples: SM (80 + 90 + 0 + 40) / 4, tensor (0 + 60 + 0 + 20) / 4,
     # DRAM read (30 + 10 + 0 + 20) / 4 + write (10 + 10 + 0 + 0) / 4
     assert m["sm_active_ratio"] == pytest.approx(0.525)
     assert m["tensor_active_ratio"] == pytest.approx(0.20)
     assert m["dram_bandwidth_ratio"] == pytest.approx(0.15 + 0.05)
-    dev = {d["device"]: d for d in e.gpu_metrics_devices}
-    assert dev[0]["samples"] == 3 and dev[1]["samples"] == 1
-    assert dev[0]["sm_active_ratio"] == pytest.approx(170 / 300)
-    assert dev[0]["dram_bandwidth_ratio"] == pytest.approx(40 / 300 + 20 / 300)
-    assert dev[1]["tensor_active_ratio"] == pytest.approx(0.20)
-    cls = {c["kernel_class"]: c for c in e.gpu_metrics_classes}
+    dev = {d.device: d for d in e.devices}
+    assert dev[0].samples == 3 and dev[1].samples == 1
+    assert dev[0].sm_active_ratio == pytest.approx(170 / 300)
+    assert dev[0].dram_bandwidth_ratio == pytest.approx(40 / 300 + 20 / 300)
+    assert dev[1].tensor_active_ratio == pytest.approx(0.20)
+    cls = {c.kernel_class: c for c in e.classes}
     assert set(cls) == {"gemm", "elementwise", "idle"}
-    assert cls["gemm"]["tensor_active_ratio"] == pytest.approx(0.6)
-    assert cls["gemm"]["sm_active_ratio"] == pytest.approx(0.9)
-    assert cls["elementwise"]["tensor_active_ratio"] == pytest.approx(0.0)
-    assert cls["elementwise"]["dram_bandwidth_ratio"] == pytest.approx(0.4)
+    assert cls["gemm"].tensor_active_ratio == pytest.approx(0.6)
+    assert cls["gemm"].sm_active_ratio == pytest.approx(0.9)
+    assert cls["elementwise"].tensor_active_ratio == pytest.approx(0.0)
+    assert cls["elementwise"].dram_bandwidth_ratio == pytest.approx(0.4)
     # idle: GPU 0 at T_IDLE and GPU 1 (no kernels there) at T_GEMM
-    assert cls["idle"]["samples"] == 2
-    assert cls["idle"]["sm_active_ratio"] == pytest.approx(0.2)
-    assert cls["idle"]["dram_bandwidth_ratio"] == pytest.approx(0.1)
-    line = _efficiency_line(m)
-    assert line and "SM active 52.5%" in line[0] and "tensor active 20.0%" in line[0]
+    assert cls["idle"].samples == 2
+    assert cls["idle"].sm_active_ratio == pytest.approx(0.2)
+    assert cls["idle"].dram_bandwidth_ratio == pytest.approx(0.1)
+    (line,) = [ln for ln in render_summary(a.to_json()).splitlines() if "SM active" in ln]
+    assert "SM active 52.5%" in line and "tensor active 20.0%" in line
 
 
 def test_no_gpu_metrics_no_counters(tmp_path: Path) -> None:
@@ -196,7 +196,7 @@ def test_no_gpu_metrics_no_counters(tmp_path: Path) -> None:
     assert a.metrics["sm_active_ratio"] is None
     assert a.metrics["tensor_active_ratio"] is None
     assert a.metrics["dram_bandwidth_ratio"] is None
-    assert a.results.efficiency.gpu_metrics_classes == ()
+    assert a.results.efficiency.counters.classes == ()
 
 
 def test_means_per_step() -> None:
@@ -218,12 +218,12 @@ def test_means_per_step() -> None:
     )
     t = replace(ev.trace(), gpu_metrics=conform_side(samples, GPU_METRICS_SCHEMA))
     a = analyze_trace(t)
-    e = a.results.efficiency
-    assert [(s["step"], s["samples"]) for s in e.gpu_metrics_steps] == [(1, 2), (2, 1)]
-    assert [s["sm_active_ratio"] for s in e.gpu_metrics_steps] == pytest.approx([0.75, 0.2])
+    e = a.results.efficiency.counters
+    assert [(s.step, s.samples) for s in e.steps] == [(1, 2), (2, 1)]
+    assert [s.sm_active_ratio for s in e.steps] == pytest.approx([0.75, 0.2])
     assert a.metrics["sm_active_ratio"] == pytest.approx(1.7 / 3)
     assert a.metrics["tensor_active_ratio"] is None  # not sampled
-    assert {c["kernel_class"]: c["samples"] for c in e.gpu_metrics_classes} == {
+    assert {c.kernel_class: c.samples for c in e.classes} == {
         "gemm": 2,
         "idle": 1,
     }

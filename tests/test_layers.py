@@ -77,7 +77,7 @@ LAYERS: dict[str, set[str]] = {
         "errors",
         "io",
     },
-    "diff": {"api", "analysis", "constants", "options", "runtime"},
+    "diff": {"api", "analysis", "constants", "options", "records", "runtime"},
     "report": {"report.format", "constants", "runtime", "io"},
     "report.annotate": {"analysis", "io", "constants"},
     "batch": {"api", "inputs", "report", "constants", "errors", "io", "options", "runtime"},

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ from traceinsight.analysis import KERNEL_TABLE_SCHEMA, SCHEMA, JobAnalysis, Trac
 from traceinsight.api import analyze_with
 from traceinsight.constants import MEMORY_DEVICE_METRICS, MEMORY_STEP_METRICS
 from traceinsight.options import Options
+from traceinsight.records import OMIT_NONE, jsonable
 from traceinsight.runtime import Runtime
 
 TOP_KERNEL_CHANGES = 15
@@ -105,7 +108,7 @@ def environment_warnings(eb: dict[str, Any], ea: dict[str, Any]) -> tuple[list[s
     return warnings, hardware
 
 
-def _medians(values: list[float], rng: random.Random) -> pl.Series:
+def _medians(values: Sequence[float], rng: random.Random) -> pl.Series:
     """The median of each of BOOTSTRAP_RESAMPLES resamples (with replacement) of ``values``."""
     n = len(values)
     idx = rng.choices(range(n), k=n * BOOTSTRAP_RESAMPLES)
@@ -123,7 +126,7 @@ def _medians(values: list[float], rng: random.Random) -> pl.Series:
     )
 
 
-def change_interval(before: list[float], after: list[float]) -> tuple[float, float] | None:
+def change_interval(before: Sequence[float], after: Sequence[float]) -> tuple[float, float] | None:
     """Percentile-bootstrap interval (CONFIDENCE) of median(after) / median(before) - 1, or None
     with fewer than MIN_STEPS_FOR_NOISE steps on a side."""
     if min(len(before), len(after)) < MIN_STEPS_FOR_NOISE:
@@ -136,7 +139,40 @@ def change_interval(before: list[float], after: list[float]) -> tuple[float, flo
     return (float(lo), float(hi)) if lo is not None and hi is not None else None
 
 
-def nvtx_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Iterations:
+    """Iterations of a capture without step markers, from NVTX ranges or the kernel period."""
+
+    method: str  # "nvtx" | "kernel_period"
+    range_name: str | None = field(default=None, metadata=OMIT_NONE)  # nvtx: the range's name
+    period_kernels: int | None = None  # kernel_period: kernels per iteration
+    match_ratio: float | None = None  # kernel_period: shifted equality at that period
+    iterations: int = 0
+    per_iteration_ns: tuple[int, ...] = ()
+    median_ns: float = 0.0
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Iterations:
+        return cls(**{**d, "per_iteration_ns": tuple(d["per_iteration_ns"])})
+
+
+@dataclass(frozen=True)
+class TimingSample:
+    """What a diff reads of one side beyond its document (:func:`timing_sample`)."""
+
+    step_times_ns: tuple[float, ...]
+    iterations: Iterations | None
+
+    def to_json(self) -> dict[str, Any]:
+        return jsonable(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TimingSample:
+        it = d.get("iterations")
+        return cls(tuple(d.get("step_times_ns") or ()), Iterations.from_json(it) if it else None)
+
+
+def nvtx_iterations(events: pl.DataFrame) -> Iterations | None:
     """Iterations from NVTX / user ranges named like one (``train_step``, ``iteration 3``,
     ``Optimizer.step#SGD.step``): the name with the most total time among those with more than
     PERIOD_MIN_REPEATS ranges on one thread that never overlap. An iteration is the time from one
@@ -173,18 +209,16 @@ def nvtx_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
     per = pl.Series(best["spacing_ns"], dtype=pl.Int64)
     if per.len() > PERIOD_MIN_REPEATS:
         per = per.slice(1)
-    return {
-        "method": "nvtx",
-        "range_name": best["base"],
-        "period_kernels": None,
-        "match_ratio": None,
-        "iterations": per.len(),
-        "per_iteration_ns": per.to_list(),
-        "median_ns": float(per.median()),
-    }
+    return Iterations(
+        method="nvtx",
+        range_name=best["base"],
+        iterations=per.len(),
+        per_iteration_ns=tuple(per.to_list()),
+        median_ns=float(per.median()),
+    )
 
 
-def kernel_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
+def kernel_iterations(events: pl.DataFrame) -> Iterations | None:
     """Iterations of a capture without step markers: the period (in kernels) of its repeating
     kernel sequence on its busiest device, and the time of each full period. None when no
     candidate period repeats PERIOD_MIN_REPEATS times with PERIOD_MATCH_RATIO shifted equality."""
@@ -239,14 +273,14 @@ def kernel_iterations(events: pl.DataFrame) -> dict[str, Any] | None:
                 per = per.slice(
                     1
                 )  # the first holds the warm-up (cuDNN autotuning, allocator growth)
-            return {
-                "method": "kernel_period",
-                "period_kernels": p,
-                "match_ratio": ratios[p],
-                "iterations": per.len(),
-                "per_iteration_ns": per.to_list(),
-                "median_ns": float(per.median()),
-            }
+            return Iterations(
+                method="kernel_period",
+                period_kernels=p,
+                match_ratio=ratios[p],
+                iterations=per.len(),
+                per_iteration_ns=tuple(per.to_list()),
+                median_ns=float(per.median()),
+            )
     return None
 
 
@@ -431,11 +465,11 @@ def throughput(
     }
 
 
-def _step_sample(a: Analysis) -> list[float]:
+def _step_sample(a: Analysis) -> tuple[float, ...]:
     """Per-step times for the noise model: a trace's steps; a job's slowest rank per step."""
     if isinstance(a, TraceAnalysis):
-        return [float(s.dur_ns) for s in a.results.steps.per_step]
-    return [float(max(s["times"])) for s in a.step_table(limit=10_000)]
+        return tuple(float(s.dur_ns) for s in a.results.steps.per_step)
+    return tuple(float(max(s["times"])) for s in a.step_table(limit=10_000))
 
 
 def _doc_steps(doc: dict[str, Any]) -> list[float]:
@@ -443,23 +477,23 @@ def _doc_steps(doc: dict[str, Any]) -> list[float]:
     return [float(s["dur_ns"]) for s in steps.get("per_step") or []]
 
 
-def _iterations(a: Analysis) -> dict[str, Any] | None:
+def _iterations(a: Analysis) -> Iterations | None:
     if isinstance(a, TraceAnalysis) and a.trace is not None and not a.metrics.get("steps"):
         return nvtx_iterations(a.trace.events) or kernel_iterations(a.trace.events)
     return None
 
 
-def timing_sample(a: Analysis) -> dict[str, Any]:
+def timing_sample(a: Analysis) -> TimingSample:
     """What a diff reads of one side beyond its document: the per-step times of the noise
     model (a job's slowest rank per step) and, without step markers, the iterations found in
     its event table. A baseline stores it, since it keeps neither the analysis nor the events."""
-    return {"step_times_ns": _step_sample(a), "iterations": _iterations(a)}
+    return TimingSample(_step_sample(a), _iterations(a))
 
 
-def _doc_sample(doc: dict[str, Any]) -> dict[str, Any]:
+def _doc_sample(doc: dict[str, Any]) -> TimingSample:
     """A stored document's timing sample where none was stored with it (a baseline saved by an
     earlier version): a trace's per-step times from its details; a job's are not there."""
-    return {"step_times_ns": _doc_steps(doc), "iterations": None}
+    return TimingSample(tuple(_doc_steps(doc)), None)
 
 
 def _gate(doc: dict[str, Any]) -> dict[str, Any]:
@@ -491,7 +525,7 @@ def compare_docs(
     kb: pl.DataFrame,
     ka: pl.DataFrame,
     analyses: tuple[Analysis | None, Analysis | None] = (None, None),
-    samples: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
+    samples: tuple[TimingSample | None, TimingSample | None] = (None, None),
 ) -> dict[str, Any]:
     """The diff of two analysis documents and their kernel tables. Each side's timing sample
     (:func:`timing_sample`) is the one given, else its analysis's, else its document's; its
@@ -505,24 +539,24 @@ def compare_docs(
         before["metrics"].get("step_time_median_ns"),
         after["metrics"].get("step_time_median_ns"),
     )
-    xb, xa = tb["step_times_ns"], ta["step_times_ns"]
+    xb, xa = tb.step_times_ns, ta.step_times_ns
     iterations = None
     if not (sb and sa):
-        ib, ia = tb["iterations"], ta["iterations"]
+        ib, ia = tb.iterations, ta.iterations
         sb = sa = None
         if ib and ia:
-            iterations = {"before": ib, "after": ia}
+            iterations = {"before": jsonable(ib), "after": jsonable(ia)}
             # an iteration is comparable work only when both repeat (about) the same kernels, or
             # both sides' iterations are the same named range
-            pb, pa = ib["period_kernels"], ia["period_kernels"]
+            pb, pa = ib.period_kernels, ia.period_kernels
             same = (
-                ib.get("range_name") == ia.get("range_name")
+                ib.range_name == ia.range_name
                 if pb is None or pa is None
                 else abs(pa - pb) <= PERIOD_SAME_WORK_RATIO * pb
             )
             if same:
-                sb, sa = ib["median_ns"], ia["median_ns"]
-                xb, xa = ib["per_iteration_ns"], ia["per_iteration_ns"]
+                sb, sa = ib.median_ns, ia.median_ns
+                xb, xa = ib.per_iteration_ns, ia.per_iteration_ns
     eb = environment(ab) if ab is not None else None
     ea = environment(aa) if aa is not None else None
     warnings, hardware = environment_warnings(eb, ea) if eb and ea else ([], False)

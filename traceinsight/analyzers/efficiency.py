@@ -7,33 +7,32 @@ of the innermost op on the stack when it was launched, so ``aten::linear -> aten
 kernel`` counts the addmm once and the linear never. An op with kernels of several classes
 gives its FLOPs to its math kernels (GEMM/conv/attention) by their time, its bytes to all.
 A DERIVED analyzer: it reads the steps (the median step) and the replay (the what-if).
+
+The result is one small record per section, each from its own function over the window's
+kernel table: the device's roofs, the FLOPs per step, compute (MFU, achieved rates), the
+roofline points, occupancy, the unaligned GEMMs (analyzers/gemm_shapes.py), the GPU counters
+(analyzers/gpu_counters.py) and eager attention (analyzers/attention.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import polars as pl
 
 from traceinsight.analyzers.attention import EagerAttention, eager_attention
 from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.gemm_shapes import UnalignedGemms, unaligned_gemms
+from traceinsight.analyzers.gpu_counters import GpuCounters, gpu_counters
 from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.analyzers.steps import StepResult
-from traceinsight.causal import transforms as whatif
-from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
 from traceinsight.model.flops import op_costs
 
 MATH_CLASSES = ("gemm", "conv", "attention")
 MEMORY_CLASSES = ("elementwise", "reduction")
-SIXTEEN_BIT = ("bf16", "fp16")
-# aligned GEMMs of "similar size": FLOPs within this factor of the unaligned one's
-SIMILAR_FLOPS_FACTOR = 4.0
-# a 64-aligned shape is the reference for one aligned to 8 only where it is this much faster
-MISALIGNED_64_SLOWDOWN = 1.5
 # the roofline's work: FLOPs, else an elementwise/reduction op's elements (1 FLOP each)
 WORK = pl.coalesce("flops", "memory_flops")
 LOW_OCCUPANCY = 0.25  # below this (of the SM's warps) latency is poorly hidden
@@ -41,20 +40,32 @@ TOP = 15
 
 
 @dataclass(frozen=True)
-class EfficiencyResult:
-    device_spec: str | None  # the spec table's row (model/devices.py), None if unknown
-    peak_tflops: dict[str, float] | None
+class DeviceRoofs:
+    """The spec table's row for the window's devices (model/devices.py); None where unknown."""
+
+    spec: str | None
+    peak_tflops: dict[str, float] | None  # one device's, by dtype
     tensor_peak_tflops: float | None  # dense bf16/fp16 tensor peak x devices: MFU's peak
-    memory_bandwidth_bytes_per_s: float | None
+    memory_bandwidth_bytes_per_s: float | None  # x devices
     has_bf16: bool | None  # the device runs bf16 tensor math (V100 does not)
     has_tf32: bool | None
-    flops_source: str | None  # "shapes" (record_shapes formulas), "with_flops", None
-    flops_per_step: float | None  # executed, recompute included (median step)
-    recompute_flops_per_step: float | None
-    model_flops_per_step: float | None  # executed less the recomputed forward
-    gemm_flops_per_step: float | None  # mm/addmm/bmm/linear/matmul/einsum ops
-    attention_flops_per_step: float | None
-    conv_flops_per_step: float | None
+
+
+@dataclass(frozen=True)
+class StepFlops:
+    """FLOPs per step, the median over the GPU-aligned steps (without steps: the window)."""
+
+    source: str | None = None  # "shapes" (record_shapes formulas), "with_flops", None
+    per_step: float | None = None  # executed, recompute included
+    recompute_per_step: float | None = None
+    model_per_step: float | None = None  # executed less the recomputed forward
+    gemm_per_step: float | None = None  # mm/addmm/bmm/linear/matmul/einsum ops
+    attention_per_step: float | None = None
+    conv_per_step: float | None = None
+
+
+@dataclass(frozen=True)
+class Compute:
     step_time_ns: float | None  # the trace's median step (else the window)
     mfu: float | None  # model FLOPs per step / (step time x tensor peak)
     hfu: float | None  # executed FLOPs per step / (step time x tensor peak)
@@ -62,29 +73,84 @@ class EfficiencyResult:
     gemm_tflops: float | None  # GEMM + conv + attention kernels
     math_flops_coverage_ratio: float | None  # math kernel time with FLOPs known
     memory_bound_bandwidth_ratio: float | None  # elementwise/reduction bytes/time vs HBM
-    occupancy_median: float | None  # time-weighted, Kineto's estimate or ours
-    occupancy_source: str | None  # "kineto" | "estimated" | None
-    classes: tuple[dict[str, Any], ...]  # roofline points per kernel class
-    top_kernels: tuple[dict[str, Any], ...]  # roofline points of the costliest kernels
-    unaligned_gemms: tuple[dict[str, Any], ...]
-    unaligned_gemm_ns: int
-    unaligned_gemm_saving_ns: int  # measured - (FLOPs at the aligned GEMMs' rate)
-    unaligned_gemm_time_ratio: float | None  # of kernel time
-    unaligned_gemm_what_if: WhatIf | None  # replayed, where the replay ran
-    low_occupancy_kernels: tuple[dict[str, Any], ...]
-    low_occupancy_ns: int
-    low_occupancy_time_ratio: float | None  # of kernel time
+
+
+@dataclass(frozen=True)
+class ClassPoint:
+    """A kernel class's roofline point: FLOPs and bytes over its kernels' own time."""
+
+    kernel_class: str | None
+    count: int
+    time_ns: int
+    flops: float | None
+    bytes: float | None
+    achieved_tflops: float | None
+    bandwidth_bytes_per_s: float | None
+    roofline_tflops: float | None  # elementwise/reduction work counted 1 FLOP per element
+    arithmetic_intensity: float | None  # work per byte
+
+
+@dataclass(frozen=True)
+class KernelPoint:
+    """One of the costliest kernels (by name and class) as a roofline point."""
+
+    name: str
+    kernel_class: str | None
+    count: int
+    time_ns: int
+    flops: float
+    bytes: float
+    work: float
+    occupancy: float | None  # mean over its launches
+    achieved_tflops: float | None
+    roofline_tflops: float | None
+    arithmetic_intensity: float | None
+    bandwidth_bytes_per_s: float | None
+
+
+@dataclass(frozen=True)
+class Roofline:
+    classes: tuple[ClassPoint, ...] = ()  # by time, largest first
+    top_kernels: tuple[KernelPoint, ...] = ()
+
+
+@dataclass(frozen=True)
+class LowOccupancyKernel:
+    """Kernels of one name below :data:`LOW_OCCUPANCY`: the time-weighted occupancy, the most
+    common limiting resource, the median launch configuration."""
+
+    name: str
+    kernel_class: str | None
+    count: int
+    time_ns: int
+    occupancy: float
+    limiter: str | None
+    grid_blocks: float | None
+    block_threads: float | None
+    registers_per_thread: float | None
+    shared_memory_bytes: float | None
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    median: float | None = None  # time-weighted, Kineto's estimate or ours
+    source: str | None = None  # "kineto" | "estimated" | None
+    low_kernels: tuple[LowOccupancyKernel, ...] = ()
+    low_ns: int = 0
+    low_time_ratio: float | None = None  # of kernel time
+
+
+@dataclass(frozen=True)
+class EfficiencyResult:
+    device: DeviceRoofs
+    flops: StepFlops
+    compute: Compute
+    roofline: Roofline
+    occupancy: Occupancy
+    unaligned_gemms: UnalignedGemms
+    counters: GpuCounters  # nsys GPU_METRICS samples in the window
     kernel_ns: int
     warnings: tuple[str, ...] = ()
-    # nsys GPU_METRICS samples in the window (None / empty without them): means over the
-    # samples, DRAM = read + write throughput (or the combined counter), all of the peak
-    sm_active_ratio: float | None = None
-    tensor_active_ratio: float | None = None
-    dram_bandwidth_ratio: float | None = None
-    gpu_metrics_devices: tuple[dict[str, Any], ...] = ()  # per device
-    gpu_metrics_steps: tuple[dict[str, Any], ...] = ()  # per step, over the devices
-    # per class of the kernel running at each sample ("idle": none on that device)
-    gpu_metrics_classes: tuple[dict[str, Any], ...] = ()
     # softmax over a T x T score matrix between batched matmuls, no fused kernel (None: none)
     attention: EagerAttention | None = None
 
@@ -328,164 +394,47 @@ def _per_step(ctx: Context, k: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-# A GEMM measured against the roofline (no aligned GEMM in the trace to compare with) is
-# expected at this share of the attainable rate (min(peak, intensity x bandwidth)): cuBLAS
-# reaches 60-80% of the tensor peak on large aligned shapes; half is the stated assumption.
-GEMM_ROOFLINE_EFFICIENCY = 0.5
-
-
-def _roofline_rate(
-    spec: DeviceSpec | None, dtype: str | None, flops: float, nbytes: float | None
-) -> float | None:
-    """FLOP/ns a GEMM of this intensity can expect on the device (None: unknown)."""
-    peak = spec.peak_tflops.get(dtype or "") if spec is not None else None
-    if not peak or not flops:
-        return None
-    attainable = peak * 1e3  # FLOP/ns
-    if nbytes:
-        attainable = min(attainable, flops / nbytes * spec.memory_bandwidth_bytes_per_s / 1e9)
-    return attainable * GEMM_ROOFLINE_EFFICIENCY
-
-
-def _unaligned(
-    k: pl.DataFrame, replay: ReplayResult | None, spec: DeviceSpec | None = None
-) -> tuple[list[dict[str, Any]], int, int, WhatIf | None]:
-    """16-bit GEMMs with M, N or K not a multiple of 8 (or of 64 where that measurably costs),
-    each against the FLOP rate of aligned GEMMs of similar size in the same trace; where the
-    trace has none (every GEMM unaligned), against the device's roofline for its arithmetic
-    intensity at :data:`GEMM_ROOFLINE_EFFICIENCY` (``reference`` says which)."""
-    g = k.filter(
-        (pl.col("formula") == "gemm")
-        & pl.col("dtype").is_in(SIXTEEN_BIT)
-        & pl.col("gemm_m").is_not_null()
-        & (pl.col("flops") > 0)
-    )
-    if g.height == 0:
-        return [], 0, 0, None
-    dims = [pl.col("gemm_m"), pl.col("gemm_n"), pl.col("gemm_k")]
-    g = g.with_columns(
-        pl.any_horizontal([d % 8 != 0 for d in dims]).alias("off8"),
-        pl.any_horizontal([d % 64 != 0 for d in dims]).alias("off64"),
-    )
-    shapes = (
-        g.group_by("gemm_m", "gemm_n", "gemm_k", "dtype", "off8", "off64")
-        .agg(
-            pl.len().alias("count"),
-            pl.col("dur_ns").sum().alias("time_ns"),
-            pl.col("flops").sum().alias("flops"),
-            pl.col("bytes").sum().alias("bytes"),
-            pl.col("op").first(),
-        )
-        .with_columns((pl.col("flops") / pl.col("count")).alias("flops_each"))
-        .sort(
-            ["time_ns", "gemm_m", "gemm_n", "gemm_k", "dtype"],
-            descending=[True, False, False, False, False],
-        )
-    )
-    out: list[dict[str, Any]] = []
-    rows = shapes.to_dicts()
-    # a loop over distinct GEMM shapes (tens), not over kernels
-    for s in rows:
-        if not s["off64"]:
-            continue
-        lo, hi = s["flops_each"] / SIMILAR_FLOPS_FACTOR, s["flops_each"] * SIMILAR_FLOPS_FACTOR
-        ref = [
-            r
-            for r in rows
-            if not r["off64"] and r["dtype"] == s["dtype"] and lo <= r["flops_each"] <= hi
-        ]
-        if ref:
-            rate = sum(r["flops"] for r in ref) / max(1, sum(r["time_ns"] for r in ref))  # FLOP/ns
-            reference = "aligned GEMMs"
-        elif (rate := _roofline_rate(spec, s["dtype"], s["flops"], s["bytes"])) is not None:
-            reference = "roofline"
-        else:
-            continue
-        expected = s["flops"] / rate
-        if not s["off8"] and s["time_ns"] < MISALIGNED_64_SLOWDOWN * expected:
-            continue  # aligned to 8 and not measurably slower than the 64-aligned ones
-        saving = max(0.0, s["time_ns"] - expected)
-        if saving <= 0:
-            continue
-        out.append(
-            {
-                "m": s["gemm_m"],
-                "n": s["gemm_n"],
-                "k": s["gemm_k"],
-                "dtype": s["dtype"],
-                "op": s["op"],
-                "alignment": "8" if s["off8"] else "64",
-                "count": s["count"],
-                "time_ns": int(s["time_ns"]),
-                "flops": s["flops"],
-                "achieved_tflops": s["flops"] / s["time_ns"] / 1e3 if s["time_ns"] else None,
-                "reference_tflops": rate / 1e3,
-                "reference": reference,
-                "reference_shapes": [[r["gemm_m"], r["gemm_n"], r["gemm_k"]] for r in ref][:5],
-                "aligned_estimate_ns": int(expected),
-                "saving_ns": int(saving),
-            }
-        )
-    if not out:
-        return [], 0, 0, None
-    total = sum(u["time_ns"] for u in out)
-    saving = sum(u["saving_ns"] for u in out)
-    what_if = None
-    if replay is not None:
-        factors = pl.DataFrame(
-            {
-                "gemm_m": [u["m"] for u in out],
-                "gemm_n": [u["n"] for u in out],
-                "gemm_k": [u["k"] for u in out],
-                "_f": [u["aligned_estimate_ns"] / max(1, u["time_ns"]) for u in out],
-            }
-        )
-        keys = g.join(factors, on=["gemm_m", "gemm_n", "gemm_k"]).select("device", "start_ns", "_f")
-        what_if = replay.predict(whatif.scaled_kernels(keys.rename({"_f": "factor"})))
-    return out, int(total), int(saving), what_if
-
-
-def analyze_efficiency(
-    ctx: Context,
-    steps: StepResult,
-    replay: ReplayResult | Callable[[], ReplayResult | None] | None,
-) -> EfficiencyResult:
-    """``replay``: the replay's result, or a function that waits for it (called only for the
-    unaligned GEMMs' what-if, so the rest runs while the replay does)."""
-    spec = _spec(ctx)
-    warnings: list[str] = []
-    names = sorted({d.name or "" for d in ctx.device_info if ctx.devices and d.id in ctx.devices})
-    if spec is None and ctx.has_gpu:
-        warnings.append(
-            f"device {', '.join(repr(n) for n in names) or 'unnamed'} is not in the spec table "
-            "(traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not computed"
-        )
-    k = _kernels(ctx)
-    has_flops = k.height > 0 and k.get_column("flops").drop_nulls().len() > 0
-    # which kernels recompute the forward matters only where there are FLOPs to split
-    k = k.with_columns(_recomputed(ctx, k) if has_flops else pl.lit(False).alias("recomputed"))
-    k = _occupancy(ctx, k, spec)
-    kernel_ns = int(k.get_column("dur_ns").sum()) if k.height else 0
+def _device(ctx: Context, spec: DeviceSpec | None) -> DeviceRoofs:
     n_dev = max(1, len(ctx.devices))
-    peak = spec.tensor_peak_tflops * n_dev if spec and spec.tensor_peak_tflops else None
-    bw = spec.memory_bandwidth_bytes_per_s * n_dev if spec else None
-    per = _per_step(ctx, k) if has_flops else None
+    has_bf16, has_tf32 = _tensor_dtypes(ctx, spec)
+    return DeviceRoofs(
+        spec=spec.id if spec else None,
+        peak_tflops=dict(spec.peak_tflops) if spec else None,
+        tensor_peak_tflops=spec.tensor_peak_tflops * n_dev
+        if spec and spec.tensor_peak_tflops
+        else None,
+        memory_bandwidth_bytes_per_s=spec.memory_bandwidth_bytes_per_s * n_dev if spec else None,
+        has_bf16=has_bf16,
+        has_tf32=has_tf32,
+    )
+
+
+def _step_flops(ctx: Context, k: pl.DataFrame) -> StepFlops:
+    """The medians of :func:`_per_step` (``k`` has FLOPs)."""
+    per = _per_step(ctx, k)
 
     def med(col: str) -> float | None:
-        return float(per.get_column(col).median()) if per is not None and per.height else None
+        return float(per.get_column(col).median()) if per.height else None
 
-    flops_step, rec_step = med("flops"), med("recompute_flops")
-    model_step = (
-        med("flops") - rec_step if flops_step is not None and rec_step is not None else None
+    executed, recomputed = med("flops"), med("recompute_flops")
+    return StepFlops(
+        source="with_flops" if k.get_column("kineto_flops").any() else "shapes",
+        per_step=executed,
+        recompute_per_step=recomputed,
+        model_per_step=executed - recomputed
+        if executed is not None and recomputed is not None
+        else None,
+        gemm_per_step=med("gemm_flops"),
+        attention_per_step=med("attention_flops"),
+        conv_per_step=med("conv_flops"),
     )
-    # the trace's own median step (without steps: the window, over which the FLOPs were summed)
-    step_ns = steps.step_time_median_ns or (float(ctx.window_ns) or None)
-    mfu = hfu = None
-    if peak and step_ns and flops_step is not None and model_step is not None:
-        hfu = flops_step / (step_ns * 1e-9 * peak * 1e12)
-        mfu = model_step / (step_ns * 1e-9 * peak * 1e12)
 
-    # per class: FLOPs and bytes over the kernels' own time (the roofline's points)
+
+def _roofline(k: pl.DataFrame) -> Roofline:
+    """Per class and for the :data:`TOP` kernels by time: FLOPs and bytes over the kernels' own
+    time (the roofline's points)."""
+    if k.height == 0:
+        return Roofline()
     by = (
         k.group_by("kernel_class")
         .agg(
@@ -499,47 +448,27 @@ def analyze_efficiency(
             pl.len().alias("count"),
         )
         .sort(["time_ns", "kernel_class"], descending=[True, False])
-        if k.height
-        else pl.DataFrame()
     )
-    classes: list[dict[str, Any]] = []
-    achieved: dict[str, float] = {}
-    for r in by.iter_rows(named=True) if by.height else ():
-        tf = r["flops"] / r["flops_time_ns"] / 1e3 if r["flops"] and r["flops_time_ns"] else None
-        bps = r["bytes"] / r["bytes_time_ns"] * 1e9 if r["bytes"] and r["bytes_time_ns"] else None
-        if tf is not None:
-            achieved[r["kernel_class"]] = tf
-        classes.append(
-            {
-                "kernel_class": r["kernel_class"],
-                "count": r["count"],
-                "time_ns": int(r["time_ns"]),
-                "flops": r["flops"] or None,
-                "bytes": r["bytes"] or None,
-                "achieved_tflops": tf,
-                "bandwidth_bytes_per_s": bps,
-                # the roofline's point: elementwise/reduction work counted 1 FLOP per element
-                "roofline_tflops": r["work"] / r["work_time_ns"] / 1e3
-                if r["work"] and r["work_time_ns"]
-                else None,
-                "arithmetic_intensity": r["work"] / r["bytes"]
-                if r["work"] and r["bytes"]
-                else None,
-            }
+    # a loop over kernel classes (a dozen); a sum over no known value is 0: None here
+    classes = tuple(
+        ClassPoint(
+            kernel_class=r["kernel_class"],
+            count=r["count"],
+            time_ns=int(r["time_ns"]),
+            flops=r["flops"] or None,
+            bytes=r["bytes"] or None,
+            achieved_tflops=r["flops"] / r["flops_time_ns"] / 1e3
+            if r["flops"] and r["flops_time_ns"]
+            else None,
+            bandwidth_bytes_per_s=r["bytes"] / r["bytes_time_ns"] * 1e9
+            if r["bytes"] and r["bytes_time_ns"]
+            else None,
+            roofline_tflops=r["work"] / r["work_time_ns"] / 1e3
+            if r["work"] and r["work_time_ns"]
+            else None,
+            arithmetic_intensity=r["work"] / r["bytes"] if r["work"] and r["bytes"] else None,
         )
-    math_k = k.filter(pl.col("kernel_class").is_in(MATH_CLASSES)) if k.height else k
-    math_with = math_k.filter(pl.col("flops").is_not_null())
-    math_ns = int(math_k.get_column("dur_ns").sum()) if math_k.height else 0
-    with_ns = int(math_with.get_column("dur_ns").sum()) if math_with.height else 0
-    gemm_tflops = float(math_with["flops"].sum()) / with_ns / 1e3 if with_ns else None
-    mem = (
-        k.filter(pl.col("kernel_class").is_in(MEMORY_CLASSES) & pl.col("bytes").is_not_null())
-        if k.height
-        else k
-    )
-    mem_ns = int(mem.get_column("dur_ns").sum()) if mem.height else 0
-    mem_ratio = (
-        min(1.0, float(mem["bytes"].sum()) / (mem_ns * 1e-9) / bw) if bw and mem_ns else None
+        for r in by.iter_rows(named=True)
     )
     top = (
         k.group_by("name", "kernel_class")
@@ -567,166 +496,90 @@ def analyze_efficiency(
             .then(pl.col("bytes") / pl.col("time_ns") * 1e9)
             .alias("bandwidth_bytes_per_s"),
         )
-        .to_dicts()
-        if k.height
-        else []
     )
-    rp = (replay() if callable(replay) else replay) if has_flops or ctx.op_args.height else None
-    attention, eager_ops = eager_attention(ctx, k, spec, rp, step_ns, steps.steps)
-    if has_flops:
-        # eager attention's matmuls are attention's (its own finding), not GEMMs to pad
-        gemms = k.join(eager_ops, on=["rank", "external_id"], how="anti") if eager_ops.height else k
-        unaligned, un_ns, un_save, un_what = _unaligned(gemms, rp, spec)
-    else:
-        unaligned, un_ns, un_save, un_what = [], 0, 0, None
-    # NCCL kernels hold a few SMs by design: their occupancy says nothing about the compute
-    occ_known = (
-        k.filter(pl.col("occupancy").is_not_null() & (pl.col("kernel_class") != "communication"))
+    return Roofline(
+        classes=classes,
+        top_kernels=tuple(KernelPoint(**r) for r in top.iter_rows(named=True)),
+    )
+
+
+def _compute(
+    k: pl.DataFrame,
+    device: DeviceRoofs,
+    flops: StepFlops,
+    roofline: Roofline,
+    step_ns: float | None,
+) -> Compute:
+    """MFU/HFU over the trace's step, the achieved rates of math kernels, and how close the
+    memory-bound kernels come to the HBM bandwidth."""
+    peak, bw = device.tensor_peak_tflops, device.memory_bandwidth_bytes_per_s
+    mfu = hfu = None
+    if peak and step_ns and flops.per_step is not None and flops.model_per_step is not None:
+        hfu = flops.per_step / (step_ns * 1e-9 * peak * 1e12)
+        mfu = flops.model_per_step / (step_ns * 1e-9 * peak * 1e12)
+    math_k = k.filter(pl.col("kernel_class").is_in(MATH_CLASSES)) if k.height else k
+    math_with = math_k.filter(pl.col("flops").is_not_null())
+    math_ns = int(math_k.get_column("dur_ns").sum()) if math_k.height else 0
+    with_ns = int(math_with.get_column("dur_ns").sum()) if math_with.height else 0
+    mem = (
+        k.filter(pl.col("kernel_class").is_in(MEMORY_CLASSES) & pl.col("bytes").is_not_null())
         if k.height
         else k
     )
-    occ_med = (
-        _weighted_median(occ_known["occupancy"], occ_known["dur_ns"]) if occ_known.height else None
-    )
-    occ_src = None
-    if occ_known.height:
-        occ_src = "kineto" if ctx.kernel_args["occupancy_ratio"].drop_nulls().len() else "estimated"
-    low_k, low_ns = _low_occupancy(k)
-    counters = _gpu_counters(ctx, k)
-    dtypes = _tensor_dtypes(ctx, spec)
-    return EfficiencyResult(
-        device_spec=spec.id if spec else None,
-        peak_tflops=dict(spec.peak_tflops) if spec else None,
-        tensor_peak_tflops=peak,
-        memory_bandwidth_bytes_per_s=bw,
-        has_bf16=dtypes[0],
-        has_tf32=dtypes[1],
-        flops_source=(
-            "with_flops" if has_flops and k.get_column("kineto_flops").any() else "shapes"
-        )
-        if has_flops
-        else None,
-        flops_per_step=flops_step,
-        recompute_flops_per_step=rec_step,
-        model_flops_per_step=model_step,
-        gemm_flops_per_step=med("gemm_flops"),
-        attention_flops_per_step=med("attention_flops"),
-        conv_flops_per_step=med("conv_flops"),
+    mem_ns = int(mem.get_column("dur_ns").sum()) if mem.height else 0
+    return Compute(
         step_time_ns=step_ns,
         mfu=mfu,
         hfu=hfu,
-        achieved_tflops=achieved,
-        gemm_tflops=gemm_tflops,
-        math_flops_coverage_ratio=with_ns / math_ns if math_ns and has_flops else None,
-        memory_bound_bandwidth_ratio=mem_ratio,
-        occupancy_median=occ_med,
-        occupancy_source=occ_src,
-        classes=tuple(classes),
-        top_kernels=tuple(top),
-        unaligned_gemms=tuple(unaligned),
-        unaligned_gemm_ns=un_ns,
-        unaligned_gemm_saving_ns=un_save,
-        unaligned_gemm_time_ratio=un_ns / kernel_ns if kernel_ns and unaligned else None,
-        unaligned_gemm_what_if=un_what,
-        low_occupancy_kernels=tuple(low_k),
-        low_occupancy_ns=low_ns,
-        low_occupancy_time_ratio=low_ns / kernel_ns if kernel_ns and low_k else None,
-        kernel_ns=kernel_ns,
-        warnings=tuple(warnings),
-        **counters,
-        attention=attention,
+        achieved_tflops={
+            c.kernel_class: c.achieved_tflops
+            for c in roofline.classes
+            if c.achieved_tflops is not None
+        },
+        gemm_tflops=float(math_with["flops"].sum()) / with_ns / 1e3 if with_ns else None,
+        math_flops_coverage_ratio=with_ns / math_ns
+        if math_ns and flops.source is not None
+        else None,
+        memory_bound_bandwidth_ratio=min(1.0, float(mem["bytes"].sum()) / (mem_ns * 1e-9) / bw)
+        if bw and mem_ns
+        else None,
     )
 
 
-COUNTER_COLUMNS = ("sm_active_ratio", "tensor_active_ratio", "dram_bandwidth_ratio")
-
-
-def _counter_aggs() -> list[pl.Expr]:
-    """Means of the counters over a group of samples. DRAM read and write are averaged apart
-    and then added: their samples need not share timestamps."""
-
-    def mean(metric: str) -> pl.Expr:
-        return pl.col("value_ratio").filter(pl.col("metric") == metric).mean()
-
-    split = mean("dram_read").fill_null(0) + mean("dram_write").fill_null(0)
-    has_split = pl.col("metric").is_in(["dram_read", "dram_write"]).any()
-    return [
-        pl.struct("device", "start_ns").n_unique().alias("samples"),  # sample times per GPU
-        mean("sm_active").alias("sm_active_ratio"),
-        mean("tensor_active").alias("tensor_active_ratio"),
-        pl.when(has_split)
-        .then(split)
-        .otherwise(mean("dram_bandwidth"))
-        .alias("dram_bandwidth_ratio"),
-    ]
-
-
-def _gpu_counters(ctx: Context, k: pl.DataFrame) -> dict[str, Any]:
-    """The GPU_METRICS samples in the window: their means overall, per device, per step, and per
-    class of the kernel running on the sample's device (the latest one started: with
-    concurrent streams one of them stands for all)."""
-    g = ctx.gpu_metrics
-    if g.height == 0:
-        return {}
-    lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    g = g.filter((pl.col("start_ns") >= lo) & (pl.col("start_ns") < hi)).sort("start_ns")
-    if g.height == 0:
-        return {}
-    overall = g.select(_counter_aggs()).row(0, named=True)
-    devices = g.group_by("device").agg(_counter_aggs()).sort("device")
-    steps: list[dict[str, Any]] = []
-    if ctx.steps.height:
-        bounds = ctx.steps.select("step", "start_ns", "end_ns").sort("start_ns")
-        steps = (
-            g.join_asof(
-                bounds.rename({"end_ns": "s_e", "start_ns": "s_s"}),
-                left_on="start_ns",
-                right_on="s_s",
-            )
-            .filter(pl.col("start_ns") < pl.col("s_e"))
-            .group_by("step")
-            .agg(_counter_aggs())
-            .sort("step")
-            .to_dicts()
-        )
-    running = (
-        k.select("device", "start_ns", pl.col("end_ns").alias("k_end"), "kernel_class")
-        .filter(pl.col("device").is_not_null())
-        .sort("start_ns")
+def _occupancy_section(ctx: Context, k: pl.DataFrame, kernel_ns: int) -> Occupancy:
+    """The time-weighted median occupancy and the low-occupancy kernels."""
+    if k.height == 0:
+        return Occupancy()
+    # NCCL kernels hold a few SMs by design: their occupancy says nothing about the compute
+    known = k.filter(
+        pl.col("occupancy").is_not_null() & (pl.col("kernel_class") != "communication")
     )
-    classes = (
-        g.join_asof(running, on="start_ns", by="device", check_sortedness=False)  # both by time
-        .with_columns(
-            pl.when(pl.col("start_ns") < pl.col("k_end"))
-            .then(pl.col("kernel_class"))
-            .otherwise(pl.lit("idle"))
-            .alias("kernel_class")
-        )
-        .group_by("kernel_class")
-        .agg(_counter_aggs())
-        .sort(["samples", "kernel_class"], descending=[True, False])
+    source = None
+    if known.height:
+        source = "kineto" if ctx.kernel_args["occupancy_ratio"].drop_nulls().len() else "estimated"
+    low, low_ns = _low_occupancy(k)
+    return Occupancy(
+        median=_weighted_median(known["occupancy"], known["dur_ns"]) if known.height else None,
+        source=source,
+        low_kernels=low,
+        low_ns=low_ns,
+        low_time_ratio=low_ns / kernel_ns if kernel_ns and low else None,
     )
-    return {
-        **{c: overall[c] for c in COUNTER_COLUMNS},
-        "gpu_metrics_devices": tuple(devices.to_dicts()),
-        "gpu_metrics_steps": tuple(steps),
-        "gpu_metrics_classes": tuple(classes.to_dicts()),
-    }
 
 
-def _low_occupancy(k: pl.DataFrame) -> tuple[list[dict[str, Any]], int]:
+def _low_occupancy(k: pl.DataFrame) -> tuple[tuple[LowOccupancyKernel, ...], int]:
     """Kernels (by name) that run below :data:`LOW_OCCUPANCY`, with their limiting resource.
     Tensor-core GEMM/conv/attention kernels are left out: they trade occupancy for registers
     and shared memory by design (one or two large blocks per SM)."""
-    if k.height == 0 or k.get_column("occupancy").drop_nulls().len() == 0:
-        return [], 0
+    if k.get_column("occupancy").drop_nulls().len() == 0:
+        return (), 0
     low = k.filter(
         pl.col("occupancy").is_not_null()
         & (pl.col("occupancy") < LOW_OCCUPANCY)
         & ~pl.col("kernel_class").is_in([*MATH_CLASSES, "communication"])
     )
     if low.height == 0:
-        return [], 0
+        return (), 0
     rows = (
         low.group_by("name", "kernel_class")
         .agg(
@@ -742,5 +595,57 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[list[dict[str, Any]], int]:
             pl.col("shared_memory_bytes").median().alias("shared_memory_bytes"),
         )
         .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
+        .head(TOP)
     )
-    return rows.head(TOP).to_dicts(), int(low.get_column("dur_ns").sum())
+    kernels = tuple(LowOccupancyKernel(**r) for r in rows.iter_rows(named=True))
+    return kernels, int(low.get_column("dur_ns").sum())
+
+
+def _warnings(ctx: Context, spec: DeviceSpec | None) -> tuple[str, ...]:
+    if spec is not None or not ctx.has_gpu:
+        return ()
+    names = sorted({d.name or "" for d in ctx.device_info if ctx.devices and d.id in ctx.devices})
+    return (
+        f"device {', '.join(repr(n) for n in names) or 'unnamed'} is not in the spec table "
+        "(traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not computed",
+    )
+
+
+def analyze_efficiency(
+    ctx: Context,
+    steps: StepResult,
+    replay: ReplayResult | Callable[[], ReplayResult | None] | None,
+) -> EfficiencyResult:
+    """``replay``: the replay's result, or a function that waits for it (called only for the
+    what-ifs, so the rest runs while the replay does)."""
+    spec = _spec(ctx)
+    k = _kernels(ctx)
+    has_flops = k.height > 0 and k.get_column("flops").drop_nulls().len() > 0
+    # which kernels recompute the forward matters only where there are FLOPs to split
+    k = k.with_columns(_recomputed(ctx, k) if has_flops else pl.lit(False).alias("recomputed"))
+    k = _occupancy(ctx, k, spec)
+    kernel_ns = int(k.get_column("dur_ns").sum()) if k.height else 0
+    device = _device(ctx, spec)
+    flops = _step_flops(ctx, k) if has_flops else StepFlops()
+    # the trace's own median step (without steps: the window, over which the FLOPs were summed)
+    step_ns = steps.step_time_median_ns or (float(ctx.window_ns) or None)
+    roofline = _roofline(k)
+    rp = (replay() if callable(replay) else replay) if has_flops or ctx.op_args.height else None
+    attention, eager_ops = eager_attention(ctx, k, spec, rp, step_ns, steps.steps)
+    unaligned = UnalignedGemms()
+    if has_flops:
+        # eager attention's matmuls are attention's (its own finding), not GEMMs to pad
+        gemms = k.join(eager_ops, on=["rank", "external_id"], how="anti") if eager_ops.height else k
+        unaligned = unaligned_gemms(gemms, rp, spec, kernel_ns)
+    return EfficiencyResult(
+        device=device,
+        flops=flops,
+        compute=_compute(k, device, flops, roofline, step_ns),
+        roofline=roofline,
+        occupancy=_occupancy_section(ctx, k, kernel_ns),
+        unaligned_gemms=unaligned,
+        counters=gpu_counters(ctx, k),
+        kernel_ns=kernel_ns,
+        warnings=_warnings(ctx, spec),
+        attention=attention,
+    )

@@ -273,6 +273,191 @@ def _at(mem: pl.DataFrame, times: pl.Series, col: str) -> pl.Series:
     return j.sort("_i").get_column(col)
 
 
+@dataclass(frozen=True)
+class _Peaks:
+    """The window's allocator peaks against the device's memory."""
+
+    allocated_bytes: int | None
+    reserved_bytes: int | None
+    device_memory_bytes: int | None
+    headroom_ratio: float | None
+    fragmentation_ratio: float | None
+
+
+def _peaks(win: pl.DataFrame, total: int | None) -> _Peaks:
+    alloc = win.get_column("allocated_bytes").max()
+    res = win.get_column("reserved_bytes").max()
+    alloc = int(alloc) if alloc is not None else None
+    res = int(res) if res is not None else None
+    frag = None
+    if res:
+        most = win.filter(pl.col("reserved_bytes") == res).get_column("allocated_bytes").max()
+        frag = 1 - int(most) / res if most is not None else None
+    return _Peaks(
+        allocated_bytes=alloc,
+        reserved_bytes=res,
+        device_memory_bytes=total,
+        headroom_ratio=1 - res / total if total and res is not None else None,
+        fragmentation_ratio=frag,
+    )
+
+
+@dataclass(frozen=True)
+class _Growth:
+    """Allocated memory across the steady steps."""
+
+    boundary_allocated_bytes: tuple[int, ...]
+    growth_bytes_per_step: float | None
+    growth_consistency_ratio: float | None
+    base_allocated_bytes: int | None
+    step_span_bytes: int | None
+
+
+def _growth(mem: pl.DataFrame, steady: pl.DataFrame) -> _Growth:
+    # allocated at the steady steps' boundaries: each start, and the last one's host end
+    boundary = pl.Series([], dtype=pl.Int64)
+    if steady.height:
+        bounds = pl.concat([steady["host_start_ns"], steady["host_end_ns"][-1:]])
+        boundary = _at(mem, bounds, "allocated_bytes").drop_nulls()
+    slope, agree = _theil_sen(boundary)
+    return _Growth(
+        boundary_allocated_bytes=tuple(int(v) for v in boundary),
+        growth_bytes_per_step=slope,
+        growth_consistency_ratio=agree,
+        base_allocated_bytes=int(boundary.median()) if boundary.len() else None,
+        step_span_bytes=_step_span(mem, steady),
+    )
+
+
+def _step_span(mem: pl.DataFrame, steady: pl.DataFrame) -> int | None:
+    """The median over steady steps of (the step's allocated peak - allocated at its start)."""
+    if steady.height == 0:
+        return None
+    tagged = mem.join_asof(
+        steady.select(pl.col("host_start_ns").alias("_s"), pl.col("host_end_ns").alias("_e"))
+        .sort("_s")
+        .with_row_index("_k"),
+        left_on="start_ns",
+        right_on="_s",
+    ).filter(pl.col("start_ns") < pl.col("_e"))
+    if tagged.height == 0:
+        return None
+    per = tagged.group_by("_k").agg(pl.col("allocated_bytes").max().alias("_m"))
+    starts = _at(mem, steady.get_column("host_start_ns"), "allocated_bytes")
+    per = per.join(
+        pl.DataFrame(
+            {"_k": pl.int_range(steady.height, eager=True, dtype=pl.UInt32), "_b": starts}
+        ),
+        on="_k",
+    )
+    med = per.select((pl.col("_m") - pl.col("_b")).clip(0).median()).item()
+    return int(med) if med is not None else None
+
+
+@dataclass(frozen=True)
+class _AtPeak:
+    """What allocated the peak and what was live then; the allocations never freed."""
+
+    peak_ns: int | None = None
+    peak_op: str | None = None
+    peak_root_op: str | None = None
+    top_ops_at_peak: tuple[dict[str, Any], ...] = ()
+    never_freed: tuple[dict[str, Any], ...] = ()
+    never_freed_bytes_per_step: float | None = None
+    peak_by_category_bytes: dict[str, int] | None = None
+
+
+def _allocations(mem: pl.DataFrame) -> pl.DataFrame:
+    """Each allocation with its free: the first free at its address after it (an as-of join per
+    address: no sort of the table by address). Events without an address (a memory timeline's
+    tensors) pair with no free: left out."""
+    frees = mem.filter(pl.col("bytes") < 0, pl.col("addr").is_not_null()).select(
+        "addr", pl.col("start_ns").alias("_freed_ns")
+    )
+    return mem.filter(pl.col("bytes") > 0, pl.col("addr").is_not_null()).join_asof(
+        frees,
+        left_on="start_ns",
+        right_on="_freed_ns",
+        by="addr",
+        strategy="forward",
+        check_sortedness=False,
+    )
+
+
+def _live_at(tables: _OpTables, allocs: pl.DataFrame, t: int) -> tuple[dict[str, Any], ...]:
+    """The ops whose allocations are live at ``t``, most bytes first (ops joined to those only)."""
+    live = _alloc_ops(
+        tables,
+        allocs.filter(
+            (pl.col("start_ns") <= t) & (pl.col("_freed_ns").is_null() | (pl.col("_freed_ns") > t))
+        ),
+    )
+    return tuple(
+        live.group_by("op")
+        .agg(pl.col("bytes").sum().alias("bytes"), pl.len().alias("allocations"))
+        .sort("bytes", "op", descending=[True, False])
+        .head(TOP_N)
+        .to_dicts()
+    )
+
+
+def _never_freed(
+    tables: _OpTables, allocs: pl.DataFrame, steady: pl.DataFrame
+) -> tuple[tuple[dict[str, Any], ...], float | None]:
+    """Allocations never freed, made in a steady step before the last (the last's tensors may
+    simply outlive the recording), by op and shapes; their bytes per step."""
+    if steady.height < 2:
+        return (), None
+    a, b = int(steady["host_start_ns"][0]), int(steady["host_start_ns"][-1])
+    kept = _alloc_ops(
+        tables,
+        allocs.filter(
+            pl.col("_freed_ns").is_null() & (pl.col("start_ns") >= a) & (pl.col("start_ns") < b)
+        ),
+    )
+    n = steady.height - 1
+    never = tuple(
+        kept.group_by("op", "input_dims")
+        .agg(pl.col("bytes").sum().alias("_b"), pl.len().alias("count"))
+        .with_columns((pl.col("_b") / n).alias("bytes_per_step"))
+        .sort("_b", "op", descending=[True, False])
+        .drop("_b")
+        .head(TOP_N)
+        .to_dicts()
+    )
+    return never, float(kept.get_column("bytes").sum()) / n
+
+
+def _at_peak(
+    ctx: Context,
+    tables: _OpTables,
+    mem: pl.DataFrame,
+    steady: pl.DataFrame,
+    window: tuple[int, int],
+    peak: int | None,
+) -> _AtPeak:
+    if peak is None:
+        return _AtPeak()
+    lo, hi = window
+    at = mem.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi)
+    row = _alloc_ops(
+        tables, (at if at.height else mem).filter(pl.col("allocated_bytes") == peak).head(1)
+    )
+    peak_ns = int(row["start_ns"][0])
+    tid = row["tid"][0]
+    allocs = _allocations(mem)
+    never, never_per_step = _never_freed(tables, allocs, steady)
+    return _AtPeak(
+        peak_ns=peak_ns,
+        peak_op=row["op"][0],
+        peak_root_op=_root_op(ctx, int(tid) if tid is not None else None, peak_ns),
+        top_ops_at_peak=_live_at(tables, allocs, peak_ns),
+        never_freed=never,
+        never_freed_bytes_per_step=never_per_step,
+        peak_by_category_bytes=_by_category_at_peak(mem, lo, hi, peak),
+    )
+
+
 def _device(
     ctx: Context,
     tables: _OpTables,
@@ -293,135 +478,37 @@ def _device(
         win = mem
         lo, hi = int(mem["start_ns"].min()), int(mem["start_ns"].max()) + 1
     info = next((d for d in ctx.device_info if d.id == dev), None)
-    total = info.memory_bytes if info and info.memory_bytes else None
-    peak_alloc = win.get_column("allocated_bytes").max()
-    peak_res = win.get_column("reserved_bytes").max()
-    peak_alloc = int(peak_alloc) if peak_alloc is not None else None
-    peak_res = int(peak_res) if peak_res is not None else None
-    headroom = 1 - peak_res / total if total and peak_res is not None else None
-    frag = None
-    if peak_res:
-        at_peak = win.filter(pl.col("reserved_bytes") == peak_res).get_column("allocated_bytes")
-        most = at_peak.max()
-        frag = 1 - int(most) / peak_res if most is not None else None
-    # allocated at the steady steps' boundaries: each start, and the last one's host end
-    boundary = pl.Series([], dtype=pl.Int64)
-    if steady.height:
-        bounds = pl.concat([steady["host_start_ns"], steady["host_end_ns"][-1:]])
-        boundary = _at(mem, bounds, "allocated_bytes").drop_nulls()
-    slope, agree = _theil_sen(boundary)
-    base = int(boundary.median()) if boundary.len() else None
-    span = None
-    if steady.height:
-        tagged = mem.join_asof(
-            steady.select(pl.col("host_start_ns").alias("_s"), pl.col("host_end_ns").alias("_e"))
-            .sort("_s")
-            .with_row_index("_k"),
-            left_on="start_ns",
-            right_on="_s",
-        ).filter(pl.col("start_ns") < pl.col("_e"))
-        if tagged.height:
-            per = tagged.group_by("_k").agg(pl.col("allocated_bytes").max().alias("_m"))
-            starts = _at(mem, steady.get_column("host_start_ns"), "allocated_bytes")
-            per = per.join(
-                pl.DataFrame(
-                    {"_k": pl.int_range(steady.height, eager=True, dtype=pl.UInt32), "_b": starts}
-                ),
-                on="_k",
-            )
-            med = per.select((pl.col("_m") - pl.col("_b")).clip(0).median()).item()
-            span = int(med) if med is not None else None
-    peak_ns = peak_op = peak_root = None
-    by_category = None
-    top: tuple[dict[str, Any], ...] = ()
-    never: tuple[dict[str, Any], ...] = ()
-    never_per_step = None
-    if peak_alloc is not None:
-        at = mem.filter(pl.col("start_ns") >= lo, pl.col("start_ns") < hi)
-        by_category = _by_category_at_peak(mem, lo, hi, peak_alloc)
-        peak_row = (at if at.height else mem).filter(pl.col("allocated_bytes") == peak_alloc)
-        peak_row = _alloc_ops(tables, peak_row.head(1))
-        peak_ns = int(peak_row["start_ns"][0])
-        peak_op = peak_row["op"][0]
-        peak_root = _root_op(
-            ctx, int(peak_row["tid"][0]) if peak_row["tid"][0] is not None else None, peak_ns
-        )
-        # each allocation's free: the first free at its address after it (an as-of join per
-        # address: no sort of the table by address); ops are joined to the few rows reported.
-        # Events without an address (a memory timeline's tensors) pair with no free: left out
-        frees = mem.filter(pl.col("bytes") < 0, pl.col("addr").is_not_null()).select(
-            "addr", pl.col("start_ns").alias("_freed_ns")
-        )
-        allocs = mem.filter(pl.col("bytes") > 0, pl.col("addr").is_not_null()).join_asof(
-            frees,
-            left_on="start_ns",
-            right_on="_freed_ns",
-            by="addr",
-            strategy="forward",
-            check_sortedness=False,
-        )
-        live = _alloc_ops(
-            tables,
-            allocs.filter(
-                (pl.col("start_ns") <= peak_ns)
-                & (pl.col("_freed_ns").is_null() | (pl.col("_freed_ns") > peak_ns))
-            ),
-        )
-        top = tuple(
-            live.group_by("op")
-            .agg(pl.col("bytes").sum().alias("bytes"), pl.len().alias("allocations"))
-            .sort("bytes", "op", descending=[True, False])
-            .head(TOP_N)
-            .to_dicts()
-        )
-        # never freed, allocated in a steady step before the last (the last's tensors may
-        # simply outlive the recording)
-        if steady.height >= 2:
-            a = int(steady["host_start_ns"][0])
-            b = int(steady["host_start_ns"][-1])
-            kept = _alloc_ops(
-                tables,
-                allocs.filter(
-                    pl.col("_freed_ns").is_null()
-                    & (pl.col("start_ns") >= a)
-                    & (pl.col("start_ns") < b)
-                ),
-            )
-            n = steady.height - 1
-            never_per_step = float(kept.get_column("bytes").sum()) / n
-            never = tuple(
-                kept.group_by("op", "input_dims")
-                .agg(pl.col("bytes").sum().alias("_b"), pl.len().alias("count"))
-                .with_columns((pl.col("_b") / n).alias("bytes_per_step"))
-                .sort("_b", "op", descending=[True, False])
-                .drop("_b")
-                .head(TOP_N)
-                .to_dicts()
-            )
-    until_full = None
-    if slope and slope > 0 and total and peak_alloc is not None:
-        until_full = max(0.0, (total - peak_alloc) / slope)
+    peaks = _peaks(win, info.memory_bytes if info and info.memory_bytes else None)
+    growth = _growth(mem, steady)
+    at_peak = _at_peak(ctx, tables, mem, steady, (lo, hi), peaks.allocated_bytes)
+    slope, total, peak = (
+        growth.growth_bytes_per_step,
+        peaks.device_memory_bytes,
+        peaks.allocated_bytes,
+    )
     return DeviceMemory(
         device=dev,
         events=mem.height,
-        peak_allocated_bytes=peak_alloc,
-        peak_reserved_bytes=peak_res,
+        peak_allocated_bytes=peak,
+        peak_reserved_bytes=peaks.reserved_bytes,
         device_memory_bytes=total,
-        headroom_ratio=headroom,
-        fragmentation_ratio=frag,
+        headroom_ratio=peaks.headroom_ratio,
+        fragmentation_ratio=peaks.fragmentation_ratio,
         growth_bytes_per_step=slope,
-        growth_consistency_ratio=agree,
-        boundary_allocated_bytes=tuple(int(v) for v in boundary),
-        base_allocated_bytes=base,
-        step_span_bytes=span,
-        peak_ns=peak_ns,
-        peak_op=peak_op,
-        peak_root_op=peak_root,
-        top_ops_at_peak=top,
-        never_freed=never,
-        never_freed_bytes_per_step=never_per_step,
-        steps_until_full=until_full,
-        peak_by_category_bytes=by_category,
+        growth_consistency_ratio=growth.growth_consistency_ratio,
+        boundary_allocated_bytes=growth.boundary_allocated_bytes,
+        base_allocated_bytes=growth.base_allocated_bytes,
+        step_span_bytes=growth.step_span_bytes,
+        peak_ns=at_peak.peak_ns,
+        peak_op=at_peak.peak_op,
+        peak_root_op=at_peak.peak_root_op,
+        top_ops_at_peak=at_peak.top_ops_at_peak,
+        never_freed=at_peak.never_freed,
+        never_freed_bytes_per_step=at_peak.never_freed_bytes_per_step,
+        peak_by_category_bytes=at_peak.peak_by_category_bytes,
+        steps_until_full=max(0.0, (total - peak) / slope)
+        if slope and slope > 0 and total and peak is not None
+        else None,
         timeline=_timeline(win, lo, hi),
     )
 

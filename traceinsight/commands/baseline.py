@@ -37,7 +37,7 @@ def baseline_doc(analysis: Any, name: str) -> dict[str, Any]:
         "saved_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "environment": environment(analysis),
         "result": analysis.to_json(),
-        "timing": timing_sample(analysis),
+        "timing": timing_sample(analysis).to_json(),
     }
     if isinstance(analysis, JobAnalysis):
         doc["kernels"] = []
@@ -46,7 +46,7 @@ def baseline_doc(analysis: Any, name: str) -> dict[str, Any]:
                 "rank": r.rank,
                 "result": r.to_json(),
                 "kernels": r.kernel_table().to_dicts(),
-                "timing": timing_sample(r),
+                "timing": timing_sample(r).to_json(),
                 "environment": environment(r),
             }
             for r in analysis.ranks
@@ -101,6 +101,7 @@ def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]
 
     from traceinsight.analysis import KERNEL_TABLE_SCHEMA, JobAnalysis
     from traceinsight.diff import (
+        TimingSample,
         compare_docs,
         environment_warnings,
         gate_on_worst_rank,
@@ -114,7 +115,7 @@ def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]
             pl.DataFrame(stored.get("kernels") or [], schema=KERNEL_TABLE_SCHEMA),
             kernels_per_step(a),
             (None, a),
-            (stored.get("timing"), None),
+            (TimingSample.from_json(stored["timing"]) if stored.get("timing") else None, None),
         )
         eb, ea = stored.get("environment"), doc["environment"]["after"]
         if eb and ea:  # the stored side's hardware, checked as diff checks two traces

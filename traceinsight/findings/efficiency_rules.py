@@ -14,7 +14,7 @@ from traceinsight.report.format import fmt_ms, fmt_pct
 
 def unaligned_gemms_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     """The unaligned GEMMs at the rate of aligned ones of similar size, replayed."""
-    w = r.efficiency.unaligned_gemm_what_if
+    w = r.efficiency.unaligned_gemms.what_if
     return (
         w,
         None
@@ -38,29 +38,29 @@ def unaligned_gemms_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     thresholds={"gemm_unaligned_time_ratio": 0.02},
 )
 def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
-    e = x.r.efficiency
-    ratio = e.unaligned_gemm_time_ratio
-    if not e.unaligned_gemms or ratio is None or ratio < x.t["gemm_unaligned_time_ratio"]:
+    u = x.r.efficiency.unaligned_gemms
+    ratio = u.time_ratio
+    if not u.gemms or ratio is None or ratio < x.t["gemm_unaligned_time_ratio"]:
         return None
-    worst = e.unaligned_gemms[0]
+    worst = u.gemms[0]
     return Draft(
-        e.unaligned_gemm_saving_ns,  # measured time less the aligned GEMMs' rate on their FLOPs
+        u.saving_ns,  # measured time less the aligned GEMMs' rate on their FLOPs
         f"GEMMs with dimensions off the tensor-core alignment take {fmt_pct(ratio)} of kernel time "
-        f"({worst['m']}x{worst['n']}x{worst['k']} {worst['dtype']} at {worst['achieved_tflops']:.0f} TFLOP/s "
-        f"against {worst['reference_tflops']:.0f} "
+        f"({worst.m}x{worst.n}x{worst.k} {worst.dtype} at {worst.achieved_tflops:.0f} TFLOP/s "
+        f"against {worst.reference_tflops:.0f} "
         + (
             "for aligned GEMMs of similar size"
-            if worst["reference"] == "aligned GEMMs"
+            if worst.reference == "aligned GEMMs"
             else "expected from the device's roofline"
         )
         + "); padding saves about "
-        f"{fmt_ms(e.unaligned_gemm_saving_ns)}",
+        f"{fmt_ms(u.saving_ns)}",
         {
             "unaligned_gemm_time_ratio": ratio,
-            "unaligned_gemm_ns": e.unaligned_gemm_ns,
-            "saving_ns": e.unaligned_gemm_saving_ns,
-            "gemms": list(e.unaligned_gemms),
-            "what_if": e.unaligned_gemm_what_if,
+            "unaligned_gemm_ns": u.time_ns,
+            "saving_ns": u.saving_ns,
+            "gemms": list(u.gemms),
+            "what_if": u.what_if,
         },
     )
 
@@ -93,20 +93,20 @@ def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
     cap="low",  # an opportunity: a kernel at low occupancy may still be bandwidth-bound
 )
 def low_occupancy(x: RuleInput) -> Draft | None:
-    e = x.r.efficiency
-    ratio = e.low_occupancy_time_ratio
-    if not e.low_occupancy_kernels or ratio is None or ratio < x.t["low_occupancy_time_ratio"]:
+    o = x.r.efficiency.occupancy
+    ratio = o.low_time_ratio
+    if not o.low_kernels or ratio is None or ratio < x.t["low_occupancy_time_ratio"]:
         return None
-    top = e.low_occupancy_kernels[0]
+    top = o.low_kernels[0]
     return Draft(
-        e.low_occupancy_ns * 0.5,  # latency poorly hidden: count half of their time
+        o.low_ns * 0.5,  # latency poorly hidden: count half of their time
         f"{fmt_pct(ratio)} of kernel time runs below 25% occupancy; the largest, "
-        f"{top['name'][:60]}, at {fmt_pct(top['occupancy'])} limited by {top['limiter'] or 'unknown'}",
+        f"{top.name[:60]}, at {fmt_pct(top.occupancy)} limited by {top.limiter or 'unknown'}",
         {
             "low_occupancy_time_ratio": ratio,
-            "low_occupancy_ns": e.low_occupancy_ns,
-            "occupancy_median": e.occupancy_median,
-            "kernels": list(e.low_occupancy_kernels),
+            "low_occupancy_ns": o.low_ns,
+            "occupancy_median": o.median,
+            "kernels": list(o.low_kernels),
         },
     )
 

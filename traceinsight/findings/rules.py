@@ -788,7 +788,7 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             "math_ns": kern.math_ns,
             "top_fp32_kernels": list(kern.top_fp32_kernels),
         },
-        *_fp32_advice(x.r.efficiency.has_bf16, x.r.efficiency.has_tf32),
+        *_fp32_advice(x.r.efficiency.device.has_bf16, x.r.efficiency.device.has_tf32),
     )
 
 

@@ -186,6 +186,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
 def roofline(e: dict[str, Any]) -> dict[str, Any]:
     """The roofline plot's data: the roofs and one point per kernel class and top kernel with
     both FLOPs and bytes known (intensity = FLOPs / bytes, achieved = FLOPs / own time)."""
+    roof, device = e.get("roofline") or {}, e.get("device") or {}
     points = [
         {
             "kind": kind,
@@ -195,15 +196,15 @@ def roofline(e: dict[str, Any]) -> dict[str, Any]:
             "tflops": r.get("roofline_tflops"),
         }
         for kind, rows in (
-            ("class", e.get("classes") or []),
-            ("kernel", e.get("top_kernels") or []),
+            ("class", roof.get("classes") or []),
+            ("kernel", roof.get("top_kernels") or []),
         )
         for r in rows
         if r.get("arithmetic_intensity") and r.get("roofline_tflops")
     ]
     return {
-        "peak_tflops": e.get("tensor_peak_tflops"),
-        "bandwidth_bytes_per_s": e.get("memory_bandwidth_bytes_per_s"),
+        "peak_tflops": device.get("tensor_peak_tflops"),
+        "bandwidth_bytes_per_s": device.get("memory_bandwidth_bytes_per_s"),
         "points": points,
         "colors": CLASS_COLORS,
     }
