@@ -850,13 +850,19 @@ def recompute_overhead(x: RuleInput) -> Draft | None:
 
 def steady_steps_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     """step_time_variance's fix: every step as fast as the median one (no replay: the steps'
-    own times say it), mean step -> median step."""
+    own times say it), mean step -> median step, as a ratio of the un-profiled step where the
+    model has one."""
     s = r.steps
     if not s.steps or s.step_time_median_ns is None or s.step_time_mean_ns is None:
         return None, "the trace has no steps to compare"
     mean, median = float(s.step_time_mean_ns), float(s.step_time_median_ns)
     if median <= 0:
         return None, "the trace has no steps to compare"
+    rp = r.replay
+    if rp is not None and rp.unprofiled_step_ns is not None:
+        # in the un-profiled step every other prediction starts from: the same ratio
+        before = rp.unprofiled_step_ns
+        return WhatIf.of(before, before * min(1.0, median / mean)), None
     return WhatIf.of(mean, min(mean, median)), None
 
 
