@@ -1,5 +1,5 @@
 """Does a trace whose ``[memory]`` events are half of its events analyze within +30% of the same
-trace without them? (issue 19)
+trace without them?
 
     python benchmarks/memory_bench.py [--scale 4] [--repeat 3]
 

@@ -1,4 +1,4 @@
-"""Issue 21: source attribution (stack fixture vs its truth), trace-health checks on broken variants
+"""Evidence: source attribution (stack fixture vs its truth), trace-health checks on broken variants
 of real traces, and the annotated Perfetto trace."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 21, the rest: nsys backtraces and NVTX ranges as sources, the dropped-events and
+"""Evidence from nsys: backtraces and NVTX ranges as sources, the dropped-events and
 row-order health checks on broken variants of real traces."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Inputs and trace health found wrong by the audit of 29 foreign traces (issue 36): ROCm device
+"""Inputs and trace health found wrong by the audit of 29 foreign traces (benchmarks/audit/AUDIT.md): ROCm device
 ids, lost device activity, truncation, the duration estimate of bursty traces, unified-memory
 migrations, the short-kernel ratio, Kineto as written in 2026, non-UTF-8 nsys text, DLProf NVTX
 payloads, and non-profiler Chrome traces. Expected values come from the raw events (plain

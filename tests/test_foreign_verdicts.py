@@ -1,4 +1,4 @@
-"""Verdicts of the foreign-trace audit (issue 36, benchmarks/audit/AUDIT.md, "After"): for each
+"""Verdicts of the foreign-trace audit (benchmarks/audit/AUDIT.md, "After"): for each
 audited public trace shipped in fixtures/foreign/, the verdict-level facts that were checked
 against the raw events. Every expected value is computed here from the raw trace (plain
 json/gzip and interval arithmetic), never through traceinsight; each trace is analyzed once.

@@ -254,7 +254,7 @@ def test_h200_empty_cache_churn_with_the_models_estimate(analyses) -> None:
 def test_h200_headroom_prediction_matches_measured_throughput(analyses) -> None:
     a, truth = analyses["mem_small_batch"], _truth("mem_small_batch")
     f = next(f for f in a.findings if f.id == "memory_headroom")
-    # graded by its saving, as every finding (issue 37: it is often the largest lever)
+    # graded by its saving, as every finding (it is often the largest lever)
     assert f.severity == "high" and f.cost_ratio >= 0.25
     base = next(t for t in truth["throughput_unprofiled"] if t["multiple"] == 1)
     gains = {g.multiplier: g.throughput_gain for g in f.evidence["gain_by_multiplier"]}

@@ -1,4 +1,4 @@
-"""rocprofv3 (issue 35): the real JSON of a PyTorch training run on MI350X checked against sums
+"""rocprofv3 (docs/ROCPROF.md): the real JSON of a PyTorch training run on MI350X checked against sums
 over its raw records (plain json here, not our parser); a rocpd database built from the real
 schema (fixtures/rocprof: the schema is real, the rows below are made by hand) with hand-computed
 values; and the refusals: an unknown rocpd schema version, the older RPD format, a damaged

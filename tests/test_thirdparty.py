@@ -1,4 +1,4 @@
-"""Predictions against third-party training loops measured on the H200 (issue 37): the
+"""Predictions against third-party training loops measured on the H200: the
 transformers Trainer on a small Llama, a timm ResNet-50 fed by torchvision transforms with 3
 workers, a launch-bound MobileNetV3 with an eager per-parameter AdamW, and PEFT LoRA with
 gradient checkpointing (fixtures/h200/thirdparty, recorded by fixtures/generate/thirdparty).

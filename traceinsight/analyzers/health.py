@@ -67,8 +67,8 @@ DROPPED_ERROR_RATIO = 0.01
 # in a small trace cannot stretch it) is not a real one.
 ABSURD_SPAN_FACTOR = 10
 QUANTILE_SAMPLE = 200_000  # rows the median end is taken from (every k-th row)
-# Calls that load device code (module or library loading): kernels are coming. Defined here
-# rather than in model/classify.py (owned by the analyzer work of issue 36 at the same time).
+# Calls that load device code (module or library loading): kernels are coming. Only the
+# health check reads it, so it lives here, not in model/classify.py's shared name tables.
 MODULE_LOAD_API = r"^(cuModuleLoad|cuLibraryLoad|cudaLibraryLoad|hipModuleLoad)"
 # GPU activity that a launch call produces (gpu_sync and GPU annotations are not launched work).
 GPU_WORK_KINDS = ("kernel", "memcpy", "memset")

@@ -89,7 +89,12 @@ def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
         "model = torch.compile(model)  # fuses small kernels into fewer, fuller ones\n"
         "# custom kernels: __launch_bounds__(256, 2) caps registers so two blocks fit per SM"
     ),
-    thresholds={"low_occupancy_time_ratio": 0.25},
+    thresholds={
+        "low_occupancy_time_ratio": 0.25,
+        # the attributed cost: at low occupancy latency is poorly hidden, not all of the time
+        # lost; count half of their time
+        "low_occupancy_saving_ratio": 0.5,
+    },
     cap="low",  # an opportunity: a kernel at low occupancy may still be bandwidth-bound
 )
 def low_occupancy(x: RuleInput) -> Draft | None:
@@ -99,7 +104,7 @@ def low_occupancy(x: RuleInput) -> Draft | None:
         return None
     top = o.low_kernels[0]
     return Draft(
-        o.low_ns * 0.5,  # latency poorly hidden: count half of their time
+        o.low_ns * x.t["low_occupancy_saving_ratio"],
         f"{fmt_pct(ratio)} of kernel time runs below 25% occupancy; the largest, "
         f"{top.name[:60]}, at {fmt_pct(top.occupancy)} limited by {top.limiter or 'unknown'}",
         {

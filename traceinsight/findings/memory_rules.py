@@ -316,6 +316,9 @@ def _churn_in_window(x: RuleInput) -> Draft | None:
         "headroom_min_ratio": 0.5,
         "headroom_busy_max_ratio": 0.6,
         "headroom_host_bound_min_ratio": 0.5,
+        # the smallest batch multiplier worth recommending (the multipliers are powers of 2:
+        # 1 is the batch as it is)
+        "headroom_min_multiplier": 2,
     },
 )
 def memory_headroom(x: RuleInput) -> Draft | None:
@@ -333,7 +336,7 @@ def memory_headroom(x: RuleInput) -> Draft | None:
     ):
         return None
     m = mem.recommended_multiplier
-    if m is None or m < 2:
+    if m is None or m < x.t["headroom_min_multiplier"]:
         return None
     w, _ = mem.headroom_what_if()
     if w is not None and w.speedup is not None:

@@ -425,14 +425,17 @@ READBACK_ADVICE = (
         "    nxt = next_batch.to(device, non_blocking=True)\n"
         "torch.cuda.current_stream().wait_stream(copy_stream)"
     ),
-    thresholds={"h2d_overlap_min": 0.5},
+    thresholds={
+        "h2d_overlap_min": 0.5,
+        # at least this share of the HtoD bytes pageable: pinning, not a prefetch stream, is the
+        # fix, and pageable_memcpy names it
+        "h2d_pageable_max_ratio": 0.5,
+    },
 )
 def h2d_not_overlapped(x: RuleInput) -> Draft | None:
     copies = x.r.copies
     overlap = copies.h2d_overlap_ratio
-    mostly_pageable = (
-        copies.h2d_pageable_bytes_ratio or 0
-    ) >= 0.5  # then pageable_memcpy names the fix
+    mostly_pageable = (copies.h2d_pageable_bytes_ratio or 0) >= x.t["h2d_pageable_max_ratio"]
     if (
         overlap is None
         or overlap >= x.t["h2d_overlap_min"]
@@ -660,7 +663,13 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         "model = torch.compile(model)   # fuses elementwise chains into Triton kernels\n"
         "# attention: F.scaled_dot_product_attention (Flash); norms: fused LayerNorm/RMSNorm"
     ),
-    thresholds={"elementwise_time_ratio": 0.25, "elementwise_count_ratio": 0.5},
+    thresholds={
+        "elementwise_time_ratio": 0.25,
+        "elementwise_count_ratio": 0.5,
+        # the attributed cost: fusion typically removes about half of the elementwise memory
+        # traffic (each fused chain reads and writes once)
+        "elementwise_fusion_saving_ratio": 0.5,
+    },
     cap="low",  # an optimization opportunity, not a reason the GPU starves
 )
 def elementwise_heavy(x: RuleInput) -> Draft | None:
@@ -676,7 +685,7 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
         return None
     ew_ns = int(time_ratio * kern.kernel_ns)
     return Draft(
-        ew_ns / 2,  # fusion typically removes about half of the elementwise memory traffic
+        ew_ns * x.t["elementwise_fusion_saving_ratio"],
         f"Elementwise kernels: {fmt_pct(time_ratio)} of kernel time, {fmt_pct(count_ratio)} of kernels "
         f"({kern.elementwise_eager_count} eager, {kern.elementwise_triton_count} Triton-fused)",
         {
@@ -772,7 +781,12 @@ def _optimizer_advice(name: str | None) -> tuple[str, str]:
         "    loss = model(batch)\n"
         '# at least: torch.set_float32_matmul_precision("high")  # TF32 tensor cores'
     ),
-    thresholds={"fp32_math_ratio": 0.2},
+    thresholds={
+        "fp32_math_ratio": 0.2,
+        # the attributed cost: bf16 tensor cores run this math several times faster; count half
+        # (the bf16_gemms replay prices it by the device's peaks)
+        "fp32_saving_ratio": 0.5,
+    },
 )
 def fp32_compute(x: RuleInput) -> Draft | None:
     kern = x.r.kernels
@@ -780,7 +794,7 @@ def fp32_compute(x: RuleInput) -> Draft | None:
     if fp32 is None or fp32 < x.t["fp32_math_ratio"]:
         return None
     return Draft(
-        kern.fp32_math_ns * 0.5,  # bf16 tensor cores run these several times faster; count half
+        kern.fp32_math_ns * x.t["fp32_saving_ratio"],
         f"Matrix math runs in fp32 on CUDA cores: {fmt_pct(fp32)} of GEMM/conv/attention time",
         {
             "fp32_gemm_time_ratio": fp32,
@@ -884,19 +898,24 @@ def steady_steps_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
         "# time every step with CUDA events and look at the slow ones\n"
         "gc.freeze(); gc.disable()  # if Python GC pauses line up with the slow steps"
     ),
-    thresholds={"step_cv": 0.15, "variance_cause_min_ratio": 0.5},
+    thresholds={
+        "step_cv": 0.15,
+        "variance_cause_min_ratio": 0.5,
+        # fewer steps than this have no spread to speak of (two steps: one differs, no pattern)
+        "variance_min_steps": 3,
+    },
 )
 def step_time_variance(x: RuleInput) -> Draft | None:
     steps = x.r.steps
     if (
-        steps.steps < 3
+        steps.steps < x.t["variance_min_steps"]
         or steps.step_time_cv is None
         or (steps.step_time_cv < x.t["step_cv"] and not steps.outlier_steps)
     ):
         return None
     median = steps.step_time_median_ns or 0
     excess = sum(max(0, s.dur_ns - median) for s in steps.per_step if s.step in steps.outlier_steps)
-    cause = variance_cause(x.r, x.t["variance_cause_min_ratio"])
+    cause = variance_cause(x.r, x.t["variance_cause_min_ratio"], x.t["variance_min_steps"])
     return Draft(
         excess,
         f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {list(steps.outlier_steps) or 'none'}"
@@ -913,13 +932,14 @@ def step_time_variance(x: RuleInput) -> Draft | None:
     )
 
 
-def variance_cause(r: Results, min_ratio: float) -> str | None:
+def variance_cause(r: Results, min_ratio: float, min_steps: float) -> str | None:
     """The idle cause whose time per step varies most, where its spread is at least
-    ``min_ratio`` of the steps' own (standard deviations over the steps): a periodic loader
-    stall, a sync every N steps. None where no cause carries the variance."""
+    ``min_ratio`` of the steps' own (standard deviations over the steps, at least ``min_steps``
+    of them): a periodic loader stall, a sync every N steps. None where no cause carries the
+    variance."""
     per = r.idle.per_step
     durs = {s.step: s.dur_ns for s in r.steps.per_step}
-    if len(per) < 3 or len(durs) < 3:
+    if len(per) < min_steps or len(durs) < min_steps:
         return None
 
     def std(xs: list[float]) -> float:
