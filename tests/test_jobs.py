@@ -189,6 +189,30 @@ def test_batch_on_dask_local_cluster_equals_local(tmp_path):
     assert a.height == 4 and a.equals(b)
 
 
+@pytest.mark.parametrize("job", ["ddp_overlap", "ddp_straggler"])
+def test_job_on_dask_local_cluster_equals_local_processes(job, tmp_path):
+    """One code path, two executors: the ranks' summaries from local processes or from Dask
+    tasks give the same job document (no timing field in it) and name the same straggler."""
+    pytest.importorskip("dask.distributed", reason="pip install 'traceinsight-analyzer[dask]'")
+    from traceinsight import analyze
+    from traceinsight.jobs import rank_summaries
+    from traceinsight.options import Options
+
+    two = Runtime(threads=2, workers=2)
+    local = analyze(H200 / job, runtime=two).to_json()
+    out = tmp_path / "job.json"
+    argv = ["analyze", str(H200 / job), "--scheduler", "local", "-j", "2", "--no-html", "-q"]
+    assert main([*argv, "--json", str(out)]) == 0
+    on_dask = json.loads(out.read_bytes())
+    assert on_dask["metrics"]["straggler_rank"] == (1 if job == "ddp_straggler" else None)
+    on_dask["command"] = local["command"]  # the CLI records its own command line
+    assert on_dask == json.loads(json.dumps(local))
+    # what a task sends back: no event table, the cross-rank tables compact
+    s = rank_summaries(H200 / job, Options(), Runtime(threads=1, workers=1))[0]
+    assert s.analysis is not None and s.analysis.trace is None
+    assert s.payload is not None and s.payload.collectives.height < 200
+
+
 def test_diff_and_gate(tmp_path, capsys):
     names = ("dataloader_starved", "dataloader_workers")
     before, after = (H200 / f"{n}.pt.trace.json.gz" for n in names)

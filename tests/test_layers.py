@@ -22,7 +22,7 @@ LAYERS: dict[str, set[str]] = {
     "constants": set(),
     "errors": set(),
     "records": set(),
-    "runtime": set(),
+    "runtime": {"errors"},  # dask_client's unreachable scheduler
     "inputs": set(),
     "native": set(),
     "io": {"errors", "inputs"},

@@ -7,6 +7,7 @@ holding several processes, gives a :class:`JobAnalysis`. Every command calls thi
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import polars as pl
@@ -48,6 +49,7 @@ def analyze(
     device: int | None = None,
     replay: bool = True,
     what_if: Sequence[str] = (),
+    scheduler: str | None = None,
 ) -> TraceAnalysis | JobAnalysis:
     """Analyze a trace file, a directory of rank traces, or a multi-process Nsight export.
 
@@ -57,7 +59,9 @@ def analyze(
     ``steps`` ``"A..B"``, ``window`` ``"START:END"`` (``2s:4s``, from the capture start),
     ``rank`` (one rank of a job), ``device`` (one GPU's activity); ``replay`` runs the causal
     step model too (``details.replay``); ``what_if``: finding ids whose fixes are replayed
-    together (``details.what_if.selected``)."""
+    together (``details.what_if.selected``); ``scheduler``: a job's ranks as Dask tasks on that
+    scheduler (``"tcp://host:8786"``, or ``"local"`` for a LocalCluster of ``runtime.workers``),
+    the same result as local processes."""
     opts = Options(
         dict(thresholds or {}),
         step_range,
@@ -70,7 +74,10 @@ def analyze(
         replay,
         tuple(what_if),
     )
-    return analyze_with(Path(path), opts, runtime or Runtime.detect(helpers=False))
+    runtime = runtime or Runtime.detect(helpers=False)
+    if scheduler is not None:
+        runtime = replace(runtime, scheduler=scheduler)
+    return analyze_with(Path(path), opts, runtime)
 
 
 def analyze_with(path: Path, opts: Options, runtime: Runtime) -> TraceAnalysis | JobAnalysis:

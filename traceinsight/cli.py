@@ -299,6 +299,19 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
     type=click.Path(path_type=Path, dir_okay=False),
     help="Also write the trace with the analysis drawn on it (.json or .json.gz) for Perfetto.",
 )
+@click.option(
+    "-j",
+    "--workers",
+    type=click.IntRange(min=1),
+    help="A job's ranks: worker processes, or with --scheduler local the LocalCluster's workers "
+    "(default: number of cores).",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS|local",
+    help="A job's ranks as Dask tasks: a scheduler address (tcp://host:8786; every worker must "
+    "read the rank files at the same path) or 'local' for a LocalCluster.",
+)
 @analysis_options
 def analyze(
     path: Path,
@@ -311,6 +324,8 @@ def analyze(
     open_browser: bool,
     fail_on: str | None,
     annotate: Path | None,
+    workers: int | None,
+    scheduler: str | None,
     opts: Any,
 ) -> int:
     """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep, a rocprofv3
@@ -339,6 +354,8 @@ def analyze(
             fail_on=fail_on,
             annotate=annotate,
             fmt=fmt,
+            workers=workers,
+            scheduler=scheduler,
         ),
     )
 

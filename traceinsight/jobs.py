@@ -1,13 +1,15 @@
 """Multi-rank jobs: one trace per rank in a directory, or one nsys export with several processes.
 
-Ranks are parsed and analyzed in parallel processes; each sends back its analysis without the
-event table and a small payload for the cross-rank analysis, so peak memory is one trace per
-worker, not the whole job.
+Ranks are parsed and analyzed in parallel, in local worker processes or as Dask tasks
+(``Runtime.scheduler``): each sends back a :class:`RankSummary` (its analysis without the event
+table, and the small tables the cross-rank analysis reads), and the job is merged from those
+alone, so peak memory is one trace per worker and the summaries in the client, not the whole
+job.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import polars as pl
@@ -28,7 +30,7 @@ from traceinsight.model.schema import SIDE_TABLES, Trace, by_rank
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.pipeline import analyze_trace, graded
-from traceinsight.runtime import Runtime, process_pool
+from traceinsight.runtime import DASK_TASK_RUNTIME, Runtime, dask_client, process_pool
 
 
 def payload_of(analysis: TraceAnalysis, rank: int) -> RankPayload:
@@ -44,47 +46,79 @@ def payload_of(analysis: TraceAnalysis, rank: int) -> RankPayload:
     )
 
 
-# A rank's analysis and payload, or None with the devices it has where --device names a GPU
-# it did not use (each rank of a job usually drives its own GPU).
-RankResult = tuple[TraceAnalysis | None, int | None, RankPayload | None, tuple[int, ...]]
+@dataclass(frozen=True)
+class RankSummary:
+    """What a worker sends back for one rank file, the job merged from these alone.
+
+    ``analysis``: the rank's analysis without its event table or step model (results, metrics,
+    findings, the per-step kernel table: what the job document and the per-rank communication
+    rules read); ``payload``: the cross-rank tables (its collectives, steps, compute union).
+    Both None where ``--device`` names a GPU the rank did not use (``devices``: those it did)."""
+
+    path: str
+    meta_rank: int | None  # the rank its metadata names, before the job numbers the ranks
+    analysis: TraceAnalysis | None
+    payload: RankPayload | None
+    devices: tuple[int, ...]
+    worker_peak_rss_bytes: int = 0  # the worker process's peak so far (what to size one by)
 
 
-def _analyze_rank(path: str, opts: Options, runtime: Runtime) -> RankResult:
-    """Worker: parse and analyze one rank file; send back the analysis without its events."""
+def summarize_rank(path: str, opts: Options, runtime: Runtime) -> RankSummary:
+    """Worker (local process or Dask task): parse and analyze one rank file into its
+    :class:`RankSummary`; the event table stays in the worker."""
     trace = load_trace(
         path,
         max_bytes=opts.max_bytes,
         parse_helpers=runtime.parse_helpers,
         threads=runtime.analyzer_threads,
     )
-    return _rank_result(trace, opts, runtime, trace.meta.rank or 0, detach=True)
+    s = _summary(path, trace, opts, runtime, trace.meta.rank or 0, detach=True)
+    return replace(s, worker_peak_rss_bytes=_peak_rss_bytes())
 
 
-def _rank_result(
-    trace: Trace, opts: Options, runtime: Runtime | None, rank: int, *, detach: bool
-) -> RankResult:
+def _peak_rss_bytes() -> int:
+    try:
+        import resource
+    except ImportError:  # not on a POSIX system
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _summary(
+    path: str, trace: Trace, opts: Options, runtime: Runtime | None, rank: int, *, detach: bool
+) -> RankSummary:
     devices = activity_devices(trace.events)
     if opts.device is not None and opts.device not in devices:
-        return None, trace.meta.rank, None, devices
+        return RankSummary(path, trace.meta.rank, None, None, devices)
     a = analyze_trace(trace, opts, runtime)
-    return (a.detached() if detach else a), trace.meta.rank, payload_of(a, rank), devices
+    return RankSummary(
+        path, trace.meta.rank, a.detached() if detach else a, payload_of(a, rank), devices
+    )
 
 
-def _assign_ranks(
-    results: list[tuple[Path, RankResult]], warnings: list[str]
-) -> list[tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]]:
-    ranks, warning = choose_ranks([res[1] for _, res in results], [p for p, _ in results])
+Ranked = list[tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]]
+
+
+def _assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> Ranked:
+    ranks, warning = choose_ranks(
+        [s.meta_rank for s in summaries], [Path(s.path) for s in summaries]
+    )
     if warning:
         warnings.append(warning)
     out = [
-        (r, a.as_rank(r) if a else None, replace(p, rank=r) if p else None, devs)
-        for r, (_, (a, _m, p, devs)) in zip(ranks, results, strict=True)
+        (
+            r,
+            s.analysis.as_rank(r) if s.analysis else None,
+            replace(s.payload, rank=r) if s.payload else None,
+            s.devices,
+        )
+        for r, s in zip(ranks, summaries, strict=True)
     ]
     return sorted(out, key=lambda t: t[0])
 
 
 def _with_device(
-    ranked: list[tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]],
+    ranked: Ranked,
     opts: Options,
     path: str,
     warnings: list[str],
@@ -153,24 +187,44 @@ def _job(
 def analyze_job(
     directory: str | Path, opts: Options | None = None, runtime: Runtime | None = None
 ) -> JobAnalysis:
-    """A directory holding one trace per rank."""
+    """A directory holding one trace per rank: its ranks summarized by workers (local processes,
+    or Dask tasks with ``runtime.scheduler``), the job merged from the summaries."""
     opts = opts or Options()
     runtime = runtime or Runtime.detect(helpers=False)
+    return merge_job(directory, rank_summaries(directory, opts, runtime), opts)
+
+
+def rank_summaries(directory: str | Path, opts: Options, runtime: Runtime) -> list[RankSummary]:
+    """Each rank file's :class:`RankSummary`, in file order: one function, two executors."""
     d = Path(directory)
     files = discover_rank_files(d)
     if not files:
         raise InputError(no_traces_message(d), str(d))
+    paths = [str(p) for p in files]
+    if runtime.scheduler and not runtime.in_worker:
+        return _on_dask(paths, opts, runtime.scheduler, runtime.workers)
     workers = max(1, min(len(files), runtime.workers))
     if workers == 1:
         solo = runtime.for_workers(1) if not runtime.in_worker else runtime
-        results = [(p, _analyze_rank(str(p), opts, solo)) for p in files]
-    else:
-        with process_pool(workers, runtime) as (pool, child):
-            futs = [(p, pool.submit(_analyze_rank, str(p), opts, child)) for p in files]
-            results = [(p, f.result()) for p, f in futs]
+        return [summarize_rank(p, opts, solo) for p in paths]
+    with process_pool(workers, runtime) as (pool, child):
+        futs = [pool.submit(summarize_rank, p, opts, child) for p in paths]
+        return [f.result() for f in futs]
+
+
+def _on_dask(paths: list[str], opts: Options, scheduler: str, workers: int) -> list[RankSummary]:
+    """The ranks as Dask tasks; every worker must read the rank files at these paths."""
+    with dask_client(scheduler, min(workers, len(paths))) as client:
+        futs = client.map(summarize_rank, paths, opts=opts, runtime=DASK_TASK_RUNTIME, pure=False)
+        return list(client.gather(futs))
+
+
+def merge_job(directory: str | Path, summaries: list[RankSummary], opts: Options) -> JobAnalysis:
+    """The job from its ranks' summaries (the client's part: no event table here)."""
     warnings: list[str] = []
-    ranked = _with_device(_assign_ranks(results, warnings), opts, str(d), warnings)
-    return _job(str(d), ranked, opts, warnings)
+    d = str(Path(directory))
+    ranked = _with_device(_assign_ranks(summaries, warnings), opts, d, warnings)
+    return _job(d, ranked, opts, warnings)
 
 
 def analyze_trace_ranks(
@@ -180,10 +234,11 @@ def analyze_trace_ranks(
     opts = opts or Options()
     results = []
     for rank, events in by_rank(trace.events):
-        a, _, p, devs = _rank_result(
-            trace.view(events, rank=rank), opts, runtime, rank, detach=False
+        s = _summary(
+            trace.meta.source_path, trace.view(events, rank=rank), opts, runtime, rank, detach=False
         )
-        results.append((rank, a.as_rank(rank) if a else None, p, devs))
+        a = s.analysis
+        results.append((rank, a.as_rank(rank) if a else None, s.payload, s.devices))
     warnings = list(trace.meta.warnings)
     ranked = _with_device(results, opts, trace.meta.source_path, warnings)
     return _job(trace.meta.source_path, ranked, opts, warnings)

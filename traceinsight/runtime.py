@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from multiprocessing.context import SpawnContext, SpawnProcess
 from typing import Any
 
+from traceinsight.errors import InputError
+
 # polars' allocator (jemalloc) hands freed memory back to the OS within half a second, so each
 # phase of a large analysis faults fresh pages in again. For one trace, kept 10 s: on the 1 GB
 # nsys export 25% fewer page faults and 0.5 s less wall. Blocks from 64 KiB (not 8 MiB) come
@@ -58,6 +60,7 @@ class Runtime:
     parse_helpers: int = 0
     workers: int = 1
     in_worker: bool = False
+    scheduler: str | None = None  # a Dask scheduler's address, or "local": a job's ranks there
 
     @classmethod
     def detect(cls, *, helpers: bool = True) -> Runtime:
@@ -75,7 +78,9 @@ class Runtime:
     def for_workers(self, n: int) -> Runtime:
         """What each of ``n`` worker processes gets: its share of the cores, no helpers of its own."""
         share = max(1, cores_available() // max(1, n))
-        return replace(self, threads=share, parse_helpers=0, workers=1, in_worker=True)
+        return replace(
+            self, threads=share, parse_helpers=0, workers=1, in_worker=True, scheduler=None
+        )
 
 
 # glibc's malloc (the inflated blocks, the scanner's columns) returns the top of its heap to
@@ -122,17 +127,24 @@ class _SpawnWithoutMain(SpawnProcess):
 
     @staticmethod
     def _Popen(process_obj: Any) -> Any:  # noqa: N802 - multiprocessing's name
-        main = sys.modules.get("__main__")
-        # read by multiprocessing.spawn.get_preparation_data as the child is launched (pools
-        # start their processes from the thread that submits: the caller's, for a moment)
-        sys.modules["__main__"] = types.ModuleType("__main__")
-        try:
+        # pools start their processes from the thread that submits: the caller's, for a moment
+        with _no_main_module():
             return SpawnProcess._Popen(process_obj)
-        finally:
-            if main is None:
-                sys.modules.pop("__main__", None)
-            else:
-                sys.modules["__main__"] = main
+
+
+@contextlib.contextmanager
+def _no_main_module() -> Iterator[None]:
+    """No ``__main__`` for processes spawned inside the block (read by
+    multiprocessing.spawn.get_preparation_data as each child is launched)."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is None:
+            sys.modules.pop("__main__", None)
+        else:
+            sys.modules["__main__"] = main
 
 
 class _SpawnContextWithoutMain(SpawnContext):
@@ -155,6 +167,44 @@ def process_pool(workers: int, runtime: Runtime) -> Iterator[tuple[ProcessPoolEx
         ProcessPoolExecutor(max_workers=workers, mp_context=spawn_context()) as pool,
     ):
         yield pool, child
+
+
+# A Dask worker's task: one thread of its own (the worker runs one task per thread).
+DASK_TASK_RUNTIME = Runtime(threads=1, workers=1, in_worker=True)
+
+
+@contextlib.contextmanager
+def dask_client(scheduler: str, workers: int) -> Iterator[Any]:
+    """A ``dask.distributed`` client on ``scheduler`` (an address), or on a LocalCluster of
+    ``workers`` one-thread processes for ``"local"``; closed (and the cluster) on leaving."""
+    try:
+        from dask.distributed import Client, LocalCluster
+    except ImportError:
+        raise InputError(
+            "Dask is not installed: pip install 'traceinsight-analyzer[dask]'"
+        ) from None
+    cluster = None
+    if scheduler == "local":
+        # its workers are spawned while this waits: a plain script is not run again in each
+        with _no_main_module():
+            cluster = LocalCluster(
+                n_workers=max(1, workers),
+                threads_per_worker=1,
+                processes=True,
+                dashboard_address=None,
+            )
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except (OSError, TimeoutError) as exc:
+            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
 
 
 @contextlib.contextmanager

@@ -25,10 +25,10 @@ from traceinsight.batch.outputs import (
     summary_row,
     write_outputs,
 )
-from traceinsight.errors import InputError, TraceInsightError
+from traceinsight.errors import TraceInsightError
 from traceinsight.io import write_bytes_atomic, write_text_atomic
 from traceinsight.options import Options
-from traceinsight.runtime import Runtime, process_pool
+from traceinsight.runtime import DASK_TASK_RUNTIME, Runtime, dask_client, process_pool
 
 OnRow = Callable[[dict[str, Any]], None]
 
@@ -144,37 +144,17 @@ def _run_dask(
     scheduler: str,
     on_row: OnRow,
 ) -> list[dict[str, Any]]:
-    try:
-        from dask.distributed import Client, LocalCluster
-        from dask.distributed import as_completed as dask_completed
-    except ImportError:
-        raise InputError(
-            "Dask is not installed: pip install 'traceinsight-analyzer[dask]'"
-        ) from None
-    cluster = None
-    if scheduler == "local":
-        cluster = LocalCluster(
-            n_workers=max(1, runtime.workers),
-            threads_per_worker=1,
-            processes=True,
-            dashboard_address=None,
-        )
-        client = Client(cluster)
-    else:
-        try:
-            client = Client(scheduler, timeout="20s")
-        except (OSError, TimeoutError) as exc:
-            raise InputError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
     rows: list[dict[str, Any]] = []
-    child = Runtime(threads=1, workers=1, in_worker=True)  # a Dask worker: one thread of its own
-    try:
+    with dask_client(scheduler, runtime.workers) as client:
+        from dask.distributed import as_completed as dask_completed  # there: dask is installed
+
         futs = client.map(
             analyze_item,
             items,
             outdir=str(outdir),
             force=force,
             opts=opts,
-            runtime=child,
+            runtime=DASK_TASK_RUNTIME,
             pure=False,
         )
         index = {f.key: it for f, it in zip(futs, items, strict=True)}
@@ -185,10 +165,6 @@ def _run_dask(
                 row = error_row(index[fut.key], f"worker failed: {type(exc).__name__}: {exc}")
             rows.append(row)
             on_row(row)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()
     return rows
 
 

@@ -7,6 +7,7 @@ never each other.
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ def analyze_and_write(
     fail_on: str | None = None,
     annotate: Path | None = None,
     fmt: str = "terminal",
+    workers: int | None = None,
+    scheduler: str | None = None,
 ) -> int:
     """Analyze ``path`` and write what was asked (HTML, JSON, the annotated trace, the summary);
     the exit code, with ``fail_on``'s gate (``analyze`` and ``profile``)."""
@@ -72,6 +75,10 @@ def analyze_and_write(
     if annotate is not None:
         check_writable(annotate, force)
     runtime = Runtime.detect(helpers=True)
+    if workers:
+        runtime = replace(runtime, workers=workers)
+    if scheduler:
+        runtime = replace(runtime, scheduler=scheduler)
     analysis = analyze_with(path, opts, runtime)
     doc = analysis.to_json()
     if annotate is not None:
