@@ -24,13 +24,14 @@ FIX_OF = {
     "fp32_compute": "bf16",
     "recompute_overhead": "no_checkpointing",
     "memory_headroom": "batch_4x",
+    "small_batch": "batch_4x",
 }
 
 
 # the recorded "all" of each loop as the findings whose fixes it applied (ID@K: the batch
 # multiplier recorded)
 APPLIED = {
-    "hf_trainer": ["host_sync,dataloader_stall,fp32_compute"],
+    "hf_trainer": ["host_sync,dataloader_stall,fp32_compute,small_batch@4"],
     "timm_jpeg": ["dataloader_stall,pageable_memcpy,fp32_compute,host_sync"],
     "launch_bound": ["launch_bound,unfused_optimizer,host_sync"],
     "peft_lora": ["memory_headroom@4,recompute_overhead,host_sync"],

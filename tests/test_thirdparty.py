@@ -168,6 +168,8 @@ APPLIED = {
     "peft_lora": "memory_headroom@4,recompute_overhead,host_sync",  # 5.09 against 5.94-7.12
     # no memory events: the batch lever is small_batch (3.12 against 3.35-4.14)
     "hf_trainer": "host_sync,dataloader_stall,fp32_compute,small_batch@4",
+    # 3.43 against 3.57-3.79: the 4x batch with the loader's host work x4, then the rest
+    "lightning": "memory_headroom@4,launch_bound,fp32_compute,unfused_optimizer",
 }
 
 
