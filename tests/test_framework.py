@@ -147,3 +147,24 @@ def test_rank_left_out_by_device_says_why():
     with pytest.raises(InputError, match=r"--rank 0: the job has ranks \[1\] \(--device 1: rank"):
         analyze(DDP, device=1, rank=0)
     assert analyze(DDP, device=1, rank=1).source["devices"][0]["id"] == 1
+
+
+def test_an_applications_savings_are_per_iteration_or_over_the_window():
+    """A C++ application's report says what a saving is counted over: per iteration where it
+    has iterations, over the window where it has none; never "per step"."""
+    import copy
+
+    from traceinsight.report.html import render_html
+
+    doc = analyze(FIXTURES / "nsys" / "Mordred__report1.sqlite").to_json()
+    assert doc["source"]["framework"] == "cuda_app" and not doc["metrics"]["steps"]
+    doc["findings"][0]["what_if"] = {
+        "step_time_ns": 10_000,
+        "step_time_after_ns": 5_000,
+        "speedup": 2.0,
+    }
+    for steps, words in ((0, "over the window"), (3, "per iteration")):
+        d = copy.deepcopy(doc)
+        d["metrics"]["steps"] = steps
+        saves = re.findall(r"[Ff]ix saves [^<]*", render_html(d))
+        assert saves and all(words in x and "per step" not in x for x in saves), saves

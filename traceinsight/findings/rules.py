@@ -43,9 +43,10 @@ class RuleInput:
     framework: Framework = FRAMEWORKS[0]
 
     def per_step(self, value: float | None) -> str:
-        """``N per step`` where the trace has steps; without them the window's total (the
-        framework's iterations are not the profiler's steps)."""
-        return f"{fmt_num(value)} per step" if self.r.steps.steps else "over the window"
+        """``N per step`` (``per iteration`` in an application) where the trace has steps;
+        without them the window's total."""
+        noun = "iteration" if self.framework == "cuda_app" else "step"
+        return f"{fmt_num(value)} per {noun}" if self.r.steps.steps else "over the window"
 
     def idle(self, cause: str) -> int:
         return self.r.idle.idle_by_cause_ns.get(cause, 0)

@@ -27,6 +27,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_signed_bytes,
+    per_step,
     plural,
     prediction_basis,
     ranked_idle_causes,
@@ -146,6 +147,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "all_fixes": (d.get("what_if") or {}).get("all_fixes"),
         "verdict": verdict_cost,
         "basis": prediction_basis(doc),
+        "per": per_step(doc),  # "per step", "per iteration" (an application), "over the window"
         "unprofiled_step_ns": (d.get("replay") or {}).get("unprofiled_step_ns"),
         # what a finding's cost_ns is the total of (findings/savings.py: window x devices)
         "cost_scope": "over the window" + (f", its {n_dev} devices summed" if n_dev > 1 else ""),
