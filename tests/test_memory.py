@@ -13,6 +13,7 @@ import pytest
 import traceinsight
 from tests.builder import US, Events
 from traceinsight.analysis import TraceAnalysis
+from traceinsight.analyzers.memory import OpBytes
 from traceinsight.api import analyze_trace
 from traceinsight.model.schema import MEMORY_SCHEMA, OP_ARGS_SCHEMA, DeviceInfo, conform_side
 from traceinsight.options import Options
@@ -84,15 +85,15 @@ def test_hand_computed_leak() -> None:
     assert m["allocator_device_frees_per_step"] == 0
     d = a.results.memory.devices[0]
     assert d.never_freed_bytes_per_step == MIB  # steps 1..3 (the last's may outlive the trace)
-    assert d.never_freed[0]["op"] == "aten::leaky"
+    assert d.never_freed[0].op == "aten::leaky"
     assert d.steps_until_full == pytest.approx((16 - 9) / 1)
     assert d.peak_op == d.peak_root_op == "aten::mm"  # the 4 MiB of step 4 at 420 µs
     assert d.step_span_bytes == 5 * MIB  # each step's peak above its start (the kept 1 MiB too)
-    assert d.top_ops_at_peak[0] == {"op": "aten::leaky", "bytes": 5 * MIB, "allocations": 5}
-    assert {t["op"]: t["bytes"] for t in d.top_ops_at_peak}["aten::mm"] == 4 * MIB
+    assert d.top_ops_at_peak[0] == OpBytes("aten::leaky", 5 * MIB, 5)
+    assert {t.op: t.bytes for t in d.top_ops_at_peak}["aten::mm"] == 4 * MIB
     f = next(f for f in a.findings if f.id == "memory_growth")
     assert f.severity == "high"  # full in 7 steps
-    assert f.evidence["never_freed"][0]["op"] == "aten::leaky"
+    assert f.evidence["never_freed"][0].op == "aten::leaky"
 
 
 def test_shapes_of_never_freed_allocations_from_op_args() -> None:
@@ -108,7 +109,7 @@ def test_shapes_of_never_freed_allocations_from_op_args() -> None:
         OP_ARGS_SCHEMA,
     )
     d = analyze_trace(t, Options()).results.memory.devices[0]
-    assert d.never_freed[0]["input_dims"] == "[[256, 1024]]"
+    assert d.never_freed[0].input_dims == "[[256, 1024]]"
 
 
 def test_no_memory_events_gives_null_metrics() -> None:
@@ -228,8 +229,8 @@ def test_h200_leak_is_found_with_the_op_that_keeps_it(analyses) -> None:
     assert f.evidence["growth_bytes_per_step"] == pytest.approx(leaked, rel=0.1)
     top = f.evidence["never_freed"][0]
     # the model's last linear keeps its bf16 output [32 * 256, 512]
-    assert top["op"] == "aten::addmm" and "[8192, 512]" in top["input_dims"]
-    assert top["bytes_per_step"] == pytest.approx(leaked, rel=0.1)
+    assert top.op == "aten::addmm" and "[8192, 512]" in top.input_dims
+    assert top.bytes_per_step == pytest.approx(leaked, rel=0.1)
     # the peak is in backward: the op allocating then and the autograd node around it
     d = a.results.memory.devices[0]
     assert d.peak_root_op.startswith("autograd::engine::evaluate_function: ")

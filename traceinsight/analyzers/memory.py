@@ -20,6 +20,7 @@ import polars as pl
 from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as whatif
+from traceinsight.causal.build import steady_steps as steady
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.classify import (
     ALLOCATOR_API,
@@ -41,6 +42,25 @@ THEIL_SEN_POINTS = 200  # step boundaries the growth slope is fitted on, at most
 
 
 @dataclass(frozen=True)
+class OpBytes:
+    """An op's allocations live at the allocated peak: their bytes and how many."""
+
+    op: str | None
+    bytes: int
+    allocations: int
+
+
+@dataclass(frozen=True)
+class NeverFreed:
+    """Allocations never freed in the steady steps, by op and input shapes: bytes per step."""
+
+    op: str | None
+    input_dims: str | None
+    count: int
+    bytes_per_step: float
+
+
+@dataclass(frozen=True)
 class DeviceMemory:
     device: int
     events: int
@@ -57,8 +77,8 @@ class DeviceMemory:
     peak_ns: int | None  # when allocated memory peaked (trace time)
     peak_op: str | None  # the host op allocating then
     peak_root_op: str | None  # the outermost op around it (an autograd node, a module's op)
-    top_ops_at_peak: tuple[dict[str, Any], ...]  # op, bytes live at the peak, allocations
-    never_freed: tuple[dict[str, Any], ...]  # op, input_dims, bytes_per_step, count
+    top_ops_at_peak: tuple[OpBytes, ...]  # most bytes live at the peak first
+    never_freed: tuple[NeverFreed, ...]  # most bytes first
     never_freed_bytes_per_step: float | None
     steps_until_full: float | None  # (device memory - peak allocated) / growth per step
     # bytes live per category at the allocated peak (MEMORY_CATEGORIES, in their order): the
@@ -142,10 +162,9 @@ class MemoryResult:
 
 
 def steady_steps(ctx: Context) -> pl.DataFrame:
-    """The steps the per-step numbers are over: all but the first when there are more than
-    three (the first carries warm-up: the allocator's cache filling, optimizer state created)."""
-    st = ctx.steps.sort("host_start_ns")
-    return st.slice(1) if st.height > 3 else st
+    """The steps the per-step numbers are over: the window's steady steps (causal/build.py
+    :func:`~traceinsight.causal.build.steady_steps`, the step model's notion too)."""
+    return steady(ctx.steps)
 
 
 def _per_step_calls(ctx: Context, steps: pl.DataFrame, pattern: str) -> pl.DataFrame:
@@ -361,8 +380,8 @@ class _AtPeak:
     peak_ns: int | None = None
     peak_op: str | None = None
     peak_root_op: str | None = None
-    top_ops_at_peak: tuple[dict[str, Any], ...] = ()
-    never_freed: tuple[dict[str, Any], ...] = ()
+    top_ops_at_peak: tuple[OpBytes, ...] = ()
+    never_freed: tuple[NeverFreed, ...] = ()
     never_freed_bytes_per_step: float | None = None
     peak_by_category_bytes: dict[str, int] | None = None
 
@@ -384,7 +403,7 @@ def _allocations(mem: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _live_at(tables: _OpTables, allocs: pl.DataFrame, t: int) -> tuple[dict[str, Any], ...]:
+def _live_at(tables: _OpTables, allocs: pl.DataFrame, t: int) -> tuple[OpBytes, ...]:
     """The ops whose allocations are live at ``t``, most bytes first (ops joined to those only)."""
     live = _alloc_ops(
         tables,
@@ -393,17 +412,18 @@ def _live_at(tables: _OpTables, allocs: pl.DataFrame, t: int) -> tuple[dict[str,
         ),
     )
     return tuple(
-        live.group_by("op")
+        OpBytes(**r)
+        for r in live.group_by("op")
         .agg(pl.col("bytes").sum().alias("bytes"), pl.len().alias("allocations"))
         .sort("bytes", "op", descending=[True, False])
         .head(TOP_N)
-        .to_dicts()
+        .iter_rows(named=True)
     )
 
 
 def _never_freed(
     tables: _OpTables, allocs: pl.DataFrame, steady: pl.DataFrame
-) -> tuple[tuple[dict[str, Any], ...], float | None]:
+) -> tuple[tuple[NeverFreed, ...], float | None]:
     """Allocations never freed, made in a steady step before the last (the last's tensors may
     simply outlive the recording), by op and shapes; their bytes per step."""
     if steady.height < 2:
@@ -417,13 +437,14 @@ def _never_freed(
     )
     n = steady.height - 1
     never = tuple(
-        kept.group_by("op", "input_dims")
+        NeverFreed(**r)
+        for r in kept.group_by("op", "input_dims")
         .agg(pl.col("bytes").sum().alias("_b"), pl.len().alias("count"))
         .with_columns((pl.col("_b") / n).alias("bytes_per_step"))
         .sort("_b", "op", descending=[True, False])
         .drop("_b")
         .head(TOP_N)
-        .to_dicts()
+        .iter_rows(named=True)
     )
     return never, float(kept.get_column("bytes").sum()) / n
 

@@ -119,13 +119,30 @@ def _covered(u: pl.DataFrame | None, t: pl.Series) -> pl.DataFrame:
     )
 
 
-def modelled_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    """The steps the model replays: all of them up to :data:`MODEL_STEPS`, else that many
-    consecutive ones from the middle of the window (steady state; the replay's rounds grow
-    with the blocking calls it holds, so a long capture costs no more than a short one)."""
-    if steps.height <= MODEL_STEPS:
+# More steps than this: the first is warm-up (the allocator's cache filling, optimizer state
+# created) and left out of the steady ones.
+WARMUP_DROP_MIN_STEPS = 4
+
+
+def steady_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """The window's steady steps, the one notion every per-step number uses (the memory
+    analyzer's, the step model's): all but the first where there are
+    :data:`WARMUP_DROP_MIN_STEPS` or more (the first carries warm-up), else all."""
+    if steps.height < WARMUP_DROP_MIN_STEPS:
         return steps
-    return steps.sort("host_start_ns").slice((steps.height - MODEL_STEPS) // 2, MODEL_STEPS)
+    key = "host_start_ns" if "host_start_ns" in steps.columns else "start_ns"
+    return steps.sort(key).slice(1)
+
+
+def modelled_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """The steps the model replays: the steady steps (:func:`steady_steps`), at most
+    :data:`MODEL_STEPS` consecutive ones from their middle (the replay's rounds grow with the
+    blocking calls it holds, so a long capture costs no more than a short one)."""
+    st = steady_steps(steps)
+    if st.height <= MODEL_STEPS:
+        return st
+    key = "host_start_ns" if "host_start_ns" in st.columns else "start_ns"
+    return st.sort(key).slice((st.height - MODEL_STEPS) // 2, MODEL_STEPS)
 
 
 def build_model(src: ModelInputs) -> StepModel | None:

@@ -128,7 +128,7 @@ def memory_growth(x: RuleInput) -> Draft | None:
         ratio * x.window_ns,
         f"Allocated memory grows {_mib(d.growth_bytes_per_step)} per step on GPU {d.device}"
         + (f" (device full in {plural(until, 'step')})" if until is not None else "")
-        + (f"; never freed: {top['op']}" if top else ""),
+        + (f"; never freed: {top.op}" if top else ""),
         {
             "device": d.device,
             "growth_bytes_per_step": d.growth_bytes_per_step,
