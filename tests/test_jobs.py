@@ -189,7 +189,9 @@ def test_batch_on_dask_local_cluster_equals_local(tmp_path):
     assert a.height == 4 and a.equals(b)
 
 
-@pytest.mark.parametrize("job", ["ddp_overlap", "ddp_straggler"])
+# one job (the straggler's: the cross-rank analysis has the most to agree on); a LocalCluster
+# costs seconds to start on the 2-core machine
+@pytest.mark.parametrize("job", ["ddp_straggler"])
 def test_job_on_dask_local_cluster_equals_local_processes(job, tmp_path):
     """One code path, two executors: the ranks' summaries from local processes or from Dask
     tasks give the same job document (no timing field in it) and name the same straggler."""
