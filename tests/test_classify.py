@@ -243,14 +243,15 @@ def test_v100_resnet50_trained_in_fp32_reads_as_fp32():
     the raw file has a tensor-core or half-precision name, so the fp32 share of math must be ~1
     (it was 0.20 when cuDNN's float engines were not recognised)."""
     import gzip
-    import json
+
+    import orjson
 
     path = (
         Path(__file__).parents[1]
         / "fixtures/corpus/plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
     )
-    with gzip.open(path, "rt") as f:
-        kernels = [e for e in json.load(f) if e.get("cat") == "Kernel"]
+    with gzip.open(path, "rb") as f:
+        kernels = [e for e in orjson.loads(f.read()) if e.get("cat") == "Kernel"]
     names = {e["name"] for e in kernels}
     assert not any(re.search(r"(?i)884|1688|tensorop|hmma|fp16|half|bf16|f16", n) for n in names)
     # batch norm time, from the raw events: must count as reduction, not convolution

@@ -443,8 +443,8 @@ def test_concurrent_analyses_do_not_interfere(tmp_path, capsys):
 
     codes: list[int] = []
 
-    def write() -> None:
-        codes.extend(main(args) for _ in range(4))
+    def write() -> None:  # two rewrites each: a plain write is caught within the first ones
+        codes.extend(main(args) for _ in range(2))
 
     readers = [threading.Thread(target=read) for _ in range(2)]
     writers = [threading.Thread(target=write) for _ in range(4)]
@@ -456,7 +456,7 @@ def test_concurrent_analyses_do_not_interfere(tmp_path, capsys):
     for t in readers:
         t.join()
     capsys.readouterr()
-    assert codes == [0] * 16
+    assert codes == [0] * 8
     assert not torn, torn[:3]
     assert reads[0] > 0
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
