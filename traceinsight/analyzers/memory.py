@@ -10,7 +10,6 @@ can number millions, so they are only sorted, joined as-of and grouped, never lo
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -21,7 +20,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import steady_steps as steady
-from traceinsight.causal.whatif import WhatIf
+from traceinsight.causal.whatif import WhatIf, power_of_two_at_most
 from traceinsight.model.classify import (
     ALLOCATOR_API,
     API_KINDS,
@@ -146,14 +145,10 @@ class MemoryResult:
         gain = self.gain(m)
         if gain is None or not m:
             return None, self.why_no_estimate or "no larger batch replayed (the GPU is busy)"
-        return WhatIf(
-            gain.step_time_ns,
-            round(gain.step_time_after_ns / m),
-            gain.throughput_gain,
-            multiplier=m,
-            batch_step_time_after_ns=gain.step_time_after_ns,
-            transform=whatif.gpu_work_scaled(float(m)),
-        ), None
+        w = WhatIf.larger_batch(
+            gain.step_time_ns, gain.step_time_after_ns, m, whatif.gpu_work_scaled(float(m))
+        )
+        return w, None
 
     @property
     def peak(self) -> DeviceMemory | None:
@@ -663,7 +658,7 @@ def analyze_memory(
         if (unprofiled or step_med) and gpu_per_step:
             sat = (unprofiled or step_med) / gpu_per_step
         if fit is not None and sat is not None:
-            rec = 2 ** int(math.log2(max(1.0, min(fit, sat, MAX_MULTIPLIER))))
+            rec = power_of_two_at_most(min(fit, sat, MAX_MULTIPLIER))
         if replay is None:
             why = "the causal step model did not run (--replay)"
         elif replay.model is None:

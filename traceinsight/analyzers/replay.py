@@ -24,6 +24,7 @@ from traceinsight.causal.graph import (
     StepModel,
     median_step_ns,
     replay,
+    statistic_of,
     step_ns,
     step_times_ns,
 )
@@ -174,16 +175,19 @@ def profiler_ns_per_event(ctx: Context) -> int:
     return int(min(high, max(low, float(median))))
 
 
-def step_statistic(model: StepModel, r: Replayed) -> str:
+def step_statistic(model: StepModel, d: pl.Series) -> str:
     """How the prediction's step is taken over the modelled steps: the mean where the steps
     repeat a pattern set by the loader (workers that keep up on some steps only: a long wait
     every few steps, the step times apart by more than :data:`PERIODIC_SPREAD_MIN_RATIO` of
     the median and the loader's waits explaining most of that), since over whole periods the
     mean is the time per step a run takes; else the median, which a one-off step (a
-    checkpoint, a collection, a late warm-up) does not move."""
-    d = step_times_ns(model, r)
+    checkpoint, a collection, a late warm-up) does not move. ``d``: the replayed steps'
+    durations."""
     h = model.host
     if d.len() < 2 or "gap_dataloader_ns" not in h.columns:
+        return "median"
+    spread = float(d.max() - d.min())
+    if spread <= PERIODIC_SPREAD_MIN_RATIO * float(d.median()):
         return "median"
     starts = model.steps.get_column("host_start_ns").sort()
     idx = starts.search_sorted(h.get_column("start_ns"), side="right").cast(pl.Int64) - 1
@@ -197,10 +201,7 @@ def step_statistic(model: StepModel, r: Replayed) -> str:
         .get_column("ns")
         .fill_null(0)
     )
-    spread = float(d.max() - d.min())
     rest = d.cast(pl.Float64) - loader.cast(pl.Float64)
-    if spread <= PERIODIC_SPREAD_MIN_RATIO * float(d.median()):
-        return "median"
     return "mean" if float(rest.max() - rest.min()) <= PERIODIC_EXPLAINED_MAX * spread else "median"
 
 
@@ -217,8 +218,9 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     per_event = profiler_ns_per_event(ctx)
     bare = whatif.without_profiler(model, per_event) if per_event else model
     bare_replay = replay(bare) if per_event else base
-    statistic = step_statistic(bare, bare_replay)
-    unprofiled = step_ns(bare, bare_replay, statistic)
+    durations = step_times_ns(bare, bare_replay)
+    statistic = step_statistic(bare, durations)
+    unprofiled = statistic_of(durations, statistic)
     what_if: dict[str, WhatIf] = {}
     engines: dict[str, float] = {}
     unconverged: list[str] = []

@@ -462,7 +462,11 @@ def median_step_ns(model: StepModel, r: Replayed) -> float | None:
 
 def step_ns(model: StepModel, r: Replayed, statistic: str = "median") -> float | None:
     """The modelled steps' ``statistic`` ("median" or "mean") on the replayed times."""
-    d = step_times_ns(model, r)
+    return statistic_of(step_times_ns(model, r), statistic)
+
+
+def statistic_of(d: pl.Series, statistic: str) -> float | None:
+    """``statistic`` ("median" or "mean") of step durations (None without steps)."""
     if d.len() == 0:
         return None
     return float(d.mean() if statistic == "mean" else d.median())

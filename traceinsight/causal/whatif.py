@@ -55,6 +55,23 @@ class WhatIf:
         return replace(self, transform=transform)
 
     @classmethod
+    def larger_batch(
+        cls, step_ns: float, batch_step_ns: float, multiplier: int, transform: Any = None
+    ) -> WhatIf:
+        """A batch ``multiplier`` times larger whose step takes ``batch_step_ns``: the time per
+        the original batch's samples is that over ``multiplier``, so ``speedup`` is the
+        throughput gain."""
+        per_batch = batch_step_ns / multiplier
+        return cls(
+            round(step_ns),
+            round(per_batch),
+            step_ns / per_batch if per_batch > 0 else None,
+            multiplier=multiplier,
+            batch_step_time_after_ns=round(batch_step_ns),
+            transform=transform,
+        )
+
+    @classmethod
     def unchanged(cls, step_ns: float) -> WhatIf:
         """A change the model says saves nothing."""
         return cls(round(step_ns), round(step_ns), 1.0)
@@ -65,6 +82,11 @@ class WhatIf:
         if self.step_time_ns <= 0:
             return 0.0
         return min(1.0, max(0.0, 1.0 - self.step_time_after_ns / self.step_time_ns))
+
+
+def power_of_two_at_most(x: float) -> int:
+    """The largest power of 2 not above ``x`` (1 where ``x`` < 2): a batch multiplier."""
+    return 2 ** int(math.log2(max(1.0, x)))
 
 
 # The stated assumption of the loader's what-if: the loader delivers batches twice as fast

@@ -6,12 +6,10 @@ the other findings. They read ``x.r.memory`` (analyzers/memory.py).
 
 from __future__ import annotations
 
-import math
-
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.memory import DeviceMemory, MemoryResult
 from traceinsight.causal import transforms as whatif
-from traceinsight.causal.whatif import WhatIf
+from traceinsight.causal.whatif import WhatIf, power_of_two_at_most
 from traceinsight.findings.model import Advice, Draft
 from traceinsight.findings.rules import RuleInput, rule
 from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct, plural
@@ -394,15 +392,13 @@ def small_batch_plan(r: Results) -> tuple[int, WhatIf] | None:
     if rp is None or rp.unprofiled_step_ns is None or not mem.gpu_busy_ns_per_step:
         return None
     sat = rp.unprofiled_step_ns / mem.gpu_busy_ns_per_step
-    m = 2 ** int(math.log2(max(1.0, min(sat, UNKNOWN_FIT_MAX_MULTIPLIER))))
+    m = power_of_two_at_most(min(sat, UNKNOWN_FIT_MAX_MULTIPLIER))
     if m < 2:
         return None
     p = rp.predict(whatif.gpu_work_scaled(float(m)))
     if p is None or not p.speedup:
         return None
-    per_batch = p.step_time_after_ns / m
-    w = WhatIf(p.step_time_ns, round(per_batch), p.step_time_ns / per_batch, multiplier=m)
-    return m, w.of_transform(p.transform)
+    return m, WhatIf.larger_batch(p.step_time_ns, p.step_time_after_ns, m, p.transform)
 
 
 def small_batch_what_if(r: Results) -> tuple[WhatIf | None, str | None]:

@@ -126,15 +126,8 @@ def combined(r: Results, findings: Iterable[Finding]) -> WhatIf | None:
     names = tuple(t.name for t in steps)
     if multiplier == 1:
         return replace(w, transforms=names, transform=None)
-    per_batch = w.step_time_after_ns / multiplier
-    return WhatIf(
-        w.step_time_ns,
-        round(per_batch),
-        w.step_time_ns / per_batch if per_batch > 0 else None,
-        transforms=names,
-        multiplier=multiplier,
-        batch_step_time_after_ns=w.step_time_after_ns,
-    )
+    batch = WhatIf.larger_batch(w.step_time_ns, w.step_time_after_ns, multiplier)
+    return replace(batch, transforms=names)
 
 
 def all_fixes(r: Results, findings: Iterable[Finding]) -> WhatIf | None:
