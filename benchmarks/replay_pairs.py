@@ -52,6 +52,8 @@ def predict(pair: str, folder: Path = PAIRS) -> dict[str, float | str | int | No
         "first": ids[0] if ids else None,
         "profiled_step_ms": (a.metrics["step_time_median_ns"] or 0) / 1e6,
         "replayed_before_ms": w.step_time_ns / 1e6 if w else None,
+        "predicted_after_ms": w.step_time_after_ns / 1e6 if w else None,
+        "step_statistic": a.results.replay.step_statistic,
         "measured_before_ms": truth["before"]["median_ms"],
         "predicted": w.speedup if w else None,
         "measured": truth["speedup"],

@@ -25,6 +25,7 @@ from traceinsight.causal.graph import (
     median_step_ns,
     replay,
     statistic_of,
+    steady_step_times_ns,
     step_ns,
     step_times_ns,
 )
@@ -220,7 +221,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     bare_replay = replay(bare) if per_event else base
     durations = step_times_ns(bare, bare_replay)
     statistic = step_statistic(bare, durations)
-    unprofiled = statistic_of(durations, statistic)
+    unprofiled = statistic_of(steady_step_times_ns(bare, bare_replay), statistic)
     what_if: dict[str, WhatIf] = {}
     engines: dict[str, float] = {}
     unconverged: list[str] = []

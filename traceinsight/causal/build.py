@@ -273,16 +273,15 @@ def build_model(src: ModelInputs) -> StepModel | None:
     gpu = gpu.with_columns(pl.col("gap_ns").fill_null(0))
     gpu = _cross_stream_edges(gpu.drop("_node_start", "_node_end").with_row_index("op"))
     main_tid = step_thread(st)
-    host = _follows(_queue_waits(_waits(host, gpu), gpu), main_tid)
-    # the step thread's work before its first call in the window (a first DataLoader wait)
-    first_main = (pl.int_range(pl.len()).over("tid") == 0) & (pl.col("tid") == main_tid)
+    # each thread's first call in the window: its gap runs from the window's start (the step
+    # thread's work before it, a first DataLoader wait; a helper thread idle since then, as
+    # the autograd thread waits for backward(), follows the step thread like its later calls)
+    first = pl.int_range(pl.len()).over("tid") == 0
     host = host.with_columns(
-        pl.when(first_main)
-        .then((pl.col("start_ns") - lo).clip(0))
-        .otherwise("gap_ns")
-        .alias("gap_ns"),
-        pl.when(first_main).then(pl.lit(lo)).otherwise("_gap_from").alias("_gap_from"),
+        pl.when(first).then((pl.col("start_ns") - lo).clip(0)).otherwise("gap_ns").alias("gap_ns"),
+        pl.when(first).then(pl.lit(lo)).otherwise("_gap_from").alias("_gap_from"),
     )
+    host = _follows(_queue_waits(_waits(host, gpu), gpu), main_tid)
     host = _joins(src, host, main_tid)
     host, gpu = _flags(src, host, gpu)
     host = host.with_columns(_recorded_events(src, host))

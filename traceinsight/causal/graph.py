@@ -203,7 +203,7 @@ def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
         pl.col("gap_ns").alias("gap"),
         pl.col("dur_ns").alias("dur"),
         # a thread's first call is anchored where its gap began: transforms may shorten it
-        pl.when(pl.int_range(pl.len()).over("tid") == 0)
+        pl.when((pl.int_range(pl.len()).over("tid") == 0) & ~pl.col("follows_main"))
         .then(pl.col("gap_from_ns") if "gap_from_ns" in h.columns else pl.col("start_ns"))
         .otherwise(pl.col("start_ns"))
         .alias("anchor"),
@@ -455,14 +455,53 @@ def step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
     return out.select((pl.col("end") - pl.col("start")).alias("dur_ns")).to_series()
 
 
+def host_step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
+    """Each step but the last on the step thread's replayed clock: from its start to the next
+    step's start (whole steps only: the last one's end is where the host stopped, not where
+    the next step would begin)."""
+    st = model.steps.sort("host_start_ns")
+    shifts = (
+        model.host.select("tid", "end_ns", (r.host_end_ns - pl.col("end_ns")).alias("shift"))
+        .filter(pl.col("tid") == step_thread(st))
+        .sort("end_ns", maintain_order=True)
+        .select("end_ns", "shift")
+    )
+    starts = (
+        st.select(pl.col("host_start_ns").alias("t"))
+        .with_row_index("_i")
+        .sort("t")
+        .join_asof(shifts, left_on="t", right_on="end_ns")
+        .sort("_i")
+        .select(pl.col("t") + pl.col("shift").fill_null(0))
+        .to_series()
+    )
+    return starts.diff().slice(1).alias("dur_ns")
+
+
+def steady_step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
+    """Each step's share of a long run: the longer of its device-aligned time
+    (:func:`step_times_ns`) and its time on the step thread's clock (the last step: its
+    device-aligned time). A window starts with the host some way ahead of the GPU, as
+    recorded; where a change makes the GPU faster than the host, the GPU drains that lead
+    within the window and its steps read short, yet a run cannot go faster than the host's
+    own time per step (nor than the GPU's where the host runs ahead: the device-aligned
+    steps)."""
+    device = step_times_ns(model, r)
+    if device.len() < 2:
+        return device
+    host = host_step_times_ns(model, r).append(device.tail(1))
+    return pl.select(pl.max_horizontal(device, host)).to_series().alias("dur_ns")
+
+
 def median_step_ns(model: StepModel, r: Replayed) -> float | None:
     d = step_times_ns(model, r)
     return float(d.median()) if d.len() else None
 
 
 def step_ns(model: StepModel, r: Replayed, statistic: str = "median") -> float | None:
-    """The modelled steps' ``statistic`` ("median" or "mean") on the replayed times."""
-    return statistic_of(step_times_ns(model, r), statistic)
+    """The modelled steps' ``statistic`` ("median" or "mean") on the replayed times, as a
+    share of a long run (:func:`steady_step_times_ns`)."""
+    return statistic_of(steady_step_times_ns(model, r), statistic)
 
 
 def statistic_of(d: pl.Series, statistic: str) -> float | None:
