@@ -282,22 +282,26 @@ def test_larger_batch_on_the_lora_loop() -> None:
 
 def test_unprofiled_step_estimate_against_the_measured_one() -> None:
     """The profiler's cost, read off the trace (the median no-work op per recorded event),
-    takes out too little on these loops: the estimate is within 10% only where the loader,
-    not the host's dispatch, sets the step. Measured here so a better estimate shows."""
-    ratios = {}
+    against two measurements of the un-profiled step: the same process's 8 steps right before
+    the capture (what the trace's own process ran at), and the A/B processes (fresh processes,
+    10-37% apart from each other). Measured here so a better estimate shows."""
+    same, fresh = {}, {}
     for loop in MEASURED:
         truth = json.loads((HERE / f"{loop}.truth.json").read_text())
         base = truth["configs"]["baseline"]
         ms = [v["step_ms_window_mean"] for v in base.values() if "step_ms_window_mean" in v]
-        measured = sum(ms) / len(ms)  # over the processes that ran it
-        rp = analysis(f"{loop}.before.pt.trace.json.gz").results.replay
-        ratios[loop] = rp.unprofiled_step_ns / 1e6 / measured
-    # data-bound: the mean over its 3 modelled steps, one of them the loader's long wait
-    # (0.86; how often that wait comes in a run, 3 steps cannot say)
-    assert 0.85 < ratios["timm_jpeg"] < 1.1
-    # host-bound loops: 1.17 (LoRA) to 1.65 (Trainer): the profiler's cost is underestimated
+        own = truth["profiled"]["baseline"]["unprofiled_same_process_step_ms_window_mean"]
+        est = analysis(f"{loop}.before.pt.trace.json.gz").results.replay.unprofiled_step_ns / 1e6
+        same[loop], fresh[loop] = est / own, est / (sum(ms) / len(ms))
+    # against the trace's own process: LoRA 1.02, Lightning 1.08, the launch-bound loop 1.13
+    assert all(0.95 < same[x] < 1.15 for x in ("peft_lora", "lightning", "launch_bound")), same
+    # the HF stacks keep a third more than the estimate takes out: accelerate 1.41, Trainer 1.34
+    assert all(1.25 < same[x] < 1.5 for x in ("accelerate", "hf_trainer")), same
+    # data-bound: the mean over 3 steps, one the loader's long wait, against 8 steps with three
+    # (0.78); against the fresh processes' 40 steps 0.86: how often it comes 3 steps cannot say
+    assert 0.75 < same["timm_jpeg"] < 0.8 and 0.85 < fresh["timm_jpeg"] < 1.1
     host_bound = ("hf_trainer", "launch_bound", "peft_lora", "lightning", "accelerate")
-    assert all(1.0 < ratios[x] < 1.8 for x in host_bound), ratios
+    assert all(1.0 < fresh[x] < 1.65 for x in host_bound), fresh  # 1.17-1.58
 
 
 def test_step_time_variance_follows_its_cause() -> None:
