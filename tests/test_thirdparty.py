@@ -46,11 +46,11 @@ def within(predicted: float, lo: float, hi: float) -> bool:
 
 HOLDS = [
     ("hf_trainer", "dataloader_stall", "workers"),  # 1.18 against 1.00-1.27
-    ("timm_jpeg", "dataloader_stall", "workers"),  # 1.60 against 1.76-1.91 (3 -> 12 workers)
-    ("timm_jpeg", "dataloader_stall", "workers_6"),  # 1.60 against 1.74-1.90 (3 -> 6 workers)
+    ("timm_jpeg", "dataloader_stall", "workers"),  # 1.76 against 1.76-1.91 (3 -> 12 workers)
+    ("timm_jpeg", "dataloader_stall", "workers_6"),  # 1.76 against 1.74-1.90 (3 -> 6 workers)
     ("launch_bound", "unfused_optimizer", "fused_optimizer"),  # 1.63 against 1.31-2.67
-    ("timm_jpeg", "fp32_compute", "bf16_channels_last"),  # 1.10 against 0.85-1.13
-    ("timm_jpeg", "pageable_memcpy", "pin_nonblocking"),  # 1.00 against 0.96-1.07
+    ("timm_jpeg", "fp32_compute", "bf16_channels_last"),  # 1.12 against 0.85-1.13
+    ("timm_jpeg", "pageable_memcpy", "pin_nonblocking"),  # 1.11 against 0.96-1.07
     ("peft_lora", "recompute_overhead", "no_checkpointing"),  # 1.27 against 1.49-2.23
     # the per-step syncs (Trainer's NaN filter and logging, .item() logging): the wait moves
     # to the input copies' and the optimizer's blocking calls, as measured (0.69-1.26)
@@ -180,10 +180,13 @@ def test_compiling_the_lightning_loop() -> None:
 # The applied set of each recorded "all" as --what-if ids (ID@K: the batch multiplier recorded)
 APPLIED = {
     "peft_lora": "memory_headroom@4,recompute_overhead,host_sync",  # 5.09 against 5.94-7.12
-    # no memory events: the batch lever is small_batch (3.12 against 3.35-4.14)
+    # no memory events: the batch lever is small_batch (3.00 against 3.35-4.14)
     "hf_trainer": "host_sync,dataloader_stall,fp32_compute,small_batch@4",
-    # 3.43 against 3.57-3.79: the 4x batch with the loader's host work x4, then the rest
+    # 3.47 against 3.57-3.79: the 4x batch with the loader's host work x4, then the rest
     "lightning": "memory_headroom@4,launch_bound,fp32_compute,unfused_optimizer",
+    # 2.21 against 2.72-3.68 (1.93 while the first step kept the profiler's cost): once the
+    # loader keeps up the step is GPU-bound, and channels_last also drops the layout kernels
+    "timm_jpeg": "dataloader_stall,pageable_memcpy,fp32_compute,host_sync",
 }
 
 
@@ -195,7 +198,7 @@ def test_what_if_of_the_applied_set_within_the_measured_all(loop: str) -> None:
     )
     w = a.selected.what_if
     assert a.selected.not_raised == () and w is not None and within(w.speedup, lo, hi)
-    assert w.multiplier == 4
+    assert w.multiplier == (4 if "@4" in APPLIED[loop] else None)
 
 
 def test_the_batch_lever_without_memory_events() -> None:
