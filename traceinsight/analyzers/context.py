@@ -39,35 +39,56 @@ HOST_COLUMNS = ("kind", "name", "start_ns", "end_ns", "dur_ns", "tid")
 
 
 class HostIndex:
-    """Subsets of the host rows by kind, and their distinct names, each computed on first use and
-    then shared by every analyzer. A memo, not state: two threads racing for one subset compute
-    the same table twice, never a different one."""
+    """Subsets of the host rows by kind and by name pattern, each worked out on first use and
+    shared by every analyzer. A memo, not state: two threads racing for one subset compute
+    the same table twice, never a different one.
+
+    The host rows of a few base kind sets are kept (:data:`HOST_OP_KINDS`, :data:`API_KINDS`,
+    and any set that is not part of one); every other subset is kept as a mask over its base
+    (a bit a row) and filtered out for each caller. Rows kept for every kind and pattern were
+    186 MB of the 10x trace's analysis (memory of one big trace: benchmarks/RESULTS.md)."""
 
     def __init__(self, events: pl.DataFrame, seed: dict[tuple[str, ...], pl.DataFrame]) -> None:
         self._events = events
-        self._subsets = dict(seed)
+        self._bases = {_kinds_key(k): v for k, v in seed.items()}
         self._names: dict[tuple[str, ...], pl.Series] = {}
-        self._matched: dict[tuple[tuple[str, ...], str, bool], pl.DataFrame] = {}
+        self._masks: dict[tuple[tuple[str, ...], str | None, bool], pl.Series] = {}
 
     def rows(
         self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
     ) -> pl.DataFrame:
         """Events of ``kinds`` (whole trace), those whose name matches ``pattern`` (or not, with
-        ``negate``); each subset's distinct names are matched once per pattern
-        (:func:`names_matching`), and each pattern's rows are kept for the next analyzer."""
-        subset = self._subsets.get(kinds)
-        if subset is None:
-            subset = self._subsets[kinds] = host_rows(self._events, kinds)
-        if pattern is None:
-            return subset
-        key = (kinds, pattern, negate)
-        hit = self._matched.get(key)  # several analyzers ask for the same pattern
-        if hit is None:
-            names = self._names.get(kinds)
-            if names is None:
-                names = self._names[kinds] = subset.get_column("name").unique()
-            hit = self._matched[key] = names_matching(subset, pattern, negate=negate, names=names)
-        return hit
+        ``negate``); each base's distinct names are matched once per pattern
+        (:func:`names_matching`'s rule: null never matches)."""
+        want = _kinds_key(kinds)
+        bases = [*self._bases, *BASE_KINDS, want]  # kinds of no base: a base of their own
+        base_kinds = next(k for k in bases if set(want) <= set(k))
+        base = self._bases.get(base_kinds)
+        if base is None:
+            base = self._bases[base_kinds] = host_rows(self._events, base_kinds)
+        if pattern is None and want == base_kinds:
+            return base
+        key = (want, pattern, negate)
+        mask = self._masks.get(key)  # several analyzers ask for the same rows
+        if mask is None:
+            keep = pl.lit(True) if want == base_kinds else pl.col("kind").is_in(list(want))
+            if pattern is not None:
+                names = self._names.get(base_kinds)
+                if names is None:
+                    names = self._names[base_kinds] = base.get_column("name").unique()
+                member = pl.col("name").is_in(names.filter(names.str.contains(pattern)).implode())
+                keep &= pl.col("name").is_not_null() & (~member if negate else member)
+            mask = self._masks[key] = base.select(keep.alias("keep")).to_series()
+        return base.filter(mask)
+
+
+# the kind sets whose rows are kept whole (sorted: see _kinds_key)
+BASE_KINDS = (tuple(sorted(HOST_OP_KINDS)), tuple(sorted(API_KINDS)))
+
+
+def _kinds_key(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """A kind set's memo key: the rows are in table order whatever order the kinds come in."""
+    return tuple(sorted(set(kinds)))
 
 
 @dataclass(frozen=True)
