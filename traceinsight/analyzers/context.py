@@ -55,19 +55,49 @@ class HostIndex:
         self._masks: dict[tuple[tuple[str, ...], str | None, bool], pl.Series] = {}
 
     def rows(
-        self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
+        self,
+        kinds: tuple[str, ...],
+        pattern: str | None = None,
+        *,
+        negate: bool = False,
+        where: pl.Expr | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> pl.DataFrame:
         """Events of ``kinds`` (whole trace), those whose name matches ``pattern`` (or not, with
         ``negate``); each base's distinct names are matched once per pattern
-        (:func:`names_matching`'s rule: null never matches)."""
+        (:func:`names_matching`'s rule: null never matches). ``where``: only the rows it
+        keeps; ``columns``: only these of :data:`HOST_COLUMNS` (both cut before the copy)."""
         want = _kinds_key(kinds)
         bases = [*self._bases, *BASE_KINDS, want]  # kinds of no base: a base of their own
         base_kinds = next(k for k in bases if set(want) <= set(k))
         base = self._bases.get(base_kinds)
         if base is None:
             base = self._bases[base_kinds] = host_rows(self._events, base_kinds)
-        if pattern is None and want == base_kinds:
-            return base
+        mask = (
+            None
+            if pattern is None and want == base_kinds
+            else self._mask(base_kinds, base, want, pattern, negate)
+        )
+        if where is None and columns is None:
+            return base if mask is None else base.filter(mask)
+        rows = (
+            base.lazy()
+            if mask is None
+            else base.with_columns(mask.alias("_keep")).lazy().filter("_keep")
+        )
+        if where is not None:
+            rows = rows.filter(where)
+        return rows.select(columns or HOST_COLUMNS).collect()
+
+    def _mask(
+        self,
+        base_kinds: tuple[str, ...],
+        base: pl.DataFrame,
+        want: tuple[str, ...],
+        pattern: str | None,
+        negate: bool,
+    ) -> pl.Series:
+        """Which rows of ``base`` are of the kinds ``want`` and match ``pattern`` (memo)."""
         key = (want, pattern, negate)
         mask = self._masks.get(key)  # several analyzers ask for the same rows
         if mask is None:
@@ -79,7 +109,7 @@ class HostIndex:
                 member = pl.col("name").is_in(names.filter(names.str.contains(pattern)).implode())
                 keep &= pl.col("name").is_not_null() & (~member if negate else member)
             mask = self._masks[key] = base.select(keep.alias("keep")).to_series()
-        return base.filter(mask)
+        return mask
 
 
 # the kind sets whose rows are kept whole (sorted: see _kinds_key)
@@ -132,9 +162,15 @@ class Context:
         return self.gpu.height > 0
 
     def rows(
-        self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
+        self,
+        kinds: tuple[str, ...],
+        pattern: str | None = None,
+        *,
+        negate: bool = False,
+        where: pl.Expr | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> pl.DataFrame:
-        return self.host.rows(kinds, pattern, negate=negate)
+        return self.host.rows(kinds, pattern, negate=negate, where=where, columns=columns)
 
 
 def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -426,9 +462,8 @@ def host_ranges(
 ) -> pl.DataFrame:
     """Union of host ranges whose name matches ``pattern`` (regex; None: any), on ``tids``
     only where given, clipped to the window."""
-    rows = ctx.rows(kinds, pattern)
-    if tids is not None:
-        rows = rows.filter(pl.col("tid").is_in(tids.implode()))
+    where = None if tids is None else pl.col("tid").is_in(tids.implode())
+    rows = ctx.rows(kinds, pattern, where=where, columns=("start_ns", "end_ns"))
     return (
         iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns) if rows.height else _empty()
     )

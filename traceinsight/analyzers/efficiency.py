@@ -28,6 +28,7 @@ from traceinsight.analyzers.gpu_counters import GpuCounters, gpu_counters
 from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.analyzers.steps import StepResult
+from traceinsight.model.classify import coded_names
 from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
 from traceinsight.model.flops import op_costs
 
@@ -182,7 +183,8 @@ def _tensor_dtypes(ctx: Context, spec: DeviceSpec | None) -> tuple[bool | None, 
     if majors:
         modern = min(majors) >= 8
         return modern, modern
-    names = ctx.launches.filter(pl.col("kind") == "kernel").get_column("name").unique()
+    kernels = ctx.launches.lazy().filter(pl.col("kind") == "kernel").select("name").collect()
+    names = kernels.get_column("name").unique()
     if names.str.contains(_PRE_AMPERE_KERNELS).any():
         return False, False
     if names.str.contains(_AMPERE_ON_KERNELS).any():
@@ -471,7 +473,8 @@ def _roofline(k: pl.DataFrame) -> Roofline:
         for r in by.iter_rows(named=True)
     )
     top = (
-        k.group_by("name", "kernel_class")
+        coded_names(k)
+        .group_by("name", "kernel_class")
         .agg(
             pl.len().alias("count"),
             pl.col("dur_ns").sum().alias("time_ns"),
@@ -480,6 +483,7 @@ def _roofline(k: pl.DataFrame) -> Roofline:
             WORK.sum().alias("work"),
             pl.col("occupancy").mean().alias("occupancy"),
         )
+        .with_columns(pl.col("name").cast(pl.String))
         .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
         .head(TOP)
         .with_columns(
@@ -581,7 +585,8 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[tuple[LowOccupancyKernel, ...], int
     if low.height == 0:
         return (), 0
     rows = (
-        low.group_by("name", "kernel_class")
+        coded_names(low)
+        .group_by("name", "kernel_class")
         .agg(
             pl.len().alias("count"),
             pl.col("dur_ns").sum().alias("time_ns"),
@@ -594,6 +599,7 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[tuple[LowOccupancyKernel, ...], int
             pl.col("registers_per_thread").median().alias("registers_per_thread"),
             pl.col("shared_memory_bytes").median().alias("shared_memory_bytes"),
         )
+        .with_columns(pl.col("name").cast(pl.String))
         .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
         .head(TOP)
     )

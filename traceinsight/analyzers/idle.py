@@ -348,8 +348,8 @@ def analyze_idle(ctx: Context) -> IdleResult:
 
 def _engine_busy(ctx: Context, kinds: tuple[str, ...]) -> int:
     """Union time of these kinds of GPU activity in the window, summed over devices."""
-    rows = ctx.gpu.filter(pl.col("kind").is_in(kinds))
-    return iv.total(iv.union(rows, by=["device"])) if rows.height else 0
+    rows = ctx.gpu.lazy().filter(pl.col("kind").is_in(kinds)).select("device", "start_ns", "end_ns")
+    return iv.total(iv.union(rows, by=["device"]))
 
 
 def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[StepIdle, ...]:
@@ -540,10 +540,11 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
     )
     compiling = ctx.rows(HOST_OP_KINDS, COMPILE_PATTERN)
     compiling = compiling.select(*cols, pl.lit("compile").alias("kind"))
-    launches = (
-        ctx.rows(API_KINDS, LAUNCH_API)
-        .filter(~pl.col("name").str.contains("Memcpy|Memset"))
-        .select(cols)
+    launches = ctx.rows(
+        API_KINDS,
+        LAUNCH_API,
+        where=~pl.col("name").str.contains("Memcpy|Memset"),
+        columns=tuple(cols),
     )
     first = pl.DataFrame(schema={**{c: calls.schema[c] for c in cols}, "kind": pl.String})
     if launches.height:
@@ -658,7 +659,7 @@ def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
     )
     if calls.height == 0:
         return syncs
-    ops = ctx.rows(("cpu_op",), r"^aten::").select("start_ns", "end_ns", "tid")
+    ops = ctx.rows(("cpu_op",), r"^aten::", columns=("start_ns", "end_ns", "tid"))
     inner = (
         iv.containing(
             calls,

@@ -268,7 +268,15 @@ def conform_taking(handed: list[pl.DataFrame], threads: int = 1) -> pl.DataFrame
             if src is None or src.null_count() == n:  # nothing to gather
                 return pl.repeat(None, n, dtype=dtype, eager=True).alias(name)
             # One chunk before the gather: gathering across many chunks is several times slower.
-            return src.cast(dtype).rechunk().gather(order)
+            out = src.cast(dtype).rechunk().gather(order)
+            del src
+            import os
+
+            if os.environ.get("XTRIM"):
+                from traceinsight.parsers.kineto.decode import trim_native_memory
+
+                trim_native_memory()
+            return out
 
         # Two columns at a time where there are two cores: polars releases the GIL, and a
         # column's copy and gather run on one core, mostly waiting on memory.
