@@ -239,7 +239,10 @@ def parse_kineto(
     if df.height:
         handed = [df.drop("_row", strict=False)]
         del df  # conform frees each column once it has its sorted copy
-        table = conform_taking(handed, threads)
+        # the scanner's columns are malloc'ed, where freed blocks stay until trimmed: the raw
+        # ones dropped above now, each of the table's sources as conform releases it
+        typed.trim_native_memory()
+        table = conform_taking(handed, threads, freed=typed.trim_native_memory)
     else:
         table = empty_events()
     table = mark_comm_by_launcher(add_kernel_class(table))
