@@ -212,6 +212,27 @@ def launched(
     return launches.lazy().filter(keep if where is None else keep & where).select(columns).collect()
 
 
+def join_beside(
+    left: pl.DataFrame, right: pl.DataFrame, on: list[str], *, nulls_equal: bool = False
+) -> pl.DataFrame:
+    """``left`` joined (left join, its row order) to ``right``, whose ``on`` keys are unique:
+    each row's match found by the keys alone and ``right``'s other columns gathered beside
+    ``left``'s own, which a join of the whole frames would copy (a wide table of every kernel,
+    joined three times, held two copies of itself)."""
+    at = (
+        left.select(on)
+        .join(
+            right.select(on).with_row_index("_at"),
+            on=on,
+            how="left",
+            maintain_order="left",
+            nulls_equal=nulls_equal,
+        )
+        .get_column("_at")
+    )
+    return left.hstack(right.drop(on).select(pl.all().gather(at)))
+
+
 def host_rows(events: pl.DataFrame, kinds: tuple[str, ...]) -> pl.DataFrame:
     """Events of the host ``kinds``, in the :data:`HOST_COLUMNS`."""
     return events.select(HOST_COLUMNS).filter(pl.col("kind").is_in(list(kinds)))
@@ -256,14 +277,18 @@ def pair_key(frames: list[pl.DataFrame], small: str, big: str) -> pl.Expr | None
     return pl.col(small).cast(pl.Int64) * (1 << 42) + (pl.col(big) - b_lo)
 
 
-def launch_join(events: pl.DataFrame) -> pl.DataFrame:
+def launch_join(events: pl.DataFrame, gpu_all: pl.DataFrame | None = None) -> pl.DataFrame:
     """Each GPU activity with its launching runtime/driver call (correlation within pid/rank).
 
     Graph launches map many kernels to one call; that is kept (a many-to-one join).
+    ``gpu_all``: the GPU activity rows of ``events``, where the caller has them: the result
+    then holds their columns themselves rather than copies (0.1 GB of the 2 GB trace).
     """
-    gpu = events.filter(
-        pl.col("kind").is_in(GPU_ACTIVITY_KINDS) & pl.col("correlation").is_not_null()
-    )
+    if gpu_all is None:
+        gpu_all = events.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
+    gpu = gpu_all
+    if gpu.get_column("correlation").null_count():
+        gpu = gpu.filter(pl.col("correlation").is_not_null())
     calls = events.select(
         "kind",
         "rank",
@@ -289,11 +314,20 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
     calls = calls.with_columns(key.alias("_pair")).drop("rank", "correlation")
     if calls.get_column("_pair").n_unique() < calls.height:
         calls = calls.filter(pl.col("_pair").is_first_distinct())
-    return (
-        gpu.with_columns(key.alias("_pair"))
-        .join(calls, on="_pair", how="left", maintain_order="left")
-        .drop("_pair")
+    # the join on the key alone gives each row its call's row (pairs are unique among the
+    # calls: one match at most); the calls' columns are gathered by it beside the GPU rows'
+    # own columns, which a join of the whole frames would copy
+    at = (
+        gpu.select(key.alias("_pair"))
+        .join(
+            calls.select("_pair").with_row_index("_call"),
+            on="_pair",
+            how="left",
+            maintain_order="left",
+        )
+        .get_column("_call")
     )
+    return gpu.hstack(calls.drop("_pair").select(pl.all().gather(at)))
 
 
 Span = tuple[int | None, int | None]
@@ -317,7 +351,7 @@ def build_context(
     host_ops = host_rows(ev, HOST_OP_KINDS)
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
     steps = find_steps(host_ops, step_pattern)
-    launches = launch_join(ev)
+    launches = launch_join(ev, gpu_all)
     capture_lo = int(ev["start_ns"].min()) if ev.height else 0
     if steps.height:
         # aligned over all steps first: a step's GPU end depends on its neighbours

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analyzers.attention import EagerAttention, eager_attention
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, join_beside
 from traceinsight.analyzers.gemm_shapes import UnalignedGemms, unaligned_gemms
 from traceinsight.analyzers.gpu_counters import GpuCounters, gpu_counters
 from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
@@ -245,7 +245,7 @@ def _kernels(ctx: Context) -> pl.DataFrame:
         "gemm_n",
         "gemm_k",
     )
-    k = k.join(ops, on=["rank", "external_id"], how="left")
+    k = join_beside(k, ops, ["rank", "external_id"])  # ops: one row per (rank, external_id)
     # split the op's FLOPs over its math kernels (or all, when none is math) by time
     math = pl.col("kernel_class").is_in(MATH_CLASSES)
     grp = ["rank", "external_id"]
@@ -309,7 +309,7 @@ def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.Dat
         "shared_memory_bytes",
         pl.col("occupancy_ratio").alias("kineto_occupancy"),
     ).unique(subset=["rank", "device", "correlation"], keep="first")
-    k = k.join(ka, on=["rank", "device", "correlation"], how="left")
+    k = join_beside(k, ka, ["rank", "device", "correlation"])
     est = pl.lit(None, pl.Float64)
     limiter = pl.lit(None, pl.String)
     if spec is not None:
@@ -340,10 +340,10 @@ def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.Dat
             },
             orient="row",
         )
-        k = k.join(
+        k = join_beside(  # est_df: one row per distinct configuration
+            k,
             est_df,
-            on=["grid_blocks", "block_threads", "registers_per_thread", "shared_memory_bytes"],
-            how="left",
+            ["grid_blocks", "block_threads", "registers_per_thread", "shared_memory_bytes"],
             nulls_equal=True,
         )
         est, limiter = pl.col("_est"), pl.col("limiter")

@@ -30,7 +30,13 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, closing_profiler_sync, host_ranges, launched
+from traceinsight.analyzers.context import (
+    Context,
+    closing_profiler_sync,
+    host_ranges,
+    join_beside,
+    launched,
+)
 from traceinsight.analyzers.sources import user_frames
 from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
 from traceinsight.constants import IDLE_CAUSES
@@ -481,7 +487,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
     # Only the reported (longest) segments name their host op; the join is per gap, so skip
     # the hundreds of thousands of short gaps a long trace has.
     ops = dominant_ops(ctx, top_gaps(gaps))
-    return gaps.join(ops, on="gap_id", how="left")
+    return join_beside(gaps, ops, ["gap_id"])  # ops: one row per reported gap
 
 
 def _clipped(ctx: Context, calls: pl.DataFrame) -> pl.DataFrame:

@@ -238,13 +238,18 @@ def conform(df: pl.DataFrame, threads: int = 1) -> pl.DataFrame:
 
 
 def conform_taking(
-    handed: list[pl.DataFrame], threads: int = 1, freed: Callable[[], None] | None = None
+    handed: list[pl.DataFrame],
+    threads: int = 1,
+    freed: Callable[[], None] | None = None,
+    first: tuple[str, ...] = (),
 ) -> pl.DataFrame:
     """:func:`conform` of the frame in ``handed``, a one-item list the caller gives up (it is
     emptied): where nothing else holds the frame, each of its columns is freed as soon as its
     sorted copy is made, so the table and the frame are never both whole in memory (0.1 GB
     less peak on the 10x trace). ``freed`` is called after each column's source is released
-    (the parser hands back the memory its decoder's columns held: another allocator's)."""
+    (the parser hands back the memory its decoder's columns held: another allocator's);
+    ``first``: columns to sort before the others (the parser's that share one allocation,
+    freed only with the last of them)."""
     df = handed.pop()
     n = df.height
     # The order from the start column alone: a select over the whole frame would first copy
@@ -280,8 +285,14 @@ def conform_taking(
 
         # Two columns at a time where there are two cores: polars releases the GIL, and a
         # column's copy and gather run on one core, mostly waiting on memory.
+        names = [c for c in first if c in EVENT_SCHEMA] + [
+            c for c in EVENT_SCHEMA if c not in first
+        ]
         with ThreadPoolExecutor(max_workers=2) as pool:
-            out = pl.DataFrame(list(pool.map(column, EVENT_SCHEMA, EVENT_SCHEMA.values())))
+            done = dict(
+                zip(names, pool.map(column, names, [EVENT_SCHEMA[c] for c in names]), strict=True)
+            )
+        out = pl.DataFrame([done.pop(c) for c in EVENT_SCHEMA])
     if out.get_column("start_ns").null_count() or several_ranks:
         return out
     return out.with_columns(pl.col("start_ns").set_sorted())

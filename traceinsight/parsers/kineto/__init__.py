@@ -242,7 +242,9 @@ def parse_kineto(
         # the scanner's columns are malloc'ed, where freed blocks stay until trimmed: the raw
         # ones dropped above now, each of the table's sources as conform releases it
         typed.trim_native_memory()
-        table = conform_taking(handed, threads, freed=typed.trim_native_memory)
+        table = conform_taking(
+            handed, threads, freed=typed.trim_native_memory, first=typed.SCANNED_AS_IS
+        )
     else:
         table = empty_events()
     table = mark_comm_by_launcher(add_kernel_class(table))

@@ -466,7 +466,7 @@ def _native_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
     n_other, frame, kernels, ops, memory = out
     memory_df = pl.DataFrame(ArrowTable(memory))
     return Chunk(
-        pl.DataFrame(ArrowTable(frame)),
+        shared_names(pl.DataFrame(ArrowTable(frame))),
         n_other,
         _side_native(pl.DataFrame(ArrowTable(kernels)), pl.DataFrame(ArrowTable(ops))),
         memory_df if memory_df.height else _NO_MEMORY,
@@ -477,20 +477,26 @@ def decode_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
     """The elements of a JSON array of events, without its brackets (a span of the events
     array) -> its :class:`Chunk`; None if they are not what the fast path expects, or the span
     was not cut between two events. Runs in helper threads and processes too."""
-    chunk = _native_chunk(elements) if _kscan is not None else None
-    if chunk is None:
-        chunk = typed_chunk(elements)
-    if chunk is None:
-        return None
-    frame = chunk.frame
-    return chunk._replace(
-        frame=frame.with_columns(shared_text(frame.get_column(c)) for c in SHARED_TEXT)
-    )
+    if _kscan is not None:
+        chunk = _native_chunk(elements)
+        if chunk is not None:
+            return chunk
+    chunk = typed_chunk(elements)
+    return None if chunk is None else chunk._replace(frame=shared_names(chunk.frame))
 
 
 # Text columns of few distinct values over many rows: the categories, the names (the 10x trace:
 # 164 distinct names among 1.2M events).
 SHARED_TEXT = ("cat", "name")
+# The columns the event table takes from the scanner's as they are (the others are computed
+# from them, or are SHARED_TEXT). The scanner's columns of a span are one imported table,
+# whose memory is freed only once the last of them is dropped.
+SCANNED_AS_IS = ("pid", "tid", "correlation", "external_id", "bytes")
+
+
+def shared_names(frame: pl.DataFrame) -> pl.DataFrame:
+    """A chunk's frame with its :data:`SHARED_TEXT` columns made :func:`shared_text`."""
+    return frame.with_columns(shared_text(frame.get_column(c)) for c in SHARED_TEXT)
 
 
 def shared_text(texts: pl.Series) -> pl.Series:
