@@ -485,18 +485,17 @@ def decode_chunk(elements: bytes | bytearray | memoryview) -> Chunk | None:
     return None if chunk is None else chunk._replace(frame=shared_names(chunk.frame))
 
 
-# Text columns of few distinct values over many rows: the categories, the names (the 10x trace:
-# 164 distinct names among 1.2M events).
-SHARED_TEXT = ("cat", "name")
 # The columns the event table takes from the scanner's as they are (the others are computed
-# from them, or are SHARED_TEXT). The scanner's columns of a span are one imported table,
-# whose memory is freed only once the last of them is dropped.
+# from them, and the names are :func:`shared_names`). The scanner's columns of a span are one
+# imported table, whose memory is freed only once the last of them is dropped.
 SCANNED_AS_IS = ("pid", "tid", "correlation", "external_id", "bytes")
 
 
 def shared_names(frame: pl.DataFrame) -> pl.DataFrame:
-    """A chunk's frame with its :data:`SHARED_TEXT` columns made :func:`shared_text`."""
-    return frame.with_columns(shared_text(frame.get_column(c)) for c in SHARED_TEXT)
+    """A chunk's frame with its names :func:`shared_text` (few distinct values over many rows:
+    164 among the 10x trace's 1.2M events). The event table keeps them; the categories are
+    read once and dropped with the rest of the raw frame."""
+    return frame.with_columns(shared_text(frame.get_column("name")))
 
 
 def shared_text(texts: pl.Series) -> pl.Series:
