@@ -356,3 +356,98 @@ def test_copy_bound_when_the_copy_engines_outlast_the_kernels():
 def test_copy_bound_stays_quiet_where_kernels_or_pageable_copies_explain_it(name):
     a = analyze(str(ROOT / "fixtures" / "h200" / f"{name}.pt.trace.json.gz"))
     assert not any(f.id == "copy_bound" for f in a.findings)
+
+
+def test_conform_taking_empties_the_hand_over_and_sorts_the_named_columns_first(monkeypatch):
+    """The parser hands its raw frame over (the list is emptied, so each column can be freed
+    once sorted); the table is conform's, and ``freed`` runs once per column it gathered."""
+    import traceinsight.model.schema as schema
+
+    df = pl.DataFrame(
+        {"name": ["c", "a", "b"], "start_ns": [5, 1, 3], "end_ns": [6, 2, 4], "bytes": [1, None, 3]}
+    )
+    monkeypatch.setattr(schema, "PER_COLUMN_MIN_ROWS", 0)
+    calls = []
+    handed = [df]
+    out = schema.conform_taking(handed, 2, freed=lambda: calls.append(1), first=("bytes",))
+    assert handed == []
+    assert out.equals(schema.conform(df))
+    assert out.columns == schema.COLUMNS  # the schema's order, whatever was sorted first
+    assert out.get_column("bytes").to_list() == [None, 3, 1]
+    assert len(calls) == 4  # name, start_ns, end_ns, bytes: the other columns are all null
+
+
+def test_launch_join_on_the_callers_gpu_rows_equals_its_own():
+    from traceinsight.analyzers.context import launch_join
+    from traceinsight.model.schema import GPU_ACTIVITY_KINDS
+
+    ev = (
+        Events()
+        .kernel("k0", 10, 5, launch_us=0)
+        .kernel("k1", 20, 5)  # no call recorded: launch columns null
+        .kernel("k2", 30, 5)
+        .trace()
+        .events
+    ).with_columns(  # and a kernel without a correlation id: left out
+        pl.when(pl.col("name") == "k2")
+        .then(None)
+        .otherwise(pl.col("correlation"))
+        .alias("correlation")
+    )
+    gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
+    got = launch_join(ev, gpu_all)
+    assert got.equals(launch_join(ev))
+    assert got.select("name", "launch_name", "launch_start_ns").rows() == [
+        ("k0", "cudaLaunchKernel", 0),
+        ("k1", None, None),
+    ]
+
+
+def test_join_beside_is_a_left_join_in_left_order():
+    from traceinsight.analyzers.context import join_beside
+
+    left = pl.DataFrame({"k": [3, None, 1, 3, 7], "v": ["a", "b", "c", "d", "e"]})
+    right = pl.DataFrame({"k": [1, 3, None], "w": [10.0, 30.0, 99.0]})
+    assert join_beside(left, right, ["k"]).rows() == [
+        (3, "a", 30.0),
+        (None, "b", None),  # a null key matches nothing ...
+        (1, "c", 10.0),
+        (3, "d", 30.0),
+        (7, "e", None),
+    ]
+    # ... unless nulls are equal, as a polars join with nulls_equal
+    both = join_beside(left, right, ["k"], nulls_equal=True)
+    assert both.get_column("w").to_list() == [30.0, 99.0, 10.0, 30.0, None]
+    assert both.equals(
+        left.join(right, on="k", how="left", nulls_equal=True, maintain_order="left")
+    )
+
+
+def test_host_rows_by_kind_pattern_where_and_columns():
+    """The host subsets are masks over a few base kind sets: any kinds' order, a kind inside a
+    base, a pattern or its negation, a condition and fewer columns give the rows and columns a
+    filter of the whole table gives."""
+    from traceinsight.analyzers.context import HostIndex, host_rows
+    from traceinsight.model.classify import HOST_OP_KINDS
+
+    ev = (
+        Events()
+        .step(1, 0, 100)
+        .op("aten::mm", 10, 20)
+        .annotation("fwd", 5, 50)
+        .op("aten::add", 40, 5, tid=2)
+        .runtime("cudaLaunchKernel", 12, 3, correlation=1)
+        .trace()
+        .events
+    )
+    host = HostIndex(ev, {HOST_OP_KINDS: host_rows(ev, HOST_OP_KINDS)})
+    ops = host.rows(("user_annotation", "cpu_op"))
+    assert ops.get_column("name").to_list() == ["ProfilerStep#1", "fwd", "aten::mm", "aten::add"]
+    assert host.rows(("cpu_op",)).get_column("name").to_list() == ["aten::mm", "aten::add"]
+    assert host.rows(HOST_OP_KINDS, "^aten::", negate=True).get_column("name").to_list() == [
+        "ProfilerStep#1",
+        "fwd",
+    ]
+    got = host.rows(("cpu_op",), "^aten::", where=pl.col("tid") == 2, columns=("name", "dur_ns"))
+    assert got.rows() == [("aten::add", 5_000)]
+    assert host.rows(("runtime", "driver"), "Launch").get_column("start_ns").to_list() == [12_000]

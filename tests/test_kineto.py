@@ -148,3 +148,16 @@ def test_repeated_step_names_are_each_a_step(tmp_path, capsys):
     # the default pattern wants a number (train_step#N): no steps, the GPU span is the window
     assert main([*args, "--force"]) == 0
     assert json.loads(out.read_text())["metrics"]["steps"] == 0
+
+
+def test_shared_text_keeps_every_value_and_null():
+    """The names every span's frame gets (each distinct string's bytes once): the same values,
+    nulls included; a column that is not text is left as it is."""
+    from traceinsight.parsers.kineto.decode import shared_text
+
+    names = pl.Series("name", ["aten::mm", None, "x" * 40, "aten::mm", "", "x" * 40])
+    out = shared_text(names)
+    assert out.dtype == pl.String and out.name == "name"
+    assert out.to_list() == names.to_list()
+    ids = pl.Series("pid", [1, None])
+    assert shared_text(ids) is ids

@@ -39,35 +39,86 @@ HOST_COLUMNS = ("kind", "name", "start_ns", "end_ns", "dur_ns", "tid")
 
 
 class HostIndex:
-    """Subsets of the host rows by kind, and their distinct names, each computed on first use and
-    then shared by every analyzer. A memo, not state: two threads racing for one subset compute
-    the same table twice, never a different one."""
+    """Subsets of the host rows by kind and by name pattern, each worked out on first use and
+    shared by every analyzer. A memo, not state: two threads racing for one subset compute
+    the same table twice, never a different one.
+
+    The host rows of a few base kind sets are kept (:data:`HOST_OP_KINDS`, :data:`API_KINDS`,
+    and any set that is not part of one); every other subset is kept as a mask over its base
+    (a bit a row) and filtered out for each caller. Rows kept for every kind and pattern were
+    186 MB of the 10x trace's analysis (memory of one big trace: benchmarks/RESULTS.md)."""
 
     def __init__(self, events: pl.DataFrame, seed: dict[tuple[str, ...], pl.DataFrame]) -> None:
         self._events = events
-        self._subsets = dict(seed)
+        self._bases = {_kinds_key(k): v for k, v in seed.items()}
         self._names: dict[tuple[str, ...], pl.Series] = {}
-        self._matched: dict[tuple[tuple[str, ...], str, bool], pl.DataFrame] = {}
+        self._masks: dict[tuple[tuple[str, ...], str | None, bool], pl.Series] = {}
 
     def rows(
-        self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
+        self,
+        kinds: tuple[str, ...],
+        pattern: str | None = None,
+        *,
+        negate: bool = False,
+        where: pl.Expr | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> pl.DataFrame:
         """Events of ``kinds`` (whole trace), those whose name matches ``pattern`` (or not, with
-        ``negate``); each subset's distinct names are matched once per pattern
-        (:func:`names_matching`), and each pattern's rows are kept for the next analyzer."""
-        subset = self._subsets.get(kinds)
-        if subset is None:
-            subset = self._subsets[kinds] = host_rows(self._events, kinds)
-        if pattern is None:
-            return subset
-        key = (kinds, pattern, negate)
-        hit = self._matched.get(key)  # several analyzers ask for the same pattern
-        if hit is None:
-            names = self._names.get(kinds)
-            if names is None:
-                names = self._names[kinds] = subset.get_column("name").unique()
-            hit = self._matched[key] = names_matching(subset, pattern, negate=negate, names=names)
-        return hit
+        ``negate``); each base's distinct names are matched once per pattern
+        (:func:`names_matching`'s rule: null never matches). ``where``: only the rows it
+        keeps; ``columns``: only these of :data:`HOST_COLUMNS` (both cut before the copy)."""
+        want = _kinds_key(kinds)
+        bases = [*self._bases, *BASE_KINDS, want]  # kinds of no base: a base of their own
+        base_kinds = next(k for k in bases if set(want) <= set(k))
+        base = self._bases.get(base_kinds)
+        if base is None:
+            base = self._bases[base_kinds] = host_rows(self._events, base_kinds)
+        mask = (
+            None
+            if pattern is None and want == base_kinds
+            else self._mask(base_kinds, base, want, pattern, negate)
+        )
+        if where is None and columns is None:
+            return base if mask is None else base.filter(mask)
+        rows = (
+            base.lazy()
+            if mask is None
+            else base.with_columns(mask.alias("_keep")).lazy().filter("_keep")
+        )
+        if where is not None:
+            rows = rows.filter(where)
+        return rows.select(columns or HOST_COLUMNS).collect()
+
+    def _mask(
+        self,
+        base_kinds: tuple[str, ...],
+        base: pl.DataFrame,
+        want: tuple[str, ...],
+        pattern: str | None,
+        negate: bool,
+    ) -> pl.Series:
+        """Which rows of ``base`` are of the kinds ``want`` and match ``pattern`` (memo)."""
+        key = (want, pattern, negate)
+        mask = self._masks.get(key)  # several analyzers ask for the same rows
+        if mask is None:
+            keep = pl.lit(True) if want == base_kinds else pl.col("kind").is_in(list(want))
+            if pattern is not None:
+                names = self._names.get(base_kinds)
+                if names is None:
+                    names = self._names[base_kinds] = base.get_column("name").unique()
+                member = pl.col("name").is_in(names.filter(names.str.contains(pattern)).implode())
+                keep &= pl.col("name").is_not_null() & (~member if negate else member)
+            mask = self._masks[key] = base.select(keep.alias("keep")).to_series()
+        return mask
+
+
+# the kind sets whose rows are kept whole (sorted: see _kinds_key)
+BASE_KINDS = (tuple(sorted(HOST_OP_KINDS)), tuple(sorted(API_KINDS)))
+
+
+def _kinds_key(kinds: tuple[str, ...]) -> tuple[str, ...]:
+    """A kind set's memo key: the rows are in table order whatever order the kinds come in."""
+    return tuple(sorted(set(kinds)))
 
 
 @dataclass(frozen=True)
@@ -111,9 +162,15 @@ class Context:
         return self.gpu.height > 0
 
     def rows(
-        self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
+        self,
+        kinds: tuple[str, ...],
+        pattern: str | None = None,
+        *,
+        negate: bool = False,
+        where: pl.Expr | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> pl.DataFrame:
-        return self.host.rows(kinds, pattern, negate=negate)
+        return self.host.rows(kinds, pattern, negate=negate, where=where, columns=columns)
 
 
 def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -153,6 +210,27 @@ def launched(
     ``columns`` only: lazily, so the filter copies just those columns, not all of them."""
     keep = pl.col("launch_start_ns").is_not_null()
     return launches.lazy().filter(keep if where is None else keep & where).select(columns).collect()
+
+
+def join_beside(
+    left: pl.DataFrame, right: pl.DataFrame, on: list[str], *, nulls_equal: bool = False
+) -> pl.DataFrame:
+    """``left`` joined (left join, its row order) to ``right``, whose ``on`` keys are unique:
+    each row's match found by the keys alone and ``right``'s other columns gathered beside
+    ``left``'s own, which a join of the whole frames would copy (a wide table of every kernel,
+    joined three times, held two copies of itself)."""
+    at = (
+        left.select(on)
+        .join(
+            right.select(on).with_row_index("_at"),
+            on=on,
+            how="left",
+            maintain_order="left",
+            nulls_equal=nulls_equal,
+        )
+        .get_column("_at")
+    )
+    return left.hstack(right.drop(on).select(pl.all().gather(at)))
 
 
 def host_rows(events: pl.DataFrame, kinds: tuple[str, ...]) -> pl.DataFrame:
@@ -199,14 +277,18 @@ def pair_key(frames: list[pl.DataFrame], small: str, big: str) -> pl.Expr | None
     return pl.col(small).cast(pl.Int64) * (1 << 42) + (pl.col(big) - b_lo)
 
 
-def launch_join(events: pl.DataFrame) -> pl.DataFrame:
+def launch_join(events: pl.DataFrame, gpu_all: pl.DataFrame | None = None) -> pl.DataFrame:
     """Each GPU activity with its launching runtime/driver call (correlation within pid/rank).
 
     Graph launches map many kernels to one call; that is kept (a many-to-one join).
+    ``gpu_all``: the GPU activity rows of ``events``, where the caller has them: the result
+    then holds their columns themselves rather than copies (0.1 GB of the 2 GB trace).
     """
-    gpu = events.filter(
-        pl.col("kind").is_in(GPU_ACTIVITY_KINDS) & pl.col("correlation").is_not_null()
-    )
+    if gpu_all is None:
+        gpu_all = events.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
+    gpu = gpu_all
+    if gpu.get_column("correlation").null_count():
+        gpu = gpu.filter(pl.col("correlation").is_not_null())
     calls = events.select(
         "kind",
         "rank",
@@ -232,11 +314,20 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
     calls = calls.with_columns(key.alias("_pair")).drop("rank", "correlation")
     if calls.get_column("_pair").n_unique() < calls.height:
         calls = calls.filter(pl.col("_pair").is_first_distinct())
-    return (
-        gpu.with_columns(key.alias("_pair"))
-        .join(calls, on="_pair", how="left", maintain_order="left")
-        .drop("_pair")
+    # the join on the key alone gives each row its call's row (pairs are unique among the
+    # calls: one match at most); the calls' columns are gathered by it beside the GPU rows'
+    # own columns, which a join of the whole frames would copy
+    at = (
+        gpu.select(key.alias("_pair"))
+        .join(
+            calls.select("_pair").with_row_index("_call"),
+            on="_pair",
+            how="left",
+            maintain_order="left",
+        )
+        .get_column("_call")
     )
+    return gpu.hstack(calls.drop("_pair").select(pl.all().gather(at)))
 
 
 Span = tuple[int | None, int | None]
@@ -260,7 +351,7 @@ def build_context(
     host_ops = host_rows(ev, HOST_OP_KINDS)
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
     steps = find_steps(host_ops, step_pattern)
-    launches = launch_join(ev)
+    launches = launch_join(ev, gpu_all)
     capture_lo = int(ev["start_ns"].min()) if ev.height else 0
     if steps.height:
         # aligned over all steps first: a step's GPU end depends on its neighbours
@@ -405,9 +496,8 @@ def host_ranges(
 ) -> pl.DataFrame:
     """Union of host ranges whose name matches ``pattern`` (regex; None: any), on ``tids``
     only where given, clipped to the window."""
-    rows = ctx.rows(kinds, pattern)
-    if tids is not None:
-        rows = rows.filter(pl.col("tid").is_in(tids.implode()))
+    where = None if tids is None else pl.col("tid").is_in(tids.implode())
+    rows = ctx.rows(kinds, pattern, where=where, columns=("start_ns", "end_ns"))
     return (
         iv.clip(iv.union(rows), ctx.window_start_ns, ctx.window_end_ns) if rows.height else _empty()
     )

@@ -22,12 +22,13 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analyzers.attention import EagerAttention, eager_attention
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, join_beside
 from traceinsight.analyzers.gemm_shapes import UnalignedGemms, unaligned_gemms
 from traceinsight.analyzers.gpu_counters import GpuCounters, gpu_counters
 from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.analyzers.steps import StepResult
+from traceinsight.model.classify import coded_names
 from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
 from traceinsight.model.flops import op_costs
 
@@ -182,7 +183,8 @@ def _tensor_dtypes(ctx: Context, spec: DeviceSpec | None) -> tuple[bool | None, 
     if majors:
         modern = min(majors) >= 8
         return modern, modern
-    names = ctx.launches.filter(pl.col("kind") == "kernel").get_column("name").unique()
+    kernels = ctx.launches.lazy().filter(pl.col("kind") == "kernel").select("name").collect()
+    names = kernels.get_column("name").unique()
     if names.str.contains(_PRE_AMPERE_KERNELS).any():
         return False, False
     if names.str.contains(_AMPERE_ON_KERNELS).any():
@@ -243,7 +245,7 @@ def _kernels(ctx: Context) -> pl.DataFrame:
         "gemm_n",
         "gemm_k",
     )
-    k = k.join(ops, on=["rank", "external_id"], how="left")
+    k = join_beside(k, ops, ["rank", "external_id"])  # ops: one row per (rank, external_id)
     # split the op's FLOPs over its math kernels (or all, when none is math) by time
     math = pl.col("kernel_class").is_in(MATH_CLASSES)
     grp = ["rank", "external_id"]
@@ -307,7 +309,7 @@ def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.Dat
         "shared_memory_bytes",
         pl.col("occupancy_ratio").alias("kineto_occupancy"),
     ).unique(subset=["rank", "device", "correlation"], keep="first")
-    k = k.join(ka, on=["rank", "device", "correlation"], how="left")
+    k = join_beside(k, ka, ["rank", "device", "correlation"])
     est = pl.lit(None, pl.Float64)
     limiter = pl.lit(None, pl.String)
     if spec is not None:
@@ -338,10 +340,10 @@ def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.Dat
             },
             orient="row",
         )
-        k = k.join(
+        k = join_beside(  # est_df: one row per distinct configuration
+            k,
             est_df,
-            on=["grid_blocks", "block_threads", "registers_per_thread", "shared_memory_bytes"],
-            how="left",
+            ["grid_blocks", "block_threads", "registers_per_thread", "shared_memory_bytes"],
             nulls_equal=True,
         )
         est, limiter = pl.col("_est"), pl.col("limiter")
@@ -471,7 +473,8 @@ def _roofline(k: pl.DataFrame) -> Roofline:
         for r in by.iter_rows(named=True)
     )
     top = (
-        k.group_by("name", "kernel_class")
+        coded_names(k)
+        .group_by("name", "kernel_class")
         .agg(
             pl.len().alias("count"),
             pl.col("dur_ns").sum().alias("time_ns"),
@@ -480,6 +483,7 @@ def _roofline(k: pl.DataFrame) -> Roofline:
             WORK.sum().alias("work"),
             pl.col("occupancy").mean().alias("occupancy"),
         )
+        .with_columns(pl.col("name").cast(pl.String))
         .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
         .head(TOP)
         .with_columns(
@@ -581,7 +585,8 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[tuple[LowOccupancyKernel, ...], int
     if low.height == 0:
         return (), 0
     rows = (
-        low.group_by("name", "kernel_class")
+        coded_names(low)
+        .group_by("name", "kernel_class")
         .agg(
             pl.len().alias("count"),
             pl.col("dur_ns").sum().alias("time_ns"),
@@ -594,6 +599,7 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[tuple[LowOccupancyKernel, ...], int
             pl.col("registers_per_thread").median().alias("registers_per_thread"),
             pl.col("shared_memory_bytes").median().alias("shared_memory_bytes"),
         )
+        .with_columns(pl.col("name").cast(pl.String))
         .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])
         .head(TOP)
     )

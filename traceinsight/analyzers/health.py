@@ -86,8 +86,11 @@ def analyze_health(ctx: Context) -> HealthResult:
     if absurd is not None:  # the other checks judge the rows that are left
         ev = ev.filter(~absurd)
     # the runtime/driver calls' columns both call checks read, filtered once
-    api = ev.filter(pl.col("kind").is_in(API_KINDS)).select(
-        "name", "rank", "pid", "correlation", "start_ns", "end_ns"
+    api = (
+        ev.lazy()
+        .filter(pl.col("kind").is_in(API_KINDS))
+        .select("name", "rank", "pid", "correlation", "start_ns", "end_ns")
+        .collect()
     )
     checks = [
         c
@@ -124,7 +127,13 @@ def _graph_kernels_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any
     if launches.height == 0:
         return None
     # Kernels only: a graph's memcpy nodes may be recorded when its kernels are not.
-    gpu = ev.filter(pl.col("kind") == "kernel").select("rank", "correlation").unique()
+    gpu = (
+        ev.lazy()
+        .filter(pl.col("kind") == "kernel")
+        .select("rank", "correlation")
+        .collect()
+        .unique()
+    )
     missing = launches.join(gpu, on=["rank", "correlation"], how="anti", nulls_equal=True).height
     if missing == 0:
         return None
@@ -141,8 +150,11 @@ def _graph_kernels_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any
 
 
 def _stream_overlap(ev: pl.DataFrame) -> dict[str, Any] | None:
-    k = ev.filter((pl.col("kind") == "kernel") & pl.col("stream").is_not_null()).select(
-        "rank", "device", "stream", "start_ns", "end_ns"
+    k = (
+        ev.lazy()
+        .filter((pl.col("kind") == "kernel") & pl.col("stream").is_not_null())
+        .select("rank", "device", "stream", "start_ns", "end_ns")
+        .collect()
     )
     if not k.get_column("start_ns").is_sorted():  # the table is in start order (per rank)
         k = k.sort("rank", "start_ns")
@@ -168,7 +180,10 @@ def _stream_overlap(ev: pl.DataFrame) -> dict[str, Any] | None:
 
 def _durations(ev: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.Expr | None]:
     """The check, and which rows it rejects (None when it passed)."""
-    timed = ev.filter(pl.col("dur_ns").is_not_null())
+    # the three columns read, and a copy only where a row has no duration
+    timed = ev.select("start_ns", "end_ns", "dur_ns")
+    if timed.get_column("dur_ns").null_count():
+        timed = timed.filter(pl.col("dur_ns").is_not_null())
     if timed.height == 0:
         return None, None
     # The capture's span from the starts (a wrong duration does not move its row's start), and
@@ -234,7 +249,13 @@ def _launched_before_recording(ctx: Context, bad: pl.Expr | None) -> dict[str, A
     work out (every warmed-up Kineto trace has some: the queue still draining); without steps
     the window is the GPU span and it counts as the first step's."""
     gpu = ctx.launches if bad is None else ctx.launches.filter(~bad)
-    launched = gpu.filter(pl.col("launch_start_ns").is_not_null()).get_column("start_ns")
+    launched = (
+        gpu.lazy()
+        .filter(pl.col("launch_start_ns").is_not_null())
+        .select("start_ns")
+        .collect()
+        .get_column("start_ns")
+    )
     if launched.len() == 0:
         return None
     # unified-memory migrations are the driver's, on a page fault or prefetch: never launched
@@ -281,7 +302,7 @@ def _events_dropped(ctx: Context) -> dict[str, Any] | None:
 
 def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any] | None:
     """Launch calls (or module loads) but no GPU work of the kind they make."""
-    work = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len()
+    work = ev.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len().collect()
     count = dict(work.iter_rows())
     kernels, other = count.get("kernel", 0), count.get("memcpy", 0) + count.get("memset", 0)
     if kernels:

@@ -30,7 +30,13 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, closing_profiler_sync, host_ranges, launched
+from traceinsight.analyzers.context import (
+    Context,
+    closing_profiler_sync,
+    host_ranges,
+    join_beside,
+    launched,
+)
 from traceinsight.analyzers.sources import user_frames
 from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
 from traceinsight.constants import IDLE_CAUSES
@@ -348,8 +354,8 @@ def analyze_idle(ctx: Context) -> IdleResult:
 
 def _engine_busy(ctx: Context, kinds: tuple[str, ...]) -> int:
     """Union time of these kinds of GPU activity in the window, summed over devices."""
-    rows = ctx.gpu.filter(pl.col("kind").is_in(kinds))
-    return iv.total(iv.union(rows, by=["device"])) if rows.height else 0
+    rows = ctx.gpu.lazy().filter(pl.col("kind").is_in(kinds)).select("device", "start_ns", "end_ns")
+    return iv.total(iv.union(rows, by=["device"]))
 
 
 def _per_step(ctx: Context, gaps: pl.DataFrame) -> tuple[StepIdle, ...]:
@@ -481,7 +487,7 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
     # Only the reported (longest) segments name their host op; the join is per gap, so skip
     # the hundreds of thousands of short gaps a long trace has.
     ops = dominant_ops(ctx, top_gaps(gaps))
-    return gaps.join(ops, on="gap_id", how="left")
+    return join_beside(gaps, ops, ["gap_id"])  # ops: one row per reported gap
 
 
 def _clipped(ctx: Context, calls: pl.DataFrame) -> pl.DataFrame:
@@ -540,10 +546,11 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
     )
     compiling = ctx.rows(HOST_OP_KINDS, COMPILE_PATTERN)
     compiling = compiling.select(*cols, pl.lit("compile").alias("kind"))
-    launches = (
-        ctx.rows(API_KINDS, LAUNCH_API)
-        .filter(~pl.col("name").str.contains("Memcpy|Memset"))
-        .select(cols)
+    launches = ctx.rows(
+        API_KINDS,
+        LAUNCH_API,
+        where=~pl.col("name").str.contains("Memcpy|Memset"),
+        columns=tuple(cols),
     )
     first = pl.DataFrame(schema={**{c: calls.schema[c] for c in cols}, "kind": pl.String})
     if launches.height:
@@ -658,7 +665,7 @@ def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
     )
     if calls.height == 0:
         return syncs
-    ops = ctx.rows(("cpu_op",), r"^aten::").select("start_ns", "end_ns", "tid")
+    ops = ctx.rows(("cpu_op",), r"^aten::", columns=("start_ns", "end_ns", "tid"))
     inner = (
         iv.containing(
             calls,

@@ -11,6 +11,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.model.classify import (
     EAGER_ELEMENTWISE,
     TRITON_POINTWISE,
+    coded_names,
     is_fp32_math,
     names_matching,
 )
@@ -56,7 +57,8 @@ def analyze_kernels(ctx: Context) -> KernelResult:
     eager = names_matching(ew, EAGER_ELEMENTWISE, names=ew_names).height
     triton = names_matching(ew, TRITON_POINTWISE, names=ew_names).height
     top = (
-        k.group_by("name", "kernel_class")
+        coded_names(k)
+        .group_by("name", "kernel_class")
         .agg(
             pl.len().alias("count"),
             pl.col("dur_ns").sum().alias("total_ns"),
@@ -65,6 +67,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
             pl.col("dur_ns").max().alias("max_ns"),
         )
         .with_columns(
+            pl.col("name").cast(pl.String),
             pl.col("kernel_class").cast(pl.String),
             (pl.col("total_ns") / max(1, total)).alias("time_ratio"),
         )

@@ -33,14 +33,25 @@ class LaunchResult:
 
 def analyze_launch(ctx: Context) -> LaunchResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    calls = ctx.rows(API_KINDS, LAUNCH_API).filter(pl.col("start_ns").is_between(lo, hi))
-    kl = ctx.launches.filter(
-        (pl.col("kind") == "kernel")
-        & pl.col("launch_start_ns").is_not_null()
-        & pl.col("start_ns").is_between(lo, hi)
-    ).with_columns(
-        (pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("launch_ns"),
-        (pl.col("start_ns") - pl.col("launch_end_ns")).alias("queue_ns"),
+    in_window = pl.col("start_ns").is_between(lo, hi)
+    calls = ctx.rows(API_KINDS, LAUNCH_API, where=in_window, columns=("dur_ns",))
+    kl = (
+        ctx.launches.lazy()
+        .filter((pl.col("kind") == "kernel") & pl.col("launch_start_ns").is_not_null() & in_window)
+        .select(
+            "launch_name",
+            "correlation",
+            "device",
+            "start_ns",
+            "dur_ns",
+            "launch_start_ns",
+            "launch_end_ns",
+        )
+        .collect()
+        .with_columns(
+            (pl.col("launch_end_ns") - pl.col("launch_start_ns")).alias("launch_ns"),
+            (pl.col("start_ns") - pl.col("launch_end_ns")).alias("queue_ns"),
+        )
     )
     names = kl.get_column("launch_name").unique()  # matched once per distinct API name, for both
     graph = names_matching(kl, "GraphLaunch", col="launch_name", names=names)

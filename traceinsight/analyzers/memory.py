@@ -180,7 +180,7 @@ def _outside_ops(ctx: Context, calls: pl.DataFrame) -> int:
     if calls.height == 0:
         return 0
     ops = (
-        ctx.rows(("cpu_op",))
+        ctx.rows(("cpu_op",), columns=("tid", "start_ns", "end_ns"))
         .select("tid", pl.col("start_ns").alias("_os"), pl.col("end_ns").alias("_oe"))
         .sort("_os")
     )
@@ -204,8 +204,9 @@ class _OpTables(NamedTuple):
 
 def _op_tables(ctx: Context) -> _OpTables:
     ops = (
-        ctx.rows(HOST_OP_KINDS, FACTORY_OPS, negate=True)
-        .filter(pl.col("kind") == "cpu_op")
+        ctx.rows(
+            ("cpu_op",), FACTORY_OPS, negate=True, columns=("tid", "name", "start_ns", "end_ns")
+        )
         .select(
             pl.col("tid"),
             pl.col("name").alias("op"),
@@ -250,9 +251,8 @@ def _root_op(ctx: Context, tid: int | None, t: int) -> str | None:
     op on the thread has ended is a root)."""
     if tid is None:
         return None
-    ops = (
-        ctx.rows(("cpu_op",)).filter(pl.col("tid") == tid, pl.col("start_ns") <= t).sort("start_ns")
-    )
+    mine = (pl.col("tid") == tid) & (pl.col("start_ns") <= t)
+    ops = ctx.rows(("cpu_op",), where=mine, columns=("name", "start_ns", "end_ns")).sort("start_ns")
     roots = ops.filter(
         pl.col("end_ns").cum_max().shift(1).fill_null(-1) <= pl.col("start_ns")
     ).filter(pl.col("end_ns") >= t)
@@ -622,8 +622,10 @@ def analyze_memory(
             _device(ctx, tables, int(d), part, steady, lo, hi) for d, part in parts.items()
         )
     allocs = frees = calls_ns = empties = released = None
-    w_calls = ctx.rows(API_KINDS, ALLOCATOR_API).filter(
-        (pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns)
+    w_calls = ctx.rows(
+        API_KINDS,
+        ALLOCATOR_API,
+        where=(pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns),
     )
     if n:
         a = _per_step_calls(ctx, steady, DEVICE_ALLOC_API)

@@ -168,7 +168,9 @@ def profiler_ns_per_event(ctx: Context) -> int:
     if ctx.trace_format != "kineto":
         return 0
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    views = ctx.rows(("cpu_op",), NO_WORK_OPS).filter(pl.col("start_ns").is_between(lo, hi))
+    views = ctx.rows(
+        ("cpu_op",), NO_WORK_OPS, where=pl.col("start_ns").is_between(lo, hi), columns=("dur_ns",)
+    )
     median = views.get_column("dur_ns").median() if views.height else None
     if median is None:
         return PROFILER_NS_PER_EVENT_DEFAULT

@@ -160,7 +160,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
     # NVTX ranges stand in for stacks where they are the only host structure: nsys exports,
     # and their Chrome traces read back (no cpu ops); a Kineto trace without stacks gets the
     # hint instead of a guess from its record_function ranges.
-    nvtx = nsys or ctx.ops.filter(pl.col("kind") == "cpu_op").height == 0
+    nvtx = nsys or not ctx.ops.select((pl.col("kind") == "cpu_op").any()).item()
     if frames.height == 0 and chains.height == 0 and not nvtx:
         return SourcesResult(False, {c: () for c in CATEGORIES}, hint)
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
@@ -177,9 +177,9 @@ def analyze_sources(ctx: Context) -> SourcesResult:
             ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN)
             .filter(in_window)
             .with_columns(pl.lit("dataloader").alias("category")),
-            ctx.rows(API_KINDS, LAUNCH_API)
-            .filter(in_window)
-            .with_columns(pl.lit("launch").alias("category")),
+            ctx.rows(API_KINDS, LAUNCH_API, where=in_window).with_columns(
+                pl.lit("launch").alias("category")
+            ),
         ],
         how="diagonal_relaxed",
     ).select("category", "name", "start_ns", "end_ns", "dur_ns", "tid")

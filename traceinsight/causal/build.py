@@ -180,9 +180,10 @@ def build_model(src: ModelInputs) -> StepModel | None:
     )
     if host.height == 0:
         return None
-    gpu = src.launches.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
     gpu = (
-        gpu.select(
+        src.launches.lazy()
+        .filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+        .select(
             "kind",
             "name",
             "start_ns",
@@ -200,6 +201,7 @@ def build_model(src: ModelInputs) -> StepModel | None:
             "launch_end_ns",
             "launch_tid",
         )
+        .collect()
         .with_columns(
             pl.struct(pl.col("device").fill_null(-1), pl.col("stream").fill_null(-1))
             .rank("dense")

@@ -20,6 +20,7 @@ from traceinsight.constants import DROPPED_EVENTS_PATTERN
 from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import (
+    COLUMNS,
     KERNEL_ARGS_SCHEMA,
     MEMORY_SCHEMA,
     OP_ARGS_SCHEMA,
@@ -29,8 +30,8 @@ from traceinsight.model.schema import (
     MemoryKindT,
     Trace,
     TraceMeta,
-    conform,
     conform_side,
+    conform_taking,
     empty_events,
 )
 from traceinsight.parsers.kineto import decode as typed
@@ -149,12 +150,15 @@ def parse_kineto(
         fast = None if truncated else stream.decode(data)
     parsed = fast if fast is not None else repair.robust(data, path, truncated)
     df, top, array_era, n_other_ph, warnings, side, mem_rows = parsed
+    # the raw frame's columns are freed as the table replaces them: nothing else holds them
+    streamed = fast is not None
+    del parsed, fast
     warnings = notes + warnings
     exact = None
     # Absolute microseconds with 3 decimals (kineto builds of 2024-03/04) have more digits than a
     # float holds: take ts/dur from their decimal text instead (exact ns).
     needs_exact = _needs_exact(df, top)
-    if fast is not None and needs_exact:
+    if streamed and needs_exact:
         exact = typed.exact_times(data or repair.whole_document(path, max_bytes)[0])
     del data
     if side.height:  # the side rows find their event by its row in the raw frame
@@ -171,14 +175,15 @@ def parse_kineto(
     cat_map = {c: CATEGORY_KIND.get(c.lower()) for c in cat_set}
     kind = pl.col("cat").replace_strict(cat_map, default=None, return_dtype=KindT)
     df = df.with_columns(kind.alias("kind"))
-    _refuse_foreign(df, top, n_other_ph=parsed[3], cats=cat_set, path=path)
+    _refuse_foreign(df, top, n_other_ph=n_other_ph, cats=cat_set, path=path)
+    start = _us_to_ns(pl.col("ts")) + base_ns
+    dur = _us_to_ns(pl.col("dur"))
     if exact is not None and exact[0].len() == df.height:
         df = df.with_columns(exact[0].alias("_ts_ns"), exact[1].alias("_dur_ns"))
+        start = pl.coalesce(pl.col("_ts_ns") + base_ns, start)
+        dur = pl.coalesce("_dur_ns", dur)
     else:
         exact = None
-        df = df.with_columns(
-            pl.lit(None, pl.Int64).alias("_ts_ns"), pl.lit(None, pl.Int64).alias("_dur_ns")
-        )
     # Times must be finite, non-negative durations, and fit int64 nanoseconds after conversion.
     good_time = (
         pl.col("ts").is_finite()
@@ -187,18 +192,22 @@ def parse_kineto(
         & (pl.col("ts").abs() < MAX_US)
         & (pl.col("dur") < MAX_US)
     ).fill_null(False)
-    n_bad_time = df.filter(pl.col("kind").is_not_null() & ~good_time).height
-    df = df.filter(pl.col("kind").is_not_null() & good_time & pl.col("name").is_not_null())
+    known = pl.col("kind").is_not_null()
+    keep = known & good_time & pl.col("name").is_not_null()
+    n_bad_time, n_keep = df.select(
+        (known & ~good_time).sum().alias("bad"), keep.sum().alias("keep")
+    ).row(0)
+    if n_keep < df.height:  # a filter keeping every row would copy every column for nothing
+        df = df.filter(keep)
     if n_bad_time:
         warnings.append(
             f"skipped {plural(n_bad_time, 'event')} with missing, negative or non-finite ts/dur"
         )
 
     is_gpu = pl.col("kind").is_in(GPU_SIDE)
-    start = _us_to_ns(pl.col("ts")) + base_ns
     df = df.with_columns(
-        pl.coalesce(pl.col("_ts_ns") + base_ns, start).alias("start_ns"),
-        pl.coalesce("_dur_ns", _us_to_ns(pl.col("dur"))).alias("dur_ns"),
+        start.alias("start_ns"),
+        dur.alias("dur_ns"),
         # a device id beyond int32 is garbage: null, the event kept
         pl.when(is_gpu)
         .then(pl.coalesce("a_device", "pid"))
@@ -215,16 +224,29 @@ def parse_kineto(
         warnings=warnings,
     )
     _fill_meta(meta, top, path)
-    gpu_ids = df.filter(is_gpu).get_column("device").drop_nulls().unique().sort().to_list()
-    meta.warnings.extend(reconcile_devices(meta.devices, gpu_ids))
+    gpu_ids = df.select(pl.col("device").filter(is_gpu).drop_nulls().unique().sort())
+    meta.warnings.extend(reconcile_devices(meta.devices, gpu_ids.to_series().to_list()))
     cut = [w for w in warnings if w.startswith((repair.TRUNCATED_NOTE, repair.TRUNCATED_GZIP_NOTE))]
     if truncated or cut:  # analyzers/health.py makes it an error
         meta.extra["truncated"] = "; ".join(cut) or "the gzip stream ends early"
     rank = pl.lit(meta.rank if meta.rank is not None else 0, pl.Int32).alias("rank")
+    # the table's columns only: the raw ones (ts, dur, cat, args) are freed here
     df = df.with_columns(rank)
+    df = df.select(c for c in (*COLUMNS, "_row") if c in df.columns)
     op_args, kernel_args = _side_args(df, side)
     memory = _memory(mem_rows.with_columns(rank), base_ns)
-    table = conform(df, threads) if df.height else empty_events()
+    del side, mem_rows
+    if df.height:
+        handed = [df.drop("_row", strict=False)]
+        del df  # conform frees each column once it has its sorted copy
+        # the scanner's columns are malloc'ed, where freed blocks stay until trimmed: the raw
+        # ones dropped above now, each of the table's sources as conform releases it
+        typed.trim_native_memory()
+        table = conform_taking(
+            handed, threads, freed=typed.trim_native_memory, first=typed.SCANNED_AS_IS
+        )
+    else:
+        table = empty_events()
     table = mark_comm_by_launcher(add_kernel_class(table))
     meta.extra["non_duration_events"] = n_other_ph
     if exact is None and needs_exact:
@@ -232,7 +254,6 @@ def parse_kineto(
             "absolute timestamps with sub-microsecond digits exceed float precision; "
             "times may be off by up to 0.25 us (kineto#853)"
         )
-    del df, parsed, fast, side, mem_rows
     typed.trim_native_memory()  # the raw chunks' columns are freed by now
     return Trace(events=table, meta=meta, memory=memory, op_args=op_args, kernel_args=kernel_args)
 
