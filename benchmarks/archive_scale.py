@@ -2,7 +2,8 @@
 interrupted run resumed, the broken items listed. Local worker processes and a Dask LocalCluster.
 
     python benchmarks/archive_scale.py --items 1000 [10000] [--executors local dask]
-        [--runs full KILL INT] [--workers 2] [--archive-dir DIR] [--code PATH] [--keep]
+        [--runs full KILL INT] [--workers 2] [--broken-ratio 0.02] [--archive-dir DIR]
+        [--code PATH] [--keep]
 
 For each size, ``make_archive.py`` writes the archive (2% broken, planted), then for each
 executor each run is one ``traceinsight batch`` process (the client) into a fresh OUTDIR:
@@ -93,13 +94,14 @@ def _read_back(f: Any) -> str:
 
 
 def run_client(
-    argv: list[str], env: dict[str, str], outdir: Path, total: int, kill: str | None
+    argv: list[str], env: dict[str, str], cwd: Path, outdir: Path, total: int, kill: str | None
 ) -> dict[str, Any]:
     """One batch client, sampled; with ``kill`` the signal it gets when half the rows are in."""
     t0 = time.perf_counter()
     # files, not pipes: a worker outliving a killed client would hold a pipe open
     log_out, log_err = (open(outdir.parent / f"{outdir.name}.{s}", "w+") for s in ("out", "err"))  # noqa: SIM115
-    p = subprocess.Popen(argv, env=env, stdout=log_out, stderr=log_err, text=True)
+    # run in the code's checkout: ``-m`` puts the working directory first on sys.path
+    p = subprocess.Popen(argv, env=env, stdout=log_out, stderr=log_err, text=True, cwd=cwd)
     proc = psutil.Process(p.pid)
     lines = _Lines(outdir / SPOOL)
     client_hwm = worker_hwm = 0
@@ -196,15 +198,15 @@ def bench(
     argv = [sys.executable, "-m", "traceinsight", "batch", str(archive), "-o", str(outdir)]
     argv += ["-j", str(workers)] + (["--scheduler", "local"] if executor == "dask" else [])
     n = planted["items"]
-    base = {"items": n, "executor": executor, "workers": workers}
-    first = run_client(argv, env, outdir, n, None if run == "full" else run)
+    base = {"items": n, "executor": executor, "workers": workers, "code": code.name}
+    first = run_client(argv, env, code, outdir, n, None if run == "full" else run)
     rows = [{**base, "run": run, **first}]
     if run == "full":
         rows[0].update(check_outputs(outdir, first["stdout"], planted))
         return rows
     done = _complete_reports(outdir)
     rows[0]["done_before_resume"] = len(done)
-    second = run_client(argv, env, outdir, n, None)
+    second = run_client(argv, env, code, outdir, n, None)
     after = _complete_reports(outdir)
     redone = sum(1 for path, mtime in done.items() if after.get(path) != mtime)
     rows.append(
@@ -248,7 +250,7 @@ def table_row(r: dict[str, Any]) -> str:
             )
     rate = r["items"] / r["wall_s"]
     return (
-        f"| {r['items']} | {name} ({r['workers']}) | {r['run']} | {r['wall_s']:.1f} | {rate:.1f} | "
+        f"| {r['items']} | {name} ({r['workers']}, {r['code']}) | {r['run']} | {r['wall_s']:.1f} | {rate:.1f} | "
         f"{_mib(r['client_peak_rss_bytes'])} | "
         f"{' / '.join(_mib(at[k]) if k in at else '-' for k in ('10%', '50%', '90%'))} | "
         f"{_mib(r['worker_peak_rss_bytes'])} | {outcome} |"
@@ -262,23 +264,30 @@ def main() -> int:
     ap.add_argument("--runs", nargs="+", default=["full", "KILL"], choices=["full", "KILL", "INT"])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
+        "--broken-ratio",
+        type=float,
+        default=0.02,
+        help="1.0: every item broken (fails in milliseconds): the client's own cost per item",
+    )
+    ap.add_argument(
         "--archive-dir", type=Path, help="where archives and outputs go (default: a temp dir)"
     )
     ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose traceinsight runs")
     ap.add_argument("--keep", action="store_true", help="keep the archives and outputs")
     a = ap.parse_args()
-    base = a.archive_dir or Path(tempfile.mkdtemp(prefix="archive_scale_"))
-    print("| items | executor (workers) | run | wall s | items/s | client peak RSS MiB | "
+    base = (a.archive_dir or Path(tempfile.mkdtemp(prefix="archive_scale_"))).resolve()
+    a.code = a.code.resolve()
+    print("| items | executor (workers, code) | run | wall s | items/s | client peak RSS MiB | "
           "client RSS at 10% / 50% / 90% of rows MiB | worker peak RSS MiB | outcome |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|", flush=True)
     try:
         for n in a.items:
-            work = base / f"n{n}"
+            work = base / f"n{n}_broken{a.broken_ratio:g}"
             archive = work / "archive"
             if (archive / ".planted.json").exists():
                 planted = json.loads((archive / ".planted.json").read_text())
             else:
-                planted = make_archive(archive, n)
+                planted = make_archive(archive, n, a.broken_ratio)
             for executor in a.executors:
                 for run in a.runs:
                     for r in bench(archive, planted, executor, run, a.workers, a.code, work):

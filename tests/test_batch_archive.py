@@ -83,7 +83,7 @@ def test_local_pool_keeps_a_bounded_number_in_flight(tmp_path, monkeypatch):
 
 def test_dask_keeps_a_bounded_number_in_flight(tmp_path, monkeypatch):
     """One 2-thread in-process Dask worker: at most 4 x 2 tasks submitted and not collected
-    out of 23 (a task graph of every item before)."""
+    out of 23 (a task graph of every item before); a task that fails is its item's error."""
     distributed = pytest.importorskip("dask.distributed")
     src = _archive(tmp_path / "in", broken=20)
     count = _Counting()
@@ -106,6 +106,14 @@ def test_dask_keeps_a_bounded_number_in_flight(tmp_path, monkeypatch):
             yield c
 
     monkeypatch.setattr(batch_run, "dask_client", client)
+    analyze = batch_run.analyze_item
+
+    def dies_on_bad00(item, *args, **kwargs):  # as a task whose worker died would
+        if item.label.endswith("bad00.json"):
+            raise RuntimeError("worker lost")
+        return analyze(item, *args, **kwargs)
+
+    monkeypatch.setattr(batch_run, "analyze_item", dies_on_bad00)
     rows = []
 
     def on_row(row):
@@ -117,6 +125,9 @@ def test_dask_keeps_a_bounded_number_in_flight(tmp_path, monkeypatch):
     batch_run._run_dask(items, tmp_path / "out", False, opts, runtime, "local", on_row)
     assert len(rows) == count.submitted == 23
     assert count.most == batch_run.DASK_IN_FLIGHT_PER_THREAD * 2 == 8
+    died = [r for r in rows if r["label"].endswith("bad00.json")]
+    assert [r["error"] for r in died] == ["worker failed: RuntimeError: worker lost"]
+    assert sum(r["status"] == "ok" for r in rows) == 3
 
 
 def test_resume_sends_no_finished_item_and_lists_the_broken(tmp_path, monkeypatch, capsys):

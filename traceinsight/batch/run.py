@@ -196,7 +196,8 @@ def _run_dask(
 
         window = _dask_window(client, runtime.workers)
         pending: dict[str, Item] = {}
-        stream = dask_completed()
+        # results come with their futures, fetched by Dask's own loop: no round trip per item
+        stream = dask_completed(with_results=True, raise_errors=False)
 
         def submit(n: int) -> None:
             for it in itertools.islice(todo, n):
@@ -213,11 +214,12 @@ def _run_dask(
                 stream.add(fut)
 
         submit(window)
-        for n, fut in enumerate(stream, 1):
+        for n, (fut, result) in enumerate(stream, 1):
             it = pending.pop(fut.key)
-            try:
-                row = fut.result()
-            except Exception as exc:
+            if fut.status == "finished":
+                row = result
+            else:  # a worker died, or the task was lost: (type, exception, traceback) or the error
+                exc = result[1] if isinstance(result, tuple) else result
                 row = error_row(it, f"worker failed: {type(exc).__name__}: {exc}")
             fut.release()  # the worker forgets the result: nothing accumulates there either
             on_row(row)
