@@ -86,6 +86,13 @@ class _Lines:
         return self.count
 
 
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _read_back(f: Any) -> str:
     f.seek(0)
     text = f.read()
@@ -93,14 +100,32 @@ def _read_back(f: Any) -> str:
     return text
 
 
+def client(peak_file: Path, argv: list[str]) -> None:
+    """The batch client (``traceinsight.cli.main``, as the command runs it); once done it writes
+    its own peak RSS, which sampling from outside can miss (the summary is written in the last
+    fraction of a second)."""
+    from traceinsight.cli import main
+
+    code = main(argv)
+    sys.stdout.flush()
+    peak_file.write_text(str(_hwm_bytes(os.getpid())))
+    os._exit(code)
+
+
 def run_client(
-    argv: list[str], env: dict[str, str], cwd: Path, outdir: Path, total: int, kill: str | None
+    argv: list[str],
+    env: dict[str, str],
+    cwd: Path,
+    outdir: Path,
+    total: int,
+    kill: str | None,
+    peak_file: Path,
 ) -> dict[str, Any]:
     """One batch client, sampled; with ``kill`` the signal it gets when half the rows are in."""
+    peak_file.unlink(missing_ok=True)
     t0 = time.perf_counter()
     # files, not pipes: a worker outliving a killed client would hold a pipe open
     log_out, log_err = (open(outdir.parent / f"{outdir.name}.{s}", "w+") for s in ("out", "err"))  # noqa: SIM115
-    # run in the code's checkout: ``-m`` puts the working directory first on sys.path
     p = subprocess.Popen(argv, env=env, stdout=log_out, stderr=log_err, text=True, cwd=cwd)
     proc = psutil.Process(p.pid)
     lines = _Lines(outdir / SPOOL)
@@ -127,14 +152,18 @@ def run_client(
         time.sleep(SAMPLE_S)
     p.wait()
     wall = time.perf_counter() - t0
+    if peak_file.exists():  # not after SIGKILL: then the last sample's
+        client_hwm = max(client_hwm, int(peak_file.read_text()))
     out, err = _read_back(log_out), _read_back(log_err)
-    orphans_left = 0
+    orphans_left, workers_gone_s = 0, None
     if kill:  # do the client's workers outlive it?
-        deadline = time.monotonic() + ORPHAN_GRACE_S
-        while time.monotonic() < deadline and any(k.is_running() for k in kids.values()):
-            time.sleep(0.5)
+        t_end = time.monotonic()
+        while time.monotonic() < t_end + ORPHAN_GRACE_S and any(_alive(k) for k in kids.values()):
+            time.sleep(0.1)
+        if not any(_alive(k) for k in kids.values()):
+            workers_gone_s = time.monotonic() - t_end
         for k in kids.values():
-            if k.is_running() and k.status() != psutil.STATUS_ZOMBIE:
+            if _alive(k):
                 orphans_left += 1
                 k.kill()  # ours: started by the client this script started
     return {
@@ -146,6 +175,7 @@ def run_client(
         "workers_seen": len(kids),
         "killed_at_rows": killed_at_rows,
         "orphans_left": orphans_left,
+        "workers_gone_s": workers_gone_s,
         "stdout": out,
         "stderr_tail": err[-2000:],
     }
@@ -195,18 +225,20 @@ def bench(
     env = dict(os.environ, PYTHONPATH=str(code))
     outdir = work / f"out_{executor}_{run}"
     shutil.rmtree(outdir, ignore_errors=True)
-    argv = [sys.executable, "-m", "traceinsight", "batch", str(archive), "-o", str(outdir)]
+    peak_file = work / f"{outdir.name}.peak"
+    argv = [sys.executable, __file__, "--client", str(peak_file), "batch", str(archive)]
+    argv += ["-o", str(outdir)]
     argv += ["-j", str(workers)] + (["--scheduler", "local"] if executor == "dask" else [])
     n = planted["items"]
     base = {"items": n, "executor": executor, "workers": workers, "code": code.name}
-    first = run_client(argv, env, code, outdir, n, None if run == "full" else run)
+    first = run_client(argv, env, code, outdir, n, None if run == "full" else run, peak_file)
     rows = [{**base, "run": run, **first}]
     if run == "full":
         rows[0].update(check_outputs(outdir, first["stdout"], planted))
         return rows
     done = _complete_reports(outdir)
     rows[0]["done_before_resume"] = len(done)
-    second = run_client(argv, env, code, outdir, n, None)
+    second = run_client(argv, env, code, outdir, n, None, peak_file)
     after = _complete_reports(outdir)
     redone = sum(1 for path, mtime in done.items() if after.get(path) != mtime)
     rows.append(
@@ -233,8 +265,12 @@ def table_row(r: dict[str, Any]) -> str:
     if r["run"] in ("KILL", "INT"):
         outcome = (
             f"SIG{r['run']} at {r['killed_at_rows']} rows, rc {r['rc']}: "
-            f"{r['done_before_resume']} reports complete; orphan workers after "
-            f"{ORPHAN_GRACE_S:.0f} s: {r['orphans_left']}"
+            f"{r['done_before_resume']} reports complete; workers gone "
+            + (
+                f"{r['workers_gone_s']:.1f} s after"
+                if r["workers_gone_s"] is not None
+                else f"NOT within {ORPHAN_GRACE_S:.0f} s ({r['orphans_left']} killed)"
+            )
         )
     else:
         exact = "exact" if r["failures_exact"] else "MISMATCH"
@@ -258,6 +294,8 @@ def table_row(r: dict[str, Any]) -> str:
 
 
 def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--client":
+        client(Path(sys.argv[2]), sys.argv[3:])
     ap = argparse.ArgumentParser()
     ap.add_argument("--items", type=int, nargs="+", default=[1000])
     ap.add_argument("--executors", nargs="+", default=["local", "dask"], choices=["local", "dask"])

@@ -82,10 +82,10 @@ def test_local_pool_keeps_a_bounded_number_in_flight(tmp_path, monkeypatch):
 
 
 def test_dask_keeps_a_bounded_number_in_flight(tmp_path, monkeypatch):
-    """One 2-thread in-process Dask worker: at most 4 x 2 tasks submitted and not collected
-    out of 23 (a task graph of every item before); a task that fails is its item's error."""
+    """One 2-thread in-process Dask worker: at most 8 x 2 tasks submitted and not collected
+    out of 33 (a task graph of every item before); a task that fails is its item's error."""
     distributed = pytest.importorskip("dask.distributed")
-    src = _archive(tmp_path / "in", broken=20)
+    src = _archive(tmp_path / "in", broken=30)
     count = _Counting()
 
     @contextlib.contextmanager
@@ -96,13 +96,14 @@ def test_dask_keeps_a_bounded_number_in_flight(tmp_path, monkeypatch):
             ) as cluster,
             distributed.Client(cluster) as c,
         ):
-            submit = c.submit
+            submit = c.map
 
-            def counted(*args, **kwargs):
-                count.submitted_one()
-                return submit(*args, **kwargs)
+            def counted(fn, items, **kwargs):
+                for _ in items:
+                    count.submitted_one()
+                return submit(fn, items, **kwargs)
 
-            c.submit = counted
+            c.map = counted
             yield c
 
     monkeypatch.setattr(batch_run, "dask_client", client)
@@ -123,8 +124,8 @@ def test_dask_keeps_a_bounded_number_in_flight(tmp_path, monkeypatch):
     items, _ = batch_run.discover([src], tmp_path / "x")
     opts, runtime = batch_run.Options(), Runtime(workers=2)
     batch_run._run_dask(items, tmp_path / "out", False, opts, runtime, "local", on_row)
-    assert len(rows) == count.submitted == 23
-    assert count.most == batch_run.DASK_IN_FLIGHT_PER_THREAD * 2 == 8
+    assert len(rows) == count.submitted == 33
+    assert count.most == batch_run.DASK_IN_FLIGHT_PER_THREAD * 2 == 16
     died = [r for r in rows if r["label"].endswith("bad00.json")]
     assert [r["error"] for r in died] == ["worker failed: RuntimeError: worker lost"]
     assert sum(r["status"] == "ok" for r in rows) == 3

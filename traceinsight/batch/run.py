@@ -116,7 +116,9 @@ def _size(item: Item) -> int:
 # round trip, few enough that the client (futures, the Dask scheduler's tasks, results waiting to
 # be read) holds a bounded number however many items the batch has.
 IN_FLIGHT_PER_WORKER = 2
-DASK_IN_FLIGHT_PER_THREAD = 4  # a task's round trip to a remote worker is longer
+# on Dask between half this and this per worker thread: a task's round trip is longer, and
+# each refill is one message to the scheduler
+DASK_IN_FLIGHT_PER_THREAD = 8
 DASK_RESIZE_EVERY = 256  # results between looks at the cluster's size (workers may join)
 
 
@@ -200,18 +202,21 @@ def _run_dask(
         stream = dask_completed(with_results=True, raise_errors=False)
 
         def submit(n: int) -> None:
-            for it in itertools.islice(todo, n):
-                fut = client.submit(
-                    analyze_item,
-                    it,
-                    outdir=str(outdir),
-                    force=force,
-                    opts=opts,
-                    runtime=DASK_TASK_RUNTIME,
-                    pure=False,
-                )
-                pending[fut.key] = it
-                stream.add(fut)
+            batch = list(itertools.islice(todo, n))
+            if not batch:
+                return
+            # one message to the scheduler for the batch, not one per item
+            futs = client.map(
+                analyze_item,
+                batch,
+                outdir=str(outdir),
+                force=force,
+                opts=opts,
+                runtime=DASK_TASK_RUNTIME,
+                pure=False,
+            )
+            pending.update((f.key, it) for f, it in zip(futs, batch, strict=True))
+            stream.update(futs)
 
         submit(window)
         for n, (fut, result) in enumerate(stream, 1):
@@ -225,7 +230,8 @@ def _run_dask(
             on_row(row)
             if n % DASK_RESIZE_EVERY == 0:
                 window = _dask_window(client, runtime.workers)
-            submit(window - len(pending))
+            if len(pending) <= window // 2:  # refill by halves
+                submit(window - len(pending))
 
 
 # rows of the run in progress (a hidden name: never taken for a trace when OUTDIR is walked)
