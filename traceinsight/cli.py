@@ -24,6 +24,7 @@ from traceinsight.errors import (
     EXIT_ANALYSIS_ERROR,
     EXIT_BAD_INPUT,
     EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     AnalysisError,
     InputError,
@@ -660,7 +661,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except click.ClickException as exc:
         exc.show()
         return EXIT_BAD_INPUT
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):  # click's wrapping of Ctrl-C
+            print("traceinsight: interrupted", file=sys.stderr)
+            return EXIT_INTERRUPTED
         print("traceinsight: aborted", file=sys.stderr)
         return EXIT_ANALYSIS_ERROR
     except TraceInsightError as exc:
@@ -670,7 +674,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("traceinsight: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # last resort: one line, details with -v
         if state.verbose:
             traceback.print_exc()

@@ -6,6 +6,7 @@ EXIT_OK = 0
 EXIT_ANALYSIS_ERROR = 1  # the input was read but the analysis failed
 EXIT_BAD_INPUT = 2  # bad usage, unreadable or invalid input
 EXIT_GATE = 3  # a performance gate tripped (--fail-on, --fail-if-slower)
+EXIT_INTERRUPTED = 130  # Ctrl-C or SIGINT, as a shell reports it; a batch run again resumes
 # stdout closed early (``| head``): quiet, with the status a shell gives a tool killed by SIGPIPE
 EXIT_BROKEN_PIPE = 141
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
+import time
 import types
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -157,14 +159,37 @@ def spawn_context() -> SpawnContext:
     return _SpawnContextWithoutMain()
 
 
+PARENT_POLL_S = 1.0
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A pool worker's initializer: end the worker once the process that started it is gone.
+    A killed parent (SIGKILL, out of memory) runs no cleanup, and a worker holds both ends of
+    its own task queue, so it would wait for work forever (measured: still there 15 minutes
+    after its batch was killed)."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:  # re-parented (to init or a subreaper) once it dies
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="traceinsight-parent-watch", daemon=True).start()
+
+
 @contextlib.contextmanager
 def process_pool(workers: int, runtime: Runtime) -> Iterator[tuple[ProcessPoolExecutor, Runtime]]:
     """Spawned workers (forking a process that runs polars' thread pool can deadlock) and the
-    runtime each of them runs under; polars in each child starts with that many threads."""
+    runtime each of them runs under; polars in each child starts with that many threads. The
+    workers end within a second of this process being killed."""
     child = runtime.for_workers(workers)
     with (
         _env(POLARS_THREADS_ENV, str(child.threads)),
-        ProcessPoolExecutor(max_workers=workers, mp_context=spawn_context()) as pool,
+        ProcessPoolExecutor(
+            max_workers=workers,
+            mp_context=spawn_context(),
+            initializer=_exit_with_parent,
+            initargs=(os.getpid(),),
+        ) as pool,
     ):
         yield pool, child
 
@@ -192,6 +217,8 @@ def dask_client(scheduler: str, workers: int) -> Iterator[Any]:
                 threads_per_worker=1,
                 processes=True,
                 dashboard_address=None,
+                # its health endpoint on a free port: no warning when 8787 is taken
+                scheduler_kwargs={"dashboard_address": ":0"},
             )
         client = Client(cluster)
     else:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import polars as pl
 
 from traceinsight.batch.discover import Failure, Item
 from traceinsight.constants import HEADLINE_METRICS
-from traceinsight.io import atomic_path, write_text_atomic
+from traceinsight.io import atomic_path
 
 SUMMARY_METRICS = [*HEADLINE_METRICS[:2], "step_time_cv", "steps", *HEADLINE_METRICS[2:]]
 SUMMARY_SCHEMA: dict[str, pl.DataType] = {
@@ -75,19 +76,66 @@ def summary_row(item: Item, doc: dict[str, Any], report: str) -> dict[str, Any]:
     return row
 
 
-@dataclass
+_INT_COLUMNS = [k for k, t in SUMMARY_SCHEMA.items() if t == pl.Int64()]
+
+
+class RowSpool:
+    """The rows as they arrive, one JSON line each in a file under OUTDIR: the client keeps
+    counts, not rows, so its memory does not grow with the number of items."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = self.failed = self.resumed = 0
+        self._file = open(path, "wb")  # noqa: SIM115 - closed by frame() or close()
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.count += 1
+        self.failed += row["status"] != "ok"
+        self.resumed += bool(row.get("_resumed"))
+        clean = {k: row.get(k) for k in SUMMARY_SCHEMA}
+        for k in _INT_COLUMNS:  # a job's median over an even count of steps ends in .5
+            if isinstance(clean[k], float):
+                clean[k] = int(clean[k])  # toward zero, as polars casts
+        self._file.write(orjson.dumps(clean) + b"\n")
+
+    def close(self) -> None:
+        self._file.close()
+
+    def frame(self) -> pl.DataFrame:
+        """All rows, sorted by label (columnar: a few hundred bytes a row)."""
+        self.close()
+        if not self.count:
+            return pl.DataFrame(schema=SUMMARY_SCHEMA)
+        return pl.read_ndjson(self.path, schema=SUMMARY_SCHEMA).sort("label")
+
+
+@dataclass(frozen=True)
 class BatchResult:
-    rows: list[dict[str, Any]]
-    resumed: int
+    summary: pl.DataFrame  # one row per item (SUMMARY_SCHEMA), sorted by label
+    resumed: int  # items whose report was up to date (not analyzed again)
     seconds: float
 
     @property
     def failed(self) -> int:
-        return sum(1 for r in self.rows if r["status"] != "ok")
+        return self.summary.filter(pl.col("status") != "ok").height
 
-    def frame(self) -> pl.DataFrame:
-        clean = [{k: r.get(k) for k in SUMMARY_SCHEMA} for r in self.rows]
-        return pl.DataFrame(clean, schema=SUMMARY_SCHEMA, orient="row").sort("label")
+    def failures(self) -> list[tuple[str, str]]:
+        """(label, error) of every item that failed."""
+        bad = self.summary.filter(pl.col("status") != "ok")
+        return list(zip(bad["label"].to_list(), bad["error"].to_list(), strict=True))
+
+
+class _Rows:
+    """The summary's rows for the index template: sized, and iterated without a list of dicts."""
+
+    def __init__(self, df: pl.DataFrame) -> None:
+        self._df = df
+
+    def __len__(self) -> int:
+        return self._df.height
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self._df.iter_rows(named=True)
 
 
 # the files a batch writes at the top of OUTDIR (besides reports/)
@@ -95,13 +143,13 @@ OUTPUT_FILES = ("summary.parquet", "summary.csv", "index.html")
 
 
 def write_outputs(result: BatchResult, outdir: Path) -> None:
-    from traceinsight.report.html import render_index_html
+    from traceinsight.report.html import stream_index_html
 
     parquet, csv, index = (outdir / name for name in OUTPUT_FILES)
-    df = result.frame()
+    df = result.summary
     with atomic_path(parquet) as tmp:
         df.write_parquet(tmp)
-    buf = io.StringIO()
-    df.write_csv(buf)
-    write_text_atomic(csv, buf.getvalue())
-    write_text_atomic(index, render_index_html(df.to_dicts(), result.failed))
+    with atomic_path(csv) as tmp:
+        df.write_csv(tmp)
+    with atomic_path(index) as tmp, open(tmp, "w", encoding="utf-8") as out:
+        out.writelines(stream_index_html(_Rows(df), result.failed))

@@ -1,16 +1,19 @@
 """Running a batch: each item analyzed in a local process pool or on a Dask cluster.
 
-Re-running skips items whose report is newer than their input. A bad item is recorded with
-its error; the others go on.
+Re-running skips items whose report is newer than their input (checked in the client: such an
+item is never sent). A bad item is recorded with its error; the others go on. At most a few items
+per worker are in flight and each row goes to a file as it comes, so the client's memory does not
+grow with the number of items.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import as_completed
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,7 @@ from traceinsight.api import analyze_with
 from traceinsight.batch.discover import Item, discover
 from traceinsight.batch.outputs import (
     BatchResult,
+    RowSpool,
     error_row,
     failure_row,
     summary_row,
@@ -108,31 +112,72 @@ def _size(item: Item) -> int:
         return 0
 
 
+# Items submitted and not yet collected, per worker: enough to keep each busy across a result's
+# round trip, few enough that the client (futures, the Dask scheduler's tasks, results waiting to
+# be read) holds a bounded number however many items the batch has.
+IN_FLIGHT_PER_WORKER = 2
+# on Dask between half this and this per worker thread: a task's round trip is longer, and
+# each refill is one message to the scheduler
+DASK_IN_FLIGHT_PER_THREAD = 8
+DASK_RESIZE_EVERY = 256  # results between looks at the cluster's size (workers may join)
+
+
+def _to_submit(items: list[Item], outdir: Path, force: bool, on_row: OnRow) -> Iterator[Item]:
+    """The items to analyze, largest first (the long ones do not start last and leave a worker
+    idle at the end); an item whose report is up to date gives its recorded row here, in the
+    client, and is never sent to a worker."""
+    reports = outdir / "reports"
+    for it in sorted(items, key=_size, reverse=True):
+        cached = (
+            None
+            if force
+            else _cached_row(reports / f"{it.key}.html", reports / f"{it.key}.json", it)
+        )
+        if cached is None:
+            yield it
+        else:
+            on_row(cached)
+
+
 def _run_local(
     items: list[Item], outdir: Path, force: bool, opts: Options, runtime: Runtime, on_row: OnRow
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+) -> None:
+    todo = _to_submit(items, outdir, force, on_row)
+    if (first := next(todo, None)) is None:
+        return  # every report up to date: no worker started
+    todo = itertools.chain([first], todo)
     workers = min(runtime.workers, len(items))
     if workers <= 1:
         solo = runtime.for_workers(1)
-        for it in items:
-            rows.append(analyze_item(it, str(outdir), force, opts, solo))
-            on_row(rows[-1])
-        return rows
+        for it in todo:
+            on_row(analyze_item(it, str(outdir), force, opts, solo))
+        return
+    window = IN_FLIGHT_PER_WORKER * workers
     with process_pool(workers, runtime) as (pool, child):
-        # largest first, so the long items do not start last and leave a worker idle at the end
-        ordered = sorted(items, key=_size, reverse=True)
-        futs = {
-            pool.submit(analyze_item, it, str(outdir), force, opts, child): it for it in ordered
-        }
-        for fut in as_completed(futs):
-            try:
-                row = fut.result()
-            except Exception as exc:  # a worker died (out of memory, signal)
-                row = error_row(futs[fut], f"worker failed: {type(exc).__name__}: {exc}")
-            rows.append(row)
-            on_row(row)
-    return rows
+        pending: dict[Future[dict[str, Any]], Item] = {}
+        try:
+            while True:
+                for it in itertools.islice(todo, window - len(pending)):
+                    pending[pool.submit(analyze_item, it, str(outdir), force, opts, child)] = it
+                if not pending:
+                    break
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    it = pending.pop(fut)
+                    try:
+                        row = fut.result()
+                    except Exception as exc:  # a worker died (out of memory, signal)
+                        row = error_row(it, f"worker failed: {type(exc).__name__}: {exc}")
+                    on_row(row)
+        except BaseException:  # interrupted: what was not started is dropped, not waited for
+            for fut in pending:
+                fut.cancel()
+            raise
+
+
+def _dask_window(client: Any, workers: int) -> int:
+    threads = sum(client.nthreads().values()) or workers
+    return DASK_IN_FLIGHT_PER_THREAD * max(1, threads)
 
 
 def _run_dask(
@@ -143,29 +188,54 @@ def _run_dask(
     runtime: Runtime,
     scheduler: str,
     on_row: OnRow,
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+) -> None:
+    todo = _to_submit(items, outdir, force, on_row)
+    if (first := next(todo, None)) is None:
+        return  # every report up to date: no cluster started or reached
+    todo = itertools.chain([first], todo)
     with dask_client(scheduler, runtime.workers) as client:
         from dask.distributed import as_completed as dask_completed  # there: dask is installed
 
-        futs = client.map(
-            analyze_item,
-            items,
-            outdir=str(outdir),
-            force=force,
-            opts=opts,
-            runtime=DASK_TASK_RUNTIME,
-            pure=False,
-        )
-        index = {f.key: it for f, it in zip(futs, items, strict=True)}
-        for fut in dask_completed(futs):
-            try:
-                row = fut.result()
-            except Exception as exc:
-                row = error_row(index[fut.key], f"worker failed: {type(exc).__name__}: {exc}")
-            rows.append(row)
+        window = _dask_window(client, runtime.workers)
+        pending: dict[str, Item] = {}
+        # results come with their futures, fetched by Dask's own loop: no round trip per item
+        stream = dask_completed(with_results=True, raise_errors=False)
+
+        def submit(n: int) -> None:
+            batch = list(itertools.islice(todo, n))
+            if not batch:
+                return
+            # one message to the scheduler for the batch, not one per item
+            futs = client.map(
+                analyze_item,
+                batch,
+                outdir=str(outdir),
+                force=force,
+                opts=opts,
+                runtime=DASK_TASK_RUNTIME,
+                pure=False,
+            )
+            pending.update((f.key, it) for f, it in zip(futs, batch, strict=True))
+            stream.update(futs)
+
+        submit(window)
+        for n, (fut, result) in enumerate(stream, 1):
+            it = pending.pop(fut.key)
+            if fut.status == "finished":
+                row = result
+            else:  # a worker died, or the task was lost: (type, exception, traceback) or the error
+                exc = result[1] if isinstance(result, tuple) else result
+                row = error_row(it, f"worker failed: {type(exc).__name__}: {exc}")
+            fut.release()  # the worker forgets the result: nothing accumulates there either
             on_row(row)
-    return rows
+            if n % DASK_RESIZE_EVERY == 0:
+                window = _dask_window(client, runtime.workers)
+            if len(pending) <= window // 2:  # refill by halves
+                submit(window - len(pending))
+
+
+# rows of the run in progress (a hidden name: never taken for a trace when OUTDIR is walked)
+SPOOL_NAME = ".rows.jsonl"
 
 
 def run_batch(
@@ -188,16 +258,25 @@ def run_batch(
     outdir.mkdir(parents=True, exist_ok=True)
     items, failures = discover(paths, (outdir / ".extracted").resolve())
     bar = _Progress(len(items), progress)
-    if scheduler:
-        rows = _run_dask(items, outdir, force, opts, runtime, scheduler, bar.update)
-    else:
-        rows = _run_local(items, outdir, force, opts, runtime, bar.update)
-    bar.close()
-    resumed = sum(1 for r in rows if r.pop("_resumed", False))
+    spool = RowSpool(outdir / SPOOL_NAME)
+    try:
+
+        def on_row(row: dict[str, Any]) -> None:
+            spool.add(row)
+            bar.update(row)
+
+        if scheduler:
+            _run_dask(items, outdir, force, opts, runtime, scheduler, on_row)
+        else:
+            _run_local(items, outdir, force, opts, runtime, on_row)
+        for f in failures:
+            spool.add(failure_row(f))
+    finally:
+        bar.close()
+        spool.close()
     result = BatchResult(
-        rows=rows + [failure_row(f) for f in failures],
-        resumed=resumed,
-        seconds=time.perf_counter() - t0,
+        summary=spool.frame(), resumed=spool.resumed, seconds=time.perf_counter() - t0
     )
     write_outputs(result, outdir)
+    spool.path.unlink()
     return result

@@ -35,13 +35,12 @@ def run(
         opts=opts,
     )
     if not quiet:
-        ok = len(result.rows) - result.failed
+        n = result.summary.height
         print(
-            f"{plural(len(result.rows), 'item')}: {ok} analyzed ({result.resumed} up to date, "
+            f"{plural(n, 'item')}: {n - result.failed} analyzed ({result.resumed} up to date, "
             f"skipped), {result.failed} failed, in {result.seconds:.1f} s -> "
             f"{outdir / 'index.html'}"
         )
-        for r in result.rows:
-            if r["status"] != "ok":
-                print(f"  failed: {r['label']}: {r['error']}")
+        for label, error in result.failures():
+            print(f"  failed: {label}: {error}")
     return EXIT_ANALYSIS_ERROR if result.failed else EXIT_OK

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -247,8 +248,10 @@ def render_job_html(doc: dict[str, Any]) -> str:
     return environment().get_template("job.html.j2").render(**job_context(doc))
 
 
-def render_index_html(rows: list[dict[str, Any]], failed: int) -> str:
-    return environment().get_template("index.html.j2").render(rows=rows, failed=failed)
+def stream_index_html(rows: Sequence[dict[str, Any]], failed: int) -> Iterator[str]:
+    """A batch's index in pieces, written as they come (a large batch's page is never whole in
+    memory); ``rows`` is sized and iterable."""
+    return environment().get_template("index.html.j2").generate(rows=rows, failed=failed)
 
 
 def render(doc: dict[str, Any]) -> str:
