@@ -43,10 +43,15 @@ class HostIndex:
     then shared by every analyzer. A memo, not state: two threads racing for one subset compute
     the same table twice, never a different one."""
 
-    def __init__(self, events: pl.DataFrame, seed: dict[tuple[str, ...], pl.DataFrame]) -> None:
+    def __init__(
+        self,
+        events: pl.DataFrame,
+        seed: dict[tuple[str, ...], pl.DataFrame],
+        names: dict[tuple[str, ...], pl.Series] | None = None,
+    ) -> None:
         self._events = events
         self._subsets = dict(seed)
-        self._names: dict[tuple[str, ...], pl.Series] = {}
+        self._names: dict[tuple[str, ...], pl.Series] = dict(names or {})
         self._matched: dict[tuple[tuple[str, ...], str, bool], pl.DataFrame] = {}
 
     def rows(
@@ -160,13 +165,16 @@ def host_rows(events: pl.DataFrame, kinds: tuple[str, ...]) -> pl.DataFrame:
     return events.select(HOST_COLUMNS).filter(pl.col("kind").is_in(list(kinds)))
 
 
-def find_steps(host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
+def find_steps(
+    host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN, names: pl.Series | None = None
+) -> pl.DataFrame:
     """Step ranges: every host op or annotation in ``host`` whose name ``pattern`` matches, in
     time order. A loop that names each iteration alike (NVTX ``train_step``, ``ncclGroupStart``)
     has one step per occurrence, so names never merge; steps keep the names' trailing numbers
-    (ProfilerStep#N) where each has a distinct one, else they are numbered 0.. in time order."""
+    (ProfilerStep#N) where each has a distinct one, else they are numbered 0.. in time order.
+    ``names``: ``host``'s distinct names, where the caller has them."""
     steps = (
-        names_matching(host, pattern)
+        names_matching(host, pattern, names=names)
         .sort("start_ns", "end_ns")
         .select(
             pl.col("name"),
@@ -199,14 +207,18 @@ def pair_key(frames: list[pl.DataFrame], small: str, big: str) -> pl.Expr | None
     return pl.col(small).cast(pl.Int64) * (1 << 42) + (pl.col(big) - b_lo)
 
 
-def launch_join(events: pl.DataFrame) -> pl.DataFrame:
+def launch_join(events: pl.DataFrame, gpu_rows: pl.DataFrame | None = None) -> pl.DataFrame:
     """Each GPU activity with its launching runtime/driver call (correlation within pid/rank).
+    ``gpu_rows``: ``events``' GPU activity rows, where the caller has them (filtering those
+    rather than every event copies a sixth of the rows).
 
     Graph launches map many kernels to one call; that is kept (a many-to-one join).
     """
-    gpu = events.filter(
-        pl.col("kind").is_in(GPU_ACTIVITY_KINDS) & pl.col("correlation").is_not_null()
-    )
+    with_corr = pl.col("correlation").is_not_null()
+    if gpu_rows is None:
+        gpu = events.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS) & with_corr)
+    else:
+        gpu = gpu_rows.filter(with_corr)
     calls = events.select(
         "kind",
         "rank",
@@ -232,11 +244,28 @@ def launch_join(events: pl.DataFrame) -> pl.DataFrame:
     calls = calls.with_columns(key.alias("_pair")).drop("rank", "correlation")
     if calls.get_column("_pair").n_unique() < calls.height:
         calls = calls.filter(pl.col("_pair").is_first_distinct())
-    return (
-        gpu.with_columns(key.alias("_pair"))
-        .join(calls, on="_pair", how="left", maintain_order="left")
-        .drop("_pair")
-    )
+    gpu = gpu.with_columns(key.alias("_pair"))
+    joined = sorted_left_join(gpu, calls, "_pair")
+    if joined is None:
+        joined = gpu.join(calls, on="_pair", how="left", maintain_order="left")
+    return joined.drop("_pair")
+
+
+def sorted_left_join(left: pl.DataFrame, right: pl.DataFrame, key: str) -> pl.DataFrame | None:
+    """``left.join(right, on=key, how="left", maintain_order="left")`` for an integer ``key``
+    unique in ``right``: each left key's row found by binary search in the right keys (already
+    sorted for time-ordered calls, else arg-sorted once). 0.35 s against the hash join's 0.55
+    s per rank of a 1 GB export (1.2M launches, 1.7M calls). None where a key is null."""
+    lk, rk = left.get_column(key), right.get_column(key)
+    if lk.null_count() or rk.null_count() or right.height == 0:
+        return None
+    order = None if rk.is_sorted() else rk.arg_sort()
+    ordered = rk if order is None else rk.gather(order)
+    pos = ordered.search_sorted(lk, side="left").clip(0, right.height - 1)
+    row = pos if order is None else order.gather(pos)
+    at = pl.select(pl.when(ordered.gather(pos) == lk).then(row)).to_series()
+    found = right.drop(key).select(pl.all().gather(at))
+    return pl.concat([left, found], how="horizontal")
 
 
 Span = tuple[int | None, int | None]
@@ -259,8 +288,11 @@ def build_context(
     ev = trace.events
     host_ops = host_rows(ev, HOST_OP_KINDS)
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
-    steps = find_steps(host_ops, step_pattern)
-    launches = launch_join(ev)
+    # the host ops' distinct names once, for the steps and every analyzer's patterns (hashing
+    # millions of emit_nvtx range names costs 0.15 s a time)
+    host_names = host_ops.get_column("name").unique()
+    steps = find_steps(host_ops, step_pattern, host_names)
+    launches = launch_join(ev, gpu_all)
     capture_lo = int(ev["start_ns"].min()) if ev.height else 0
     if steps.height:
         # aligned over all steps first: a step's GPU end depends on its neighbours
@@ -285,7 +317,7 @@ def build_context(
     steps = steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     gpu = iv.clip(gpu_all, lo, hi) if gpu_all.height else gpu_all
     devices = activity_devices(gpu)
-    host = HostIndex(ev, {HOST_OP_KINDS: host_ops})
+    host = HostIndex(ev, {HOST_OP_KINDS: host_ops}, {HOST_OP_KINDS: host_names})
     if threads > 1:
         with ThreadPoolExecutor(max_workers=2) as pool:
             unions = pool.submit(_gpu_unions, gpu)
