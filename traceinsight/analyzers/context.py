@@ -54,6 +54,13 @@ class HostIndex:
         self._names: dict[tuple[str, ...], pl.Series] = dict(names or {})
         self._matched: dict[tuple[tuple[str, ...], str, bool], pl.DataFrame] = {}
 
+    def names(self, kinds: tuple[str, ...]) -> pl.Series:
+        """The distinct names of the events of ``kinds`` (whole trace)."""
+        names = self._names.get(kinds)
+        if names is None:
+            names = self._names[kinds] = self.rows(kinds).get_column("name").unique()
+        return names
+
     def rows(
         self, kinds: tuple[str, ...], pattern: str | None = None, *, negate: bool = False
     ) -> pl.DataFrame:
@@ -68,9 +75,7 @@ class HostIndex:
         key = (kinds, pattern, negate)
         hit = self._matched.get(key)  # several analyzers ask for the same pattern
         if hit is None:
-            names = self._names.get(kinds)
-            if names is None:
-                names = self._names[kinds] = subset.get_column("name").unique()
+            names = self.names(kinds)
             hit = self._matched[key] = names_matching(subset, pattern, negate=negate, names=names)
         return hit
 
@@ -122,7 +127,10 @@ class Context:
 
 
 def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
-    compute = gpu.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") != "communication"))
+    # lazily: the union reads three columns, a filter of the whole table would copy them all
+    compute = gpu.lazy().filter(
+        (pl.col("kind") == "kernel") & (pl.col("kernel_class") != "communication")
+    )
     return iv.union(gpu, by=["device"]), iv.union(compute, by=["device"])
 
 

@@ -182,7 +182,8 @@ def _tensor_dtypes(ctx: Context, spec: DeviceSpec | None) -> tuple[bool | None, 
     if majors:
         modern = min(majors) >= 8
         return modern, modern
-    names = ctx.launches.filter(pl.col("kind") == "kernel").get_column("name").unique()
+    kernels = ctx.launches.lazy().filter(pl.col("kind") == "kernel").select("name").collect()
+    names = kernels.get_column("name").unique()
     if names.str.contains(_PRE_AMPERE_KERNELS).any():
         return False, False
     if names.str.contains(_AMPERE_ON_KERNELS).any():

@@ -85,17 +85,23 @@ def analyze_health(ctx: Context) -> HealthResult:
     durations, absurd = _durations(ev)
     if absurd is not None:  # the other checks judge the rows that are left
         ev = ev.filter(~absurd)
-    # the runtime/driver calls' columns both call checks read, filtered once
-    api = ev.filter(pl.col("kind").is_in(API_KINDS)).select(
-        "name", "rank", "pid", "correlation", "start_ns", "end_ns"
+    # the runtime/driver calls' columns both call checks read, filtered once (each filter
+    # here copies only the columns it keeps: a filter of the whole table copies all of them)
+    api = (
+        ev.lazy()
+        .filter(pl.col("kind").is_in(API_KINDS))
+        .select("name", "rank", "pid", "correlation", "start_ns", "end_ns")
+        .collect()
     )
+    # their distinct names, hashed once per context (the same rows where none were dropped)
+    names = ctx.host.names(API_KINDS) if absurd is None else api.get_column("name").unique()
     checks = [
         c
         for c in (
-            _graph_kernels_missing(ev, api),
+            _graph_kernels_missing(ev, api, names),
             _stream_overlap(ev),
             durations,
-            _collisions(api),
+            _collisions(api, names),
             _launched_before_recording(ctx, absurd),
             _events_dropped(ctx),
             _device_activity_missing(ev, api),
@@ -119,12 +125,15 @@ def _check(
     }
 
 
-def _graph_kernels_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any] | None:
-    launches = names_matching(api, "GraphLaunch").select("rank", "correlation")
+def _graph_kernels_missing(
+    ev: pl.DataFrame, api: pl.DataFrame, names: pl.Series
+) -> dict[str, Any] | None:
+    launches = names_matching(api, "GraphLaunch", names=names).select("rank", "correlation")
     if launches.height == 0:
         return None
     # Kernels only: a graph's memcpy nodes may be recorded when its kernels are not.
-    gpu = ev.filter(pl.col("kind") == "kernel").select("rank", "correlation").unique()
+    kernels = ev.lazy().filter(pl.col("kind") == "kernel").select("rank", "correlation")
+    gpu = kernels.collect().unique()
     missing = launches.join(gpu, on=["rank", "correlation"], how="anti", nulls_equal=True).height
     if missing == 0:
         return None
@@ -141,8 +150,11 @@ def _graph_kernels_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any
 
 
 def _stream_overlap(ev: pl.DataFrame) -> dict[str, Any] | None:
-    k = ev.filter((pl.col("kind") == "kernel") & pl.col("stream").is_not_null()).select(
-        "rank", "device", "stream", "start_ns", "end_ns"
+    k = (
+        ev.lazy()
+        .filter((pl.col("kind") == "kernel") & pl.col("stream").is_not_null())
+        .select("rank", "device", "stream", "start_ns", "end_ns")
+        .collect()
     )
     if not k.get_column("start_ns").is_sorted():  # the table is in start order (per rank)
         k = k.sort("rank", "start_ns")
@@ -168,7 +180,7 @@ def _stream_overlap(ev: pl.DataFrame) -> dict[str, Any] | None:
 
 def _durations(ev: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.Expr | None]:
     """The check, and which rows it rejects (None when it passed)."""
-    timed = ev.filter(pl.col("dur_ns").is_not_null())
+    timed = ev.select("start_ns", "end_ns", "dur_ns").filter(pl.col("dur_ns").is_not_null())
     if timed.height == 0:
         return None, None
     # The capture's span from the starts (a wrong duration does not move its row's start), and
@@ -203,10 +215,10 @@ def _durations(ev: pl.DataFrame) -> tuple[dict[str, Any] | None, pl.Expr | None]
     return check, bad.fill_null(False)
 
 
-def _collisions(api: pl.DataFrame) -> dict[str, Any] | None:
+def _collisions(api: pl.DataFrame, names: pl.Series) -> dict[str, Any] | None:
     # Launch calls only: nsys exports repeat some cudaMalloc rows under one id and MTIA runtimes
     # share ids across threads; neither joins GPU work to the wrong launch.
-    calls = names_matching(api.filter(pl.col("correlation").is_not_null()), LAUNCH_API)
+    calls = names_matching(api.filter(pl.col("correlation").is_not_null()), LAUNCH_API, names=names)
     if calls.get_column("correlation").n_unique() == calls.height:
         return None  # every id once (the usual case): no grouping of millions of calls
     # Calls under one id that overlap in time are one call recorded twice (a nested wrapper,
@@ -234,7 +246,11 @@ def _launched_before_recording(ctx: Context, bad: pl.Expr | None) -> dict[str, A
     work out (every warmed-up Kineto trace has some: the queue still draining); without steps
     the window is the GPU span and it counts as the first step's."""
     gpu = ctx.launches if bad is None else ctx.launches.filter(~bad)
-    launched = gpu.filter(pl.col("launch_start_ns").is_not_null()).get_column("start_ns")
+    launched = (
+        gpu.select("start_ns", "launch_start_ns")
+        .filter(pl.col("launch_start_ns").is_not_null())
+        .get_column("start_ns")
+    )
     if launched.len() == 0:
         return None
     # unified-memory migrations are the driver's, on a page fault or prefetch: never launched
@@ -281,7 +297,7 @@ def _events_dropped(ctx: Context) -> dict[str, Any] | None:
 
 def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any] | None:
     """Launch calls (or module loads) but no GPU work of the kind they make."""
-    work = ev.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len()
+    work = ev.select("kind").filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len()
     count = dict(work.iter_rows())
     kernels, other = count.get("kernel", 0), count.get("memcpy", 0) + count.get("memset", 0)
     if kernels:

@@ -348,7 +348,12 @@ def analyze_idle(ctx: Context) -> IdleResult:
 
 def _engine_busy(ctx: Context, kinds: tuple[str, ...]) -> int:
     """Union time of these kinds of GPU activity in the window, summed over devices."""
-    rows = ctx.gpu.filter(pl.col("kind").is_in(kinds))
+    rows = (  # the union's columns only: a filter of the whole table copies all of them
+        ctx.gpu.lazy()
+        .filter(pl.col("kind").is_in(kinds))
+        .select("device", "start_ns", "end_ns")
+        .collect()
+    )
     return iv.total(iv.union(rows, by=["device"])) if rows.height else 0
 
 
