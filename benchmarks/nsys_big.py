@@ -120,7 +120,8 @@ def peer_run(py: str, home: str, export: Path) -> tuple[float, float]:
 
 def ours_run(tree: Path, export: Path) -> tuple[float, float]:
     """analyze with ``tree`` first on the path (this checkout, or --base's)."""
-    cmd = [sys.executable, "-m", "traceinsight", "analyze", str(export), "-q", "--no-html"]
+    # -P: the tree on PYTHONPATH, not the working directory, is the one imported
+    cmd = [sys.executable, "-P", "-m", "traceinsight", "analyze", str(export), "-q", "--no-html"]
     return timed(["env", f"PYTHONPATH={tree}", *cmd])
 
 
