@@ -5,7 +5,7 @@
 Works on a copy under benchmarks/data/: the activity tables are doubled repeatedly with times
 shifted past the previous copy and correlation ids offset, until the file reaches the target size.
 
-Each run is a fresh process timed by ``/usr/bin/time`` (wall, peak RSS; bench.py ``timed``):
+Each run is a fresh process timed by ``/usr/bin/time`` (wall, peak RSS, user + sys CPU):
 ``traceinsight analyze EXPORT -q --no-html`` of this checkout. ``--base TREE`` also times the
 checkout at TREE (an older commit's tree) and ``--nsys-ai`` the peer nsys-ai's cold cache build
 (benchmarks/nsysai_run.py; PyPI ``nsys-ai==0.3.0`` in its own venv under benchmarks/data/, with
@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import DATA, ROOT, SHARED, timed
+from bench import DATA, ROOT, SHARED
 
 SRC = SHARED / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite"
 TABLES = {
@@ -109,7 +109,24 @@ def nsys_ai_env() -> tuple[str, str]:
     return str(py), str(home)
 
 
-def peer_run(py: str, home: str, export: Path) -> tuple[float, float]:
+Run = tuple[float, float, float]  # wall s, peak RSS MiB, CPU s (user + sys)
+
+
+def timed(cmd: list[str]) -> Run:
+    """One fresh process under ``/usr/bin/time``: its wall time, peak RSS and CPU time (the CPU
+    time says how much of a slow wall time other work on the machine took)."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as tf:
+        subprocess.run(
+            ["/usr/bin/time", "-o", tf.name, "-f", "%e %M %U %S", *cmd],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
+        wall, kb, user, sys_s = tf.read().split()[-4:]
+    return float(wall), int(kb) / 1024, float(user) + float(sys_s)
+
+
+def peer_run(py: str, home: str, export: Path) -> Run:
     """One cold build: the export linked into a fresh directory, where the cache is written."""
     with tempfile.TemporaryDirectory(dir=DATA, prefix="nsysai-") as d:
         link = Path(d) / export.name
@@ -118,20 +135,26 @@ def peer_run(py: str, home: str, export: Path) -> tuple[float, float]:
         return timed(["env", f"HOME={home}", py, str(runner), str(link)])
 
 
-def ours_run(tree: Path, export: Path) -> tuple[float, float]:
+def ours_run(tree: Path, export: Path) -> Run:
     """analyze with ``tree`` first on the path (this checkout, or --base's)."""
     # -P: the tree on PYTHONPATH, not the working directory, is the one imported
     cmd = [sys.executable, "-P", "-m", "traceinsight", "analyze", str(export), "-q", "--no-html"]
     return timed(["env", f"PYTHONPATH={tree}", *cmd])
 
 
-def summary(label: str, runs: list[tuple[float, float]]) -> str:
+def summary(label: str, runs: list[Run]) -> str:
     walls = [r[0] for r in runs]
     peaks = [r[1] for r in runs]
+    cpus = [r[2] for r in runs]
     return (
         f"{label}: median {statistics.median(walls):.2f} s ({min(walls):.2f}-{max(walls):.2f} s), "
+        f"CPU {statistics.median(cpus):.1f} s ({min(cpus):.1f}-{max(cpus):.1f}), "
         f"peak {min(peaks):.0f}-{max(peaks):.0f} MiB (runs: {[round(w, 2) for w in walls]})"
     )
+
+
+def describe(run: Run) -> str:
+    return f"{run[0]:.2f} s (CPU {run[2]:.1f} s) {run[1]:.0f} MiB"
 
 
 def main() -> int:
@@ -150,19 +173,20 @@ def main() -> int:
     )
     print(f"{path.name}: {path.stat().st_size / 1e6:.0f} MB, {rows:,} kernels")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
-    ours: list[tuple[float, float]] = []
-    base: list[tuple[float, float]] = []
-    peers: list[tuple[float, float]] = []
+    ours: list[Run] = []
+    base: list[Run] = []
+    peers: list[Run] = []
     for i in range(args.repeat):
+        load = os.getloadavg()[0]
         ours.append(ours_run(ROOT, path))
-        line = f"round {i + 1}: ours {ours[-1][0]:.2f} s {ours[-1][1]:.0f} MiB"
+        line = f"round {i + 1}: ours {describe(ours[-1])}"
         if args.base:
             base.append(ours_run(args.base, path))
-            line += f", base {base[-1][0]:.2f} s {base[-1][1]:.0f} MiB"
+            line += f", base {describe(base[-1])}"
         if peer:
             peers.append(peer_run(*peer, path))
-            line += f", nsys-ai {peers[-1][0]:.2f} s {peers[-1][1]:.0f} MiB"
-        print(f"{line}; load {os.getloadavg()[0]:.2f}", flush=True)
+            line += f", nsys-ai {describe(peers[-1])}"
+        print(f"{line}; load {load:.2f} -> {os.getloadavg()[0]:.2f}", flush=True)
     print(summary("ours", ours))
     if base:
         print(summary("base", base))

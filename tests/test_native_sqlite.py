@@ -29,7 +29,7 @@ def _db(tmp_path, rows: list[tuple[object, ...]]) -> str:
 
 def _fetch(uri: str, sql: str, names: tuple[str, ...], kinds: str) -> pl.DataFrame | None:
     out = ksqlite.fetch(uri, sql, names, kinds)
-    return None if out is None else pl.DataFrame(ArrowTable(out))
+    return None if out is None else pl.DataFrame([pl.Series(ArrowTable(c)) for c in out])
 
 
 def test_integers_text_and_nulls(tmp_path):
@@ -101,6 +101,20 @@ def test_read_only(tmp_path):
     before = path.read_bytes()
     assert _fetch(uri, "DELETE FROM t RETURNING a", ("a",), "i") is None
     assert path.read_bytes() == before
+
+
+def test_each_column_owns_its_buffers(tmp_path):
+    """Each column comes as an array of its own: dropping one frees its buffers while another
+    lives (a struct of them all would keep every column while the text column lives)."""
+    uri = _db(tmp_path, [(i, f"name {i}", i) for i in range(1000)])
+    out = ksqlite.fetch(uri, "SELECT a, b FROM t", ("a", "b"), "is")
+    assert isinstance(out, tuple) and len(out) == 2
+    assert all(isinstance(c, tuple) and len(c) == 2 for c in out)
+    a, b = (pl.Series(ArrowTable(c)) for c in out)
+    assert a.name == "a" and b.name == "b"
+    assert a.to_list() == list(range(1000))
+    del a
+    assert b[999] == "name 999"
 
 
 def test_bad_arguments_raise():

@@ -9,7 +9,6 @@ job.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -233,24 +232,11 @@ def analyze_trace_ranks(
 ) -> JobAnalysis:
     """One parsed trace holding several ranks (an nsys export of several processes)."""
     opts = opts or Options()
-    runtime = runtime or Runtime.detect(helpers=False)
-    parts = by_rank(trace.events)
-
-    def one(part: tuple[int, pl.DataFrame], rt: Runtime) -> RankSummary:
-        rank, events = part
-        view = trace.view(events, rank=rank)
-        return _summary(trace.meta.source_path, view, opts, rt, rank, detach=False)
-
-    if runtime.analyzer_threads > 1 and len(parts) > 1:
-        # Two ranks at a time, each on one analyzer thread: one rank's sequential stretches
-        # (its context, its longest analyzers) leave a core to the other.
-        single = replace(runtime, threads=1)
-        with ThreadPoolExecutor(max_workers=runtime.analyzer_threads) as pool:
-            summaries = list(pool.map(lambda part: one(part, single), parts))
-    else:
-        summaries = [one(part, runtime) for part in parts]
     results = []
-    for (rank, _), s in zip(parts, summaries, strict=True):
+    for rank, events in by_rank(trace.events):
+        s = _summary(
+            trace.meta.source_path, trace.view(events, rank=rank), opts, runtime, rank, detach=False
+        )
         a = s.analysis
         results.append((rank, a.as_rank(rank) if a else None, s.payload, s.devices))
     warnings = list(trace.meta.warnings)

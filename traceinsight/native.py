@@ -32,8 +32,9 @@ if os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1":
 
 
 class ArrowTable:
-    """A struct array a native module made (a pair of PyCapsules): polars reads it through the
-    Arrow PyCapsule interface (``pl.DataFrame(ArrowTable(...))``) without a copy."""
+    """An Arrow array a native module made (a pair of PyCapsules): a struct array, a table
+    (``pl.DataFrame(ArrowTable(...))``), or one column (``pl.Series(ArrowTable(...))``); polars
+    reads it through the Arrow PyCapsule interface without a copy."""
 
     __slots__ = ("capsules",)
 

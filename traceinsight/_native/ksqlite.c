@@ -91,6 +91,50 @@ static int run_query(const char *uri, const char *sql, col_t *cols, int n) {
     return res;
 }
 
+/* Each column as an array of its own, a (schema, array) pair of PyCapsules: one struct array
+ * of them all would keep every column's buffers alive while any one column lives (the text
+ * column's buffer does, under the names' views), 0.8 GB on a 1 GB export. */
+static PyObject *export_columns(col_t *cols, int n) {
+    PyObject *out = PyTuple_New(n);
+    if (!out) return NULL;
+    for (int i = 0; i < n; i++) {
+        struct ArrowSchema *s = calloc(1, sizeof *s);
+        struct ArrowArray *a = calloc(1, sizeof *a);
+        if (!s || !a || export_col(&cols[i], s, a)) {
+            free(s);
+            free(a);
+            Py_DECREF(out);
+            return PyErr_NoMemory();
+        }
+        PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
+        if (!sc) {
+            s->release(s);
+            free(s);
+            a->release(a);
+            free(a);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
+        if (!ac) {
+            Py_DECREF(sc);
+            a->release(a);
+            free(a);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *pair = PyTuple_Pack(2, sc, ac);
+        Py_DECREF(sc);
+        Py_DECREF(ac);
+        if (!pair) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
 static PyObject *ksqlite_fetch(PyObject *self, PyObject *args) {
     (void)self;
     const char *uri, *sql, *kinds;
@@ -109,7 +153,7 @@ static PyObject *ksqlite_fetch(PyObject *self, PyObject *args) {
             if (name) PyErr_SetString(PyExc_ValueError, "fetch: kinds are 'i' or 's'");
             return NULL;
         }
-        /* the names stay alive with the tuple until export_table copies them */
+        /* the names stay alive with the tuple until export_col copies them */
         if (col_init(&cols[i], kinds[i] == 'i' ? K_I64 : K_STR, name)) {
             for (Py_ssize_t j = 0; j <= i; j++) col_free(&cols[j]);
             return PyErr_NoMemory();
@@ -121,7 +165,7 @@ static PyObject *ksqlite_fetch(PyObject *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyObject *out = NULL;
     if (res == READ_OK)
-        out = export_table(cols, (int)n, cols[0].n);
+        out = export_columns(cols, (int)n);
     else if (res == READ_NOMEM)
         PyErr_NoMemory();
     else {
@@ -134,8 +178,8 @@ static PyObject *ksqlite_fetch(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"fetch", ksqlite_fetch, METH_VARARGS,
-     "fetch(uri, sql, names, kinds) -> (schema, array) | None\n\n"
-     "Every row of ``sql`` on the read-only database ``uri`` as one Arrow struct array (a pair\n"
+     "fetch(uri, sql, names, kinds) -> ((schema, array), ...) | None\n\n"
+     "Every row of ``sql`` on the read-only database ``uri``, each column an Arrow array (a pair\n"
      "of PyCapsules), column i named names[i], int64 where kinds[i] is 'i', UTF-8 text where it\n"
      "is 's'; None where a value is of another kind or SQLite reports an error."},
     {NULL, NULL, 0, NULL}};

@@ -223,8 +223,11 @@ def fetch_native(uri: str, sql: str, schema: dict[str, pl.DataType]) -> pl.DataF
     )
     if "?" in kinds:
         return None
-    capsules = ksqlite.fetch(uri, sql, tuple(schema), kinds)
-    return None if capsules is None else pl.DataFrame(ArrowTable(capsules))
+    columns = ksqlite.fetch(uri, sql, tuple(schema), kinds)
+    if columns is None:
+        return None
+    # one Series per column, each owning its buffers (freed as soon as it is dropped)
+    return pl.DataFrame([pl.Series(ArrowTable(c)) for c in columns])
 
 
 def fetch_adbc(uri: str, sql: str) -> pl.DataFrame | None:
