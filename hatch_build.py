@@ -1,9 +1,10 @@
 """Build hook: compile the C extensions (traceinsight/_native/) into the package: the native
-scanner of Kineto events (kscan.c) and the step model's replay loop (kreplay.c).
+scanner of Kineto events (kscan.c), the step model's replay loop (kreplay.c) and the reader of
+SQLite rows for Nsight Systems exports (ksqlite.c, where SQLite's header and library are).
 
 Optional by design: without a C compiler (or with TRACEINSIGHT_NO_NATIVE_BUILD=1) the wheel is
-pure Python: the typed msgspec path decodes everything and polars runs the replay (slower, same
-results).
+pure Python: the typed msgspec path decodes everything, polars runs the replay and ADBC (or
+sqlite3) reads the exports (slower, same results).
 """
 
 from __future__ import annotations
@@ -19,7 +20,12 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 NATIVE = Path("traceinsight") / "_native"
-EXTENSIONS = {"_kscan": "kscan.c", "_kreplay": "kreplay.c"}  # module -> its one source
+EXTENSIONS = {
+    "_kscan": "kscan.c",
+    "_kreplay": "kreplay.c",
+    "_ksqlite": "ksqlite.c",
+}  # module -> source
+LIBRARIES = {"_ksqlite": ["-lsqlite3"]}  # the system's SQLite (Python's sqlite3 links it too)
 
 
 def compile_extension(root: Path, module: str) -> Path | None:
@@ -36,6 +42,7 @@ def compile_extension(root: Path, module: str) -> Path | None:
         str(root / NATIVE / EXTENSIONS[module]),
         "-o",
         str(out),
+        *LIBRARIES.get(module, []),
     ]
     try:
         subprocess.run(cmd, check=True, capture_output=True, text=True)

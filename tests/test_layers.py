@@ -124,7 +124,8 @@ LAYERS: dict[str, set[str]] = {
     "__main__": {"cli"},
     "traceinsight": {"constants"},  # the facade: the rest loads on first use (__getattr__)
 }
-COMPILED = {"_kscan": "native", "_kreplay": "native"}  # the C extensions' modules
+# the C extensions' modules
+COMPILED = {"_kscan": "native", "_kreplay": "native", "_ksqlite": "native"}
 
 
 def modules() -> dict[str, Path]:

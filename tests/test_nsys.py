@@ -236,25 +236,34 @@ def test_times_are_aligned_to_session_start():
 
 
 @pytest.mark.parametrize("name", ["nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"])
-def test_adbc_and_sqlite3_fetch_agree(name, monkeypatch):
-    """The Arrow fetch (ADBC) is taken and gives the same table as the sqlite3 fallback."""
+def test_native_adbc_and_sqlite3_fetch_agree(name, monkeypatch):
+    """Each fetch path is taken in turn (the native reader where it is built, ADBC, sqlite3)
+    and all give the same table."""
     import traceinsight.parsers.nsys.db as nsys
 
     path = NSYS / name
-    calls = []
-    real = nsys.fetch_adbc
+    taken = {"native": [], "adbc": []}
 
-    def spy(uri, q):
-        out = real(uri, q)
-        calls.append(out is not None)
-        return out
+    def spying(key, real):
+        def spy(*args):
+            out = real(*args)
+            taken[key].append(out is not None)
+            return out
 
-    monkeypatch.setattr(nsys, "fetch_adbc", spy)
-    fast = load_trace(path).events
-    assert calls and all(calls)  # every fetch went through ADBC
+        return spy
+
+    monkeypatch.setattr(nsys, "fetch_native", spying("native", nsys.fetch_native))
+    monkeypatch.setattr(nsys, "fetch_adbc", spying("adbc", nsys.fetch_adbc))
+    native = load_trace(path).events
+    if nsys.ksqlite is not None:  # every fetch went through the native reader
+        assert taken["native"] and all(taken["native"]) and not taken["adbc"]
+    monkeypatch.setattr(nsys, "ksqlite", None)
+    adbc = load_trace(path).events
+    assert taken["adbc"] and all(taken["adbc"])  # every fetch then went through ADBC
     monkeypatch.setattr(nsys, "fetch_adbc", lambda uri, q: None)
     slow = load_trace(path).events
-    assert fast.equals(slow)
+    assert native.equals(adbc)
+    assert adbc.equals(slow)
 
 
 def test_rowid_range_parts_give_the_same_table(monkeypatch):
@@ -401,8 +410,11 @@ def test_text_and_blob_values_in_number_columns(tmp_path, monkeypatch):
     ids = sql(path, "SELECT correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
     want = sorted(c for (c,) in ids if isinstance(c, int))
     fast = load_trace(path).events
+    monkeypatch.setattr(nsys, "ksqlite", None)
+    adbc = load_trace(path).events
     monkeypatch.setattr(nsys, "fetch_adbc", lambda uri, q: None)
     slow = load_trace(path).events
+    assert fast.equals(adbc)
     assert fast.equals(slow)
     runtime = fast.filter(pl.col("kind").is_in(["runtime", "driver"]))  # the table holds both
     assert sorted(runtime["correlation"].drop_nulls().to_list()) == want

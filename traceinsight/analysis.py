@@ -110,8 +110,11 @@ class TraceAnalysis:
         if self.trace is None:
             return pl.DataFrame(schema=KERNEL_TABLE_SCHEMA)
         steps = max(1, self.metrics["steps"] or 1)
-        k = self.trace.events.filter(pl.col("kind") == "kernel").select(
-            "name", "kernel_class", "start_ns", "end_ns"
+        k = (
+            self.trace.events.lazy()
+            .filter(pl.col("kind") == "kernel")
+            .select("name", "kernel_class", "start_ns", "end_ns")
+            .collect()
         )
         window = self.source.get("window")
         if window:

@@ -1,9 +1,10 @@
 """The C extensions, where the install built them (hatch_build.py; traceinsight/_native/).
 
-Each is a fast path with a polars or msgspec reference that gives the same result: ``kscan``
-decodes Kineto event spans (parsers/kineto/decode.py), ``kreplay`` runs the step model's replay
-loop (causal/graph.py). A pure-Python install (no C compiler) has neither, and
-``TRACEINSIGHT_NO_NATIVE=1`` turns both off to compare.
+Each is a fast path with a polars, msgspec or ADBC reference that gives the same result:
+``kscan`` decodes Kineto event spans (parsers/kineto/decode.py), ``kreplay`` runs the step
+model's replay loop (causal/graph.py), ``ksqlite`` reads the rows of Nsight Systems exports
+(parsers/nsys/db.py). A pure-Python install (no C compiler) has none of them, and
+``TRACEINSIGHT_NO_NATIVE=1`` turns them all off to compare.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from types import ModuleType
 
 kscan: ModuleType | None
 kreplay: ModuleType | None
+ksqlite: ModuleType | None
 try:
     from traceinsight import _kscan as kscan
 except ImportError:
@@ -21,13 +23,18 @@ try:
     from traceinsight import _kreplay as kreplay
 except ImportError:
     kreplay = None
+try:
+    from traceinsight import _ksqlite as ksqlite
+except ImportError:  # not built, or the system's SQLite library is missing
+    ksqlite = None
 if os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1":
-    kscan = kreplay = None
+    kscan = kreplay = ksqlite = None
 
 
 class ArrowTable:
-    """A struct array a native module made (a pair of PyCapsules): polars reads it through the
-    Arrow PyCapsule interface (``pl.DataFrame(ArrowTable(...))``) without a copy."""
+    """An Arrow array a native module made (a pair of PyCapsules): a struct array, a table
+    (``pl.DataFrame(ArrowTable(...))``), or one column (``pl.Series(ArrowTable(...))``); polars
+    reads it through the Arrow PyCapsule interface without a copy."""
 
     __slots__ = ("capsules",)
 

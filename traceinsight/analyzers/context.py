@@ -48,10 +48,16 @@ class HostIndex:
     (a bit a row) and filtered out for each caller. Rows kept for every kind and pattern were
     186 MB of the 10x trace's analysis (memory of one big trace: benchmarks/RESULTS.md)."""
 
-    def __init__(self, events: pl.DataFrame, seed: dict[tuple[str, ...], pl.DataFrame]) -> None:
+    def __init__(
+        self,
+        events: pl.DataFrame,
+        seed: dict[tuple[str, ...], pl.DataFrame],
+        names: dict[tuple[str, ...], pl.Series] | None = None,
+    ) -> None:
         self._events = events
         self._bases = {_kinds_key(k): v for k, v in seed.items()}
-        self._names: dict[tuple[str, ...], pl.Series] = {}
+        # a base's distinct names, where the caller has them
+        self._names = {_kinds_key(k): v for k, v in (names or {}).items()}
         self._masks: dict[tuple[tuple[str, ...], str | None, bool], pl.Series] = {}
 
     def rows(
@@ -238,13 +244,16 @@ def host_rows(events: pl.DataFrame, kinds: tuple[str, ...]) -> pl.DataFrame:
     return events.select(HOST_COLUMNS).filter(pl.col("kind").is_in(list(kinds)))
 
 
-def find_steps(host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN) -> pl.DataFrame:
+def find_steps(
+    host: pl.DataFrame, pattern: str = DEFAULT_STEP_PATTERN, names: pl.Series | None = None
+) -> pl.DataFrame:
     """Step ranges: every host op or annotation in ``host`` whose name ``pattern`` matches, in
     time order. A loop that names each iteration alike (NVTX ``train_step``, ``ncclGroupStart``)
     has one step per occurrence, so names never merge; steps keep the names' trailing numbers
-    (ProfilerStep#N) where each has a distinct one, else they are numbered 0.. in time order."""
+    (ProfilerStep#N) where each has a distinct one, else they are numbered 0.. in time order.
+    ``names``: ``host``'s distinct names, where the caller has them."""
     steps = (
-        names_matching(host, pattern)
+        names_matching(host, pattern, names=names)
         .sort("start_ns", "end_ns")
         .select(
             pl.col("name"),
@@ -350,7 +359,10 @@ def build_context(
     ev = trace.events
     host_ops = host_rows(ev, HOST_OP_KINDS)
     gpu_all = ev.filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
-    steps = find_steps(host_ops, step_pattern)
+    # the host ops' distinct names once, for the steps and every analyzer's patterns (hashing
+    # millions of emit_nvtx range names costs 0.15 s a time)
+    host_names = host_ops.get_column("name").unique()
+    steps = find_steps(host_ops, step_pattern, host_names)
     launches = launch_join(ev, gpu_all)
     capture_lo = int(ev["start_ns"].min()) if ev.height else 0
     if steps.height:
@@ -376,7 +388,7 @@ def build_context(
     steps = steps.with_columns((pl.col("end_ns") - pl.col("start_ns")).alias("dur_ns"))
     gpu = iv.clip(gpu_all, lo, hi) if gpu_all.height else gpu_all
     devices = activity_devices(gpu)
-    host = HostIndex(ev, {HOST_OP_KINDS: host_ops})
+    host = HostIndex(ev, {HOST_OP_KINDS: host_ops}, {HOST_OP_KINDS: host_names})
     if threads > 1:
         with ThreadPoolExecutor(max_workers=2) as pool:
             unions = pool.submit(_gpu_unions, gpu)

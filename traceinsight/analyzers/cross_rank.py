@@ -65,7 +65,13 @@ def rank_payload(
     collective op) on its first GPU, each tagged with its kind and the step it ran in, and the
     union of that GPU's compute kernels in the window (what waiting can hide behind)."""
     ev = trace.events
-    kernels = ev.filter(pl.col("kind") == "kernel")
+    # the kernels' columns read here and by with_kinds, copied alone (not all of the table's)
+    kernels = (
+        ev.lazy()
+        .filter(pl.col("kind") == "kernel")
+        .select("name", "device", "start_ns", "end_ns", "correlation", "kernel_class")
+        .collect()
+    )
     comm = names_matching(kernels, f"(?i){COLLECTIVE_KERNEL}")
     steps = per_step
     if steps:

@@ -314,7 +314,9 @@ def _spans(tree: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
 
 def _unlaunched_ns(ctx: Context) -> int:
     """GPU activity in the window that the launch join has no row for (no correlation)."""
-    loose = ctx.gpu.filter(pl.col("correlation").is_null())
+    loose = ctx.gpu.select("start_ns", "end_ns", "correlation").filter(
+        pl.col("correlation").is_null()
+    )
     return int((loose.get_column("end_ns") - loose.get_column("start_ns")).sum() or 0)
 
 

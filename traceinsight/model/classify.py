@@ -239,7 +239,13 @@ def names_matching(
         names = df.get_column(col).unique()
     hits = names.filter(names.str.contains(pattern))
     member = pl.col(col).is_in(hits.implode())
-    return df.filter(pl.col(col).is_not_null() & (~member if negate else member))
+    keep = pl.col(col).is_not_null() & (~member if negate else member)
+    if not negate:
+        return df.filter(keep)
+    # Leaving out the few matches usually keeps every row: then the rows as they are, not a
+    # copy of them all (the host ops without step markers: millions of rows, 0.1 s).
+    mask = df.select(keep).to_series()
+    return df if mask.all() else df.filter(mask)
 
 
 def coded_names(df: pl.DataFrame, col: str = "name") -> pl.DataFrame:

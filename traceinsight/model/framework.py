@@ -29,16 +29,30 @@ def detect_framework(trace: Trace) -> Framework:
     content: ``annotate`` writes one from an nsys export of any program."""
     if trace.meta.format == "kineto" and trace.meta.format_version.startswith("schemaVersion"):
         return "pytorch"
-    ev = trace.events
     kind, name = pl.col("kind"), pl.col("name")
-    hit = ev.select(
-        (kind.eq("python_function").any())
-        | (kind.is_in(["cpu_op", "user_annotation"]) & name.str.contains(_TORCH_RANGE)).any()
-        | (kind.eq("kernel") & name.str.contains(_TORCH_KERNEL)).any()
-    ).item()
-    if hit:
+    hit = (
+        kind.eq("python_function")
+        | (kind.is_in(["cpu_op", "user_annotation"]) & name.str.contains(_TORCH_RANGE))
+        | (kind.eq("kernel") & name.str.contains(_TORCH_KERNEL))
+    )
+    if _any_row(trace.events, hit):
         return "pytorch"
     chains = trace.callchains
     if chains.height and chains["module"].drop_nulls().str.contains(_TORCH_MODULE).any():
         return "pytorch"
     return "cuda_app"
+
+
+FIRST_SLICE_ROWS = 65_536
+
+
+def _any_row(ev: pl.DataFrame, hit: pl.Expr) -> bool:
+    """Whether ``hit`` holds on any row, slice by slice (each four times the last): a PyTorch
+    trace shows it within its first rows, where matching the regexes over every row of a 1 GB
+    nsys export took 0.5 s per rank; a trace without it is read to the end, as in one pass."""
+    start, size = 0, FIRST_SLICE_ROWS
+    while start < ev.height:
+        if ev.slice(start, size).select(hit.fill_null(False).any()).item():
+            return True
+        start, size = start + size, size * 4
+    return False

@@ -10,7 +10,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 
@@ -18,7 +22,7 @@ from traceinsight.errors import InputError
 from traceinsight.model.classify import add_kernel_class, mark_comm_by_launcher
 from traceinsight.model.schema import Trace, TraceMeta, conform, empty_events
 from traceinsight.parsers.nsys import backtraces, diagnostics
-from traceinsight.parsers.nsys.db import Db
+from traceinsight.parsers.nsys.db import Db, Rows
 from traceinsight.parsers.nsys.gpu_metrics import gpu_metric_rows, gpu_metrics_table
 from traceinsight.parsers.nsys.memory import memory_rows, memory_table
 from traceinsight.parsers.nsys.nvtx import nccl_domain, nvtx_query, strip_emit_nvtx
@@ -28,6 +32,7 @@ from traceinsight.parsers.nsys.tables import (
     gpu_rows,
     host_rows,
     kernel_args,
+    launch_config,
     metadata,
     session_start,
 )
@@ -89,11 +94,46 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
         meta.warnings.append("the export has no CUDA GPU activity (kernels, copies, memsets)")
     if dropped:
         meta.extra["profiler_dropped"] = dropped
-    # Counted before conform sorts them (the only place the export's own order is seen).
-    if unordered := diagnostics.out_of_order(frames):
-        meta.extra["rows_out_of_order"] = unordered
     if not frames:
         return Trace(events=empty_events(), meta=meta)
+    # The row-order count and the launch configuration's sort, each mostly on one core, run
+    # beside the event table's concatenation and sort where there are two cores.
+    fetched = _Fetched(session_start_ns, db.offset_ns, mem, callchains, pending_counters)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return _event_tables(frames, meta, threads, pool if threads > 1 else None, fetched)
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    """What the side tables are made of, besides the event frames."""
+
+    session_start_ns: int | None
+    offset_ns: int
+    mem: pl.DataFrame | None
+    callchains: pl.DataFrame
+    pending_counters: tuple[Rows, pl.DataFrame] | None
+
+
+def _event_tables(
+    frames: list[pl.DataFrame],
+    meta: TraceMeta,
+    threads: int,
+    side: ThreadPoolExecutor | None,
+    fetched: _Fetched,
+) -> Trace:
+    """The event table and the side tables of the fetched frames."""
+
+    def beside(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
+        if side is None:
+            done = fn(*args)
+            return lambda: done
+        return side.submit(fn, *args).result
+
+    # Counted before conform sorts them (the only place the export's own order is seen); its
+    # key keeps its place in the metadata while it is counted.
+    unordered = beside(diagnostics.out_of_order, frames)
+    meta.extra["rows_out_of_order"] = {}
+    session_start_ns, offset_ns = fetched.session_start_ns, fetched.offset_ns
 
     # One process = one rank (ordered by process id); correlation ids are unique only per process.
     # Only processes with CUDA activity are ranks; host-only processes (launchers) fold into rank 0.
@@ -109,7 +149,8 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
             .unique()
         }
     )
-    frames, launch_config = kernel_args(frames, _rank_of(procs))
+    frames, launch_rows = kernel_args(frames, _rank_of(procs))
+    launch_args = beside(launch_config, launch_rows)
     df = pl.concat(frames, how="diagonal_relaxed")
     # The rank as its own column: with_columns would first copy the concatenation's every
     # column into one chunk (conform gathers them once anyway).
@@ -128,14 +169,18 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
             f"{len(procs)} processes in one export: analyzed as ranks 0..{len(procs) - 1} by process id"
         )
     table = mark_comm_by_launcher(add_kernel_class(conform(df, threads)))
-    memory = memory_table(mem, db.offset_ns, _rank_of(procs))
-    callchains = callchains.with_columns(_rank_of(procs)).drop("gpid")
-    counters = gpu_metrics_table(pending_counters, db.offset_ns, table)
+    memory = memory_table(fetched.mem, offset_ns, _rank_of(procs))
+    callchains = fetched.callchains.with_columns(_rank_of(procs)).drop("gpid")
+    counters = gpu_metrics_table(fetched.pending_counters, offset_ns, table)
+    if rows_out_of_order := unordered():
+        meta.extra["rows_out_of_order"] = rows_out_of_order
+    else:
+        del meta.extra["rows_out_of_order"]
     return Trace(
         events=table,
         meta=meta,
         memory=memory,
-        kernel_args=launch_config,
+        kernel_args=launch_args(),
         callchains=callchains,
         gpu_metrics=counters,
     )

@@ -106,8 +106,16 @@ def packed_pid(packed: pl.Expr) -> pl.Expr:
 
 
 def named(df: pl.DataFrame, strings: pl.DataFrame, id_col: str = "name_id") -> pl.DataFrame:
-    """Resolve a StringIds id column into ``name`` in polars (a hash join) rather than with a
-    correlated subquery per row in SQL."""
+    """Resolve a StringIds id column into ``name`` in polars rather than with a correlated
+    subquery per row in SQL: where the ids are the rows' positions (nsys numbers its strings
+    0..n-1), a gather by id; else a hash join (a third of the time on 3.4M runtime calls)."""
+    sid = strings.get_column("sid")
+    n = strings.height
+    if n and sid.null_count() == 0 and sid.is_sorted() and sid[0] == 0 and sid[-1] == n - 1:
+        ids = df.get_column(id_col)
+        at = ids.to_frame().select(pl.when(pl.col(id_col).is_between(0, n - 1)).then(id_col))
+        name = strings.get_column("svalue").gather(at.to_series()).alias("name")
+        return df.with_columns(name).drop(id_col)
     named = df.join(strings, left_on=id_col, right_on="sid", how="left", maintain_order="left")
     return named.rename({"svalue": "name"}).drop(id_col)
 
@@ -146,25 +154,32 @@ def _config_column(cols: set[str], expr: str) -> str:
     return expr if all(c.strip() in cols for c in expr.split("+")) else "NULL"
 
 
-def kernel_args(gpu: list[pl.DataFrame], rank: pl.Expr) -> tuple[list[pl.DataFrame], pl.DataFrame]:
+def kernel_args(
+    gpu: list[pl.DataFrame], rank: pl.Expr
+) -> tuple[list[pl.DataFrame], pl.DataFrame | None]:
     """The kernels' launch configuration split off the kernel frame (so the event table's
-    concatenation never carries it): the frames without it, and the kernel_args table
-    (occupancy is estimated by the efficiency analyzer)."""
-    out, args = [], empty_kernel_args()
+    concatenation never carries it): the frames without it, and its rows (None without a
+    kernel frame), for :func:`launch_config` (occupancy is estimated by the efficiency
+    analyzer)."""
+    out, rows = [], None
     for f in gpu:
         if "grid_x" not in f.columns:
             out.append(f)
             continue
-        ka = f.select(
+        rows = f.select(
             "start_ns",
             pl.col("device").cast(pl.Int32),
             "correlation",
             *LAUNCH_CONFIG.values(),
             rank.alias("rank"),
         )
-        args = conform_side(ka, KERNEL_ARGS_SCHEMA)
         out.append(f.drop(*LAUNCH_CONFIG.values()))
-    return out, args
+    return out, rows
+
+
+def launch_config(rows: pl.DataFrame | None) -> pl.DataFrame:
+    """The kernel_args side table of :func:`kernel_args`' rows (sorted by start)."""
+    return empty_kernel_args() if rows is None else conform_side(rows, KERNEL_ARGS_SCHEMA)
 
 
 def gpu_base(cols: set[str]) -> list[str]:
