@@ -109,12 +109,14 @@ def test_fast_path_is_taken_for_kineto_output(monkeypatch):
 
 
 def _spool_files():
+    """This process's spool files (the name holds the owner's pid: other analyses running on
+    the machine have their own)."""
     import glob
+    import os
     import tempfile
 
-    return set(glob.glob("/dev/shm/traceinsight-spool-*")) | set(
-        glob.glob(f"{tempfile.gettempdir()}/traceinsight-spool-*")
-    )
+    own = f"traceinsight-spool-{os.getpid()}-*"
+    return set(glob.glob(f"/dev/shm/{own}")) | set(glob.glob(f"{tempfile.gettempdir()}/{own}"))
 
 
 def test_spool_is_removed_and_optional(monkeypatch):
