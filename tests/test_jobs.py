@@ -215,6 +215,90 @@ def test_job_on_dask_local_cluster_equals_local_processes(job, tmp_path):
     assert s.payload is not None and s.payload.collectives.height < 200
 
 
+def test_summary_holds_compute_only_where_collectives_ran():
+    """A rank's summary carries its compute union only inside its collectives' spans (where
+    every wait lies) and no idle gaps: the cross-rank figures equal those from the whole union
+    of the rank's compute kernels, rebuilt here from its events."""
+    from dataclasses import replace
+
+    from traceinsight.analyzers.cross_rank import analyze_cross_rank
+    from traceinsight.jobs import rank_summaries
+    from traceinsight.model import intervals as iv
+    from traceinsight.options import Options
+    from traceinsight.parsers import load_trace
+
+    job = H200 / "ddp_straggler"
+    sent = rank_summaries(job, Options(), Runtime(threads=1, workers=1))
+    whole = []
+    for s in sent:
+        assert s.analysis is not None and s.analysis.results.idle.segments is None
+        p = s.payload
+        assert p is not None
+        ev = load_trace(s.path).events
+        gpu = ev.filter(pl.col("kind") == "kernel")["device"].min()
+        compute = ev.filter(
+            (pl.col("kind") == "kernel")
+            & (pl.col("device") == gpu)
+            & (pl.col("kernel_class") != "communication")
+        )
+        full = iv.clip(iv.union(compute), p.window_start_ns, p.window_end_ns)
+        spans = iv.union(p.collectives)
+        assert iv.total(p.compute_busy) == iv.total(iv.intersect(full, spans)) > 0
+        assert p.compute_busy.height < full.height
+        whole.append(replace(p, compute_busy=full))
+    sent_cross = analyze_cross_rank([s.payload for s in sent])
+    whole_cross = analyze_cross_rank(whole)
+    # rank 0 waits 187 ms for the straggler, 56 ms of it behind its own compute
+    split = sent_cross.comm_split["0"]["all_reduce"]
+    assert split["exposed_wait_ns"] < split["wait_ns"]
+    for name in ("comm_split", "wait_caused_ns", "exposed_wait_by_rank_ns", "charged_by_rank_ns"):
+        assert getattr(sent_cross, name) == getattr(whole_cross, name)
+
+
+def test_local_cluster_workers_start_without_the_profiler(monkeypatch):
+    """The LocalCluster's workers start with Dask's profiler off (it keeps a call tree of each
+    second's samples for an hour, and grew a worker past a rank's own analysis on a long job)
+    and polars on their share of the cores, as pool workers do. (The cluster itself is not
+    started: the configuration it would be built under is read.)"""
+    distributed = pytest.importorskip("dask.distributed", reason="pip install dask[distributed]")
+    import dask
+
+    from traceinsight.runtime import cores_available, dask_client
+
+    class Built(Exception):
+        pass
+
+    seen = []
+
+    def cluster(**kwargs):
+        profile = dask.config.get("distributed.worker.profile.enabled")
+        seen.append((profile, kwargs["n_workers"], kwargs["env"]))
+        raise Built
+
+    monkeypatch.setattr(distributed, "LocalCluster", cluster)
+    with pytest.raises(Built), dask_client("local", 3):
+        pass
+    share = str(max(1, cores_available() // 3))
+    assert seen == [(False, 3, {"POLARS_MAX_THREADS": share})]
+    assert dask.config.get("distributed.worker.profile.enabled") is True  # only for the cluster
+
+
+def test_peak_rss_is_the_process_own():
+    """A spawned process's peak is its own, not its parent's size at the fork (ru_maxrss on
+    Linux carries that): a small child of a parent holding 300 MB reads well under it."""
+    import subprocess
+    import sys
+
+    from traceinsight.runtime import peak_rss_bytes
+
+    held = bytearray(300 * 2**20)
+    held[::4096] = b"\x01" * len(held[::4096])  # touched: resident
+    code = "from traceinsight.runtime import peak_rss_bytes; print(peak_rss_bytes())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert 0 < int(out.stdout) < 150 * 2**20 < peak_rss_bytes()
+    del held
+
+
 def test_diff_and_gate(tmp_path, capsys):
     names = ("dataloader_starved", "dataloader_workers")
     before, after = (H200 / f"{n}.pt.trace.json.gz" for n in names)

@@ -136,9 +136,10 @@ class TraceAnalysis:
         )
 
     def detached(self) -> TraceAnalysis:
-        """This analysis without the event table and the step model (to send from a worker):
-        kernels kept."""
-        r = self.results
+        """This analysis without the event table, the step model and the idle gaps (to send
+        from a worker: the gaps were read by the region breakdown already, and are most of a
+        long rank's summary); kernels kept."""
+        r = replace(self.results, idle=replace(self.results.idle, segments=None))
         results = replace(r, replay=replace(r.replay, model=None)) if r.replay else r
         return replace(self, trace=None, kernels=self.kernel_table(), results=results)
 

@@ -30,7 +30,13 @@ from traceinsight.model.schema import SIDE_TABLES, Trace, by_rank
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.pipeline import analyze_trace, graded
-from traceinsight.runtime import DASK_TASK_RUNTIME, Runtime, dask_client, process_pool
+from traceinsight.runtime import (
+    DASK_TASK_RUNTIME,
+    Runtime,
+    dask_client,
+    peak_rss_bytes,
+    process_pool,
+)
 
 
 def payload_of(analysis: TraceAnalysis, rank: int) -> RankPayload:
@@ -73,15 +79,7 @@ def summarize_rank(path: str, opts: Options, runtime: Runtime) -> RankSummary:
         threads=runtime.analyzer_threads,
     )
     s = _summary(path, trace, opts, runtime, trace.meta.rank or 0, detach=True)
-    return replace(s, worker_peak_rss_bytes=_peak_rss_bytes())
-
-
-def _peak_rss_bytes() -> int:
-    try:
-        import resource
-    except ImportError:  # not on a POSIX system
-        return 0
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    return replace(s, worker_peak_rss_bytes=peak_rss_bytes())
 
 
 def _summary(
@@ -213,10 +211,22 @@ def rank_summaries(directory: str | Path, opts: Options, runtime: Runtime) -> li
 
 
 def _on_dask(paths: list[str], opts: Options, scheduler: str, workers: int) -> list[RankSummary]:
-    """The ranks as Dask tasks; every worker must read the rank files at these paths."""
+    """The ranks as Dask tasks; every worker must read the rank files at these paths. Each
+    summary is fetched as its task ends and released there: a worker keeps a task's result
+    until the client lets it go, and gathering them at the end left every summary in its
+    worker's memory until the last rank was done."""
     with dask_client(scheduler, min(workers, len(paths))) as client:
+        from dask.distributed import as_completed  # there: dask_client found dask
+
         futs = client.map(summarize_rank, paths, opts=opts, runtime=DASK_TASK_RUNTIME, pure=False)
-        return list(client.gather(futs))
+        slot = {f.key: i for i, f in enumerate(futs)}
+        out: list[RankSummary | None] = [None] * len(paths)
+        done = as_completed(futs)
+        del futs  # the iterator holds each future until it is yielded
+        for fut in done:
+            out[slot[fut.key]] = fut.result()
+            fut.release()
+        return [s for s in out if s is not None]
 
 
 def merge_job(directory: str | Path, summaries: list[RankSummary], opts: Options) -> JobAnalysis:

@@ -9,6 +9,7 @@ and it sets them where polars loads: before the first import, or in a worker at 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -196,6 +197,12 @@ def process_pool(workers: int, runtime: Runtime) -> Iterator[tuple[ProcessPoolEx
 
 # A Dask worker's task: one thread of its own (the worker runs one task per thread).
 DASK_TASK_RUNTIME = Runtime(threads=1, workers=1, in_worker=True)
+# Dask's statistical profiler keeps a call tree of each second's samples for an hour: a worker
+# analyzing ranks grew by ~18 KB pickled (several times that in memory) a second, its peak 1.46x
+# one rank's alone after 16 minutes of a 256-rank job, 1.19x without it (and polars on one
+# thread; benchmarks/RESULTS.md, "Jobs on Dask"). The LocalCluster's workers start without it;
+# docs/COMMANDS.md says how to start a cluster's.
+DASK_WORKER_CONFIG = {"distributed.worker.profile.enabled": False}
 
 
 @contextlib.contextmanager
@@ -203,6 +210,7 @@ def dask_client(scheduler: str, workers: int) -> Iterator[Any]:
     """A ``dask.distributed`` client on ``scheduler`` (an address), or on a LocalCluster of
     ``workers`` one-thread processes for ``"local"``; closed (and the cluster) on leaving."""
     try:
+        import dask
         from dask.distributed import Client, LocalCluster
     except ImportError:
         raise InputError(
@@ -210,8 +218,9 @@ def dask_client(scheduler: str, workers: int) -> Iterator[Any]:
         ) from None
     cluster = None
     if scheduler == "local":
-        # its workers are spawned while this waits: a plain script is not run again in each
-        with _no_main_module():
+        # its workers are spawned while this waits: a plain script is not run again in each;
+        # without Dask's profiler (see DASK_WORKER_CONFIG)
+        with _no_main_module(), dask.config.set(DASK_WORKER_CONFIG):
             cluster = LocalCluster(
                 n_workers=max(1, workers),
                 threads_per_worker=1,
@@ -219,6 +228,14 @@ def dask_client(scheduler: str, workers: int) -> Iterator[Any]:
                 dashboard_address=None,
                 # its health endpoint on a free port: no warning when 8787 is taken
                 scheduler_kwargs={"dashboard_address": ":0"},
+                # the cluster lives for one command, and its shutdown races on a busy machine
+                # (a worker's heartbeat to the closing scheduler, a nanny killing a slow
+                # worker): tracebacks after a good run. A task's own failure still reaches
+                # the client, as its exception.
+                silence_logs=logging.CRITICAL,
+                # polars in each worker with its share of the cores, as in process_pool (it
+                # sizes its pool at import, after the nanny has set this in the worker)
+                env={POLARS_THREADS_ENV: str(max(1, cores_available() // max(1, workers)))},
             )
         client = Client(cluster)
     else:
@@ -253,6 +270,25 @@ def _env(name: str, value: str) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident size: Linux's VmHWM, else ru_maxrss (0 where neither is
+    known). Not ru_maxrss on Linux: a process started by fork + exec (a spawned worker) keeps
+    its parent's size at the fork in it, so a worker spawned by a 0.9 GB process read 0.9 GB."""
+    with (
+        contextlib.suppress(OSError, ValueError, IndexError),
+        open("/proc/self/status", encoding="ascii", errors="replace") as f,
+    ):
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    try:
+        import resource
+    except ImportError:  # not on a POSIX system
+        return 0
+    scale = 1 if sys.platform == "darwin" else 1024  # bytes on macOS, KiB elsewhere
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
 def exit_now(code: int) -> None:

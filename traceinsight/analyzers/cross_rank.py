@@ -124,7 +124,11 @@ def rank_payload(
         steps=tuple(s.step for s in steps),
         window_start_ns=lo,
         window_end_ns=hi,
-        compute_busy=iv.clip(iv.union(compute), lo, hi),
+        # only where its collectives ran: a wait lies within its collective's span (what
+        # _split overlaps with this), and the whole union is most of a long rank's summary
+        compute_busy=iv.intersect(
+            iv.clip(iv.union(compute), lo, hi), iv.clip(iv.union(comm), lo, hi)
+        ),
     )
 
 
