@@ -634,3 +634,40 @@ def test_the_same_saving_whatever_steps_are_selected(name, fid):
     (speedup, after_ns), *others = got
     for s, a in others:
         assert s == pytest.approx(speedup, rel=0.1) and a == pytest.approx(after_ns, rel=0.1)
+
+
+def _cold_loop(stub: bool) -> Events:
+    """One step (0-2500 us) of ten 2 us kernels launched every 100 us by 8 us calls, the
+    first launch taking 1500 us (its module loaded: a cold first pass) and its kernel starting
+    when it returns; ``stub``: a second step marker with nothing in it (the profiler stopped)."""
+    ev = Events().step(1, 0, 2500)
+    ev.kernel("k0", 1510, 2, launch_us=0, launch_dur_us=1500)
+    for i in range(1, 10):
+        ev.kernel(f"k{i}", 1500 + 100 * i + 5, 2, launch_us=1500 + 100 * i, launch_dur_us=8)
+    if stub:
+        ev.step(2, 2510, 10)
+    return ev
+
+
+def test_a_step_marker_with_nothing_in_it_is_not_a_step():
+    """The trailing marker launched no work while the step before did: the modelled steps are
+    the first alone (its recorded 2500 us, not the median of 2500 and 10 us)."""
+    with_stub = analyze_trace(_cold_loop(stub=True).trace()).results.replay
+    alone = analyze_trace(_cold_loop(stub=False).trace()).results.replay
+    assert with_stub.trace_step_median_ns == alone.trace_step_median_ns == 2500 * US
+    assert with_stub.unprofiled_step_ns == alone.unprofiled_step_ns
+
+
+def test_a_cold_first_launch_is_not_priced_as_a_saving():
+    """Without the profiler (2 us per recorded event where a trace has no no-work ops) each
+    8 us call takes 6 us, the first launch 1498 us; warm, that one takes its thread's usual
+    6 us and its kernel starts when it returns. The host's own time between the calls stays:
+    the warm step is 2500 - 1492 (module load) - 10 x 2 (profiler) = 988 us. CUDA graphs price
+    the launches against that step: the ten 6 us calls go, one 10 us graph launch comes,
+    938 us; the module load is no saving of theirs."""
+    r = analyze_trace(_cold_loop(stub=False).trace()).results.replay
+    assert r.profiler_ns_per_event == 2000
+    assert (r.warmed_calls, r.warmed_ns) == (1, 1492 * US)
+    assert r.unprofiled_step_ns == 988 * US
+    w = r.what_if["cuda_graphs"]
+    assert (w.step_time_ns, w.step_time_after_ns) == (988 * US, 938 * US)

@@ -450,7 +450,8 @@ def _select_steps(
 
 
 def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.DataFrame:
-    """Stretch each step to the GPU work launched inside it (TensorBoard plugin convention).
+    """Stretch each step to the GPU work launched inside it (TensorBoard plugin convention);
+    ``launches``: the GPU activities launched inside it.
 
     end_i = max(host end_i, end of GPU work launched during host step i);
     start_i = max(host start_i, end_{i-1}). The GPU runs behind the host, so host ranges alone
@@ -471,10 +472,16 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
             right_on="h_s",
             strategy="backward",
         ).filter(pl.col("launch_start_ns") < pl.col("h_e"))
-        gpu_end = tagged.group_by("_i").agg(pl.col("end_ns").max().alias("_gpu_end"))
-        host = host.join(gpu_end, on="_i", how="left")
+        gpu_end = tagged.group_by("_i").agg(
+            pl.col("end_ns").max().alias("_gpu_end"), pl.len().cast(pl.Int64).alias("launches")
+        )
+        host = host.join(gpu_end, on="_i", how="left").with_columns(
+            pl.col("launches").fill_null(0)
+        )
     else:
-        host = host.with_columns(pl.lit(None, pl.Int64).alias("_gpu_end"))
+        host = host.with_columns(
+            pl.lit(None, pl.Int64).alias("_gpu_end"), pl.lit(0, pl.Int64).alias("launches")
+        )
     host = host.with_columns(pl.max_horizontal("end_ns", "_gpu_end").alias("end_ns"))
     # Enforce monotone ends, then starts no earlier than the previous end.
     host = host.with_columns(pl.col("end_ns").cum_max())

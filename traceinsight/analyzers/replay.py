@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
 from traceinsight.causal import transforms as whatif
@@ -140,6 +141,11 @@ class ReplayResult:
     # the change has not reached the later ones and the saving is a lower bound
     unconverged: tuple[str, ...] = ()
     profiler_ns_per_event: int = 0
+    # one-time host calls in the modelled steps (first launches, loads, creations) taken at
+    # their thread's usual cost in the un-profiled model, and the host time that took out:
+    # every prediction is of the warm step (causal/transforms.py warmed)
+    warmed_calls: int = 0
+    warmed_ns: int = 0
     # transform -> why it could not price this model (data it needs is missing)
     unpriced: dict[str, str] = field(default_factory=dict)
     # where host_sync's fix moves the host's waiting (see :func:`wait_moves`)
@@ -220,7 +226,9 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     error = abs(replayed - trace_median) / trace_median if replayed is not None else None
     per_event = profiler_ns_per_event(ctx)
     bare = whatif.without_profiler(model, per_event) if per_event else model
-    bare_replay = replay(bare) if per_event else base
+    once = warmup_calls(ctx).filter(pl.col("kind") != "compile")
+    bare, warmed_calls, warmed_ns = whatif.warmed(bare, once)
+    bare_replay = replay(bare) if per_event or warmed_calls else base
     durations = step_times_ns(bare, bare_replay)
     statistic = step_statistic(bare, durations)
     unprofiled = statistic_of(steady_step_times_ns(bare, bare_replay), statistic)
@@ -272,6 +280,8 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         unprofiled_step_ns=unprofiled,
         step_statistic=statistic,
         profiler_ns_per_event=per_event,
+        warmed_calls=warmed_calls,
+        warmed_ns=warmed_ns,
         engine_speedups=engines,
         step_bound_by=_bound_by(engines, cross, unconverged),
         cross_stream_wait_ratio=cross,

@@ -122,16 +122,33 @@ def _covered(u: pl.DataFrame | None, t: pl.Series) -> pl.DataFrame:
 # More steps than this: the first is warm-up (the allocator's cache filling, optimizer state
 # created) and left out of the steady ones.
 WARMUP_DROP_MIN_STEPS = 4
+# A last step that launched no GPU work and took under this share of a working step's host time
+# is a marker the profiler opened just before it stopped, not a step.
+STUB_MAX_RATIO = 0.1
 
 
 def steady_steps(steps: pl.DataFrame) -> pl.DataFrame:
     """The window's steady steps, the one notion every per-step number uses (the memory
     analyzer's, the step model's): all but the first where there are
-    :data:`WARMUP_DROP_MIN_STEPS` or more (the first carries warm-up), else all."""
+    :data:`WARMUP_DROP_MIN_STEPS` or more (the first carries warm-up), else all; never the
+    last steps where they launched no GPU work while earlier ones did and were short
+    (:data:`STUB_MAX_RATIO`: the profiler stopped just after opening a step, a marker with
+    nothing in it, which a median of few steps would halve)."""
+    key = "host_start_ns" if "host_start_ns" in steps.columns else "start_ns"
+    steps = steps.sort(key)
+    if "launches" in steps.columns and steps.height > 1:
+        worked = steps.get_column("launches") > 0
+        if worked.any():
+            host_ns = steps.get_column("host_end_ns") - steps.get_column("host_start_ns")
+            typical = float(host_ns.filter(worked).median() or 0)
+            stub = ~worked & (host_ns < STUB_MAX_RATIO * typical)
+            # the trailing run of stubs (a step with no launch recorded but the host busy in
+            # it, where launches lack correlation ids, is a step)
+            keep = steps.height - int(stub.reverse().cum_min().sum())
+            steps = steps.slice(0, keep)
     if steps.height < WARMUP_DROP_MIN_STEPS:
         return steps
-    key = "host_start_ns" if "host_start_ns" in steps.columns else "start_ns"
-    return steps.sort(key).slice(1)
+    return steps.slice(1)
 
 
 def modelled_steps(steps: pl.DataFrame) -> pl.DataFrame:
