@@ -475,9 +475,7 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
         gpu_end = tagged.group_by("_i").agg(
             pl.col("end_ns").max().alias("_gpu_end"), pl.len().cast(pl.Int64).alias("launches")
         )
-        host = host.join(gpu_end, on="_i", how="left").with_columns(
-            pl.col("launches").fill_null(0)
-        )
+        host = host.join(gpu_end, on="_i", how="left").with_columns(pl.col("launches").fill_null(0))
     else:
         host = host.with_columns(
             pl.lit(None, pl.Int64).alias("_gpu_end"), pl.lit(0, pl.Int64).alias("launches")
