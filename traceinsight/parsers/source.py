@@ -68,6 +68,12 @@ def head_bytes(path: Path, n: int = 4096, max_bytes: int | None = None) -> bytes
     return b""
 
 
+# How long a read waits for a writer's lock before the file is reported locked: a profiler
+# holds it for its whole export, so waiting longer (sqlite3's default is 5 s) only delays the
+# message.
+SQLITE_LOCK_WAIT_S = 1.0
+
+
 def sqlite_names(path: Path) -> set[str]:
     """The tables and views of an SQLite file (read-only), empty when it cannot be read."""
     import sqlite3
@@ -75,7 +81,7 @@ def sqlite_names(path: Path) -> set[str]:
 
     uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
     try:
-        con = sqlite3.connect(uri, uri=True)
+        con = sqlite3.connect(uri, uri=True, timeout=SQLITE_LOCK_WAIT_S)
         try:
             rows = con.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"

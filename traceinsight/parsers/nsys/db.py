@@ -18,6 +18,7 @@ import polars as pl
 
 from traceinsight.errors import InputError
 from traceinsight.native import ArrowTable, ksqlite
+from traceinsight.parsers.source import SQLITE_LOCK_WAIT_S
 
 FETCH_ROWS = 200_000
 FETCH_THREADS = 2  # SQLite steps rows without the GIL: two scans at once on two cores
@@ -34,7 +35,7 @@ def text_replacing(raw: bytes) -> str:
 def connect(uri: str, *, replacing: bool = True) -> sqlite3.Connection:
     """A read-only connection; with ``replacing`` its text never fails to decode
     (:func:`text_replacing`)."""
-    con = sqlite3.connect(uri, uri=True)
+    con = sqlite3.connect(uri, uri=True, timeout=SQLITE_LOCK_WAIT_S)
     if replacing:
         con.text_factory = text_replacing
     con.execute("PRAGMA query_only = ON")
