@@ -627,14 +627,9 @@ def warmed(model: StepModel, calls: pl.DataFrame) -> tuple[StepModel, int, int]:
     if hit.len() == 0:
         return model, 0, 0
     once = pl.int_range(pl.len()).is_in(hit.implode()) & (pl.col("wait") == WAIT_NONE)
-    usual = (
-        pl.col("dur_ns")
-        .filter(~once & (pl.col("wait") == WAIT_NONE))
-        .median()
-        .over("tid", "is_launch")
-        .fill_null(0)
-        .cast(pl.Int64)
-    )
+    others = pl.col("dur_ns").filter(~once & (pl.col("wait") == WAIT_NONE)).median()
+    # a thread whose only call of the kind is the one-time one: the other threads' usual
+    usual = pl.coalesce(others.over("tid", "is_launch"), others.over("is_launch"), 0).cast(pl.Int64)
     after = pl.when(once).then(pl.min_horizontal("dur_ns", usual)).otherwise(pl.col("dur_ns"))
     h2 = h.with_columns(after.alias("dur_ns"))
     saved = (h.get_column("dur_ns") - h2.get_column("dur_ns")).rename("_saved")
