@@ -179,8 +179,8 @@ def test_the_batch_lever_on_the_launch_bound_loop() -> None:
     the step of batch 16 in the same process, 3.46-4.72x per sample. The whole step captured as
     a CUDA graph measured 3.88-5.07x in the first pair of processes (A, B), so it is the largest
     measured lever and the batch within 10% of it; the finding's own whole-step estimate (3.53x)
-    ranks it under the batch, which the two pairs of processes, 25-38 ms apart on the same
-    baseline, do not settle."""
+    ranks it under the batch, which the two pairs of processes (their baselines at 25.0-32.2 and
+    33.9-37.6 ms) do not settle."""
     f = finding("launch_bound", "small_batch")
     assert f.what_if.multiplier == 4 and f.what_if.speedup == pytest.approx(4.0, rel=0.01)
     assert f.evidence["gpu_busy_ns_per_step"] * 4 < 0.5 * f.what_if.step_time_ns
