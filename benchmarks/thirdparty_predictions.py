@@ -55,6 +55,8 @@ def rows(loop: str) -> list[dict]:
             fix = "workers"
         if f.id == "launch_bound" and loop == "lightning":
             fix = "compile"  # default torch.compile: what the recording applied
+        if f.id == "launch_bound" and loop in ("hf_trainer", "accelerate"):
+            fix = "compile_ro"  # torch.compile mode reduce-overhead (call 5)
         if fix not in band:
             fix = next((k for k in band if k.startswith(fix or "-")), fix)
         m = band.get(fix)

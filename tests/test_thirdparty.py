@@ -65,6 +65,11 @@ HOLDS = [
     ("accelerate", "host_sync", "remove_syncs"),
     ("accelerate", "unfused_optimizer", "fused_optimizer"),
     ("accelerate", "pageable_memcpy", "pin_nonblocking"),
+    # the first findings' own fixes, measured in a later pair of processes (C, D: call 5)
+    ("accelerate", "launch_bound", "compile_ro"),  # 1.69 against 1.52-1.72
+    # 1.74 against 2.12-2.69: below the band (test_compiling_the_trainer says why)
+    ("hf_trainer", "launch_bound", "compile_ro"),
+    ("launch_bound", "small_batch", "batch_4x"),  # 4.00 against 3.46-4.72 per sample
 ]
 
 
@@ -88,6 +93,8 @@ MEASURED = {
         "host_sync": "remove_syncs",
         "fp32_compute": "bf16",
         "dataloader_stall": "workers",
+        "launch_bound": "compile_ro",
+        "small_batch": "batch_4x",
     },
     "timm_jpeg": {
         "host_sync": "remove_syncs",
@@ -95,13 +102,18 @@ MEASURED = {
         "fp32_compute": "bf16_channels_last",
         "dataloader_stall": "workers",
     },
-    "launch_bound": {"host_sync": "remove_syncs", "unfused_optimizer": "fused_optimizer"},
+    "launch_bound": {
+        "host_sync": "remove_syncs",
+        "unfused_optimizer": "fused_optimizer",
+        "small_batch": "batch_4x",
+    },
     "peft_lora": {"host_sync": "remove_syncs", "recompute_overhead": "no_checkpointing"},
     "lightning": {"unfused_optimizer": "fused_optimizer", "fp32_compute": "bf16_mixed"},
     "accelerate": {
         "host_sync": "remove_syncs",
         "unfused_optimizer": "fused_optimizer",
         "pageable_memcpy": "pin_nonblocking",
+        "launch_bound": "compile_ro",
     },
 }
 
@@ -131,23 +143,76 @@ def test_the_fixed_cause_is_gone_in_the_profiled_after(loop: str, fix: str, gone
     assert gone not in after or after[gone].severity == "info"
 
 
+LEVER_WITHIN = 0.10  # issue 37: the first finding is the largest measured lever, within 10%
+
+
 @pytest.mark.parametrize(
-    "loop, fid, fix",
+    "loop, fid, fix, largest",
     [
-        ("timm_jpeg", "dataloader_stall", "workers"),
-        ("peft_lora", "memory_headroom", "batch_4x"),
-        ("lightning", "memory_headroom", "batch_4x"),
+        ("timm_jpeg", "dataloader_stall", "workers", "workers"),
+        ("peft_lora", "memory_headroom", "batch_4x", "batch_4x"),
+        ("lightning", "memory_headroom", "batch_4x", "batch_4x"),
+        ("hf_trainer", "launch_bound", "compile_ro", "compile_ro"),  # 2.12-2.69; batch_4x 1.77
+        ("accelerate", "launch_bound", "compile_ro", "compile_ro"),  # 1.52-1.72; all 1.28
+        # the whole step as a CUDA graph (3.88-5.07) over the 4x batch (3.46-4.72): within 10%
+        # at the bands' highs (0.93) and middles (0.92), see test_the_batch_lever_...
+        ("launch_bound", "small_batch", "batch_4x", "cudagraph"),
     ],
 )
-def test_the_first_finding_is_the_largest_measured_lever(loop: str, fid: str, fix: str) -> None:
+def test_the_first_finding_is_the_largest_measured_lever(
+    loop: str, fid: str, fix: str, largest: str
+) -> None:
     a = analysis(f"{loop}.before.pt.trace.json.gz")
     assert a.findings[0].id == fid
     bands = json.loads((HERE / f"{loop}.truth.json").read_text())["speedup_band"]
     best = max((k for k in bands if k not in ("all", "baseline")), key=lambda k: bands[k]["high"])
-    assert best == fix
+    assert best == largest
+    assert bands[fix]["high"] >= (1 - LEVER_WITHIN) * bands[best]["high"], (bands[fix], best)
 
 
 # ---- the misses, each with its mechanism (benchmarks/RESULTS.md) ---------------------------
+
+
+def test_the_batch_lever_on_the_launch_bound_loop() -> None:
+    """small_batch ranks first (4.00x at 4x: the GPU's 2.8 ms a step, x4, stays under the
+    host's launch time, so the step keeps its length), and measured so: batch 64 took 0.85-1.16x
+    the step of batch 16 in the same process, 3.46-4.72x per sample. The whole step captured as
+    a CUDA graph measured 3.88-5.07x in the first pair of processes (A, B), so it is the largest
+    measured lever and the batch within 10% of it; the finding's own whole-step estimate (3.53x)
+    ranks it under the batch, which the two pairs of processes (their baselines at 25.0-32.2 and
+    33.9-37.6 ms) do not settle."""
+    f = finding("launch_bound", "small_batch")
+    assert f.what_if.multiplier == 4 and f.what_if.speedup == pytest.approx(4.0, rel=0.01)
+    assert f.evidence["gpu_busy_ns_per_step"] * 4 < 0.5 * f.what_if.step_time_ns
+    cfg = json.loads((HERE / "launch_bound.truth.json").read_text())["configs"]
+    grew = [cfg["batch_4x"][p]["step_ms_window_mean"] / cfg["baseline"][p]["step_ms_window_mean"]
+            for p in ("C", "D")]  # fmt: skip
+    assert all(0.8 < g < 1.2 for g in grew), grew
+    lo, hi = band("launch_bound", "batch_4x")
+    glo, ghi = band("launch_bound", "cudagraph")
+    assert hi < ghi and (lo + hi) / (glo + ghi) > 1 - LEVER_WITHIN
+    whole = finding("launch_bound", "launch_bound").evidence["what_if_whole_step"]
+    assert whole.speedup < f.what_if.speedup and within(whole.speedup, glo, ghi)
+
+
+def test_compiling_the_trainer() -> None:
+    """TrainingArguments(torch_compile=True, torch_compile_mode="reduce-overhead") measured
+    2.12-2.69x (11.4-16.0 ms a step); launch_bound predicts 1.74x (24.0 ms after): within 25%
+    of the band, under it. The step it starts from (41.8 ms) keeps the profiler's cost the
+    estimate does not take out (8.0-11.1 ms over the same processes' baselines), and the step
+    after keeps as much (8.1-12.6 ms over the compiled steps): that cost sits in the host work
+    the graphs do not replace (the Python collator, the optimizer, the Trainer's own), so it
+    is a constant in both and the ratio comes out low."""
+    truth = json.loads((HERE / "hf_trainer.truth.json").read_text())["configs"]
+    w = finding("hf_trainer", "launch_bound").what_if
+    lo, hi = band("hf_trainer", "compile_ro")
+    assert within(w.speedup, lo, hi) and w.speedup < lo
+    for p in ("C", "D"):  # the processes that ran the compiled loop, each with its baseline
+        before_ms = truth["baseline"][p]["step_ms_window_mean"]
+        after_ms = truth["compile_ro"][p]["step_ms_window_mean"]
+        left_before = w.step_time_ns / 1e6 - before_ms
+        left_after = w.step_time_after_ns / 1e6 - after_ms
+        assert left_before > 5 and left_after == pytest.approx(left_before, rel=0.2), p
 
 
 def test_cuda_graphs_on_the_launch_bound_loop() -> None:
@@ -286,8 +351,8 @@ def test_larger_batch_on_the_lora_loop() -> None:
 def test_unprofiled_step_estimate_against_the_measured_one() -> None:
     """The profiler's cost, read off the trace (the median no-work op per recorded event),
     against two measurements of the un-profiled step: the same process's 8 steps right before
-    the capture (what the trace's own process ran at), and the A/B processes (fresh processes,
-    10-37% apart from each other). Measured here so a better estimate shows."""
+    the capture (what the trace's own process ran at), and the fresh processes (A/B, and C/D
+    where a later call added a fix: 10-51% apart from each other). Measured here so a better estimate shows."""
     same, fresh = {}, {}
     for loop in MEASURED:
         truth = json.loads((HERE / f"{loop}.truth.json").read_text())
@@ -304,7 +369,9 @@ def test_unprofiled_step_estimate_against_the_measured_one() -> None:
     # (0.78); against the fresh processes' 40 steps 0.86: how often it comes 3 steps cannot say
     assert 0.75 < same["timm_jpeg"] < 0.8 and 0.85 < fresh["timm_jpeg"] < 1.1
     host_bound = ("hf_trainer", "launch_bound", "peft_lora", "lightning", "accelerate")
-    assert all(1.0 < fresh[x] < 1.65 for x in host_bound), fresh  # 1.17-1.58
+    # 1.08-1.42 over every fresh process; 1.17-1.58 over A and B alone (C and D, call 5, ran
+    # the launch-bound, Trainer and accelerate baselines at 23.5-37.6 ms, A and B at 19.3-32.2)
+    assert all(1.0 < fresh[x] < 1.65 for x in host_bound), fresh
 
 
 def test_step_time_variance_follows_its_cause() -> None:
