@@ -154,9 +154,7 @@ LEVER_WITHIN = 0.10  # issue 37: the first finding is the largest measured lever
         ("lightning", "memory_headroom", "batch_4x", "batch_4x"),
         ("hf_trainer", "launch_bound", "compile_ro", "compile_ro"),  # 2.12-2.69; batch_4x 1.77
         ("accelerate", "launch_bound", "compile_ro", "compile_ro"),  # 1.52-1.72; all 1.28
-        # the whole step as a CUDA graph (3.88-5.07) over the 4x batch (3.46-4.72): within 10%
-        # at the bands' highs (0.93) and middles (0.92), see test_the_batch_lever_...
-        ("launch_bound", "small_batch", "batch_4x", "cudagraph"),
+        # (the launch-bound loop: a miss, test_the_largest_lever_on_the_launch_bound_loop)
     ],
 )
 def test_the_first_finding_is_the_largest_measured_lever(
@@ -173,26 +171,51 @@ def test_the_first_finding_is_the_largest_measured_lever(
 # ---- the misses, each with its mechanism (benchmarks/RESULTS.md) ---------------------------
 
 
-def test_the_batch_lever_on_the_launch_bound_loop() -> None:
-    """small_batch ranks first (4.00x at 4x: the GPU's 2.8 ms a step, x4, stays under the
-    host's launch time, so the step keeps its length), and measured so: batch 64 took 0.85-1.16x
-    the step of batch 16 in the same process, 3.46-4.72x per sample. The whole step captured as
-    a CUDA graph measured 3.88-5.07x in the first pair of processes (A, B), so it is the largest
-    measured lever and the batch within 10% of it; the finding's own whole-step estimate (3.53x)
-    ranks it under the batch, which the two pairs of processes (their baselines at 25.0-32.2 and
-    33.9-37.6 ms) do not settle."""
-    f = finding("launch_bound", "small_batch")
-    assert f.what_if.multiplier == 4 and f.what_if.speedup == pytest.approx(4.0, rel=0.01)
-    assert f.evidence["gpu_busy_ns_per_step"] * 4 < 0.5 * f.what_if.step_time_ns
+def test_the_largest_lever_on_the_launch_bound_loop() -> None:
+    """A miss in the ranking, with its mechanism. Measured in the same two processes (E, F:
+    baselines 37.8 ms), the whole step as one CUDA graph ran in 6.44-6.52 ms (5.80-5.87x) and
+    the 4x batch 4.27-4.36x per sample (it took 0.85-1.16x the step in C and D: still launch-
+    bound, as small_batch says: the GPU's 2.8 ms a step, x4, stays under the host's time). The
+    finding that ranks first is small_batch (4.00x, right for its own fix); launch_bound ranks
+    lower because its saving rests on the recommended model-only capture (torch.compile
+    reduce-overhead: 1.54x, the optimizer eager and the loop's Python kept). Its upper estimate,
+    the whole step in one graph with no Python run inside it at replay, is 5.45x, 6.39 ms after
+    against the 6.44-6.52 measured: ranked by it, launch_bound would come first."""
     cfg = json.loads((HERE / "launch_bound.truth.json").read_text())["configs"]
+    per = {
+        fix: [cfg["baseline"][p]["per_sample_ms"] / cfg[fix][p]["per_sample_ms"] for p in "EF"]
+        for fix in ("cudagraph", "batch_4x")
+    }
+    assert min(per["cudagraph"]) > 1.3 * max(per["batch_4x"])  # the whole-step graph is larger
     grew = [cfg["batch_4x"][p]["step_ms_window_mean"] / cfg["baseline"][p]["step_ms_window_mean"]
-            for p in ("C", "D")]  # fmt: skip
+            for p in "CDEF"]  # fmt: skip
     assert all(0.8 < g < 1.2 for g in grew), grew
-    lo, hi = band("launch_bound", "batch_4x")
-    glo, ghi = band("launch_bound", "cudagraph")
-    assert hi < ghi and (lo + hi) / (glo + ghi) > 1 - LEVER_WITHIN
-    whole = finding("launch_bound", "launch_bound").evidence["what_if_whole_step"]
-    assert whole.speedup < f.what_if.speedup and within(whole.speedup, glo, ghi)
+    a = analysis("launch_bound.before.pt.trace.json.gz")
+    assert a.findings[0].id == "small_batch"
+    small = a.findings[0].what_if
+    assert small.multiplier == 4 and within(
+        small.speedup, min(per["batch_4x"]), max(per["batch_4x"])
+    )
+    f = finding("launch_bound", "launch_bound")
+    whole = f.evidence["what_if_whole_step"]
+    assert f.what_if.speedup < small.speedup < whole.speedup
+    measured_after_ms = [cfg["cudagraph"][p]["step_ms_window_mean"] for p in "EF"]
+    assert whole.step_time_after_ns / 1e6 == pytest.approx(min(measured_after_ms), rel=0.10)
+
+
+def test_the_compiled_loops_profiled_after() -> None:
+    """Profiled after compile_ro (call 6): on accelerate launch_bound falls to low (1.04x, from
+    1.69x HIGH); on the Trainer it falls from 1.74x HIGH to a 1.12x remainder (the eager
+    optimizer and the Trainer's own host work), and the loader the compiled step now waits for
+    comes first (its un-profiled step 14.3 ms against 15.7 measured in that process)."""
+    acc = {f.id: f for f in analysis("accelerate.compile_ro.after.pt.trace.json.gz").findings}
+    assert acc["launch_bound"].severity in ("low", "info")
+    assert acc["launch_bound"].what_if.speedup < 1.10
+    hf = analysis("hf_trainer.compile_ro.after.pt.trace.json.gz")
+    assert hf.findings[0].id == "dataloader_stall"
+    left = next(f for f in hf.findings if f.id == "launch_bound").what_if
+    before = finding("hf_trainer", "launch_bound").what_if
+    assert left.speedup < 1.15 < 1.5 < before.speedup
 
 
 def test_compiling_the_trainer() -> None:
@@ -216,15 +239,15 @@ def test_compiling_the_trainer() -> None:
 
 
 def test_cuda_graphs_on_the_launch_bound_loop() -> None:
-    """The recorded fix captured the whole step, optimizer included: 3.88-5.07x. The finding's
-    saving rests on the recommended model-only capture (torch.compile reduce-overhead: the
-    optimizer eager, 1.61x); its evidence gives the whole step's capture as the upper estimate
-    (3.26x), which the measurement bears out within 25%: the range the trace cannot narrow."""
+    """The recorded fix captured the whole step, optimizer included: 3.88-5.87x over four
+    processes. The finding's saving rests on the recommended model-only capture (torch.compile
+    reduce-overhead: the optimizer eager, 1.54x); its evidence gives the whole step's capture
+    as the upper estimate (5.45x), within the band: the range the trace cannot narrow."""
     lo, hi = band("launch_bound", "cudagraph")
     f = finding("launch_bound", "launch_bound")
     whole = f.evidence["what_if_whole_step"]
     assert f.what_if.speedup < whole.speedup
-    assert within(whole.speedup, lo, hi), (whole.speedup, lo, hi)
+    assert lo <= whole.speedup <= hi, (whole.speedup, lo, hi)
 
 
 def test_compiling_the_lightning_loop() -> None:
