@@ -671,3 +671,21 @@ def test_a_cold_first_launch_is_not_priced_as_a_saving():
     assert r.unprofiled_step_ns == 988 * US
     w = r.what_if["cuda_graphs"]
     assert (w.step_time_ns, w.step_time_after_ns) == (988 * US, 938 * US)
+
+
+def test_first_launches_in_every_step_are_the_loops_own_cost():
+    """New kernels every step (a new shape each time): each step's first launch of its own
+    kernel takes 1500 us. That is no first pass but a cost every step pays: nothing is warmed
+    and the un-profiled step keeps it."""
+    ev = Events()
+    for s in range(3):
+        t0 = 3000 * s
+        ev.step(s + 1, t0, 2500)
+        ev.kernel(f"new{s}", t0 + 1510, 2, launch_us=t0, launch_dur_us=1500)
+        for i in range(1, 10):
+            ev.kernel(
+                f"k{i}", t0 + 1500 + 100 * i + 5, 2, launch_us=t0 + 1500 + 100 * i, launch_dur_us=8
+            )
+    r = analyze_trace(ev.trace()).results.replay
+    assert (r.warmed_calls, r.warmed_ns) == (0, 0)
+    assert r.unprofiled_step_ns is not None and r.unprofiled_step_ns > 2000 * US
