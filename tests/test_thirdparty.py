@@ -261,7 +261,8 @@ def test_compiling_the_lightning_loop() -> None:
     assert min(after_ms) * (1 - TOLERANCE) <= w.step_time_after_ns / 1e6 <= max(after_ms)
     lo, hi = band("lightning", "compile")
     assert w.speedup > (1 + TOLERANCE) * hi
-    before_ms = [v["step_ms_window_mean"] for v in base["baseline"].values()]
+    # the baselines of the processes that ran the compile (A, B)
+    before_ms = [base["baseline"][p]["step_ms_window_mean"] for p in base["compile"]]
     assert w.step_time_ns / 1e6 > 1.2 * max(before_ms)
 
 
