@@ -131,19 +131,24 @@ def remove_syncs_at(calls: pl.DataFrame) -> Transform:
     syncs, say): those that waited for the GPU return at once, the others still wait."""
 
     def transform(model: StepModel) -> StepModel | None:
-        keys = calls.select(pl.col("tid").cast(pl.Int64), pl.col("start_ns").cast(pl.Int64))
-        hit = (
-            model.host.select(pl.col("tid").cast(pl.Int64), "start_ns")
-            .with_row_index("_n")
-            .join(keys.unique(), on=["tid", "start_ns"])
-            .get_column("_n")
-        )
+        hit = _host_rows_of(model, calls)
         which = (pl.int_range(pl.len()).is_in(hit.implode())) & (pl.col("wait") != WAIT_NONE)
         if not model.host.select(which.any()).item():
             return None
         return _host_blocks_off(model, which)
 
     return Transform("remove_syncs_at", transform)
+
+
+def _host_rows_of(model: StepModel, calls: pl.DataFrame) -> pl.Series:
+    """The host nodes (row numbers) that are ``calls`` (tid, start_ns: calls of the trace)."""
+    keys = calls.select(pl.col("tid").cast(pl.Int64), pl.col("start_ns").cast(pl.Int64)).unique()
+    return (
+        model.host.select(pl.col("tid").cast(pl.Int64), "start_ns")
+        .with_row_index("_n")
+        .join(keys, on=["tid", "start_ns"])
+        .get_column("_n")
+    )
 
 
 def pinned_copies(model: StepModel) -> StepModel | None:
@@ -237,12 +242,8 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
         # eager call (a wait, the loader), is the loop's own and stays. Measured on the
         # launch-bound loop: 4.0 ms a step of Python between its captured calls, and the
         # whole-step graph ran in 6.4-6.5 ms against 37.8 (benchmarks/RESULTS.md).
-        inside = (
-            captured
-            & captured.shift(1).over("tid").fill_null(False)
-            & (pl.col("step") == pl.col("step").shift(1).over("tid"))
-            & ~first
-        )
+        # (not a step's first call: the thread's previous call is in the same step)
+        inside = captured & captured.shift(1).over("tid").fill_null(False) & ~first
         kept = (
             pl.when(inside)
             .then((pl.col("gap_ops_ns") - dispatch).clip(0) + pl.col("gap_dataloader_ns"))
@@ -639,13 +640,7 @@ def warmed(model: StepModel, calls: pl.DataFrame) -> tuple[StepModel, int, int]:
     h = model.host
     if calls.height == 0 or h.height == 0:
         return model, 0, 0
-    keys = calls.select(pl.col("tid").cast(pl.Int64), pl.col("start_ns").cast(pl.Int64)).unique()
-    hit = (
-        h.select(pl.col("tid").cast(pl.Int64), "start_ns")
-        .with_row_index("_n")
-        .join(keys, on=["tid", "start_ns"])
-        .get_column("_n")
-    )
+    hit = _host_rows_of(model, calls)
     if hit.len() == 0:
         return model, 0, 0
     # in most steps they are no first pass but the loop's own (new shapes every step: kernels
@@ -659,17 +654,17 @@ def warmed(model: StepModel, calls: pl.DataFrame) -> tuple[StepModel, int, int]:
     usual = pl.coalesce(others.over("tid", "is_launch"), others.over("is_launch"), 0).cast(pl.Int64)
     after = pl.when(once).then(pl.min_horizontal("dur_ns", usual)).otherwise(pl.col("dur_ns"))
     h2 = h.with_columns(after.alias("dur_ns"))
-    saved = (h.get_column("dur_ns") - h2.get_column("dur_ns")).rename("_saved")
+    saved = h.get_column("dur_ns") - h2.get_column("dur_ns")
     n = int(h.select(once.sum()).item())
     # the work such a call launched could not start before the call returned (the module
     # loaded): the replay holds that as the op's own gap, which goes with the call's time
     g = model.gpu
     if g.height:
         launch = g.get_column("launch")
-        by_launch = saved.gather(launch.clip(0, h.height - 1)).to_frame()
+        by_launch = saved.gather(launch.clip(0, h.height - 1))
         g = g.with_columns(
             pl.when(launch >= 0)
-            .then(pl.col("gap_ns") - pl.min_horizontal("gap_ns", by_launch.get_column("_saved")))
+            .then(pl.col("gap_ns") - pl.min_horizontal("gap_ns", by_launch))
             .otherwise(pl.col("gap_ns"))
             .alias("gap_ns")
         )
