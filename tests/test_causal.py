@@ -62,6 +62,11 @@ def every_transform(model: StepModel) -> list[transforms.Transform]:
         transforms.gpu_work_scaled(2.0),
         transforms.scaled_kernels(some),
         transforms.remove_syncs_at(model.host.select("tid", "start_ns").head(50)),
+        transforms.host_time_cut(
+            model.host.select(
+                "tid", (pl.col("start_ns") - 1).alias("end_ns"), pl.lit(1_000).alias("saved_ns")
+            ).head(50)
+        ),
     ]
 
 

@@ -198,8 +198,8 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
             "what_if",
             metavar="ID[,ID...]",
             help="Also replay these findings' fixes together (finding ids, comma-separated; "
-            "memory_headroom@K or small_batch@K: the larger batch at K x): details.what_if.selected and a "
-            "summary line.",
+            "memory_headroom@K or small_batch@K: the larger batch at K x; launch_bound@whole_step: the "
+            "whole step in one CUDA graph): details.what_if.selected and a summary line.",
         ),
         click.option(
             "--replay/--no-replay",

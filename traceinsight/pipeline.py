@@ -130,13 +130,16 @@ def analyze_trace(
 def _selected(results: Results, findings: list[Finding], ids: tuple[str, ...]) -> SelectedFixes:
     """``--what-if``: the chosen findings' fixes replayed together, and which of them this
     trace did not raise or has no fix to replay for. ``ID@K`` picks the batch multiplier K
-    of a larger-batch fix (memory_headroom, small_batch) in place of the recommended one."""
+    of a larger-batch fix (memory_headroom, small_batch) in place of the recommended one;
+    ``ID@NAME`` another fix the finding prices (its ``evidence.what_if_NAME``:
+    ``launch_bound@whole_step``, the whole step in one CUDA graph)."""
     chosen, by_id = [], {f.id: f for f in findings}
     for raw in ids:
         fid, _, k = raw.partition("@")
         f = by_id.get(fid)
         if f is not None and k:
-            f = _at_multiplier(f, k)
+            batch = f.what_if is not None and f.what_if.multiplier is not None
+            f = _at_multiplier(f, k) if k.isdigit() or batch else _at_variant(f, k)
         chosen.append((raw, fid, f))
     not_raised = tuple(raw for raw, _, f in chosen if f is None)
     no_fix = tuple(
@@ -149,6 +152,18 @@ def _selected(results: Results, findings: list[Finding], ids: tuple[str, ...]) -
     if w is None and rp is not None and rp.unprofiled_step_ns is not None:
         w = WhatIf.unchanged(rp.unprofiled_step_ns)  # nothing chosen changes the model
     return SelectedFixes(ids, w, not_raised, no_fix)
+
+
+def _at_variant(f: Finding, name: str) -> Finding:
+    """The finding with the other fix its evidence prices (``what_if_<name>``) as its fix."""
+    w = f.evidence.get(f"what_if_{name}")
+    if not isinstance(w, WhatIf) or w.transform is None:
+        known = sorted(k[len("what_if_") :] for k in f.evidence if k.startswith("what_if_"))
+        raise InputError(
+            f"--what-if {f.id}@{name}: {f.id} prices no fix named {name!r} on this trace"
+            + (f" (it prices: {', '.join(known)})" if known else "")
+        )
+    return replace(f, what_if=w)
 
 
 def _at_multiplier(f: Finding, k: str) -> Finding:

@@ -17,6 +17,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.copies import CopyResult, analyze_copies
 from traceinsight.analyzers.efficiency import EfficiencyResult, analyze_efficiency
 from traceinsight.analyzers.health import HealthResult, analyze_health
+from traceinsight.analyzers.host_ops import HostOpsResult, analyze_host_ops
 from traceinsight.analyzers.idle import IdleResult, analyze_idle
 from traceinsight.analyzers.kernels import KernelResult, analyze_kernels
 from traceinsight.analyzers.launch import LaunchResult, analyze_launch
@@ -50,6 +51,7 @@ class Results:
     regions: RegionResult  # after the others: it places the idle segments (see run_analyzers)
     memory: MemoryResult  # derived too: its batch what-ifs replay the step model
     efficiency: EfficiencyResult  # FLOPs, MFU, roofline, GEMM shapes, occupancy (derived)
+    host_ops: HostOpsResult  # CPU copies far below the host's speed (derived: its what-if)
 
     def metrics(self) -> dict[str, Any]:
         """The headline numbers (documented one by one in docs/METRICS.md)."""
@@ -140,6 +142,7 @@ DERIVED: dict[str, Callable[[Context, dict[str, Any]], Any]] = {
     # the replay is waited for only where it is read: the rest runs while the replay does
     "memory": lambda ctx, done: analyze_memory(ctx, lambda: done["replay"]),
     "efficiency": lambda ctx, done: analyze_efficiency(ctx, done["steps"], lambda: done["replay"]),
+    "host_ops": lambda ctx, done: analyze_host_ops(ctx, done["replay"]),
 }
 
 
@@ -164,9 +167,15 @@ SCHEDULE = (
     "syncs",
     "recompute",
     "sources",
+    "host_ops",
 )
 # what each derived analyzer reads (the lambdas above)
-DERIVED_READS = {"regions": ("idle",), "memory": ("replay",), "efficiency": ("steps", "replay")}
+DERIVED_READS = {
+    "regions": ("idle",),
+    "memory": ("replay",),
+    "efficiency": ("steps", "replay"),
+    "host_ops": ("replay",),
+}
 
 
 class _Pending(dict):  # type: ignore[type-arg]

@@ -722,3 +722,46 @@ def scaled_kernels(keys: pl.DataFrame) -> Transform:
         return model.with_gpu(g)
 
     return Transform("scaled_kernels", transform, gpu_reads=frozenset({"device"}))
+
+
+def host_time_cut(cuts: pl.DataFrame) -> Transform:
+    """A transform: host work that took ``saved_ns`` too long (``cuts``: tid, end_ns, saved_ns;
+    an op that ended at ``end_ns`` on thread ``tid``) takes that much less; it lies in the gap
+    before the thread's next call, which shrinks by it (its sub-gaps in proportion). The rest
+    of the step is kept: what the freed host time lets the GPU do, the replay says."""
+
+    def transform(model: StepModel) -> StepModel | None:
+        h = model.host
+        if h.height == 0 or cuts.height == 0:
+            return None
+        nodes = h.select(pl.col("tid").cast(pl.Int64), "start_ns").with_row_index("_n")
+        hit = (
+            cuts.select(pl.col("tid").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64), "saved_ns")
+            .sort("end_ns")
+            .join_asof(
+                nodes.sort("start_ns"),
+                left_on="end_ns",
+                right_on="start_ns",
+                by="tid",
+                strategy="forward",
+                check_sortedness=False,  # both sorted by time: within each thread too
+            )
+            .drop_nulls("_n")
+            .group_by("_n")
+            .agg(pl.col("saved_ns").sum())
+        )
+        if hit.height == 0:
+            return None
+        saved = (
+            pl.DataFrame({"_n": pl.int_range(h.height, eager=True).cast(pl.UInt32)})
+            .join(hit, on="_n", how="left")
+            .sort("_n")
+            .get_column("saved_ns")
+            .fill_null(0)
+        )
+        gap_after = (pl.col("gap_ns") - pl.lit(saved)).clip(0)
+        keep = pl.when(pl.col("gap_ns") > 0).then(gap_after / pl.col("gap_ns")).otherwise(1.0)
+        out = h.with_columns((pl.col(c) * keep).cast(pl.Int64).alias(c) for c in SUBGAPS)
+        return model.with_host(out.with_columns(gap_after.cast(pl.Int64).alias("gap_ns")))
+
+    return Transform("host_time_cut", transform, host_reads=frozenset(SUBGAPS))

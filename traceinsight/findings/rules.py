@@ -1051,6 +1051,57 @@ def graph_capture(x: RuleInput) -> Draft | None:
     )
 
 
+def host_contention_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    """The contended copies at a low rate for one core (analyzers/host_ops.py), replayed."""
+    w = r.host_ops.what_if
+    return w, None if w is not None else "no step model: the saving is the copies' time"
+
+
+@rule(
+    "host_thread_contention",
+    advice={"cuda_app": None},  # ATen's CPU ops: a PyTorch trace
+    estimate=host_contention_what_if,
+    recommendation="CPU copies run at a hundredth of what one core copies: the intra-op thread "
+    "pool does not get the cores. Give it fewer threads than free cores: OMP_NUM_THREADS=1 (or "
+    "torch.set_num_threads(k), k at most the cores per process over 1 + DataLoader workers); "
+    "after torch.compile in a process that found a warm inductor cache, "
+    "TORCHINDUCTOR_COMPILE_THREADS=1; and look for other processes on the same cores "
+    "(taskset/numactl per rank).",
+    snippet=(
+        "# before torch is imported (or: torch.set_num_threads(1) at the start)\n"
+        "import os\n"
+        'os.environ.setdefault("OMP_NUM_THREADS", "1")\n'
+        'os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")  # with torch.compile\n'
+        "import torch"
+    ),
+    thresholds={"host_contention_min_ratio": 0.05},
+)
+def host_thread_contention(x: RuleInput) -> Draft | None:
+    h = x.r.host_ops
+    ratio = h.contended_ratio
+    if not h.contended or ratio is None or ratio < x.t["host_contention_min_ratio"]:
+        return None
+    top = h.contended[0]
+    return Draft(
+        h.contended_ns,
+        f"Host threads contend: {top.name} copied {fmt_num(top.bytes_per_call / 2**20)} MiB in "
+        f"{fmt_ms(top.dur_ns / top.count)} ({fmt_num(top.bytes_per_s / 2**20)} MiB/s, where one "
+        f"core copies GB/s): {fmt_pct(ratio)} of the window in such copies",
+        {
+            "contended_ns": h.contended_ns,
+            "contended_ratio": ratio,
+            "ops": list(h.contended),
+            "assumed_bytes_per_s": h.assumed_bytes_per_s,
+            "what_if": h.what_if,
+            # the copies at a fast core's rate: the upper end of the range
+            "what_if_upper": h.what_if_upper,
+            "assumes": "the copies at 2 GB/s once their threads get cores (20 GB/s: the upper "
+            "end); the rest of the host's work as recorded, though contention may slow it too: "
+            "the saving can be larger",
+        },
+    )
+
+
 # causes whose finding is checked after gpu_underutilized (the memory rules): their idle is
 # explained all the same
 LATER_CAUSES = ("allocator",)

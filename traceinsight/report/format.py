@@ -67,9 +67,18 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
         if replay.get("step_statistic") == "mean"
         else f"the profiled step as recorded, median {fmt_ns(profiled)},"
     )
+    low = replay.get("unprofiled_step_low_ns")
+    # the profiler's cost per event varies between processes: the trace cannot pin the step
+    # closer than this (analyzers/replay.py PROFILER_COST_HIGH_FACTOR)
+    span = (
+        f"; as low as {fmt_ns(low)} where the profiler cost this process twice what the trace's "
+        "no-work ops show"
+        if low is not None and low < 0.98 * unprofiled
+        else ""
+    )
     return (
         f"Predicted savings and speedups are {per_step(doc)} and apply to the un-profiled step, "
-        f"{fmt_ns(unprofiled)} ({how} less the profiler's own cost)."
+        f"{fmt_ns(unprofiled)} ({how} less the profiler's own cost{span})."
     )
 
 
