@@ -5,9 +5,9 @@ intra-op thread pool contends with other threads or processes for the cores.
 
 Measured on the H200 (fixtures/h200/thirdparty/README.md, calls 8-10): Lightning's loop
 compiled with ``mode="reduce-overhead"`` against a warm inductor cache collated each 6 MB batch
-in 240-280 ms (a torch.stack timed alone in the same process: 144-242 ms; 0.8-1.3 ms in the
-processes that ran fast), every step; OMP_NUM_THREADS=1 or TORCHINDUCTOR_COMPILE_THREADS=1 gave
-6.2-6.5 ms steps.
+in 250 ms, every step (222-257 ms steps; a 6 MB torch.stack timed alone in such a process 144-242
+ms, 0.6-1.3 ms in the processes that ran fast); OMP_NUM_THREADS=1 or
+TORCHINDUCTOR_COMPILE_THREADS=1 gave 6.2-6.5 ms steps.
 """
 
 from __future__ import annotations

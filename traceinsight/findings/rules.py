@@ -1054,7 +1054,8 @@ def graph_capture(x: RuleInput) -> Draft | None:
 def host_contention_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     """The contended copies at a low rate for one core (analyzers/host_ops.py), replayed."""
     w = r.host_ops.what_if
-    return w, None if w is not None else "no step model: the saving is the copies' time"
+    why = "no step model, or no host call after the copies on their thread: the copies' time"
+    return w, None if w is not None else why
 
 
 @rule(
