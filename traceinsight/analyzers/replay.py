@@ -163,6 +163,10 @@ class ReplayResult:
     model: StepModel | None = field(
         default=None, repr=False, compare=False, metadata={"json": False}
     )
+    # the model with the profiler's cost per event PROFILER_COST_HIGH_FACTOR times as high
+    model_low: StepModel | None = field(
+        default=None, repr=False, compare=False, metadata={"json": False}
+    )
 
     def predict(self, transform: Callable[[StepModel], StepModel | None]) -> WhatIf | None:
         """``transform`` applied to the un-profiled model and replayed, or None where it
@@ -176,6 +180,21 @@ class ReplayResult:
             self.unprofiled_step_ns, step_ns(changed, replay(changed), self.step_statistic)
         )
         return w.of_transform(transform) if w is not None else None
+
+    def speedup_low(self, w: WhatIf) -> float | None:
+        """``w``'s transform replayed from the un-profiled step's low end (per the original
+        batch's samples for a larger batch): the speedup where the profiler cost twice what the
+        trace shows. None without that model or a transform."""
+        low = self.unprofiled_step_low_ns
+        if self.model_low is None or low is None or w.transform is None:
+            return None
+        changed = w.transform(self.model_low)
+        if changed is None:
+            return None
+        after = step_ns(changed, replay(changed), self.step_statistic)
+        if after is None or after <= 0:
+            return None
+        return low / (after / w.multiplier if w.multiplier else after)
 
 
 def profiler_ns_per_event(ctx: Context) -> int:
@@ -241,7 +260,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     durations = step_times_ns(bare, bare_replay)
     statistic = step_statistic(bare, durations)
     unprofiled = statistic_of(steady_step_times_ns(bare, bare_replay), statistic)
-    low = None
+    low, dearer = None, None
     if per_event and unprofiled is not None:
         dearer = whatif.without_profiler(model, PROFILER_COST_HIGH_FACTOR * per_event)
         dearer = whatif.warmed(dearer, once)[0]
@@ -304,6 +323,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         wait_moves=moves,
         unpriced=unpriced,
         model=bare,
+        model_low=dearer,
     )
 
 

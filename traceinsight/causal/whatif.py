@@ -18,7 +18,8 @@ from traceinsight.records import OMIT_NONE
 class WhatIf:
     """``step_time_ns``: the step the prediction starts from (the un-profiled model's median
     step); ``step_time_after_ns``: after the change (per the original batch's samples for a
-    larger batch); ``speedup``: their ratio (None where the step would take no time).
+    larger batch); ``speedup``: their ratio (None where the step would take no time);
+    ``speedup_low``: the same change from the un-profiled step's low end.
     ``transforms``: the transforms replayed together (a combined what-if); ``multiplier`` and
     ``batch_step_time_after_ns``: the larger batch's factor and its own step."""
 
@@ -28,6 +29,10 @@ class WhatIf:
     transforms: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
     multiplier: int | None = field(default=None, metadata=OMIT_NONE)
     batch_step_time_after_ns: int | None = field(default=None, metadata=OMIT_NONE)
+    # the speedup with the profiler's cost per event twice what the trace shows (the low end
+    # of the un-profiled step, analyzers/replay.py): the other end of the range the trace
+    # leaves; set for the findings' replayed fixes
+    speedup_low: float | None = field(default=None, compare=False, metadata=OMIT_NONE)
     # the change of the model it replayed (causal/transforms.py Transform; None where it came
     # from no replay): what a combined what-if applies together with others
     transform: Any = field(default=None, compare=False, repr=False, metadata={"json": False})

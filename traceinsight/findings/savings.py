@@ -97,6 +97,10 @@ def with_savings(
                 evidence["what_if_lower_bound"] = True
         if rule.per_site and evidence.get("sources"):
             evidence["sources"] = _per_site(r, evidence["sources"])
+        if r.replay is not None and (rule.fix is not None or w.multiplier is not None):
+            # the other end of the range the trace leaves: the fix from the un-profiled step's
+            # low end (an estimate's own arithmetic, the loader's plan, is not a replay of it)
+            w = replace(w, speedup_low=r.replay.speedup_low(w))
         out.append(
             replace(
                 f,

@@ -193,9 +193,16 @@ def _saving(w: dict[str, Any], per: str = "per step") -> str:
     as the causal model predicts."""
     before, after = w["step_time_ns"], w["step_time_after_ns"]
     speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
+    low = w.get("speedup_low")
+    # the range the profiler's unknown cost leaves, where it moves the prediction
+    other = (
+        f"; {low:.2f}x were the profiler's cost twice what the trace shows"
+        if low and w.get("speedup") and abs(low / w["speedup"] - 1) > 0.05
+        else ""
+    )
     return (
         f"saves {fmt_ms(saving_per_step_ns(w))} {per} "
-        f"(un-profiled step {fmt_ms(before)} -> {fmt_ms(after)}, {speedup} predicted)"
+        f"(un-profiled step {fmt_ms(before)} -> {fmt_ms(after)}, {speedup} predicted{other})"
     )
 
 
