@@ -22,6 +22,7 @@ from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as tf
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.classify import API_KINDS
+from traceinsight.model.flops import DTYPE_BYTES
 
 # ATen ops that only move memory, in order (gathers read at random, slower by nature: left out)
 COPY_OPS = r"^aten::(cat|stack|copy_|clone|_to_copy|contiguous)$"
@@ -33,20 +34,6 @@ CONTENDED_MAX_BYTES_PER_NS = 0.25
 # overstated (at 20 GB/s the ops would take a tenth of that: both in the evidence)
 HEALTHY_BYTES_PER_NS = 2.0
 HEALTHY_MAX_BYTES_PER_NS = 20.0
-
-ELEMENT_BYTES = {
-    "double": 8,
-    "long int": 8,
-    "c10::complex<float>": 8,
-    "float": 4,
-    "int": 4,
-    "c10::Half": 2,
-    "c10::BFloat16": 2,
-    "short int": 2,
-    "unsigned char": 1,
-    "signed char": 1,
-    "bool": 1,
-}
 
 
 @dataclass(frozen=True)
@@ -91,7 +78,7 @@ def _tensor_bytes(dims: list, types: list) -> int | None:
     """The bytes of the tensors among recorded inputs (None: no tensor with a known type)."""
     total, seen = 0, False
     for d, t in zip(dims, types, strict=False):
-        size = ELEMENT_BYTES.get(t) if isinstance(t, str) else None
+        size = DTYPE_BYTES.get(t) if isinstance(t, str) else None
         if size is None or not isinstance(d, list) or not d:
             continue
         n = 1
