@@ -33,7 +33,8 @@ FIX_OF = {
 APPLIED = {
     "hf_trainer": ["host_sync,dataloader_stall,fp32_compute,small_batch@4"],
     "timm_jpeg": ["dataloader_stall,pageable_memcpy,fp32_compute,host_sync"],
-    "launch_bound": ["launch_bound,unfused_optimizer,host_sync"],
+    # the recorded "all" captured the whole step: the finding's whole-step fix
+    "launch_bound": ["launch_bound@whole_step,unfused_optimizer,host_sync"],
     "peft_lora": ["memory_headroom@4,recompute_overhead,host_sync"],
     "lightning": ["memory_headroom@4,launch_bound,fp32_compute,unfused_optimizer"],
 }
@@ -55,8 +56,8 @@ def rows(loop: str) -> list[dict]:
             fix = "workers"
         if f.id == "launch_bound" and loop == "lightning":
             fix = "compile"  # default torch.compile: what the recording applied
-        if f.id == "launch_bound" and loop in ("hf_trainer", "accelerate"):
-            fix = "compile_ro"  # torch.compile mode reduce-overhead (call 5)
+        if f.id == "launch_bound" and loop in ("hf_trainer", "accelerate", "launch_bound"):
+            fix = "compile_ro"  # torch.compile mode reduce-overhead (calls 5 and 13)
         if fix not in band:
             fix = next((k for k in band if k.startswith(fix or "-")), fix)
         m = band.get(fix)

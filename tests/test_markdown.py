@@ -76,7 +76,7 @@ def test_findings_table_and_first_finding(sync_doc):
             assert row[5] == f"{w['speedup']:.2f}x"
     # launch_bound's CUDA-graph fix: 2.89 -> 0.98 ms un-profiled, 2.96x
     row = next(r for r in table[1:] if r[2].startswith("**launch_bound**"))
-    assert row[3:] == ["1.91 ms", "2.89 ms → 0.98 ms", "2.96x"]
+    assert row[3:] == ["1.92 ms", "2.89 ms → 0.98 ms", "2.96x"]
     fences = [t for t in tokens if t.type == "fence"]
     assert len(fences) == 1 and fences[0].info == "python"
     assert fences[0].content.rstrip("\n") == findings[0]["snippet"].rstrip("\n")

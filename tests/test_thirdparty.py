@@ -71,6 +71,8 @@ HOLDS = [
     # 1.74 against 2.12-2.69: below the band (test_compiling_the_trainer says why)
     ("hf_trainer", "launch_bound", "compile_ro"),
     ("launch_bound", "small_batch", "batch_4x"),  # 4.00 against 3.46-4.72 per sample
+    # the model under torch.compile reduce-overhead, the optimizer eager (G, H: call 13)
+    ("launch_bound", "launch_bound", "compile_ro"),  # 1.54 against 1.49-2.36
 ]
 
 
@@ -107,6 +109,7 @@ MEASURED = {
         "host_sync": "remove_syncs",
         "unfused_optimizer": "fused_optimizer",
         "small_batch": "batch_4x",
+        "launch_bound": "compile_ro",
     },
     "peft_lora": {"host_sync": "remove_syncs", "recompute_overhead": "no_checkpointing"},
     "lightning": {"unfused_optimizer": "fused_optimizer", "fp32_compute": "bf16_mixed"},
@@ -179,9 +182,10 @@ def test_the_largest_lever_on_the_launch_bound_loop() -> None:
     bound, as small_batch says: the GPU's 2.8 ms a step, x4, stays under the host's time). The
     finding that ranks first is small_batch (4.00x, right for its own fix); launch_bound ranks
     lower because its saving rests on the recommended model-only capture (torch.compile
-    reduce-overhead: 1.54x, the optimizer eager and the loop's Python kept). Its upper estimate,
-    the whole step in one graph with no Python run inside it at replay, is 5.45x, 6.39 ms after
-    against the 6.44-6.52 measured: ranked by it, launch_bound would come first."""
+    reduce-overhead: 1.54x, the optimizer eager and the loop's Python kept; measured 1.49-2.36x
+    in processes G and H). Its other priced fix, the whole step in one graph (a replay runs the
+    kernels alone), is 5.54x, 6.29 ms after against the 6.44-6.52 measured: ranked by it,
+    launch_bound would come first."""
     cfg = json.loads((HERE / "launch_bound.truth.json").read_text())["configs"]
     per = {
         fix: [cfg["baseline"][p]["per_sample_ms"] / cfg[fix][p]["per_sample_ms"] for p in "EF"]
@@ -206,12 +210,17 @@ def test_the_largest_lever_on_the_launch_bound_loop() -> None:
 
 def test_the_compiled_loops_profiled_after() -> None:
     """Profiled after compile_ro (call 6): on accelerate launch_bound falls to low (1.04x, from
-    1.69x HIGH); on the Trainer it falls from 1.74x HIGH to a 1.12x remainder (the eager
+    1.69x HIGH), as on the launch-bound loop (1.07x from 1.54x HIGH; the per-parameter optimizer,
+    eager, is its second finding); on the Trainer it falls from 1.74x HIGH to a 1.12x remainder (the eager
     optimizer and the Trainer's own host work), and the loader the compiled step now waits for
     comes first (its un-profiled step 14.3 ms against 15.7 measured in that process)."""
-    acc = {f.id: f for f in analysis("accelerate.compile_ro.after.pt.trace.json.gz").findings}
-    assert acc["launch_bound"].severity in ("low", "info")
-    assert acc["launch_bound"].what_if.speedup < 1.10
+    for name in ("accelerate", "launch_bound"):  # the launch-bound loop: call 13
+        after = {f.id: f for f in analysis(f"{name}.compile_ro.after.pt.trace.json.gz").findings}
+        assert after["launch_bound"].severity in ("low", "info")
+        assert after["launch_bound"].what_if.speedup < 1.10
+    # what the compiled model leaves on the launch-bound loop: its eager per-parameter AdamW
+    left = analysis("launch_bound.compile_ro.after.pt.trace.json.gz").findings
+    assert "unfused_optimizer" in [f.id for f in left[:2]]
     hf = analysis("hf_trainer.compile_ro.after.pt.trace.json.gz")
     assert hf.findings[0].id == "dataloader_stall"
     left = next(f for f in hf.findings if f.id == "launch_bound").what_if
@@ -242,8 +251,8 @@ def test_compiling_the_trainer() -> None:
 def test_cuda_graphs_on_the_launch_bound_loop() -> None:
     """The recorded fix captured the whole step, optimizer included: 3.88-5.87x over four
     processes. The finding's saving rests on the recommended model-only capture (torch.compile
-    reduce-overhead: the optimizer eager, 1.54x); its evidence gives the whole step's capture
-    as the upper estimate (5.45x), within the band: the range the trace cannot narrow."""
+    reduce-overhead: the optimizer eager, 1.54x; measured 1.49-2.36x); its evidence prices the
+    whole step's capture as its other fix (5.54x), within the band."""
     lo, hi = band("launch_bound", "cudagraph")
     f = finding("launch_bound", "launch_bound")
     whole = f.evidence["what_if_whole_step"]
@@ -294,20 +303,46 @@ def test_what_if_of_the_applied_set_within_the_measured_all(loop: str) -> None:
 def test_the_applied_set_of_the_launch_bound_loop_names_its_capture() -> None:
     """The launch-bound loop's recorded "all" captured the whole step in one CUDA graph with the
     fused optimizer and no syncs (14.45-18.55x). ``launch_bound@whole_step`` picks the finding's
-    other priced fix (its evidence's ``what_if_whole_step``) over the model-only capture: 7.41x
-    against 4.78x. Still a miss, kept with its mechanism: the recorded graph ran 1,825 nodes a
-    step in 6.4 ms (2.7 ms of kernels) and, with the optimizer fused, 507 nodes in 1.7 ms: a
-    replayed graph costs per node, which the model's fixed launch and 1 us gaps do not say."""
+    other priced fix (its evidence's ``what_if_whole_step``) over the model-only capture: 17.67x
+    (1.97 ms a step after) against 4.78x, within the band. The recorded graph ran 507 nodes
+    with 1.52 ms of kernels in 1.74 ms (benchmarks/graph_step_cost.py, call 13): a replay runs
+    the kernels at a 0.4 us node gap and none of the host's op work (session 18's 7.41x kept
+    the ops' CPU time inside the graph and a 1 us gap)."""
     path = HERE / "launch_bound.before.pt.trace.json.gz"
     ids = ["launch_bound@whole_step", "unfused_optimizer", "host_sync"]
     w = traceinsight.analyze(path, what_if=ids).selected.what_if
     model_only = traceinsight.analyze(path, what_if=[i.split("@")[0] for i in ids]).selected
     assert w.transforms == ("cuda_graphs_whole_step", "fused_optimizer", "remove_syncs")
-    assert model_only.what_if.speedup < 0.7 * w.speedup
-    lo, _ = band("launch_bound", "all")
-    assert w.speedup < (1 - TOLERANCE) * lo  # the miss
+    assert model_only.what_if.speedup < 0.5 * w.speedup
+    lo, hi = band("launch_bound", "all")
+    assert within(w.speedup, lo, hi), (w.speedup, lo, hi)
+    # the fused step adds no capturable kernels: the order of the fixes does not matter
+    other = traceinsight.analyze(path, what_if=ids[::-1]).selected.what_if
+    assert other.step_time_after_ns == w.step_time_after_ns
     with pytest.raises(InputError, match="prices no fix named 'whole'.*whole_step"):
         traceinsight.analyze(path, what_if=["launch_bound@whole"])
+
+
+def test_the_whole_step_graph_with_a_per_parameter_optimizer() -> None:
+    """The recorded ``cudagraph`` fix kept AdamW(foreach=False), made capturable: 3,625 kernels
+    a step in its profiled trace against 1,637 eager (the optimizer's 8 a parameter became 22:
+    the bias corrections and step size on the device), 5.3 ms of kernels against 2.7, and one
+    replay took 6.20 ms on the GPU un-profiled (graph_step_cost.py, call 13). The whole-step
+    what-if prices those kernels (causal/build.py CAPTURABLE_ADAM_EXTRA_KERNELS): 6.29 ms after
+    against 6.30 ms in that process and 6.44-6.52 ms in processes E and F."""
+
+    def per_step(name: str) -> int:
+        raw = orjson.loads(gzip.decompress((HERE / name).read_bytes()))["traceEvents"]
+        steps = sum(1 for e in raw if e.get("cat") == "user_annotation"
+                    and e["name"].startswith("ProfilerStep#"))  # fmt: skip
+        return sum(1 for e in raw if e.get("cat") == "kernel") // steps
+
+    eager = per_step("launch_bound.before.pt.trace.json.gz")
+    graphed = per_step("launch_bound.cudagraph.after.pt.trace.json.gz")
+    assert (eager, graphed) == (1637, 3625)
+    assert graphed - eager == 142 * 14  # 142 parameters, 14 more kernels each
+    whole = finding("launch_bound", "launch_bound").evidence["what_if_whole_step"]
+    assert whole.step_time_after_ns / 1e6 == pytest.approx(6.30, rel=0.10)
 
 
 def test_the_batch_lever_without_memory_events() -> None:

@@ -59,6 +59,9 @@ GPU_FLAGS = (
     "tf32_math",  # TF32 tensor-core math in a GEMM, conv or attention kernel
     "fp32_time_ratio",  # the device's fp32 peak over its 16-bit tensor peak (null: unknown)
     "tf32_time_ratio",  # its TF32 peak over its 16-bit tensor peak (null: unknown)
+    # kernels a capturable optimizer adds beside this one when the step is captured in a CUDA
+    # graph (a per-parameter Adam(W) step's per-parameter marker kernel; 0 elsewhere)
+    "capture_extra_kernels",
 )
 # The gap's shares inside kinds of host work: they shrink with the gap (without_profiler).
 SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns")

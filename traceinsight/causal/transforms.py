@@ -21,7 +21,11 @@ BF16_MEMORY_RATIO = 0.5
 PINNED_H2D_BYTES_PER_NS = 50.0  # PCIe Gen5 x16 pinned DMA, about 50 GB/s measured on H200 hosts
 SYNC_RETURN_NS = 2_000  # a call that no longer waits still costs its API overhead
 GRAPH_LAUNCH_NS = 10_000  # one cudaGraphLaunch per step
-GRAPH_GAP_NS = 1_000  # kernel-to-kernel gap inside a replayed CUDA graph
+# kernel-to-kernel gap inside a replayed CUDA graph, measured un-profiled on the H200: 0.25 us
+# a node (the launch-bound loop's whole step, 3,625 nodes), 0.44 us (the same with the fused
+# optimizer, 507 nodes), ~0.4 us (a chain of tiny kernels; benchmarks/graph_step_cost.py and
+# graph_replay_cost.py)
+GRAPH_GAP_NS = 400
 DISPATCH_CAP_RATIO = 4.0  # op time before a launch beyond 4x the median is not dispatch
 MIN_DISPATCH_CAP_NS = 20_000
 DATALOADER_FLOOR_NS = 50_000  # fetching a prefetched batch from worker processes
@@ -201,11 +205,13 @@ def cuda_graphs(model: StepModel) -> StepModel | None:
 
 def cuda_graphs_whole_step(model: StepModel) -> StepModel | None:
     """As :func:`cuda_graphs`, with the whole training step in one ``torch.cuda.graph`` (the
-    optimizer's step captured too, and no Python run between the captured calls at replay):
-    launch_bound's upper estimate (its ``evidence.what_if_whole_step``), the range the trace
-    cannot narrow. (torch.compile of the model alone removes the model's own Python between
-    its ops too, which the trace does not tell from the loop's: the measured speedup of a
-    compiled model lies between the two.)"""
+    optimizer's step captured too): a replay runs the step's kernels alone, none of the host's
+    work between the captured calls (Python, dispatch, the ops' CPU work), at the graph's node
+    gap; the loop's Python before the step's first captured call, the loader and the syncs
+    stay. A per-parameter Adam(W) must be made capturable, which adds kernels on 0-dim tensors
+    per parameter (priced at the optimizer's shortest kernel each); the fused one adds none.
+    launch_bound's other priced fix (its ``evidence.what_if_whole_step``, a larger change than
+    the model-only capture its saving rests on)."""
     return _graphed(model, optimizer_captured=True)
 
 
@@ -236,19 +242,14 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
         + (0 if optimizer_captured else pl.col("gap_optimizer_ns"))
     )
     if optimizer_captured:
-        # The whole step replayed as one graph runs none of its Python: between two captured
-        # calls only the op's own CPU work beyond dispatch stays (and the loader's, if its
-        # range reaches in). The Python before a step's first captured call, or after an
-        # eager call (a wait, the loader), is the loop's own and stays. Measured on the
-        # launch-bound loop: 4.0 ms a step of Python between its captured calls, and the
-        # whole-step graph ran in 6.4-6.5 ms against 37.8 (benchmarks/RESULTS.md).
+        # The whole step replayed as one graph runs none of its host work: between two
+        # captured calls neither the Python nor the ops' own CPU work runs again (a replay is
+        # the recorded GPU work alone); only the loader's stays, if its range reaches in. The
+        # Python before a step's first captured call, or after an eager call (a wait, the
+        # loader), is the loop's own and stays.
         # (not a step's first call: the thread's previous call is in the same step)
         inside = captured & captured.shift(1).over("tid").fill_null(False) & ~first
-        kept = (
-            pl.when(inside)
-            .then((pl.col("gap_ops_ns") - dispatch).clip(0) + pl.col("gap_dataloader_ns"))
-            .otherwise(kept)
-        )
+        kept = pl.when(inside).then(pl.col("gap_dataloader_ns")).otherwise(kept)
     kept = pl.min_horizontal(kept, "gap_ns")
     h = h.with_columns(
         pl.when((pl.col("step") >= 0) & first)
@@ -262,10 +263,20 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
     graph_op = pl.col("launch").is_in(
         h.with_row_index("_n").filter(captured).get_column("_n").cast(pl.Int64).implode()
     )
-    g = model.gpu.with_columns(
+    g = model.gpu
+    gap = pl.min_horizontal("gap_ns", pl.lit(GRAPH_GAP_NS))
+    if optimizer_captured:
+        # a per-parameter Adam(W) made capturable launches more kernels, each on a 0-dim
+        # tensor: priced at the optimizer's shortest kernel and a node gap each (causal/build.py
+        # CAPTURABLE_ADAM_EXTRA_KERNELS; measured: the launch-bound loop's whole-step graph ran
+        # 6.2 ms on the GPU, 3,625 nodes, against 2.7 ms of kernels eager)
+        opt = g.filter(pl.col("in_optimizer") & (pl.col("kind") == "kernel"))
+        shortest = int(opt.get_column("dur_ns").min() or 0) if opt.height else 0
+        gap = gap + pl.col("capture_extra_kernels") * (shortest + GRAPH_GAP_NS)
+    g = g.with_columns(
         # a graph keeps its waits on other streams (event edges are captured too)
         pl.when(graph_op & (pl.col("after_op") < 0))
-        .then(pl.min_horizontal("gap_ns", pl.lit(GRAPH_GAP_NS)))
+        .then(gap)
         .otherwise(pl.col("gap_ns"))
         .alias("gap_ns"),
         pl.when(graph_op).then(0).otherwise(pl.col("latency_ns")).alias("latency_ns"),
@@ -298,6 +309,8 @@ def fused_optimizer(model: StepModel) -> StepModel | None:
         .alias("dur_ns"),
         pl.when(pl.col("in_optimizer")).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
     )
+    if "capture_extra_kernels" in g.columns:  # the fused step is capturable as it is
+        g = g.with_columns(pl.lit(0, pl.Int32).alias("capture_extra_kernels"))
     h = _drop_host(model.host, "gap_optimizer_ns", "in_optimizer")
     return StepModel(host=h, gpu=g, steps=model.steps)
 
@@ -550,7 +563,11 @@ TRANSFORMS: dict[str, Transform] = {
         _t(async_input_copies, host={"after_copy"}, gpu=_PAGEABLE | {"copy_kind"}),
         _t(pinned_copies, gpu=_PAGEABLE),
         _t(cuda_graphs, host=_GRAPH_HOST),
-        _t(cuda_graphs_whole_step, host=_GRAPH_HOST),
+        _t(
+            cuda_graphs_whole_step,
+            host=_GRAPH_HOST,
+            gpu={"in_optimizer", "kind", "capture_extra_kernels"},
+        ),
         _t(fused_optimizer, host={"gap_optimizer_ns", "in_optimizer"}, gpu={"in_optimizer"}),
         _t(dataloader_floor, host={"gap_dataloader_ns"}, gpu=_PAGEABLE),
         _t(recompute_removed, host={"gap_recompute_ns", "in_recompute"}, gpu={"in_recompute"}),

@@ -292,7 +292,9 @@ def sync_input_copy(x: RuleInput) -> Draft | None:
     "in a CUDA graph, use fused kernels, or give each kernel more work (larger batch).",
     snippet=(
         'model = torch.compile(model, mode="reduce-overhead")  # fuses ops and replays CUDA graphs\n'
-        "# or capture a static step by hand: g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): ...\n"
+        "# or capture the whole step by hand (static inputs, the optimizer made capturable: fused=True\n"
+        "# adds no kernels, capturable=True on a per-parameter AdamW adds ~14 a parameter):\n"
+        "# g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): loss = step(static_x, static_y)\n"
         "# and raise the per-step work: a larger batch or sequence length"
     ),
 )
@@ -316,8 +318,9 @@ def launch_bound(x: RuleInput) -> Draft | None:
             "causal_chain": x.chain(
                 "launch_overhead", "each kernel finished before the host had launched the next"
             ),
-            # the upper estimate: the whole step in one graph, the optimizer's step too (the
-            # saving and severity rest on the model-only capture, the recommended fix)
+            # the other priced fix: the whole step in one graph, the optimizer's step too, a
+            # larger change (the saving and severity rest on the model-only capture, the first
+            # fix advised: measured on the launch-bound loop, 1.49-2.36x against 1.54x)
             "what_if_whole_step": x.r.replay.what_if.get("cuda_graphs_whole_step")
             if x.r.replay
             else None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.constants import HEADLINE_METRICS
+from traceinsight.report.evidence import label
 from traceinsight.report.format import (
     FRAMEWORK_WORDS,
     SOURCE_NOUNS,
@@ -243,6 +244,11 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
             )
             if (w := f.get("what_if")) is not None:
                 lines.append(f"         fix: {_saving(w, per)}")
+                # the finding's other priced fixes (replayed with --what-if ID@NAME)
+                for key, v in f["evidence"].items():
+                    if key.startswith("what_if_") and isinstance(v, dict) and v.get("speedup"):
+                        name = f"{f['id']}@{key[len('what_if_') :]}"
+                        lines.append(f"         or, {label(key)} ({name}): {_saving(v, per)}")
             lines.append(f"         -> {f['recommendation']}")
         combined = (doc.get("details") or {}).get("what_if", {}).get("all_fixes")
         if combined:
