@@ -73,6 +73,11 @@ HOLDS = [
     ("launch_bound", "small_batch", "batch_4x"),  # 4.00 against 3.46-4.72 per sample
     # the model under torch.compile reduce-overhead, the optimizer eager (G, H: call 13)
     ("launch_bound", "launch_bound", "compile_ro"),  # 1.54 against 1.49-2.36
+    # sentence-transformers, held out (calls 14-16): recorded after the model's last change
+    ("sbert", "dataloader_stall", "workers"),  # 1.28 against 1.47-1.51
+    ("sbert", "launch_bound", "compile_ro_static"),  # 1.58 against 1.16-1.47 (padded to 128)
+    ("sbert", "pageable_memcpy", "pin_nonblocking"),  # 1.00 against 1.03-1.21
+    ("sbert", "host_sync", "remove_syncs"),  # 1.00 against 0.89-1.03
 ]
 
 
@@ -113,6 +118,14 @@ MEASURED = {
     },
     "peft_lora": {"host_sync": "remove_syncs", "recompute_overhead": "no_checkpointing"},
     "lightning": {"unfused_optimizer": "fused_optimizer", "fp32_compute": "bf16_mixed"},
+    "sbert": {
+        "host_sync": "remove_syncs",
+        "pageable_memcpy": "pin_nonblocking",
+        "fp32_compute": "bf16",  # measured 0.48-0.63: a slowdown (info here)
+        "dataloader_stall": "workers",
+        "launch_bound": "compile_ro_static",
+        "memory_headroom": "batch_4x",
+    },
     "accelerate": {
         "host_sync": "remove_syncs",
         "unfused_optimizer": "fused_optimizer",
@@ -138,6 +151,7 @@ def test_no_finding_above_low_for_a_fix_measured_below_1_10(loop: str) -> None:
         ("launch_bound", "fused_optimizer", "unfused_optimizer"),
         ("peft_lora", "no_checkpointing", "recompute_overhead"),
         ("timm_jpeg", "workers", "dataloader_stall"),
+        ("sbert", "compile_ro_static", "launch_bound"),
     ],
 )
 def test_the_fixed_cause_is_gone_in_the_profiled_after(loop: str, fix: str, gone: str) -> None:
@@ -286,6 +300,8 @@ APPLIED = {
     # 2.21 against 2.72-3.68 (1.93 while the first step kept the profiler's cost): once the
     # loader keeps up the step is GPU-bound, and channels_last also drops the layout kernels
     "timm_jpeg": "dataloader_stall,pageable_memcpy,fp32_compute,host_sync",
+    # 2.77 against 2.21-2.82 (held out: calls 14-16)
+    "sbert": "dataloader_stall,fp32_compute,host_sync,pageable_memcpy,memory_headroom@4",
 }
 
 
@@ -568,3 +584,65 @@ def test_the_speedup_range_the_profilers_cost_leaves(
     lo, hi = band(loop, fix)
     low, high = sorted((w.speedup_low, w.speedup))
     assert (low <= hi and high >= lo) is holds, (low, high, lo, hi)
+
+
+def test_the_held_out_sentence_transformers_loop() -> None:
+    """A seventh loop recorded after this session's model changes, not tuned to (calls 14-16):
+    sentence-transformers' MultipleNegativesRankingLoss on a MiniLM-sized BERT, a plain loop with
+    a tokenizing collate in the main process. What holds is in HOLDS and APPLIED; here the rest.
+    The batch: memory_headroom recommends 2x (1.51x; the power of two under its saturation
+    point, 2.81), and at the recorded 4x replays 1.69x against 1.97-2.00x per sample. bf16
+    measured a slowdown (0.48-0.63x: the median step 54 ms against 48-53, and 6 of 30 steps at
+    172-381 ms, why not known): fp32_compute stays info. The
+    ranking misses: launch_bound comes first (1.58x; its fix padded to static shapes measured
+    1.16-1.47x) where the 4x batch measured largest, 2.0x: memory_headroom's rounding down to 2x
+    puts it second (1.51x), at 4x it would come first."""
+    a = analysis("sbert.before.pt.trace.json.gz")
+    ids = [f.id for f in a.findings]
+    assert ids[:2] == ["launch_bound", "memory_headroom"]
+    head = finding("sbert", "memory_headroom")
+    assert head.evidence["multiplier"] == 2 and head.severity == "high"
+    lo, hi = band("sbert", "batch_4x")
+    at4 = traceinsight.analyze(
+        HERE / "sbert.before.pt.trace.json.gz", what_if=["memory_headroom@4"]
+    ).selected.what_if
+    assert within(at4.speedup, lo, hi) and at4.speedup > a.findings[0].what_if.speedup
+    fp32 = finding("sbert", "fp32_compute")
+    assert fp32.severity == "info" and band("sbert", "bf16")[1] < 1.0
+
+
+def test_shapes_that_change_between_steps() -> None:
+    """The sentence-transformers loop pads each batch to its longest text, so its ops' shapes
+    change from step to step; torch.compile(mode="reduce-overhead") killed every process that
+    ran it (SIGSEGV, call 15) and ran 1.16-1.47x once the batches were padded to 128 tokens
+    (call 16). launch_bound names the change (an op's two recorded shapes, read back here from
+    the raw events of two different steps) and advises the padding first; the padded loop's
+    profiled after and the static loops have none."""
+    truth = json.loads((HERE / "sbert.truth.json").read_text())
+    assert all("SIGSEGV" in v["error"] for v in truth["configs"]["compile_ro"].values())
+    f = finding("sbert", "launch_bound")
+    change = f.evidence["shape_change"]
+    assert change.steps == 3 and change.ops > 10 and len(set(change.input_dims)) == 2
+    assert f.recommendation.startswith("Inputs change shape between steps")
+    assert 'padding="max_length"' in f.snippet
+    raw = orjson.loads(gzip.decompress((HERE / "sbert.before.pt.trace.json.gz").read_bytes()))
+    events = raw["traceEvents"]
+    steps = [e for e in events if e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]  # fmt: skip
+    seen: dict[str, set[str]] = {}
+    for e in events:
+        if e.get("cat") != "cpu_op" or e["name"] != change.op:
+            continue
+        dims = json.dumps((e.get("args") or {}).get("Input Dims"), separators=(", ", ": "))
+        for s in steps:
+            if s["ts"] <= e["ts"] < s["ts"] + s["dur"]:
+                seen.setdefault(dims, set()).add(s["name"])
+    assert all(d in seen for d in change.input_dims)
+    assert seen[change.input_dims[0]] != seen[change.input_dims[1]]
+    for name in (
+        "sbert.compile_ro_static.after",
+        *(f"{lp}.before" for lp in MEASURED if lp != "sbert"),
+    ):
+        a = analysis(f"{name}.pt.trace.json.gz")
+        lb = next((x for x in a.findings if x.id == "launch_bound"), None)
+        assert lb is None or lb.evidence["shape_change"] is None, name

@@ -6,14 +6,29 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context
-from traceinsight.model.classify import API_KINDS, LAUNCH_API, names_matching
+from traceinsight.analyzers.context import Context, host_ranges
+from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, LAUNCH_API, names_matching
 
 # A launch call longer than this is not launch overhead: a first launch that loads the module
 # (lazy loading: awsgpu_report2's only cudaLaunchKernel, 39.2 ms, with its 35.6 ms kernel inside
 # it), or one blocked on a full queue. Its kernel has no measured launch cost and stays out of
 # short_kernel_ratio (warm launches take 2-20 us).
 LAUNCH_MEASURED_MAX_NS = 1_000_000
+# Shapes are compared over the window's first steps (a CUDA graph replays one step's shapes)
+SHAPE_STEPS = 8
+
+
+@dataclass(frozen=True)
+class ShapeChange:
+    """Torch ops run in every compared step whose recorded input shapes differ between steps
+    (outside data loading): a CUDA graph, torch.compile's reduce-overhead mode included, replays
+    fixed shapes, so each new shape is another capture (or, with torch 2.11 on a
+    sentence-transformers loop, a crash)."""
+
+    steps: int  # steps compared
+    ops: int  # distinct op names whose shapes changed
+    op: str  # the one seen most often
+    input_dims: tuple[str, ...]  # two of its recorded input shapes
 
 
 @dataclass(frozen=True)
@@ -29,6 +44,7 @@ class LaunchResult:
     queue_depth_median: float | None  # kernels launched but not yet started, at each launch
     graph_launches: int
     graph_kernels: int
+    shape_change: ShapeChange | None = None  # None: the same shapes each step, or not recorded
 
 
 def analyze_launch(ctx: Context) -> LaunchResult:
@@ -68,6 +84,7 @@ def analyze_launch(ctx: Context) -> LaunchResult:
             0,
             0,
         )
+    shapes = _shape_change(ctx)
     direct = names_matching(kl, "GraphLaunch", col="launch_name", negate=True, names=names)
     depth = _queue_depth(direct) if direct.height else None
     return LaunchResult(
@@ -80,6 +97,64 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         queue_depth_median=depth,
         graph_launches=graph["correlation"].n_unique() if graph.height else 0,
         graph_kernels=graph.height,
+        shape_change=shapes,
+    )
+
+
+def _shape_change(ctx: Context) -> ShapeChange | None:
+    """Torch ops whose recorded input shapes change between the window's first steps, outside
+    the DataLoader's ranges (a loader may decode any shape it then resizes)."""
+    if ctx.op_args.height == 0 or ctx.steps.height < 2:
+        return None
+    steps = ctx.steps.select("step", "host_start_ns", "host_end_ns").sort("host_start_ns")
+    steps = steps.head(SHAPE_STEPS)
+    lo, hi = int(steps["host_start_ns"].min()), int(steps["host_end_ns"].max())
+    args = (
+        ctx.op_args.lazy()
+        .filter(
+            pl.col("start_ns").is_between(lo, hi, closed="left")
+            & pl.col("name").str.starts_with("aten::")
+            # a tensor's shape among the inputs (scalars and None record as [])
+            & pl.col("input_dims").str.contains(r"\d")
+        )
+        .select("start_ns", "name", "input_dims")
+        .sort("start_ns")
+        .collect()
+    )
+    if args.height == 0:
+        return None
+    loader = host_ranges(ctx, DATALOADER_PATTERN)
+    if loader.height:
+        loader = loader.sort("start_ns")
+        at = loader.get_column("start_ns").search_sorted(args.get_column("start_ns"), side="right")
+        ends = pl.concat([pl.Series([lo], dtype=pl.Int64), loader.get_column("end_ns")])
+        args = args.filter(ends.gather(at) <= args.get_column("start_ns"))
+    args = args.join_asof(steps, left_on="start_ns", right_on="host_start_ns").filter(
+        pl.col("start_ns") < pl.col("host_end_ns")
+    )
+    n = args.get_column("step").n_unique()
+    if n < 2:
+        return None
+    # ops run in every step, with a shape some step did not run them with
+    combos = args.group_by("name", "input_dims").agg(
+        pl.col("step").n_unique().alias("_in"), pl.len().alias("_n")
+    )
+    every = args.group_by("name").agg(pl.col("step").n_unique().alias("_steps"))
+    changed = combos.join(every, on="name").filter((pl.col("_steps") == n) & (pl.col("_in") < n))
+    if changed.height == 0:
+        return None
+    op = (
+        changed.group_by("name")
+        .agg(pl.col("_n").sum())
+        .sort(["_n", "name"], descending=[True, False])
+    )
+    name = op.item(0, "name")
+    dims = changed.filter(pl.col("name") == name).sort("_n", "input_dims", descending=[True, False])
+    return ShapeChange(
+        steps=n,
+        ops=op.height,
+        op=name,
+        input_dims=tuple(dims.get_column("input_dims").head(2).to_list()),
     )
 
 

@@ -270,6 +270,22 @@ def sync_input_copy(x: RuleInput) -> Draft | None:
     )
 
 
+_STATIC_SHAPES = (
+    "Inputs change shape between steps ({op}: {dims}; {ops} ops in {steps} steps), and a CUDA "
+    "graph replays fixed shapes (each new shape is another capture; torch.compile's "
+    "reduce-overhead mode crashed a sentence-transformers loop like this): pad every batch to a "
+    "fixed length, or to a few bucket lengths, first; then cut per-kernel CPU cost with "
+    "torch.compile (mode='reduce-overhead' adds CUDA graphs) or a captured step, or give each "
+    "kernel more work (larger batch). The prediction assumes the shapes fixed."
+)
+_STATIC_SNIPPET = (
+    "# pad to one length so every step has the same shapes, e.g. a tokenizer's\n"
+    'batch = tokenizer(texts, padding="max_length", max_length=128, truncation=True, '
+    'return_tensors="pt")\n'
+    'model = torch.compile(model, mode="reduce-overhead")  # fuses ops and replays CUDA graphs'
+)
+
+
 @rule(
     "launch_bound",
     advice={
@@ -303,6 +319,18 @@ def launch_bound(x: RuleInput) -> Draft | None:
     if cost <= 0:
         return None
     launch = x.r.launch
+    shapes = launch.shape_change
+    advice: dict[str, str] = {}
+    if shapes is not None and x.framework == "pytorch":
+        advice = {
+            "recommendation": _STATIC_SHAPES.format(
+                op=shapes.op,
+                dims=" and ".join(shapes.input_dims),
+                ops=shapes.ops,
+                steps=shapes.steps,
+            ),
+            "snippet": _STATIC_SNIPPET,
+        }
     return Draft(
         cost,
         f"Launch-bound: the GPU drains faster than the CPU issues kernels ({fmt_ms(cost)} idle between launches)",
@@ -325,7 +353,10 @@ def launch_bound(x: RuleInput) -> Draft | None:
             if x.r.replay
             else None,
             "sources": x.sources("launch"),
+            # torch ops whose input shapes change between steps: CUDA graphs need them fixed
+            "shape_change": shapes,
         },
+        **advice,
     )
 
 
