@@ -64,7 +64,10 @@ def every_transform(model: StepModel) -> list[transforms.Transform]:
         transforms.remove_syncs_at(model.host.select("tid", "start_ns").head(50)),
         transforms.host_time_cut(
             model.host.select(
-                "tid", (pl.col("start_ns") - 1).alias("end_ns"), pl.lit(1_000).alias("saved_ns")
+                "tid",
+                (pl.col("start_ns") - 1_001).alias("start_ns"),
+                (pl.col("start_ns") - 1).alias("end_ns"),
+                pl.lit(1_000).alias("saved_ns"),
             ).head(50)
         ),
     ]

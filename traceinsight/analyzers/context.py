@@ -536,3 +536,20 @@ def closing_profiler_sync(ctx: Context) -> pl.Expr | None:
     return pl.col("name").str.contains("DeviceSynchronize") & (
         pl.col("start_ns") >= last_host_end - CLOSING_SLACK_NS
     )
+
+
+def shaped_ops(ctx: Context, lo: int, hi: int) -> pl.DataFrame:
+    """The torch ops (``aten::``) that started in [lo, hi) with a tensor's shape among their
+    recorded inputs (scalars and None record as ``[]``): tid, start_ns, dur_ns, name,
+    input_dims, in time order (empty without recorded shapes)."""
+    return (
+        ctx.op_args.lazy()
+        .filter(
+            pl.col("start_ns").is_between(lo, hi, closed="left")
+            & pl.col("name").str.starts_with("aten::")
+            & pl.col("input_dims").str.contains(r"\d")
+        )
+        .select("tid", "start_ns", "dur_ns", "name", "input_dims")
+        .sort("start_ns")
+        .collect()
+    )

@@ -1,4 +1,7 @@
-"""Host ops that ran far below the host's own speed: CPU copies (``cat``, ``stack``, ``copy_``,
+"""Host ops that ran far below the host's own speed. Two kinds: the first call of an op with an
+input shape the window had not run it with, far slower than its calls with shapes it had (a
+per-shape setup: cuDNN attention building an execution plan, cudnn.benchmark timing convolutions);
+and CPU copies (``cat``, ``stack``, ``copy_``,
 ...) of megabytes that took hundreds of milliseconds. Such an op does no device work and reads
 memory a core copies at gigabytes a second; at a hundredth of that its threads did not run: the
 intra-op thread pool contends with other threads or processes for the cores.
@@ -17,7 +20,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, shaped_ops
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as tf
 from traceinsight.causal.whatif import WhatIf
@@ -48,6 +51,29 @@ class ContendedOp:
     bytes_per_s: float
 
 
+# A new shape's call is setup when it took this long and this many times its op's median call
+# with a shape already run (and the op ran at least NEW_SHAPE_MIN_REPEATS such calls); new shapes
+# in one step only are warm-up (cold_start's), not a pattern
+NEW_SHAPE_MIN_NS = 1_000_000
+NEW_SHAPE_MIN_FACTOR = 10.0
+NEW_SHAPE_MIN_REPEATS = 3
+NEW_SHAPE_MIN_STEPS = 2
+
+
+@dataclass(frozen=True)
+class NewShapeOp:
+    """One op's calls with an input shape new to the window that took far longer than its
+    calls with a known shape: how many, their time, the time beyond the known-shape median,
+    that median, and how many distinct new shapes."""
+
+    name: str
+    count: int
+    dur_ns: int
+    excess_ns: int
+    repeat_median_ns: int
+    shapes: int
+
+
 @dataclass(frozen=True)
 class HostOpsResult:
     contended: tuple[ContendedOp, ...] = ()
@@ -57,6 +83,16 @@ class HostOpsResult:
     what_if: WhatIf | None = None
     what_if_upper: WhatIf | None = None
     assumed_bytes_per_s: float = HEALTHY_BYTES_PER_NS * 1e9
+    # per-shape setup: the innermost slow new-shape calls, their excess, and the replay with
+    # each at its op's known-shape median
+    new_shape: tuple[NewShapeOp, ...] = ()
+    new_shape_excess_ns: int = 0
+    new_shape_steps: int = 0  # steps of the window with such a call
+    what_if_new_shape: WhatIf | None = None
+
+    @property
+    def new_shape_ratio(self) -> float | None:
+        return self.new_shape_excess_ns / self.window_ns if self.window_ns else None
 
     @property
     def contended_ratio(self) -> float | None:
@@ -155,16 +191,64 @@ def _with_bytes(ctx: Context, ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+def _new_shape_calls(ctx: Context) -> pl.DataFrame:
+    """The innermost calls with an input shape new to the window that took far longer than
+    their op's calls with a known shape (tid, start_ns, end_ns, name, dur_ns, excess_ns, dims,
+    repeat_median_ns)."""
+    args = shaped_ops(ctx, ctx.window_start_ns, ctx.window_end_ns)
+    if args.height == 0:
+        return args
+    args = args.with_columns((pl.int_range(pl.len()).over("name", "input_dims") == 0).alias("new"))
+    known = (
+        args.filter(~pl.col("new"))
+        .group_by("name")
+        .agg(pl.col("dur_ns").median().alias("repeat_median_ns"), pl.len().alias("_repeats"))
+        .filter(pl.col("_repeats") >= NEW_SHAPE_MIN_REPEATS)
+    )
+    slow = (
+        args.filter(pl.col("new") & (pl.col("dur_ns") >= NEW_SHAPE_MIN_NS))
+        .join(known, on="name")
+        .filter(pl.col("dur_ns") >= NEW_SHAPE_MIN_FACTOR * pl.col("repeat_median_ns"))
+        .with_columns(
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+            (pl.col("dur_ns") - pl.col("repeat_median_ns")).cast(pl.Int64).alias("excess_ns"),
+        )
+        .sort("tid", "start_ns")
+    )
+    # the innermost only: a slow call with another starting inside it holds that one's setup
+    parent = pl.col("start_ns").shift(-1).over("tid") < pl.col("end_ns")
+    return slow.filter(~parent.fill_null(False))
+
+
+def _new_shape_ops(calls: pl.DataFrame) -> tuple[NewShapeOp, ...]:
+    by = (
+        calls.group_by("name")
+        .agg(
+            pl.len().alias("n"),
+            pl.col("dur_ns").sum().alias("d"),
+            pl.col("excess_ns").sum().alias("x"),
+            pl.col("repeat_median_ns").first().alias("m"),
+            pl.col("input_dims").n_unique().alias("k"),
+        )
+        .sort(["x", "name"], descending=[True, False])
+    )
+    return tuple(
+        NewShapeOp(r["name"], int(r["n"]), int(r["d"]), int(r["x"]), int(r["m"]), int(r["k"]))
+        for r in by.iter_rows(named=True)
+    )
+
+
 def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult:
+    shaped = _new_shape(ctx, replay)
     ops = _long_copies(ctx)
     if ops.height == 0:
-        return HostOpsResult(window_ns=ctx.window_ns)
+        return HostOpsResult(window_ns=ctx.window_ns, **shaped)
     ops = _with_bytes(ctx, ops).filter(pl.col("bytes") >= MIN_BYTES)
     slow = ops.with_columns((pl.col("bytes") / pl.col("dur_ns")).alias("rate")).filter(
         pl.col("rate") < CONTENDED_MAX_BYTES_PER_NS
     )
     if slow.height == 0:
-        return HostOpsResult(window_ns=ctx.window_ns)
+        return HostOpsResult(window_ns=ctx.window_ns, **shaped)
     by_name = (
         slow.group_by("name")
         .agg(
@@ -185,6 +269,7 @@ def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult
             return None
         cuts = slow.select(
             "tid",
+            "start_ns",
             "end_ns",
             (pl.col("dur_ns") - (pl.col("bytes") / rate).cast(pl.Int64)).clip(0).alias("saved_ns"),
         )
@@ -196,4 +281,26 @@ def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult
         ctx.window_ns,
         at(HEALTHY_BYTES_PER_NS),
         at(HEALTHY_MAX_BYTES_PER_NS),
+        **shaped,
     )
+
+
+def _new_shape(ctx: Context, replay: ReplayResult | None) -> dict:
+    """HostOpsResult's per-shape setup fields (none where the window's new shapes are slow in
+    fewer than NEW_SHAPE_MIN_STEPS steps: warm-up)."""
+    if ctx.op_args.height == 0:
+        return {}
+    calls = _new_shape_calls(ctx)
+    if calls.height == 0 or ctx.steps.height == 0:
+        return {}
+    starts = ctx.steps.get_column("host_start_ns").sort()
+    steps = starts.search_sorted(calls.get_column("start_ns"), side="right").n_unique()
+    if steps < NEW_SHAPE_MIN_STEPS:
+        return {}
+    cuts = calls.select("tid", "start_ns", "end_ns", pl.col("excess_ns").alias("saved_ns"))
+    return {
+        "new_shape": _new_shape_ops(calls),
+        "new_shape_excess_ns": int(calls.get_column("excess_ns").sum()),
+        "new_shape_steps": int(steps),
+        "what_if_new_shape": replay.predict(tf.host_time_cut(cuts)) if replay else None,
+    }

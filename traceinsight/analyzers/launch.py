@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, host_ranges
+from traceinsight.analyzers.context import Context, host_ranges, shaped_ops
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, LAUNCH_API, names_matching
 
 # A launch call longer than this is not launch overhead: a first launch that loads the module
@@ -109,18 +109,7 @@ def _shape_change(ctx: Context) -> ShapeChange | None:
     steps = ctx.steps.select("step", "host_start_ns", "host_end_ns").sort("host_start_ns")
     steps = steps.head(SHAPE_STEPS)
     lo, hi = int(steps["host_start_ns"].min()), int(steps["host_end_ns"].max())
-    args = (
-        ctx.op_args.lazy()
-        .filter(
-            pl.col("start_ns").is_between(lo, hi, closed="left")
-            & pl.col("name").str.starts_with("aten::")
-            # a tensor's shape among the inputs (scalars and None record as [])
-            & pl.col("input_dims").str.contains(r"\d")
-        )
-        .select("start_ns", "name", "input_dims")
-        .sort("start_ns")
-        .collect()
-    )
+    args = shaped_ops(ctx, lo, hi).select("start_ns", "name", "input_dims")
     if args.height == 0:
         return None
     loader = host_ranges(ctx, DATALOADER_PATTERN)

@@ -742,28 +742,56 @@ def scaled_kernels(keys: pl.DataFrame) -> Transform:
 
 
 def host_time_cut(cuts: pl.DataFrame) -> Transform:
-    """A transform: host work that took ``saved_ns`` too long (``cuts``: tid, end_ns, saved_ns;
-    an op that ended at ``end_ns`` on thread ``tid``) takes that much less; it lies in the gap
-    before the thread's next call, which shrinks by it (its sub-gaps in proportion). The rest
-    of the step is kept: what the freed host time lets the GPU do, the replay says."""
+    """A transform: host work that took ``saved_ns`` too long (``cuts``: tid, start_ns, end_ns,
+    saved_ns; an op on thread ``tid``) takes that much less. Its time lies in the gaps of the
+    thread's calls inside it and of the first call after it; those gaps shrink in proportion to
+    their share of the op (their sub-gaps with them). The rest of the step is kept: what the
+    freed host time lets the GPU do, the replay says."""
 
     def transform(model: StepModel) -> StepModel | None:
         h = model.host
         if h.height == 0 or cuts.height == 0:
             return None
-        nodes = h.select(pl.col("tid").cast(pl.Int64), "start_ns").with_row_index("_n")
+        c = cuts.select(
+            pl.col("tid").cast(pl.Int64),
+            pl.col("start_ns").cast(pl.Int64).alias("_cs"),
+            pl.col("end_ns").cast(pl.Int64).alias("_ce"),
+            pl.col("saved_ns").cast(pl.Int64).alias("_saved"),
+        ).with_row_index("_c")
+        nodes = (
+            h.select(pl.col("tid").cast(pl.Int64), "start_ns", "gap_ns")
+            .with_row_index("_n")
+            .sort("tid", "start_ns")
+            .with_columns(pl.col("start_ns").shift(1).over("tid").alias("_prev"))
+        )
+        # each call after a cut's start, with the last cut started before it; its gap's part
+        # inside the op (the calls inside it, and the first one after it)
         hit = (
-            cuts.select(pl.col("tid").cast(pl.Int64), pl.col("end_ns").cast(pl.Int64), "saved_ns")
-            .sort("end_ns")
+            nodes.sort("start_ns")
             .join_asof(
-                nodes.sort("start_ns"),
-                left_on="end_ns",
-                right_on="start_ns",
+                c.sort("_cs"),
+                left_on="start_ns",
+                right_on="_cs",
                 by="tid",
-                strategy="forward",
-                check_sortedness=False,  # both sorted by time: within each thread too
+                strategy="backward",
+                check_sortedness=False,
             )
-            .drop_nulls("_n")
+            .drop_nulls("_c")
+            .filter(pl.col("_prev").fill_null(pl.col("_cs")) <= pl.col("_ce"))
+            .with_columns(
+                (
+                    pl.min_horizontal("start_ns", "_ce")
+                    - pl.max_horizontal(pl.col("start_ns") - pl.col("gap_ns"), "_cs")
+                )
+                .clip(0)
+                .alias("_in")
+            )
+            .filter(pl.col("_in") > 0)
+            .with_columns(
+                (pl.col("_saved") * pl.col("_in") / pl.col("_in").sum().over("_c"))
+                .cast(pl.Int64)
+                .alias("saved_ns")
+            )
             .group_by("_n")
             .agg(pl.col("saved_ns").sum())
         )

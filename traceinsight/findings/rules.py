@@ -1137,6 +1137,61 @@ def host_thread_contention(x: RuleInput) -> Draft | None:
     )
 
 
+def new_shape_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    """The new shapes' calls at their op's known-shape median (analyzers/host_ops.py), replayed."""
+    w = r.host_ops.what_if_new_shape
+    return w, None if w is not None else "no step model to replay the shortened calls in"
+
+
+@rule(
+    "new_shape_setup",
+    advice={"cuda_app": None},  # ATen's ops: a PyTorch trace
+    estimate=new_shape_what_if,
+    # The saving holds while new shapes keep coming at the window's rate; they fade as the run
+    # meets its shapes again (measured on the sentence-transformers loop in bf16: 9 slow steps
+    # in its first 50, 0-1 in each later 50; padding to one length 1.43-1.61x over 30 steps
+    # where a 3-step trace with 2 slow steps predicted 2.85x): the window's rate is the upper end
+    cap="low",
+    recommendation="The first call with each new input shape sets up for it on the host (cuDNN "
+    "attention builds an execution plan per shape; cudnn.benchmark=True times the convolutions "
+    "of each new shape): give the inputs fixed shapes (pad to one length, or a few bucket "
+    "lengths), or choose a path that needs no per-shape setup (another attention backend; "
+    "cudnn.benchmark=False when shapes vary). The cost fades as shapes repeat, so a long run "
+    "pays it mostly early.",
+    snippet=(
+        "# one length for every batch (or a few buckets): the per-shape setup runs once each\n"
+        'batch = tokenizer(texts, padding="max_length", max_length=128, truncation=True, '
+        'return_tensors="pt")\n'
+        "# or an attention backend without per-shape plans\n"
+        "from torch.nn.attention import SDPBackend, sdpa_kernel\n"
+        "with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):\n"
+        "    loss = model(batch)"
+    ),
+    thresholds={"new_shape_min_ratio": 0.05},
+)
+def new_shape_setup(x: RuleInput) -> Draft | None:
+    h = x.r.host_ops
+    ratio = h.new_shape_ratio
+    if not h.new_shape or ratio is None or ratio < x.t["new_shape_min_ratio"]:
+        return None
+    top = h.new_shape[0]
+    return Draft(
+        h.new_shape_excess_ns,
+        f"New input shapes cost setup on the host: {top.name} took "
+        f"{fmt_ms(top.dur_ns / top.count)} on {plural(top.count, 'first call')} with a new shape "
+        f"against {fmt_ms(top.repeat_median_ns)} with a known one; {fmt_pct(ratio)} of the window",
+        {
+            "excess_ns": h.new_shape_excess_ns,
+            "excess_ratio": ratio,
+            "steps_with_new_shapes": h.new_shape_steps,
+            "ops": list(h.new_shape),
+            "assumes": "new shapes keep coming at the window's rate, each call then at its op's "
+            "median with a known shape; they fade as the run meets its shapes again, so this is "
+            "the upper end",
+        },
+    )
+
+
 # causes whose finding is checked after gpu_underutilized (the memory rules): their idle is
 # explained all the same
 LATER_CAUSES = ("allocator",)
