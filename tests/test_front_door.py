@@ -180,3 +180,19 @@ def test_real_finding_saving_is_per_step_and_the_window_total_labelled():
         f"un-profiled step; {f['cost_ns'] / 1e6:.2f} ms in all over the window)" in html
     )
     assert f"fix: saves {per_step_ms:.2f} ms per step (un-profiled step" in terminal.render(doc)
+
+
+def test_the_terminal_names_a_findings_other_priced_fix() -> None:
+    """launch_bound prices the whole step in one CUDA graph beside its headline (the model-only
+    capture): the summary gives it on its own line, with the id --what-if replays it by."""
+    doc = analyze(STARVED).to_json()
+    f = next(x for x in doc["findings"] if x["id"] == "launch_bound")
+    w = f["evidence"]["what_if_whole_step"]
+    saved_ms = (w["step_time_ns"] - w["step_time_after_ns"]) / 1e6
+    line = (
+        "or, the whole step in one CUDA graph, optimizer included (launch_bound@whole_step): "
+        f"saves {saved_ms:.2f} ms per step"
+    )
+    text = terminal.render(doc)
+    assert line in text and f"{w['speedup']:.2f}x predicted" in text
+    assert text.index("fix: saves", text.index("[MED ] launch_bound")) < text.index(line)
