@@ -78,6 +78,7 @@ HOLDS = [
     ("sbert", "launch_bound", "compile_ro_static"),  # 1.58 against 1.16-1.47 (padded to 128)
     ("sbert", "pageable_memcpy", "pin_nonblocking"),  # 1.00 against 1.03-1.21
     ("sbert", "host_sync", "remove_syncs"),  # 1.00 against 0.89-1.03
+    ("sbert", "memory_headroom", "batch_2x"),  # 1.51 against 1.53-1.58 (its recommended 2x)
 ]
 
 
@@ -124,7 +125,7 @@ MEASURED = {
         "fp32_compute": "bf16",  # measured 0.48-0.63: a slowdown (info here)
         "dataloader_stall": "workers",
         "launch_bound": "compile_ro_static",
-        "memory_headroom": "batch_4x",
+        "memory_headroom": "batch_2x",
     },
     "accelerate": {
         "host_sync": "remove_syncs",
@@ -590,13 +591,13 @@ def test_the_held_out_sentence_transformers_loop() -> None:
     """A seventh loop recorded after this session's model changes, not tuned to (calls 14-16):
     sentence-transformers' MultipleNegativesRankingLoss on a MiniLM-sized BERT, a plain loop with
     a tokenizing collate in the main process. What holds is in HOLDS and APPLIED; here the rest.
-    The batch: memory_headroom recommends 2x (1.51x; the power of two under its saturation
-    point, 2.81), and at the recorded 4x replays 1.69x against 1.97-2.00x per sample. bf16
+    The batch: memory_headroom recommends 2x (1.51x against 1.53-1.58x per sample, call 19; the
+    power of two under its saturation point, 2.81), and at 4x replays 1.69x against 1.97-2.36x. bf16
     measured a slowdown (0.48-0.63x: the median step 54 ms against 48-53, and 6 of 30 steps at
     172-381 ms, why not known): fp32_compute stays info. The
     ranking misses: launch_bound comes first (1.58x; its fix padded to static shapes measured
-    1.16-1.47x) where the 4x batch measured largest, 2.0x: memory_headroom's rounding down to 2x
-    puts it second (1.51x), at 4x it would come first."""
+    1.16-1.47x) where the batch measured larger (2x: 1.53-1.58x, 4x: 1.97-2.36x):
+    memory_headroom's rounding down to 2x puts it second (1.51x), at 4x it would come first."""
     a = analysis("sbert.before.pt.trace.json.gz")
     ids = [f.id for f in a.findings]
     assert ids[:2] == ["launch_bound", "memory_headroom"]
@@ -681,7 +682,7 @@ def test_new_shapes_cost_setup_in_bf16() -> None:
     cfg = truth["configs"]
     fixed = [cfg["bf16"][p]["step_ms_window_mean"] / cfg["bf16_static"][p]["step_ms_window_mean"]
              for p in "GH"]  # fmt: skip
-    assert 1.4 < min(fixed) and max(fixed) < 1.65
+    assert min(fixed) > 1.4 and max(fixed) < 1.65
     assert f.what_if.speedup > max(fixed)  # the upper end
     fades = [b["steps_over_150_ms"] for b in truth["bf16_long"]["by_50_steps"]]
     assert fades[0] >= 5 and max(fades[3:]) <= 1
