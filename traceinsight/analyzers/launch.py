@@ -20,15 +20,15 @@ SHAPE_STEPS = 8
 
 @dataclass(frozen=True)
 class ShapeChange:
-    """Torch ops run in every compared step whose recorded input shapes differ between steps
-    (outside data loading): a CUDA graph, torch.compile's reduce-overhead mode included, replays
-    fixed shapes, so each new shape is another capture (or, with torch 2.11 on a
-    sentence-transformers loop, a crash)."""
+    """Torch ops called as often in every compared step whose k-th call's recorded input shapes
+    differ from the first step's k-th call (outside data loading): a CUDA graph, torch.compile's
+    reduce-overhead mode included, replays fixed shapes, so each new shape is another capture
+    (or, with torch 2.11 on a sentence-transformers loop, a crash)."""
 
     steps: int  # steps compared
     ops: int  # distinct op names whose shapes changed
-    op: str  # the one seen most often
-    input_dims: tuple[str, ...]  # two of its recorded input shapes
+    op: str  # the one that changed most often
+    input_dims: tuple[str, ...]  # its first change: the first step's shapes, then the later
 
 
 @dataclass(frozen=True)
@@ -102,8 +102,8 @@ def analyze_launch(ctx: Context) -> LaunchResult:
 
 
 def _shape_change(ctx: Context) -> ShapeChange | None:
-    """Torch ops whose recorded input shapes change between the window's first steps, outside
-    the DataLoader's ranges (a loader may decode any shape it then resizes)."""
+    """Torch ops whose recorded input shapes change between the window's first steps, call by
+    call, outside the DataLoader's ranges (a loader may decode any shape it then resizes)."""
     if ctx.op_args.height == 0 or ctx.steps.height < 2:
         return None
     steps = ctx.steps.select("step", "host_start_ns", "host_end_ns").sort("host_start_ns")
@@ -124,26 +124,39 @@ def _shape_change(ctx: Context) -> ShapeChange | None:
     n = args.get_column("step").n_unique()
     if n < 2:
         return None
-    # ops run in every step, with a shape some step did not run them with
-    combos = args.group_by("name", "input_dims").agg(
-        pl.col("step").n_unique().alias("_in"), pl.len().alias("_n")
+    # ops called as often in every step (the same code ran: a sampled or filtered trace drops
+    # calls at random, data-dependent code varies the count), the k-th call of one with a
+    # shape the k-th call of the first step did not have
+    args = args.with_columns(pl.int_range(pl.len()).over("name", "step").alias("_k"))
+    counts = args.group_by("name", "step").agg(pl.len().alias("_n"))
+    stable = (
+        counts.group_by("name")
+        .agg(pl.col("step").n_unique().alias("_steps"), pl.col("_n").n_unique().alias("_counts"))
+        .filter((pl.col("_steps") == n) & (pl.col("_counts") == 1))
+        .select("name")
     )
-    every = args.group_by("name").agg(pl.col("step").n_unique().alias("_steps"))
-    changed = combos.join(every, on="name").filter((pl.col("_steps") == n) & (pl.col("_in") < n))
+    first = args.filter(pl.col("step") == pl.col("step").min()).select(
+        "name", "_k", pl.col("input_dims").alias("_first")
+    )
+    changed = (
+        args.join(stable, on="name")
+        .join(first, on=["name", "_k"])
+        .filter(pl.col("input_dims") != pl.col("_first"))
+    )
     if changed.height == 0:
         return None
     op = (
         changed.group_by("name")
-        .agg(pl.col("_n").sum())
+        .agg(pl.len().alias("_n"), pl.col("start_ns").min().alias("_at"))
         .sort(["_n", "name"], descending=[True, False])
     )
     name = op.item(0, "name")
-    dims = changed.filter(pl.col("name") == name).sort("_n", "input_dims", descending=[True, False])
+    at = changed.filter(pl.col("name") == name).sort("start_ns").row(0, named=True)
     return ShapeChange(
         steps=n,
         ops=op.height,
         op=name,
-        input_dims=tuple(dims.get_column("input_dims").head(2).to_list()),
+        input_dims=(at["_first"], at["input_dims"]),
     )
 
 
