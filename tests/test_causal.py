@@ -109,3 +109,38 @@ def test_every_rule_declares_its_prediction_once() -> None:
         Rule("x", lambda _x: None, "advice")
     with pytest.raises(ValueError, match="declares 2"):
         Rule("x", lambda _x: None, "advice", fix="remove_syncs", no_estimate="why")
+
+
+def test_a_host_time_cut_comes_out_of_the_gaps_inside_the_op() -> None:
+    """host_time_cut takes an op's saved time out of the gaps of its thread's calls inside the op
+    and of the first call after it, each in proportion to its gap's part inside the op: here,
+    by hand, an op spanning three calls of the step thread, and a cut of half its time."""
+    model = model_of(MODELS[0])
+    h = model.host.sort("tid", "start_ns")
+    tid = int(h.get_column("tid").mode().item(0))
+    calls = h.filter((pl.col("tid") == tid) & (pl.col("gap_ns") > 0)).sort("start_ns")
+    a, b, c, d = (calls.row(i, named=True) for i in range(10, 14))  # four calls in a row
+    # the op: from inside a's gap to inside d's gap (b's and c's gaps wholly inside)
+    start = a["start_ns"] - a["gap_ns"] // 2
+    end = d["start_ns"] - d["gap_ns"] // 2
+    inside = {
+        "a": a["start_ns"] - start,
+        "b": b["gap_ns"],
+        "c": c["gap_ns"],
+        "d": end - (d["start_ns"] - d["gap_ns"]),
+    }
+    assert (
+        b["start_ns"] - b["gap_ns"] >= a["start_ns"]
+        and c["start_ns"] - c["gap_ns"] >= b["start_ns"]
+    )
+    saved = sum(inside.values()) // 2
+    cut = pl.DataFrame({"tid": [tid], "start_ns": [start], "end_ns": [end], "saved_ns": [saved]})
+    after = transforms.host_time_cut(cut)(model)
+    assert after is not None
+    gap = dict(zip(after.host["node"], after.host["gap_ns"], strict=True))
+    total = sum(inside.values())
+    for name, row in zip("abcd", (a, b, c, d), strict=True):
+        expect = row["gap_ns"] - saved * inside[name] // total
+        assert abs(gap[row["node"]] - expect) <= 1, name
+    untouched = h.filter(~pl.col("node").is_in([r["node"] for r in (a, b, c, d)]))
+    assert all(gap[n] == g for n, g in zip(untouched["node"], untouched["gap_ns"], strict=True))
