@@ -689,3 +689,29 @@ def test_new_shapes_cost_setup_in_bf16() -> None:
     assert all(
         x.id != "new_shape_setup" for x in analysis("sbert.before.pt.trace.json.gz").findings
     )
+
+
+def test_the_loader_stall_names_its_contended_copies() -> None:
+    """On the warm-cache Lightning trace the loader stalls because its collate's copies do not
+    get the cores: dataloader_stall says so and advises the contention's fix first, not 27
+    workers (more threads for the same cores). The contended time inside the DataLoader's
+    ranges, summed here from the raw events (the copies over 1 ms inside ``enumerate(DataLoader)``
+    ranges), is what the finding reads; the fixed after (OMP_NUM_THREADS=1) keeps the plain
+    loader advice."""
+    name = "lightning.compile_ro_warm.after.pt.trace.json.gz"
+    f = finding("lightning", "dataloader_stall", "compile_ro_warm.after")
+    raw = orjson.loads(gzip.decompress((HERE / name).read_bytes()))["traceEvents"]
+    loaders = [e for e in raw if e.get("cat") == "user_annotation"
+               and e["name"].startswith("enumerate(DataLoader)")]  # fmt: skip
+    stacks = [e for e in raw if e.get("cat") == "cpu_op" and e["name"] == "aten::stack"
+              and e["dur"] > 1_000]  # fmt: skip
+    inside_us = sum(
+        s["dur"] for s in stacks if any(d["ts"] <= s["ts"] < d["ts"] + d["dur"] for d in loaders)
+    )
+    assert inside_us > 700_000  # 3 stacks of ~254 ms
+    assert f.evidence["contended_in_loader_ns"] == pytest.approx(inside_us * 1e3, rel=0.01)
+    assert "did not get the cores (host_thread_contention)" in f.title
+    assert f.recommendation.startswith("Most of the loading time is CPU copies")
+    fixed = finding("lightning", "dataloader_stall", "compile_ro_warm_omp1.after")
+    assert fixed.evidence["contended_in_loader_ns"] == 0
+    assert fixed.recommendation.startswith("Load batches in parallel")

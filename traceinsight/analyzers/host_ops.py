@@ -24,11 +24,11 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, shaped_ops
+from traceinsight.analyzers.context import Context, host_ranges, shaped_ops
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as tf
 from traceinsight.causal.whatif import WhatIf
-from traceinsight.model.classify import API_KINDS
+from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN
 from traceinsight.model.flops import DTYPE_BYTES
 
 # ATen ops that only move memory, in order (gathers read at random, slower by nature: left out)
@@ -82,6 +82,7 @@ class NewShapeOp:
 class HostOpsResult:
     contended: tuple[ContendedOp, ...] = ()
     contended_ns: int = 0  # the contended ops' time in the window
+    contended_in_loader_ns: int = 0  # ... of which inside DataLoader ranges (the loading's)
     window_ns: int = 0
     # the ops at HEALTHY_BYTES_PER_NS, replayed (at HEALTHY_MAX_BYTES_PER_NS: the upper end)
     what_if: WhatIf | None = None
@@ -280,13 +281,28 @@ def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult
         return replay.predict(tf.host_time_cut(cuts))
 
     return HostOpsResult(
-        contended,
-        int(slow.get_column("dur_ns").sum()),
-        ctx.window_ns,
-        at(HEALTHY_BYTES_PER_NS),
-        at(HEALTHY_MAX_BYTES_PER_NS),
+        contended=contended,
+        contended_ns=int(slow.get_column("dur_ns").sum()),
+        contended_in_loader_ns=_in_loader_ns(ctx, slow),
+        window_ns=ctx.window_ns,
+        what_if=at(HEALTHY_BYTES_PER_NS),
+        what_if_upper=at(HEALTHY_MAX_BYTES_PER_NS),
         **shaped,
     )
+
+
+def _in_loader_ns(ctx: Context, ops: pl.DataFrame) -> int:
+    """The time of ``ops`` (start_ns, dur_ns) that started inside the DataLoader's ranges."""
+    loader = host_ranges(ctx, DATALOADER_PATTERN)
+    if loader.height == 0 or ops.height == 0:
+        return 0
+    inside = (
+        ops.select("start_ns", "dur_ns")
+        .sort("start_ns")
+        .join_asof(loader.sort("start_ns"), on="start_ns", strategy="backward", suffix="_r")
+        .filter(pl.col("start_ns") < pl.col("end_ns"))
+    )
+    return int(inside.get_column("dur_ns").sum())
 
 
 def _new_shape(ctx: Context, replay: ReplayResult | None) -> dict:

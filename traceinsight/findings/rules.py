@@ -120,6 +120,11 @@ def loader_plan_of(r: Results) -> LoaderPlan | None:
     return loader_plan(hidden.step_time_ns, hidden.step_time_after_ns, r.steps.loader_iterator)
 
 
+# the loading's share in contended CPU copies (analyzers/host_ops.py) from which the advice is
+# to fix the contention first
+CONTENDED_LOADING_RATIO = 0.5
+
+
 def loader_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     """dataloader_stall's fix at the stated assumption (the loader twice as fast, on free
     cores: :class:`LoaderPlan`); the loading hidden entirely is its upper bound, in the
@@ -156,7 +161,23 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         return None
     plan = loader_plan_of(x.r)
     need = ""
-    if plan is not None and plan.workers_needed is not None:
+    contended = x.r.host_ops.contended_in_loader_ns
+    advice: dict[str, str] = {}
+    if contended and contended >= CONTENDED_LOADING_RATIO * max(1, steps.dataloader_ns or 0):
+        # the loading is slow because its threads do not get the cores: more workers would add
+        # threads to the contention (host_thread_contention's fix first)
+        need = (
+            f"; {fmt_pct(contended / max(1, steps.dataloader_ns or 0))} of the loading is CPU "
+            "copies whose threads did not get the cores (host_thread_contention)"
+        )
+        advice = {
+            "recommendation": "Most of the loading time is CPU copies whose threads did not get "
+            "the cores (host_thread_contention): fix that first (fewer intra-op threads: "
+            "OMP_NUM_THREADS=1; TORCHINDUCTOR_COMPILE_THREADS=1 after torch.compile found a warm "
+            "cache); more DataLoader workers would add threads to the contention. Then load "
+            "ahead: num_workers > 0, pin_memory=True, persistent_workers=True."
+        }
+    elif plan is not None and plan.workers_needed is not None:
         n = plan.workers_needed
         need = f"; num_workers={n} would hide loading of {fmt_ms(plan.loading_per_batch_ns or 0)} per batch"
     elif plan is not None and plan.workers_factor is not None:
@@ -173,7 +194,9 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "causal_chain": x.chain("dataloader", "the main thread waited for the next batch"),
             "sources": x.sources("dataloader"),
             "loader_plan": plan,
+            "contended_in_loader_ns": contended,
         },
+        **advice,
     )
 
 

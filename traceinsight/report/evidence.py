@@ -92,6 +92,7 @@ LABELS = {
     "queue_depth_median": "kernels queued ahead, median",
     "what_if_whole_step": "the whole step in one CUDA graph, optimizer included",
     "shape_change": "input shapes that change between steps",
+    "contended_in_loader_ns": "loading in contended CPU copies",
     "what_if_upper": "at the upper end of what the trace allows",
     "what_if_lower_bound": "the prediction is a lower bound",
     "gpu_busy_ratio": "GPU busy",
