@@ -28,6 +28,7 @@ from traceinsight.analyzers.context import Context, host_ranges, shaped_ops
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as tf
 from traceinsight.causal.whatif import WhatIf
+from traceinsight.model import intervals as iv
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN
 from traceinsight.model.flops import DTYPE_BYTES
 
@@ -198,8 +199,8 @@ def _with_bytes(ctx: Context, ops: pl.DataFrame) -> pl.DataFrame:
 
 def _new_shape_calls(ctx: Context) -> pl.DataFrame:
     """The innermost calls with an input shape new to the window that took far longer than
-    their op's calls with a known shape (tid, start_ns, end_ns, name, dur_ns, excess_ns, dims,
-    repeat_median_ns)."""
+    their op's calls with a known shape (tid, start_ns, end_ns, name, dur_ns, excess_ns,
+    input_dims, repeat_median_ns)."""
     args = shaped_ops(ctx, ctx.window_start_ns, ctx.window_end_ns)
     if args.height == 0:
         return args
@@ -292,17 +293,10 @@ def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult
 
 
 def _in_loader_ns(ctx: Context, ops: pl.DataFrame) -> int:
-    """The time of ``ops`` (start_ns, dur_ns) that started inside the DataLoader's ranges."""
+    """The time of ``ops`` (start_ns, dur_ns) inside the DataLoader's ranges."""
     loader = host_ranges(ctx, DATALOADER_PATTERN)
-    if loader.height == 0 or ops.height == 0:
-        return 0
-    inside = (
-        ops.select("start_ns", "dur_ns")
-        .sort("start_ns")
-        .join_asof(loader.sort("start_ns"), on="start_ns", strategy="backward", suffix="_r")
-        .filter(pl.col("start_ns") < pl.col("end_ns"))
-    )
-    return int(inside.get_column("dur_ns").sum())
+    spans = ops.select("start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    return int(iv.overlap_with(spans.sort("start_ns"), loader.sort("start_ns")).sum())
 
 
 def _new_shape(ctx: Context, replay: ReplayResult | None) -> dict:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analyzers.context import Context, host_ranges, shaped_ops
+from traceinsight.model import intervals as iv
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, LAUNCH_API, names_matching
 
 # A launch call longer than this is not launch overhead: a first launch that loads the module
@@ -112,12 +113,10 @@ def _shape_change(ctx: Context) -> ShapeChange | None:
     args = shaped_ops(ctx, lo, hi).select("start_ns", "name", "input_dims")
     if args.height == 0:
         return None
-    loader = host_ranges(ctx, DATALOADER_PATTERN)
-    if loader.height:
-        loader = loader.sort("start_ns")
-        at = loader.get_column("start_ns").search_sorted(args.get_column("start_ns"), side="right")
-        ends = pl.concat([pl.Series([lo], dtype=pl.Int64), loader.get_column("end_ns")])
-        args = args.filter(ends.gather(at) <= args.get_column("start_ns"))
+    # the ops that started outside the loader's ranges (a 1 ns span at each start)
+    starts = args.select("start_ns", (pl.col("start_ns") + 1).alias("end_ns"))
+    loader = host_ranges(ctx, DATALOADER_PATTERN).sort("start_ns")
+    args = args.filter(iv.overlap_with(starts, loader) == 0)
     args = args.join_asof(steps, left_on="start_ns", right_on="host_start_ns").filter(
         pl.col("start_ns") < pl.col("host_end_ns")
     )
