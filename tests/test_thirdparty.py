@@ -18,6 +18,8 @@ import orjson
 import pytest
 
 import traceinsight
+from traceinsight.causal import transforms
+from traceinsight.causal.whatif import WhatIf
 from traceinsight.errors import InputError
 
 from .conftest import H200
@@ -79,6 +81,11 @@ HOLDS = [
     ("sbert", "pageable_memcpy", "pin_nonblocking"),  # 1.00 against 1.03-1.21
     ("sbert", "host_sync", "remove_syncs"),  # 1.00 against 0.89-1.03
     ("sbert", "memory_headroom", "batch_2x"),  # 1.51 against 1.53-1.58 (its recommended 2x)
+    # timm's ViT recipe (fp16 + GradScaler), held out (calls 20, 21): four processes A-D
+    ("vit_amp", "launch_bound", "compile"),  # 1.15 against 1.19-1.22
+    ("vit_amp", "pageable_memcpy", "pin_memory"),  # 1.09 against 1.07-1.26
+    ("vit_amp", "unfused_optimizer", "fused_adamw"),  # 1.06 against 1.03-1.14
+    ("vit_amp", "host_sync", "remove_syncs"),  # 1.05 against 0.91-1.12
 ]
 
 
@@ -89,7 +96,7 @@ def test_prediction_within_the_measured_band(loop: str, fid: str, fix: str) -> N
     assert w is not None and within(w.speedup, lo, hi), (w.speedup if w else None, lo, hi)
 
 
-@pytest.mark.parametrize("loop", ["hf_trainer", "timm_jpeg"])
+@pytest.mark.parametrize("loop", ["hf_trainer", "timm_jpeg", "vit_amp"])
 def test_all_fixes_within_the_measured_band(loop: str) -> None:
     lo, hi = band(loop, "all")
     w = analysis(f"{loop}.before.pt.trace.json.gz").what_if
@@ -133,6 +140,12 @@ MEASURED = {
         "pageable_memcpy": "pin_nonblocking",
         "launch_bound": "compile_ro",
     },
+    "vit_amp": {
+        "host_sync": "remove_syncs",
+        "pageable_memcpy": "pin_memory",
+        "unfused_optimizer": "fused_adamw",
+        "launch_bound": "compile",
+    },
 }
 
 
@@ -169,10 +182,12 @@ LEVER_WITHIN = 0.10  # issue 37: the first finding is the largest measured lever
     "loop, fid, fix, largest",
     [
         ("timm_jpeg", "dataloader_stall", "workers", "workers"),
-        ("peft_lora", "memory_headroom", "batch_4x", "batch_4x"),
+        # the batch lever: it recommends 8x (measured 8.56-9.50); 16x measured larger (call 21)
+        ("peft_lora", "memory_headroom", "batch_16x", "batch_16x"),
         ("lightning", "memory_headroom", "batch_4x", "batch_4x"),
         ("hf_trainer", "launch_bound", "compile_ro", "compile_ro"),  # 2.12-2.69; batch_4x 1.77
         ("accelerate", "launch_bound", "compile_ro", "compile_ro"),  # 1.52-1.72; all 1.28
+        ("vit_amp", "launch_bound", "compile", "batch_2x"),  # 1.19-1.22 against 1.05-1.26
         # (the launch-bound loop: a miss, test_the_largest_lever_on_the_launch_bound_loop)
     ],
 )
@@ -303,6 +318,9 @@ APPLIED = {
     "timm_jpeg": "dataloader_stall,pageable_memcpy,fp32_compute,host_sync",
     # 2.77 against 2.21-2.82 (held out: calls 14-16)
     "sbert": "dataloader_stall,fp32_compute,host_sync,pageable_memcpy,memory_headroom@4",
+    # 1.54 against 1.46-1.78 (held out); its 2x batch is not raised (saturation 1.41) but priced
+    # as asked; bf16 in place of fp16 + GradScaler has no finding (measured 0.86-1.13)
+    "vit_amp": "unfused_optimizer,host_sync,pageable_memcpy,memory_headroom@2",
 }
 
 
@@ -314,7 +332,9 @@ def test_what_if_of_the_applied_set_within_the_measured_all(loop: str) -> None:
     )
     w = a.selected.what_if
     assert a.selected.not_raised == () and w is not None and within(w.speedup, lo, hi)
-    assert w.multiplier == (4 if "@4" in APPLIED[loop] else None)
+    ks = [int(k) for i in APPLIED[loop].split(",") if (k := i.partition("@")[2]).isdigit()]
+    assert w.multiplier == (ks[0] if ks else None)
+    assert a.selected.priced_not_raised == (("memory_headroom@2",) if loop == "vit_amp" else ())
 
 
 def test_the_applied_set_of_the_launch_bound_loop_names_its_capture() -> None:
@@ -715,3 +735,93 @@ def test_the_loader_stall_names_its_contended_copies() -> None:
     fixed = finding("lightning", "dataloader_stall", "compile_ro_warm_omp1.after")
     assert fixed.evidence["contended_in_loader_ns"] == 0
     assert fixed.recommendation.startswith("Load batches in parallel")
+
+
+def test_the_held_out_vit_amp_loop() -> None:
+    """An eighth loop, held out (calls 20 and 21): timm's ViT-S/16 the way its train.py runs it
+    without the prefetcher: fp16 autocast with a GradScaler, unscale_ + clip_grad_norm_, foreach
+    AdamW, 4 workers without pinned memory, ``loss.item()`` every step. Its predictions are what
+    session 19's model said (HOLDS; all fixes 1.70 against 1.46-1.78). Left to say here:
+
+    - no batch finding: the GPU is busy 27.2 ms of the 38.5 ms un-profiled step (saturation
+      1.41, under 2), and the recommended multiplier is the power of two under it; replayed at
+      2x the batch gains 1.24 against 1.05-1.26 measured (the lever is real; the floor rule,
+      kept for the reason test_the_next_doubling_of_the_batch gives, leaves it unraised).
+    - the un-profiled step: 38.5 ms against 34.0-41.6 in the four fresh processes (the
+      profiled process's own 8 steps: 33.4)."""
+    a = analysis("vit_amp.before.pt.trace.json.gz")
+    mem, rp = a.results.memory, a.results.replay
+    assert mem.recommended_multiplier == 1 and 1.3 < mem.saturation_multiplier < 1.5
+    assert not {"memory_headroom", "small_batch"} & {f.id for f in a.findings}
+    p = rp.predict(transforms.gpu_work_scaled(2.0))
+    at2 = WhatIf.larger_batch(p.step_time_ns, p.step_time_after_ns, 2, p.transform)
+    assert within(at2.speedup, *band("vit_amp", "batch_2x")), at2.speedup
+    # --what-if prices it as asked: the rule for a trace with memory events, within the fit
+    path = HERE / "vit_amp.before.pt.trace.json.gz"
+    asked = traceinsight.analyze(path, what_if=["memory_headroom@2"]).selected
+    assert asked.priced_not_raised == ("memory_headroom@2",)
+    assert asked.what_if.speedup == pytest.approx(at2.speedup)
+    for other in ("small_batch@2", f"memory_headroom@{2 * mem.fit_multiplier}"):
+        sel = traceinsight.analyze(path, what_if=[other]).selected
+        assert sel.not_raised == (other,) and sel.priced_not_raised == ()
+    truth = json.loads((HERE / "vit_amp.truth.json").read_text())["configs"]["baseline"]
+    fresh = [truth[x]["step_ms_window_mean"] for x in "ABCD"]
+    assert min(fresh) <= rp.unprofiled_step_ns / 1e6 <= max(fresh), fresh
+
+
+def test_the_compiled_vit_amp_after_keeps_the_profilers_cost() -> None:
+    """A miss, with its mechanism: the profiled after of ``torch.compile(model)`` reads
+    launch_bound HIGH again, because its un-profiled estimate (43.5 ms) keeps most of the
+    profiler's cost: the same process ran 26.5 ms a step un-profiled, the profiled step 47.0.
+    On compiled code each Triton launch is an op the profiler records from Python (median 13 us
+    profiled, its cuLaunchKernel 5 us inside), while the no-work ops the cost per event is read
+    from are mostly the compiled graph's own ``as_strided`` calls, recorded in C++ at 0.4 us:
+    the estimate takes off 3.6 ms where the profiler added 20.6."""
+    raw = orjson.loads(
+        gzip.decompress((HERE / "vit_amp.compile.after.pt.trace.json.gz").read_bytes())
+    )
+    ops = [e for e in raw["traceEvents"] if e.get("cat") == "cpu_op"]
+
+    def median_us(pred) -> float:
+        d = sorted(e["dur"] for e in ops if pred(e["name"]))
+        return d[len(d) // 2]
+
+    assert median_us(lambda n: n.startswith("triton_")) > 10
+    assert median_us(lambda n: n == "aten::as_strided") < 0.5
+    truth = json.loads((HERE / "vit_amp.truth.json").read_text())["profiled"]["compile"]
+    own_ms = truth["unprofiled_same_process_step_ms_window_mean"]
+    a = analysis("vit_amp.compile.after.pt.trace.json.gz")
+    est_ms = a.results.replay.unprofiled_step_ns / 1e6
+    assert est_ms > 1.5 * own_ms  # 43.5 against 26.5
+    assert {f.id: f.severity for f in a.findings}["launch_bound"] == "high"
+
+
+def test_the_next_doubling_of_the_batch() -> None:
+    """Why the recommended multiplier is the largest power of two under the saturation point
+    (the GPU's busy time still inside today's step) and not the next one, where the GPU fills
+    the step: measured in call 21 (processes K and L), the next doubling replayed from the
+    un-profiled estimate overshoots where that estimate keeps profiler cost (accelerate's 2x:
+    1.71 against 1.16-1.29; Lightning's 8x: 2.90 against 2.08-2.27); from the range's low end
+    (the profiler's cost twice what the trace shows) both hold. On the LoRA loop, whose estimate
+    is its process's own step, 8x and 16x replay under the measured (6.97 and 8.63 against
+    8.56-9.50 and 11.17-11.33, superlinear: the batch of 2 leaves the GEMMs inefficient) and
+    within 25%. Choosing the next doubling where it adds 10% (sbert's 4x: 1.69, measured 1.97-
+    2.36) would have put the batch first on the Trainer and accelerate, whose largest measured
+    levers are their compiles."""
+
+    def at(loop: str, k: int) -> tuple[float, float]:
+        rp = analysis(f"{loop}.before.pt.trace.json.gz").results.replay
+        p = rp.predict(transforms.gpu_work_scaled(float(k)))
+        w = WhatIf.larger_batch(p.step_time_ns, p.step_time_after_ns, k, p.transform)
+        return w.speedup, rp.speedup_low(w)
+
+    for loop, k, fix in (("accelerate", 2, "batch_2x"), ("lightning", 8, "batch_8x")):
+        point, low = at(loop, k)
+        lo, hi = band(loop, fix)
+        assert point > (1 + TOLERANCE) * hi and within(low, lo, hi), (loop, point, low, lo, hi)
+        rec = analysis(f"{loop}.before.pt.trace.json.gz").results.memory
+        assert (rec.recommended_multiplier or 1) < k or rec.saturation_multiplier is None
+    for k in (8, 16):
+        point, _ = at("peft_lora", k)
+        lo, hi = band("peft_lora", f"batch_{k}x")
+        assert within(point, lo, hi) and point < lo, (k, point, lo, hi)

@@ -40,12 +40,14 @@ def tool_json() -> dict[str, str]:
 @dataclass(frozen=True)
 class SelectedFixes:
     """``--what-if``: the chosen finding ids, their fixes replayed together (None without a
-    step model), the ids this trace did not raise, and those with no fix to replay."""
+    step model), the ids this trace did not raise, those with no fix to replay, and the
+    larger batches priced although their rule did not fire (``memory_headroom@K``)."""
 
     fixes: tuple[str, ...]
     what_if: WhatIf | None
     not_raised: tuple[str, ...] = ()
     no_fix: tuple[str, ...] = ()
+    priced_not_raised: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         w = jsonable(self.what_if) if self.what_if is not None else {}
@@ -57,6 +59,7 @@ class SelectedFixes:
             "transforms": w.get("transforms", []),
             "not_raised": list(self.not_raised),
             "no_fix": list(self.no_fix),
+            "priced_not_raised": list(self.priced_not_raised),
         }
 
 

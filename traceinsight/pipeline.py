@@ -132,14 +132,19 @@ def _selected(results: Results, findings: list[Finding], ids: tuple[str, ...]) -
     trace did not raise or has no fix to replay for. ``ID@K`` picks the batch multiplier K
     of a larger-batch fix (memory_headroom, small_batch) in place of the recommended one;
     ``ID@NAME`` another fix the finding prices (its ``evidence.what_if_NAME``:
-    ``launch_bound@whole_step``, the whole step in one CUDA graph)."""
+    ``launch_bound@whole_step``, the whole step in one CUDA graph). A larger batch the rules
+    did not raise (``memory_headroom@K`` where memory events show K x the batch fits,
+    ``small_batch@K`` without memory events) is priced all the same: the user's own lever."""
     chosen, by_id = [], {f.id: f for f in findings}
+    unraised: list[str] = []
     for raw in ids:
         fid, _, k = raw.partition("@")
         f = by_id.get(fid)
         if f is not None and k:
             batch = f.what_if is not None and f.what_if.multiplier is not None
             f = _at_multiplier(f, k) if k.isdigit() or batch else _at_variant(f, k)
+        elif f is None and k.isdigit() and (f := _unraised_batch(results, fid, int(k))):
+            unraised.append(raw)
         chosen.append((raw, fid, f))
     not_raised = tuple(raw for raw, _, f in chosen if f is None)
     no_fix = tuple(
@@ -151,7 +156,27 @@ def _selected(results: Results, findings: list[Finding], ids: tuple[str, ...]) -
     rp = results.replay
     if w is None and rp is not None and rp.unprofiled_step_ns is not None:
         w = WhatIf.unchanged(rp.unprofiled_step_ns)  # nothing chosen changes the model
-    return SelectedFixes(ids, w, not_raised, no_fix)
+    return SelectedFixes(ids, w, not_raised, no_fix, tuple(unraised))
+
+
+# the larger-batch rules, by whether the trace has memory events (which bound the fit)
+BATCH_RULES = {True: "memory_headroom", False: "small_batch"}
+
+
+def _unraised_batch(results: Results, fid: str, m: int) -> Finding | None:
+    """A stand-in finding carrying ``m`` x the batch's replayed fix, for ``fid@m`` where the
+    rule did not fire: only the batch rule for this trace's kind (memory_headroom with memory
+    events, ``m`` within what fits; small_batch without) and with a step model to replay."""
+    mem, rp = results.memory, results.replay
+    if m < 2 or rp is None or BATCH_RULES[mem.has_memory] != fid:
+        return None
+    if mem.has_memory and mem.fit_multiplier is not None and m > mem.fit_multiplier:
+        return None
+    p = rp.predict(gpu_work_scaled(float(m)))
+    if p is None:
+        return None
+    w = WhatIf.larger_batch(p.step_time_ns, p.step_time_after_ns, m, p.transform)
+    return Finding(fid, "info", f"{m}x the batch (not raised)", 0, 0.0, {}, "", what_if=w)
 
 
 def _at_variant(f: Finding, name: str) -> Finding:

@@ -213,6 +213,8 @@ def _selected_line(sel: dict[str, Any], per: str) -> str:
     text += _saving(sel, per) if sel.get("step_time_ns") is not None else "no step model to replay"
     if sel.get("not_raised"):
         text += f" (not raised here: {', '.join(sel['not_raised'])})"
+    if sel.get("priced_not_raised"):
+        text += f" (priced although not raised here: {', '.join(sel['priced_not_raised'])})"
     if sel.get("no_fix"):
         text += f" (no fix to replay: {', '.join(sel['no_fix'])})"
     return text
