@@ -175,3 +175,18 @@ def test_markdown_is_read_from_the_document_only(sync_doc, tmp_path: Path):
 
     stored = json.loads(json.dumps(sync_doc, default=str))
     assert render(stored) == render(sync_doc)
+
+
+def test_the_chosen_fixes_line() -> None:
+    """``--what-if`` in the Markdown summary as in the terminal's: the chosen fixes' replay (the
+    document's own numbers), the ids not raised, and a larger batch priced although its rule
+    did not fire (the held-out ViT: saturation 1.41, no batch finding)."""
+    path = H200 / "thirdparty" / "vit_amp.before.pt.trace.json.gz"
+    doc = traceinsight.analyze(
+        path, what_if=["unfused_optimizer", "memory_headroom@2", "small_batch@2"]
+    ).to_json()
+    sel = doc["details"]["what_if"]["selected"]
+    line = next(x for x in render(doc).splitlines() if x.startswith("What if"))
+    assert f"{sel['speedup']:.2f}x" in line and fmt_ms(sel["step_time_after_ns"]) in line
+    assert "Not raised here: `small_batch@2`." in line
+    assert "Priced although not raised here: `memory_headroom@2`." in line

@@ -59,6 +59,24 @@ def _saving(w: dict[str, Any] | None) -> tuple[str, str, str]:
     return fmt_ms(saving_per_step_ns(w)), f"{fmt_ms(before)} → {fmt_ms(after)}", speedup
 
 
+def _selected(sel: dict[str, Any], per: str) -> str:
+    """``--what-if``: the chosen fixes together, and the ids that did not apply."""
+    text = f"What if {' + '.join(_code(f) for f in sel['fixes'])}: "
+    if sel.get("step_time_ns") is None:
+        text += "no step model to replay."
+    else:
+        saving, step, speedup = _saving(sel)
+        text += f"saves {saving} {per} (un-profiled step {step}, {speedup})."
+    for key, words in (
+        ("not_raised", "not raised here"),
+        ("priced_not_raised", "priced although not raised here"),
+        ("no_fix", "no fix to replay"),
+    ):
+        if sel.get(key):
+            text += f" {words[0].upper()}{words[1:]}: {', '.join(_code(f) for f in sel[key])}."
+    return text
+
+
 def _headline(doc: dict[str, Any]) -> list[str]:
     src, m = doc["source"], doc["metrics"]
     active = [d for d in src["devices"] if d.get("active", True)]
@@ -192,6 +210,9 @@ def render(doc: dict[str, Any]) -> str:
                 f"{speedup}).",
                 "",
             ]
+        chosen = ((doc.get("details") or {}).get("what_if") or {}).get("selected")
+        if chosen:
+            out += [_selected(chosen, per_step(doc)), ""]
         out += _first_finding(findings[0], per_step(doc))
     out += _notes(doc)
     version = doc["tool"]["version"]
