@@ -864,3 +864,16 @@ def test_the_next_doubling_of_the_batch() -> None:
         point, _ = at("peft_lora", k)
         lo, hi = band("peft_lora", f"batch_{k}x")
         assert within(point, lo, hi) and point < lo, (k, point, lo, hi)
+
+
+@pytest.mark.parametrize(
+    "ids", ["small_batch@99999999999999", "memory_headroom@65", "small_batch@1"]
+)
+def test_a_batch_multiplier_out_of_range_is_refused(ids: str) -> None:
+    """A multiplier past the largest predicted (64) overflowed the replay's int64 durations
+    (an internal error) or priced a step of 0 ms; the one line names it, raised or not."""
+    for loop in ("launch_bound", "accelerate", "vit_amp"):  # raised, not raised; memory events
+        rule = "memory_headroom" if loop == "vit_amp" else "small_batch"
+        ask = ids.replace("small_batch", rule).replace("memory_headroom", rule)
+        with pytest.raises(InputError, match=r"multiplier must be 2 to 64"):
+            traceinsight.analyze(HERE / f"{loop}.before.pt.trace.json.gz", what_if=[ask])

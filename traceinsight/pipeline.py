@@ -12,6 +12,7 @@ import polars as pl
 from traceinsight.analysis import SelectedFixes, TraceAnalysis, source_json
 from traceinsight.analyzers import Results, run_analyzers
 from traceinsight.analyzers.context import activity_devices, build_context
+from traceinsight.analyzers.memory import MAX_MULTIPLIER
 from traceinsight.analyzers.regions import with_findings
 from traceinsight.causal.transforms import gpu_work_scaled
 from traceinsight.causal.whatif import WhatIf
@@ -168,8 +169,10 @@ def _unraised_batch(results: Results, fid: str, m: int) -> Finding | None:
     rule did not fire: only the batch rule for this trace's kind (memory_headroom with memory
     events, ``m`` within what fits; small_batch without) and with a step model to replay."""
     mem, rp = results.memory, results.replay
-    if m < 2 or rp is None or BATCH_RULES[mem.has_memory] != fid:
+    if rp is None or BATCH_RULES[mem.has_memory] != fid:
         return None
+    if not 2 <= m <= MAX_MULTIPLIER:
+        raise InputError(f"--what-if {fid}@{m}: the multiplier must be 2 to {MAX_MULTIPLIER}")
     if mem.has_memory and mem.fit_multiplier is not None and m > mem.fit_multiplier:
         return None
     p = rp.predict(gpu_work_scaled(float(m)))
@@ -199,8 +202,8 @@ def _at_multiplier(f: Finding, k: str) -> Finding:
         m = int(k)
     except ValueError:
         raise InputError(f"--what-if {f.id}@{k}: the multiplier must be a whole number") from None
-    if m < 2:
-        raise InputError(f"--what-if {f.id}@{k}: the multiplier must be at least 2")
+    if not 2 <= m <= MAX_MULTIPLIER:
+        raise InputError(f"--what-if {f.id}@{k}: the multiplier must be 2 to {MAX_MULTIPLIER}")
     w = replace(f.what_if, multiplier=m).of_transform(gpu_work_scaled(float(m)))
     return replace(f, what_if=w)
 
