@@ -170,6 +170,10 @@ class ReplayResult:
     # (COMPILED_UNPROFILED_RATIO): the estimate keeps profiler cost the events do not show
     compiled_launches_per_step: float = 0.0
     compiled_unprofiled_ratio: tuple[float, float] | None = None
+    # the profiler's cost per event, over profiler_ns_per_event, of the low end's model:
+    # PROFILER_COST_HIGH_FACTOR, or where compiled_unprofiled_ratio is set the factor whose
+    # step is its low end (0: no low end)
+    profiler_cost_low_factor: float = 0.0
     # where host_sync's fix moves the host's waiting (see :func:`wait_moves`)
     wait_moves: tuple[WaitMove, ...] = ()
     # the un-profiled model, for analyzers and rules with their own transform (:meth:`predict`)
@@ -273,11 +277,21 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     durations = step_times_ns(bare, bare_replay)
     statistic = step_statistic(bare, durations)
     unprofiled = statistic_of(steady_step_times_ns(bare, bare_replay), statistic)
-    low, dearer = None, None
+    low, dearer, low_factor = None, None, 0.0
+    compiled = _compiled_launches(ctx, st)
     if per_event and unprofiled is not None:
-        dearer = whatif.without_profiler(model, PROFILER_COST_HIGH_FACTOR * per_event)
-        dearer = whatif.warmed(dearer, once)[0]
-        low = statistic_of(steady_step_times_ns(dearer, replay(dearer)), statistic)
+
+        def at(factor: float) -> tuple[StepModel, float | None]:
+            m = whatif.warmed(whatif.without_profiler(model, factor * per_event), once)[0]
+            return m, statistic_of(steady_step_times_ns(m, replay(m)), statistic)
+
+        low_factor = PROFILER_COST_HIGH_FACTOR
+        dearer, low = at(low_factor)
+        if compiled and low is not None:
+            # compiled code recorded with shapes: the low end is the lowest step measured
+            # on such recordings, its per-event cost found by doubling then halving the gap
+            target = COMPILED_UNPROFILED_RATIO[0] * unprofiled
+            low_factor, dearer, low = _factor_for(at, low_factor, dearer, low, target)
     what_if: dict[str, WhatIf] = {}
     engines: dict[str, float] = {}
     unconverged: list[str] = []
@@ -335,11 +349,52 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         unconverged=tuple(unconverged),
         wait_moves=moves,
         unpriced=unpriced,
-        compiled_launches_per_step=(compiled := _compiled_launches(ctx, st)),
+        compiled_launches_per_step=compiled,
         compiled_unprofiled_ratio=COMPILED_UNPROFILED_RATIO if compiled and per_event else None,
+        profiler_cost_low_factor=low_factor,
         model=bare,
         model_low=dearer,
     )
+
+
+# the per-event cost factors tried for compiled code's low end: doublings from
+# PROFILER_COST_HIGH_FACTOR up to 2 ** LOW_FACTOR_DOUBLINGS times it, then halvings between
+LOW_FACTOR_DOUBLINGS = 6
+LOW_FACTOR_HALVINGS = 4
+
+
+def _factor_for(
+    at: Callable[[float], tuple[StepModel, float | None]],
+    factor: float,
+    model: StepModel,
+    step: float,
+    target: float,
+) -> tuple[float, StepModel, float]:
+    """The smallest per-event cost factor (from ``factor``, whose model and step are given)
+    whose replayed step is at most ``target``, to 1/16 of the last doubling, with its model and
+    step; the largest tried where none reaches it (the host's gaps all spent)."""
+    if step <= target:
+        return factor, model, step
+    lo = factor
+    for _ in range(LOW_FACTOR_DOUBLINGS):
+        m, s = at(2 * factor)
+        if s is None:
+            break
+        factor, model, step = 2 * factor, m, s
+        if step <= target:
+            break
+        lo = factor
+    if step > target:
+        return factor, model, step
+    hi, best = factor, (factor, model, step)
+    for _ in range(LOW_FACTOR_HALVINGS):
+        mid = (lo + hi) / 2
+        m, s = at(mid)
+        if s is not None and s <= target:
+            hi, best = mid, (mid, m, s)
+        else:
+            lo = mid
+    return best
 
 
 def _compiled_launches(ctx: Context, steps: pl.DataFrame) -> float:

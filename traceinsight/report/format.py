@@ -68,26 +68,31 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
         else f"the profiled step as recorded, median {fmt_ns(profiled)},"
     )
     low = replay.get("unprofiled_step_low_ns")
+    ratio = replay.get("compiled_unprofiled_ratio")
     # the profiler's cost per event varies between processes: the trace cannot pin the step
-    # closer than this (analyzers/replay.py PROFILER_COST_HIGH_FACTOR)
-    span = (
-        f"; as low as {fmt_ns(low)} where the profiler cost this process twice what the trace's "
-        "no-work ops show"
-        if low is not None and low < 0.98 * unprofiled
-        else ""
-    )
+    # closer than this (analyzers/replay.py PROFILER_COST_HIGH_FACTOR); on compiled code with
+    # recorded shapes, the lowest measured on such recordings (COMPILED_UNPROFILED_RATIO)
+    if low is None or low >= 0.98 * unprofiled:
+        span = ""
+    elif ratio:
+        span = (
+            f"; as low as {fmt_ns(low)}: compiled code recorded with its input shapes "
+            f"(record_shapes=True, {replay.get('compiled_launches_per_step', 0):,.0f} Triton "
+            "launches a step) costs the profiler more than its events show, and on such "
+            f"recordings the un-profiled step measured {ratio[0]:.2f}-{ratio[1]:.2f}x the estimate"
+        )
+    else:
+        span = (
+            f"; as low as {fmt_ns(low)} where the profiler cost this process twice what the "
+            "trace's no-work ops show"
+        )
     text = (
         f"Predicted savings and speedups are {per_step(doc)} and apply to the un-profiled step, "
         f"{fmt_ns(unprofiled)} ({how} less the profiler's own cost{span})."
     )
-    ratio = replay.get("compiled_unprofiled_ratio")
-    if ratio:  # analyzers/replay.py COMPILED_UNPROFILED_RATIO: the cost the events do not show
+    if ratio:
         text += (
-            " The trace records torch.compile'd code's kernel launches with their input shapes "
-            f"(record_shapes=True, {replay.get('compiled_launches_per_step', 0):,.0f} a step), "
-            "which costs the profiler more than its events show: on such recordings the "
-            f"un-profiled step measured {ratio[0]:.2f}-{ratio[1]:.2f}x this estimate, so its "
-            "predictions are upper ends; without record_shapes the profiler costs compiled "
+            " Its predictions are upper ends; without record_shapes the profiler costs compiled "
             "code less than half as much (a compiled ViT: 13.2 against 30.1 ms a step)."
         )
     return text

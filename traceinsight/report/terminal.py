@@ -195,9 +195,10 @@ def _saving(w: dict[str, Any], per: str = "per step") -> str:
     before, after = w["step_time_ns"], w["step_time_after_ns"]
     speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
     low = w.get("speedup_low")
-    # the range the profiler's unknown cost leaves, where it moves the prediction
+    # the range the profiler's unknown cost leaves (the prediction sentence says what its low
+    # end is), where it moves the prediction
     other = (
-        f"; {low:.2f}x were the profiler's cost twice what the trace shows"
+        f"; {low:.2f}x from the un-profiled step's low end"
         if low and w.get("speedup") and abs(low / w["speedup"] - 1) > 0.05
         else ""
     )
