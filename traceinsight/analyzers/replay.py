@@ -289,7 +289,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         dearer, low = at(low_factor)
         if compiled and low is not None:
             # compiled code recorded with shapes: the low end is the lowest step measured
-            # on such recordings, its per-event cost found by doubling then halving the gap
+            # on such recordings, its per-event cost found by doubling, then bisecting
             target = COMPILED_UNPROFILED_RATIO[0] * unprofiled
             low_factor, dearer, low = _factor_for(at, low_factor, dearer, low, target)
     what_if: dict[str, WhatIf] = {}
