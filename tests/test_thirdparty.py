@@ -20,6 +20,7 @@ import pytest
 import traceinsight
 from traceinsight.causal import transforms
 from traceinsight.causal.whatif import WhatIf
+from traceinsight.constants import SEVERITIES
 from traceinsight.errors import InputError
 from traceinsight.report.format import prediction_basis
 
@@ -806,6 +807,46 @@ def test_compiled_code_profiled_with_shapes(loop: str, which: str, cfg: str) -> 
     ):
         other = analysis(f"{name}.pt.trace.json.gz").results.replay
         assert other.compiled_launches_per_step == 0 and other.compiled_unprofiled_ratio is None
+
+
+@pytest.mark.parametrize(("loop", "which", "cfg"), COMPILED_AFTERS)
+def test_compiled_code_graded_on_the_range(loop: str, which: str, cfg: str) -> None:
+    """Where every measured step lay below the estimate (compiled code recorded with shapes),
+    the point is an upper end: a priced finding's severity is the smaller saving of the range's
+    two ends (speedup and speedup_low), and a finding graded on attributed time keeps only the
+    share the profiler's unseen cost cannot hold (1 - low end / profiled step). Recomputed here
+    from the JSON's numbers with the documented grading (0.25 / 0.10 / 0.03)."""
+
+    def grade(share: float) -> str:
+        return next(
+            s
+            for s, lo in (("high", 0.25), ("medium", 0.10), ("low", 0.03), ("info", 0))
+            if share >= lo
+        )
+
+    doc = analysis(f"{loop}.{which}.after.pt.trace.json.gz").to_json()
+    rp = doc["details"]["replay"]
+    hidden = 1 - rp["unprofiled_step_low_ns"] / rp["trace_step_median_ns"]
+    for f in doc["findings"]:
+        w = f["what_if"]
+        if w is not None and w.get("speedup_low"):
+            share = min(f["cost_ratio"], 1 - 1 / w["speedup_low"])
+            assert f["severity"] == grade(share), (f["id"], share)
+        elif w is None:
+            assert SEVERITIES.index(f["severity"]) >= SEVERITIES.index(
+                grade(max(0, f["cost_ratio"] - hidden))
+            )
+    by_id = {f["id"]: f for f in doc["findings"]}
+    if loop == "vit_amp":
+        # launch_bound 1.60x from the estimate (43.45 ms), 1.04x from the low end (25.20 ms),
+        # where the same process's own un-profiled step lay (26.41 ms): low, not high
+        assert by_id["launch_bound"]["severity"] == "low"
+        assert by_id["launch_bound"]["evidence"]["graded_on_range"] is True
+        assert by_id["memory_headroom"]["severity"] == "medium"  # 1.13x at the low end
+        assert SEVERITIES.index(by_id["gpu_underutilized"]["severity"]) >= SEVERITIES.index("low")
+    # an eager trace's point is the middle of its range: graded on it, as before
+    eager = analysis(f"{loop}.before.pt.trace.json.gz").to_json()
+    assert not any(f["evidence"].get("graded_on_range") for f in eager["findings"])
 
 
 def test_record_shapes_costs_compiled_code_more() -> None:

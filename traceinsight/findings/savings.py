@@ -50,6 +50,24 @@ def _per_site(r: Results, sources: list[Source]) -> list[Source]:
     return out
 
 
+def _saving_ratio(speedup: float | None) -> float | None:
+    """The saving's share of the step, ``1 - after/before``, of a speedup (None: none)."""
+    return None if speedup is None or speedup <= 0 else max(0.0, 1.0 - 1.0 / speedup)
+
+
+def _assured_share(r: Results, share: float | None) -> float | None:
+    """On compiled code recorded with shapes, the share of the profiled window a finding's
+    attributed time holds at the least: less the share of the profiled step the profiler may
+    have added outside its events (down to the un-profiled range's low end). None elsewhere."""
+    rp = r.replay
+    if rp is None or rp.compiled_unprofiled_ratio is None or share is None:
+        return None
+    low, profiled = rp.unprofiled_step_low_ns, rp.trace_step_median_ns
+    if low is None or not profiled:
+        return None
+    return max(0.0, share - max(0.0, 1.0 - low / profiled))
+
+
 def what_if_of(rule: Rule, r: Results) -> tuple[WhatIf | None, str | None]:
     """The rule's predicted fix (None with the reason where there is none)."""
     if rule.estimate is not None:
@@ -82,7 +100,14 @@ def with_savings(
             # rests on an upper bound alone
             f = replace(f, severity=SEVERITIES[UNPRICED_CAP])
         if w is None:
-            out.append(replace(f, evidence={**f.evidence, "why_no_estimate": why}))
+            evidence = {**f.evidence, "why_no_estimate": why}
+            assured = _assured_share(r, f.cost_ratio)
+            if assured is not None and SEVERITIES.index(t.severity(assured)) > SEVERITIES.index(
+                f.severity
+            ):
+                f = replace(f, severity=t.severity(assured))
+                evidence["graded_on_range"] = True
+            out.append(replace(f, evidence=evidence))
             continue
         ratio = w.saving_ratio
         sev = t.severity(ratio)
@@ -101,6 +126,15 @@ def with_savings(
             # the other end of the range the trace leaves: the fix from the un-profiled step's
             # low end (an estimate's own arithmetic, the loader's plan, is not a replay of it)
             w = replace(w, speedup_low=r.replay.speedup_low(w))
+            low_ratio = _saving_ratio(w.speedup_low)
+            if r.replay.compiled_unprofiled_ratio is not None and low_ratio is not None:
+                # compiled code recorded with shapes: every measured step lay below the
+                # estimate, so the point is an upper end and the severity is what both ends
+                # of the range assure (the saving, and the order, stay the point's)
+                graded = t.severity(min(ratio, low_ratio))
+                if SEVERITIES.index(graded) > SEVERITIES.index(sev):
+                    sev = graded
+                    evidence["graded_on_range"] = True
         out.append(
             replace(
                 f,

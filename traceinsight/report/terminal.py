@@ -246,7 +246,12 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
                 for s in sources
             )
             if (w := f.get("what_if")) is not None:
-                lines.append(f"         fix: {_saving(w, per)}")
+                graded = (
+                    ", graded on the range's low end"
+                    if f["evidence"].get("graded_on_range")
+                    else ""
+                )
+                lines.append(f"         fix: {_saving(w, per)}{graded}")
                 # the finding's other priced fixes (replayed with --what-if ID@NAME)
                 for key, v in f["evidence"].items():
                     if key.startswith("what_if_") and isinstance(v, dict) and v.get("speedup"):
