@@ -95,7 +95,7 @@ LABELS = {
     "contended_in_loader_ns": "loading in contended CPU copies",
     "what_if_upper": "at the upper end of what the trace allows",
     "what_if_lower_bound": "the prediction is a lower bound",
-    "graded_on_range": "severity from the smaller saving of the range's two ends",
+    "graded_on_range": "severity from what both ends of the un-profiled range assure",
     "gpu_busy_ratio": "GPU busy",
     "unexplained_idle_ns": "idle with no named cause",
     "cpu_work_idle_ns": "idle while the host computed",
