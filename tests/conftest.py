@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,15 @@ def tiny_analysis():
     from traceinsight import analyze
 
     return analyze(TINY / "step_dataloader_sync.json")
+
+
+@lru_cache(maxsize=64)
+def _analyzed(path: str):
+    from traceinsight import analyze
+
+    return analyze(Path(path))
+
+
+def analyzed(path: str | Path):
+    """``traceinsight.analyze(path)`` with the default options, once per test process."""
+    return _analyzed(str(path))

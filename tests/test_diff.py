@@ -24,6 +24,8 @@ from traceinsight.diff import (
     nvtx_iterations,
 )
 
+from .conftest import analyzed
+
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "fixtures" / "h200"
 CORPUS = ROOT.parent / "shared" / "traces"
@@ -276,7 +278,7 @@ def test_nvtx_iterations_by_hand():
 def test_real_nvtx_and_kernel_period_agree():
     # param/linear_kineto (torch 2.0, no ProfilerStep): the optimizer step's user range and the
     # kernel sequence are two independent ways to the same iteration time
-    a = analyze(_corpus("param/linear_kineto.json.gz"))
+    a = analyzed(_corpus("param/linear_kineto.json.gz"))
     n, k = nvtx_iterations(a.trace.events), kernel_iterations(a.trace.events)
     assert n is not None and k is not None
     assert n.range_name == "Optimizer.step#SGD.step"
@@ -290,7 +292,7 @@ def test_job_ranks_from_workers_keep_their_cuda_versions():
     reach the diff's environment through ``source.versions``."""
     from traceinsight.diff import environment
 
-    job = analyze(H200 / "ddp_straggler")
+    job = analyzed(H200 / "ddp_straggler")
     assert all(r.trace is None for r in job.ranks)  # analyzed in workers
     env = environment(job)
     assert env["cuda_runtime_version"] == 13000 and env["cuda_driver_version"] == 13000
@@ -332,7 +334,7 @@ def test_kernel_changes_per_step_count_the_window_only(tmp_path):
     before = H200 / "pairs" / "h2d_pinned.before.pt.trace.json.gz"
     after = H200 / "pairs" / "h2d_pinned.after.pt.trace.json.gz"
     raw = [_raw_kernels_in_gpu_steps(p, gemm) for p in (before, after)]
-    ab, aa = analyze(before), analyze(after)
+    ab, aa = analyzed(before), analyzed(after)
     doc = compare(ab, aa)
     row = next(r for r in doc["kernels_per_step"]["changed"] if r["name"] == gemm)
     for (steps, calls, us), count, total_ns in (

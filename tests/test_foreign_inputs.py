@@ -21,7 +21,7 @@ from tests.conftest import FIXTURES, H200, TINY, shared_or_skip
 from traceinsight import Options
 from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.health import analyze_health
-from traceinsight.api import analyze, load_events
+from traceinsight.api import load_events
 from traceinsight.cli import main
 from traceinsight.errors import EXIT_BAD_INPUT, EXIT_GATE, EXIT_OK, InputError
 from traceinsight.model.schema import DeviceInfo
@@ -30,6 +30,8 @@ from traceinsight.parsers.kineto import reconcile_devices
 from traceinsight.parsers.nsys.db import Db
 from traceinsight.parsers.nsys.nvtx import pyprof_names
 from traceinsight.parsers.nsys.tables import event_rows
+
+from .conftest import analyzed
 
 FOREIGN = FIXTURES / "foreign"
 ZOOLOGY = FOREIGN / "zoology_a100_inference.json.gz"
@@ -128,7 +130,7 @@ def test_rocm_kernels_on_device_2_get_the_single_entry(tmp_path):
     ]
     path = tmp_path / "rocm.json"
     path.write_text(json.dumps(_kineto_doc(props, [2, 2])))
-    a = analyze(path)
+    a = analyzed(path)
     devices = {d["id"]: d for d in a.source["devices"]}
     assert list(devices) == [2]
     assert devices[2]["name"] == "AMD Instinct MI300X" and devices[2]["sm_count"] == 304
@@ -167,7 +169,7 @@ def test_launches_without_device_activity_are_lost_activity_not_a_cpu_job(capsys
     flows = sum(1 for e in raw if e.get("ph") == "s" and e.get("cat") == "ac2g")
     gpu = sum(1 for e in raw if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
     assert (launches, flows, gpu) == (268, 268, 0)  # every launch has its flow, no GPU event
-    a = analyze(ZOOLOGY)
+    a = analyzed(ZOOLOGY)
     lost = _checks(a)["device_activity_missing"]
     assert lost["severity"] == "error" and lost["count"] == launches
     assert not any("GPU metrics are not applicable" in w for w in a.warnings)
@@ -206,7 +208,7 @@ def test_truncated_gzip_is_an_error_that_fails_the_gate(tmp_path, capsys):
     cut = tmp_path / "cut.pt.trace.json.gz"
     data = whole.read_bytes()
     cut.write_bytes(data[: len(data) // 50])  # the first 2% of the gzip
-    a = analyze(cut)
+    a = analyzed(cut)
     assert a.findings == [] or all(f.severity in ("low", "info") for f in a.findings)
     trunc = _checks(a)["trace_truncated"]
     assert trunc["severity"] == "error" and "truncated" in trunc["message"]
@@ -245,7 +247,7 @@ def test_sglang_prefill_decode_real_trace_has_no_invalid_durations():
     starts = [e["ts"] for e in xs]
     longest = max(e["dur"] for e in xs)
     assert longest < 10 * (max(starts) - min(starts))  # no event 10x the capture
-    assert "duration_invalid" not in _checks(analyze(path))
+    assert "duration_invalid" not in _checks(analyzed(path))
 
 
 def test_unified_memory_migrations_are_not_host_to_device_copies():
@@ -257,7 +259,7 @@ def test_unified_memory_migrations_are_not_host_to_device_copies():
         )
     )
     assert kinds == {11: (834, 268_500_992), 12: (1536, 268_435_456)}  # all unified memory
-    a = analyze(AWSGPU)
+    a = analyzed(AWSGPU)
     assert a.metrics["h2d_bytes"] == 0
     (row,) = a.results.copies.by_kind
     assert (row["copy_kind"], row["src_kind"], row["dst_kind"]) == ("unified", "managed", "managed")
@@ -278,7 +280,7 @@ def test_one_kernel_under_its_cold_launch_has_no_short_kernel_ratio():
     # the call spent 39.2 ms before the kernel started (lazy module loading), 1.85 us before
     # it returned: its duration is no launch cost the kernel can be compared with
     assert k_start - l_start == 39_154_472 and l_start + l_dur - k_start == 1_853
-    a = analyze(AWSGPU)
+    a = analyzed(AWSGPU)
     assert a.metrics["short_kernel_ratio"] is None  # no launch measured: no ratio (was 1.0)
 
 
@@ -322,7 +324,7 @@ def test_kineto_2026_shape_reads_on_purpose():
     nccl = ev.filter(pl.col("name").str.starts_with("ncclDevKernel")).row(0, named=True)
     assert nccl["kernel_class"] == "communication" and nccl["stream"] == 17
     assert trace.kernel_args.filter(pl.col("collective") == "allreduce").height == 1
-    a = analyze(KINETO_2026)
+    a = analyzed(KINETO_2026)
     # busy by hand: kernels [130, 330) and [360, 660) us in the step [100, 1100): 500 of 1000 us
     assert a.metrics["gpu_busy_ratio"] == pytest.approx(0.5)
     host_ops = ev.filter(pl.col("kind").is_in(["cpu_op", "user_annotation", "runtime"]))
@@ -359,7 +361,7 @@ def test_windows_export_with_cp1252_metadata_reads():
     with pytest.raises(UnicodeDecodeError):
         user.decode("utf-8")  # the fixture keeps the non-UTF-8 byte that crashed the parser
     kernels = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
-    a = analyze(EXTRAP)
+    a = analyzed(EXTRAP)
     assert a.source["event_counts"]["kernel"] == kernels == 12
     assert a.source["devices"][0]["name"] == "GeForce GTX 1060 with Max-Q Design"
     assert _run([str(EXTRAP)]) == EXIT_OK

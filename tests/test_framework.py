@@ -19,7 +19,7 @@ from traceinsight.model.framework import detect_framework
 from traceinsight.parsers import load_trace
 from traceinsight.report import markdown
 
-from .conftest import FIXTURES, H200, shared_or_skip
+from .conftest import FIXTURES, H200, analyzed, shared_or_skip
 
 # what no advice for an application may say: PyTorch's API, and steps it does not have
 TORCH_WORDS = re.compile(r"\.item\(\)|DataLoader|torch|per step", re.IGNORECASE)
@@ -41,7 +41,7 @@ def _corpus(name: str) -> Path:
 
 
 def _assert_application_advice(path: Path) -> None:
-    a = analyze(path)
+    a = analyzed(path)
     assert a.source["framework"] == "cuda_app"
     assert a.findings, f"{path.name}: the check needs findings to look at"
     for f in a.findings:
@@ -64,7 +64,7 @@ def test_application_corpus_gets_cuda_advice(name):
 
 def test_cloverleaf_host_sync_names_streams_and_events():
     # CloverLeaf syncs with cudaDeviceSynchronize after its kernels: the advice is the CUDA one
-    a = analyze(_corpus(APP_CORPUS[0]))
+    a = analyzed(_corpus(APP_CORPUS[0]))
     sync = next(f for f in a.findings if f.id == "host_sync")
     assert "cudaStreamWaitEvent" in sync.recommendation and "cudaEventRecord" in sync.snippet
     assert "(over the window)" in sync.title  # no steps: nothing is per step
@@ -87,7 +87,7 @@ def test_framework_is_read_off_the_trace(path, framework):
 
 
 def test_pytorch_trace_keeps_its_advice():
-    a = analyze(H200 / "h2d_pageable.pt.trace.json.gz")
+    a = analyzed(H200 / "h2d_pageable.pt.trace.json.gz")
     assert a.source["framework"] == "pytorch"
     f = next(f for f in a.findings if f.id == "pageable_memcpy")
     rule = next(r for r in RULES if r.id == "pageable_memcpy")
@@ -96,7 +96,7 @@ def test_pytorch_trace_keeps_its_advice():
 
 
 def test_pytorch_nsys_export_keeps_its_advice():
-    a = analyze(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite")
+    a = analyzed(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite")
     assert a.source["framework"] == "pytorch"
     assert any("torch" in f.recommendation + f.snippet for f in a.findings)
 
@@ -156,7 +156,7 @@ def test_an_applications_savings_are_per_iteration_or_over_the_window():
 
     from traceinsight.report.html import render_html
 
-    doc = analyze(FIXTURES / "nsys" / "Mordred__report1.sqlite").to_json()
+    doc = analyzed(FIXTURES / "nsys" / "Mordred__report1.sqlite").to_json()
     assert doc["source"]["framework"] == "cuda_app" and not doc["metrics"]["steps"]
     doc["findings"][0]["what_if"] = {
         "step_time_ns": 10_000,

@@ -4,9 +4,7 @@ import json
 
 import pytest
 
-from traceinsight import analyze
-
-from .conftest import H200
+from .conftest import H200, analyzed
 
 # The 4th recorded step contains the profiler's own trace export: compare the first three.
 COMPARED_STEPS = 3
@@ -14,7 +12,7 @@ STEP_TOLERANCE = 0.03  # 3% of the CUDA-event step time
 
 
 def load(name):
-    return analyze(H200 / f"{name}.pt.trace.json.gz"), json.loads(
+    return analyzed(H200 / f"{name}.pt.trace.json.gz"), json.loads(
         (H200 / f"{name}.truth.json").read_text()
     )
 
@@ -127,8 +125,8 @@ def test_launch_bound_fixes_raise_busy_and_cut_kernels():
 
 
 def test_ddp_overlap_vs_no_overlap():
-    over = analyze(H200 / "ddp_overlap" / "rank0.pt.trace.json.gz")
-    none = analyze(H200 / "ddp_no_overlap" / "rank0.pt.trace.json.gz")
+    over = analyzed(H200 / "ddp_overlap" / "rank0.pt.trace.json.gz")
+    none = analyzed(H200 / "ddp_no_overlap" / "rank0.pt.trace.json.gz")
     assert none.metrics["comm_compute_overlap_ratio"] == pytest.approx(0.0, abs=0.02)
     assert over.metrics["comm_compute_overlap_ratio"] > 0.3
     assert none.results.comm.comm_kernel_count > 0

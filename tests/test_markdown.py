@@ -16,7 +16,7 @@ from traceinsight.cli import main
 from traceinsight.report.format import fmt_ms
 from traceinsight.report.markdown import MAX_FINDINGS, render
 
-from .conftest import H200
+from .conftest import H200, analyzed
 
 markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py (the test extra)")
 
@@ -51,7 +51,7 @@ def headings(tokens: list[Any]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def sync_doc() -> dict[str, Any]:
-    return traceinsight.analyze(SYNC).to_json()
+    return analyzed(SYNC).to_json()
 
 
 def test_findings_table_and_first_finding(sync_doc):
@@ -121,7 +121,7 @@ def test_data_quality_notes_and_warnings(tmp_path):
     cut = tmp_path / "cut.json.gz"
     data = (H200 / "h2d_pageable.pt.trace.json.gz").read_bytes()
     cut.write_bytes(data[: len(data) // 2])
-    doc = traceinsight.analyze(cut).to_json()
+    doc = analyzed(cut).to_json()
     truncated = [w for w in doc["warnings"] if "truncated" in w]
     assert truncated and [c["check"] for c in doc["data_quality"]] == ["trace_truncated"]
     doc["data_quality"].append(
@@ -136,7 +136,7 @@ def test_data_quality_notes_and_warnings(tmp_path):
 
 
 def test_job_summary_has_a_rank_table():
-    doc = traceinsight.analyze(H200 / "ddp_straggler").to_json()
+    doc = analyzed(H200 / "ddp_straggler").to_json()
     (ranks, findings) = tables(parse(render(doc)))
     assert ranks[0] == ["rank", "GPU busy", "median step", "top finding"]
     assert [r[0] for r in ranks[1:]] == ["0", "1"]
@@ -152,7 +152,7 @@ def test_cli_markdown_to_stdout_and_to_a_file(tmp_path, capsys, monkeypatch):
     shutil.copyfile(SYNC, trace)
     assert main(["analyze", str(trace), "--format", "markdown"]) == 0
     out = capsys.readouterr().out
-    want = render(traceinsight.analyze(trace).to_json())
+    want = render(analyzed(trace).to_json())
     assert out == want
     assert not list(tmp_path.glob("*.html"))  # the Markdown is the report: no HTML
     md = tmp_path / "summary.md"

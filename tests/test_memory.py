@@ -18,6 +18,8 @@ from traceinsight.api import analyze_trace
 from traceinsight.model.schema import MEMORY_SCHEMA, OP_ARGS_SCHEMA, DeviceInfo, conform_side
 from traceinsight.options import Options
 
+from .conftest import analyzed
+
 MIB = 1 << 20
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "memory"
 MEMORY_IDS = {"memory_growth", "memory_fragmentation", "allocator_churn", "memory_headroom"}
@@ -336,7 +338,7 @@ def test_memory_timeline_raw_and_plot_exports(tmp_path: Path) -> None:
         "activation",
         "activation",
     ]
-    a = traceinsight.analyze(p)
+    a = analyzed(p)
     assert a.metrics["memory_peak_allocated_bytes"] == 1300
     assert a.metrics["memory_peak_reserved_bytes"] is None
     plot = [[5, 6, 9], [[0, 1000, 300, 0], [0, 1000, 0, 300], [0, 1000, 0, 0]]]
@@ -355,11 +357,11 @@ def test_memory_timeline_raw_and_plot_exports(tmp_path: Path) -> None:
     ]
     assert t.memory["bytes"].to_list() == [1000, 300, -300, 300, -300]
     assert t.memory["allocated_bytes"].to_list() == [1300, 1300, 1300, 1300, 1000]
-    assert traceinsight.analyze(q).metrics["memory_peak_allocated_bytes"] == 1300
+    assert analyzed(q).metrics["memory_peak_allocated_bytes"] == 1300
 
 
 def test_the_real_memory_timeline_export_is_read() -> None:
-    a = traceinsight.analyze(FIX.parent.parent / "corpus" / "memory_timeline.raw.gz")
+    a = analyzed(FIX.parent.parent / "corpus" / "memory_timeline.raw.gz")
     assert a.metrics["memory_peak_allocated_bytes"] > 0
     assert a.results.memory.devices[0].timeline["t_ns"]
 
@@ -490,7 +492,7 @@ def torch_timeline(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_memory_timeline_as_torch_writes_it(torch_timeline) -> None:
-    peaks = [traceinsight.analyze(f).metrics["memory_peak_allocated_bytes"] for f in torch_timeline]
+    peaks = [analyzed(f).metrics["memory_peak_allocated_bytes"] for f in torch_timeline]
     assert peaks[0] == peaks[1] > 0  # the two layouts of one recording agree
 
 
@@ -527,7 +529,7 @@ def test_categories_at_the_peak_from_torchs_timeline(torch_timeline, tmp_path: P
         want[names[c]] += b
     assert sum(want.values()) == peak
     assert min(want[c] for c in ("parameter", "optimizer_state", "activation", "gradient")) > 0
-    a = traceinsight.analyze(raw)
+    a = analyzed(raw)
     assert a.metrics["memory_peak_allocated_bytes"] == peak
     assert a.metrics["memory_peak_by_category_bytes"] == want
     assert a.results.memory.devices[0].peak_by_category_bytes == want
@@ -539,7 +541,7 @@ def test_categories_at_the_peak_from_torchs_timeline(torch_timeline, tmp_path: P
     totals = [sum(s) for s in sizes]
     j = totals.index(max(totals))
     want_plot = {names[k]: sizes[j][k + 1] for k in range(len(names))}
-    b = traceinsight.analyze(plot)
+    b = analyzed(plot)
     assert b.metrics["memory_peak_by_category_bytes"] == want_plot == want
     # the table's rows: a category per row, its change, the total over categories then
     t = load_trace(plot).memory

@@ -16,7 +16,7 @@ import pytest
 from traceinsight import analyze
 from traceinsight.errors import InputError
 
-from .conftest import shared_or_skip
+from .conftest import analyzed, shared_or_skip
 
 # HTA 0.6.1, get_gpu_kernels_with_user_annotations(rank=0): us per leaf annotation
 HTA_NCCL_PARSER_CONFIG_US = {
@@ -67,7 +67,7 @@ def test_nsys_nvtx_regions_match_plain_sql():
     """GPU activity whose launching call (same thread) starts inside an NVTX push/pop range,
     summed per range name, in the analysis window: plain SQL on the export."""
     path = shared_or_skip() / "nsys" / "NVIDIA_Fuser__f6ab0c34_report1.sqlite"
-    a = analyze(path)
+    a = analyzed(path)
     ours: collections.Counter[str] = collections.Counter()
     for r in a.results.regions.regions:
         ours[r["name"]] += r["gpu_ns"]
@@ -98,7 +98,7 @@ def test_nsys_nvtx_regions_match_plain_sql():
 def test_rank_view_of_a_multi_process_export_is_that_rank_of_the_job():
     """--rank 1 of a two-process nsys export: the same numbers as rank 1 inside the job."""
     path = shared_or_skip() / "nsys" / "nsys-ai__h100_2gpu_1s.sqlite"
-    job = analyze(path)
+    job = analyzed(path)
     one = analyze(path, rank=1)
     assert one.source["ranks"] == [1] and one.source["window"]["rank"] == 1
     inside = job.to_json()["metrics"]["per_rank"]["1"]

@@ -20,7 +20,7 @@ from traceinsight.model.schema import DeviceInfo
 from traceinsight.records import jsonable
 
 from .builder import US, Events
-from .conftest import H200, ROOT, SHARED
+from .conftest import H200, ROOT, SHARED, analyzed
 
 
 def model_of(ev: Events):
@@ -239,7 +239,7 @@ AFTER = json.loads((H200 / "pairs" / "after.truth.json").read_text())["pairs"]
 def test_the_fixed_loop_no_longer_has_the_finding(pair):
     """The "after" loop profiled (fixtures/generate/record_after.py): the finding that named the
     cause is gone from its analysis (or at most low)."""
-    after = analyze(H200 / "pairs" / AFTER[pair]["profiled_after_trace"])
+    after = analyzed(H200 / "pairs" / AFTER[pair]["profiled_after_trace"])
     kept = [f for f in after.findings if f.id == _pairs_module().FINDING_OF[pair]]
     assert all(SEVERITIES.index(f.severity) >= SEVERITIES.index("low") for f in kept), kept
     assert after.metrics["replay_error_ratio"] <= 0.03
@@ -305,7 +305,7 @@ def test_the_prediction_holds_in_a_conv_net(pair):
 
 def test_the_conv_nets_fixed_loop_no_longer_has_the_finding():
     """cnn_bf16's loop in bf16, profiled: fp32_compute is gone, the replay reproduces it."""
-    after = analyze(CNN / CNN_AFTER["cnn_bf16"]["profiled_after_trace"])
+    after = analyzed(CNN / CNN_AFTER["cnn_bf16"]["profiled_after_trace"])
     assert not [f for f in after.findings if f.id == "fp32_compute"]
     assert after.metrics["replay_error_ratio"] <= 0.03
 
@@ -314,8 +314,8 @@ def test_bf16_autocast_moves_tf32_gemms_too():
     """The held-out bf16 loop runs its GEMMs on TF32 tensor cores (27.2 ms of the profiled
     'before' kernels); its profiled 'after' ran them as bf16 GEMMs in 7.3 ms. The transform's
     TF32/BF16 peak ratio (1/2) counts them: without it the prediction was 1.75x."""
-    before = analyze(HOLDOUT / "bf16.before.pt.trace.json.gz")
-    after = analyze(HOLDOUT / "bf16.after.pt.trace.json.gz")
+    before = analyzed(HOLDOUT / "bf16.before.pt.trace.json.gz")
+    after = analyzed(HOLDOUT / "bf16.after.pt.trace.json.gz")
 
     def gemm_ms(a, tf32: bool) -> float:
         k = a.trace.events.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") == "gemm"))
@@ -336,7 +336,7 @@ def test_the_pairs_cause_is_the_first_finding(pair):
 
 def test_savings_are_the_findings_costs():
     """cost_ns = (1 - after/before) x window; severity from that share; all_fixes combined."""
-    a = analyze(H200 / "pairs" / "syncs.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / "syncs.before.pt.trace.json.gz")
     window = a.results.idle.device_window_ns
     for f in a.findings:
         if f.what_if is None:
@@ -355,7 +355,7 @@ def test_savings_are_the_findings_costs():
 
 
 def test_what_if_in_details():
-    a = analyze(H200 / "pairs" / "fused_adamw.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / "fused_adamw.before.pt.trace.json.gz")
     w = a.results.replay.what_if["fused_optimizer"]
     assert set(jsonable(w)) == {"step_time_ns", "step_time_after_ns", "speedup"}
     assert w.speedup > 1
@@ -417,7 +417,7 @@ def test_launch_bound_first_where_cuda_graphs_measured_faster(pair):
     measured = GRAPHED[pair]["speedup"]
     own = json.loads((H200 / "pairs" / f"{pair}.truth.json").read_text())["speedup"]
     assert measured > own
-    a = analyze(H200 / "pairs" / f"{pair}.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / f"{pair}.before.pt.trace.json.gz")
     # of the causes: the larger batch (small_batch, unrecorded on these loops) is ranked apart
     first = next(f for f in a.findings if f.id not in ("small_batch", "memory_headroom"))
     assert first.id == "launch_bound"
@@ -428,7 +428,7 @@ def test_host_sync_sources_carry_the_saving_of_one_call_site():
     """With stacks, each of the costliest sync sites gets its own what_if: the model with only
     that site's syncs removed. Each saves no more than removing every sync does, and the site
     with the most waiting syncs (6 x .item() in log_metrics) saves the most."""
-    a = analyze(H200 / "stack" / "sync_sites.pt.trace.json.gz")
+    a = analyzed(H200 / "stack" / "sync_sites.pt.trace.json.gz")
     f = next(x for x in a.findings if x.id == "host_sync")
     sites = [s for s in f.evidence["sources"] if s.what_if]
     assert sites and f.what_if is not None
@@ -455,7 +455,7 @@ BOUND_BY = {
 
 @pytest.mark.parametrize("pair", sorted(BOUND_BY))
 def test_the_model_says_which_engine_bounds_the_step(pair):
-    a = analyze(H200 / "pairs" / f"{pair}.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / f"{pair}.before.pt.trace.json.gz")
     assert a.metrics["step_bound_by"] == BOUND_BY[pair], a.results.replay.engine_speedups
 
 
@@ -480,10 +480,10 @@ def test_engine_sensitivity_by_hand():
 def test_the_terminal_says_which_engine_bounds_the_step():
     from traceinsight.report.terminal import render_summary
 
-    a = analyze(H200 / "pairs" / "checkpointing.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / "checkpointing.before.pt.trace.json.gz")
     text = render_summary(a.to_json())
     assert "bound by  the host (CPU) (each engine 2x faster alone: host 1.9" in text
-    comm = analyze(H200 / "pairs" / "comm_overlap.before.pt.trace.json.gz")
+    comm = analyzed(H200 / "pairs" / "comm_overlap.before.pt.trace.json.gz")
     assert "bound by" not in render_summary(comm.to_json())  # streams wait for each other
 
 
@@ -491,7 +491,7 @@ def test_a_pageable_copy_call_waits_for_its_own_copy():
     # 64 MiB from pageable memory each step: the call stages it chunk by chunk and returns
     # 10-20 us before the 9.2 ms DMA ends; the copies are 87-89% of the step, so the step
     # follows the copy engine (twice as fast: about 1.7x; the measured compute alone is 1.2 ms)
-    a = analyze(H200 / "h2d_pageable.pt.trace.json.gz")
+    a = analyzed(H200 / "h2d_pageable.pt.trace.json.gz")
     r = a.results.replay
     assert (r.model.host.filter(pl.col("name") == "cudaMemcpyAsync")["wait"] == 2).all()
     assert a.metrics["step_bound_by"] == "copies"
@@ -502,7 +502,7 @@ def test_a_pageable_copy_call_waits_for_its_own_copy():
 def test_a_replay_cut_short_says_its_saving_is_a_lower_bound():
     # 99 syncs per step: each replay round settles one more of them, and the transforms' replays
     # stop at MAX_ROUNDS (64) before the change reaches the later ones
-    a = analyze(H200 / "sync_item_print.pt.trace.json.gz")
+    a = analyzed(H200 / "sync_item_print.pt.trace.json.gz")
     r = a.results.replay
     assert r.converged  # the trace's own replay settles at once
     assert "cuda_graphs" in r.unconverged
@@ -574,7 +574,7 @@ def test_selected_fixes_and_all_fixes_hold_every_transform():
     finding's own what_if; all of them equal details.what_if.all_fixes; no single fix (the
     larger batch's included, whose saving is per sample) exceeds all_fixes."""
     path = H200 / "memory" / "mem_small_batch.pt.trace.json.gz"
-    base = analyze(path)
+    base = analyzed(path)
     priced = [f for f in base.findings if f.what_if is not None and f.what_if.transform is not None]
     assert "memory_headroom" in [f.id for f in priced]
     for f in priced:

@@ -3,10 +3,9 @@ import re
 
 import pytest
 
-from traceinsight import analyze
 from traceinsight.report.html import render_html
 
-from .conftest import CORPUS, H200, TINY
+from .conftest import CORPUS, H200, TINY, analyzed
 
 SECTIONS = [
     "verdict",
@@ -38,7 +37,7 @@ HOSTILE = [
     ],
 )
 def test_sections_numbers_offline_and_bounded(path):
-    a = analyze(path)
+    a = analyzed(path)
     html = render_html(a)
     for s in SECTIONS:
         assert f'id="{s}"' in html
@@ -52,12 +51,12 @@ def test_sections_numbers_offline_and_bounded(path):
 
 
 def test_sections_without_data_say_so():
-    html = render_html(analyze(CORPUS / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
+    html = render_html(analyzed(CORPUS / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz"))
     assert "No communication kernels" in html and "No memory copies" in html
 
 
 def test_hostile_names_are_escaped(tmp_path):
-    a = analyze(TINY / "step_dataloader_sync.json")
+    a = analyzed(TINY / "step_dataloader_sync.json")
     doc = copy.deepcopy(a.to_json())
     for i, row in enumerate(doc["details"]["kernels"]["top_kernels"]):
         row["name"] = HOSTILE[i % len(HOSTILE)]

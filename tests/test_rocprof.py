@@ -21,7 +21,7 @@ from traceinsight.cli import main
 from traceinsight.errors import InputError
 from traceinsight.parsers import detect_format, load_trace
 
-from .conftest import FIXTURES, shared_or_skip
+from .conftest import FIXTURES, analyzed, shared_or_skip
 
 SCHEMA_SQL = FIXTURES / "rocprof" / "perfadvisor__rocpd_schema_observed.sql"
 GUID = "00000450-565d-765d-bc41-19a2073d19ee"
@@ -135,7 +135,7 @@ def test_real_json_analysis(raw: dict) -> None:
     window = max(e for _, e in spans) - min(s for s, _ in spans)
     busy = union_ns(spans)
     assert (window, busy) == (15_122_023_494, 4_233_112_334)
-    a = analyze(real_json())
+    a = analyzed(real_json())
     m = a.metrics
     assert m["window_ns"] == window
     assert m["gpu_busy_ratio"] == pytest.approx(busy / window, abs=1e-12)  # 0.2799
@@ -428,7 +428,7 @@ def test_rocpd_made_rows(made_db: Path) -> None:
 
 
 def test_rocpd_made_rows_analysis(made_db: Path) -> None:
-    a = analyze(made_db)
+    a = analyzed(made_db)
     m, d = a.metrics, a.to_json()["details"]
     assert m["steps"] == 2  # from the roctx ranges
     assert m["host_sync_count"] == 1 and m["host_sync_blocked_ns"] == 4_600
@@ -701,7 +701,7 @@ def test_made_json_two_processes(tmp_path: Path) -> None:
 
 
 def test_made_json_analysis_per_rank(tmp_path: Path) -> None:
-    job = analyze(made_json(tmp_path / "results.json"))
+    job = analyzed(made_json(tmp_path / "results.json"))
     doc = job.to_json()
     assert doc["source"]["world_size"] == 2
     rank0 = analyze(tmp_path / "results.json", rank=0)
