@@ -171,8 +171,7 @@ def _unraised_batch(results: Results, fid: str, m: int) -> Finding | None:
     mem, rp = results.memory, results.replay
     if rp is None or BATCH_RULES[mem.has_memory] != fid:
         return None
-    if not 2 <= m <= MAX_MULTIPLIER:
-        raise InputError(f"--what-if {fid}@{m}: the multiplier must be 2 to {MAX_MULTIPLIER}")
+    _multiplier(fid, str(m))
     if mem.has_memory and mem.fit_multiplier is not None and m > mem.fit_multiplier:
         return None
     p = rp.predict(gpu_work_scaled(float(m)))
@@ -194,16 +193,22 @@ def _at_variant(f: Finding, name: str) -> Finding:
     return replace(f, what_if=w)
 
 
+def _multiplier(fid: str, k: str) -> int:
+    """``ID@K``'s batch multiplier: a whole number from 2 to MAX_MULTIPLIER (InputError else)."""
+    try:
+        m = int(k)
+    except ValueError:
+        raise InputError(f"--what-if {fid}@{k}: the multiplier must be a whole number") from None
+    if not 2 <= m <= MAX_MULTIPLIER:
+        raise InputError(f"--what-if {fid}@{k}: the multiplier must be 2 to {MAX_MULTIPLIER}")
+    return m
+
+
 def _at_multiplier(f: Finding, k: str) -> Finding:
     """The finding with its larger-batch fix at ``k`` x the batch (InputError otherwise)."""
     if f.what_if is None or f.what_if.multiplier is None:
         raise InputError(f"--what-if {f.id}@{k}: {f.id}'s fix is not a larger batch")
-    try:
-        m = int(k)
-    except ValueError:
-        raise InputError(f"--what-if {f.id}@{k}: the multiplier must be a whole number") from None
-    if not 2 <= m <= MAX_MULTIPLIER:
-        raise InputError(f"--what-if {f.id}@{k}: the multiplier must be 2 to {MAX_MULTIPLIER}")
+    m = _multiplier(f.id, k)
     w = replace(f.what_if, multiplier=m).of_transform(gpu_work_scaled(float(m)))
     return replace(f, what_if=w)
 

@@ -24,7 +24,7 @@ from traceinsight.analyzers import Results
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal import transforms
 from traceinsight.causal.whatif import WhatIf
-from traceinsight.constants import SEVERITIES
+from traceinsight.constants import SEVERITIES, Severity
 from traceinsight.findings.model import Finding, Rule, Thresholds, ranked
 
 PER_SITE_MAX = 3  # the costliest call sites only: each is one more replay
@@ -53,6 +53,14 @@ def _per_site(r: Results, sources: list[Source]) -> list[Source]:
 def _saving_ratio(speedup: float | None) -> float | None:
     """The saving's share of the step, ``1 - after/before``, of a speedup (None: none)."""
     return None if speedup is None or speedup <= 0 else max(0.0, 1.0 - 1.0 / speedup)
+
+
+def _lowered(t: Thresholds, severity: Severity, share: float | None) -> Severity | None:
+    """The severity ``share`` grades, where it is below ``severity`` (None otherwise)."""
+    if share is None:
+        return None
+    graded = t.severity(share)
+    return graded if SEVERITIES.index(graded) > SEVERITIES.index(severity) else None
 
 
 def _assured_share(r: Results, share: float | None) -> float | None:
@@ -101,11 +109,9 @@ def with_savings(
             f = replace(f, severity=SEVERITIES[UNPRICED_CAP])
         if w is None:
             evidence = {**f.evidence, "why_no_estimate": why}
-            assured = _assured_share(r, f.cost_ratio)
-            if assured is not None and SEVERITIES.index(t.severity(assured)) > SEVERITIES.index(
-                f.severity
-            ):
-                f = replace(f, severity=t.severity(assured))
+            lowered = _lowered(t, f.severity, _assured_share(r, f.cost_ratio))
+            if lowered is not None:
+                f = replace(f, severity=lowered)
                 evidence["graded_on_range"] = True
             out.append(replace(f, evidence=evidence))
             continue
@@ -131,9 +137,9 @@ def with_savings(
                 # compiled code recorded with shapes: every measured step lay below the
                 # estimate, so the point is an upper end and the severity is what both ends
                 # of the range assure (the saving, and the order, stay the point's)
-                graded = t.severity(min(ratio, low_ratio))
-                if SEVERITIES.index(graded) > SEVERITIES.index(sev):
-                    sev = graded
+                lowered = _lowered(t, sev, min(ratio, low_ratio))
+                if lowered is not None:
+                    sev = lowered
                     evidence["graded_on_range"] = True
         out.append(
             replace(

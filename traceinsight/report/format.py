@@ -99,6 +99,14 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
     return text
 
 
+# --what-if's ids that did not apply as chosen, each list's key and its words (the reporters')
+SELECTED_LISTS = (
+    ("not_raised", "not raised here"),
+    ("priced_not_raised", "priced although not raised here"),
+    ("no_fix", "no fix to replay"),
+)
+
+
 def plural(n: float, noun: str, many: str | None = None) -> str:
     """A count and its noun: ``1 step``, ``2 steps``, ``1,024 events``; ``many`` where adding
     an s is wrong (``copy``/``copies``). A float is shown rounded and agrees with what shows."""

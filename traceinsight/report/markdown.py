@@ -12,6 +12,7 @@ from typing import Any
 
 from traceinsight.report.evidence import finding_evidence, no_prediction, plain
 from traceinsight.report.format import (
+    SELECTED_LISTS,
     SOURCE_NOUNS,
     fmt_bytes,
     fmt_ms,
@@ -67,11 +68,7 @@ def _selected(sel: dict[str, Any], per: str) -> str:
     else:
         saving, step, speedup = _saving(sel)
         text += f"saves {saving} {per} (un-profiled step {step}, {speedup})."
-    for key, words in (
-        ("not_raised", "not raised here"),
-        ("priced_not_raised", "priced although not raised here"),
-        ("no_fix", "no fix to replay"),
-    ):
+    for key, words in SELECTED_LISTS:
         if sel.get(key):
             text += f" {words[0].upper()}{words[1:]}: {', '.join(_code(f) for f in sel[key])}."
     return text

@@ -8,6 +8,7 @@ from traceinsight.constants import HEADLINE_METRICS
 from traceinsight.report.evidence import label
 from traceinsight.report.format import (
     FRAMEWORK_WORDS,
+    SELECTED_LISTS,
     SOURCE_NOUNS,
     fmt_bytes,
     fmt_devices,
@@ -212,12 +213,9 @@ def _selected_line(sel: dict[str, Any], per: str) -> str:
     """--what-if in words: the chosen fixes together, and the ids that did not apply."""
     text = f"What if {' + '.join(sel['fixes'])}: "
     text += _saving(sel, per) if sel.get("step_time_ns") is not None else "no step model to replay"
-    if sel.get("not_raised"):
-        text += f" (not raised here: {', '.join(sel['not_raised'])})"
-    if sel.get("priced_not_raised"):
-        text += f" (priced although not raised here: {', '.join(sel['priced_not_raised'])})"
-    if sel.get("no_fix"):
-        text += f" (no fix to replay: {', '.join(sel['no_fix'])})"
+    for key, words in SELECTED_LISTS:
+        if sel.get(key):
+            text += f" ({words}: {', '.join(sel[key])})"
     return text
 
 
