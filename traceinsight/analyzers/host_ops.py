@@ -14,7 +14,12 @@ calls with a shape it had: a per-shape setup on the host (cuDNN attention buildi
 plan, cudnn.benchmark timing convolutions). Measured on the H200 (calls 17-18): under bf16 the
 sentence-transformers loop's cuDNN attention took 78 ms on a new sequence length against 0.16 ms
 on a known one; padded to one length the loop ran 1.43-1.61x faster over 30 steps, and the slow
-calls faded over 300 steps as the lengths repeated.
+calls faded over 300 steps as the lengths repeated. Where every call of an op had a new shape
+(each layer of a convolution stack its own length, a new length every step: no known-shape call
+to compare with), the call's own host time outside its runtime calls is set against the window's
+median known-shape call: wav2vec2's cuDNN convolutions (session 22, call 1) took 2.3-2.8 ms a
+call on new lengths, about 100 cudaPeekAtLastError calls each (cuDNN trying its engines), and
+0.08-0.16 ms once the process had met those lengths.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as tf
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN
+from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, LAUNCH_API
 from traceinsight.model.flops import DTYPE_BYTES
 
 # ATen ops that only move memory, in order (gathers read at random, slower by nature: left out)
@@ -63,13 +68,27 @@ NEW_SHAPE_MIN_NS = 1_000_000
 NEW_SHAPE_MIN_FACTOR = 10.0
 NEW_SHAPE_MIN_REPEATS = 3
 NEW_SHAPE_MIN_STEPS = 2
+NEW_SHAPE_COLUMNS = (
+    "tid",
+    "start_ns",
+    "end_ns",
+    "dur_ns",
+    "name",
+    "input_dims",
+    "repeat_median_ns",
+    "excess_ns",
+    "reference",
+)
 
 
 @dataclass(frozen=True)
 class NewShapeOp:
     """One op's calls with an input shape new to the window that took far longer than its
     calls with a known shape: how many, their time, the time beyond the known-shape median,
-    that median, and how many distinct new shapes."""
+    that median, and how many distinct new shapes. ``reference``: "op" where the median is
+    this op's calls with a known shape, "window" where the op ran too few such calls and the
+    median is the window's known-shape calls of every op (its excess then counts only the call's time
+    outside its runtime calls)."""
 
     name: str
     count: int
@@ -77,6 +96,7 @@ class NewShapeOp:
     excess_ns: int
     repeat_median_ns: int
     shapes: int
+    reference: str = "op"
 
 
 @dataclass(frozen=True)
@@ -198,32 +218,105 @@ def _with_bytes(ctx: Context, ops: pl.DataFrame) -> pl.DataFrame:
 
 
 def _new_shape_calls(ctx: Context) -> pl.DataFrame:
-    """The innermost calls with an input shape new to the window that took far longer than
-    their op's calls with a known shape (tid, start_ns, end_ns, name, dur_ns, excess_ns,
-    input_dims, repeat_median_ns)."""
+    """The innermost calls with an input shape new to the window that spent far longer outside
+    their runtime calls than their op's calls with a known shape took (a blocking copy or a
+    sync waits inside a runtime call: a wait, not setup); for an op with too few known-shape
+    calls, far longer than the window's known-shape calls of every op, and only where the call
+    launched device work (see :class:`NewShapeOp`). Columns: NEW_SHAPE_COLUMNS."""
     args = shaped_ops(ctx, ctx.window_start_ns, ctx.window_end_ns)
     if args.height == 0:
         return args
     args = args.with_columns((pl.int_range(pl.len()).over("name", "input_dims") == 0).alias("new"))
+    repeats = args.filter(~pl.col("new"))
+    if repeats.height < NEW_SHAPE_MIN_REPEATS:
+        return args.clear()
+    window_median = int(repeats.get_column("dur_ns").median())  # type: ignore[arg-type]
     known = (
-        args.filter(~pl.col("new"))
-        .group_by("name")
-        .agg(pl.col("dur_ns").median().alias("repeat_median_ns"), pl.len().alias("_repeats"))
+        repeats.group_by("name")
+        .agg(pl.col("dur_ns").median().alias("_op_median"), pl.len().alias("_repeats"))
         .filter(pl.col("_repeats") >= NEW_SHAPE_MIN_REPEATS)
     )
+    new = args.filter(pl.col("new") & (pl.col("dur_ns") >= NEW_SHAPE_MIN_NS)).with_columns(
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns")
+    )
+    if new.height == 0:
+        return args.clear()
+    own = pl.col("dur_ns") - pl.col("_api_ns")
+    by_op = pl.col("_op_median").is_not_null()
     slow = (
-        args.filter(pl.col("new") & (pl.col("dur_ns") >= NEW_SHAPE_MIN_NS))
-        .join(known, on="name")
-        .filter(pl.col("dur_ns") >= NEW_SHAPE_MIN_FACTOR * pl.col("repeat_median_ns"))
+        _with_runtime_inside(ctx, new)
+        .join(known, on="name", how="left")
         .with_columns(
-            (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-            (pl.col("dur_ns") - pl.col("repeat_median_ns")).cast(pl.Int64).alias("excess_ns"),
+            pl.coalesce("_op_median", pl.lit(window_median))
+            .cast(pl.Int64)
+            .alias("repeat_median_ns"),
+            pl.when(by_op).then(pl.lit("op")).otherwise(pl.lit("window")).alias("reference"),
         )
+        .filter(
+            (own >= NEW_SHAPE_MIN_NS)
+            & (own >= NEW_SHAPE_MIN_FACTOR * pl.col("repeat_median_ns"))
+            & (by_op | (pl.col("_launches") > 0))
+        )
+        .with_columns((own - pl.col("repeat_median_ns")).clip(0).alias("excess_ns"))
+        .select(NEW_SHAPE_COLUMNS)
         .sort("tid", "start_ns")
     )
     # the innermost only: a slow call with another starting inside it holds that one's setup
     parent = pl.col("start_ns").shift(-1).over("tid") < pl.col("end_ns")
     return slow.filter(~parent.fill_null(False))
+
+
+def _with_runtime_inside(ctx: Context, calls: pl.DataFrame) -> pl.DataFrame:
+    """``calls`` (tid, start_ns, end_ns) with ``_api_ns``, the time of the outermost runtime
+    and driver calls that started inside each on its thread, and ``_launches``, how many of
+    them launched device work: cumulative sums over each thread's calls in time order, read at
+    the call's two ends."""
+    lo, hi = int(calls["start_ns"].min()), int(calls["end_ns"].max())
+    api = ctx.rows(
+        API_KINDS,
+        where=pl.col("tid").is_in(calls.get_column("tid").unique().implode())
+        & pl.col("start_ns").is_between(lo, hi),
+        columns=("tid", "start_ns", "dur_ns", "name"),
+    ).sort("tid", "start_ns")
+    # a driver call inside a runtime call is part of its time already
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    nested = (end <= end.cum_max().shift(1).over("tid")).fill_null(False)
+    api = api.filter(~nested).select(
+        "tid",
+        pl.col("start_ns").alias("_at"),
+        pl.col("dur_ns").cum_sum().over("tid").alias("_ns_cum"),
+        pl.col("name")
+        .str.contains(LAUNCH_API)
+        .cast(pl.Int64)
+        .cum_sum()
+        .over("tid")
+        .alias("_n_cum"),
+    )
+    cum = ["_ns_cum", "_n_cum"]
+
+    def at(col: str) -> pl.DataFrame:
+        # the running sums of the calls that started before ``col``
+        return (
+            calls.select("tid", "start_ns", pl.col(col).alias("_at"))
+            .with_row_index("_i")
+            .sort("_at")
+            .join_asof(
+                api.sort("_at"),
+                on="_at",
+                by="tid",
+                strategy="backward",
+                allow_exact_matches=False,
+                check_sortedness=False,
+            )
+            .sort("_i")
+            .select(pl.col(c).fill_null(0) for c in cum)
+        )
+
+    start, stop = at("start_ns"), at("end_ns")
+    return calls.with_columns(
+        (stop["_ns_cum"] - start["_ns_cum"]).alias("_api_ns"),
+        (stop["_n_cum"] - start["_n_cum"]).alias("_launches"),
+    )
 
 
 def _new_shape_ops(calls: pl.DataFrame) -> tuple[NewShapeOp, ...]:
@@ -235,11 +328,20 @@ def _new_shape_ops(calls: pl.DataFrame) -> tuple[NewShapeOp, ...]:
             pl.col("excess_ns").sum().alias("x"),
             pl.col("repeat_median_ns").first().alias("m"),
             pl.col("input_dims").n_unique().alias("k"),
+            pl.col("reference").first(),
         )
         .sort(["x", "name"], descending=[True, False])
     )
     return tuple(
-        NewShapeOp(r["name"], int(r["n"]), int(r["d"]), int(r["x"]), int(r["m"]), int(r["k"]))
+        NewShapeOp(
+            r["name"],
+            int(r["n"]),
+            int(r["d"]),
+            int(r["x"]),
+            int(r["m"]),
+            int(r["k"]),
+            r["reference"],
+        )
         for r in by.iter_rows(named=True)
     )
 

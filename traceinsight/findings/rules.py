@@ -26,7 +26,7 @@ from traceinsight.findings.model import (
     make_finding,
     ranked,
 )
-from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct, plural
+from traceinsight.report.format import fmt_ms, fmt_ns, fmt_num, fmt_pct, plural
 
 RULES: list[Rule] = []
 
@@ -1176,8 +1176,8 @@ def new_shape_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     # where a 3-step trace with 2 slow steps predicted 2.85x): the window's rate is the upper end
     cap="low",
     recommendation="The first call with each new input shape sets up for it on the host (cuDNN "
-    "attention builds an execution plan per shape; cudnn.benchmark=True times the convolutions "
-    "of each new shape): give the inputs fixed shapes (pad to one length, or a few bucket "
+    "attention and convolutions build an execution plan per shape; cudnn.benchmark=True also "
+    "times the convolutions of each new shape): give the inputs fixed shapes (pad to one length, or a few bucket "
     "lengths), or choose a path that needs no per-shape setup (another attention backend; "
     "cudnn.benchmark=False when shapes vary). The cost fades as shapes repeat, so a long run "
     "pays it mostly early.",
@@ -1198,19 +1198,27 @@ def new_shape_setup(x: RuleInput) -> Draft | None:
     if not h.new_shape or ratio is None or ratio < x.t["new_shape_min_ratio"]:
         return None
     top = h.new_shape[0]
+    known = (
+        f"against {fmt_ms(top.repeat_median_ns)} with a known one"
+        if top.reference == "op"
+        # nearly every call of the op had a new shape: the window's usual call is the reference
+        else f"against {fmt_ns(top.repeat_median_ns)} for the window's median op call with a "
+        "known shape (too few of its own)"
+    )
     return Draft(
         h.new_shape_excess_ns,
         f"New input shapes cost setup on the host: {top.name} took "
         f"{fmt_ms(top.dur_ns / top.count)} on {plural(top.count, 'first call')} with a new shape "
-        f"against {fmt_ms(top.repeat_median_ns)} with a known one; {fmt_pct(ratio)} of the window",
+        f"{known}; {fmt_pct(ratio)} of the window",
         {
             "excess_ns": h.new_shape_excess_ns,
             "excess_ratio": ratio,
             "steps_with_new_shapes": h.new_shape_steps,
             "ops": list(h.new_shape),
             "assumes": "new shapes keep coming at the window's rate, each call then at its op's "
-            "median with a known shape; they fade as the run meets its shapes again, so this is "
-            "the upper end",
+            "median with a known shape (where the op ran too few, the window's median op call; "
+            "time inside runtime calls, a wait, kept); they fade as the run meets its shapes "
+            "again, so this is the upper end",
         },
     )
 
