@@ -32,6 +32,30 @@ class ShapeChange:
     input_dims: tuple[str, ...]  # its first change: the first step's shapes, then the later
 
 
+# The steps run different paths where the torch ops whose count per step varies make up at
+# least this share of a step's ops (a module skipped at random, a data-dependent branch): one
+# CUDA graph replays one path. Measured on the held-out wav2vec2 loop (LayerDrop 0.1 over 12
+# layers: 7-22% of a step's ops, 0.0-2.1% on the other nine loops' steps), where
+# torch.compile(mode="reduce-overhead") after padding to fixed shapes ran 0.22-0.27x
+# (LayerDrop's torch.rand(1).item() broke the graph at every layer and the CUDA graph trees
+# re-recorded each new path).
+PATH_CHANGE_MIN_RATIO = 0.05
+
+
+@dataclass(frozen=True)
+class PathChange:
+    """Torch ops whose number of calls differs between the compared steps (outside data
+    loading): the step's path varies, so a CUDA graph captured on one step does not replay the
+    next. ``ratio``: the calls that differ (each op's most calls in a step less its fewest,
+    summed) over a step's calls (the mean); ``op``, one in every step that varies most for its
+    count, from ``calls[0]`` to ``calls[1]`` a step."""
+
+    steps: int
+    ratio: float
+    op: str
+    calls: tuple[int, int]
+
+
 @dataclass(frozen=True)
 class LaunchResult:
     launch_calls: int
@@ -46,6 +70,7 @@ class LaunchResult:
     graph_launches: int
     graph_kernels: int
     shape_change: ShapeChange | None = None  # None: the same shapes each step, or not recorded
+    path_change: PathChange | None = None  # None: the same ops each step, or no shapes recorded
 
 
 def analyze_launch(ctx: Context) -> LaunchResult:
@@ -85,7 +110,7 @@ def analyze_launch(ctx: Context) -> LaunchResult:
             0,
             0,
         )
-    shapes = _shape_change(ctx)
+    shapes, path = _shape_change(ctx)
     direct = names_matching(kl, "GraphLaunch", col="launch_name", negate=True, names=names)
     depth = _queue_depth(direct) if direct.height else None
     return LaunchResult(
@@ -99,20 +124,22 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         graph_launches=graph["correlation"].n_unique() if graph.height else 0,
         graph_kernels=graph.height,
         shape_change=shapes,
+        path_change=path,
     )
 
 
-def _shape_change(ctx: Context) -> ShapeChange | None:
+def _shape_change(ctx: Context) -> tuple[ShapeChange | None, PathChange | None]:
     """Torch ops whose recorded input shapes change between the window's first steps, call by
-    call, outside the DataLoader's ranges (a loader may decode any shape it then resizes)."""
+    call, outside the DataLoader's ranges (a loader may decode any shape it then resizes), and
+    whether the steps run the same ops (:class:`PathChange`)."""
     if ctx.op_args.height == 0 or ctx.steps.height < 2:
-        return None
+        return None, None
     steps = ctx.steps.select("step", "host_start_ns", "host_end_ns").sort("host_start_ns")
     steps = steps.head(SHAPE_STEPS)
     lo, hi = int(steps["host_start_ns"].min()), int(steps["host_end_ns"].max())
     args = shaped_ops(ctx, lo, hi).select("start_ns", "name", "input_dims")
     if args.height == 0:
-        return None
+        return None, None
     # the ops that started outside the loader's ranges (a 1 ns span at each start)
     starts = args.select("start_ns", (pl.col("start_ns") + 1).alias("end_ns"))
     loader = host_ranges(ctx, DATALOADER_PATTERN).sort("start_ns")
@@ -122,12 +149,13 @@ def _shape_change(ctx: Context) -> ShapeChange | None:
     )
     n = args.get_column("step").n_unique()
     if n < 2:
-        return None
+        return None, None
     # ops called as often in every step (the same code ran: a sampled or filtered trace drops
     # calls at random, data-dependent code varies the count), the k-th call of one with a
     # shape the k-th call of the first step did not have
     args = args.with_columns(pl.int_range(pl.len()).over("name", "step").alias("_k"))
     counts = args.group_by("name", "step").agg(pl.len().alias("_n"))
+    path = _path_change(counts, n, args.height)
     stable = (
         counts.group_by("name")
         .agg(pl.col("step").n_unique().alias("_steps"), pl.col("_n").n_unique().alias("_counts"))
@@ -143,7 +171,7 @@ def _shape_change(ctx: Context) -> ShapeChange | None:
         .filter(pl.col("input_dims") != pl.col("_first"))
     )
     if changed.height == 0:
-        return None
+        return None, path
     op = (
         changed.group_by("name")
         .agg(pl.len().alias("_n"), pl.col("start_ns").min().alias("_at"))
@@ -156,7 +184,35 @@ def _shape_change(ctx: Context) -> ShapeChange | None:
         ops=op.height,
         op=name,
         input_dims=(at["_first"], at["input_dims"]),
+    ), path
+
+
+def _path_change(counts: pl.DataFrame, steps: int, calls: int) -> PathChange | None:
+    """:class:`PathChange` from each op's calls per step (name, step, _n), None under
+    PATH_CHANGE_MIN_RATIO. An op missing from a step has 0 calls there."""
+    spread = (
+        counts.group_by("name")
+        .agg(
+            pl.col("_n").max().alias("_most"),
+            pl.when(pl.col("step").n_unique() == steps)
+            .then(pl.col("_n").min())
+            .otherwise(0)
+            .alias("_fewest"),
+        )
+        .with_columns((pl.col("_most") - pl.col("_fewest")).alias("_d"))
+        .sort(["_d", "name"], descending=[True, False])
     )
+    ratio = float(spread.get_column("_d").sum()) / (calls / steps)
+    if ratio < PATH_CHANGE_MIN_RATIO:
+        return None
+    # named by an op of every step whose count changes most for its size (a layer's ops: 12
+    # attention calls against 10), not by the most frequent view
+    every = spread.filter(pl.col("_fewest") > 0).sort(
+        [pl.col("_d") / pl.col("_most"), pl.col("_d"), pl.col("name")],
+        descending=[True, True, False],
+    )
+    top = (every if every.height else spread).row(0, named=True)
+    return PathChange(steps, ratio, top["name"], (int(top["_fewest"]), int(top["_most"])))
 
 
 def _short_kernel_ratio(direct: pl.DataFrame) -> float | None:

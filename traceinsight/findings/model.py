@@ -100,6 +100,9 @@ class Draft:
     evidence: dict[str, Any]
     recommendation: str | None = None
     snippet: str | None = None  # where the code to change depends on what was found
+    # the most severe grade this finding may get where what was found puts its fix out of
+    # reach (recorded in the evidence as ``severity_cap``); the rule's own cap still holds
+    cap: Severity | None = None
 
 
 @dataclass(frozen=True)
@@ -146,23 +149,30 @@ class Rule:
             raise ValueError(f"rule {self.id} declares {len(declared)} of fix/estimate/no_estimate")
 
 
+def capped(sev: Severity, *caps: Severity | None) -> Severity:
+    """``sev``, no more severe than any of ``caps`` (None: no cap)."""
+    for cap in caps:
+        if cap and SEVERITIES.index(sev) < SEVERITIES.index(cap):
+            sev = cap
+    return sev
+
+
 def make_finding(
     rule: Rule, draft: Draft, window_ns: int, t: Thresholds, framework: Framework = FRAMEWORKS[0]
 ) -> Finding:
     """Grade ``draft`` by its cost's share of ``window_ns`` (capped by the rule); the advice is
     the framework's (the draft's and the rule's own are the default framework's)."""
     ratio = min(1.0, max(0.0, draft.cost_ns / max(1, window_ns)))
-    sev = t.severity(ratio)
-    if rule.cap and SEVERITIES.index(sev) < SEVERITIES.index(rule.cap):
-        sev = rule.cap
+    sev = capped(t.severity(ratio), rule.cap, draft.cap)
     advice = _advice(rule, draft, framework)
+    evidence = {**draft.evidence, "severity_cap": draft.cap} if draft.cap else draft.evidence
     return Finding(
         rule.id,
         sev,
         draft.title,
         int(draft.cost_ns),
         ratio,
-        draft.evidence,
+        evidence,
         advice.recommendation,
         advice.snippet,
         snippet_language=advice.language,

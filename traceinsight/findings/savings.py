@@ -25,7 +25,7 @@ from traceinsight.analyzers.sources import Source
 from traceinsight.causal import transforms
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SEVERITIES, Severity
-from traceinsight.findings.model import Finding, Rule, Thresholds, ranked
+from traceinsight.findings.model import Finding, Rule, Thresholds, capped, ranked
 
 PER_SITE_MAX = 3  # the costliest call sites only: each is one more replay
 UNPRICED_CAP = SEVERITIES.index("low")  # a fix the replay cannot price: at most this
@@ -116,9 +116,7 @@ def with_savings(
             out.append(replace(f, evidence=evidence))
             continue
         ratio = w.saving_ratio
-        sev = t.severity(ratio)
-        if rule.cap and SEVERITIES.index(sev) < SEVERITIES.index(rule.cap):
-            sev = rule.cap
+        sev = capped(t.severity(ratio), rule.cap, f.evidence.get("severity_cap"))
         evidence = {**f.evidence, "attributed_ns": f.cost_ns}
         if rule.fix is not None or w.transform is not None:
             # the transform replayed (an estimate's own, where it replayed one)
