@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import polars as pl
 
 from traceinsight.analyzers.context import Context, host_ranges, shaped_ops
+from traceinsight.analyzers.optimizer import OPTIMIZER_PATTERN
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, LAUNCH_API, names_matching
 
@@ -155,7 +156,12 @@ def _shape_change(ctx: Context) -> tuple[ShapeChange | None, PathChange | None]:
     # shape the k-th call of the first step did not have
     args = args.with_columns(pl.int_range(pl.len()).over("name", "step").alias("_k"))
     counts = args.group_by("name", "step").agg(pl.len().alias("_n"))
-    path = _path_change(counts, n, args.height)
+    # the optimizer's step is left out of the path: gradient accumulation steps the optimizer
+    # every few steps, and a graph of the other steps' work still replays
+    spans = args.select("start_ns", (pl.col("start_ns") + 1).alias("end_ns"))
+    stepping = host_ranges(ctx, OPTIMIZER_PATTERN).sort("start_ns")
+    own = args.filter(iv.overlap_with(spans, stepping) == 0)
+    path = _path_change(own.group_by("name", "step").agg(pl.len().alias("_n")), n, own.height)
     stable = (
         counts.group_by("name")
         .agg(pl.col("step").n_unique().alias("_steps"), pl.col("_n").n_unique().alias("_counts"))
