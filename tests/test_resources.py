@@ -52,7 +52,10 @@ def test_no_cgroup_files_means_no_cgroup_bound(tmp_path, monkeypatch):
     monkeypatch.setattr(resources, "CGROUP_ROOT", tmp_path)
     monkeypatch.setattr(resources, "PROC_CGROUP", tmp_path / "absent")
     assert resources._cgroup_headroom() >= 1 << 62
-    assert 0 < resources.available_bytes() <= resources._meminfo_available()
+    # MemAvailable read once, held: two reads of it differ by what other processes did between
+    monkeypatch.setattr(resources, "_meminfo_available", lambda: 12_345_678_900)
+    expected = min(12_345_678_900, resources._address_space_headroom())
+    assert resources.available_bytes() == expected
 
 
 @pytest.mark.skipif(not shutil.which("prlimit"), reason="prlimit not installed")
