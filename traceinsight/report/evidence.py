@@ -92,6 +92,8 @@ LABELS = {
     "queue_depth_median": "kernels queued ahead, median",
     "what_if_whole_step": "the whole step in one CUDA graph, optimizer included",
     "shape_change": "input shapes that change between steps",
+    "path_change": "ops whose count changes between steps",
+    "severity_cap": "graded at most (the advised fix is out of reach)",
     "contended_in_loader_ns": "loading in contended CPU copies",
     "what_if_upper": "at the upper end of what the trace allows",
     "what_if_lower_bound": "the prediction is a lower bound",
