@@ -111,7 +111,7 @@ def analyze_launch(ctx: Context) -> LaunchResult:
             0,
             0,
         )
-    shapes, path = _shape_change(ctx)
+    shapes, path = _step_changes(ctx)
     direct = names_matching(kl, "GraphLaunch", col="launch_name", negate=True, names=names)
     depth = _queue_depth(direct) if direct.height else None
     return LaunchResult(
@@ -129,7 +129,7 @@ def analyze_launch(ctx: Context) -> LaunchResult:
     )
 
 
-def _shape_change(ctx: Context) -> tuple[ShapeChange | None, PathChange | None]:
+def _step_changes(ctx: Context) -> tuple[ShapeChange | None, PathChange | None]:
     """Torch ops whose recorded input shapes change between the window's first steps, call by
     call, outside the DataLoader's ranges (a loader may decode any shape it then resizes), and
     whether the steps run the same ops (:class:`PathChange`)."""
@@ -141,10 +141,15 @@ def _shape_change(ctx: Context) -> tuple[ShapeChange | None, PathChange | None]:
     args = shaped_ops(ctx, lo, hi).select("start_ns", "name", "input_dims")
     if args.height == 0:
         return None, None
-    # the ops that started outside the loader's ranges (a 1 ns span at each start)
+    # the ops that started outside the loader's ranges (a 1 ns span at each start); those in
+    # the optimizer's step are left out of the path: gradient accumulation steps the optimizer
+    # every few steps, and a graph of the other steps' work still replays
     starts = args.select("start_ns", (pl.col("start_ns") + 1).alias("end_ns"))
     loader = host_ranges(ctx, DATALOADER_PATTERN).sort("start_ns")
-    args = args.filter(iv.overlap_with(starts, loader) == 0)
+    stepping = host_ranges(ctx, OPTIMIZER_PATTERN).sort("start_ns")
+    args = args.with_columns((iv.overlap_with(starts, stepping) > 0).alias("_stepping")).filter(
+        iv.overlap_with(starts, loader) == 0
+    )
     args = args.join_asof(steps, left_on="start_ns", right_on="host_start_ns").filter(
         pl.col("start_ns") < pl.col("host_end_ns")
     )
@@ -156,11 +161,7 @@ def _shape_change(ctx: Context) -> tuple[ShapeChange | None, PathChange | None]:
     # shape the k-th call of the first step did not have
     args = args.with_columns(pl.int_range(pl.len()).over("name", "step").alias("_k"))
     counts = args.group_by("name", "step").agg(pl.len().alias("_n"))
-    # the optimizer's step is left out of the path: gradient accumulation steps the optimizer
-    # every few steps, and a graph of the other steps' work still replays
-    spans = args.select("start_ns", (pl.col("start_ns") + 1).alias("end_ns"))
-    stepping = host_ranges(ctx, OPTIMIZER_PATTERN).sort("start_ns")
-    own = args.filter(iv.overlap_with(spans, stepping) == 0)
+    own = args.filter(~pl.col("_stepping"))
     path = _path_change(own.group_by("name", "step").agg(pl.len().alias("_n")), n, own.height)
     stable = (
         counts.group_by("name")
