@@ -807,7 +807,10 @@ def test_the_held_out_wav2vec2_loop() -> None:
     then torch.compile reduce-overhead, measured 0.23-0.27x (call 2): LayerDrop skips layers at
     random, so the steps run different ops (path_change: 11 or 12 attention backward calls a
     step, raw events below) and the graph breaks and re-records; it is graded low and says so.
-    The fixes measured on lengths known on both sides (process B):
+    With the path fixed too (LayerDrop off, padded, session 23: processes F, H), reduce-overhead
+    measured 1.04-1.08x: the fixed-shape step runs at 54-58 ms un-profiled with the GPU busy
+    most of it, so low is the grade on either path (the 1.5x the finding prices starts from the
+    un-profiled estimate, 93.8 ms here: benchmarks/RESULTS.md, the misses). The fixes measured on lengths known on both sides (process B):
     remove_syncs 1.07, pin_memory 1.07, workers 1.02; none is raised above low, nor
     fp32_compute (bf16 measured 0.23-0.30x: cuDNN attention's per-shape plans, as on the
     sentence-transformers loop)."""
@@ -835,6 +838,7 @@ def test_the_held_out_wav2vec2_loop() -> None:
     lb = finding("wav2vec2", "launch_bound")
     path = lb.evidence["path_change"]
     assert band("wav2vec2", "compile_ro_fixed")[1] < 1.0
+    assert band("wav2vec2", "compile_ro_nodrop")[1] < 1.10  # the path fixed first
     assert (
         lb.severity == "low" and lb.evidence["severity_cap"] == "low" and lb.what_if.speedup > 1.5
     )

@@ -1,0 +1,112 @@
+"""What the PyTorch profiler costs the host per event it records, by kind, on the CUDA device.
+
+    python benchmarks/profiler_event_cost.py [--iters 20000] [--reps 5] [--out FILE]
+
+Three host-bound loops of tiny work, each timed un-profiled and under the profiler the way
+traceinsight.capture records (CPU + CUDA, record_shapes=True), with and without
+profile_memory, in interleaved repetitions (a slow phase of the machine slows all alike):
+
+* ``views``: ``x.view(...)`` ops only (one recorded op, no launch, no allocation);
+* ``inplace``: ``x.add_(1)`` (one op, one kernel launch, no allocation);
+* ``alloc``: ``x + 1`` then dropped (one op, one launch, one allocation and one free through
+  the caching allocator: two ``[memory]`` events under profile_memory).
+
+Per event: op = (views profiled - un-profiled) / ops; launch = inplace's extra over an op;
+memory event = (alloc with profile_memory - alloc without) / memory events. Why: the step
+model takes the profiler's cost out per recorded event (analyzers/replay.py); whether an
+allocator event costs what an op costs decides whether profile_memory's events count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def loop(kind: str, n: int, x: torch.Tensor) -> None:
+    if kind == "views":
+        for _ in range(n):
+            x.view(-1)
+    elif kind == "inplace":
+        for _ in range(n):
+            x.add_(1)
+    else:
+        for _ in range(n):
+            y = x + 1
+            del y
+
+
+def timed(kind: str, n: int, x: torch.Tensor, mode: str) -> tuple[float, int]:
+    """Host ns per iteration and the memory events recorded."""
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+    if mode == "off":
+        t0 = time.perf_counter_ns()
+        loop(kind, n, x)
+        dt = time.perf_counter_ns() - t0
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+        return dt / n, 0
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if DEV == "cuda" else [])
+    with profile(activities=acts, record_shapes=True, profile_memory=mode == "mem") as p:
+        t0 = time.perf_counter_ns()
+        loop(kind, n, x)
+        dt = time.perf_counter_ns() - t0
+        if DEV == "cuda":
+            torch.cuda.synchronize()
+    mem = sum(1 for e in p.events() if e.name == "[memory]") if mode == "mem" else 0
+    return dt / n, mem
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--iters", type=int, default=20000)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    x = torch.zeros(256, device=DEV)
+    for kind in ("views", "inplace", "alloc"):  # warm every path once
+        timed(kind, 1000, x, "shapes")
+    runs: dict[str, list[float]] = {}
+    mems: dict[str, list[float]] = {}
+    for _ in range(a.reps):
+        for kind in ("views", "inplace", "alloc"):
+            for mode in ("off", "shapes", "mem"):
+                ns, mem = timed(kind, a.iters, x, mode)
+                runs.setdefault(f"{kind}.{mode}", []).append(ns)
+                if mode == "mem":
+                    mems.setdefault(kind, []).append(mem / a.iters)
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    op_ns = med["views.shapes"] - med["views.off"]
+    launch_ns = med["inplace.shapes"] - med["inplace.off"] - op_ns
+    mem_per_iter = statistics.median(mems["alloc"])
+    mem_ns = (med["alloc.mem"] - med["alloc.shapes"]) / mem_per_iter if mem_per_iter else None
+    out = {
+        "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "iters": a.iters,
+        "reps": a.reps,
+        "ns_per_iteration": runs,
+        "median_ns_per_iteration": med,
+        "memory_events_per_iteration": mems,
+        "op_event_ns": op_ns,
+        "launch_extra_ns": launch_ns,
+        "memory_event_ns": mem_ns,
+        "memory_event_over_op": mem_ns / op_ns if mem_ns is not None and op_ns else None,
+    }
+    text = json.dumps(out, indent=1)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+
+
+if __name__ == "__main__":
+    main()
