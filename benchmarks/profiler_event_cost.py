@@ -9,7 +9,10 @@ profile_memory, in interleaved repetitions (a slow phase of the machine slows al
 * ``views``: ``x.view(...)`` ops only (one recorded op, no launch, no allocation);
 * ``inplace``: ``x.add_(1)`` (one op, one kernel launch, no allocation);
 * ``alloc``: ``x + 1`` then dropped (one op, one launch, one allocation and one free through
-  the caching allocator: two ``[memory]`` events under profile_memory).
+  the caching allocator: two ``[memory]`` events under profile_memory);
+* ``runtime``: ``torch.cuda.is_current_stream_capturing()`` (one runtime call,
+  cudaStreamIsCapturing, no op): what CUPTI costs a runtime call, against the duration the
+  trace records for it (the share inside the call is what the trace shows).
 
 Per event: op = (views profiled - un-profiled) / ops; launch = inplace's extra over an op;
 memory event = (alloc with profile_memory - alloc without) / memory events. Why: the step
@@ -37,10 +40,32 @@ def loop(kind: str, n: int, x: torch.Tensor) -> None:
     elif kind == "inplace":
         for _ in range(n):
             x.add_(1)
+    elif kind == "runtime":
+        for _ in range(n):
+            torch.cuda.is_current_stream_capturing()
     else:
         for _ in range(n):
             y = x + 1
             del y
+
+
+def recorded_call_ns(n: int, x: torch.Tensor) -> float | None:
+    """The median duration the trace records for the runtime loop's calls."""
+    import gzip
+    import os
+    import tempfile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as p:
+        loop("runtime", n, x)
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    p.export_chrome_trace(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    os.unlink(path)
+    events = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)["traceEvents"]
+    durs = [e["dur"] * 1000 for e in events if e.get("name") == "cudaStreamIsCapturing"]
+    return statistics.median(durs) if durs else None
 
 
 def timed(kind: str, n: int, x: torch.Tensor, mode: str) -> tuple[float, int]:
@@ -72,12 +97,13 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     x = torch.zeros(256, device=DEV)
-    for kind in ("views", "inplace", "alloc"):  # warm every path once
+    kinds = ("views", "inplace", "alloc") + (("runtime",) if DEV == "cuda" else ())
+    for kind in kinds:  # warm every path once
         timed(kind, 1000, x, "shapes")
     runs: dict[str, list[float]] = {}
     mems: dict[str, list[float]] = {}
     for _ in range(a.reps):
-        for kind in ("views", "inplace", "alloc"):
+        for kind in kinds:
             for mode in ("off", "shapes", "mem"):
                 ns, mem = timed(kind, a.iters, x, mode)
                 runs.setdefault(f"{kind}.{mode}", []).append(ns)
@@ -88,6 +114,9 @@ def main() -> None:
     launch_ns = med["inplace.shapes"] - med["inplace.off"] - op_ns
     mem_per_iter = statistics.median(mems["alloc"])
     mem_ns = (med["alloc.mem"] - med["alloc.shapes"]) / mem_per_iter if mem_per_iter else None
+    call_ns = None
+    if DEV == "cuda":
+        call_ns = med["runtime.shapes"] - med["runtime.off"]
     out = {
         "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu",
         "torch": torch.__version__,
@@ -100,6 +129,8 @@ def main() -> None:
         "launch_extra_ns": launch_ns,
         "memory_event_ns": mem_ns,
         "memory_event_over_op": mem_ns / op_ns if mem_ns is not None and op_ns else None,
+        "runtime_call_ns": call_ns,
+        "runtime_call_recorded_dur_ns": recorded_call_ns(2000, x) if DEV == "cuda" else None,
     }
     text = json.dumps(out, indent=1)
     print(text)
