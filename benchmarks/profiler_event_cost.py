@@ -12,7 +12,9 @@ profile_memory, in interleaved repetitions (a slow phase of the machine slows al
   the caching allocator: two ``[memory]`` events under profile_memory);
 * ``runtime``: ``torch.cuda.is_current_stream_capturing()`` (one runtime call,
   cudaStreamIsCapturing, no op): what CUPTI costs a runtime call, against the duration the
-  trace records for it (the share inside the call is what the trace shows).
+  trace records for it (the share inside the call is what the trace shows);
+* ``cat1``, ``cat16``: ``torch.cat`` of 1 and of 16 tensors (one op, one launch each): what
+  record_shapes costs per input tensor, (cat16's extra - cat1's extra) / 15.
 
 Per event: op = (views profiled - un-profiled) / ops; launch = inplace's extra over an op;
 memory event = (alloc with profile_memory - alloc without) / memory events. Why: the step
@@ -40,6 +42,10 @@ def loop(kind: str, n: int, x: torch.Tensor) -> None:
     elif kind == "inplace":
         for _ in range(n):
             x.add_(1)
+    elif kind in ("cat1", "cat16"):
+        parts = [x] * (1 if kind == "cat1" else 16)
+        for _ in range(n):
+            torch.cat(parts)
     elif kind == "runtime":
         for _ in range(n):
             torch.cuda.is_current_stream_capturing()
@@ -97,7 +103,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     x = torch.zeros(256, device=DEV)
-    kinds = ("views", "inplace", "alloc") + (("runtime",) if DEV == "cuda" else ())
+    kinds = ("views", "inplace", "alloc", "cat1", "cat16") + (("runtime",) if DEV == "cuda" else ())
     for kind in kinds:  # warm every path once
         timed(kind, 1000, x, "shapes")
     runs: dict[str, list[float]] = {}
@@ -114,6 +120,9 @@ def main() -> None:
     launch_ns = med["inplace.shapes"] - med["inplace.off"] - op_ns
     mem_per_iter = statistics.median(mems["alloc"])
     mem_ns = (med["alloc.mem"] - med["alloc.shapes"]) / mem_per_iter if mem_per_iter else None
+    input_ns = (
+        (med["cat16.shapes"] - med["cat16.off"]) - (med["cat1.shapes"] - med["cat1.off"])
+    ) / 15
     call_ns = None
     if DEV == "cuda":
         call_ns = med["runtime.shapes"] - med["runtime.off"]
@@ -129,6 +138,7 @@ def main() -> None:
         "launch_extra_ns": launch_ns,
         "memory_event_ns": mem_ns,
         "memory_event_over_op": mem_ns / op_ns if mem_ns is not None and op_ns else None,
+        "input_tensor_ns": input_ns,
         "runtime_call_ns": call_ns,
         "runtime_call_recorded_dur_ns": recorded_call_ns(2000, x) if DEV == "cuda" else None,
     }
