@@ -958,25 +958,25 @@ def test_compiled_code_graded_on_the_range(loop: str, which: str, cfg: str) -> N
 
 
 def test_the_compiled_vits_launch_bound_measured() -> None:
-    """Whether the compiled ViT's launch_bound is a lever (session 22, process E: the loop
-    compiled with mode="reduce-overhead" against the default mode, each in the same process):
-    44.09 against 30.12 ms, 1.46x. The finding on the compiled after prices 1.60x at the point
-    and 1.04x at the range's low end; the measurement lies inside (0.91 of the point), and
-    that process's compiled step (44.09 ms) lay at the point's un-profiled estimate (43.45),
-    not at the low end (25.20), where session 20's profiled process ran (26.41). Graded on the
-    low end the finding is low, which understates it in a process like E: the range holds both
-    processes, the grade the one whose step was the fastest."""
+    """Whether the compiled ViT's launch_bound is a lever (the loop compiled with
+    mode="reduce-overhead" against the default mode, each in the same process): process E
+    (session 22) 44.09 against 30.12 ms, 1.46x; process G (session 23) 39.75 against 29.59,
+    1.34x. The finding on the compiled after prices 1.60x at the point and 1.04x at the range's
+    low end; both measurements lie inside (0.84-0.91 of the point), and both processes'
+    compiled steps (44.09, 39.75 ms) lay near the point's un-profiled estimate (43.45), not at
+    the low end (25.20), where session 20's profiled process ran (26.41). Graded on the low end
+    the finding is low, which understates it in processes like E and G: the range holds all
+    three, the grade the one whose step was the fastest."""
     cfg = json.loads((HERE / "vit_amp.truth.json").read_text())["configs"]
-    measured = (
-        cfg["compile"]["E"]["step_ms_window_mean"] / cfg["compile_ro"]["E"]["step_ms_window_mean"]
-    )
-    assert 1.4 < measured < 1.5
     f = finding("vit_amp", "launch_bound", "compile.after")
     w = f.what_if
-    assert w.speedup_low <= measured <= w.speedup and within(w.speedup, measured, measured)
     rp = analysis("vit_amp.compile.after.pt.trace.json.gz").results.replay
-    own = cfg["compile"]["E"]["step_ms_window_mean"]
-    assert own == pytest.approx(rp.unprofiled_step_ns / 1e6, rel=0.05)
+    for p, lo, hi in (("E", 1.4, 1.5), ("G", 1.3, 1.4)):
+        own = cfg["compile"][p]["step_ms_window_mean"]
+        measured = own / cfg["compile_ro"][p]["step_ms_window_mean"]
+        assert lo < measured < hi
+        assert w.speedup_low <= measured <= w.speedup and within(w.speedup, measured, measured)
+        assert own == pytest.approx(rp.unprofiled_step_ns / 1e6, rel=0.1)
     assert f.severity == "low" and f.evidence["graded_on_range"]
 
 
