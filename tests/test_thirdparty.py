@@ -1055,3 +1055,25 @@ def test_a_batch_multiplier_out_of_range_is_refused(ids: str) -> None:
         ask = ids.replace("small_batch", rule).replace("memory_headroom", rule)
         with pytest.raises(InputError, match=r"multiplier must be 2 to 64"):
             traceinsight.analyze(HERE / f"{loop}.before.pt.trace.json.gz", what_if=[ask])
+
+
+def test_wav2vec2_bf16_at_one_shape_as_a_chosen_set() -> None:
+    """bf16 at one input shape (session 23, processes F, H): 1.48-1.55x over the baseline,
+    where bf16 alone (new shapes every step: cuDNN's bf16 plans per shape) measured 0.23-0.30x.
+    The chosen set of the two findings whose fixes it applies, new_shape_setup (padding) and
+    fp32_compute (bf16), replays to 1.63x: within the tolerance of the measured pair. The split
+    between them is not the measured one: the model gives the shapes most of it (1.55x alone,
+    its upper end; measured 1.06-1.30) and bf16 on top 1.05x where it measured 1.39-1.42x, since
+    its un-profiled host after padding (about 60 ms) stays above the GPU's 52 ms a step (fp32
+    GEMMs 38.5 of it, summed from the raw kernels below), where the measured padded step ran
+    at 53.5-54.3 ms and bf16's at 38.2 (benchmarks/RESULTS.md, session 23)."""
+    path = HERE / "wav2vec2.before.pt.trace.json.gz"
+    sel = traceinsight.analyze(path, what_if=["new_shape_setup", "fp32_compute"]).selected.what_if
+    lo, hi = band("wav2vec2", "bf16_fixed")
+    assert lo > 1.45 and within(sel.speedup, lo, hi), (sel.speedup, lo, hi)
+    assert band("wav2vec2", "bf16")[1] < 0.35  # bf16 alone, at new shapes
+    raw = orjson.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    kernel_ms = sum(e["dur"] for e in raw if e.get("cat") == "kernel") / 1e3 / 3
+    gemm_ms = sum(e["dur"] for e in raw if e.get("cat") == "kernel" and "gemm_f32f32" in e["name"])
+    assert 50 < kernel_ms < 54 and sel.step_time_after_ns / 1e6 > kernel_ms
+    assert gemm_ms / 1e3 / 3 > 15  # the sm80 fp32 GEMMs alone
