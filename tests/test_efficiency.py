@@ -373,12 +373,28 @@ def test_gemm_shape_inefficient_on_odd_vocab_only() -> None:
 
 
 def test_fp32_advice_depends_on_device() -> None:
+    from traceinsight.analyzers.host_ops import HostOpsResult, NewShapeOp
     from traceinsight.findings.rules import FP16_ADVICE, _fp32_advice
 
-    assert _fp32_advice(False, False) == FP16_ADVICE
-    assert _fp32_advice(True, True) == (None, None)
-    assert "no TF32" in _fp32_advice(True, False)[0]  # MI250
-    assert _fp32_advice(None, None) == (None, None)
+    none = HostOpsResult()
+    assert _fp32_advice(False, False, none, 0.05) == FP16_ADVICE
+    assert _fp32_advice(True, True, none, 0.05) == (None, None)
+    assert "no TF32" in _fp32_advice(True, False, none, 0.05)[0]  # MI250
+    assert _fp32_advice(None, None, none, 0.05) == (None, None)
+    # per-shape setup in several steps, 10% of the window: fixed shapes first, then the
+    # device's own advice (here a V100's fp16 with its snippet)
+    op = NewShapeOp("aten::cudnn_convolution", 4, 8_000_000, 7_000_000, 100_000, 4)
+    varying = HostOpsResult(
+        window_ns=100_000_000, new_shape=(op,), new_shape_excess_ns=10_000_000, new_shape_steps=3
+    )
+    rec, snippet = _fp32_advice(False, False, varying, 0.05)
+    assert rec.startswith("The inputs change shape") and "aten::cudnn_convolution" in rec
+    assert rec.endswith(FP16_ADVICE[0]) and snippet == FP16_ADVICE[1]
+    assert _fp32_advice(False, False, varying, 0.2) == FP16_ADVICE  # under the threshold
+    one_step = HostOpsResult(
+        window_ns=100_000_000, new_shape=(op,), new_shape_excess_ns=10_000_000, new_shape_steps=1
+    )
+    assert _fp32_advice(True, True, one_step, 0.05) == (None, None)  # a first step's shapes
 
 
 def test_fp32_fixture_keeps_bf16_advice_on_h200() -> None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from traceinsight.analyzers import Results
+from traceinsight.analyzers.host_ops import HostOpsResult
 from traceinsight.analyzers.idle import IdleSegment
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.whatif import LoaderPlan, WhatIf, loader_plan
@@ -836,6 +837,22 @@ def _optimizer_advice(name: str | None) -> tuple[str, str]:
     )
 
 
+_FP32_ADVICE = (
+    "Train in bf16 with torch.autocast (no GradScaler needed), or at least enable TF32 "
+    "(torch.set_float32_matmul_precision('high'))."
+)
+# bf16 needs its own per-shape plans (cuDNN convolutions and attention): where input shapes keep
+# changing, switching alone can slow the step down (a wav2vec2 loop: bf16 alone 0.23-0.30x, bf16
+# with the inputs padded to one length 1.48-1.55x; benchmarks/RESULTS.md, sessions 22-23)
+_SHAPES_BEFORE_BF16 = (
+    "The inputs change shape from step to step and {op} sets up each new shape on the host "
+    "(new_shape_setup, {steps}): bf16 needs its own plans per shape, so on varying shapes the "
+    "switch alone can slow the step down. Give the inputs fixed shapes first (pad to one "
+    "length or a few buckets), then switch; the saving below is for bf16 alone, and the "
+    "`--what-if new_shape_setup,fp32_compute` replay prices both. "
+)
+
+
 @rule(
     "fp32_compute",
     advice={
@@ -852,8 +869,7 @@ def _optimizer_advice(name: str | None) -> tuple[str, str]:
         )
     },
     fix="bf16_gemms",
-    recommendation="Train in bf16 with torch.autocast (no GradScaler needed), or at least enable TF32 "
-    "(torch.set_float32_matmul_precision('high')).",
+    recommendation=_FP32_ADVICE,
     snippet=(
         'with torch.autocast("cuda", dtype=torch.bfloat16):\n'
         "    loss = model(batch)\n"
@@ -864,6 +880,9 @@ def _optimizer_advice(name: str | None) -> tuple[str, str]:
         # the attributed cost: bf16 tensor cores run this math several times faster; count half
         # (the bf16_gemms replay prices it by the device's peaks)
         "fp32_saving_ratio": 0.5,
+        # per-shape setup over this share of the window (new_shape_setup's own threshold) puts
+        # fixing the shapes before the switch
+        "shapes_first_min_ratio": 0.05,
     },
 )
 def fp32_compute(x: RuleInput) -> Draft | None:
@@ -880,7 +899,12 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             "math_ns": kern.math_ns,
             "top_fp32_kernels": list(kern.top_fp32_kernels),
         },
-        *_fp32_advice(x.r.efficiency.device.has_bf16, x.r.efficiency.device.has_tf32),
+        *_fp32_advice(
+            x.r.efficiency.device.has_bf16,
+            x.r.efficiency.device.has_tf32,
+            x.r.host_ops,
+            x.t["shapes_first_min_ratio"],
+        ),
     )
 
 
@@ -902,13 +926,25 @@ BF16_ONLY_ADVICE = (
 )
 
 
-def _fp32_advice(has_bf16: bool | None, has_tf32: bool | None) -> tuple[str | None, str | None]:
-    """(recommendation, snippet) for the device; (None, None): the rule's own (bf16 or TF32)."""
+def _fp32_advice(
+    has_bf16: bool | None, has_tf32: bool | None, host: HostOpsResult, shapes_min_ratio: float
+) -> tuple[str | None, str | None]:
+    """(recommendation, snippet) for the device; (None, None): the rule's own (bf16 or TF32).
+    Where new input shapes cost per-shape setup (at least ``shapes_min_ratio`` of the window,
+    in more than one step), fixing the shapes comes first."""
+    rec, snippet = None, None
     if has_bf16 is False and has_tf32 is False:
-        return FP16_ADVICE
-    if has_bf16 and has_tf32 is False:
-        return BF16_ONLY_ADVICE
-    return None, None
+        rec, snippet = FP16_ADVICE
+    elif has_bf16 and has_tf32 is False:
+        rec, snippet = BF16_ONLY_ADVICE
+    ratio = host.new_shape_ratio
+    varying = host.new_shape_steps > 1 and ratio is not None and ratio >= shapes_min_ratio
+    if host.new_shape and varying:
+        first = _SHAPES_BEFORE_BF16.format(
+            op=host.new_shape[0].name, steps=plural(host.new_shape_steps, "step")
+        )
+        rec = first + (rec or _FP32_ADVICE)
+    return rec, snippet
 
 
 @rule(
