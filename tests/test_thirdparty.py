@@ -35,6 +35,12 @@ def analysis(name: str):
     return traceinsight.analyze(HERE / name)
 
 
+@cache
+def raw_events(name: str) -> list[dict]:
+    """A fixture's raw Chrome-trace events, decoded once per test process (read only)."""
+    return orjson.loads(gzip.decompress((HERE / name).read_bytes()))["traceEvents"]
+
+
 def band(loop: str, fix: str) -> tuple[float, float]:
     b = json.loads((HERE / f"{loop}.truth.json").read_text())["speedup_band"][fix]
     return b["low"], b["high"]
@@ -373,7 +379,7 @@ def test_the_whole_step_graph_with_a_per_parameter_optimizer() -> None:
     against 6.30 ms in that process and 6.44-6.52 ms in processes E and F."""
 
     def per_step(name: str) -> int:
-        raw = orjson.loads(gzip.decompress((HERE / name).read_bytes()))["traceEvents"]
+        raw = raw_events(name)
         steps = sum(1 for e in raw if e.get("cat") == "user_annotation"
                     and e["name"].startswith("ProfilerStep#"))  # fmt: skip
         return sum(1 for e in raw if e.get("cat") == "kernel") // steps
@@ -409,8 +415,7 @@ def test_lightning_closure_is_not_the_optimizers() -> None:
     own part starts where the closure's backward ends. Against the raw events: each
     Optimizer.step range from the end of the last autograd-engine op that started inside it
     (on any thread) to the range's end."""
-    raw = orjson.loads(gzip.decompress((HERE / "lightning.before.pt.trace.json.gz").read_bytes()))
-    ev = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    ev = [e for e in raw_events("lightning.before.pt.trace.json.gz") if e.get("ph") == "X"]
     steps = [e for e in ev if e["name"].startswith("Optimizer.step#")]
     bw = [e for e in ev if e["name"].startswith("autograd::engine::evaluate_function")]
     own_us = []
@@ -555,8 +560,7 @@ def test_host_thread_contention_on_a_warm_inductor_cache() -> None:
     profiled after (OMP_NUM_THREADS=1) shows the same over-estimate: its own un-profiled
     estimate 15.9 ms against 10.2 ms measured in its process (test_unprofiled_step_estimate)."""
     name = "lightning.compile_ro_warm.after.pt.trace.json.gz"
-    raw = orjson.loads(gzip.decompress((HERE / name).read_bytes()))
-    ev = [e for e in raw["traceEvents"] if e.get("ph") == "X"]
+    ev = [e for e in raw_events(name) if e.get("ph") == "X"]
     stacks = [e for e in ev if e["name"] == "aten::stack" and e["dur"] > 1000]
     for s in stacks:  # a TensorList's shapes are not recorded: the ops inside name the output
         inside = [
@@ -650,8 +654,7 @@ def test_shapes_that_change_between_steps() -> None:
     assert change.steps == 3 and change.ops > 10 and len(set(change.input_dims)) == 2
     assert f.recommendation.startswith("Inputs change shape between steps")
     assert 'padding="max_length"' in f.snippet
-    raw = orjson.loads(gzip.decompress((HERE / "sbert.before.pt.trace.json.gz").read_bytes()))
-    events = raw["traceEvents"]
+    events = raw_events("sbert.before.pt.trace.json.gz")
     steps = [e for e in events if e.get("cat") == "user_annotation"
              and e["name"].startswith("ProfilerStep#")]  # fmt: skip
     seen: dict[str, set[str]] = {}
@@ -689,9 +692,9 @@ def test_new_shapes_cost_setup_in_bf16() -> None:
     top = f.evidence["ops"][0]
     assert top.name == "aten::_cudnn_attention_forward" and top.count == 2
     assert f.evidence["steps_with_new_shapes"] == 2
-    raw = orjson.loads(gzip.decompress((HERE / "sbert.bf16.after.pt.trace.json.gz").read_bytes()))
+    raw = raw_events("sbert.bf16.after.pt.trace.json.gz")
     calls = sorted(
-        (e for e in raw["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == top.name),
+        (e for e in raw if e.get("cat") == "cpu_op" and e["name"] == top.name),
         key=lambda e: e["ts"],
     )
     seen: set[str] = set()
@@ -724,7 +727,7 @@ def test_the_loader_stall_names_its_contended_copies() -> None:
     loader advice."""
     name = "lightning.compile_ro_warm.after.pt.trace.json.gz"
     f = finding("lightning", "dataloader_stall", "compile_ro_warm.after")
-    raw = orjson.loads(gzip.decompress((HERE / name).read_bytes()))["traceEvents"]
+    raw = raw_events(name)
     loaders = [e for e in raw if e.get("cat") == "user_annotation"
                and e["name"].startswith("enumerate(DataLoader)")]  # fmt: skip
     stacks = [e for e in raw if e.get("cat") == "cpu_op" and e["name"] == "aten::stack"
@@ -849,8 +852,7 @@ def test_the_held_out_wav2vec2_loop() -> None:
     conv = ops["aten::cudnn_convolution"]
     assert conv.reference == "window" and conv.count >= 20 and conv.shapes == conv.count
     # read back from the raw events: the flagged calls' time outside their runtime calls
-    raw = orjson.loads(gzip.decompress((HERE / "wav2vec2.before.pt.trace.json.gz").read_bytes()))
-    events = raw["traceEvents"]
+    events = raw_events("wav2vec2.before.pt.trace.json.gz")
     own = [
         c["dur"] - _outer_runtime_ns_inside(events, c)
         for c in events
@@ -993,10 +995,9 @@ def test_record_shapes_costs_compiled_code_more() -> None:
         for cfg in ("baseline", "compile")
     }
     assert extra["compile"] > 3 * extra["baseline"] > 0, extra
-    raw = orjson.loads(
-        gzip.decompress((HERE / "vit_amp.compile.after.pt.trace.json.gz").read_bytes())
-    )
-    ops = [e for e in raw["traceEvents"] if e.get("cat") == "cpu_op"]
+    ops = [
+        e for e in raw_events("vit_amp.compile.after.pt.trace.json.gz") if e.get("cat") == "cpu_op"
+    ]
 
     def median_us(pred) -> float:
         d = sorted(e["dur"] for e in ops if pred(e["name"]))
@@ -1072,7 +1073,7 @@ def test_wav2vec2_bf16_at_one_shape_as_a_chosen_set() -> None:
     lo, hi = band("wav2vec2", "bf16_fixed")
     assert lo > 1.45 and within(sel.speedup, lo, hi), (sel.speedup, lo, hi)
     assert band("wav2vec2", "bf16")[1] < 0.35  # bf16 alone, at new shapes
-    raw = orjson.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    raw = raw_events(path.name)
     kernel_ms = sum(e["dur"] for e in raw if e.get("cat") == "kernel") / 1e3 / 3
     gemm_ms = sum(e["dur"] for e in raw if e.get("cat") == "kernel" and "gemm_f32f32" in e["name"])
     assert 50 < kernel_ms < 54 and sel.step_time_after_ns / 1e6 > kernel_ms
