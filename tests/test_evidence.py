@@ -22,6 +22,8 @@ from traceinsight.model.schema import Trace
 from traceinsight.parsers import load_trace
 from traceinsight.report.annotate import CATEGORY, write_annotated
 
+from .conftest import analyzed
+
 ROOT = Path(__file__).resolve().parents[1]
 STACK = ROOT / "fixtures/h200/stack/sync_sites.pt.trace.json.gz"
 HEALTHY = ROOT / "fixtures/h200/healthy_bf16.pt.trace.json.gz"
@@ -48,7 +50,7 @@ def _checks(path: Path) -> dict[str, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def stack() -> api.TraceAnalysis:
-    a = api.analyze(STACK)
+    a = analyzed(STACK)
     assert isinstance(a, api.TraceAnalysis)
     return a
 
@@ -106,7 +108,7 @@ def test_without_stacks_one_warning_says_how_to_record_them() -> None:
     assert sync.evidence["sources"] == []
     hints = [w for w in a.warnings if "with_stack=True" in w]
     assert len(hints) == 1
-    with_stacks = api.analyze(STACK)
+    with_stacks = analyzed(STACK)
     assert not [w for w in with_stacks.warnings if "with_stack=True" in w]
 
 
@@ -253,7 +255,7 @@ def test_shuffled_events_change_nothing(tmp_path: Path) -> None:
     random.Random(21).shuffle(doc["traceEvents"])
     p = _write(tmp_path, doc)
     assert _checks(p) == {}
-    a, b = api.analyze(HEALTHY), api.analyze(p)
+    a, b = analyzed(HEALTHY), api.analyze(p)
     assert a.metrics == b.metrics
     assert [f.to_json() for f in a.findings] == [f.to_json() for f in b.findings]
 
@@ -334,7 +336,7 @@ def test_annotated_trace_keeps_the_original_and_adds_valid_events(
 @pytest.mark.parametrize("name", ["nsys-ai__mock.sqlite", "Mordred__report1.sqlite"])
 def test_annotated_nsys_trace_from_the_table(tmp_path: Path, name: str) -> None:
     src = ROOT / "fixtures/nsys" / name
-    a = api.analyze(src)
+    a = analyzed(src)
     assert isinstance(a, api.TraceAnalysis) and a.trace is not None
     out = tmp_path / "nsys.json"
     n = write_annotated(a, src, out)
@@ -398,7 +400,7 @@ def test_graph_kernels_recorded_under_their_launch_are_counted() -> None:
     graph = {e["args"]["correlation"] for e in ev if e.get("name") == "cudaGraphLaunch"}
     kernels = [e for e in ev if e.get("cat") == "kernel"]
     in_graphs = sum(1 for e in kernels if e["args"].get("correlation") in graph)
-    a = api.analyze(GRAPHS)
+    a = analyzed(GRAPHS)
     assert a.results.launch.graph_launches == len(graph) == 4
     assert a.results.launch.graph_kernels == in_graphs == 704
     assert a.source["event_counts"]["kernel"] == len(kernels)
@@ -407,7 +409,7 @@ def test_graph_kernels_recorded_under_their_launch_are_counted() -> None:
 
 def test_rank_clock_skew(tmp_path: Path) -> None:
     src = ROOT / "fixtures/h200/ddp_overlap"
-    job = api.analyze(src)
+    job = analyzed(src)
     assert isinstance(job, api.JobAnalysis) and job.to_json()["data_quality"] == []
     # rank 1's clock 200 ms ahead: about six of the fixture's 34 ms steps
     for r, shift_us in ((0, 0), (1, 200_000)):
@@ -433,7 +435,7 @@ def test_rank_clock_skew(tmp_path: Path) -> None:
 
 def test_memory_counter_track(tmp_path: Path) -> None:
     src = ROOT / "fixtures/h200/memory/mem_leak.pt.trace.json.gz"
-    a = api.analyze(src)
+    a = analyzed(src)
     out = tmp_path / "mem.json"
     write_annotated(a, src, out)
     doc = _strict(out.read_bytes())

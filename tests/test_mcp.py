@@ -24,7 +24,7 @@ from traceinsight.errors import InputError
 from traceinsight.fixes import predict_fixes
 from traceinsight.mcp_server import Session, Tools, View, Workspace
 
-from .conftest import CORPUS, FIXTURES, H200, ROOT
+from .conftest import CORPUS, FIXTURES, H200, ROOT, analyzed
 
 mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed")
 anyio = pytest.importorskip("anyio")
@@ -453,7 +453,7 @@ def test_job_directory_and_its_ranks(tmp_path):
         [FIXTURES],
         tmp_path / "err.log",
     )
-    lib = traceinsight.analyze(job)
+    lib = analyzed(job)
     j = ok(a)
     assert j["kind"] == "job" and [r["rank"] for r in j["ranks"]] == [0, 1]
     assert j["headline"]["straggler_rank"] == lib.cross.straggler_rank == 1
@@ -467,7 +467,7 @@ def test_job_directory_and_its_ranks(tmp_path):
     )
     assert "rank1.pt.trace.json.gz: this rank's step model was not kept" in tool_error(wi_rank)
     w = ok(wi_file)["combined"]
-    alone = traceinsight.analyze(job / "rank1.pt.trace.json.gz")
+    alone = analyzed(job / "rank1.pt.trace.json.gz")
     assert w["step_time_after_ns"] == predict_fixes(alone, ["launch_bound"]).step_time_after_ns
 
 

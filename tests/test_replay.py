@@ -154,7 +154,7 @@ FIXTURES = sorted(H200.glob("*.pt.trace.json.gz")) + sorted(
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name.split(".")[0])
 def test_replay_error_on_h200_fixtures(path):
     # measured: 0.0 (to 4 decimals) on every one of them
-    m = analyze(path, replay=True).metrics
+    m = analyzed(path).metrics
     assert m["replay_error_ratio"] is not None
     assert m["replay_error_ratio"] <= 0.03
 
@@ -175,7 +175,7 @@ def test_replay_error_on_corpus_traces(rel):
     path = SHARED / rel
     if not path.exists():
         pytest.skip(f"corpus trace not here: {path}")
-    a = analyze(path, replay=True)
+    a = analyzed(path)
     assert a.metrics["replay_error_ratio"] <= 0.05
 
 

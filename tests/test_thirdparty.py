@@ -22,6 +22,8 @@ from traceinsight.causal import transforms
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SEVERITIES
 from traceinsight.errors import InputError
+from traceinsight.options import Options
+from traceinsight.pipeline import graded, selected_fixes
 from traceinsight.report.format import prediction_basis
 
 from .conftest import H200
@@ -33,6 +35,15 @@ TOLERANCE = 0.25  # a prediction within 25% of the measured band
 @cache
 def analysis(name: str):
     return traceinsight.analyze(HERE / name)
+
+
+def chosen(name: str, ids: list[str]):
+    """``analyze(HERE / name, what_if=ids).selected`` from the one cached analysis: the chosen
+    set is a function of the analysis (``pipeline.selected_fixes``, what ``--what-if`` runs after
+    ``graded``'s checks); tests/test_replay.py holds the ``what_if=`` path itself."""
+    graded(Options(what_if=tuple(ids)))
+    a = analysis(name)
+    return selected_fixes(a.results, a.findings, tuple(ids))
 
 
 @cache
@@ -337,14 +348,12 @@ APPLIED = {
 @pytest.mark.parametrize("loop", sorted(APPLIED))
 def test_what_if_of_the_applied_set_within_the_measured_all(loop: str) -> None:
     lo, hi = band(loop, "all")
-    a = traceinsight.analyze(
-        HERE / f"{loop}.before.pt.trace.json.gz", what_if=APPLIED[loop].split(",")
-    )
-    w = a.selected.what_if
-    assert a.selected.not_raised == () and w is not None and within(w.speedup, lo, hi)
+    sel = chosen(f"{loop}.before.pt.trace.json.gz", APPLIED[loop].split(","))
+    w = sel.what_if
+    assert sel.not_raised == () and w is not None and within(w.speedup, lo, hi)
     ks = [int(k) for i in APPLIED[loop].split(",") if (k := i.partition("@")[2]).isdigit()]
     assert w.multiplier == (ks[0] if ks else None)
-    assert a.selected.priced_not_raised == (("memory_headroom@2",) if loop == "vit_amp" else ())
+    assert sel.priced_not_raised == (("memory_headroom@2",) if loop == "vit_amp" else ())
 
 
 def test_the_applied_set_of_the_launch_bound_loop_names_its_capture() -> None:
@@ -355,19 +364,19 @@ def test_the_applied_set_of_the_launch_bound_loop_names_its_capture() -> None:
     with 1.52 ms of kernels in 1.74 ms (benchmarks/graph_step_cost.py, call 13): a replay runs
     the kernels at a 0.4 us node gap and none of the host's op work (session 18's 7.41x kept
     the ops' CPU time inside the graph and a 1 us gap)."""
-    path = HERE / "launch_bound.before.pt.trace.json.gz"
+    path = "launch_bound.before.pt.trace.json.gz"
     ids = ["launch_bound@whole_step", "unfused_optimizer", "host_sync"]
-    w = traceinsight.analyze(path, what_if=ids).selected.what_if
-    model_only = traceinsight.analyze(path, what_if=[i.split("@")[0] for i in ids]).selected
+    w = chosen(path, ids).what_if
+    model_only = chosen(path, [i.split("@")[0] for i in ids])
     assert w.transforms == ("cuda_graphs_whole_step", "fused_optimizer", "remove_syncs")
     assert model_only.what_if.speedup < 0.5 * w.speedup
     lo, hi = band("launch_bound", "all")
     assert within(w.speedup, lo, hi), (w.speedup, lo, hi)
     # the fused step adds no capturable kernels: the order of the fixes does not matter
-    other = traceinsight.analyze(path, what_if=ids[::-1]).selected.what_if
+    other = chosen(path, ids[::-1]).what_if
     assert other.step_time_after_ns == w.step_time_after_ns
     with pytest.raises(InputError, match="prices no fix named 'whole'.*whole_step"):
-        traceinsight.analyze(path, what_if=["launch_bound@whole"])
+        chosen(path, ["launch_bound@whole"])
 
 
 def test_the_whole_step_graph_with_a_per_parameter_optimizer() -> None:
@@ -401,9 +410,7 @@ def test_the_batch_lever_without_memory_events() -> None:
     assert f.evidence["fits"] is None and "memory events" in f.evidence["fit_unknown_because"]
     assert f.what_if.multiplier == 2
     lo, hi = band("hf_trainer", "batch_4x")
-    at4 = traceinsight.analyze(
-        HERE / "hf_trainer.before.pt.trace.json.gz", what_if=["small_batch@4"]
-    ).selected.what_if
+    at4 = chosen("hf_trainer.before.pt.trace.json.gz", ["small_batch@4"]).what_if
     assert within(at4.speedup, lo, hi), (at4.speedup, lo, hi)
     # with memory events the lever is memory_headroom's, never both
     ids = [f.id for f in analysis("peft_lora.before.pt.trace.json.gz").findings]
@@ -535,12 +542,12 @@ def test_step_time_variance_follows_its_cause() -> None:
 
 
 def test_what_if_multiplier_only_for_a_larger_batch() -> None:
-    path = HERE / "peft_lora.before.pt.trace.json.gz"
+    path = "peft_lora.before.pt.trace.json.gz"
     with pytest.raises(InputError, match="not a larger batch"):
-        traceinsight.analyze(path, what_if=["host_sync@4"])
+        chosen(path, ["host_sync@4"])
     with pytest.raises(InputError, match="whole number"):
-        traceinsight.analyze(path, what_if=["memory_headroom@x"])
-    at2 = traceinsight.analyze(path, what_if=["memory_headroom@2"]).selected.what_if
+        chosen(path, ["memory_headroom@x"])
+    at2 = chosen(path, ["memory_headroom@2"]).what_if
     gains = {
         g.multiplier: g.throughput_gain
         for g in finding("peft_lora", "memory_headroom").evidence["gain_by_multiplier"]
@@ -632,9 +639,7 @@ def test_the_held_out_sentence_transformers_loop() -> None:
     head = finding("sbert", "memory_headroom")
     assert head.evidence["multiplier"] == 2 and head.severity == "high"
     lo, hi = band("sbert", "batch_4x")
-    at4 = traceinsight.analyze(
-        HERE / "sbert.before.pt.trace.json.gz", what_if=["memory_headroom@4"]
-    ).selected.what_if
+    at4 = chosen("sbert.before.pt.trace.json.gz", ["memory_headroom@4"]).what_if
     assert within(at4.speedup, lo, hi) and at4.speedup > a.findings[0].what_if.speedup
     fp32 = finding("sbert", "fp32_compute")
     assert fp32.severity == "info" and band("sbert", "bf16")[1] < 1.0
@@ -764,12 +769,12 @@ def test_the_held_out_vit_amp_loop() -> None:
     at2 = WhatIf.larger_batch(p.step_time_ns, p.step_time_after_ns, 2, p.transform)
     assert within(at2.speedup, *band("vit_amp", "batch_2x")), at2.speedup
     # --what-if prices it as asked: the rule for a trace with memory events, within the fit
-    path = HERE / "vit_amp.before.pt.trace.json.gz"
-    asked = traceinsight.analyze(path, what_if=["memory_headroom@2"]).selected
+    path = "vit_amp.before.pt.trace.json.gz"
+    asked = chosen(path, ["memory_headroom@2"])
     assert asked.priced_not_raised == ("memory_headroom@2",)
     assert asked.what_if.speedup == pytest.approx(at2.speedup)
     for other in ("small_batch@2", f"memory_headroom@{2 * mem.fit_multiplier}"):
-        sel = traceinsight.analyze(path, what_if=[other]).selected
+        sel = chosen(path, [other])
         assert sel.not_raised == (other,) and sel.priced_not_raised == ()
     truth = json.loads((HERE / "vit_amp.truth.json").read_text())["configs"]["baseline"]
     fresh = [truth[x]["step_ms_window_mean"] for x in "ABCD"]
@@ -1050,12 +1055,15 @@ def test_the_next_doubling_of_the_batch() -> None:
 )
 def test_a_batch_multiplier_out_of_range_is_refused(ids: str) -> None:
     """A multiplier past the largest predicted (64) overflowed the replay's int64 durations
-    (an internal error) or priced a step of 0 ms; the one line names it, raised or not."""
+    (an internal error) or priced a step of 0 ms; the one line names it, raised or not, and
+    before any parsing (a file that does not exist is not reached)."""
     for loop in ("launch_bound", "accelerate", "vit_amp"):  # raised, not raised; memory events
         rule = "memory_headroom" if loop == "vit_amp" else "small_batch"
         ask = ids.replace("small_batch", rule).replace("memory_headroom", rule)
         with pytest.raises(InputError, match=r"multiplier must be 2 to 64"):
-            traceinsight.analyze(HERE / f"{loop}.before.pt.trace.json.gz", what_if=[ask])
+            traceinsight.analyze(HERE / "no_such.pt.trace.json.gz", what_if=[ask])
+    with pytest.raises(InputError, match=r"multiplier must be a whole number"):
+        traceinsight.analyze(HERE / "no_such.pt.trace.json.gz", what_if=["small_batch@x2"])
 
 
 def test_wav2vec2_bf16_at_one_shape_as_a_chosen_set() -> None:
@@ -1069,7 +1077,7 @@ def test_wav2vec2_bf16_at_one_shape_as_a_chosen_set() -> None:
     GEMMs 38.5 of it, summed from the raw kernels below), where the measured padded step ran
     at 53.5-54.3 ms and bf16's at 38.2 (benchmarks/RESULTS.md, session 23)."""
     path = HERE / "wav2vec2.before.pt.trace.json.gz"
-    sel = traceinsight.analyze(path, what_if=["new_shape_setup", "fp32_compute"]).selected.what_if
+    sel = chosen(path.name, ["new_shape_setup", "fp32_compute"]).what_if
     lo, hi = band("wav2vec2", "bf16_fixed")
     assert lo > 1.45 and within(sel.speedup, lo, hi), (sel.speedup, lo, hi)
     assert band("wav2vec2", "bf16")[1] < 0.35  # bf16 alone, at new shapes

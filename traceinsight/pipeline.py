@@ -46,6 +46,10 @@ def graded(opts: Options) -> Thresholds:
         raise InputError(
             f"--what-if: unknown finding id(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
+    for raw in opts.what_if:  # a larger batch's multiplier is checked before any parsing
+        fid, _, k = raw.partition("@")
+        if k and fid in BATCH_RULES.values():
+            _multiplier(fid, k)
     try:
         return thresholds(opts.thresholds)
     except ValueError as exc:
@@ -115,7 +119,7 @@ def analyze_trace(
     results = replace(results, regions=with_findings(results.regions, findings))
     return TraceAnalysis(
         what_if=all_fixes(results, findings),
-        selected=_selected(results, findings, opts.what_if) if opts.what_if else None,
+        selected=selected_fixes(results, findings, opts.what_if) if opts.what_if else None,
         rank=source["ranks"][0] if len(source["ranks"]) == 1 else (trace.meta.rank or 0),
         source=source,
         results=results,
@@ -128,7 +132,9 @@ def analyze_trace(
     )
 
 
-def _selected(results: Results, findings: list[Finding], ids: tuple[str, ...]) -> SelectedFixes:
+def selected_fixes(
+    results: Results, findings: list[Finding], ids: tuple[str, ...]
+) -> SelectedFixes:
     """``--what-if``: the chosen findings' fixes replayed together, and which of them this
     trace did not raise or has no fix to replay for. ``ID@K`` picks the batch multiplier K
     of a larger-batch fix (memory_headroom, small_batch) in place of the recommended one;
