@@ -116,6 +116,8 @@ def main() -> None:
         "accelerate",
         "sbert",
         "vit_amp",
+        "wav2vec2",
+        "gnn",
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")

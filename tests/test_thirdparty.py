@@ -105,6 +105,9 @@ HOLDS = [
     ("vit_amp", "pageable_memcpy", "pin_memory"),  # 1.09 against 1.07-1.26
     ("vit_amp", "unfused_optimizer", "fused_adamw"),  # 1.06 against 1.03-1.14
     ("vit_amp", "host_sync", "remove_syncs"),  # 1.05 against 0.91-1.12
+    # PyTorch Geometric's GIN example, held out (session 24): recorded after the model's last change
+    ("gnn", "pageable_memcpy", "pin_nonblocking"),  # 1.00 against 0.86-0.90
+    ("gnn", "host_sync", "remove_syncs"),  # 1.00 against 0.75-1.02
 ]
 
 
@@ -164,6 +167,12 @@ MEASURED = {
         "pageable_memcpy": "pin_memory",
         "unfused_optimizer": "fused_adamw",
         "launch_bound": "compile",
+    },
+    "gnn": {
+        "host_sync": "remove_syncs",
+        "pageable_memcpy": "pin_nonblocking",
+        "dataloader_stall": "workers",
+        "memory_headroom": "batch_4x",
     },
 }
 
@@ -674,7 +683,8 @@ def test_shapes_that_change_between_steps() -> None:
     assert seen[change.input_dims[0]] != seen[change.input_dims[1]]
     for name in (
         "sbert.compile_ro_static.after",
-        *(f"{lp}.before" for lp in MEASURED if lp != "sbert"),
+        # (the GNN's batches are graphs of another size each: its shapes change too)
+        *(f"{lp}.before" for lp in MEASURED if lp not in ("sbert", "gnn")),
     ):
         a = analysis(f"{name}.pt.trace.json.gz")
         lb = next((x for x in a.findings if x.id == "launch_bound"), None)
@@ -1102,3 +1112,64 @@ def test_fp32_advice_puts_fixed_shapes_first_where_shapes_vary() -> None:
     assert band("wav2vec2", "bf16")[1] < 1.0 < band("wav2vec2", "bf16_fixed")[0]
     lightning = finding("lightning", "fp32_compute")
     assert lightning.recommendation.startswith("Train in bf16")
+
+
+def _loader_next(name: str) -> list[tuple[float, int, int]]:
+    """Each ``DataLoader.__next__`` range of a fixture, from the raw events: (ms, the ops
+    recorded inside it on its thread, its aten::set_ calls: a tensor rebuilt from a worker's
+    shared memory)."""
+    xs = [e for e in raw_events(name) if e.get("ph") == "X"]
+    out = []
+    for n in (e for e in xs if "DataLoader" in e["name"] and "__next__" in e["name"]):
+        a, b = n["ts"], n["ts"] + n["dur"]
+        kids = [e for e in xs if e.get("tid") == n["tid"] and a <= e["ts"] < b and e is not n]
+        out.append((n["dur"] / 1e3, len(kids), sum(e["name"] == "aten::set_" for e in kids)))
+    return out
+
+
+def test_the_held_out_gnn_loop() -> None:
+    """A tenth loop, held out (session 24, one call): PyTorch Geometric's GIN example (5 GINConv
+    layers, global_add_pool, Adam, batches of 128 graphs of about 18 nodes, a new node count each
+    batch, collated in the step thread, float(loss) each step). Measured un-profiled in two
+    processes: 4 workers 1.49-1.61x, the 4x batch 2.00-2.30x per sample, all four 3.91-4.11x,
+    pinned copies 0.86-0.90x, no syncs 0.75-1.02x, torch.compile(dynamic=True) 0.94-1.05x.
+
+    What holds: the un-profiled step (26.30 ms against 24.91 in the profiled process: 1.06);
+    no finding above low for the fixes that measured under 1.10 (host_sync, pageable_memcpy
+    info); the input-shape change named. The misses, with their mechanism (benchmarks/RESULTS.md):
+    dataloader_stall (HIGH, first) prices 4 workers' step at the step without the loader's waits
+    (11.28 ms), 2.33x, where the workers' step ran 13.25-14.31 ms (1.49-1.61x; 1.80x in the
+    profiled process): with workers the step thread still spends 3.6-4.6 ms a batch in
+    ``__next__`` receiving it (11 tensors rebuilt from the workers' shared memory, 22 ops
+    recorded: the time is not the profiler's), which the plan counts as free. The batch: the
+    collate's time per batch barely grows with it (``__next__`` 26.7-27.5 ms for 512 graphs
+    against 27.6-28.7 for 128, profiled), where the larger-batch what-if scales a step-thread
+    loader per sample: memory_headroom@4 replays 1.47x against 2.00-2.30x, not raised, so the
+    first finding is 0.70 of the largest lever."""
+    a = analysis("gnn.before.pt.trace.json.gz")
+    truth = json.loads((HERE / "gnn.truth.json").read_text())
+    own = truth["profiled"]["baseline"]["unprofiled_same_process_step_ms_window_mean"]
+    est = a.results.replay.unprofiled_step_ns / 1e6
+    assert 0.95 < est / own < 1.10, (est, own)
+    lo, hi = band("gnn", "workers")
+    f = a.findings[0]
+    assert f.id == "dataloader_stall" and f.severity == "high"
+    assert f.what_if.speedup > 1.25 * hi  # the miss
+    after_ms = [truth["configs"]["workers"][p]["step_ms_window_mean"] for p in "AB"]
+    assert f.what_if.step_time_after_ns / 1e6 < 0.9 * min(after_ms)
+    # the receiving, read back from the raw events: the workers' after against the before
+    before, workers = (
+        _loader_next("gnn.before.pt.trace.json.gz"),
+        _loader_next("gnn.workers.after.pt.trace.json.gz"),
+    )
+    assert all(ops > 5000 for _, ops, _ in before)  # the collate, in the step thread
+    assert all(3.0 < ms < 5.0 and ops < 30 and sets >= 10 for ms, ops, sets in workers), workers
+    # the batch: a 4x batch's collate took about the time of one of 128 graphs
+    big = _loader_next("gnn.batch_4x.after.pt.trace.json.gz")
+    assert max(ms for ms, _, _ in big) < 1.05 * min(ms for ms, _, _ in before)
+    assert "memory_headroom" not in {x.id for x in a.findings}
+    at4 = chosen("gnn.before.pt.trace.json.gz", ["memory_headroom@4"]).what_if
+    assert at4.speedup < 0.8 * band("gnn", "batch_4x")[0]  # the miss
+    assert band("gnn", "batch_4x")[0] > 1.2 * hi  # the batch is the largest lever
+    lb = finding("gnn", "launch_bound")
+    assert lb.evidence["shape_change"] is not None
