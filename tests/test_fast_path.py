@@ -24,7 +24,7 @@ CASES = [
 ]
 
 
-def _doc(
+def _parsed(
     path,
     monkeypatch,
     *,
@@ -33,38 +33,31 @@ def _doc(
     streamed: bool = True,
     helpers: int = 0,
 ):
-    # Module constants patched on purpose: the cut points (CHUNK_BYTES) and the helper threshold
-    # are fixed policy with no public knob, and cuts inside strings or nested values, or helpers
-    # on a small file, are reached only with them shrunk; the document is the public result.
+    """``load_trace(path)`` by the path asked for. Module constants patched on purpose: the cut
+    points (CHUNK_BYTES) and the helper threshold are fixed policy with no public knob, and cuts
+    inside strings or nested values, or helpers on a small file, are reached only with them
+    shrunk; what is compared is the public result."""
     monkeypatch.setattr(fast, "CHUNK_BYTES", chunk)
     monkeypatch.setattr(fast, "MIN_HELPER_BYTES", 0)
     if not use_fast:
         monkeypatch.setattr(fast, "decode", lambda data: None)
     if not use_fast or not streamed:
         monkeypatch.setattr(fast, "decode_path", lambda *a, **k: None)
-    doc = analyze_trace(load_trace(path, parse_helpers=helpers)).to_json()
-    monkeypatch.undo()
-    return doc
+    try:
+        return load_trace(path, parse_helpers=helpers)
+    finally:
+        monkeypatch.undo()
 
 
-def _trace(
-    path,
-    monkeypatch,
-    *,
-    use_fast: bool,
-    chunk: int = fast.CHUNK_BYTES,
-    streamed: bool = True,
-) -> tuple:
+def _doc(path, monkeypatch, **kw):
+    """The analysis document of :func:`_parsed`'s trace."""
+    return analyze_trace(_parsed(path, monkeypatch, **kw)).to_json()
+
+
+def _trace(path, monkeypatch, **kw) -> tuple:
     """The parsed trace (what the analysis is a function of) as a comparable value: the event
     table, the metadata and every side table; one parse instead of :func:`_doc`'s analysis."""
-    monkeypatch.setattr(fast, "CHUNK_BYTES", chunk)
-    monkeypatch.setattr(fast, "MIN_HELPER_BYTES", 0)
-    if not use_fast:
-        monkeypatch.setattr(fast, "decode", lambda data: None)
-    if not use_fast or not streamed:
-        monkeypatch.setattr(fast, "decode_path", lambda *a, **k: None)
-    t = load_trace(path, parse_helpers=0)
-    monkeypatch.undo()
+    t = _parsed(path, monkeypatch, **kw)
     return (t.meta, *(Frame(getattr(t, f.name)) for f in fields(t) if f.name != "meta"))
 
 
