@@ -39,7 +39,7 @@ NO_STACKS = {"pytorch": "no Python stacks", "cuda_app": "no call stacks"}
 
 def graded(opts: Options) -> Thresholds:
     """The thresholds with the options' overrides applied; InputError names unknown keys (and
-    unknown finding ids in ``--what-if``)."""
+    unknown finding ids in ``--what-if``, or a larger batch's multiplier out of range)."""
     known = {r.id for r in RULES}
     unknown = [i for i in opts.what_if if i.partition("@")[0] not in known]
     if unknown:
