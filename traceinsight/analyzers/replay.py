@@ -17,6 +17,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
+from traceinsight.analyzers.steps import batch_tensors, loader_iterator
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
 from traceinsight.causal.graph import (
@@ -165,6 +166,9 @@ class ReplayResult:
     warmed_ns: int = 0
     # transform -> why it could not price this model (data it needs is missing)
     unpriced: dict[str, str] = field(default_factory=dict)
+    # tensors a DataLoader batch carries (ModelInputs.batch_tensors): what receiving it from
+    # workers costs the step thread, in the loader's what-if (causal/whatif.py receive_ns)
+    batch_tensors: float | None = None
     # inductor's Triton launches recorded with their input shapes, per modelled step, and where
     # there are any the un-profiled step over the estimate measured on such traces
     # (COMPILED_UNPROFILED_RATIO): the estimate keeps profiler cost the events do not show
@@ -354,6 +358,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         profiler_cost_low_factor=low_factor,
         model=bare,
         model_low=dearer,
+        batch_tensors=src.batch_tensors if src is not None else None,
     )
 
 
@@ -425,6 +430,7 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
     """The context's tables the step model is built from (None without steps or GPU work)."""
     if ctx.steps.height == 0 or not ctx.has_gpu:
         return None
+    ranges = ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN)
     return ModelInputs(
         steps=ctx.steps,
         window_start_ns=ctx.window_start_ns,
@@ -435,7 +441,7 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
         ops=ctx.ops,
         python_frames=ctx.rows(("python_function",)),
         ranges={
-            "dataloader": ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN),
+            "dataloader": ranges,
             "empty_cache": ctx.rows(HOST_OP_KINDS, EMPTY_CACHE_PATTERN),
             "optimizer": optimizer_ranges(ctx),
             "recompute": recompute_ranges(ctx),
@@ -444,4 +450,5 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             d.id: (tensor_time_ratio(spec_of(d), "fp32"), tensor_time_ratio(spec_of(d), "tf32"))
             for d in ctx.device_info
         },
+        batch_tensors=batch_tensors(ctx, loader_iterator(ranges.get_column("name"))),
     )

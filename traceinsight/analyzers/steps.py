@@ -57,6 +57,57 @@ def loader_iterator(names: pl.Series) -> str | None:
     return None
 
 
+# The ops that make one tensor of a batch inside DataLoader.__next__, counted where not inside
+# another of them: collated in the step's thread (default_collate's stack, torch.tensor of
+# numbers, PyG's cat; pin_memory copies each tensor once more, so the larger count), or
+# received from workers (each tensor rebuilt on its shared-memory storage by one set_).
+COLLATED_TENSOR_OPS = ("aten::stack", "aten::cat", "aten::lift_fresh")
+PINNED_TENSOR_OPS = ("aten::pin_memory",)
+RECEIVED_TENSOR_OPS = ("aten::set_",)
+
+
+def batch_tensors(ctx: Context, iterator: str | None) -> float | None:
+    """Tensors a batch carries, by the DataLoader's ops in the window: received ones where
+    workers load, else the collated (or pinned) ones; None without a loader, or where the step
+    thread's loading records none."""
+    if iterator is None:
+        return None
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    ranges = ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN, columns=("tid", "start_ns", "end_ns"))
+    ranges = iv.union(ranges, by=["tid"]).filter(pl.col("start_ns").is_between(lo, hi, "left"))
+    if ranges.height == 0:
+        return None
+    names = (
+        RECEIVED_TENSOR_OPS
+        if iterator == "multi_process"
+        else (*COLLATED_TENSOR_OPS, *PINNED_TENSOR_OPS)
+    )
+    ops = (
+        ctx.ops.filter(pl.col("name").is_in(names) & pl.col("start_ns").is_between(lo, hi, "left"))
+        .select("tid", "name", "start_ns", "end_ns")
+        .sort("tid", "start_ns")
+        .join_asof(
+            ranges.sort("tid", "start_ns").select(
+                "tid", "start_ns", pl.col("end_ns").alias("_r_end")
+            ),
+            on="start_ns",
+            by="tid",
+            check_sortedness=False,  # sorted within each tid, as by= needs
+        )
+        .filter(pl.col("end_ns") <= pl.col("_r_end"))
+    )
+    # outermost only: stack calls cat, pin_memory copies
+    nested = (pl.col("end_ns") <= pl.col("end_ns").cum_max().shift(1).over("tid")).fill_null(False)
+    counts = ops.filter(~nested).group_by("name").len()
+    n = dict(zip(counts.get_column("name"), counts.get_column("len"), strict=True))
+    if iterator == "multi_process":
+        return sum(n.get(x, 0) for x in RECEIVED_TENSOR_OPS) / ranges.height
+    made = sum(n.get(x, 0) for x in COLLATED_TENSOR_OPS)
+    pinned = sum(n.get(x, 0) for x in PINNED_TENSOR_OPS)
+    # none recorded (a synthetic trace, a collate of Python objects): not known
+    return max(made, pinned) / ranges.height or None
+
+
 def _forward_ns(spans: pl.DataFrame, bw_rows: pl.DataFrame, dl: pl.DataFrame) -> pl.Series:
     if bw_rows.height == 0:
         return pl.Series([None] * spans.height, dtype=pl.Int64)

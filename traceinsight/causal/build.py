@@ -24,6 +24,7 @@ from traceinsight.causal.graph import (
     StepModel,
     step_thread,
 )
+from traceinsight.causal.whatif import receive_ns
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import (
     ALLOCATOR_API,
@@ -91,6 +92,13 @@ class ModelInputs:
     # device -> (fp32 peak, TF32 peak) over its 16-bit tensor peak, from the device spec table
     # (None where the table lacks the device or a figure): the bf16 transform's time scales
     time_ratios: Mapping[int, tuple[float | None, float | None]] = field(default_factory=dict)
+    # tensors a DataLoader batch carries (analyzers/steps.py batch_tensors; None: no loader):
+    # what receiving one batch from workers costs the step thread (whatif.receive_ns)
+    batch_tensors: float | None = None
+
+    @property
+    def loader_receive_ns(self) -> int:
+        return receive_ns(self.batch_tensors)
 
     def __post_init__(self) -> None:
         if set(self.ranges) != set(RANGES):
@@ -601,11 +609,9 @@ def _flags(
     # launches: what a CUDA graph replaces); the rest is Python outside any op
     h_cols.append(_thread_coverage(src.ops, host)[0].alias("gap_ops_ns"))
     steps = src.steps.get_column("host_start_ns").sort()
-    h_cols.append(
-        (steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1).alias(
-            "step"
-        )
-    )
+    step = steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1
+    h_cols.append(step.alias("step"))
+    h_cols.append(_loader_floor(src, steps, step))
     # where each gap began in the trace: a thread's first call is anchored there
     host = host.with_columns(h_cols).rename({"_gap_from": "gap_from_ns"})
     # matched once per distinct kernel name (a few hundred), not per op
@@ -635,6 +641,32 @@ def _flags(
     )
     gpu = gpu.join(ratios, on="device", how="left", maintain_order="left")
     return host, gpu.with_columns(_capture_extra(src, gpu, bound).alias("capture_extra_kernels"))
+
+
+def _loader_floor(src: ModelInputs, step_starts: pl.Series, step: pl.Series) -> pl.Series:
+    """Per host node: the receiving cost of the batches its step takes from the loader (one
+    per DataLoader range starting in the step, at least one)."""
+    dl = src.ranges["dataloader"]
+    if dl.height == 0:
+        return pl.repeat(src.loader_receive_ns, step.len(), dtype=pl.Int64, eager=True).alias(
+            "dataloader_floor_ns"
+        )
+    starts = iv.union(dl.select("tid", "start_ns", "end_ns"), by=["tid"]).get_column("start_ns")
+    per_step = (
+        (step_starts.search_sorted(starts, side="right").cast(pl.Int64) - 1)
+        .alias("step")
+        .value_counts(name="batches")
+    )
+    return (
+        pl.DataFrame({"step": step})
+        .join(per_step, on="step", how="left", maintain_order="left")
+        .select(
+            (pl.col("batches").fill_null(1).clip(1) * src.loader_receive_ns)
+            .cast(pl.Int64)
+            .alias("dataloader_floor_ns")
+        )
+        .to_series()
+    )
 
 
 def _capture_extra(src: ModelInputs, gpu: pl.DataFrame, bound: pl.Series) -> pl.Series:

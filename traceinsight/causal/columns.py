@@ -47,6 +47,9 @@ HOST_FLAGS = (
     *(f"in_{r}" for r in RANGES),
     "gap_ops_ns",  # the gap's time inside the thread's own torch ops: dispatch, launches
     "step",  # the step the call is in, -1 before the first
+    # what the step thread's loader time would drop to with batches from workers: receiving
+    # each of the step's batches (ModelInputs.loader_receive_ns x the batches in the step)
+    "dataloader_floor_ns",
     "is_launch",
     "is_alloc",  # a device allocator call, model/classify.py ALLOCATOR_API
     "recorded_events",  # events the profiler recorded in the gap, plus the call

@@ -14,6 +14,7 @@ import polars as pl
 
 from traceinsight.causal.columns import SUBGAPS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
+from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
 
 # a memory-bound fp32 kernel moves half the bytes in bf16 (the peaks' ratios are the device's:
 # the build's fp32_time_ratio and tf32_time_ratio columns, from data/devices.toml)
@@ -28,7 +29,6 @@ GRAPH_LAUNCH_NS = 10_000  # one cudaGraphLaunch per step
 GRAPH_GAP_NS = 400
 DISPATCH_CAP_RATIO = 4.0  # op time before a launch beyond 4x the median is not dispatch
 MIN_DISPATCH_CAP_NS = 20_000
-DATALOADER_FLOOR_NS = 50_000  # fetching a prefetched batch from worker processes
 # AdamW(foreach=False) runs about a dozen elementwise kernels per parameter, each a pass over
 # it; the fused kernel reads params, grads and both moments once and writes three of them.
 FUSED_OPTIMIZER_GPU_RATIO = 0.25
@@ -316,8 +316,10 @@ def fused_optimizer(model: StepModel) -> StepModel | None:
 
 
 def dataloader_floor(model: StepModel) -> StepModel | None:
-    """Batches prefetched by worker processes into pinned memory: each wait in the loader
-    drops to :data:`DATALOADER_FLOOR_NS`, and its pageable copies become async."""
+    """The advised loader: batches prefetched by worker processes into pinned memory. The
+    pin-memory thread receives each batch from the workers, so each wait in the step thread
+    drops to :data:`~traceinsight.causal.whatif.DATALOADER_FLOOR_NS` (a workers-and-pinned
+    trace: 0.05 ms a ``__next__``, no op), and its pageable copies become async."""
     h = model.host
     if not h.select((pl.col("gap_dataloader_ns") > 0).any()).item():
         return None
@@ -333,6 +335,29 @@ def dataloader_floor(model: StepModel) -> StepModel | None:
     )
     pinned = pinned_copies(model.with_host(h))
     return pinned if pinned is not None else model.with_host(h)
+
+
+def dataloader_unpinned(model: StepModel) -> StepModel | None:
+    """Workers without pin_memory: the step thread receives each batch itself (unpickling,
+    each tensor rebuilt on its shared-memory storage), so its loader time per step drops to
+    ``dataloader_floor_ns`` (causal/whatif.py receive_ns, by the tensors a batch carries), not
+    to nothing; its copies stay as they are."""
+    h = model.host
+    if not h.select((pl.col("gap_dataloader_ns") > 0).any()).item():
+        return None
+    # the step's loader time, over however many gaps it spans, scaled down to the floor
+    total = pl.col("gap_dataloader_ns").sum().over("tid", "step")
+    kept = pl.col("gap_dataloader_ns") * (pl.col("dataloader_floor_ns") / total).clip(
+        upper_bound=1.0
+    )
+    return model.with_host(
+        h.with_columns(
+            pl.when(pl.col("gap_dataloader_ns") > 0)
+            .then(pl.col("gap_ns") - pl.col("gap_dataloader_ns") + kept.cast(pl.Int64))
+            .otherwise(pl.col("gap_ns"))
+            .alias("gap_ns")
+        )
+    )
 
 
 def recompute_removed(model: StepModel) -> StepModel | None:
@@ -570,6 +595,7 @@ TRANSFORMS: dict[str, Transform] = {
         ),
         _t(fused_optimizer, host={"gap_optimizer_ns", "in_optimizer"}, gpu={"in_optimizer"}),
         _t(dataloader_floor, host={"gap_dataloader_ns"}, gpu=_PAGEABLE),
+        _t(dataloader_unpinned, host={"gap_dataloader_ns", "dataloader_floor_ns", "step"}),
         _t(recompute_removed, host={"gap_recompute_ns", "in_recompute"}, gpu={"in_recompute"}),
         _t(
             bf16_gemms,

@@ -94,6 +94,26 @@ def power_of_two_at_most(x: float) -> int:
     return 2 ** int(math.log2(max(1.0, x)))
 
 
+# What the step thread pays to take one batch from DataLoader workers, by the tensors it carries:
+# the queue's get, unpickling, each tensor rebuilt on its shared-memory storage. Measured on the
+# H200 recording host (benchmarks/loader_receive_cost.py, 4 workers, the batch already waiting):
+# 0.75 / 1.54 / 4.08 / 17.74 ms for 1 / 4 / 16 / 64 tensors, PyG's batch of 11 4.46 ms; in
+# workers' traces 3.6-4.6 ms for 11 tensors (PyG), 1.8-2.5 ms for 4 (wav2vec2). A slower host
+# pays more: it is the host's Python and syscalls, not the GPU's.
+RECEIVE_BATCH_NS = 500_000
+RECEIVE_TENSOR_NS = 270_000
+# where the trace shows no tensor received (a pin-memory thread receives them): taking a ready
+# batch from the queue
+DATALOADER_FLOOR_NS = 50_000
+
+
+def receive_ns(tensors: float | None) -> int:
+    """The step thread's cost of one batch from workers carrying ``tensors`` tensors."""
+    if not tensors or tensors <= 0:
+        return DATALOADER_FLOOR_NS
+    return round(RECEIVE_BATCH_NS + RECEIVE_TENSOR_NS * tensors)
+
+
 # The stated assumption of the loader's what-if: the loader delivers batches twice as fast
 # (twice the workers, or two workers where the step thread loaded alone), on free host cores.
 LOADER_ASSUMED_THROUGHPUT = 2.0
@@ -104,11 +124,14 @@ class LoaderPlan:
     """What a faster input pipeline would do, from the step with and without the loader's
     waits (the replay's ``dataloader_floor``) and the loader's kind. ``batch_interval_ns``: the
     step as run, the interval at which the loader delivers while it is the bound;
-    ``compute_step_ns``: the step with the waits hidden. Where the step thread loads
-    (num_workers=0) the wait is the loading: ``loading_per_batch_ns`` and ``workers_needed``
-    follow. Where workers load, each takes (its count x the interval) per batch, and
-    ``workers_factor`` times the workers hide it (the count is not in the trace). The
-    speedups: at :data:`LOADER_ASSUMED_THROUGHPUT` (``assumed_speedup``) and with loading
+    ``compute_step_ns``: the step with the waits hidden (the advised loader: workers and
+    pinned memory, whose pin-memory thread receives the batches). Where the step thread
+    loads (num_workers=0) the wait is the loading: ``loading_per_batch_ns`` and
+    ``workers_needed`` follow. Without pin_memory the step thread receives each batch itself:
+    ``receive_ns`` for ``batch_tensors`` tensors (:func:`receive_ns`, the replay's
+    ``dataloader_unpinned``). Where workers load, each takes (its count x the interval) per
+    batch, and ``workers_factor`` times the workers hide it (the count is not in the trace).
+    The speedups: at :data:`LOADER_ASSUMED_THROUGHPUT` (``assumed_speedup``) and with loading
     hidden (``upper_bound_speedup``); both assume free host cores: workers share them."""
 
     iterator: str | None
@@ -119,17 +142,22 @@ class LoaderPlan:
     workers_factor: float | None
     assumed_speedup: float
     upper_bound_speedup: float
+    batch_tensors: float | None = None
+    receive_ns: int | None = None
 
     @property
     def assumed_step_ns(self) -> int:
         return round(self.batch_interval_ns / self.assumed_speedup)
 
 
-def loader_plan(step_ns: float, hidden_ns: float, iterator: str | None) -> LoaderPlan | None:
+def loader_plan(
+    step_ns: float, hidden_ns: float, iterator: str | None, batch_tensors: float | None = None
+) -> LoaderPlan | None:
     """The plan for a loader-bound step (None where hiding the loader saves nothing)."""
     if hidden_ns <= 0 or step_ns <= hidden_ns:
         return None
     upper = step_ns / hidden_ns
+    receive = receive_ns(batch_tensors)
     if iterator == "single_process":
         loading = step_ns - hidden_ns
         return LoaderPlan(
@@ -141,6 +169,8 @@ def loader_plan(step_ns: float, hidden_ns: float, iterator: str | None) -> Loade
             None,
             step_ns / max(hidden_ns, loading / LOADER_ASSUMED_THROUGHPUT),
             upper,
+            batch_tensors,
+            receive,
         )
     return LoaderPlan(
         iterator,
@@ -151,4 +181,6 @@ def loader_plan(step_ns: float, hidden_ns: float, iterator: str | None) -> Loade
         upper,
         step_ns / max(hidden_ns, step_ns / LOADER_ASSUMED_THROUGHPUT),
         upper,
+        batch_tensors,
+        receive,
     )

@@ -118,7 +118,9 @@ def loader_plan_of(r: Results) -> LoaderPlan | None:
     hidden = rp.what_if.get("dataloader_floor") if rp is not None else None
     if hidden is None:
         return None
-    return loader_plan(hidden.step_time_ns, hidden.step_time_after_ns, r.steps.loader_iterator)
+    return loader_plan(
+        hidden.step_time_ns, hidden.step_time_after_ns, r.steps.loader_iterator, rp.batch_tensors
+    )
 
 
 # the loading's share in contended CPU copies (analyzers/host_ops.py) from which the advice is
@@ -139,6 +141,22 @@ def loader_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
         return WhatIf.unchanged(rp.unprofiled_step_ns), None
     w = WhatIf.of(plan.batch_interval_ns, plan.assumed_step_ns)
     return (w.of_transform(hidden.transform) if w is not None else None), None
+
+
+def unpinned_what_if(r: Results, plan: LoaderPlan | None) -> WhatIf | None:
+    """Workers without pin_memory at the plan's assumed loader: the step thread receives each
+    batch (the replay's ``dataloader_unpinned``), and the loader still bounds the step where
+    the assumed throughput does not keep up."""
+    hidden = r.replay.what_if.get("dataloader_unpinned") if r.replay is not None else None
+    if hidden is None or plan is None:
+        return None
+    after = max(hidden.step_time_after_ns, plan.assumed_step_ns)
+    w = WhatIf.of(plan.batch_interval_ns, after)
+    return w.of_transform(hidden.transform) if w is not None else None
+
+
+# receiving batches in the step thread named in the title from this share of the planned step
+RECEIVE_NAMED_RATIO = 0.05
 
 
 @rule(
@@ -181,6 +199,14 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
     elif plan is not None and plan.workers_needed is not None:
         n = plan.workers_needed
         need = f"; num_workers={n} would hide loading of {fmt_ms(plan.loading_per_batch_ns or 0)} per batch"
+    receive = plan.receive_ns if plan is not None and plan.batch_tensors else None
+    if receive and plan and not advice and receive >= RECEIVE_NAMED_RATIO * plan.assumed_step_ns:
+        # without pin_memory the step thread receives each batch (benchmarks/loader_receive_cost.py)
+        n = plan.batch_tensors or 0
+        need += (
+            f"; pin_memory=True matters: without it the step thread spends about "
+            f"{fmt_ms(receive)} receiving each batch ({n:.0f} tensor{'s' if n >= 1.5 else ''})"
+        )
     elif plan is not None and plan.workers_factor is not None:
         need = f"; about {plan.workers_factor:.1f}x the current workers would keep up"
     return Draft(
@@ -195,6 +221,9 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "causal_chain": x.chain("dataloader", "the main thread waited for the next batch"),
             "sources": x.sources("dataloader"),
             "loader_plan": plan,
+            # the other priced fix: workers without pin_memory, each batch received in the
+            # step thread (the PyG loop: 4 workers measured 1.49-1.61x against 1.79x)
+            "what_if_unpinned": unpinned_what_if(x.r, plan),
             "contended_in_loader_ns": contended,
         },
         **advice,
