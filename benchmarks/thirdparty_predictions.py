@@ -41,6 +41,8 @@ APPLIED = {
     # the 2x batch is not raised there (saturation 1.41): priced as asked
     "vit_amp": ["unfused_optimizer,host_sync,pageable_memcpy,memory_headroom@2"],
 }
+# the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
+UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
 # the loops whose recorded fixes carry their own names: finding id -> fix
 FIX_NAMES = {
     "vit_amp": {
@@ -87,6 +89,21 @@ def rows(loop: str) -> list[dict]:
                 "fix": fix if m else None,
                 "measured": m,
                 "unprofiled_ms": f.what_if.step_time_ns / 1e6 if f.what_if else None,
+                "measured_ms": measured_step,
+            }
+        )
+    stall = next((f for f in a.findings if f.id == "dataloader_stall"), None)
+    unpinned = stall.evidence.get("what_if_unpinned") if stall is not None else None
+    if loop in UNPINNED_WORKERS and unpinned is not None and "workers" in band:
+        out.append(
+            {
+                "loop": loop,
+                "finding": "dataloader_stall@unpinned",
+                "severity": "",
+                "predicted": unpinned.speedup,
+                "fix": "workers",
+                "measured": (band["workers"]["low"], band["workers"]["high"]),
+                "unprofiled_ms": unpinned.step_time_ns / 1e6,
                 "measured_ms": measured_step,
             }
         )
