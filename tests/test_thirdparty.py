@@ -1230,3 +1230,84 @@ def test_the_gnn_loop_past_its_first_epoch() -> None:
     # with pin_memory the pin-memory thread receives: nothing left in the step thread
     pinned = _loader_next("gnn_steady/gnn.steady.workers_pinned.after.pt.trace.json.gz")
     assert len(pinned) == 3 and all(ms < 0.2 and sets == 0 for ms, _, sets, _ in pinned), pinned
+
+
+PINNED = HERE / "pinned"
+
+
+def _pinned_call(loop: str) -> dict[str, list[float]]:
+    """fixtures/h200/thirdparty/pinned: one device call (session 25), per loop processes A and B
+    (baseline, workers, workers + pin_memory, B in reverse) and P (the profiled baseline):
+    each configuration's window-mean step ms in A and B."""
+    runs = [json.loads((PINNED / f"{loop}.{p}.json").read_text())["configs"] for p in "AB"]
+    return {c: [r[c]["step_ms_window_mean"] for r in runs] for c in ("baseline", "workers", "all")}
+
+
+@pytest.mark.parametrize(
+    "loop, headline_holds",
+    [("gnn", False), ("sbert", True), ("timm_jpeg", False)],
+)
+def test_the_advised_loader_measured_with_its_profiled_before(
+    loop: str, headline_holds: bool
+) -> None:
+    """The advised loader (workers with pin_memory=True, non-blocking copies) and workers alone,
+    measured in the same call as the profiled before they are predicted from (a third machine;
+    speedups move with the host, so a band is only compared with a trace of its own call).
+
+    The step after each fix is predicted within 25% on all three (gnn 7.72 ms against 7.90-9.67
+    pinned, 11.17 against 9.45-11.51 unpinned; sbert 28.7 against 23.3-26.6 and 30.3 against
+    25.6-35.9; timm 38.0 against 34.3-34.4 and 43.3 against 45.0-46.9), and so is workers alone
+    (@unpinned: 1.90 against 1.63-1.64, 1.26 against 1.01-1.38, 1.30 against 1.47-1.75). The
+    headline holds on sbert (1.33 against 1.37-1.51); on gnn (2.75 against 1.94-1.96) and timm
+    (1.48 against 2.01-2.29) the ratio misses by the step it starts from, not the step after:
+    gnn's un-profiled estimate 21.24 ms against 15.47-18.71 (the profiler's cost per op on this
+    host-heavy loop, issue 37 item 2), timm's 56.23 against 69.16-78.75 in A and B, where three
+    workers stall the loop on some steps only and P's own un-profiled window ran 55.74."""
+    m = _pinned_call(loop)
+    a = analysis(f"pinned/{loop}.before.pt.trace.json.gz")
+    f = next(x for x in a.findings if x.id == "dataloader_stall")
+    own_p = json.loads((PINNED / f"{loop}.P.json").read_text())["configs"]["baseline"]
+    for w, fix in ((f.what_if, "all"), (f.evidence["what_if_unpinned"], "workers")):
+        after = w.step_time_after_ns / 1e6
+        assert 0.75 * min(m[fix]) <= after <= 1.25 * max(m[fix]), (fix, after, m[fix])
+    speedup = {
+        c: [b / x for b, x in zip(m["baseline"], m[c], strict=True)] for c in ("workers", "all")
+    }
+    unpinned = f.evidence["what_if_unpinned"].speedup
+    assert within(unpinned, min(speedup["workers"]), max(speedup["workers"])), unpinned
+    assert within(f.what_if.speedup, min(speedup["all"]), max(speedup["all"])) == headline_holds
+    assert f.what_if.speedup > unpinned  # pinning takes the receiving off the step thread
+    est = a.results.replay.unprofiled_step_ns / 1e6
+    if loop == "timm_jpeg":  # the estimate holds against its own process
+        assert abs(est / own_p["step_ms_window_mean"] - 1) < 0.05
+
+
+def test_workers_that_bound_the_step_take_the_other_fixes_savings() -> None:
+    """timm with 3 workers, recorded again with bf16 + channels_last and no per-step syncs
+    measured in the same call (session 25, fixtures/h200/thirdparty/loader_bound): 0.71-1.05x
+    and 0.88-0.98x per sample. The workers deliver a batch every step-as-run whatever the rest
+    takes, so the replay's 1.24x for bf16 (fp32_compute, MEDIUM before) and its syncs' saving
+    move into the wait for the next batch: each such fix is priced at the loader's interval
+    (1.00x, graded info, ``evidence.loader_bound_ns``), and all fixes, the loader's among them,
+    keep every saving (the original recording: 3.34x against 2.72-3.68x)."""
+    d = HERE / "loader_bound"
+    runs = [json.loads((d / f"timm_jpeg.{p}.json").read_text())["configs"] for p in "AB"]
+    band_of = {
+        c: [r["baseline"]["per_sample_ms"] / r[c]["per_sample_ms"] for r in runs]
+        for c in ("bf16_channels_last", "remove_syncs")
+    }
+    assert max(max(b) for b in band_of.values()) < 1.10
+    a = analysis("loader_bound/timm_jpeg.before.pt.trace.json.gz")
+    by_id = {f.id: f for f in a.findings}
+    stall = by_id["dataloader_stall"]
+    assert a.findings[0] is stall and stall.evidence["loader_plan"].iterator == "multi_process"
+    for fid, fix in (("fp32_compute", "bf16_channels_last"), ("host_sync", "remove_syncs")):
+        f = by_id[fid]
+        assert f.severity in ("low", "info"), (fid, f.severity)
+        assert f.evidence["loader_bound_ns"] == stall.what_if.step_time_ns
+        assert within(f.what_if.speedup, min(band_of[fix]), max(band_of[fix])), f.what_if.speedup
+    # the variance the waits cause is the loader's own: not bounded, right after its cause
+    ids = list(by_id)
+    assert ids.index("step_time_variance") == ids.index("dataloader_stall") + 1
+    # with the loader's fix, the others save again
+    assert a.what_if.speedup > stall.what_if.speedup * 1.2

@@ -82,6 +82,7 @@ LABELS = {
     "compute_step_ns": "step without data loading",
     "batch_tensors": "tensors a batch carries",
     "receive_ns": "receiving a batch from workers in the step thread (pin_memory=False)",
+    "loader_bound_ns": "the DataLoader workers' interval bounds the step (the saving moves into the wait for the next batch)",
     "what_if_unpinned": "workers without pin_memory: the step thread receives each batch",
     "loading_per_batch_ns": "loading per batch",
     "workers_needed": "workers needed",
