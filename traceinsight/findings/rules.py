@@ -27,6 +27,7 @@ from traceinsight.findings.model import (
     make_finding,
     ranked,
 )
+from traceinsight.findings.savings import LOADER_BOUND_MIN_SPEEDUP, loader_bound_ns
 from traceinsight.report.format import fmt_ms, fmt_ns, fmt_num, fmt_pct, plural
 
 RULES: list[Rule] = []
@@ -155,6 +156,19 @@ def unpinned_what_if(r: Results, plan: LoaderPlan | None) -> WhatIf | None:
     return w.of_transform(hidden.transform) if w is not None else None
 
 
+def _receiving_only(r: Results, plan: LoaderPlan) -> bool:
+    """Workers load, and the step thread's loader time is mostly receiving their batches:
+    hiding the waits beyond it (the replay's ``dataloader_unpinned``) would not speed the step
+    up by LOADER_BOUND_MIN_SPEEDUP."""
+    waits = r.replay.what_if.get("dataloader_unpinned") if r.replay is not None else None
+    return bool(
+        plan.iterator == "multi_process"
+        and plan.batch_tensors
+        and waits is not None
+        and (waits.speedup or 0) < LOADER_BOUND_MIN_SPEEDUP
+    )
+
+
 # receiving batches in the step thread named in the title from this share of the planned step
 RECEIVE_NAMED_RATIO = 0.05
 
@@ -182,6 +196,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
     need = ""
     contended = x.r.host_ops.contended_in_loader_ns
     advice: dict[str, str] = {}
+    receiving = plan is not None and _receiving_only(x.r, plan)
     if contended and contended >= CONTENDED_LOADING_RATIO * max(1, steps.dataloader_ns or 0):
         # the loading is slow because its threads do not get the cores: more workers would add
         # threads to the contention (host_thread_contention's fix first)
@@ -199,16 +214,29 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
     elif plan is not None and plan.workers_needed is not None:
         n = plan.workers_needed
         need = f"; num_workers={n} would hide loading of {fmt_ms(plan.loading_per_batch_ns or 0)} per batch"
+    elif plan is not None and plan.workers_factor is not None and receiving:
+        # the step thread's time in the loader is receiving, not waiting: more workers would
+        # not shorten it, the pin-memory thread would take it (a ViT fed by 4 workers: 1.4 ms a
+        # step, pin_memory measured 1.07-1.26x)
+        need = (
+            f"; mostly receiving each batch ({plan.batch_tensors:.0f} tensors, about "
+            f"{fmt_ms(plan.receive_ns or 0)}) from the workers, not waiting for them: "
+            "pin_memory=True moves that to the pin-memory thread"
+        )
+    elif plan is not None and plan.workers_factor is not None:
+        need = f"; about {plan.workers_factor:.1f}x the current workers would keep up"
+        if loader_bound_ns(x.r) is not None:
+            # findings/savings.py: the other fixes' savings wait for the workers' next batch
+            need += "; until then they bound the step and other fixes save nothing"
     receive = plan.receive_ns if plan is not None and plan.batch_tensors else None
-    if receive and plan and not advice and receive >= RECEIVE_NAMED_RATIO * plan.assumed_step_ns:
+    named = receive and plan and receive >= RECEIVE_NAMED_RATIO * plan.assumed_step_ns
+    if named and not advice and not receiving:
         # without pin_memory the step thread receives each batch (benchmarks/loader_receive_cost.py)
         n = plan.batch_tensors or 0
         need += (
             f"; pin_memory=True matters: without it the step thread spends about "
             f"{fmt_ms(receive)} receiving each batch ({n:.0f} tensor{'s' if n >= 1.5 else ''})"
         )
-    elif plan is not None and plan.workers_factor is not None:
-        need = f"; about {plan.workers_factor:.1f}x the current workers would keep up"
     return Draft(
         cost,
         f"GPU waits for the input pipeline: {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window){need}",
