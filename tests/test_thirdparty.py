@@ -1306,6 +1306,15 @@ def test_workers_that_bound_the_step_take_the_other_fixes_savings() -> None:
         assert f.severity in ("low", "info"), (fid, f.severity)
         assert f.evidence["loader_bound_ns"] == stall.what_if.step_time_ns
         assert within(f.what_if.speedup, min(band_of[fix]), max(band_of[fix])), f.what_if.speedup
+    # nor do their other priced fixes save (launch_bound's whole-step graph on the first
+    # recording read 1.07x beside its bounded 1.00x)
+    for rec in (a, analysis("timm_jpeg.before.pt.trace.json.gz")):
+        bounded = [f for f in rec.findings if "loader_bound_ns" in f.evidence]
+        others = [
+            v for f in bounded for k, v in f.evidence.items() if k.startswith("what_if_") and v
+        ]
+        assert bounded and all(w.speedup == 1.0 for w in others), others
+        assert any(f.id == "launch_bound" and f.evidence["what_if_whole_step"] for f in bounded)
     # the variance the waits cause is the loader's own: not bounded, right after its cause
     ids = list(by_id)
     assert ids.index("step_time_variance") == ids.index("dataloader_stall") + 1

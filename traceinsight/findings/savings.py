@@ -146,9 +146,15 @@ def with_savings(
         # (a variance the loader's waits cause is fixed by the loader's fix: not bounded)
         loader_caused = f.evidence.get("caused_by") == "dataloader"
         if bound is not None and not loader_caused and _bounded(w, bound) is not w:
-            # the saving moves into the wait for the workers' next batch
+            # the saving moves into the wait for the workers' next batch; so do the finding's
+            # other priced fixes (evidence.what_if_NAME)
             w = _bounded(w, bound)
-            f = replace(f, evidence={**f.evidence, "loader_bound_ns": bound})
+            others = {
+                k: _bounded(v, bound)
+                for k, v in f.evidence.items()
+                if k.startswith("what_if_") and isinstance(v, WhatIf)
+            }
+            f = replace(f, evidence={**f.evidence, **others, "loader_bound_ns": bound})
         unpriced = r.replay is not None and rule.fix is not None and rule.fix in r.replay.unpriced
         if w is None and unpriced and SEVERITIES.index(f.severity) < UNPRICED_CAP:
             # the fix has a transform the trace cannot price (a device the spec table lacks):
