@@ -17,7 +17,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
-from traceinsight.analyzers.steps import batch_tensors, loader_iterator
+from traceinsight.analyzers.steps import batch_tensors
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
 from traceinsight.causal.graph import (
@@ -450,5 +450,5 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             d.id: (tensor_time_ratio(spec_of(d), "fp32"), tensor_time_ratio(spec_of(d), "tf32"))
             for d in ctx.device_info
         },
-        batch_tensors=batch_tensors(ctx, loader_iterator(ranges.get_column("name"))),
+        batch_tensors=batch_tensors(ctx, ranges),
     )

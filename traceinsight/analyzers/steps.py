@@ -66,15 +66,17 @@ PINNED_TENSOR_OPS = ("aten::pin_memory",)
 RECEIVED_TENSOR_OPS = ("aten::set_",)
 
 
-def batch_tensors(ctx: Context, iterator: str | None) -> float | None:
-    """Tensors a batch carries, by the DataLoader's ops in the window: received ones where
-    workers load, else the collated (or pinned) ones; None without a loader, or where the step
-    thread's loading records none."""
+def batch_tensors(ctx: Context, loader: pl.DataFrame) -> float | None:
+    """Tensors a batch carries, by the ops inside the DataLoader's ranges ``loader`` (name,
+    tid, start_ns, end_ns) in the window: received ones where workers load, else the collated
+    (or pinned) ones; None without a loader, or where the step thread's loading records none."""
+    iterator = loader_iterator(loader.get_column("name"))
     if iterator is None:
         return None
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    ranges = ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN, columns=("tid", "start_ns", "end_ns"))
-    ranges = iv.union(ranges, by=["tid"]).filter(pl.col("start_ns").is_between(lo, hi, "left"))
+    ranges = iv.union(loader.select("tid", "start_ns", "end_ns"), by=["tid"]).filter(
+        pl.col("start_ns").is_between(lo, hi, "left")
+    )
     if ranges.height == 0:
         return None
     names = (

@@ -27,7 +27,7 @@ from traceinsight.findings.model import (
     make_finding,
     ranked,
 )
-from traceinsight.findings.savings import LOADER_BOUND_MIN_SPEEDUP, loader_bound_ns
+from traceinsight.findings.savings import loader_bound_ns, loader_waits
 from traceinsight.report.format import fmt_ms, fmt_ns, fmt_num, fmt_pct, plural
 
 RULES: list[Rule] = []
@@ -156,19 +156,6 @@ def unpinned_what_if(r: Results, plan: LoaderPlan | None) -> WhatIf | None:
     return w.of_transform(hidden.transform) if w is not None else None
 
 
-def _receiving_only(r: Results, plan: LoaderPlan) -> bool:
-    """Workers load, and the step thread's loader time is mostly receiving their batches:
-    hiding the waits beyond it (the replay's ``dataloader_unpinned``) would not speed the step
-    up by LOADER_BOUND_MIN_SPEEDUP."""
-    waits = r.replay.what_if.get("dataloader_unpinned") if r.replay is not None else None
-    return bool(
-        plan.iterator == "multi_process"
-        and plan.batch_tensors
-        and waits is not None
-        and (waits.speedup or 0) < LOADER_BOUND_MIN_SPEEDUP
-    )
-
-
 # receiving batches in the step thread named in the title from this share of the planned step
 RECEIVE_NAMED_RATIO = 0.05
 
@@ -196,7 +183,12 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
     need = ""
     contended = x.r.host_ops.contended_in_loader_ns
     advice: dict[str, str] = {}
-    receiving = plan is not None and _receiving_only(x.r, plan)
+    # where workers load: their waits bound the step, or the step thread's loader time is
+    # mostly receiving their batches (hiding the waits beyond it would not bound the step)
+    bound = loader_bound_ns(x.r)
+    receiving = bool(
+        plan and plan.batch_tensors and loader_waits(x.r) is not None and bound is None
+    )
     if contended and contended >= CONTENDED_LOADING_RATIO * max(1, steps.dataloader_ns or 0):
         # the loading is slow because its threads do not get the cores: more workers would add
         # threads to the contention (host_thread_contention's fix first)
@@ -225,7 +217,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         )
     elif plan is not None and plan.workers_factor is not None:
         need = f"; about {plan.workers_factor:.1f}x the current workers would keep up"
-        if loader_bound_ns(x.r) is not None:
+        if bound is not None:
             # findings/savings.py: the other fixes' savings wait for the workers' next batch
             need += "; until then they bound the step and other fixes save nothing"
     receive = plan.receive_ns if plan is not None and plan.batch_tensors else None

@@ -46,13 +46,19 @@ def loader_bound_ns(r: Results) -> int | None:
     ``__next__`` receiving 2 tensors, not waiting, and its compile measured 1.19-1.22x. None
     where the step thread loads (its loading is work on the step's path, which the replay
     keeps) or the waits are not the bound."""
-    rp = r.replay
-    waits = rp.what_if.get("dataloader_unpinned") if rp is not None else None
-    if waits is None or r.steps.loader_iterator != "multi_process":
-        return None
-    if (waits.speedup or 0) < LOADER_BOUND_MIN_SPEEDUP:
+    waits = loader_waits(r)
+    if waits is None or (waits.speedup or 0) < LOADER_BOUND_MIN_SPEEDUP:
         return None
     return waits.step_time_ns
+
+
+def loader_waits(r: Results) -> WhatIf | None:
+    """Where workers load: the step with their waits beyond receiving each batch hidden (the
+    replay's ``dataloader_unpinned``); None elsewhere."""
+    rp = r.replay
+    if rp is None or r.steps.loader_iterator != "multi_process":
+        return None
+    return rp.what_if.get("dataloader_unpinned")
 
 
 def _bounded(w: WhatIf | None, bound: int | None) -> WhatIf | None:
@@ -145,10 +151,11 @@ def with_savings(
         w, why = what_if_of(rule, r)
         # (a variance the loader's waits cause is fixed by the loader's fix: not bounded)
         loader_caused = f.evidence.get("caused_by") == "dataloader"
-        if bound is not None and not loader_caused and _bounded(w, bound) is not w:
+        bounded = w if loader_caused else _bounded(w, bound)
+        if bounded is not w:
             # the saving moves into the wait for the workers' next batch; so do the finding's
             # other priced fixes (evidence.what_if_NAME)
-            w = _bounded(w, bound)
+            w = bounded
             others = {
                 k: _bounded(v, bound)
                 for k, v in f.evidence.items()
@@ -228,9 +235,11 @@ def combined(r: Results, findings: Iterable[Finding]) -> WhatIf | None:
         return None
     names = tuple(t.name for t in steps)
     if multiplier == 1:
-        return _bounded(replace(w, transforms=names, transform=None), loader_bound_ns(r))
-    batch = WhatIf.larger_batch(w.step_time_ns, w.step_time_after_ns, multiplier)
-    return _bounded(replace(batch, transforms=names), loader_bound_ns(r))
+        together = replace(w, transforms=names, transform=None)
+    else:
+        batch = WhatIf.larger_batch(w.step_time_ns, w.step_time_after_ns, multiplier)
+        together = replace(batch, transforms=names)
+    return _bounded(together, loader_bound_ns(r))
 
 
 def all_fixes(r: Results, findings: Iterable[Finding]) -> WhatIf | None:
