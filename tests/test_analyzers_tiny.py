@@ -7,7 +7,7 @@ from traceinsight import analyze
 from traceinsight.api import analyze_trace
 
 from .builder import US, Events
-from .conftest import ROOT, TINY
+from .conftest import ROOT, TINY, analyzed
 
 
 def test_busy_and_idle_by_cause(tiny_analysis):
@@ -354,7 +354,7 @@ def test_copy_bound_when_the_copy_engines_outlast_the_kernels():
 
 @pytest.mark.parametrize("name", ["h2d_pinned", "healthy_bf16", "h2d_pageable"])
 def test_copy_bound_stays_quiet_where_kernels_or_pageable_copies_explain_it(name):
-    a = analyze(str(ROOT / "fixtures" / "h200" / f"{name}.pt.trace.json.gz"))
+    a = analyzed(ROOT / "fixtures" / "h200" / f"{name}.pt.trace.json.gz")
     assert not any(f.id == "copy_bound" for f in a.findings)
 
 

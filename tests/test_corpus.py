@@ -6,7 +6,7 @@ import pytest
 
 from traceinsight.cli import main
 
-from .conftest import SHARED, shared_or_skip
+from .conftest import SHARED, analyzed, shared_or_skip
 
 NOT_TRACES = {
     "benchmark_simple_add_et.json.gz",
@@ -41,10 +41,8 @@ def test_a_fix_the_replay_cannot_price_is_at_most_low():
     """A 2021 ResNet-50 trace without device properties: fp32_compute's bf16 transform needs the
     device's peaks, so there is no prediction; its attributed fp32 math time is only an upper
     bound on the saving, and the finding stays at most low (it read HIGH on that bound)."""
-    import traceinsight
-
     name = "tbplugin_2021-01_resnet50_profiler_api_nw4_worker0.pt.trace.json.gz"
     path = shared_or_skip() / "kineto-samples" / name
-    f = next(f for f in traceinsight.analyze(path).findings if f.id == "fp32_compute")
+    f = next(f for f in analyzed(path).findings if f.id == "fp32_compute")
     assert f.what_if is None and "spec table" in f.evidence["why_no_estimate"]
     assert f.severity in ("low", "info")

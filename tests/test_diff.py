@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.builder import Events
-from traceinsight.api import analyze, analyze_trace
+from traceinsight.api import analyze_trace
 from traceinsight.cli import main
 from traceinsight.commands.shared import gate_exit
 from traceinsight.diff import (
@@ -382,7 +382,7 @@ def test_no_marker_baseline_compares_iterations(tmp_path):
     from traceinsight.commands.baseline import baseline_doc, compare_with_baseline
 
     k = "kineto-samples/tbplugin_2021-01_resnet50_autograd_nw{}_worker0.pt.trace.json.gz"
-    ab, aa = analyze(_corpus(k.format(0))), analyze(_corpus(k.format(4)))
+    ab, aa = analyzed(_corpus(k.format(0))), analyzed(_corpus(k.format(4)))
     direct = compare(ab, aa)
     stored = json.loads(json.dumps(baseline_doc(ab, "b"), default=str))  # as saved and loaded
     doc = compare_with_baseline(stored, aa)

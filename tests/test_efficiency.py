@@ -25,7 +25,7 @@ from traceinsight.model.schema import OP_ARGS_SCHEMA, DeviceInfo, Trace, conform
 from traceinsight.options import Options
 
 from .builder import Events
-from .conftest import ROOT, SHARED
+from .conftest import ROOT, SHARED, analyzed
 
 FLOPS = ROOT / "fixtures" / "h200" / "flops"
 BF16 = '"c10::BFloat16"'
@@ -310,10 +310,9 @@ def test_unknown_device_gives_null_and_one_warning() -> None:
 
 
 def _fixture(name: str, **opts):
-    import traceinsight
 
     truth = json.loads((FLOPS / f"{name}.truth.json").read_text())
-    return traceinsight.analyze(str(FLOPS / f"{name}.pt.trace.json.gz"), **opts), truth
+    return analyzed(FLOPS / f"{name}.pt.trace.json.gz", **opts), truth
 
 
 PEAK_BF16 = 989.5e12  # H200 SXM, the spec table's row (the fixtures ran on one)
@@ -398,9 +397,8 @@ def test_fp32_advice_depends_on_device() -> None:
 
 
 def test_fp32_fixture_keeps_bf16_advice_on_h200() -> None:
-    import traceinsight
 
-    a = traceinsight.analyze(str(ROOT / "fixtures" / "h200" / "fp32.pt.trace.json.gz"))
+    a = analyzed(ROOT / "fixtures" / "h200" / "fp32.pt.trace.json.gz")
     f = next(f for f in a.findings if f.id == "fp32_compute")
     assert (
         "bfloat16" in f.snippet
@@ -517,13 +515,12 @@ def test_occupancy_estimate_agrees_with_kineto() -> None:
     ],
 )
 def test_tensor_dtypes_without_a_spec(rel: str, has_bf16: bool) -> None:
-    import traceinsight
     from traceinsight.findings.rules import FP16_ADVICE
 
     path = SHARED / rel
     if not path.exists():
         pytest.skip(f"corpus trace not here: {path}")
-    a = traceinsight.analyze(str(path))
+    a = analyzed(path)
     assert a.results.efficiency.device.spec is None
     assert a.results.efficiency.device.has_bf16 is has_bf16
     f = next(f for f in a.findings if f.id == "fp32_compute")

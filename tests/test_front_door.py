@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from traceinsight.api import analyze, analyze_trace
+from traceinsight.api import analyze_trace
 from traceinsight.cli import main
 from traceinsight.errors import InputError
 from traceinsight.model.schema import DeviceInfo
@@ -19,7 +19,7 @@ from traceinsight.report import markdown, terminal
 from traceinsight.report.html import render_html
 
 from .builder import US, Events
-from .conftest import FIXTURES, H200
+from .conftest import FIXTURES, H200, analyzed
 
 GEMM = "ampere_sgemm_128x64_nn"
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -170,7 +170,7 @@ def test_real_finding_saving_is_per_step_and_the_window_total_labelled():
     """The issue's dataloader_starved: "saves 152.47 ms over the window (75.2% of the step)"
     mixed the window's total with the un-profiled step's share. The saving per step is the
     what-if's step before less after; the window total is labelled as one."""
-    doc = analyze(STARVED).to_json()
+    doc = analyzed(STARVED).to_json()
     f = next(x for x in doc["findings"] if x["id"] == "dataloader_stall")
     w = f["what_if"]
     per_step_ms = (w["step_time_ns"] - w["step_time_after_ns"]) / 1e6
@@ -185,7 +185,7 @@ def test_real_finding_saving_is_per_step_and_the_window_total_labelled():
 def test_the_terminal_names_a_findings_other_priced_fix() -> None:
     """launch_bound prices the whole step in one CUDA graph beside its headline (the model-only
     capture): the summary gives it on its own line, with the id --what-if replays it by."""
-    doc = analyze(STARVED).to_json()
+    doc = analyzed(STARVED).to_json()
     f = next(x for x in doc["findings"] if x["id"] == "launch_bound")
     w = f["evidence"]["what_if_whole_step"]
     saved_ms = (w["step_time_ns"] - w["step_time_after_ns"]) / 1e6

@@ -415,10 +415,11 @@ def test_random_memory_timelines(doc, tmp_path_factory, capsys):
 
 def test_concurrent_analyses_do_not_interfere(tmp_path, capsys):
     """Outputs are written atomically (a temp file renamed over the target): while four writers
-    keep rewriting the same ~70 KB HTML and ~110 KB JSON, readers that parse every version they
+    keep rewriting the same ~70 KB HTML and ~60 KB JSON (the tiny trace: the
+    writes, not the analysis, are what is tested), readers that parse every version they
     see never find one missing, cut short or mixed. A plain write in traceinsight/io.py fails this
     (checked: readers see empty and truncated files within the first rewrites)."""
-    trace = H200 / "h2d_pageable.pt.trace.json.gz"
+    trace = TINY / "step_dataloader_sync.json"
     html, js = tmp_path / "r.html", tmp_path / "r.json"
     args = ["analyze", str(trace), "-o", str(html), "--json", str(js), "-q", "--force"]
     assert main(args) == 0
