@@ -99,6 +99,11 @@ def analyze_trace(
         warnings.append("no GPU activity in this trace: GPU metrics are not applicable")
     if ctx.steps.height == 0 and ctx.has_gpu:
         warnings.append("no ProfilerStep/step ranges: the whole GPU span is analyzed as one window")
+    if results.replay is not None and "unprofiled" in results.replay.unconverged:
+        warnings.append(
+            "the un-profiled step's replay stopped before its blocking calls settled (a model "
+            "too large for a round per call): every saving starts from a step that may be long"
+        )
     source = source_json(trace, results, span)
     source["framework"] = framework
     # which part of the run this is (the summary says it): offsets from the capture start

@@ -154,9 +154,10 @@ class ReplayResult:
     # waits as fixed delays, so an engine's speed would not reach the stream waiting for it
     step_bound_by: str | None = None
     cross_stream_wait_ratio: float | None = None  # GPU waits on other streams / modelled steps
-    # transforms (and engines) whose replay stopped at MAX_ROUNDS before settling: each round
-    # settles one more blocking call of a dependent sequence (a loop of hundreds of syncs), so
-    # the change has not reached the later ones and the saving is a lower bound
+    # transforms (and engines) whose replay stopped before settling (causal/graph.py
+    # rounds_for: a model too large for a round per blocking call): each round settles one
+    # more blocking call of a dependent sequence, so the change has not reached the later ones
+    # and the saving is a lower bound; "unprofiled": the step every saving starts from
     unconverged: tuple[str, ...] = ()
     profiler_ns_per_event: int = 0
     # one-time host calls in the modelled steps (first launches, loads, creations) taken at
@@ -298,7 +299,9 @@ def analyze_replay(ctx: Context) -> ReplayResult:
             low_factor, dearer, low = _factor_for(at, low_factor, dearer, low, target)
     what_if: dict[str, WhatIf] = {}
     engines: dict[str, float] = {}
-    unconverged: list[str] = []
+    # the un-profiled step itself, where its replay stopped before settling: every saving
+    # starts from a step the later blocking calls have not reached
+    unconverged: list[str] = [] if bare_replay.converged else ["unprofiled"]
     moves: tuple[WaitMove, ...] = ()
     unpriced: dict[str, str] = {}
 

@@ -32,6 +32,11 @@ NEG_NS = -(1 << 62)  # "no floor": an end no edge constrains
 CONVERGED_NS = 2_000  # a round that moves no time by more than this ends the iteration (a
 # 1 us drift between rounds remains on one H200 trace with 400 stream syncs: below resolution)
 MAX_ROUNDS = 64  # each round settles at least one more blocking call in a dependent sequence
+# So a model with N blocking calls settles within N + 1 rounds: a replay may take that many,
+# up to this many node-rounds (host and GPU rows times rounds; about 0.1 s in the C loop), and
+# never fewer than MAX_ROUNDS. A torchdiffeq loop with 145 syncs a step (three steps recorded)
+# needed 600 rounds: cut at 64, its un-profiled step stayed at 100 ms where it settles at 65.
+REPLAY_WORK_MAX = 40_000_000
 
 # What a host call waits for before it may return: nothing, the device's queue to drain (a
 # sync), its own copy (a blocking copy), a slot in the full launch queue (queue_op ending).
@@ -195,9 +200,19 @@ def _host_chains(host: pl.DataFrame, main_tid: int | None) -> pl.DataFrame:
     return both.sort("_row").select("start", "end")
 
 
-def replay(model: StepModel, max_rounds: int = MAX_ROUNDS) -> Replayed:
-    """Every start and end recomputed from durations and edges (see the module docstring)."""
+def rounds_for(model: StepModel) -> int:
+    """The rounds a replay of ``model`` may take (see :data:`REPLAY_WORK_MAX`)."""
+    h, rows = model.host, model.host.height + model.gpu.height
+    blocking = int((h.get_column("wait") != WAIT_NONE).sum()) if h.height else 0
+    return max(MAX_ROUNDS, min(blocking + 2, REPLAY_WORK_MAX // max(rows, 1)))
+
+
+def replay(model: StepModel, max_rounds: int | None = None) -> Replayed:
+    """Every start and end recomputed from durations and edges (see the module docstring);
+    ``max_rounds``: :func:`rounds_for` the model unless given."""
     h, g = model.host, model.gpu
+    if max_rounds is None:
+        max_rounds = rounds_for(model)
     host = h.select(
         pl.col("chain_tid").alias("tid") if "chain_tid" in h.columns else "tid",
         pl.col("gap_ns").alias("gap"),
