@@ -111,6 +111,8 @@ HOLDS = [
     # torchdiffeq's neural ODE demo, held out (session 26): recorded before the model changed
     ("node", "small_batch", "batch_4x"),  # 3.97 against 2.53-3.31 per sample
     ("node", "host_sync", "remove_syncs"),  # 1.01 against 0.80-0.94
+    # torchvision's Faster R-CNN the reference way, images of one size, held out (session 26)
+    ("detection_fixed", "host_sync", "remove_syncs"),  # 1.07 against 1.04-1.06
 ]
 
 
@@ -199,6 +201,12 @@ MEASURED = {
         "launch_bound": "compile_ro",  # 0.19-0.25: the solver's path varies (graded low)
         "elementwise_heavy": "compile",  # 0.71-0.78
     },
+    "detection_fixed": {
+        "host_sync": "remove_syncs",
+        "fp32_compute": "bf16",  # 0.84-0.90
+        "launch_bound": "compile",  # 0.07 (recompiles; 0.82 on the steady steps' median)
+        "memory_headroom": "batch_2x",
+    },
 }
 
 
@@ -244,6 +252,7 @@ LEVER_WITHIN = 0.10  # issue 37: the first finding is the largest measured lever
         # largest (the default mode 1.12-1.22, the 2x batch 1.05-1.26)
         ("vit_amp", "launch_bound", "compile_ro", "compile_ro"),
         ("node", "small_batch", "batch_4x", "batch_4x"),  # 2.53-3.31; nothing else above 1
+        ("detection_fixed", "memory_headroom", "batch_2x", "batch_2x"),  # 1.25-1.28
         # (the launch-bound loop: a miss, test_the_largest_lever_on_the_launch_bound_loop)
     ],
 )
@@ -379,6 +388,9 @@ APPLIED = {
     "vit_amp": "unfused_optimizer,host_sync,pageable_memcpy,memory_headroom@2",
     # 4.04 against 3.22-3.33 (held out: session 26)
     "node": "small_batch@4,host_sync",
+    # 1.84 against 1.35-1.53 (held out: session 26); its 8 workers have no finding (the 4 keep
+    # up: dataloader_stall prices pin_memory, measured with 8 workers 0.99-1.03)
+    "detection_fixed": "host_sync,memory_headroom@2,fp32_compute",
 }
 
 
@@ -712,8 +724,9 @@ def test_shapes_that_change_between_steps() -> None:
     assert seen[change.input_dims[0]] != seen[change.input_dims[1]]
     for name in (
         "sbert.compile_ro_static.after",
-        # (the GNN's batches are graphs of another size each: its shapes change too)
-        *(f"{lp}.before" for lp in MEASURED if lp not in ("sbert", "gnn")),
+        # (the GNN's batches are graphs of another size each, the detector's targets another
+        # number of boxes each: their shapes change too)
+        *(f"{lp}.before" for lp in MEASURED if lp not in ("sbert", "gnn", "detection_fixed")),
     ):
         a = analysis(f"{name}.pt.trace.json.gz")
         lb = next((x for x in a.findings if x.id == "launch_bound"), None)
@@ -1396,3 +1409,39 @@ def test_the_held_out_neural_ode_loop() -> None:
     assert nfe["batch_4x"] > 1.05 * nfe["baseline"], nfe
     w = finding("node", "small_batch").what_if
     assert w.multiplier == 4 and w.speedup > band("node", "batch_4x")[1]
+
+
+def test_the_held_out_detection_loop() -> None:
+    """torchvision's Faster R-CNN (MobileNetV3-Large FPN) as its detection reference trains it
+    with its defaults (4 workers, SGD, fp32, losses.item() each step), on 512 x 512 images, held
+    out (session 26: A, B, P; compile in a later process C). What holds is in HOLDS, MEASURED and
+    the first-finding test; here the mechanisms and the misses."""
+    a = analysis("detection_fixed.before.pt.trace.json.gz")
+    # the model samples and filters with ops sized by the data (45 a step, nonzero most): no
+    # graph holds them, so launch_bound's 1.84x (HIGH before) is out of reach and graded low;
+    # torch.compile, its advice, recompiled and measured 0.07x (0.82x on the steady steps)
+    lb = finding("detection_fixed", "launch_bound")
+    sized = lb.evidence["data_sized"]
+    assert lb.severity == "low" and lb.what_if.speedup > 1.8
+    assert sized.op == "aten::nonzero" and sized.per_step == pytest.approx(45.0)
+    assert band("detection_fixed", "compile")[1] < 0.1
+    # the miss (1.61 against 1.25-1.28 per sample): the model's own host work grows with the
+    # images (a Python loop per image in its transform, anchor matching and box sampling: the
+    # profiled 2x batch ran 10,467 ops a step against 7,443), while the what-if holds the host
+    # work per step: its 2x step 1.24x the step, measured 1.56-1.60x
+    head = a.findings[0]
+    assert head.id == "memory_headroom" and head.what_if.multiplier == 2
+    lo, hi = band("detection_fixed", "batch_2x")
+    assert not within(head.what_if.speedup, lo, hi) and head.what_if.speedup > hi
+    grown = head.what_if.batch_step_time_after_ns / head.what_if.step_time_ns
+    cfg = json.loads((HERE / "detection_fixed.truth.json").read_text())["configs"]
+    measured = [cfg["batch_2x"][p]["step_ms_window_mean"] / cfg["baseline"][p]["step_ms_window_mean"]
+                for p in "AB"]  # fmt: skip
+    assert grown < 1.3 and all(1.5 < m < 1.65 for m in measured), (grown, measured)
+    # the un-profiled step, a miss: 123.10 ms (97.90 at twice the per-event cost) against
+    # 80.94 in the same process; the same process's later captures (remove_syncs, bf16) came
+    # within 4% (their windows' no-work ops 2.58-2.71 us against this one's 3.68)
+    r = a.results.replay
+    own = json.loads((HERE / "detection_fixed.truth.json").read_text())["profiled"]["baseline"]
+    own_ns = 1e6 * own["unprofiled_same_process_step_ms_window_mean"]
+    assert r.unprofiled_step_low_ns > own_ns

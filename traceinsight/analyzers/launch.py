@@ -41,6 +41,14 @@ class ShapeChange:
 # (LayerDrop's torch.rand(1).item() broke the graph at every layer and the CUDA graph trees
 # re-recorded each new path).
 PATH_CHANGE_MIN_RATIO = 0.05
+# Torch ops whose output size depends on the data: each reads the GPU for the size (a sync), and
+# neither a CUDA graph nor one compiled graph can hold it.
+DATA_SIZED_OPS = r"^aten::(nonzero|masked_select|_unique2?|unique_dim|unique_consecutive)$"
+# At this many a step (outside data loading and the optimizer) they are the model's own sampling
+# or filtering, not a loop's few metric reads: torchvision's Faster R-CNN ran 45 a step (its
+# region proposals and box heads, per image and per feature level), the loops of
+# fixtures/h200/pairs that select with masks 2 (removed by their own fix).
+DATA_SIZED_MIN_PER_STEP = 8
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,16 @@ class PathChange:
 
 
 @dataclass(frozen=True)
+class DataSizedOps:
+    """:data:`DATA_SIZED_OPS` the steps run (outside data loading and the optimizer):
+    ``per_step`` calls a step, ``op`` the most called of them."""
+
+    per_step: float
+    op: str
+    op_per_step: float
+
+
+@dataclass(frozen=True)
 class LaunchResult:
     launch_calls: int
     launch_calls_per_step: float | None
@@ -72,6 +90,8 @@ class LaunchResult:
     graph_kernels: int
     shape_change: ShapeChange | None = None  # None: the same shapes each step, or not recorded
     path_change: PathChange | None = None  # None: the same ops each step, or no shapes recorded
+    # None: fewer than DATA_SIZED_MIN_PER_STEP a step (or no steps)
+    data_sized: DataSizedOps | None = None
 
 
 def analyze_launch(ctx: Context) -> LaunchResult:
@@ -126,7 +146,34 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         graph_kernels=graph.height,
         shape_change=shapes,
         path_change=path,
+        data_sized=_data_sized(ctx),
     )
+
+
+def _data_sized(ctx: Context) -> DataSizedOps | None:
+    """:class:`DataSizedOps` in the window's steps, None under :data:`DATA_SIZED_MIN_PER_STEP`."""
+    steps = ctx.steps.height
+    if steps == 0:
+        return None
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    ops = ctx.rows(
+        ("cpu_op",),
+        DATA_SIZED_OPS,
+        where=pl.col("start_ns").is_between(lo, hi),
+        columns=("name", "start_ns"),
+    )
+    if ops.height < DATA_SIZED_MIN_PER_STEP * steps:
+        return None
+    points = ops.select("start_ns", (pl.col("start_ns") + 1).alias("end_ns"))
+    outside = pl.Series(
+        (iv.overlap_with(points, host_ranges(ctx, DATALOADER_PATTERN).sort("start_ns")) == 0)
+        & (iv.overlap_with(points, host_ranges(ctx, OPTIMIZER_PATTERN).sort("start_ns")) == 0)
+    )
+    ops = ops.filter(outside)
+    if ops.height < DATA_SIZED_MIN_PER_STEP * steps:
+        return None
+    top = ops.group_by("name").len().sort(["len", "name"], descending=[True, False]).row(0)
+    return DataSizedOps(ops.height / steps, str(top[0]), top[1] / steps)
 
 
 def _step_changes(ctx: Context) -> tuple[ShapeChange | None, PathChange | None]:

@@ -363,6 +363,13 @@ _FIXED_PATH = (
     "LayerDrop). Fix the path first (turn the random skipping off, or take the branch out of "
     "the captured code); until then the saving below is out of reach, and this is graded low. "
 )
+_DATA_SIZED = (
+    "The model's own ops size their outputs from the data ({op}: {op_n} calls a step; {n} a step "
+    "of nonzero, masked_select and unique: sampling or filtering such as a detector's proposals): "
+    "each reads the GPU, and neither a CUDA graph nor one compiled graph can hold it "
+    "(torch.compile breaks its graph at each). Until they have static sizes (torch.nonzero_static, "
+    "masks applied with torch.where) the saving below is out of reach, and this is graded low. "
+)
 _STATIC_SNIPPET = (
     "# pad to one length so every step has the same shapes, e.g. a tokenizer's\n"
     'batch = tokenizer(texts, padding="max_length", max_length=128, truncation=True, '
@@ -420,6 +427,12 @@ def launch_bound(x: RuleInput) -> Draft | None:
             op=path.op, lo=path.calls[0], hi=path.calls[1], pct=fmt_pct(path.ratio)
         )
         advice["recommendation"] = first + advice.get("recommendation", _LAUNCH_ADVICE)
+    sized = launch.data_sized
+    if sized is not None and x.framework == "pytorch":
+        first = _DATA_SIZED.format(
+            op=sized.op, op_n=fmt_num(sized.op_per_step), n=fmt_num(sized.per_step)
+        )
+        advice["recommendation"] = first + advice.get("recommendation", _LAUNCH_ADVICE)
     return Draft(
         cost,
         f"Launch-bound: the GPU drains faster than the CPU issues kernels ({fmt_ms(cost)} idle between launches)",
@@ -446,10 +459,13 @@ def launch_bound(x: RuleInput) -> Draft | None:
             "shape_change": shapes,
             # ops whose count changes between steps: a graph replays one path
             "path_change": path,
+            # ops whose output size depends on the data: no graph holds them
+            "data_sized": sized,
         },
         **advice,
-        # the priced fixes replay one path for every step: out of reach while the path varies
-        cap="low" if path is not None else None,
+        # the priced fixes replay one path of fixed sizes for every step: out of reach while
+        # the path varies or the model's ops size their outputs from the data
+        cap="low" if path is not None or sized is not None else None,
     )
 
 
