@@ -1389,10 +1389,17 @@ def test_the_held_out_neural_ode_loop() -> None:
     steps_ms = [graph.step_ns(bare, x, "median") / 1e6 for x in (cut, settled)]
     assert steps_ms[0] > 1.5 * steps_ms[1], steps_ms  # 100.30 against 65.38
     assert r.unprofiled_step_ns / 1e6 == pytest.approx(steps_ms[1])
-    # the blocking calls are the library's, not the loop's
+    # the blocking calls are the library's, inside the loop's one odeint call (398 of 434: the
+    # location is the innermost frame of the user's code, torchdiffeq being a library), then the
+    # batch's gathers (33) and the loop's own loss.item() (3)
     sync = finding("node", "host_sync")
     assert sync.severity == "info" and band("node", "remove_syncs")[1] < 1.0
-    assert all(s.file.startswith("torchdiffeq/") for s in sync.evidence["sources"][:3])
+    sites = [(s.file, s.trigger, s.count) for s in sync.evidence["sources"]]
+    assert sites == [
+        ("loop_node.py", "odeint", 398),
+        ("loop_node.py", "index", 33),
+        ("loop_node.py", "item", 3),
+    ], sites
     # the solver takes another path each step (how many steps it needs): a CUDA graph replays
     # one, so launch_bound is graded low; reduce-overhead measured 0.19-0.25x
     lb = finding("node", "launch_bound")
