@@ -511,6 +511,7 @@ def test_a_replay_cut_short_says_its_saving_is_a_lower_bound(monkeypatch):
     settled = analyzed(path).results.replay
     assert settled.converged and settled.unconverged == ()
     monkeypatch.setattr(graph, "REPLAY_WORK_MAX", 0)  # as if the model were too large
+    monkeypatch.setattr(graph, "REPLAY_WORK_MAX_POLARS", 0)
     a = fresh(path)
     r = a.results.replay
     assert r.converged  # the trace's own replay settles at once
@@ -700,3 +701,22 @@ def test_first_launches_in_every_step_are_the_loops_own_cost():
     r = analyze_trace(ev.trace()).results.replay
     assert (r.warmed_calls, r.warmed_ns) == (0, 0)
     assert r.unprofiled_step_ns is not None and r.unprofiled_step_ns > 2000 * US
+
+
+def test_an_unsettled_unprofiled_step_grades_nothing_above_low(monkeypatch):
+    """Where the un-profiled step's own replay is cut short (a model too large for a round per
+    blocking call, or the polars replay's smaller budget), a fix that removes blocking calls
+    settles in fewer rounds and reads as a saving it is not: the torchdiffeq loop cut at 64
+    rounds read host_sync HIGH 1.54x (measured 0.80-0.94x). Its findings are graded low at most,
+    say so, and a warning names the cause."""
+    from traceinsight.api import analyze as fresh
+    from traceinsight.causal import graph
+
+    monkeypatch.setattr(graph, "REPLAY_WORK_MAX", 0)
+    monkeypatch.setattr(graph, "REPLAY_WORK_MAX_POLARS", 0)
+    a = fresh(H200 / "thirdparty" / "node.before.pt.trace.json.gz")
+    assert "unprofiled" in a.results.replay.unconverged
+    priced = [f for f in a.findings if f.what_if is not None]
+    assert priced and all(f.severity in ("low", "info") for f in priced)
+    assert all(f.evidence.get("what_if_unsettled") for f in priced if "transform" in f.evidence)
+    assert any("did not settle" in w or "stopped before" in w for w in a.warnings)

@@ -102,7 +102,9 @@ def analyze_trace(
     if results.replay is not None and "unprofiled" in results.replay.unconverged:
         warnings.append(
             "the un-profiled step's replay stopped before its blocking calls settled (a model "
-            "too large for a round per call): every saving starts from a step that may be long"
+            "too large for a round per call, or the replay without its C loop: install with a C "
+            "compiler): every saving starts from a step that may be long, and is graded low at "
+            "most"
         )
     source = source_json(trace, results, span)
     source["framework"] = framework

@@ -37,6 +37,9 @@ MAX_ROUNDS = 64  # each round settles at least one more blocking call in a depen
 # never fewer than MAX_ROUNDS. A torchdiffeq loop with 145 syncs a step (three steps recorded)
 # needed 600 rounds: cut at 64, its un-profiled step stayed at 100 ms where it settles at 65.
 REPLAY_WORK_MAX = 40_000_000
+# The polars loop (an install without a C compiler) takes about 100x as long a node-round (3.8 s
+# for that loop's 432 rounds against 0.03 s): its replays stop sooner, and say so (unconverged).
+REPLAY_WORK_MAX_POLARS = 2_000_000
 
 # What a host call waits for before it may return: nothing, the device's queue to drain (a
 # sync), its own copy (a blocking copy), a slot in the full launch queue (queue_op ending).
@@ -204,7 +207,8 @@ def rounds_for(model: StepModel) -> int:
     """The rounds a replay of ``model`` may take (see :data:`REPLAY_WORK_MAX`)."""
     h, rows = model.host, model.host.height + model.gpu.height
     blocking = int((h.get_column("wait") != WAIT_NONE).sum()) if h.height else 0
-    return max(MAX_ROUNDS, min(blocking + 2, REPLAY_WORK_MAX // max(rows, 1)))
+    work = REPLAY_WORK_MAX if _kreplay is not None else REPLAY_WORK_MAX_POLARS
+    return max(MAX_ROUNDS, min(blocking + 2, work // max(rows, 1)))
 
 
 def replay(model: StepModel, max_rounds: int | None = None) -> Replayed:

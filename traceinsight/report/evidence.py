@@ -102,6 +102,7 @@ LABELS = {
     "contended_in_loader_ns": "loading in contended CPU copies",
     "what_if_upper": "at the upper end of what the trace allows",
     "what_if_lower_bound": "the prediction is a lower bound",
+    "what_if_unsettled": "the step it starts from did not settle in the replay",
     "graded_on_range": "severity from what both ends of the un-profiled range assure",
     "gpu_busy_ratio": "GPU busy",
     "unexplained_idle_ns": "idle with no named cause",
