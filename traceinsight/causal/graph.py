@@ -34,8 +34,8 @@ CONVERGED_NS = 2_000  # a round that moves no time by more than this ends the it
 MAX_ROUNDS = 64  # each round settles at least one more blocking call in a dependent sequence
 # So a model with N blocking calls settles within N + 1 rounds: a replay may take that many,
 # up to this many node-rounds (host and GPU rows times rounds; about 0.1 s in the C loop), and
-# never fewer than MAX_ROUNDS. A torchdiffeq loop with 145 syncs a step (three steps recorded)
-# needed 600 rounds: cut at 64, its un-profiled step stayed at 100 ms where it settles at 65.
+# never fewer than MAX_ROUNDS. A torchdiffeq loop with 457 blocking calls in its three recorded
+# steps settled in 432 rounds: cut at 64, its un-profiled step stayed at 100 ms (65 settled).
 REPLAY_WORK_MAX = 40_000_000
 # The polars loop (an install without a C compiler) takes about 100x as long a node-round (3.8 s
 # for that loop's 432 rounds against 0.03 s): its replays stop sooner, and say so (unconverged).

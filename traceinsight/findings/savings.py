@@ -185,12 +185,12 @@ def with_savings(
             if r.replay is not None and rule.fix in r.replay.unconverged:
                 # the replay stopped before the change reached every blocking call
                 evidence["what_if_lower_bound"] = True
-            if r.replay is not None and "unprofiled" in r.replay.unconverged:
-                # the step it starts from did not settle: a fix that settles in fewer rounds
-                # (fewer blocking calls) reads as a saving it is not (host_sync 1.54x on the
-                # torchdiffeq loop cut at 64 rounds; 1.01x settled), so no grade rests on it
-                evidence["what_if_unsettled"] = True
-                sev = capped(sev, "low", None)
+        if r.replay is not None and "unprofiled" in r.replay.unconverged:
+            # the step it starts from did not settle: a fix that settles in fewer rounds (fewer
+            # blocking calls) reads as a saving it is not (host_sync 1.54x on the torchdiffeq
+            # loop cut at 64 rounds; 1.01x settled), so no grade rests on it
+            evidence["what_if_unsettled"] = True
+            sev = capped(sev, "low", None)
         if rule.per_site and evidence.get("sources"):
             evidence["sources"] = [
                 replace(s, what_if=_bounded(s.what_if, bound))
