@@ -125,6 +125,9 @@ HOLDS = [
     ("node", "host_sync", "remove_syncs"),  # 1.01 against 0.80-0.94
     # torchvision's Faster R-CNN the reference way, images of one size, held out (session 26)
     ("detection_fixed", "host_sync", "remove_syncs"),  # 1.07 against 1.04-1.06
+    # torchvision's DeepLabV3 the segmentation reference's way, held out (session 26)
+    ("segmentation", "launch_bound", "compile_ro"),  # 1.11 against 1.26-1.35 (C, D)
+    ("segmentation", "host_sync", "remove_syncs"),  # 1.00 against 1.02-1.10
 ]
 
 
@@ -220,6 +223,7 @@ MEASURED = {
         "launch_bound": "compile",  # 0.07 (recompiles; 0.82 on the steady steps' median)
         "memory_headroom": "batch_2x",
     },
+    "segmentation": {"host_sync": "remove_syncs", "launch_bound": "compile_ro"},
 }
 
 
@@ -267,6 +271,8 @@ LEVER_WITHIN = 0.10  # issue 37: the first finding is the largest measured lever
         ("vit_amp", "launch_bound", "compile_ro", "compile_ro"),
         ("node", "small_batch", "batch_4x", "batch_4x"),  # 2.53-3.31; nothing else above 1
         ("detection_fixed", "memory_headroom", "batch_2x", "batch_2x"),  # 1.25-1.28
+        # compile_ro 1.26-1.35 against bf16 + channels_last 1.12-1.41
+        ("segmentation", "launch_bound", "compile_ro", "bf16_channels_last"),
         # (the launch-bound loop: a miss, test_the_largest_lever_on_the_launch_bound_loop)
     ],
 )
@@ -1471,3 +1477,28 @@ def test_the_held_out_detection_loop() -> None:
     own = json.loads((HERE / "detection_fixed.truth.json").read_text())["profiled"]["baseline"]
     own_ns = 1e6 * own["unprofiled_same_process_step_ms_window_mean"]
     assert r.unprofiled_step_low_ns > own_ns
+
+
+def test_the_held_out_segmentation_loop() -> None:
+    """torchvision's DeepLabV3 (ResNet-50, aux head) as its segmentation reference trains it
+    (4 workers, SGD, fp32, 480 x 480 crops, loss.item() each step), held out (session 26: A, B, P;
+    compile_ro in processes C, D). GPU-bound (66% busy). What holds is in HOLDS, MEASURED and the
+    first-finding test: launch_bound first (1.11 against 1.26-1.35), within 10% of the largest
+    measured lever, bf16 + channels_last (1.12-1.41). The un-profiled step: 58.25 ms against
+    54.05-59.47 (A, B) and 61.72 in its own process (0.94). The miss: no finding names bf16,
+    measured 1.14-1.17 alone. cuDNN runs the convolutions in TF32 (its default), so 15% of the
+    math time is fp32 on CUDA cores, under fp32_compute's 20%, while the bf16 transform, which
+    prices the TF32 math too, replays 1.20x: within the band, but no rule raises it."""
+    a = analysis("segmentation.before.pt.trace.json.gz")
+    assert a.findings[0].id == "launch_bound"
+    assert "fp32_compute" not in {f.id for f in a.findings}
+    assert a.results.kernels.fp32_gemm_time_ratio < 0.2
+    bf16 = a.results.replay.what_if["bf16_gemms"]
+    lo, hi = band("segmentation", "bf16")
+    assert within(bf16.speedup, lo, hi) and lo > 1.10
+    # the 2x batch, not raised (the GPU 66% busy) but priced as asked: 1.17 against 1.14-1.25
+    at2 = chosen("segmentation.before.pt.trace.json.gz", ["memory_headroom@2"]).what_if
+    assert within(at2.speedup, *band("segmentation", "batch_2x"))
+    own = json.loads((HERE / "segmentation.truth.json").read_text())["profiled"]["baseline"]
+    est = a.results.replay.unprofiled_step_ns / 1e6
+    assert est == pytest.approx(own["unprofiled_same_process_step_ms_window_mean"], rel=0.10)
