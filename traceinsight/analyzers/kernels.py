@@ -13,6 +13,7 @@ from traceinsight.model.classify import (
     TRITON_POINTWISE,
     coded_names,
     is_fp32_math,
+    is_tf32_math,
     names_matching,
 )
 
@@ -35,6 +36,10 @@ class KernelResult:
     fp32_math_ns: int  # of which on CUDA cores in fp32 (no tensor cores)
     fp32_gemm_time_ratio: float | None
     top_fp32_kernels: tuple[dict[str, Any], ...]
+    # of math_ns, on TF32 tensor cores (cuDNN's default for fp32 convolutions): bf16 runs it on
+    # tensor cores twice as fast at peak
+    tf32_math_ns: int = 0
+    tf32_gemm_time_ratio: float | None = None
 
 
 def analyze_kernels(ctx: Context) -> KernelResult:
@@ -77,8 +82,10 @@ def analyze_kernels(ctx: Context) -> KernelResult:
     math = k.filter(pl.col("kernel_class").is_in(MATH_CLASSES))
     names = math["name"].drop_nulls().unique()
     fp32 = math.filter(pl.col("name").is_in(names.filter(is_fp32_math(names)).implode()))
+    tf32 = math.filter(pl.col("name").is_in(names.filter(is_tf32_math(names)).implode()))
     math_ns = int(math["dur_ns"].sum()) if math.height else 0
     fp32_ns = int(fp32["dur_ns"].sum()) if fp32.height else 0
+    tf32_ns = int(tf32["dur_ns"].sum()) if tf32.height else 0
     top_fp32 = (
         fp32.group_by("name")
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
@@ -100,4 +107,6 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         fp32_math_ns=fp32_ns,
         fp32_gemm_time_ratio=(fp32_ns / math_ns) if math_ns else None,
         top_fp32_kernels=tuple(top_fp32.iter_rows(named=True)),
+        tf32_math_ns=tf32_ns,
+        tf32_gemm_time_ratio=(tf32_ns / math_ns) if math_ns else None,
     )
