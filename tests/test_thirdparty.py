@@ -1431,6 +1431,9 @@ def test_the_held_out_neural_ode_loop() -> None:
         ("loop_node.py", "index", 33),
         ("loop_node.py", "item", 3),
     ], sites
+    # the costliest is a call into the library, and the advice says the loop's .item() is not it
+    assert [s.library_call for s in sync.evidence["sources"]] == [True, None, None]
+    assert sync.recommendation.startswith("Most of these syncs (398 of 434) are inside odeint()")
     # the solver takes another path each step (how many steps it needs): a CUDA graph replays
     # one, so launch_bound is graded low; reduce-overhead measured 0.19-0.25x
     lb = finding("node", "launch_bound")

@@ -158,6 +158,9 @@ class Source:
     count: int
     cost_ns: int
     what_if: WhatIf | None = field(default=None, metadata=OMIT_NONE)
+    # True where the trigger is a library's Python function (torchdiffeq's odeint), whose own
+    # code waited or launched: the user's line calls it, the wait is inside it
+    library_call: bool | None = field(default=None, metadata=OMIT_NONE)
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,7 @@ LOCATED = {
     "line": pl.Int64,
     "function": pl.String,
     "trigger": pl.String,
+    "library_call": pl.Boolean,
 }
 
 
@@ -240,7 +244,15 @@ def analyze_sources(ctx: Context) -> SourcesResult:
     cols = ["category", "dur_ns", *LOCATED]
     located = (
         pl.concat(
-            [p.select(pl.col(c).cast(LOCATED.get(c, p.schema[c])) for c in cols) for p in parts]
+            [
+                p.select(
+                    (pl.col(c) if c in p.columns else pl.lit(None))
+                    .cast(LOCATED.get(c) or p.schema[c])
+                    .alias(c)
+                    for c in cols
+                )
+                for p in parts
+            ]
         )
         if parts
         else pl.DataFrame(schema={"category": pl.String, "dur_ns": pl.Int64, **LOCATED})
@@ -258,7 +270,12 @@ def analyze_sources(ctx: Context) -> SourcesResult:
         rows = (
             located.filter(pl.col("category") == cat)
             .group_by("location", "file", "line", "function", "trigger")
-            .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("cost_ns"))
+            .agg(
+                pl.len().alias("count"),
+                pl.col("dur_ns").sum().alias("cost_ns"),
+                # None unless a library's function (one trigger name, one kind of call)
+                pl.when(pl.col("library_call").any()).then(True).alias("library_call"),
+            )
             .sort(["cost_ns", "location", "trigger"], descending=[True, False, False])
             .head(TOP_SOURCES)
         )
@@ -553,7 +570,16 @@ def _locate(targets: pl.DataFrame, frames: pl.DataFrame, ops: pl.DataFrame) -> p
         return (
             hits.sort("target", "t_s", pl.col("t_e"), descending=[False, False, True])
             .unique("target", keep="first")
-            .select("target", _trigger_name().alias(name))
+            .select(
+                "target",
+                _trigger_name().alias(name),
+                # a Python function in a file, beneath the user's innermost frame: a library's;
+                # torch's own (synchronize, a tensor's __format__) are calls the user makes
+                (
+                    pl.col("t_name").str.contains(r"\(\d+\): ")
+                    & ~pl.col("t_name").str.starts_with("torch/")
+                ).alias(f"{name}_lib"),
+            )
         )
 
     call = below(frames, "_call")
@@ -561,9 +587,12 @@ def _locate(targets: pl.DataFrame, frames: pl.DataFrame, ops: pl.DataFrame) -> p
     return (
         targets.join(loc.select("target", "location", "file", "line", "function"), on="target")
         .join(call, on="target", how="left")
-        .join(op, on="target", how="left")
-        .with_columns(pl.coalesce("_call", "_op", "name").alias("trigger"))
-        .drop("_call", "_op")
+        .join(op.drop("_op_lib"), on="target", how="left")
+        .with_columns(
+            pl.coalesce("_call", "_op", "name").alias("trigger"),
+            pl.col("_call_lib").fill_null(False).alias("library_call"),
+        )
+        .drop("_call", "_op", "_call_lib")
     )
 
 
