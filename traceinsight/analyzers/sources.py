@@ -551,8 +551,9 @@ def _locate(targets: pl.DataFrame, frames: pl.DataFrame, ops: pl.DataFrame) -> p
         )
     beneath = loc.select(cols + ["u_s"])
 
-    def below(rows: pl.DataFrame, name: str) -> pl.DataFrame:
-        """The outermost of ``rows`` that starts inside the user frame and holds the target."""
+    def below(rows: pl.DataFrame, name: str, *, library: bool = False) -> pl.DataFrame:
+        """The outermost of ``rows`` that starts inside the user frame and holds the target;
+        ``library``: also whether it is a library's Python function (``NAME_lib``)."""
         hits = iv.containing(
             beneath,
             rows.select(
@@ -567,27 +568,25 @@ def _locate(targets: pl.DataFrame, frames: pl.DataFrame, ops: pl.DataFrame) -> p
             outer_end="t_e",
             same=("t_tid", "tid"),
         ).filter(pl.col("t_s") > pl.col("u_s"))
+        picked = [pl.col("target"), _trigger_name().alias(name)]
+        if library:
+            # a Python function in a file, beneath the user's innermost frame: a library's;
+            # torch's own (synchronize, a tensor's __format__) are calls the user makes
+            n = pl.col("t_name")
+            lib = n.str.contains(r"\(\d+\): ") & ~n.str.starts_with("torch/")
+            picked.append(lib.alias(f"{name}_lib"))
         return (
             hits.sort("target", "t_s", pl.col("t_e"), descending=[False, False, True])
             .unique("target", keep="first")
-            .select(
-                "target",
-                _trigger_name().alias(name),
-                # a Python function in a file, beneath the user's innermost frame: a library's;
-                # torch's own (synchronize, a tensor's __format__) are calls the user makes
-                (
-                    pl.col("t_name").str.contains(r"\(\d+\): ")
-                    & ~pl.col("t_name").str.starts_with("torch/")
-                ).alias(f"{name}_lib"),
-            )
+            .select(picked)
         )
 
-    call = below(frames, "_call")
+    call = below(frames, "_call", library=True)
     op = below(ops, "_op").with_columns(pl.col("_op").str.replace(r"^aten::", ""))
     return (
         targets.join(loc.select("target", "location", "file", "line", "function"), on="target")
         .join(call, on="target", how="left")
-        .join(op.drop("_op_lib"), on="target", how="left")
+        .join(op, on="target", how="left")
         .with_columns(
             pl.coalesce("_call", "_op", "name").alias("trigger"),
             pl.col("_call_lib").fill_null(False).alias("library_call"),

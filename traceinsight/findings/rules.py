@@ -988,8 +988,9 @@ def fp32_compute(x: RuleInput) -> Draft | None:
     tf32 = (kern.tf32_gemm_time_ratio or 0.0) if x.r.efficiency.device.has_bf16 else 0.0
     if fp32 + tf32 < x.t["fp32_math_ratio"]:
         return None
+    tf32_bound = fp32 < x.t["fp32_math_ratio"]  # raised by the TF32 share
     title = f"Matrix math runs in fp32 on CUDA cores: {fmt_pct(fp32)} of GEMM/conv/attention time"
-    if fp32 < x.t["fp32_math_ratio"]:
+    if tf32_bound:
         title = (
             f"Matrix math runs in TF32 and fp32: {fmt_pct(tf32)} and {fmt_pct(fp32)} of "
             "GEMM/conv/attention time, where bf16 tensor cores run twice TF32's peak"
@@ -1009,7 +1010,7 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             x.r.efficiency.device.has_tf32,
             x.r.host_ops,
             x.t["shapes_first_min_ratio"],
-            tf32_bound=fp32 < x.t["fp32_math_ratio"],
+            tf32_bound=tf32_bound,
         ),
     )
 

@@ -190,7 +190,7 @@ def with_savings(
             # blocking calls) reads as a saving it is not (host_sync 1.54x on the torchdiffeq
             # loop cut at 64 rounds; 1.01x settled), so no grade rests on it
             evidence["what_if_unsettled"] = True
-            sev = capped(sev, "low", None)
+            sev = capped(sev, "low")
         if rule.per_site and evidence.get("sources"):
             evidence["sources"] = [
                 replace(s, what_if=_bounded(s.what_if, bound))
