@@ -180,8 +180,8 @@ def test_markdown_is_read_from_the_document_only(sync_doc, tmp_path: Path):
 def test_the_chosen_fixes_line() -> None:
     """``--what-if`` in the Markdown summary as in the terminal's: the chosen fixes' replay (the
     document's own numbers), the ids not raised, and a larger batch priced although its rule
-    did not fire (the held-out ViT: saturation 1.41, no batch finding)."""
-    path = H200 / "thirdparty" / "vit_amp.before.pt.trace.json.gz"
+    did not fire (the held-out DeepLabV3: the GPU 66% busy, no batch finding)."""
+    path = H200 / "thirdparty" / "segmentation.before.pt.trace.json.gz"
     doc = traceinsight.analyze(
         path, what_if=["unfused_optimizer", "memory_headroom@2", "small_batch@2"]
     ).to_json()

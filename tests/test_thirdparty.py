@@ -15,6 +15,7 @@ import math
 from functools import cache
 
 import orjson
+import polars as pl
 import pytest
 
 import traceinsight
@@ -130,6 +131,19 @@ HOLDS = [
     ("segmentation", "host_sync", "remove_syncs"),  # 1.00 against 1.02-1.10
     ("segmentation", "fp32_compute", "bf16"),  # 1.20 against 1.14-1.17 (TF32 math)
     ("segmentation", "fp32_compute", "bf16_channels_last"),  # its advice: 1.12-1.41
+    # pytorch/examples' DCGAN (--dataset fake, 2 workers) and word-level LSTM, held out
+    # (session 27): recorded before any analysis
+    ("dcgan", "host_sync", "remove_syncs"),  # 1.00 against 0.78-0.87
+    ("dcgan", "pageable_memcpy", "pin"),  # 1.04 against 0.80-0.90
+    ("dcgan", "unfused_optimizer", "fused"),  # 1.04 against 0.95-0.98
+    ("word_lm", "launch_bound", "cudagraph"),  # 3.16 against 2.32-2.67 (its advice here)
+    ("word_lm", "host_sync", "remove_syncs"),  # 1.01 against 1.01-1.06
+    ("word_lm", "fp32_compute", "bf16"),  # 1.00 against 0.78-0.82
+    # transformers' Trainer on a GPT-2 with 8 micro-batches a step, held out (session 27)
+    ("gpt2_accum", "memory_headroom", "micro_2x"),  # 1.23 against 1.15-1.23
+    ("gpt2_accum", "fp32_compute", "bf16"),  # 1.15 against 1.17-1.24
+    ("gpt2_accum", "host_sync", "remove_syncs"),  # 1.10 against 1.09-1.11
+    ("gpt2_accum", "dataloader_stall", "workers"),  # 1.00 against 0.95-0.98
 ]
 
 
@@ -229,6 +243,26 @@ MEASURED = {
         "host_sync": "remove_syncs",
         "launch_bound": "compile_ro",
         "fp32_compute": "bf16_channels_last",
+    },
+    "dcgan": {
+        "host_sync": "remove_syncs",
+        "pageable_memcpy": "pin",
+        "unfused_optimizer": "fused",
+        "launch_bound": "compile",  # 0.79-0.95: the workers bound the step
+        "memory_headroom": "batch_4x",  # 0.83-0.93 per sample: the workers bound the step
+        "dataloader_stall": "workers_8",
+    },
+    "gpt2_accum": {
+        "host_sync": "remove_syncs",
+        "fp32_compute": "bf16",
+        "memory_headroom": "micro_2x",
+        "dataloader_stall": "workers",  # 0.95-0.98
+    },
+    "word_lm": {
+        "host_sync": "remove_syncs",
+        "fp32_compute": "bf16",
+        "launch_bound": "cudagraph",  # its advice where the model runs an LSTM
+        "memory_headroom": "batch_4x",
     },
 }
 
@@ -430,7 +464,7 @@ def test_what_if_of_the_applied_set_within_the_measured_all(loop: str) -> None:
     assert sel.not_raised == () and w is not None and within(w.speedup, lo, hi)
     ks = [int(k) for i in APPLIED[loop].split(",") if (k := i.partition("@")[2]).isdigit()]
     assert w.multiplier == (ks[0] if ks else None)
-    assert sel.priced_not_raised == (("memory_headroom@2",) if loop == "vit_amp" else ())
+    assert sel.priced_not_raised == ()
 
 
 def test_the_applied_set_of_the_launch_bound_loop_names_its_capture() -> None:
@@ -836,23 +870,27 @@ def test_the_held_out_vit_amp_loop() -> None:
     AdamW, 4 workers without pinned memory, ``loss.item()`` every step. Its predictions are what
     session 19's model said (HOLDS; all fixes 1.70 against 1.46-1.78). Left to say here:
 
-    - no batch finding: the GPU is busy 27.2 ms of the 38.5 ms un-profiled step (saturation
-      1.41, under 2), and the recommended multiplier is the power of two under it; replayed at
-      2x the batch gains 1.24 against 1.05-1.26 measured (the lever is real; the floor rule,
-      kept for the reason test_the_next_doubling_of_the_batch gives, leaves it unraised).
+    - the batch graded low: the GPU is busy 27.2 ms of the 38.5 ms un-profiled step
+      (saturation 1.41, under 2); replayed at 2x the batch gains 1.24 against 1.05-1.26
+      measured. Until session 27 the recommended multiplier was the power of two under the
+      saturation, 1, and the lever went unraised; a 2x batch is now recommended where the
+      saturation lies between 1x and 2x, graded low at most (past the saturation its gain rests
+      on the GPU work scaling no worse than linearly: test_the_next_doubling_of_the_batch).
     - the un-profiled step: 38.5 ms against 34.0-41.6 in the four fresh processes (the
       profiled process's own 8 steps: 33.4)."""
     a = analysis("vit_amp.before.pt.trace.json.gz")
     mem, rp = a.results.memory, a.results.replay
-    assert mem.recommended_multiplier == 1 and 1.3 < mem.saturation_multiplier < 1.5
-    assert not {"memory_headroom", "small_batch"} & {f.id for f in a.findings}
+    assert mem.recommended_multiplier == 2 and 1.3 < mem.saturation_multiplier < 1.5
+    head = finding("vit_amp", "memory_headroom")
+    assert head.severity == "low" and head.what_if.multiplier == 2
     p = rp.predict(transforms.gpu_work_scaled(2.0))
     at2 = WhatIf.larger_batch(p.step_time_ns, p.step_time_after_ns, 2, p.transform)
     assert within(at2.speedup, *band("vit_amp", "batch_2x")), at2.speedup
+    assert head.what_if.speedup == pytest.approx(at2.speedup)
     # --what-if prices it as asked: the rule for a trace with memory events, within the fit
     path = "vit_amp.before.pt.trace.json.gz"
     asked = chosen(path, ["memory_headroom@2"])
-    assert asked.priced_not_raised == ("memory_headroom@2",)
+    assert asked.priced_not_raised == ()
     assert asked.what_if.speedup == pytest.approx(at2.speedup)
     for other in ("small_batch@2", f"memory_headroom@{2 * mem.fit_multiplier}"):
         sel = chosen(path, [other])
@@ -1513,3 +1551,156 @@ def test_the_held_out_segmentation_loop() -> None:
     own = json.loads((HERE / "segmentation.truth.json").read_text())["profiled"]["baseline"]
     est = a.results.replay.unprofiled_step_ns / 1e6
     assert est == pytest.approx(own["unprofiled_same_process_step_ms_window_mean"], rel=0.10)
+
+
+def test_the_held_out_dcgan_loop() -> None:
+    """pytorch/examples' DCGAN with its defaults (``--dataset fake``: FakeData through ToTensor,
+    2 workers, batch 64, Adam for each network, five ``.item()`` reads a step for the print),
+    held out (session 27: A, B, P; the loader alone in C, D). As first analyzed, launch_bound
+    (2.20x) and memory_headroom (1.92x) read HIGH from an un-profiled step of 11.56 ms, which ran
+    20.3 ms in its process and 22.7-29.0 ms in the others: the 2 workers deliver a batch every
+    24-31 ms (the loader alone, C and D), so the step waits for them without the profiler, and
+    the 4x batch measured 0.83-0.93x per sample, torch.compile 0.79-0.95x. The profiled step
+    (24.84 ms) never waited for them: its time in ``__next__`` is receiving the batches (file
+    descriptors passed by the workers), so the trace shows only that the workers keep up with
+    the profiled step. A prediction that needs more than twice that rate (the loader what-if's
+    own assumption) is graded low at most, and dataloader_stall says to check the workers first
+    (8 measured 1.13-1.89x)."""
+    a = analysis("dcgan.before.pt.trace.json.gz")
+    r = a.results.replay
+    own = json.loads((HERE / "dcgan.truth.json").read_text())["profiled"]["baseline"]
+    own_ms = own["unprofiled_same_process_step_ms_window_mean"]
+    est_ms, shown_ms = r.unprofiled_step_ns / 1e6, r.trace_step_median_ns / 1e6
+    # the step the model starts from is the workers-keep-up end of a range holding the measured
+    assert est_ms < 0.6 * own_ms < own_ms < shown_ms, (est_ms, own_ms, shown_ms)
+    cfg = json.loads((HERE / "dcgan.truth.json").read_text())["configs"]
+    loader_ms = [cfg["loader_only"][p]["step_ms_window_mean"] for p in "CD"]
+    assert all(0.9 * shown_ms < m < 1.3 * shown_ms for m in loader_ms), loader_ms
+    by = {f.id: f for f in a.findings}
+    for fid, fix in (("launch_bound", "compile"), ("memory_headroom", "batch_4x")):
+        f = by[fid]
+        assert f.severity == "low" and band("dcgan", fix)[1] < 1.0
+        assert f.evidence["loader_headroom_needed"] > 4.0  # 4.74 and 4.13
+        assert f.evidence["loader_shown_interval_ns"] == r.trace_step_median_ns
+    dl = by["dataloader_stall"]
+    assert dl.severity == "low" and "their rate is not in the trace" in dl.title
+    assert dl.evidence["loader_unverified_speedup"] == pytest.approx(shown_ms / est_ms)
+    assert dl.recommendation.startswith("Check that the DataLoader keeps up")
+    assert band("dcgan", "workers_8")[1] > 1.8  # the largest lever
+    assert "kept up with the profiled step only" in prediction_basis(a.to_json())
+    # every fix the loop measured below 1.10 is at most low (MEASURED); the applied set, workers
+    # and batch included, within the tolerance: 3.55 against 2.82-2.91
+    w = chosen(
+        "dcgan.before.pt.trace.json.gz",
+        ["host_sync", "pageable_memcpy", "memory_headroom@4", "unfused_optimizer"],
+    ).what_if
+    assert within(w.speedup, *band("dcgan", "all")), w.speedup
+
+
+def test_the_held_out_word_lm_loop() -> None:
+    """pytorch/examples' word-level language model with its defaults (2-layer LSTM of 200,
+    batch 20, bptt 35, clipping, the hand-written SGD update, ``loss.item()`` each step) on a
+    synthetic Wikitext-2-sized corpus, held out (session 27: A, B, P; the whole step as one CUDA
+    graph and compile_ro in C, D). Host-bound (the GPU 23% busy)."""
+    a = analysis("word_lm.before.pt.trace.json.gz")
+    own = json.loads((HERE / "word_lm.truth.json").read_text())["profiled"]["baseline"]
+    est = a.results.replay.unprofiled_step_ns / 1e6
+    # the un-profiled step: 6.49 ms against 6.27 in its process (1.04), 5.57-6.28 in A-D
+    assert est == pytest.approx(own["unprofiled_same_process_step_ms_window_mean"], rel=0.10)
+    lb = a.findings[0]
+    assert lb.id == "launch_bound" and lb.severity == "high"
+    # torch.compile leaves nn.LSTM eager: reduce-overhead measured 0.82-0.83x; the advice, and
+    # the saving, is the whole step captured by hand: 2.50x against 2.32-2.67x
+    assert lb.evidence["rnn_op"] == "aten::lstm" and band("word_lm", "compile_ro")[1] < 0.9
+    assert "torch.cuda.graph" in lb.recommendation and "allow_rnn" in lb.recommendation
+    assert "torch.compile(model" not in lb.snippet
+    assert lb.evidence["transform"] == lb.evidence["priced_by"] == "cuda_graphs_whole_step"
+    lo, hi = band("word_lm", "cudagraph")
+    assert within(lb.what_if.speedup, lo, hi) and lo < lb.what_if.speedup < hi
+    # As first analyzed the whole step priced 5.54x (1.17 ms). cuDNN runs the LSTM's kernels
+    # on 11 streams ordered by event waits the trace does not link, and in the launch-bound
+    # recording each started at its launch, so the replay without launches overlapped them:
+    # 2.60 ms of GPU work a step (the graph ran 2.35-2.41 ms) replayed into 1.17 ms. A stream
+    # that never ran beside the others in the recording (``alone``) now keeps launch order
+    # with them in a graph's replay (causal/transforms.py _in_launch_order)
+    g = a.results.replay.model.gpu
+    streams = g.filter(pl.col("kind") == "kernel").get_column("stream").n_unique()
+    gpu_ms = g.get_column("dur_ns").sum() / a.results.replay.model.steps.height / 1e6
+    assert streams >= 10 and g.get_column("alone").all()
+    cfg = json.loads((HERE / "word_lm.truth.json").read_text())["configs"]["cudagraph"]
+    graph_ms = [cfg[p]["step_ms_window_mean"] for p in "CD"]
+    assert all(0.85 * gpu_ms < m < gpu_ms for m in graph_ms), (gpu_ms, graph_ms)
+    assert lb.what_if.step_time_after_ns / 1e6 == pytest.approx(gpu_ms, rel=0.05)
+    # the profiled after: launch_bound gone (the graph's one launch a step)
+    after = {f.id: f for f in analysis("word_lm.cudagraph.after.pt.trace.json.gz").findings}
+    assert "launch_bound" not in after or after["launch_bound"].severity in ("low", "info")
+    # a ranking miss, as on the launch-bound loop: the 4x batch measured largest (3.29-3.60x
+    # per sample) but memory_headroom recommends 2x (1.97x: the GPU's work scaled linearly
+    # would fill the step at 2.5x; small kernels scale less), priced at 4x within the band
+    at4 = chosen("word_lm.before.pt.trace.json.gz", ["memory_headroom@4"]).what_if
+    assert within(at4.speedup, *band("word_lm", "batch_4x")), at4.speedup
+    assert a.findings[1].id == "memory_headroom" and a.findings[1].what_if.multiplier == 2
+    # the applied set (syncs, 4x batch, bf16) misses: 4.02 against 3.09-3.12: bf16 alone
+    # measured 0.78-0.82x (autocast's casts on a host-bound step), which the bf16 transform,
+    # scaling the GEMMs only, prices at 1.00x
+    applied = chosen(
+        "word_lm.before.pt.trace.json.gz", ["host_sync", "memory_headroom@4", "fp32_compute"]
+    ).what_if
+    assert applied.speedup > (1 + TOLERANCE) * band("word_lm", "all")[1]
+
+
+def test_the_held_out_gpt2_accumulation_loop() -> None:
+    """transformers' Trainer on a GPT-2 (6 layers of 512, GPT-2's vocabulary) with its defaults
+    and gradient accumulation: 4 sequences of 512 tokens a micro-batch, 8 micro-batches a step
+    (session 27: A, B, P; compile_ro in C, D). As first analyzed the micro-batch lever had no
+    finding: the GPU's busy time would fill the step at 1.38x the batch, under the 2x the
+    recommendation rounded down to, while 2x measured 1.15-1.23x and 4x 1.27-1.36x, the largest
+    lever. A 2x batch is now recommended where the saturation lies between 1x and 2x, graded low
+    at most. A ranking miss, then: launch_bound (1.21x, its advice reduce-overhead failed here)
+    and fp32_compute (1.15x against 1.17-1.24) come first, the batch fourth at 1.23x."""
+    a = analysis("gpt2_accum.before.pt.trace.json.gz")
+    assert [f.id for f in a.findings[:2]] == ["launch_bound", "fp32_compute"]
+    head = finding("gpt2_accum", "memory_headroom")
+    assert head.severity == "low" and head.what_if.multiplier == 2
+    assert 1.0 < head.evidence["saturation_multiplier"] < 2.0
+    assert head.what_if.speedup > a.findings[0].what_if.speedup
+    assert "accumulate fewer micro-batches" in head.recommendation
+    at4 = chosen("gpt2_accum.before.pt.trace.json.gz", ["memory_headroom@4"]).what_if
+    assert within(at4.speedup, *band("gpt2_accum", "micro_4x")), at4.speedup
+    # the un-profiled step: 183.42 ms against 164.63 in its process (1.11), 166.7-176.7 in A, B
+    own = json.loads((HERE / "gpt2_accum.truth.json").read_text())["profiled"]["baseline"]
+    est = a.results.replay.unprofiled_step_ns / 1e6
+    assert est == pytest.approx(own["unprofiled_same_process_step_ms_window_mean"], rel=0.12)
+    # launch_bound's advice, reduce-overhead through the Trainer, failed with accumulation in
+    # both processes (a graph's output overwritten by the next micro-batch's run)
+    cfg = json.loads((HERE / "gpt2_accum.truth.json").read_text())["configs"]["compile_ro"]
+    assert all("overwritten by a subsequent run" in cfg[p]["error"] for p in "CD")
+    # a miss, the applied set (bf16, 4x micro-batches, no syncs, workers): 4.59 against
+    # 2.62-2.65. Each alone holds; together the GPU bounds the step, and there the bf16
+    # transform is too fast: in the profiled bf16 step (P) the GEMMs took 26.1 ms a step
+    # against 93.1 in fp32 (3.6x, where the peaks' ratio is 14.8x) and autocast's casts added
+    # 10.8 ms of elementwise kernels (13.7 -> 24.5): the GPU's 133.3 ms became 65.4, the
+    # transform's 33.8
+    applied = chosen(
+        "gpt2_accum.before.pt.trace.json.gz",
+        ["fp32_compute", "memory_headroom@4", "host_sync", "dataloader_stall"],
+    ).what_if
+    assert applied.speedup > (1 + TOLERANCE) * band("gpt2_accum", "all")[1]
+
+
+def test_the_dcgan_loop_with_8_workers() -> None:
+    """DCGAN's profiled after with 8 workers (call 3, another process): the un-profiled
+    estimate 7.08 ms against 10.20 measured in that process (the workers still near the
+    step's pace: 8 of them deliver at about a quarter of 2's 24-31 ms), and the workers kept up
+    with a profiled step 2.57x the estimate: the same rule grades every fix low, and says so."""
+    a = analysis("dcgan.workers_8.after.pt.trace.json.gz")
+    later = json.loads((HERE / "dcgan.truth.json").read_text())["profiled_later"]["workers_8"]
+    est = a.results.replay.unprofiled_step_ns / 1e6
+    assert (
+        est
+        < later["unprofiled_same_process_step_ms_window_mean"]
+        < a.results.replay.trace_step_median_ns / 1e6
+    )
+    assert all(f.severity in ("low", "info") for f in a.findings if f.what_if is not None)
+    dl = next(f for f in a.findings if f.id == "dataloader_stall")
+    assert dl.evidence["loader_unverified_speedup"] > 2.0

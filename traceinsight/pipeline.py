@@ -157,6 +157,9 @@ def selected_fixes(
         if f is not None and k:
             batch = f.what_if is not None and f.what_if.multiplier is not None
             f = _at_multiplier(f, k) if k.isdigit() or batch else _at_variant(f, k)
+            fit = results.memory.fit_multiplier if fid == "memory_headroom" else None
+            if fit is not None and f.what_if is not None and (f.what_if.multiplier or 0) > fit:
+                f = None  # the memory events show it does not fit, raised or not
         elif f is None and k.isdigit() and (f := _unraised_batch(results, fid, int(k))):
             unraised.append(raw)
         chosen.append((raw, fid, f))

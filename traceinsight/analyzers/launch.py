@@ -49,6 +49,11 @@ DATA_SIZED_OPS = r"^aten::(nonzero|masked_select|_unique2?|unique_dim|unique_con
 # region proposals and box heads, per image and per feature level), the loops of
 # fixtures/h200/pairs that select with masks 2 (removed by their own fix).
 DATA_SIZED_MIN_PER_STEP = 8
+# Recurrent modules: torch.compile does not trace nn.LSTM / GRU / RNN (the
+# torch._dynamo.config.allow_rnn default), so reduce-overhead leaves them eager between graph
+# breaks (pytorch/examples' word-level LSTM: 0.82-0.83x; the whole step captured by hand with
+# torch.cuda.graph 2.32-2.67x).
+RNN_OPS = r"^aten::(lstm|gru|rnn_tanh|rnn_relu)$"
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ class LaunchResult:
     path_change: PathChange | None = None  # None: the same ops each step, or no shapes recorded
     # None: fewer than DATA_SIZED_MIN_PER_STEP a step (or no steps)
     data_sized: DataSizedOps | None = None
+    # the recurrent module op the window's steps call most (:data:`RNN_OPS`), None without one
+    rnn_op: str | None = None
 
 
 def analyze_launch(ctx: Context) -> LaunchResult:
@@ -147,7 +154,19 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         shape_change=shapes,
         path_change=path,
         data_sized=_data_sized(ctx),
+        rnn_op=_rnn_op(ctx),
     )
+
+
+def _rnn_op(ctx: Context) -> str | None:
+    """The :data:`RNN_OPS` op the window calls most (None: none)."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    ops = ctx.rows(
+        ("cpu_op",), RNN_OPS, where=pl.col("start_ns").is_between(lo, hi), columns=("name",)
+    )
+    if ops.height == 0:
+        return None
+    return str(ops.group_by("name").len().sort(["len", "name"], descending=[True, False])[0, 0])
 
 
 def _data_sized(ctx: Context) -> DataSizedOps | None:

@@ -56,6 +56,11 @@ CROSS_STREAM_LAG_NS = 5_000  # an op this soon after another stream's op ended w
 # that ends within 1% of its length after another stream's op is that op's
 CROSS_STREAM_LAG_RATIO = 0.01
 CROSS_STREAM_LAG_MAX_NS = 50_000
+# A stream whose ops overlapped the device's other streams' for at most this share of its time
+# never ran beside them (timestamps jitter by a few hundred ns); past this many streams on a
+# trace, each is taken as running beside the others (a comparison per stream)
+ALONE_OVERLAP_MAX_RATIO = 0.02
+ALONE_CHAINS_MAX = 64
 # A call that does not wait for anything yet takes this long was blocked (a full launch queue
 # when a GPU op ended inside it): profiled launches take 5-20 us on the H200 fixtures.
 QUEUE_BLOCK_NS = 100_000
@@ -640,7 +645,46 @@ def _flags(
         },
     )
     gpu = gpu.join(ratios, on="device", how="left", maintain_order="left")
-    return host, gpu.with_columns(_capture_extra(src, gpu, bound).alias("capture_extra_kernels"))
+    return host, gpu.with_columns(
+        _capture_extra(src, gpu, bound).alias("capture_extra_kernels"), _alone(gpu)
+    )
+
+
+def _alone(gpu: pl.DataFrame) -> pl.Series:
+    """Per GPU op: its stream never ran beside its device's other streams in the recording
+    (their ops overlapped its ops for at most :data:`ALONE_OVERLAP_MAX_RATIO` of its time), so
+    nothing shows that it can: a CUDA graph's replay keeps its ops in launch order with theirs.
+    cuDNN's LSTM spreads its kernels over 14 streams ordered by event waits the trace does not
+    link; recorded launch-bound, each kernel started at its launch."""
+    chains = gpu.select("device", "chain").unique()
+    if chains.height < 2 or chains.height > ALONE_CHAINS_MAX:
+        return pl.repeat(chains.height < 2, gpu.height, eager=True).alias("alone")
+    spans = gpu.select("device", "chain", "start_ns", "end_ns")
+    # a stream of collectives is the one a step can overlap by design: its not running beside
+    # the compute is comm_not_overlapped's finding, not an order (its transform overlaps them)
+    comm = (
+        gpu.filter(pl.col("kernel_class").cast(pl.String) == "communication")
+        .get_column("chain")
+        .unique()
+    )
+    rows = []
+    for device, chain in chains.iter_rows():
+        if chain in comm:
+            rows.append((chain, False))
+            continue
+        mine = spans.filter(pl.col("chain") == chain).select("start_ns", "end_ns")
+        others = iv.union(
+            spans.filter((pl.col("device") == device) & (pl.col("chain") != chain)).select(
+                "start_ns", "end_ns"
+            )
+        )
+        busy = int((mine["end_ns"] - mine["start_ns"]).sum())
+        beside = int(iv.overlap_with(mine.sort("start_ns"), others).sum())
+        rows.append((chain, beside <= ALONE_OVERLAP_MAX_RATIO * busy))
+    alone = pl.DataFrame(
+        rows, schema={"chain": gpu.schema["chain"], "alone": pl.Boolean}, orient="row"
+    )
+    return gpu.select("chain").join(alone, on="chain", how="left", maintain_order="left")["alone"]
 
 
 def _loader_floor(src: ModelInputs, step_starts: pl.Series, step: pl.Series) -> pl.Series:

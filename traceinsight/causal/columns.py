@@ -65,6 +65,8 @@ GPU_FLAGS = (
     # kernels a capturable optimizer adds beside this one when the step is captured in a CUDA
     # graph (a per-parameter Adam(W) step's per-parameter marker kernel; 0 elsewhere)
     "capture_extra_kernels",
+    # the op's stream never ran beside its device's other streams in the recording
+    "alone",
 )
 # The gap's shares inside kinds of host work: they shrink with the gap (without_profiler).
 SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns")

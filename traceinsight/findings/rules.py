@@ -27,7 +27,7 @@ from traceinsight.findings.model import (
     make_finding,
     ranked,
 )
-from traceinsight.findings.savings import loader_bound_ns, loader_waits
+from traceinsight.findings.savings import loader_bound_ns, loader_unverified, loader_waits
 from traceinsight.report.format import fmt_ms, fmt_ns, fmt_num, fmt_pct, plural
 
 RULES: list[Rule] = []
@@ -177,7 +177,12 @@ RECEIVE_NAMED_RATIO = 0.05
 def dataloader_stall(x: RuleInput) -> Draft | None:
     steps = x.r.steps
     cost = x.idle("dataloader")
-    if cost <= 0 and (steps.dataloader_ratio or 0) <= x.t["dataloader_host_min_ratio"]:
+    unverified = loader_unverified(x.r)
+    if (
+        cost <= 0
+        and (steps.dataloader_ratio or 0) <= x.t["dataloader_host_min_ratio"]
+        and unverified is None
+    ):
         return None
     plan = loader_plan_of(x.r)
     need = ""
@@ -222,6 +227,23 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             need += "; until then they bound the step and other fixes save nothing"
     receive = plan.receive_ns if plan is not None and plan.batch_tensors else None
     named = receive and plan and receive >= RECEIVE_NAMED_RATIO * plan.assumed_step_ns
+    unverified_evidence: dict[str, object] = {}
+    if unverified is not None and not advice:
+        shown, speedup = unverified
+        rp = x.r.replay
+        need += (
+            f"; the workers kept up with the profiled step ({fmt_ms(shown)}), but without the "
+            f"profiler the step takes about {fmt_ms(rp.unprofiled_step_ns or 0)}: their rate is "
+            f"not in the trace, so they may bound it (up to {speedup:.2f}x from them)"
+        )
+        advice = {"recommendation": _UNVERIFIED_LOADER_ADVICE}
+        unverified_evidence = {
+            "loader_shown_interval_ns": shown,
+            "loader_unverified_speedup": speedup,
+            # a check worth making first, whose saving rests on an upper bound alone
+            "severity_floor": "low",
+            "severity_cap": "low",
+        }
     if named and not advice and not receiving:
         # without pin_memory the step thread receives each batch (benchmarks/loader_receive_cost.py)
         n = plan.batch_tensors or 0
@@ -245,9 +267,22 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             # step thread (the PyG loop: 4 workers measured 1.49-1.61x against 1.79x)
             "what_if_unpinned": unpinned_what_if(x.r, plan),
             "contended_in_loader_ns": contended,
+            **unverified_evidence,
         },
         **advice,
     )
+
+
+# what the workers' rate needs to be checked against (the DCGAN fed by 2 workers: the step
+# thread never waited in the profile, yet the workers' own rate, 24-31 ms a batch, bound the
+# 11.6 ms un-profiled step: 8 workers measured 1.13-1.89x)
+_UNVERIFIED_LOADER_ADVICE = (
+    "Check that the DataLoader keeps up without the profiler before acting on the other "
+    "findings: time the loop with and without the model's work (iterate the loader alone, "
+    "moving each batch to the GPU), or raise num_workers (with pin_memory=True, "
+    "persistent_workers=True) and compare the step time; the workers' processes are not in "
+    "this trace."
+)
 
 
 _SYNC_ADVICE = (
@@ -397,6 +432,25 @@ _DATA_SIZED = (
     "(torch.compile breaks its graph at each). Until they have static sizes (torch.nonzero_static, "
     "masks applied with torch.where) the saving below is out of reach, and this is graded low. "
 )
+_RNN = (
+    "The model runs recurrent modules ({op}), which torch.compile does not trace "
+    "(torch._dynamo.config.allow_rnn is off by default): reduce-overhead leaves them eager "
+    "between graph breaks (0.82-0.83x measured on pytorch/examples' word-level LSTM). Capture "
+    "the whole step by hand with torch.cuda.graph instead (static inputs and hidden state; "
+    "2.32-2.67x there). Then cut per-kernel CPU cost further with fused kernels, or give each "
+    "kernel more work (larger batch)."
+)
+_RNN_SNIPPET = (
+    "# after 3 warm-up steps on a side stream, with grads set to None:\n"
+    "g = torch.cuda.CUDAGraph()\n"
+    "with torch.cuda.graph(g):\n"
+    "    out, (h, c) = model(static_x, static_hidden)\n"
+    "    loss = criterion(out, static_y)\n"
+    "    loss.backward()\n"
+    "    optimizer.step()  # fused=True, or capturable=True\n"
+    "    static_hidden[0].copy_(h.detach()); static_hidden[1].copy_(c.detach())\n"
+    "# each step: static_x.copy_(x); static_y.copy_(y); g.replay()"
+)
 _STATIC_SNIPPET = (
     "# pad to one length so every step has the same shapes, e.g. a tokenizer's\n"
     'batch = tokenizer(texts, padding="max_length", max_length=128, truncation=True, '
@@ -460,6 +514,8 @@ def launch_bound(x: RuleInput) -> Draft | None:
             op=sized.op, op_n=fmt_num(sized.op_per_step), n=fmt_num(sized.per_step)
         )
         advice["recommendation"] = first + advice.get("recommendation", _LAUNCH_ADVICE)
+    if launch.rnn_op is not None and x.framework == "pytorch" and not advice:
+        advice = {"recommendation": _RNN.format(op=launch.rnn_op), "snippet": _RNN_SNIPPET}
     return Draft(
         cost,
         f"Launch-bound: the GPU drains faster than the CPU issues kernels ({fmt_ms(cost)} idle between launches)",
@@ -488,6 +544,10 @@ def launch_bound(x: RuleInput) -> Draft | None:
             "path_change": path,
             # ops whose output size depends on the data: no graph holds them
             "data_sized": sized,
+            # a recurrent module torch.compile leaves eager: the advice, and the saving, is the
+            # whole step captured by hand
+            "rnn_op": launch.rnn_op,
+            **({"priced_by": "cuda_graphs_whole_step"} if launch.rnn_op is not None else {}),
         },
         **advice,
         # the priced fixes replay one path of fixed sizes for every step: out of reach while

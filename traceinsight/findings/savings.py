@@ -23,7 +23,7 @@ import polars as pl
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal import transforms
-from traceinsight.causal.whatif import WhatIf
+from traceinsight.causal.whatif import LOADER_ASSUMED_THROUGHPUT, WhatIf
 from traceinsight.constants import SEVERITIES, Severity
 from traceinsight.findings.model import Finding, Rule, Thresholds, capped, ranked
 
@@ -59,6 +59,45 @@ def loader_waits(r: Results) -> WhatIf | None:
     if rp is None or r.steps.loader_iterator != "multi_process":
         return None
     return rp.what_if.get("dataloader_unpinned")
+
+
+def loader_shown_ns(r: Results) -> int | None:
+    """Where DataLoader workers feed the step and its thread found each batch waiting (their
+    waits do not bound it): the step as recorded, the interval the workers were shown to keep
+    up with. How much faster they could deliver is not in the trace: they run in processes the
+    profiler does not record. None elsewhere."""
+    rp = r.replay
+    if rp is None or r.steps.loader_iterator != "multi_process" or not rp.trace_step_median_ns:
+        return None
+    if loader_bound_ns(r) is not None:
+        return None
+    return int(rp.trace_step_median_ns)
+
+
+def loader_headroom_needed(r: Results, w: WhatIf | None) -> float | None:
+    """How many times the rate the workers were shown to keep up with a prediction asks of
+    them: the recorded step over the predicted one (per the original batch's samples). None
+    where no such workers feed the step, or for the loader's own fix."""
+    shown = loader_shown_ns(r)
+    if shown is None or w is None or w.step_time_after_ns <= 0:
+        return None
+    names = set(w.transforms or ()) | ({w.transform.name} if w.transform is not None else set())
+    if names & LOADER_TRANSFORMS:
+        return None
+    return shown / w.step_time_after_ns
+
+
+def loader_unverified(r: Results) -> tuple[int, float] | None:
+    """Where DataLoader workers kept up with the profiled step but the un-profiled step is
+    more than :data:`LOADER_ASSUMED_THROUGHPUT` times faster: the interval they were shown
+    to keep up with and the most they could then bound (that interval over the un-profiled
+    step). None elsewhere."""
+    shown = loader_shown_ns(r)
+    rp = r.replay
+    if shown is None or rp is None or not rp.unprofiled_step_ns:
+        return None
+    speedup = shown / rp.unprofiled_step_ns
+    return (shown, speedup) if speedup > LOADER_ASSUMED_THROUGHPUT else None
 
 
 def _bounded(w: WhatIf | None, bound: int | None) -> WhatIf | None:
@@ -123,19 +162,21 @@ def _assured_share(r: Results, share: float | None) -> float | None:
     return max(0.0, share - max(0.0, 1.0 - low / profiled))
 
 
-def what_if_of(rule: Rule, r: Results) -> tuple[WhatIf | None, str | None]:
-    """The rule's predicted fix (None with the reason where there is none)."""
+def what_if_of(rule: Rule, r: Results, fix: str | None = None) -> tuple[WhatIf | None, str | None]:
+    """The rule's predicted fix (None with the reason where there is none); ``fix``: another
+    of the replay's transforms the finding's advice names instead (``evidence.priced_by``)."""
     if rule.estimate is not None:
         return rule.estimate(r)
-    if rule.fix is None:
+    fix = fix or rule.fix
+    if fix is None:
         return None, rule.no_estimate
     rp = r.replay
     if rp is None or rp.unprofiled_step_ns is None:
         return None, "no step model: the trace has no steps or no GPU work to replay"
-    if rule.fix in rp.unpriced:
-        return None, rp.unpriced[rule.fix]
+    if fix in rp.unpriced:
+        return None, rp.unpriced[fix]
     # a transform that changes nothing in the model (what_if absent) saves nothing
-    return rp.what_if.get(rule.fix) or WhatIf.unchanged(rp.unprofiled_step_ns), None
+    return rp.what_if.get(fix) or WhatIf.unchanged(rp.unprofiled_step_ns), None
 
 
 def with_savings(
@@ -145,10 +186,12 @@ def with_savings(
     devices), severity from the saving's share of the step, ranked by saving."""
     by_id = {rule.id: rule for rule in rules}
     bound = loader_bound_ns(r)
+    unverified = loader_unverified(r)
     out = []
     for f in findings:
         rule = by_id[f.id]
-        w, why = what_if_of(rule, r)
+        fix = f.evidence.get("priced_by") or rule.fix
+        w, why = what_if_of(rule, r, fix)
         # (a variance the loader's waits cause is fixed by the loader's fix: not bounded)
         loader_caused = f.evidence.get("caused_by") == "dataloader"
         bounded = w if loader_caused else _bounded(w, bound)
@@ -162,7 +205,7 @@ def with_savings(
                 if k.startswith("what_if_") and isinstance(v, WhatIf)
             }
             f = replace(f, evidence={**f.evidence, **others, "loader_bound_ns": bound})
-        unpriced = r.replay is not None and rule.fix is not None and rule.fix in r.replay.unpriced
+        unpriced = r.replay is not None and fix is not None and fix in r.replay.unpriced
         if w is None and unpriced and SEVERITIES.index(f.severity) < UNPRICED_CAP:
             # the fix has a transform the trace cannot price (a device the spec table lacks):
             # the attributed time is only an upper bound on the saving, and severity never
@@ -178,11 +221,14 @@ def with_savings(
             continue
         ratio = w.saving_ratio
         sev = capped(t.severity(ratio), rule.cap, f.evidence.get("severity_cap"))
+        floor = f.evidence.get("severity_floor")
+        if floor is not None and SEVERITIES.index(sev) > SEVERITIES.index(floor):
+            sev = floor
         evidence = {**f.evidence, "attributed_ns": f.cost_ns}
-        if rule.fix is not None or w.transform is not None:
+        if fix is not None or w.transform is not None:
             # the transform replayed (an estimate's own, where it replayed one)
-            evidence["transform"] = rule.fix or w.transform.name
-            if r.replay is not None and rule.fix in r.replay.unconverged:
+            evidence["transform"] = fix or w.transform.name
+            if r.replay is not None and fix in r.replay.unconverged:
                 # the replay stopped before the change reached every blocking call
                 evidence["what_if_lower_bound"] = True
         if r.replay is not None and "unprofiled" in r.replay.unconverged:
@@ -190,6 +236,18 @@ def with_savings(
             # blocking calls) reads as a saving it is not (host_sync 1.54x on the torchdiffeq
             # loop cut at 64 rounds; 1.01x settled), so no grade rests on it
             evidence["what_if_unsettled"] = True
+            sev = capped(sev, "low")
+        # (the loader's own finding says what the workers' rate leaves open: its plan)
+        need = None if "loader_plan" in f.evidence else loader_headroom_needed(r, w)
+        if need is not None and unverified is not None:
+            # the workers were shown to keep up with the profiled step only, and the step the
+            # predictions start from asks more than the loader what-if's own assumption (twice
+            # that rate): the trace cannot say they keep up (a DCGAN fed by 2 workers:
+            # launch_bound 2.20x and a 2x batch 1.92x from an 11.6 ms step, which ran 20-23 ms
+            # un-profiled at the workers' rate; the 4x batch measured 0.83-0.93x per sample,
+            # torch.compile 0.79-0.95x, 8 workers 1.13-1.89x)
+            evidence["loader_headroom_needed"] = need
+            evidence["loader_shown_interval_ns"] = unverified[0]
             sev = capped(sev, "low")
         if rule.per_site and evidence.get("sources"):
             evidence["sources"] = [

@@ -90,6 +90,22 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
         f"Predicted savings and speedups are {per_step(doc)} and apply to the un-profiled step, "
         f"{fmt_ns(unprofiled)} ({how} less the profiler's own cost{span})."
     )
+    unverified = next(
+        (
+            f["evidence"]
+            for f in doc.get("findings", [])
+            if "loader_unverified_speedup" in (f.get("evidence") or {})
+        ),
+        None,
+    )
+    if unverified is not None:
+        # findings/rules.py loader_unverified: the workers' rate is not in the trace
+        text += (
+            " The DataLoader's workers kept up with the profiled step only: where they cannot "
+            "keep up without the profiler, the step is longer, up to "
+            f"{fmt_ns(unverified['loader_shown_interval_ns'])}, and the other fixes save less "
+            "(dataloader_stall)."
+        )
     if ratio:
         text += (
             " Its predictions are upper ends, and severities what both ends assure; without "

@@ -252,7 +252,13 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
                 lines.append(f"         fix: {_saving(w, per)}{graded}")
                 # the finding's other priced fixes (replayed with --what-if ID@NAME)
                 for key, v in f["evidence"].items():
-                    if key.startswith("what_if_") and isinstance(v, dict) and v.get("speedup"):
+                    if (
+                        key.startswith("what_if_")
+                        and isinstance(v, dict)
+                        and v.get("speedup")
+                        # not the headline again (evidence.priced_by)
+                        and v.get("step_time_after_ns") != w.get("step_time_after_ns")
+                    ):
                         name = f"{f['id']}@{key[len('what_if_') :]}"
                         lines.append(f"         or, {label(key)} ({name}): {_saving(v, per)}")
             lines.append(f"         -> {f['recommendation']}")
