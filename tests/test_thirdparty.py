@@ -1672,9 +1672,12 @@ def test_the_held_out_gpt2_accumulation_loop() -> None:
     est = a.results.replay.unprofiled_step_ns / 1e6
     assert est == pytest.approx(own["unprofiled_same_process_step_ms_window_mean"], rel=0.12)
     # launch_bound's advice, reduce-overhead through the Trainer, failed with accumulation in
-    # both processes (a graph's output overwritten by the next micro-batch's run)
-    cfg = json.loads((HERE / "gpt2_accum.truth.json").read_text())["configs"]["compile_ro"]
-    assert all("overwritten by a subsequent run" in cfg[p]["error"] for p in "CD")
+    # both processes (a graph's output overwritten by a later run), and again with
+    # torch.compiler.cudagraph_mark_step_begin() before each micro-batch (E, F): its 1.21x is
+    # not measured
+    cfg = json.loads((HERE / "gpt2_accum.truth.json").read_text())["configs"]
+    for fix, procs in (("compile_ro", "CD"), ("compile_ro_marked", "EF")):
+        assert all("overwritten by a subsequent run" in cfg[fix][p]["error"] for p in procs)
     # a miss, the applied set (bf16, 4x micro-batches, no syncs, workers): 4.59 against
     # 2.62-2.65. Each alone holds; together the GPU bounds the step, and there the bf16
     # transform is too fast: in the profiled bf16 step (P) the GEMMs took 26.1 ms a step
