@@ -654,7 +654,7 @@ def _alone(gpu: pl.DataFrame) -> pl.Series:
     """Per GPU op: its stream never ran beside its device's other streams in the recording
     (their ops overlapped its ops for at most :data:`ALONE_OVERLAP_MAX_RATIO` of its time), so
     nothing shows that it can: a CUDA graph's replay keeps its ops in launch order with theirs.
-    cuDNN's LSTM spreads its kernels over 14 streams ordered by event waits the trace does not
+    cuDNN's LSTM spreads its kernels over 11 streams ordered by event waits the trace does not
     link; recorded launch-bound, each kernel started at its launch."""
     chains = gpu.select("device", "chain").unique()
     if chains.height < 2 or chains.height > ALONE_CHAINS_MAX:
@@ -662,10 +662,11 @@ def _alone(gpu: pl.DataFrame) -> pl.Series:
     spans = gpu.select("device", "chain", "start_ns", "end_ns")
     # a stream of collectives is the one a step can overlap by design: its not running beside
     # the compute is comm_not_overlapped's finding, not an order (its transform overlaps them)
-    comm = (
+    comm = set(
         gpu.filter(pl.col("kernel_class").cast(pl.String) == "communication")
         .get_column("chain")
         .unique()
+        .to_list()
     )
     rows = []
     for device, chain in chains.iter_rows():

@@ -291,7 +291,7 @@ def _in_launch_order(h: pl.DataFrame, g: pl.DataFrame, captured: pl.Series) -> p
     """Graph ops of streams that never ran beside their device's others in the recording
     (``alone``) start in launch order, one after another, within a run of captured calls on a
     thread: a replay keeps the order the event waits gave them, which the trace does not link.
-    (cuDNN's LSTM over 14 streams: 2.60 ms of kernels a step ran in 2.35-2.41 ms as one graph,
+    (cuDNN's LSTM over 11 streams: 2.60 ms of kernels a step ran in 2.35-2.41 ms as one graph,
     where independent streams replayed in 1.17 ms.) Each op's launch offset becomes the time the
     run's earlier such ops take beyond the host's own kept time before its call."""
     # the thread's chain as the replay runs it (an autograd burst joins the step thread's)
