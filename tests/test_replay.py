@@ -83,6 +83,32 @@ def test_launch_bound_loop_under_cuda_graphs():
     assert step_us(whatif.cuda_graphs(m)) == 30
 
 
+def test_graph_replays_keep_launch_order_between_streams_that_never_ran_together():
+    # ten kernels alternating between streams 7 and 8, each launched 40 us into a 48 us torch op
+    # (dispatch, which a capture removes), the ops 2 us apart (Python, which it keeps)
+    def loop(kernel_us: int):
+        ev = Events().step(0, 0, 500)
+        for i in range(10):
+            ev.op("aten::mm", 50 * i, 48)
+            ev.kernel(
+                f"k{i}", 50 * i + 45, kernel_us, launch_us=50 * i + 40, launch_dur_us=8,
+                stream=7 + i % 2,
+            )  # fmt: skip
+        return model_of(ev)
+
+    # 40 us kernels 50 us apart: the streams never ran side by side, so nothing shows they can
+    # (cuDNN's LSTM orders its streams with event waits the trace does not link): one graph
+    # launch (10 us), then the ten kernels one after another at the graph's 0.4 us node gap
+    alone = loop(40)
+    assert alone.gpu["alone"].all()
+    assert step_us(whatif.cuda_graphs(alone)) == pytest.approx(10 + 10 * 40 + 9 * 0.4)
+    # 60 us kernels: each ran beside the next on the other stream, so the replay runs the two
+    # streams side by side: stream 8's five kernels from its first launch (12 us) on
+    together = loop(60)
+    assert not together.gpu["alone"].any()
+    assert step_us(whatif.cuda_graphs(together)) == pytest.approx(12 + 5 * 60, abs=2)
+
+
 def test_cross_stream_wait_follows_the_other_stream():
     # k1 on stream 8 was launched at 5 us but started 2 us after k0 (stream 7) ended: a wait
     ev = Events().step(0, 0, 500)
