@@ -249,6 +249,10 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
                     if f["evidence"].get("graded_on_range")
                     else ""
                 )
+                if (up := f["evidence"].get("loader_unverified_speedup")) is not None:
+                    # the loader's plan prices the waits it sees; the workers' own rate is not
+                    # in the trace (findings/savings.py loader_unverified)
+                    graded += f"; up to {up:.2f}x where the workers bound the un-profiled step"
                 lines.append(f"         fix: {_saving(w, per)}{graded}")
                 # the finding's other priced fixes (replayed with --what-if ID@NAME)
                 for key, v in f["evidence"].items():
