@@ -157,8 +157,7 @@ def selected_fixes(
         if f is not None and k:
             batch = f.what_if is not None and f.what_if.multiplier is not None
             f = _at_multiplier(f, k) if k.isdigit() or batch else _at_variant(f, k)
-            fit = results.memory.fit_multiplier if fid == "memory_headroom" else None
-            if fit is not None and f.what_if is not None and (f.what_if.multiplier or 0) > fit:
+            if f.what_if is not None and not _fits(results, fid, f.what_if.multiplier or 1):
                 f = None  # the memory events show it does not fit, raised or not
         elif f is None and k.isdigit() and (f := _unraised_batch(results, fid, int(k))):
             unraised.append(raw)
@@ -188,13 +187,19 @@ def _unraised_batch(results: Results, fid: str, m: int) -> Finding | None:
     if rp is None or BATCH_RULES[mem.has_memory] != fid:
         return None
     _multiplier(fid, str(m))
-    if mem.has_memory and mem.fit_multiplier is not None and m > mem.fit_multiplier:
+    if not _fits(results, fid, m):
         return None
     p = rp.predict(gpu_work_scaled(float(m)))
     if p is None:
         return None
     w = WhatIf.larger_batch(p.step_time_ns, p.step_time_after_ns, m, p.transform)
     return Finding(fid, "info", f"{m}x the batch (not raised)", 0, 0.0, {}, "", what_if=w)
+
+
+def _fits(results: Results, fid: str, m: int) -> bool:
+    """``m`` x the batch within what the memory events show fits (True without them)."""
+    fit = results.memory.fit_multiplier
+    return fid != "memory_headroom" or fit is None or m <= fit
 
 
 def _at_variant(f: Finding, name: str) -> Finding:

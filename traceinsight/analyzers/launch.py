@@ -164,9 +164,7 @@ def _rnn_op(ctx: Context) -> str | None:
     ops = ctx.rows(
         ("cpu_op",), RNN_OPS, where=pl.col("start_ns").is_between(lo, hi), columns=("name",)
     )
-    if ops.height == 0:
-        return None
-    return str(ops.group_by("name").len().sort(["len", "name"], descending=[True, False])[0, 0])
+    return _most_called(ops)[0] if ops.height else None
 
 
 def _data_sized(ctx: Context) -> DataSizedOps | None:
@@ -191,8 +189,14 @@ def _data_sized(ctx: Context) -> DataSizedOps | None:
     ops = ops.filter(outside)
     if ops.height < DATA_SIZED_MIN_PER_STEP * steps:
         return None
+    name, calls = _most_called(ops)
+    return DataSizedOps(ops.height / steps, name, calls / steps)
+
+
+def _most_called(ops: pl.DataFrame) -> tuple[str, int]:
+    """The name ``ops`` (non-empty) holds most often, and how often (ties: the first name)."""
     top = ops.group_by("name").len().sort(["len", "name"], descending=[True, False]).row(0)
-    return DataSizedOps(ops.height / steps, str(top[0]), top[1] / steps)
+    return str(top[0]), int(top[1])
 
 
 def _step_changes(ctx: Context) -> tuple[ShapeChange | None, PathChange | None]:

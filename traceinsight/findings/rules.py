@@ -240,9 +240,9 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         unverified_evidence = {
             "loader_shown_interval_ns": shown,
             "loader_unverified_speedup": speedup,
-            # a check worth making first, whose saving rests on an upper bound alone
+            # a check worth making first, whose saving rests on an upper bound alone (and capped
+            # there: the Draft's cap)
             "severity_floor": "low",
-            "severity_cap": "low",
         }
     if named and not advice and not receiving:
         # without pin_memory the step thread receives each batch (benchmarks/loader_receive_cost.py)
@@ -270,6 +270,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             **unverified_evidence,
         },
         **advice,
+        cap="low" if unverified_evidence else None,
     )
 
 

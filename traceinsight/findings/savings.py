@@ -74,12 +74,11 @@ def loader_shown_ns(r: Results) -> int | None:
     return int(rp.trace_step_median_ns)
 
 
-def loader_headroom_needed(r: Results, w: WhatIf | None) -> float | None:
-    """How many times the rate the workers were shown to keep up with a prediction asks of
-    them: the recorded step over the predicted one (per the original batch's samples). None
-    where no such workers feed the step, or for the loader's own fix."""
-    shown = loader_shown_ns(r)
-    if shown is None or w is None or w.step_time_after_ns <= 0:
+def _headroom_needed(shown: int, w: WhatIf | None) -> float | None:
+    """How many times the rate the workers were shown to keep up with (``shown``, their
+    interval) a prediction asks of them: that interval over the predicted step (per the
+    original batch's samples). None without a prediction, or for the loader's own fix."""
+    if w is None or w.step_time_after_ns <= 0:
         return None
     names = set(w.transforms or ()) | ({w.transform.name} if w.transform is not None else set())
     if names & LOADER_TRANSFORMS:
@@ -238,8 +237,9 @@ def with_savings(
             evidence["what_if_unsettled"] = True
             sev = capped(sev, "low")
         # (the loader's own finding says what the workers' rate leaves open: its plan)
-        need = None if "loader_plan" in f.evidence else loader_headroom_needed(r, w)
-        if need is not None and unverified is not None:
+        mine = unverified is None or "loader_plan" in f.evidence
+        need = None if mine else _headroom_needed(unverified[0], w)
+        if need is not None:
             # the workers were shown to keep up with the profiled step only, and the step the
             # predictions start from asks more than the loader what-if's own assumption (twice
             # that rate): the trace cannot say they keep up (a DCGAN fed by 2 workers:
