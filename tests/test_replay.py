@@ -351,7 +351,10 @@ def test_bf16_autocast_moves_tf32_gemms_too():
     assert gemm_ms(before, True) == pytest.approx(27.24, abs=0.01)
     assert gemm_ms(after, True) == 0 and gemm_ms(after, False) == pytest.approx(7.31, abs=0.01)
     w = next(f for f in before.findings if f.id == "fp32_compute").what_if
-    assert w.speedup > 2.0  # 2.24x and 1.94x measured
+    # 2.24x and 1.94x measured; 1.58x predicted: this encoder's ReLU FFN kept its activations
+    # in bf16 (its elementwise kernels took 0.54 of their fp32 time), which the transform,
+    # measured on GPT-2 and BERT where autocast left them fp32, does not assume
+    assert 0.75 * 1.94 <= w.speedup < 1.94
 
 
 @pytest.mark.parametrize("pair", FIRST)
@@ -579,12 +582,14 @@ def test_chain_ends_by_hand_on_both_paths() -> None:
 
 def test_bf16_autocast_by_hand():
     """fp32 math on CUDA cores scales by the FP32/BF16 peak ratio (67/989.5), TF32 tensor-core
-    math by TF32/BF16 (494.7/989.5 = 1/2), elementwise kernels move half the bytes, the rest
-    keeps its time. Four kernels queued back to back from 0, each launched before it runs."""
+    math by TF32/BF16 (494.7/989.5 = 1/2); the elementwise kernel keeps its time (GEMMs, not
+    convolutions, are the math: autocast leaves norms, softmax and residual streams in fp32),
+    the rest keeps its time; no torch op launched the GEMMs, so no casts are added. Four
+    kernels queued back to back from 0, each launched before it runs."""
     ev = Events().step(0, 0, 10)
     ev.kernel("volta_sgemm_128x64_nn", 0, 9895, launch_us=0)  # fp32 SIMT: 9895 * 67/989.5 = 670
     ev.kernel("sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n", 9895, 1000, launch_us=1)  # -> 500
-    ev.kernel("vectorized_elementwise_kernel", 10895, 400, launch_us=2)  # -> 200
+    ev.kernel("vectorized_elementwise_kernel", 10895, 400, launch_us=2)  # kept
     ev.kernel("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 11295, 300, launch_us=3)  # kept
     trace = ev.trace()
     # an H200 (data/devices.toml: fp32 67, TF32 494.5, bf16 989.5 TFLOP/s): 1000 * 494.5/989.5
@@ -592,7 +597,7 @@ def test_bf16_autocast_by_hand():
     h200 = replace(trace.meta, devices=[DeviceInfo(0, "NVIDIA H200", 132, 150_000_000_000)])
     m = build_model(model_inputs(build_context(replace(trace, meta=h200))))
     assert m is not None and step_us(m) == 11595
-    after = 670 + 1000 * 494.5 / 989.5 + 200 + 300
+    after = 670 + 1000 * 494.5 / 989.5 + 400 + 300
     assert step_us(whatif.bf16_gemms(m)) == pytest.approx(after, abs=0.1)
     # an unknown device: the table has no peaks, so no prediction, and the transform says why
     assert whatif.bf16_gemms(model_of(ev)) is None
@@ -605,6 +610,33 @@ def test_bf16_autocast_by_hand():
     assert m is not None
     g = whatif.bf16_gemms(m).gpu
     assert int(g["dur_ns"][0]) == int(9_895_000 * 82.6 / 165.2)
+
+
+def test_bf16_autocast_of_a_convolution_by_hand():
+    """A convolution-led step under the bf16 transform, by hand. The fp32 convolution (launched
+    inside ``aten::cudnn_convolution``: its first math kernel) scales by 67/989.5 and gains
+    autocast's casts, 5/3 kernels of the step's median elementwise kernel (200 us) and 5/3 x 2
+    of the median launch call (5 us) of host work before its launch; the elementwise kernel
+    after it halves (its input is the convolution's bf16 output); the optimizer's elementwise
+    kernel, inside ``Optimizer.step#SGD.step``, keeps its time (fp32 parameters). The kernels
+    run back to back on one stream, each launched before the previous ends: the step is the
+    GPU's sum, the launches' 5 us each aside."""
+    ev = Events().step(0, 0, 2000)
+    ev.op("aten::cudnn_convolution", 1, 8)
+    ev.kernel("volta_scudnn_128x64_relu_interior_nn_v1", 10, 989.5, launch_us=2)
+    ev.kernel("vectorized_elementwise_kernel", 999.5, 200, launch_us=20)
+    ev.annotation("Optimizer.step#SGD.step", 30, 10)
+    ev.kernel("vectorized_elementwise_kernel", 1199.5, 200, launch_us=32)
+    h200 = replace(ev.trace().meta, devices=[DeviceInfo(0, "NVIDIA H200", 132, 150_000_000_000)])
+    m = build_model(model_inputs(build_context(replace(ev.trace(), meta=h200))))
+    assert m is not None
+    g = m.gpu.sort("start_ns")
+    assert g.get_column("opens_math_op").to_list() == [True, False, False]
+    assert g.get_column("in_optimizer").to_list() == [False, False, True]
+    after = whatif.bf16_gemms(m).gpu.sort("start_ns").get_column("dur_ns").to_list()
+    casts = 5 / 3 * 200_000
+    assert after[0] == int(989_500 * 67 / 989.5 + casts)
+    assert after[1:] == [100_000, 200_000]
 
 
 def test_selected_fixes_and_all_fixes_hold_every_transform():

@@ -84,7 +84,7 @@ HOLDS = [
     ("timm_jpeg", "dataloader_stall", "workers"),  # 1.76 against 1.76-1.91 (3 -> 12 workers)
     ("timm_jpeg", "dataloader_stall", "workers_6"),  # 1.76 against 1.74-1.90 (3 -> 6 workers)
     ("launch_bound", "unfused_optimizer", "fused_optimizer"),  # 1.63 against 1.31-2.67
-    ("timm_jpeg", "fp32_compute", "bf16_channels_last"),  # 1.12 against 0.85-1.13
+    ("timm_jpeg", "fp32_compute", "bf16_channels_last"),  # 1.00 against 0.85-1.13
     ("timm_jpeg", "pageable_memcpy", "pin_nonblocking"),  # 1.11 against 0.96-1.07
     ("peft_lora", "recompute_overhead", "no_checkpointing"),  # 1.27 against 1.49-2.23
     # the per-step syncs (Trainer's NaN filter and logging, .item() logging): the wait moves
@@ -95,7 +95,7 @@ HOLDS = [
     ("peft_lora", "host_sync", "remove_syncs"),
     # Lightning: the optimizer's own part of optimizer.step(closure), the closure left out
     ("lightning", "unfused_optimizer", "fused_optimizer"),  # 1.10 against 0.80-1.26
-    ("lightning", "fp32_compute", "bf16_mixed"),  # 1.00 against 0.73-1.02
+    ("lightning", "fp32_compute", "bf16_mixed"),  # 0.95 against 0.73-1.02
     # accelerate: one process measured each (A); 0.87, 1.02, 0.95
     ("accelerate", "host_sync", "remove_syncs"),
     ("accelerate", "unfused_optimizer", "fused_optimizer"),
@@ -129,7 +129,7 @@ HOLDS = [
     # torchvision's DeepLabV3 the segmentation reference's way, held out (session 26)
     ("segmentation", "launch_bound", "compile_ro"),  # 1.11 against 1.26-1.35 (C, D)
     ("segmentation", "host_sync", "remove_syncs"),  # 1.00 against 1.02-1.10
-    ("segmentation", "fp32_compute", "bf16"),  # 1.20 against 1.14-1.17 (TF32 math)
+    ("segmentation", "fp32_compute", "bf16"),  # 1.17 against 1.14-1.17 (TF32 math)
     ("segmentation", "fp32_compute", "bf16_channels_last"),  # its advice: 1.12-1.41
     # pytorch/examples' DCGAN (--dataset fake, 2 workers) and word-level LSTM, held out
     # (session 27): recorded before any analysis
@@ -139,10 +139,14 @@ HOLDS = [
     ("word_lm", "launch_bound", "cudagraph"),  # 2.50 against 2.32-2.67 (its advice here)
     ("word_lm", "host_sync", "remove_syncs"),  # 1.01 against 1.01-1.06
     ("word_lm", "fp32_compute", "bf16"),  # 1.00 against 0.78-0.82
+    ("word_lm", "memory_headroom", "batch_4x"),  # 3.84 against 3.29-3.60 (4x recommended)
+    # transformers' Trainer pre-training a BERT-base as run_mlm.py does, held out (session 28)
+    ("bert_mlm", "host_sync", "remove_syncs"),  # 1.09 against 1.05-1.06
+    ("bert_mlm", "dataloader_stall", "workers"),  # 1.07 against 1.03
     # transformers' Trainer on a GPT-2 with 8 micro-batches a step, held out (session 27)
     ("gpt2_accum", "launch_bound", "compile"),  # 1.21 against 1.37-1.85 (default mode; G, H)
     ("gpt2_accum", "memory_headroom", "micro_2x"),  # 1.23 against 1.15-1.23
-    ("gpt2_accum", "fp32_compute", "bf16"),  # 1.15 against 1.17-1.24
+    ("gpt2_accum", "fp32_compute", "bf16"),  # 1.09 against 1.17-1.24 (autocast's casts priced)
     ("gpt2_accum", "host_sync", "remove_syncs"),  # 1.10 against 1.09-1.11
     ("gpt2_accum", "dataloader_stall", "workers"),  # 1.00 against 0.95-0.98
 ]
@@ -260,6 +264,12 @@ MEASURED = {
         "memory_headroom": "micro_2x",
         "dataloader_stall": "workers",  # 0.95-0.98
     },
+    "bert_mlm": {
+        "fp32_compute": "bf16",
+        "host_sync": "remove_syncs",  # 1.05-1.06
+        "dataloader_stall": "workers",  # 1.03
+        "memory_headroom": "batch_4x",  # 1.17-1.21 per sample
+    },
     "word_lm": {
         "host_sync": "remove_syncs",
         "fp32_compute": "bf16",
@@ -317,6 +327,8 @@ LEVER_WITHIN = 0.10  # issue 37: the first finding is the largest measured lever
         ("detection_fixed", "memory_headroom", "batch_2x", "batch_2x"),  # 1.25-1.28
         # bf16 + channels_last 1.12-1.41 (compile_ro 1.26-1.35)
         ("segmentation", "fp32_compute", "bf16_channels_last", "bf16_channels_last"),
+        # bf16 2.35-2.79 (default torch.compile 2.00-2.08)
+        ("bert_mlm", "fp32_compute", "bf16", "bf16"),
         # (the launch-bound loop: a miss, test_the_largest_lever_on_the_launch_bound_loop)
     ],
 )
@@ -439,23 +451,26 @@ def test_compiling_the_lightning_loop() -> None:
 # The applied set of each recorded "all" as --what-if ids (ID@K: the batch multiplier recorded)
 APPLIED = {
     "peft_lora": "memory_headroom@4,recompute_overhead,host_sync",  # 5.09 against 5.94-7.12
-    # no memory events: the batch lever is small_batch (3.00 against 3.35-4.14)
+    # no memory events: the batch lever is small_batch (2.88 against 3.35-4.14)
     "hf_trainer": "host_sync,dataloader_stall,fp32_compute,small_batch@4",
-    # 3.47 against 3.57-3.79: the 4x batch with the loader's host work x4, then the rest
+    # 3.30 against 3.57-3.79: the 4x batch with the loader's host work x4, then the rest
     "lightning": "memory_headroom@4,launch_bound,fp32_compute,unfused_optimizer",
-    # 2.21 against 2.72-3.68 (1.93 while the first step kept the profiler's cost): once the
+    # 2.12 against 2.72-3.68 (1.93 while the first step kept the profiler's cost): once the
     # loader keeps up the step is GPU-bound, and channels_last also drops the layout kernels
     "timm_jpeg": "dataloader_stall,pageable_memcpy,fp32_compute,host_sync",
-    # 2.77 against 2.21-2.82 (held out: calls 14-16)
+    # 2.64 against 2.21-2.82 (held out: calls 14-16)
     "sbert": "dataloader_stall,fp32_compute,host_sync,pageable_memcpy,memory_headroom@4",
     # 1.54 against 1.46-1.78 (held out); its 2x batch is not raised (saturation 1.41) but priced
     # as asked; bf16 in place of fp16 + GradScaler has no finding (measured 0.86-1.13)
     "vit_amp": "unfused_optimizer,host_sync,pageable_memcpy,memory_headroom@2",
     # 4.04 against 3.22-3.33 (held out: session 26)
     "node": "small_batch@4,host_sync",
-    # 1.84 against 1.35-1.53 (held out: session 26); its 8 workers have no finding (the 4 keep
+    # 1.81 against 1.35-1.53 (held out: session 26); its 8 workers have no finding (the 4 keep
     # up: dataloader_stall prices pin_memory, measured with 8 workers 0.99-1.03)
     "detection_fixed": "host_sync,memory_headroom@2,fp32_compute",
+    # 3.14 against 2.62-2.65 (held out: session 27; 4.59 before the bf16 transform priced
+    # misaligned matmuls and autocast's casts)
+    "gpt2_accum": "fp32_compute,memory_headroom@4,host_sync,dataloader_stall",
 }
 
 
@@ -1058,7 +1073,7 @@ def test_compiled_code_graded_on_the_range(loop: str, which: str, cfg: str) -> N
     def grade(share: float) -> str:
         return next(
             s
-            for s, lo in (("high", 0.25), ("medium", 0.10), ("low", 0.03), ("info", 0))
+            for s, lo in (("high", 0.25), ("medium", 0.10), ("low", 0.03), ("info", -math.inf))
             if share >= lo
         )
 
@@ -1614,8 +1629,8 @@ def test_the_held_out_word_lm_loop() -> None:
     est = a.results.replay.unprofiled_step_ns / 1e6
     # the un-profiled step: 6.49 ms against 6.27 in its process (1.04), 5.57-6.28 in A-D
     assert est == pytest.approx(own["unprofiled_same_process_step_ms_window_mean"], rel=0.10)
-    lb = a.findings[0]
-    assert lb.id == "launch_bound" and lb.severity == "high"
+    lb = finding("word_lm", "launch_bound")
+    assert lb.severity == "high"
     # torch.compile leaves nn.LSTM eager: reduce-overhead measured 0.82-0.83x; the advice, and
     # the saving, is the whole step captured by hand: 2.50x against 2.32-2.67x
     assert lb.evidence["rnn_op"] == "aten::lstm" and band("word_lm", "compile_ro")[1] < 0.9
@@ -1641,12 +1656,16 @@ def test_the_held_out_word_lm_loop() -> None:
     # the profiled after: launch_bound gone (the graph's one launch a step)
     after = {f.id: f for f in analysis("word_lm.cudagraph.after.pt.trace.json.gz").findings}
     assert "launch_bound" not in after or after["launch_bound"].severity in ("low", "info")
-    # a ranking miss, as on the launch-bound loop: the 4x batch measured largest (3.29-3.60x
-    # per sample) but memory_headroom recommends 2x (1.97x: the GPU's work scaled linearly
-    # would fill the step at 2.5x; small kernels scale less), priced at 4x within the band
-    at4 = chosen("word_lm.before.pt.trace.json.gz", ["memory_headroom@4"]).what_if
-    assert within(at4.speedup, *band("word_lm", "batch_4x")), at4.speedup
-    assert a.findings[1].id == "memory_headroom" and a.findings[1].what_if.multiplier == 2
+    # the 4x batch measured largest (3.29-3.60x per sample). As first analyzed memory_headroom
+    # recommended 2x (1.97x: the GPU's busy time scaled linearly would fill the step at 2.49x)
+    # and came second, a ranking miss; the replay of 4x gains 1.70x over 2x's even at the
+    # estimate's low end (3.35 against 1.97; 8x 1.18x over 4x's), so 4x is recommended
+    head = a.findings[0]
+    assert head.id == "memory_headroom" and head.what_if.multiplier == 4
+    assert a.results.memory.saturation_multiplier < 4
+    lo, hi = band("word_lm", "batch_4x")
+    assert within(head.what_if.speedup, lo, hi) and head.what_if.speedup > hi
+    assert a.findings[1].id == "launch_bound"
     # the applied set (syncs, 4x batch, bf16) misses: 4.02 against 3.09-3.12: bf16 alone
     # measured 0.78-0.82x (autocast's casts on a host-bound step), which the bf16 transform,
     # scaling the GEMMs only, prices at 1.00x
@@ -1667,7 +1686,7 @@ def test_the_held_out_gpt2_accumulation_loop() -> None:
     failed with accumulation, default torch.compile measured 1.37-1.85x (G, H), the largest
     lever (HOLDS and the first-finding test)."""
     a = analysis("gpt2_accum.before.pt.trace.json.gz")
-    assert [f.id for f in a.findings[:2]] == ["launch_bound", "fp32_compute"]
+    assert a.findings[0].id == "launch_bound"
     head = finding("gpt2_accum", "memory_headroom")
     assert head.severity == "low" and head.what_if.multiplier == 2
     assert 1.0 < head.evidence["saturation_multiplier"] < 2.0
@@ -1685,17 +1704,26 @@ def test_the_held_out_gpt2_accumulation_loop() -> None:
     cfg = json.loads((HERE / "gpt2_accum.truth.json").read_text())["configs"]
     for fix, procs in (("compile_ro", "CD"), ("compile_ro_marked", "EF")):
         assert all("overwritten by a subsequent run" in cfg[fix][p]["error"] for p in procs)
-    # a miss, the applied set (bf16, 4x micro-batches, no syncs, workers): 4.59 against
-    # 2.62-2.65. Each alone holds; together the GPU bounds the step, and there the bf16
-    # transform is too fast: in the profiled bf16 step (P) the GEMMs took 26.1 ms a step
-    # against 93.1 in fp32 (3.6x, where the peaks' ratio is 14.8x) and autocast's casts added
-    # 10.8 ms of elementwise kernels (13.7 -> 24.5): the GPU's 133.3 ms became 65.4, the
-    # transform's 33.8
+    # the applied set (bf16, 4x micro-batches, no syncs, workers): 3.22 against 2.62-2.65
+    # (1.22). As first analyzed 4.59 (1.73): each fix alone held, but with the 4x batch the
+    # GPU bounds the step, and there the bf16 transform was too fast. In the profiled bf16
+    # step (P) the GEMMs took 26.1 ms a step against 93.1 in fp32 (3.6x, the peaks' ratio
+    # 14.8x): the head's three matmuls over the 50,257-word vocabulary, off the 16-byte
+    # alignment, ran cuBLAS's align-1 kernels (1.9-2.6x), the aligned ones 8.7-13x; autocast's
+    # casts added 712 kernels (5.7 ms) a profiled step and the other kernels kept their time
+    # (GELU's pow runs in fp32), where the transform had halved them
     applied = chosen(
         "gpt2_accum.before.pt.trace.json.gz",
         ["fp32_compute", "memory_headroom@4", "host_sync", "dataloader_stall"],
     ).what_if
-    assert applied.speedup > (1 + TOLERANCE) * band("gpt2_accum", "all")[1]
+    assert within(applied.speedup, *band("gpt2_accum", "all")), applied.speedup
+    g = a.results.replay.model.gpu
+    # GPT-2's head: 50,257 words, odd, so its matmuls' bf16 kernels load one element at a time
+    head = g.filter(pl.col("align_16bit") < 8)
+    assert head.height and set(head.get_column("align_16bit")) == {1}
+    # the matmul ops autocast would cast operands for: mm and addmm on the step and autograd
+    # threads, each counted once at its first kernel
+    assert g.get_column("opens_math_op").sum() < g.get_column("fp32_math").sum()
 
 
 def test_the_dcgan_loop_with_8_workers() -> None:
@@ -1714,3 +1742,73 @@ def test_the_dcgan_loop_with_8_workers() -> None:
     assert all(f.severity in ("low", "info") for f in a.findings if f.what_if is not None)
     dl = next(f for f in a.findings if f.id == "dataloader_stall")
     assert dl.evidence["loader_unverified_speedup"] > 2.0
+
+
+def test_the_held_out_bert_mlm_loop() -> None:
+    """transformers' Trainer pre-training a BERT-base as a masked LM the way run_mlm.py does
+    (8 blocks of 512 tokens, the collator masking in the main process, fp32), recorded before
+    any analysis of it (session 28: A, B, P). GPU-bound in fp32 (the GPU's 75.8 ms of a 92 ms
+    step); bf16 measured 2.35-2.79x, the largest lever, and fp32_compute comes first, HIGH.
+    Its point, 1.59x, misses low: in bf16 the step becomes host-bound, and the host the
+    estimate leaves (53.8 ms a step, replayed with the GPU free) is about half again what
+    the measured bf16 steps allow (30.8-38.4 ms): the HF stacks' profiled host keeps more than
+    the per-event cost takes out, as on the Trainer and accelerate loops (1.34-1.41,
+    test_unprofiled_step_estimate_against_the_measured_one). The range's other end, the
+    profiler's cost twice the trace's, is 2.25x."""
+    a = analysis("bert_mlm.before.pt.trace.json.gz")
+    f = a.findings[0]
+    assert f.id == "fp32_compute" and f.severity == "high"
+    lo, hi = band("bert_mlm", "bf16")
+    assert f.what_if.speedup < (1 - TOLERANCE) * lo
+    assert within(f.what_if.speedup_low, lo, hi), f.what_if.speedup_low
+    # the un-profiled step: 92.19 ms against 93.22 in its process (GPU-bound: the hidden host
+    # does not show in it)
+    own = json.loads((HERE / "bert_mlm.truth.json").read_text())["profiled"]["baseline"]
+    est = a.results.replay.unprofiled_step_ns / 1e6
+    assert est == pytest.approx(own["unprofiled_same_process_step_ms_window_mean"], rel=0.05)
+    # BERT's head over 30,522 word pieces (2 mod 8): its matmuls' bf16 kernels load 2
+    # elements at a time, and ran cutlass s16816 align2 kernels in the profiled after
+    g = a.results.replay.model.gpu
+    assert set(g.filter(pl.col("align_16bit") < 8).get_column("align_16bit")) == {2}
+    after = raw_events("bert_mlm.bf16.after.pt.trace.json.gz")
+    assert any("align2" in e["name"] for e in after if e.get("cat") == "kernel")
+    # autocast's casts in the profiled after, counted from the raw events: a cast kernel per
+    # aten::_to_copy, 427 a step against the transform's 5/3 of its 246 math ops a step
+    to_copy = sum(1 for e in after if e.get("cat") == "cpu_op" and e["name"] == "aten::_to_copy")
+    opens = int(g.get_column("opens_math_op").sum()) / a.results.replay.model.steps.height
+    assert to_copy / 3 == pytest.approx(433, abs=10) and opens == pytest.approx(246, abs=2)
+    # the profiled after: fp32_compute gone
+    assert "fp32_compute" not in {
+        x.id for x in analysis("bert_mlm.bf16.after.pt.trace.json.gz").findings
+    }
+    # default torch.compile measured 2.00-2.08x: no finding prices it (launch_bound info 1.03x;
+    # the fusion of its elementwise work, a fifth of the fp32 kernels' time, is not modelled)
+    assert band("bert_mlm", "compile")[0] > 1.9
+    assert finding("bert_mlm", "launch_bound").severity == "info"
+    # the applied set, the 4x batch priced though not raised (its 2x gains under 5%, the GPU
+    # busy): 4.49 against 5.88-6.08 per sample, within the tolerance from below, for the
+    # same reason as bf16 alone
+    sel = chosen(
+        "bert_mlm.before.pt.trace.json.gz",
+        ["fp32_compute", "host_sync", "dataloader_stall", "memory_headroom@4"],
+    )
+    assert sel.priced_not_raised == ("memory_headroom@4",)
+    lo, hi = band("bert_mlm", "all")
+    assert within(sel.what_if.speedup, lo, hi) and sel.what_if.speedup < lo
+
+
+def test_the_doubling_past_the_recommended_batch() -> None:
+    """The word-level LSTM's 8x batch (session 28, processes C2 and D2): 4.41-4.68x per
+    sample, 1.30x over 4x's in the same processes. Replayed, 4.56x, within the band; its low
+    end gains 1.18x over 4x's, under the 1.25 a doubling needs to be recommended, so the
+    recommendation stays 4x (the conservative side: a quarter more throughput measured)."""
+    a = analysis("word_lm.before.pt.trace.json.gz")
+    at8 = chosen("word_lm.before.pt.trace.json.gz", ["memory_headroom@8"]).what_if
+    lo, hi = band("word_lm", "batch_8x")
+    assert lo < at8.speedup < hi, (at8.speedup, lo, hi)
+    assert a.results.memory.recommended_multiplier == 4
+    # the first finding is the batch, the largest measured lever (8x), named at 4x: 3.84x
+    # against 8x's 4.41-4.68 (the whole-step graph 2.32-2.67 comes second)
+    bands = json.loads((HERE / "word_lm.truth.json").read_text())["speedup_band"]
+    best = max((k for k in bands if k not in ("all", "baseline")), key=lambda k: bands[k]["high"])
+    assert best == "batch_8x" and a.findings[0].id == "memory_headroom"

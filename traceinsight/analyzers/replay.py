@@ -454,4 +454,5 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             for d in ctx.device_info
         },
         batch_tensors=batch_tensors(ctx, ranges),
+        op_args=ctx.op_args,
     )

@@ -36,6 +36,7 @@ from traceinsight.model.classify import (
     is_tf32_math,
     name_matches,
 )
+from traceinsight.model.schema import empty_op_args
 
 # A call counts as having waited only when it ended at or after what it waits for (within this).
 WAITED_SLACK_NS = 2_000
@@ -76,6 +77,21 @@ CAPTURABLE_ADAM_EXTRA_KERNELS = 14
 _ADAM_PARAM_KERNEL = "addcdiv"
 _ADAM_STEP = r"#(Adam|AdamW)\.step"
 _MULTI_TENSOR_KERNEL = r"multi_tensor|fused|foreach"
+# The torch ops that run a matmul, a convolution, attention or a cuDNN RNN: autocast casts
+# their fp32 operands to 16 bits. Nested forms (aten::linear -> aten::addmm) resolve to the
+# innermost, the latest-started op around a launch.
+MATH_OP_PATTERN = (
+    r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|matmul|linear|_cudnn_rnn|_cudnn_rnn_backward"
+    r"|cudnn_convolution|cudnn_convolution_transpose|convolution_backward|_convolution"
+    r"|_efficient_attention_forward|_efficient_attention_backward|_flash_attention_forward"
+    r"|_flash_attention_backward|_scaled_dot_product_\w+)$"
+)
+# The matmuls whose 16-bit form needs every leading dimension a multiple of 8 elements (16
+# bytes) for cuBLAS's fastest tensor-core kernels; otherwise it runs kernels that load 2 or 4
+# elements at a time, or one (GPT-2's 50,257-wide head on the H200: cutlass_75 s1688 align1,
+# 1.9-2.6x faster than fp32, not the peaks' 14.8x; BERT's 30,522: s16816 align2, 4.7x)
+_MATMUL_ARGS = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear)$"
+TENSOR_CORE_ALIGN_ELEMENTS = 8
 
 
 @dataclass(frozen=True)
@@ -100,6 +116,9 @@ class ModelInputs:
     # tensors a DataLoader batch carries (analyzers/steps.py batch_tensors; None: no loader):
     # what receiving one batch from workers costs the step thread (whatif.receive_ns)
     batch_tensors: float | None = None
+    # the host ops' recorded arguments (model/schema.py OP_ARGS_SCHEMA; empty without
+    # record_shapes): the matmuls' shapes, for the bf16 transform's alignment
+    op_args: pl.DataFrame = field(default_factory=empty_op_args)
 
     @property
     def loader_receive_ns(self) -> int:
@@ -645,8 +664,101 @@ def _flags(
         },
     )
     gpu = gpu.join(ratios, on="device", how="left", maintain_order="left")
+    first, align = _math_ops(src, host, gpu)
     return host, gpu.with_columns(
-        _capture_extra(src, gpu, bound).alias("capture_extra_kernels"), _alone(gpu)
+        _capture_extra(src, gpu, bound).alias("capture_extra_kernels"),
+        _alone(gpu),
+        first.alias("opens_math_op"),
+        align.alias("align_16bit"),
+    )
+
+
+def _math_ops(
+    src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame
+) -> tuple[pl.Series, pl.Series]:
+    """Per GPU op: whether it is the first math kernel (fp32 or TF32) launched by its torch
+    matmul/convolution op (:data:`MATH_OP_PATTERN`; where autocast's casts of that op's
+    operands would run), and the alignment in elements (1, 2, 4 or 8) its matmul's recorded
+    shapes allow 16-bit tensor-core kernels (8 where no shapes were recorded: the bf16
+    transform then assumes aligned shapes)."""
+    none = pl.Series([False] * gpu.height, dtype=pl.Boolean)
+    aligned = pl.repeat(TENSOR_CORE_ALIGN_ELEMENTS, gpu.height, dtype=pl.Int8, eager=True)
+    math = pl.col("fp32_math") | pl.col("tf32_math")
+    if gpu.height == 0 or host.height == 0 or "name" not in src.ops.columns:
+        return none, aligned
+    ops = src.ops.filter(pl.col("name").str.contains(MATH_OP_PATTERN))
+    if ops.height == 0:
+        return none, aligned
+    is_math = (math & (pl.col("launch") >= 0)).alias("_m")
+    kern = (
+        gpu.select(pl.int_range(pl.len()).alias("_i"), "launch", "launch_key_ns", is_math)
+        .filter("_m")
+        .sort("launch_key_ns")
+    )
+    kern = kern.with_columns(host.get_column("tid").gather(kern.get_column("launch")).alias("tid"))
+    if kern.height == 0:
+        return none, aligned
+    # the latest-started math op on the launching thread, kept where it was still running
+    spans = ops.select("tid", "start_ns", "end_ns", "name").with_row_index("_op").sort("start_ns")
+    kern = kern.join_asof(
+        spans,
+        left_on="launch_key_ns",
+        right_on="start_ns",
+        by="tid",
+        strategy="backward",
+        check_sortedness=False,  # both sorted by time overall, so within each thread too
+    ).filter(pl.col("end_ns") >= pl.col("launch_key_ns"))
+    first = kern.sort("launch_key_ns").unique("_op", keep="first").get_column("_i")
+    at = pl.int_range(gpu.height, eager=True)
+    by_row = _matmul_alignment(src, kern)
+    align = (
+        pl.DataFrame({"_i": at})
+        .join(by_row, on="_i", how="left", maintain_order="left")
+        .get_column("align")
+        .fill_null(TENSOR_CORE_ALIGN_ELEMENTS)
+        .cast(pl.Int8)
+    )
+    return at.is_in(first.implode()), align
+
+
+def _matmul_alignment(src: ModelInputs, kern: pl.DataFrame) -> pl.DataFrame:
+    """``_i`` (rows of ``kern``) and ``align``: the largest power of two, at most
+    :data:`TENSOR_CORE_ALIGN_ELEMENTS`, dividing the first matrix's last dimension and both of
+    the second's in the matmul op's recorded shapes (row-major leading dimensions; the batch's
+    rows never matter), for the ops below 8."""
+    empty = pl.DataFrame(schema={"_i": kern.schema["_i"], "align": pl.Int64})
+    args = src.op_args
+    if args.height == 0 or kern.height == 0:
+        return empty
+    shaped = args.filter(
+        pl.col("name").str.contains(_MATMUL_ARGS) & pl.col("input_dims").str.contains(r"\d")
+    )
+    if shaped.height == 0:
+        return empty
+    # the 2-D (or more) operands in order: "[[2048, 512], [512, 50257]]", addmm's bias first
+    mats = shaped.select(
+        "tid",
+        "start_ns",
+        pl.col("input_dims").str.extract_all(r"\[\d+(?:, \d+)+\]").alias("_m"),
+    ).filter(pl.col("_m").list.len() >= 2)
+    if mats.height == 0:
+        return empty
+    dims = [
+        pl.col("_m").list.get(i).str.extract_all(r"\d+").cast(pl.List(pl.Int64)) for i in (0, 1)
+    ]
+    # the lowest set bit of a dimension: the largest power of two dividing it
+    lead = [dims[0].list.get(-1), dims[1].list.get(-1), dims[1].list.get(-2)]
+    align = pl.min_horizontal(
+        *(d.and_(-d).clip(upper_bound=TENSOR_CORE_ALIGN_ELEMENTS) for d in lead)
+    )
+    bad = mats.select("tid", "start_ns", align.alias("align")).filter(
+        pl.col("align") < TENSOR_CORE_ALIGN_ELEMENTS
+    )
+    # ops recorded at the same instant on a thread (a composite and its child) join twice
+    return (
+        kern.join(bad, on=["tid", "start_ns"], how="inner")
+        .group_by("_i")
+        .agg(pl.col("align").min())
     )
 
 

@@ -67,6 +67,12 @@ GPU_FLAGS = (
     "capture_extra_kernels",
     # the op's stream never ran beside its device's other streams in the recording
     "alone",
+    # the first fp32/TF32 math kernel its torch matmul/convolution op launched (autocast's
+    # casts of the op's operands run before it)
+    "opens_math_op",
+    # the alignment in elements (1, 2, 4; 8: aligned or no shapes recorded) a matmul's recorded
+    # shapes allow 16-bit tensor-core kernels
+    "align_16bit",
 )
 # The gap's shares inside kinds of host work: they shrink with the gap (without_profiler).
 SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceinsight.causal.build import TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.columns import SUBGAPS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
@@ -19,6 +20,15 @@ from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
 # a memory-bound fp32 kernel moves half the bytes in bf16 (the peaks' ratios are the device's:
 # the build's fp32_time_ratio and tf32_time_ratio columns, from data/devices.toml)
 BF16_MEMORY_RATIO = 0.5
+# autocast's casts per matmul/convolution op: a Linear casts its input, weight and bias forward
+# and their gradients back (about five casts) over its three matmuls (forward, input gradient,
+# weight gradient). Counted 2.05 an op on GPT-2 (accumulated micro-batches recast each weight)
+# and 1.13 on BERT (two forwards sharing the cached weight casts).
+AUTOCAST_CASTS_PER_OP = 5 / 3
+# a cast's host work: autocast's cached_cast -> aten::to -> _to_copy -> empty_strided + copy_
+# and its launch, from C++ (no Python): taken as two of the trace's launch calls, the launch
+# and the dispatcher's work around it
+CAST_HOST_LAUNCHES = 2.0
 PINNED_H2D_BYTES_PER_NS = 50.0  # PCIe Gen5 x16 pinned DMA, about 50 GB/s measured on H200 hosts
 SYNC_RETURN_NS = 2_000  # a call that no longer waits still costs its API overhead
 GRAPH_LAUNCH_NS = 10_000  # one cudaGraphLaunch per step
@@ -447,27 +457,69 @@ def recompute_removed(model: StepModel) -> StepModel | None:
 
 
 def bf16_gemms(model: StepModel) -> StepModel | None:
-    """fp32 math on CUDA cores moved to bf16 tensor cores at the ratio of the device's
-    datasheet peaks (fp32 / bf16, from data/devices.toml: 67 / 989.5 on an H200, 82.6 / 165 on
-    an RTX 4090), and TF32 tensor-core math (autocast moves the same matmuls) at TF32 / bf16;
-    the elementwise and reduction kernels around it move half the bytes. Real GEMMs reach a
-    fraction of either peak, the same fraction assumed. A device the table lacks: no
-    prediction."""
+    """The step under bf16 autocast. fp32 math on CUDA cores moves to bf16 tensor cores at the
+    ratio of the device's datasheet peaks (fp32 / bf16, from data/devices.toml: 67 / 989.5 on
+    an H200, 82.6 / 165 on an RTX 4090), TF32 tensor-core math at TF32 / bf16: real GEMMs reach
+    a fraction of either peak, the same fraction assumed (aligned bf16 GEMMs measured 8.7-13x
+    their fp32 time on the H200's BERT and GPT-2 loops). A matmul whose recorded shapes allow
+    loads of only g < 8 elements (a 50,257-wide vocabulary: 1; 30,522: 2) takes 8/g that time,
+    at most its fp32 time: the kernel is bound by issuing its loads (GPT-2's head measured
+    1.9-2.6x faster than fp32 on the H200, 14.8 / 8 = 1.85 priced; BERT's, 4.7x against 3.7);
+    without recorded shapes every matmul is taken as aligned. Where convolutions are most of the math, the elementwise and reduction
+    kernels around them move half the bytes (a convolution's bf16 output feeds batch norm and
+    the activation in bf16), the optimizer's excepted (it updates fp32 parameters); elsewhere they keep their time: autocast runs layer norm, softmax,
+    pow and losses in fp32 and a transformer's residual stream stays fp32 (measured within 3%
+    on the GPT-2 and BERT loops; a ReLU encoder's, whose FFN activations stay bf16, took 0.54
+    of its time: there the prediction is low, by 0.81 of the measured). Each
+    matmul or convolution op adds :data:`AUTOCAST_CASTS_PER_OP` casts, each a kernel as long as
+    the step's median elementwise kernel and host work of :data:`CAST_HOST_LAUNCHES` of its
+    median launch calls. A device the table lacks: no prediction."""
     g = model.gpu
     known = pl.col("fp32_time_ratio").is_not_null()
     if _share(g, pl.col("fp32_math") & known, "dur_ns") < NEGLIGIBLE_RATIO:
         return None
-    memory_bound = pl.col("kernel_class").cast(pl.String).is_in(["elementwise", "reduction"])
+    elementwise = pl.col("kernel_class").cast(pl.String) == "elementwise"
+    cast_ns = g.filter(elementwise).get_column("dur_ns").median() or 0
+    h = model.host
+    launch_ns = (
+        h.filter(pl.col("is_launch") & (pl.col("wait") == WAIT_NONE)).get_column("dur_ns").median()
+        or 0
+    )
+    dispatch_ns = CAST_HOST_LAUNCHES * float(launch_ns)
+    casts = pl.col("opens_math_op") & (pl.col("fp32_math") | pl.col("tf32_math"))
+    # a kernel that loads g elements at a time where aligned ones load 8 issues 8/g the loads
+    unaligned = TENSOR_CORE_ALIGN_ELEMENTS / pl.col("align_16bit").cast(pl.Float64)
+    klass = pl.col("kernel_class").cast(pl.String)
+    math_ns = g.group_by(klass.alias("k")).agg(pl.col("dur_ns").sum())
+    by_class = dict(zip(math_ns.get_column("k"), math_ns.get_column("dur_ns"), strict=True))
+    convolutional = by_class.get("conv", 0) > by_class.get("gemm", 0) + by_class.get("attention", 0)
+    # the optimizer's kernels update the fp32 parameters and moments whatever autocast does
+    memory_bound = (
+        klass.is_in(["elementwise", "reduction"]) & pl.lit(convolutional) & ~pl.col("in_optimizer")
+    )
     g = g.with_columns(
-        pl.when(pl.col("fp32_math") & known)
-        .then((pl.col("dur_ns") * pl.col("fp32_time_ratio")).cast(pl.Int64))
-        .when(pl.col("tf32_math") & pl.col("tf32_time_ratio").is_not_null())
-        .then((pl.col("dur_ns") * pl.col("tf32_time_ratio")).cast(pl.Int64))
-        .when(memory_bound)
-        .then((pl.col("dur_ns") * BF16_MEMORY_RATIO).cast(pl.Int64))
-        .otherwise(pl.col("dur_ns"))
+        (
+            pl.when(pl.col("fp32_math") & known)
+            .then(pl.col("dur_ns") * (pl.col("fp32_time_ratio") * unaligned).clip(upper_bound=1))
+            .when(pl.col("tf32_math") & pl.col("tf32_time_ratio").is_not_null())
+            .then(pl.col("dur_ns") * (pl.col("tf32_time_ratio") * unaligned).clip(upper_bound=1))
+            .when(memory_bound)
+            .then(pl.col("dur_ns") * BF16_MEMORY_RATIO)
+            .otherwise(pl.col("dur_ns"))
+            + pl.when(casts).then(AUTOCAST_CASTS_PER_OP * float(cast_ns)).otherwise(0.0)
+        )
+        .cast(pl.Int64)
         .alias("dur_ns")
     )
+    launches = g.filter(casts & (pl.col("launch") >= 0)).get_column("launch")
+    if launches.len() and dispatch_ns:
+        extra = int(AUTOCAST_CASTS_PER_OP * float(dispatch_ns))
+        hit = pl.int_range(pl.len()).is_in(launches.implode())
+        h = h.with_columns(
+            (pl.col(c) + pl.when(hit).then(extra).otherwise(0)).alias(c)
+            for c in ("gap_ns", "gap_ops_ns")
+        )
+        return StepModel(host=h, gpu=g, steps=model.steps)
     return model.with_gpu(g)
 
 
@@ -671,7 +723,17 @@ TRANSFORMS: dict[str, Transform] = {
         _t(recompute_removed, host={"gap_recompute_ns", "in_recompute"}, gpu={"in_recompute"}),
         _t(
             bf16_gemms,
-            gpu={"fp32_math", "tf32_math", "kernel_class", "fp32_time_ratio", "tf32_time_ratio"},
+            host={"is_launch", "gap_ops_ns"},
+            gpu={
+                "fp32_math",
+                "tf32_math",
+                "kernel_class",
+                "fp32_time_ratio",
+                "tf32_time_ratio",
+                "opens_math_op",
+                "align_16bit",
+                "in_optimizer",
+            },
             unpriced=_bf16_unpriced,
         ),
         _t(no_empty_cache, host={"is_alloc", "in_empty_cache", "gap_empty_cache_ns"}),
