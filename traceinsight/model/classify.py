@@ -173,11 +173,13 @@ FP32_RULES: list[tuple[str, str]] = [
     ("scudnn", r"scudnn"),
     # cuDNN's templated legacy engines on float: wgrad_alg0_engine<float, ...>, dgrad_engine<float,
     # implicit/explicit_convolve_sgemm<float, winograd*<float, fft1d/2d_*<float, im2col*<float and the
-    # layout kernels they run with; also ATen's own convolutions (conv_depthwise2d_*<float>)
+    # layout kernels they run with; also ATen's own convolutions (conv_depthwise2d_*<float>) and
+    # cuDNN's grouped (depthwise) weight gradient, wgrad2d_grouped_direct_kernel<false, true,
+    # int, float, ...> (ConvNeXt's 7x7 depthwise layers: 31 ms of a 185 ms fp32 step)
     (
         "cudnn_float_template",
         r"([dw]grad\w*|engine|convolve_sgemm|winograd\w*|fft[123]d_\w+|im2col\w*|conv\w*|nchwtonhwckernel"
-        r"|nhwctonchwkernel|scalepackedtensor_kernel)<(\d+, )*float[,>]",
+        r"|nhwctonchwkernel|scalepackedtensor_kernel)<((\d+|true|false|int|long), )*float[,>]",
     ),
     # cuDNN's FFT convolution on float: its frequency-domain product (float2: complex fp32)
     ("cudnn_fft_product", r"pointwise_mult_and_sum_complex<float2"),
