@@ -460,20 +460,23 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     """The step under bf16 autocast. fp32 math on CUDA cores moves to bf16 tensor cores at the
     ratio of the device's datasheet peaks (fp32 / bf16, from data/devices.toml: 67 / 989.5 on
     an H200, 82.6 / 165 on an RTX 4090), TF32 tensor-core math at TF32 / bf16: real GEMMs reach
-    a fraction of either peak, the same fraction assumed (aligned bf16 GEMMs measured 8.7-13x
-    their fp32 time on the H200's BERT and GPT-2 loops). A matmul whose recorded shapes allow
-    loads of only g < 8 elements (a 50,257-wide vocabulary: 1; 30,522: 2) takes 8/g that time,
-    at most its fp32 time: the kernel is bound by issuing its loads (GPT-2's head measured
-    1.9-2.6x faster than fp32 on the H200, 14.8 / 8 = 1.85 priced; BERT's, 4.7x against 3.7);
-    without recorded shapes every matmul is taken as aligned. Where convolutions are most of the math, the elementwise and reduction
-    kernels around them move half the bytes (a convolution's bf16 output feeds batch norm and
-    the activation in bf16), the optimizer's excepted (it updates fp32 parameters); elsewhere they keep their time: autocast runs layer norm, softmax,
-    pow and losses in fp32 and a transformer's residual stream stays fp32 (measured within 3%
-    on the GPT-2 and BERT loops; a ReLU encoder's, whose FFN activations stay bf16, took 0.54
-    of its time: there the prediction is low, by 0.81 of the measured). Each
-    matmul or convolution op adds :data:`AUTOCAST_CASTS_PER_OP` casts, each a kernel as long as
-    the step's median elementwise kernel and host work of :data:`CAST_HOST_LAUNCHES` of its
-    median launch calls. A device the table lacks: no prediction."""
+    a fraction of either peak, the same fraction assumed (bf16 GEMMs measured 8.7-13x faster
+    than fp32 on the H200's BERT and GPT-2 loops). A matmul whose recorded shapes allow loads
+    of only g < 8 elements (a 50,257-wide vocabulary: 1; 30,522: 2) takes 8/g that time, at
+    most its fp32 time: the kernel is bound by issuing its loads (GPT-2's head measured 1.9-2.6x
+    faster than fp32, priced 14.8 / 8 = 1.85x; BERT's 4.7x, priced 3.7x); without recorded
+    shapes every matmul is taken as aligned.
+
+    Where convolutions are most of the math, the elementwise and reduction kernels around them
+    move half the bytes (a convolution's bf16 output feeds batch norm and the activation in
+    bf16), the optimizer's excepted (it updates fp32 parameters). Elsewhere they keep their
+    time: autocast runs layer norm, softmax, pow and losses in fp32 and a transformer's
+    residual stream stays fp32 (within 3% on the GPT-2 and BERT loops; a ReLU encoder, whose
+    FFN activations stay bf16, took 0.54 of that time: there the prediction is 0.81 of the
+    measured). Each matmul or convolution op adds :data:`AUTOCAST_CASTS_PER_OP` casts, each a
+    kernel as long as the step's median elementwise kernel and host work of
+    :data:`CAST_HOST_LAUNCHES` of its median launch calls before the op's first math kernel.
+    A device the table lacks: no prediction."""
     g = model.gpu
     known = pl.col("fp32_time_ratio").is_not_null()
     if _share(g, pl.col("fp32_math") & known, "dur_ns") < NEGLIGIBLE_RATIO:
