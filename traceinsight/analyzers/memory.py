@@ -743,10 +743,8 @@ def _doublings(
     current = next((g for g in gains if g.multiplier == rec), None)
     current_low = low_end(current) if current is not None else None
     while current_low and 2 * rec <= min(fit, MAX_MULTIPLIER):
-        p = replay.predict(whatif.gpu_work_scaled(float(2 * rec)))
-        if p is None or not p.speedup:
+        if (nxt := _gain(replay, 2 * rec)) is None:
             break
-        nxt = BatchGain(2 * rec, p.step_time_ns, p.step_time_after_ns, 2 * rec * p.speedup)
         nxt_low = low_end(nxt)
         if not nxt_low or nxt_low < DOUBLING_MIN_GAIN * current_low:
             break
@@ -763,8 +761,14 @@ def _batch_gains(replay: ReplayResult, rec: int | None) -> tuple[BatchGain, ...]
     out: list[BatchGain] = []
     small = replay.host_nodes + replay.gpu_nodes <= GAIN_TABLE_MAX_NODES
     for m in sorted({m for m in (2, 4, 8) if m <= rec and small} | {rec}):
-        p = replay.predict(whatif.gpu_work_scaled(float(m)))
-        if p is None or not p.speedup:
-            continue
-        out.append(BatchGain(m, p.step_time_ns, p.step_time_after_ns, m * p.speedup))
+        if (g := _gain(replay, m)) is not None:
+            out.append(g)
     return tuple(out)
+
+
+def _gain(replay: ReplayResult, m: int) -> BatchGain | None:
+    """The replayed step at ``m`` x the batch (None where the replay has no answer)."""
+    p = replay.predict(whatif.gpu_work_scaled(float(m)))
+    if p is None or not p.speedup:
+        return None
+    return BatchGain(m, p.step_time_ns, p.step_time_after_ns, m * p.speedup)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceinsight.causal.columns import RANGES
+from traceinsight.causal.columns import RANGES, TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.graph import (
     NEG_NS,
     WAIT_DEVICE,
@@ -36,6 +36,7 @@ from traceinsight.model.classify import (
     is_tf32_math,
     name_matches,
 )
+from traceinsight.model.flops import op_costs
 from traceinsight.model.schema import empty_op_args
 
 # A call counts as having waited only when it ended at or after what it waits for (within this).
@@ -91,7 +92,6 @@ MATH_OP_PATTERN = (
 # elements at a time, or one (GPT-2's 50,257-wide head on the H200: cutlass_75 s1688 align1,
 # 1.9-2.6x faster than fp32, not the peaks' 14.8x; BERT's 30,522: s16816 align2, 4.7x)
 _MATMUL_ARGS = r"^aten::(mm|addmm|bmm|baddbmm|addbmm|matmul|linear)$"
-TENSOR_CORE_ALIGN_ELEMENTS = 8
 
 
 @dataclass(frozen=True)
@@ -723,9 +723,9 @@ def _math_ops(
 
 def _matmul_alignment(src: ModelInputs, kern: pl.DataFrame) -> pl.DataFrame:
     """``_i`` (rows of ``kern``) and ``align``: the largest power of two, at most
-    :data:`TENSOR_CORE_ALIGN_ELEMENTS`, dividing the first matrix's last dimension and both of
-    the second's in the matmul op's recorded shapes (row-major leading dimensions; the batch's
-    rows never matter), for the ops below 8."""
+    :data:`TENSOR_CORE_ALIGN_ELEMENTS`, dividing both K and N of the matmul op's recorded
+    shapes (model/flops.py ``gemm_cost``: the row-major leading dimensions; M, the batch's
+    rows, never matters), for the ops below 8."""
     empty = pl.DataFrame(schema={"_i": kern.schema["_i"], "align": pl.Int64})
     args = src.op_args
     if args.height == 0 or kern.height == 0:
@@ -735,24 +735,19 @@ def _matmul_alignment(src: ModelInputs, kern: pl.DataFrame) -> pl.DataFrame:
     )
     if shaped.height == 0:
         return empty
-    # the 2-D (or more) operands in order: "[[2048, 512], [512, 50257]]", addmm's bias first
-    mats = shaped.select(
-        "tid",
-        "start_ns",
-        pl.col("input_dims").str.extract_all(r"\[\d+(?:, \d+)+\]").alias("_m"),
-    ).filter(pl.col("_m").list.len() >= 2)
-    if mats.height == 0:
-        return empty
-    dims = [
-        pl.col("_m").list.get(i).str.extract_all(r"\d+").cast(pl.List(pl.Int64)) for i in (0, 1)
-    ]
+    key = ["name", "input_dims", "input_types", "concrete_inputs"]
+    shapes = op_costs(shaped.select(key).unique()).select(*key, "gemm_n", "gemm_k")
     # the lowest set bit of a dimension: the largest power of two dividing it
-    lead = [dims[0].list.get(-1), dims[1].list.get(-1), dims[1].list.get(-2)]
     align = pl.min_horizontal(
-        *(d.and_(-d).clip(upper_bound=TENSOR_CORE_ALIGN_ELEMENTS) for d in lead)
+        *(
+            pl.col(d).and_(-pl.col(d)).clip(upper_bound=TENSOR_CORE_ALIGN_ELEMENTS)
+            for d in ("gemm_k", "gemm_n")
+        )
     )
-    bad = mats.select("tid", "start_ns", align.alias("align")).filter(
-        pl.col("align") < TENSOR_CORE_ALIGN_ELEMENTS
+    bad = (
+        shaped.join(shapes, on=key, how="inner", nulls_equal=True)
+        .select("tid", "start_ns", align.alias("align"))
+        .filter(pl.col("align") < TENSOR_CORE_ALIGN_ELEMENTS)
     )
     # ops recorded at the same instant on a thread (a composite and its child) join twice
     return (

@@ -70,9 +70,11 @@ GPU_FLAGS = (
     # the first fp32/TF32 math kernel its torch matmul/convolution op launched (autocast's
     # casts of the op's operands run before it)
     "opens_math_op",
-    # the alignment in elements (1, 2, 4; 8: aligned or no shapes recorded) a matmul's recorded
-    # shapes allow 16-bit tensor-core kernels
+    # the alignment in elements (1, 2, 4; TENSOR_CORE_ALIGN_ELEMENTS: aligned, or no shapes
+    # recorded) a matmul's recorded shapes allow 16-bit tensor-core kernels
     "align_16bit",
 )
+# 16 bytes: the 16-bit elements cuBLAS's fastest tensor-core kernels load at a time (align_16bit)
+TENSOR_CORE_ALIGN_ELEMENTS = 8
 # The gap's shares inside kinds of host work: they shrink with the gap (without_profiler).
 SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns")

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.causal.build import TENSOR_CORE_ALIGN_ELEMENTS
-from traceinsight.causal.columns import SUBGAPS
+from traceinsight.causal.columns import SUBGAPS, TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
 
@@ -481,8 +480,8 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     known = pl.col("fp32_time_ratio").is_not_null()
     if _share(g, pl.col("fp32_math") & known, "dur_ns") < NEGLIGIBLE_RATIO:
         return None
-    elementwise = pl.col("kernel_class").cast(pl.String) == "elementwise"
-    cast_ns = g.filter(elementwise).get_column("dur_ns").median() or 0
+    klass = pl.col("kernel_class").cast(pl.String)
+    cast_ns = g.filter(klass == "elementwise").get_column("dur_ns").median() or 0
     h = model.host
     launch_ns = (
         h.filter(pl.col("is_launch") & (pl.col("wait") == WAIT_NONE)).get_column("dur_ns").median()
@@ -492,9 +491,8 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     casts = pl.col("opens_math_op") & (pl.col("fp32_math") | pl.col("tf32_math"))
     # a kernel that loads g elements at a time where aligned ones load 8 issues 8/g the loads
     unaligned = TENSOR_CORE_ALIGN_ELEMENTS / pl.col("align_16bit").cast(pl.Float64)
-    klass = pl.col("kernel_class").cast(pl.String)
-    math_ns = g.group_by(klass.alias("k")).agg(pl.col("dur_ns").sum())
-    by_class = dict(zip(math_ns.get_column("k"), math_ns.get_column("dur_ns"), strict=True))
+    per_class = g.group_by(klass.alias("k")).agg(pl.col("dur_ns").sum())
+    by_class = dict(zip(per_class.get_column("k"), per_class.get_column("dur_ns"), strict=True))
     convolutional = by_class.get("conv", 0) > by_class.get("gemm", 0) + by_class.get("attention", 0)
     # the optimizer's kernels update the fp32 parameters and moments whatever autocast does
     memory_bound = (
