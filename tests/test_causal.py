@@ -144,3 +144,35 @@ def test_a_host_time_cut_comes_out_of_the_gaps_inside_the_op() -> None:
         assert abs(gap[row["node"]] - expect) <= 1, name
     untouched = h.filter(~pl.col("node").is_in([r["node"] for r in (a, b, c, d)]))
     assert all(gap[n] == g for n, g in zip(untouched["node"], untouched["gap_ns"], strict=True))
+
+
+def test_a_larger_batch_after_the_advised_loader_scales_what_the_loader_left() -> None:
+    """The advised loader takes the batch's loading off the step thread; a larger batch after it
+    (the applied set ``dataloader_stall,memory_headroom@4``) scales only what the step thread
+    still spends on the loader (the floor: a ``__next__`` that finds its batch ready), not the
+    loading the workers now do. Until session 30 the loader left its column as it was, and the
+    4x batch added back 3x the loading it had removed (the held-out image loop's set: 2.08x
+    priced, 7.61-8.49x measured). Hand-computed over the model's own columns."""
+    from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
+
+    model = model_of(PAIRS / "dataloader.before.pt.trace.json.gz")
+    h = model.host
+    loading = int(h["gap_dataloader_ns"].sum())
+    floor = int(h["gap_dataloader_ns"].clip(upper_bound=DATALOADER_FLOOR_NS).sum())
+    assert loading > 100 * floor > 0
+    floored = transforms.dataloader_floor(model)
+    assert floored is not None
+    assert int(floored.host["gap_dataloader_ns"].sum()) == floor
+    both = transforms.gpu_work_scaled(4.0)(floored)
+    assert both is not None
+    added = int(both.host["gap_ns"].sum()) - int(floored.host["gap_ns"].sum())
+    assert abs(added - 3 * floor) <= h.height  # the Int64 casts, a ns a row
+    # the workers-without-pinning variant keeps the receiving, scaled likewise
+    unpinned = transforms.dataloader_unpinned(model)
+    assert unpinned is not None
+    kept = int(unpinned.host["gap_dataloader_ns"].sum())
+    assert 0 < kept < loading
+    scaled = transforms.gpu_work_scaled(4.0)(unpinned)
+    assert scaled is not None
+    added = int(scaled.host["gap_ns"].sum()) - int(unpinned.host["gap_ns"].sum())
+    assert abs(added - 3 * kept) <= h.height

@@ -9,6 +9,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context
 from traceinsight.model.classify import (
+    ATEN_DEPTHWISE_PATTERN,
     EAGER_ELEMENTWISE,
     TRITON_POINTWISE,
     coded_names,
@@ -40,6 +41,10 @@ class KernelResult:
     # tensor cores twice as fast at peak
     tf32_math_ns: int = 0
     tf32_gemm_time_ratio: float | None = None
+    # ATen's channels-first depthwise kernels (model/classify.py ATEN_DEPTHWISE_PATTERN): their
+    # time and count; channels_last sends those layers to cuDNN's NHWC kernels
+    aten_depthwise_ns: int = 0
+    aten_depthwise_count: int = 0
 
 
 def analyze_kernels(ctx: Context) -> KernelResult:
@@ -92,6 +97,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         .sort(["total_ns", "name"], descending=[True, False])
         .head(5)
     )
+    dw = names_matching(k, ATEN_DEPTHWISE_PATTERN)
     steps = ctx.steps.height
     return KernelResult(
         kernel_count=n,
@@ -108,5 +114,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         fp32_gemm_time_ratio=(fp32_ns / math_ns) if math_ns else None,
         top_fp32_kernels=tuple(top_fp32.iter_rows(named=True)),
         tf32_math_ns=tf32_ns,
+        aten_depthwise_ns=int(dw["dur_ns"].sum()) if dw.height else 0,
+        aten_depthwise_count=dw.height,
         tf32_gemm_time_ratio=(tf32_ns / math_ns) if math_ns else None,
     )

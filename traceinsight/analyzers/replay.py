@@ -455,4 +455,9 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
         },
         batch_tensors=batch_tensors(ctx, ranges),
         op_args=ctx.op_args,
+        memory_bandwidths={
+            d.id: spec.memory_bandwidth_bytes_per_s
+            for d in ctx.device_info
+            if (spec := spec_of(d)) is not None and spec.memory_bandwidth_bytes_per_s
+        },
     )

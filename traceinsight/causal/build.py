@@ -28,6 +28,7 @@ from traceinsight.causal.whatif import receive_ns
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import (
     ALLOCATOR_API,
+    ATEN_DEPTHWISE_PATTERN,
     BLOCKING_COPY_API,
     IMPLICIT_SYNC_API,
     LAUNCH_API,
@@ -81,6 +82,9 @@ _MULTI_TENSOR_KERNEL = r"multi_tensor|fused|foreach"
 # The torch ops that run a matmul, a convolution, attention or a cuDNN RNN: autocast casts
 # their fp32 operands to 16 bits. Nested forms (aten::linear -> aten::addmm) resolve to the
 # innermost, the latest-started op around a launch.
+# The convolution ops whose recorded shapes give a depthwise layer's bytes: the forward
+# (aten::_convolution, around ATen's _conv_depthwise2d) and the backward
+DEPTHWISE_CONV_OPS = r"^aten::(_convolution|convolution|convolution_backward)$"
 MATH_OP_PATTERN = (
     r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|matmul|linear|_cudnn_rnn|_cudnn_rnn_backward"
     r"|cudnn_convolution|cudnn_convolution_transpose|convolution_backward|_convolution"
@@ -119,6 +123,9 @@ class ModelInputs:
     # the host ops' recorded arguments (model/schema.py OP_ARGS_SCHEMA; empty without
     # record_shapes): the matmuls' shapes, for the bf16 transform's alignment
     op_args: pl.DataFrame = field(default_factory=empty_op_args)
+    # device -> its memory bandwidth (bytes/s, the device spec table): channels_last's
+    # depthwise kernels are priced at it
+    memory_bandwidths: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def loader_receive_ns(self) -> int:
@@ -670,6 +677,81 @@ def _flags(
         _alone(gpu),
         first.alias("opens_math_op"),
         align.alias("align_16bit"),
+        _nhwc_depthwise(src, host, gpu).alias("nhwc_depthwise_ns"),
+    )
+
+
+def _nhwc_depthwise(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
+    """Per GPU op: for ATen's channels-first depthwise kernels (model/classify.py
+    :data:`~traceinsight.model.classify.ATEN_DEPTHWISE_PATTERN`), the time cuDNN's NHWC
+    depthwise kernels would take for the same layer in channels_last: the bytes its convolution
+    op moves (model/flops.py, from the recorded shapes: input, weight and output forward; the
+    gradients, input and weight backward) at the device's memory bandwidth, shared among the
+    op's depthwise kernels by their time. Null elsewhere, and where the shapes or the device's
+    bandwidth are unknown."""
+    out = pl.Series("nhwc_depthwise_ns", [None] * gpu.height, dtype=pl.Int64)
+    args = src.op_args
+    if gpu.height == 0 or host.height == 0 or args.height == 0 or not src.memory_bandwidths:
+        return out
+    dw = (pl.col("kind") == "kernel") & pl.col("name").str.contains(ATEN_DEPTHWISE_PATTERN)
+    kern = gpu.select(
+        pl.int_range(pl.len()).alias("_i"),
+        "launch",
+        "launch_key_ns",
+        "dur_ns",
+        "device",
+        dw.alias("_dw"),
+    ).filter(pl.col("_dw") & (pl.col("launch") >= 0))
+    if kern.height == 0:
+        return out
+    kern = kern.with_columns(host.get_column("tid").gather(kern.get_column("launch")).alias("tid"))
+    convs = args.filter(
+        pl.col("name").str.contains(DEPTHWISE_CONV_OPS) & pl.col("input_dims").str.contains(r"\d")
+    )
+    if convs.height == 0:
+        return out
+    key = ["name", "input_dims", "input_types", "concrete_inputs"]
+    costs = op_costs(convs.select(key).unique()).select(*key, "bytes")
+    spans = (
+        convs.join(costs, on=key, how="left", nulls_equal=True)
+        .select("tid", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "bytes")
+        .with_row_index("_op")
+        .sort("start_ns")
+    )
+    bw = pl.DataFrame(
+        {"device": list(src.memory_bandwidths), "_bw": list(src.memory_bandwidths.values())},
+        schema={"device": gpu.schema["device"], "_bw": pl.Float64},
+    )
+    # the latest-started convolution op on the launching thread, kept while it runs
+    priced = (
+        kern.sort("launch_key_ns")
+        .join_asof(
+            spans,
+            left_on="launch_key_ns",
+            right_on="start_ns",
+            by="tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter((pl.col("end_ns") >= pl.col("launch_key_ns")) & pl.col("bytes").is_not_null())
+        .join(bw, on="device", how="inner")
+        .with_columns(
+            (
+                pl.col("bytes")
+                / pl.col("_bw")
+                * 1e9
+                * pl.col("dur_ns")
+                / pl.col("dur_ns").sum().over("_op")
+            )
+            .cast(pl.Int64)
+            .alias("_ns")
+        )
+    )
+    return (
+        pl.DataFrame({"_i": pl.int_range(gpu.height, eager=True)})
+        .join(priced.select("_i", "_ns"), on="_i", how="left", maintain_order="left")
+        .get_column("_ns")
+        .alias("nhwc_depthwise_ns")
     )
 
 

@@ -400,19 +400,20 @@ def dataloader_floor(model: StepModel) -> StepModel | None:
     """The advised loader: batches prefetched by worker processes into pinned memory. The
     pin-memory thread receives each batch from the workers, so each wait in the step thread
     drops to :data:`~traceinsight.causal.whatif.DATALOADER_FLOOR_NS` (a workers-and-pinned
-    trace: 0.05 ms a ``__next__``, no op), and its pageable copies become async."""
+    trace: 0.05 ms a ``__next__``, no op), and its pageable copies become async. What the
+    step thread still spends on the loader is what the gap keeps of it, so a transform after
+    this one (a larger batch) scales only that: it assumes workers enough for the batch it
+    loads (at k times the batch, k times the workers a batch needs now)."""
     h = model.host
     if not h.select((pl.col("gap_dataloader_ns") > 0).any()).item():
         return None
+    floor = pl.min_horizontal("gap_dataloader_ns", pl.lit(DATALOADER_FLOOR_NS))
     h = h.with_columns(
         pl.when(pl.col("gap_dataloader_ns") > 0)
-        .then(
-            pl.col("gap_ns")
-            - pl.col("gap_dataloader_ns")
-            + pl.min_horizontal("gap_dataloader_ns", pl.lit(DATALOADER_FLOOR_NS))
-        )
+        .then(pl.col("gap_ns") - pl.col("gap_dataloader_ns") + floor)
         .otherwise(pl.col("gap_ns"))
-        .alias("gap_ns")
+        .alias("gap_ns"),
+        floor.alias("gap_dataloader_ns"),
     )
     pinned = pinned_copies(model.with_host(h))
     return pinned if pinned is not None else model.with_host(h)
@@ -436,7 +437,12 @@ def dataloader_unpinned(model: StepModel) -> StepModel | None:
             pl.when(pl.col("gap_dataloader_ns") > 0)
             .then(pl.col("gap_ns") - pl.col("gap_dataloader_ns") + kept.cast(pl.Int64))
             .otherwise(pl.col("gap_ns"))
-            .alias("gap_ns")
+            .alias("gap_ns"),
+            # what a later transform (a larger batch) scales
+            pl.when(pl.col("gap_dataloader_ns") > 0)
+            .then(kept.cast(pl.Int64))
+            .otherwise(pl.col("gap_dataloader_ns"))
+            .alias("gap_dataloader_ns"),
         )
     )
 
@@ -522,6 +528,29 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
         )
         return StepModel(host=h, gpu=g, steps=model.steps)
     return model.with_gpu(g)
+
+
+def channels_last_depthwise(model: StepModel) -> StepModel | None:
+    """The model and its inputs in channels_last: the depthwise layers that ran on ATen's
+    channels-first kernels (``conv_depthwise2d_*``: PyTorch's own direct convolutions, which it
+    picks for NCHW depthwise layers) run on cuDNN's NHWC depthwise kernels, each layer in the time
+    its bytes take at the device's memory bandwidth (causal/build.py ``nhwc_depthwise_ns``, from
+    the recorded shapes; EfficientNet-B0's took 2.4 ms a step there for 1.9-2.4 ms priced, 21.5
+    ms on ATen's). The rest of the step is kept: batch norm's NHWC kernels, also faster there
+    (8.3 ms against 22.8), and the convolutions' own change are not priced, so the saving is a
+    lower bound where batch norm follows the layers."""
+    g = model.gpu
+    hit = pl.col("nhwc_depthwise_ns").is_not_null()
+    if not g.select(hit.any()).item():
+        return None
+    return model.with_gpu(
+        g.with_columns(
+            pl.when(hit)
+            .then(pl.min_horizontal("nhwc_depthwise_ns", "dur_ns"))
+            .otherwise(pl.col("dur_ns"))
+            .alias("dur_ns")
+        )
+    )
 
 
 def no_empty_cache(model: StepModel) -> StepModel | None:
@@ -722,6 +751,7 @@ TRANSFORMS: dict[str, Transform] = {
         _t(dataloader_floor, host={"gap_dataloader_ns"}, gpu=_PAGEABLE),
         _t(dataloader_unpinned, host={"gap_dataloader_ns", "dataloader_floor_ns", "step"}),
         _t(recompute_removed, host={"gap_recompute_ns", "in_recompute"}, gpu={"in_recompute"}),
+        _t(channels_last_depthwise, gpu={"nhwc_depthwise_ns"}),
         _t(
             bf16_gemms,
             host={"is_launch", "gap_ops_ns"},

@@ -931,6 +931,43 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
 
 
 @rule(
+    "channels_first_depthwise",
+    advice={"cuda_app": None},  # ATen's own kernels: only a PyTorch program runs them
+    fix="channels_last_depthwise",
+    recommendation="Put the model and its inputs in channels_last memory format: PyTorch runs "
+    "channels-first depthwise convolutions on its own direct kernels, and channels_last sends "
+    "them to cuDNN's NHWC depthwise kernels (batch norm and the other convolutions get NHWC "
+    "kernels too). bf16 alone runs the same ATen kernels in the same time.",
+    snippet=(
+        "model = model.to(memory_format=torch.channels_last)\n"
+        "x = x.to(memory_format=torch.channels_last)   # each batch, before the forward"
+    ),
+    # ATen's depthwise kernels' share of kernel time for the finding to be checked
+    thresholds={"aten_depthwise_time_ratio": 0.05},
+)
+def channels_first_depthwise(x: RuleInput) -> Draft | None:
+    kern = x.r.kernels
+    if (
+        not kern.kernel_ns
+        or kern.aten_depthwise_ns < x.t["aten_depthwise_time_ratio"] * kern.kernel_ns
+    ):
+        return None
+    ratio = kern.aten_depthwise_ns / kern.kernel_ns
+    steps = max(1, x.r.steps.steps or 1)
+    return Draft(
+        kern.aten_depthwise_ns,
+        f"Depthwise convolutions run on ATen's channels-first kernels: {fmt_pct(ratio)} of kernel "
+        f"time ({fmt_ms(kern.aten_depthwise_ns / steps)} a step, {fmt_num(kern.aten_depthwise_count / steps)} "
+        "kernels)",
+        {
+            "aten_depthwise_ns": kern.aten_depthwise_ns,
+            "aten_depthwise_count": kern.aten_depthwise_count,
+            "aten_depthwise_time_ratio": ratio,
+        },
+    )
+
+
+@rule(
     "unfused_optimizer",
     advice={"cuda_app": None},  # torch.optim's per-parameter kernels
     fix="fused_optimizer",

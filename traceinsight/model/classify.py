@@ -173,9 +173,10 @@ FP32_RULES: list[tuple[str, str]] = [
     ("scudnn", r"scudnn"),
     # cuDNN's templated legacy engines on float: wgrad_alg0_engine<float, ...>, dgrad_engine<float,
     # implicit/explicit_convolve_sgemm<float, winograd*<float, fft1d/2d_*<float, im2col*<float and the
-    # layout kernels they run with; also ATen's own convolutions (conv_depthwise2d_*<float>) and
-    # cuDNN's grouped (depthwise) weight gradient, wgrad2d_grouped_direct_kernel<false, true,
-    # int, float, ...> (ConvNeXt's 7x7 depthwise layers: 31 ms of a 185 ms fp32 step)
+    # layout kernels they run with; also cuDNN's grouped (depthwise) weight gradient,
+    # wgrad2d_grouped_direct_kernel<false, true, int, float, ...> (ConvNeXt's 7x7 depthwise
+    # layers: 31 ms of a 185 ms fp32 step). Not ATen's own depthwise kernels: see
+    # ATEN_DEPTHWISE_PATTERN.
     (
         "cudnn_float_template",
         r"([dw]grad\w*|engine|convolve_sgemm|winograd\w*|fft[123]d_\w+|im2col\w*|conv\w*|nchwtonhwckernel"
@@ -207,10 +208,25 @@ def is_tf32_math(names: pl.Series) -> pl.Series:
     return names.str.to_lowercase().str.contains(TF32_MATH_PATTERN)
 
 
+# ATen's own depthwise convolutions (conv_depthwise2d_forward_kernel<3, float, int>, its
+# backward and grad_weight kernels; conv_depthwise3d_*), which PyTorch runs for channels-first
+# depthwise layers where cuDNN is not chosen. Direct convolutions on CUDA cores in every dtype:
+# bf16 autocast runs the same kernels on BFloat16 in the same time (EfficientNet-B0's, 21.5 ms
+# of a step in fp32 and 21.9 in bf16, fixtures/h200/thirdparty/efficientnet.truth.json), so
+# they are no fp32 math that bf16 moves to tensor cores; channels_last sends those layers to
+# cuDNN's NHWC depthwise kernels instead (2.4 ms there).
+ATEN_DEPTHWISE_PATTERN = r"conv_depthwise[23]d"
+
+
 def is_fp32_math(names: pl.Series) -> pl.Series:
-    """Whether each (math-class) kernel name runs in fp32 on CUDA cores."""
+    """Whether each (math-class) kernel name runs in fp32 on CUDA cores, math that bf16
+    autocast moves to tensor cores (not ATen's depthwise kernels: :data:`ATEN_DEPTHWISE_PATTERN`)."""
     lower = names.str.to_lowercase()
-    return lower.str.contains(FP32_MATH_PATTERN) & ~lower.str.contains(TENSOR_CORE_PATTERN)
+    return (
+        lower.str.contains(FP32_MATH_PATTERN)
+        & ~lower.str.contains(TENSOR_CORE_PATTERN)
+        & ~lower.str.contains(ATEN_DEPTHWISE_PATTERN)
+    )
 
 
 def classify_names(names: pl.Series) -> pl.Series:
