@@ -82,9 +82,23 @@ _MULTI_TENSOR_KERNEL = r"multi_tensor|fused|foreach"
 # The torch ops that run a matmul, a convolution, attention or a cuDNN RNN: autocast casts
 # their fp32 operands to 16 bits. Nested forms (aten::linear -> aten::addmm) resolve to the
 # innermost, the latest-started op around a launch.
-# The convolution ops whose recorded shapes give a depthwise layer's bytes: the forward
-# (aten::_convolution, around ATen's _conv_depthwise2d) and the backward
-DEPTHWISE_CONV_OPS = r"^aten::(_convolution|convolution|convolution_backward)$"
+# What channels_last changes (``channels_last_ns``): cuDNN's channels-first batch norm kernels
+# (``bn_fw_tr_1C11_kernel_NCHW``, ``bn_bw_1C11_kernel_new``, their ``singleread`` forms; in
+# channels_last cuDNN runs ``batchnorm_*_nhwc_semiPersist``: EfficientNet-B0 22.8 -> 8.3 ms a
+# step, MobileNetV2 5.7 -> 2.3) and its layout transposes around convolutions on channels-first
+# tensors (gone in channels_last), by lower-cased name; the ops whose recorded shapes give a
+# layer's bytes: a convolution's forward (aten::_convolution, around ATen's _conv_depthwise2d)
+# and backward, batch norm's forward and backward
+NCHW_BATCH_NORM_KERNELS = r"cudnn::bn_(fw|bw)_\w*1c11"
+# Training batch norm passes over its input twice, the statistics before the normalization:
+# the forward reads x twice and writes y (3 tensors where its op's shapes give 2), the
+# backward reads x and dy twice and writes dx (5 where they give 3)
+BATCH_NORM_PASSES = {"aten::cudnn_batch_norm": 3 / 2, "aten::cudnn_batch_norm_backward": 5 / 3}
+LAYOUT_KERNELS = r"nchwtonhwckernel|nhwctonchwkernel"
+CHANNELS_LAST_OPS = (
+    r"^aten::(_convolution|convolution|convolution_backward|cudnn_batch_norm"
+    r"|cudnn_batch_norm_backward)$"
+)
 MATH_OP_PATTERN = (
     r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|matmul|linear|_cudnn_rnn|_cudnn_rnn_backward"
     r"|cudnn_convolution|cudnn_convolution_transpose|convolution_backward|_convolution"
@@ -677,81 +691,89 @@ def _flags(
         _alone(gpu),
         first.alias("opens_math_op"),
         align.alias("align_16bit"),
-        _nhwc_depthwise(src, host, gpu).alias("nhwc_depthwise_ns"),
+        _channels_last_ns(src, host, gpu).alias("channels_last_ns"),
     )
 
 
-def _nhwc_depthwise(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
-    """Per GPU op: for ATen's channels-first depthwise kernels (model/classify.py
-    :data:`~traceinsight.model.classify.ATEN_DEPTHWISE_PATTERN`), the time cuDNN's NHWC
-    depthwise kernels would take for the same layer in channels_last: the bytes its convolution
-    op moves (model/flops.py, from the recorded shapes: input, weight and output forward; the
-    gradients, input and weight backward) at the device's memory bandwidth, shared among the
-    op's depthwise kernels by their time. Null elsewhere, and where the shapes or the device's
-    bandwidth are unknown."""
-    out = pl.Series("nhwc_depthwise_ns", [None] * gpu.height, dtype=pl.Int64)
+def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
+    """Per GPU op: the time it would take with the model and its inputs in channels_last, for
+    the kernels that format changes (null elsewhere, and where the shapes or the device's
+    bandwidth are unknown): ATen's channels-first depthwise kernels (model/classify.py
+    :data:`~traceinsight.model.classify.ATEN_DEPTHWISE_PATTERN`) and cuDNN's channels-first
+    batch norm (:data:`NCHW_BATCH_NORM_KERNELS`) become cuDNN's NHWC kernels, each layer in the
+    time the bytes its op moves take at the device's memory bandwidth (model/flops.py, from the
+    recorded shapes, batch norm's two passes counted: :data:`BATCH_NORM_PASSES`; shared among
+    the op's kernels by their time); cuDNN's layout transposes (:data:`LAYOUT_KERNELS`) go (0)."""
+    out = pl.Series("channels_last_ns", [None] * gpu.height, dtype=pl.Int64)
     args = src.op_args
     if gpu.height == 0 or host.height == 0 or args.height == 0 or not src.memory_bandwidths:
         return out
-    dw = (pl.col("kind") == "kernel") & pl.col("name").str.contains(ATEN_DEPTHWISE_PATTERN)
+    name = pl.col("name").str.to_lowercase()
+    priced = name.str.contains(ATEN_DEPTHWISE_PATTERN) | name.str.contains(NCHW_BATCH_NORM_KERNELS)
+    layout = name.str.contains(LAYOUT_KERNELS)
+    kernel = pl.col("kind") == "kernel"
     kern = gpu.select(
         pl.int_range(pl.len()).alias("_i"),
         "launch",
         "launch_key_ns",
         "dur_ns",
         "device",
-        dw.alias("_dw"),
-    ).filter(pl.col("_dw") & (pl.col("launch") >= 0))
-    if kern.height == 0:
+        (kernel & priced).alias("_p"),
+        (kernel & layout).alias("_l"),
+    )
+    gone = kern.filter("_l").select("_i", pl.lit(0, pl.Int64).alias("_ns"))
+    kern = kern.filter(pl.col("_p") & (pl.col("launch") >= 0))
+    if kern.height == 0 and gone.height == 0:
         return out
     kern = kern.with_columns(host.get_column("tid").gather(kern.get_column("launch")).alias("tid"))
-    convs = args.filter(
-        pl.col("name").str.contains(DEPTHWISE_CONV_OPS) & pl.col("input_dims").str.contains(r"\d")
+    ops = args.filter(
+        pl.col("name").str.contains(CHANNELS_LAST_OPS) & pl.col("input_dims").str.contains(r"\d")
     )
-    if convs.height == 0:
-        return out
-    key = ["name", "input_dims", "input_types", "concrete_inputs"]
-    costs = op_costs(convs.select(key).unique()).select(*key, "bytes")
-    spans = (
-        convs.join(costs, on=key, how="left", nulls_equal=True)
-        .select("tid", "start_ns", (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"), "bytes")
-        .with_row_index("_op")
-        .sort("start_ns")
-    )
-    bw = pl.DataFrame(
-        {"device": list(src.memory_bandwidths), "_bw": list(src.memory_bandwidths.values())},
-        schema={"device": gpu.schema["device"], "_bw": pl.Float64},
-    )
-    # the latest-started convolution op on the launching thread, kept while it runs
-    priced = (
-        kern.sort("launch_key_ns")
-        .join_asof(
-            spans,
-            left_on="launch_key_ns",
-            right_on="start_ns",
-            by="tid",
-            strategy="backward",
-            check_sortedness=False,
+    parts = [gone]
+    if kern.height and ops.height:
+        key = ["name", "input_dims", "input_types", "concrete_inputs"]
+        costs = op_costs(ops.select(key).unique()).select(*key, "bytes")
+        passes = pl.col("name").replace_strict(
+            BATCH_NORM_PASSES, default=1.0, return_dtype=pl.Float64
         )
-        .filter((pl.col("end_ns") >= pl.col("launch_key_ns")) & pl.col("bytes").is_not_null())
-        .join(bw, on="device", how="inner")
-        .with_columns(
-            (
-                pl.col("bytes")
-                / pl.col("_bw")
-                * 1e9
-                * pl.col("dur_ns")
-                / pl.col("dur_ns").sum().over("_op")
+        spans = (
+            ops.join(costs, on=key, how="left", nulls_equal=True)
+            .select(
+                "tid",
+                "start_ns",
+                (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
+                (pl.col("bytes") * passes).alias("bytes"),
             )
-            .cast(pl.Int64)
-            .alias("_ns")
+            .with_row_index("_op")
+            .sort("start_ns")
         )
-    )
+        bw = pl.DataFrame(
+            {"device": list(src.memory_bandwidths), "_bw": list(src.memory_bandwidths.values())},
+            schema={"device": gpu.schema["device"], "_bw": pl.Float64},
+        )
+        # the latest-started such op on the launching thread, kept while it runs
+        share = pl.col("dur_ns") / pl.col("dur_ns").sum().over("_op")
+        parts.append(
+            kern.sort("launch_key_ns")
+            .join_asof(
+                spans,
+                left_on="launch_key_ns",
+                right_on="start_ns",
+                by="tid",
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .filter((pl.col("end_ns") >= pl.col("launch_key_ns")) & pl.col("bytes").is_not_null())
+            .join(bw, on="device", how="inner")
+            .select(
+                "_i", (pl.col("bytes") / pl.col("_bw") * 1e9 * share).cast(pl.Int64).alias("_ns")
+            )
+        )
     return (
         pl.DataFrame({"_i": pl.int_range(gpu.height, eager=True)})
-        .join(priced.select("_i", "_ns"), on="_i", how="left", maintain_order="left")
+        .join(pl.concat(parts), on="_i", how="left", maintain_order="left")
         .get_column("_ns")
-        .alias("nhwc_depthwise_ns")
+        .alias("channels_last_ns")
     )
 
 

@@ -73,9 +73,10 @@ GPU_FLAGS = (
     # the alignment in elements (1, 2, 4; TENSOR_CORE_ALIGN_ELEMENTS: aligned, or no shapes
     # recorded) a matmul's recorded shapes allow 16-bit tensor-core kernels
     "align_16bit",
-    # ATen's channels-first depthwise kernels: the time cuDNN's NHWC ones would take in
-    # channels_last (the layer's bytes at the memory bandwidth; null elsewhere or unknown)
-    "nhwc_depthwise_ns",
+    # the kernels channels_last changes: the time they would take in it (ATen's depthwise and
+    # cuDNN's channels-first batch norm as NHWC kernels: the layer's bytes at the memory
+    # bandwidth; cuDNN's layout transposes 0; null elsewhere or unknown)
+    "channels_last_ns",
 )
 # 16 bytes: the 16-bit elements cuBLAS's fastest tensor-core kernels load at a time (align_16bit)
 TENSOR_CORE_ALIGN_ELEMENTS = 8

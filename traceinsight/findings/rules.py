@@ -933,7 +933,7 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
 @rule(
     "channels_first_depthwise",
     advice={"cuda_app": None},  # ATen's own kernels: only a PyTorch program runs them
-    fix="channels_last_depthwise",
+    fix="channels_last_layers",
     recommendation="Put the model and its inputs in channels_last memory format: PyTorch runs "
     "channels-first depthwise convolutions on its own direct kernels, and channels_last sends "
     "them to cuDNN's NHWC depthwise kernels (batch norm and the other convolutions get NHWC "

@@ -38,6 +38,7 @@ TRANSFORM_WORDS = {
     "dataloader_unpinned": "data loading in workers, batches received in the step thread",
     "recompute_removed": "no activation recompute",
     "bf16_gemms": "bf16 instead of fp32 math",
+    "channels_last_layers": "the model and its inputs in channels_last",
     "no_empty_cache": "no empty_cache or allocator churn",
     "comm_overlapped": "communication overlapped with compute",
     "h2d_overlapped": "host-to-device copies overlapped with compute",
