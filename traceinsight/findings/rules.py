@@ -957,7 +957,7 @@ def channels_first_depthwise(x: RuleInput) -> Draft | None:
     return Draft(
         kern.aten_depthwise_ns,
         f"Depthwise convolutions run on ATen's channels-first kernels: {fmt_pct(ratio)} of kernel "
-        f"time ({fmt_ms(kern.aten_depthwise_ns / steps)} a step, {fmt_num(kern.aten_depthwise_count / steps)} "
+        f"time ({fmt_ms(kern.aten_depthwise_ns / steps)} a step, {kern.aten_depthwise_count / steps:.0f} "
         "kernels)",
         {
             "aten_depthwise_ns": kern.aten_depthwise_ns,
