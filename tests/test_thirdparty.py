@@ -2140,3 +2140,18 @@ def test_channels_last_from_the_pinned_after() -> None:
     est = a.results.replay.unprofiled_step_ns / 1e6
     assert est == pytest.approx(after_own, rel=0.05)
     assert f.what_if.step_time_ns / 1e6 == pytest.approx(before, rel=0.05)
+
+
+def test_channels_last_prices_a_depthwise_layer_by_hand() -> None:
+    """EfficientNet-B0's first depthwise layer, forward: ``aten::_convolution`` on a
+    [128, 32, 112, 112] fp32 input with a [32, 1, 3, 3] weight, stride 1 (same padding): it
+    moves its input, weight and output, (2 x 51,380,224 + 288) x 4 = 411,042,944 bytes, at the
+    H200's 4.8 TB/s (data/devices.toml): 85,634 ns for its one kernel in channels_last, where
+    ATen's channels-first kernel took 504 us."""
+    g = analysis("efficientnet.before.pt.trace.json.gz").results.replay.model.gpu
+    first = g.filter(pl.col("name").str.contains("conv_depthwise2d_forward")).sort("start_ns").row(
+        0, named=True
+    )
+    nbytes = (2 * 128 * 32 * 112 * 112 + 32 * 9) * 4
+    assert first["channels_last_ns"] == int(nbytes / 4.8e12 * 1e9)
+    assert first["dur_ns"] > 5 * first["channels_last_ns"]
