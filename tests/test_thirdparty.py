@@ -2155,3 +2155,29 @@ def test_channels_last_prices_a_depthwise_layer_by_hand() -> None:
     nbytes = (2 * 128 * 32 * 112 * 112 + 32 * 9) * 4
     assert first["channels_last_ns"] == int(nbytes / 4.8e12 * 1e9)
     assert first["dur_ns"] > 5 * first["channels_last_ns"]
+
+
+def test_channels_last_without_recorded_shapes_is_unpriced() -> None:
+    """Without ``record_shapes`` the layers' bytes are unknown: the transform says why it
+    cannot price them (and the finding is then graded low at most, savings.py UNPRICED_CAP),
+    rather than pricing channels_last at nothing."""
+    from dataclasses import replace
+
+    from traceinsight.analyzers.context import build_context
+    from traceinsight.analyzers.replay import model_inputs
+    from traceinsight.causal import transforms
+    from traceinsight.causal.build import build_model
+    from traceinsight.model.schema import empty_op_args
+    from traceinsight.parsers import load_trace
+
+    ctx = build_context(
+        load_trace(HERE / "efficientnet.before.pt.trace.json.gz"), Options().step_pattern, 1
+    )
+    src = model_inputs(ctx)
+    assert src is not None
+    t = transforms.TRANSFORMS["channels_last_layers"]
+    shaped = build_model(src)
+    assert t(shaped) is not None and t.unpriced(shaped) is None
+    bare = build_model(replace(src, op_args=empty_op_args()))
+    assert bare.gpu["channels_last_ns"].drop_nulls().len() == 0 and t(bare) is None
+    assert "record_shapes=True" in (t.unpriced(bare) or "")

@@ -32,6 +32,8 @@ from traceinsight.model.classify import (
     BLOCKING_COPY_API,
     IMPLICIT_SYNC_API,
     LAUNCH_API,
+    LAYOUT_KERNELS,
+    NCHW_BATCH_NORM_KERNELS,
     SYNC_API,
     is_fp32_math,
     is_tf32_math,
@@ -82,23 +84,18 @@ _MULTI_TENSOR_KERNEL = r"multi_tensor|fused|foreach"
 # The torch ops that run a matmul, a convolution, attention or a cuDNN RNN: autocast casts
 # their fp32 operands to 16 bits. Nested forms (aten::linear -> aten::addmm) resolve to the
 # innermost, the latest-started op around a launch.
-# What channels_last changes (``channels_last_ns``): cuDNN's channels-first batch norm kernels
-# (``bn_fw_tr_1C11_kernel_NCHW``, ``bn_bw_1C11_kernel_new``, their ``singleread`` forms; in
-# channels_last cuDNN runs ``batchnorm_*_nhwc_semiPersist``: EfficientNet-B0 22.8 -> 8.3 ms a
-# step, MobileNetV2 5.7 -> 2.3) and its layout transposes around convolutions on channels-first
-# tensors (gone in channels_last), by lower-cased name; the ops whose recorded shapes give a
-# layer's bytes: a convolution's forward (aten::_convolution, around ATen's _conv_depthwise2d)
-# and backward, batch norm's forward and backward
-NCHW_BATCH_NORM_KERNELS = r"cudnn::bn_(fw|bw)_\w*1c11"
-# Training batch norm passes over its input twice, the statistics before the normalization:
-# the forward reads x twice and writes y (3 tensors where its op's shapes give 2), the
-# backward reads x and dy twice and writes dx (5 where they give 3)
-BATCH_NORM_PASSES = {"aten::cudnn_batch_norm": 3 / 2, "aten::cudnn_batch_norm_backward": 5 / 3}
-LAYOUT_KERNELS = r"nchwtonhwckernel|nhwctonchwkernel"
+# The ops whose recorded shapes give the bytes of a layer channels_last changes
+# (``channels_last_ns``; the kernels: model/classify.py): a convolution's forward
+# (aten::_convolution, around ATen's _conv_depthwise2d) and backward, batch norm's forward and
+# backward
 CHANNELS_LAST_OPS = (
     r"^aten::(_convolution|convolution|convolution_backward|cudnn_batch_norm"
     r"|cudnn_batch_norm_backward)$"
 )
+# Training batch norm passes over its input twice, the statistics before the normalization:
+# the forward reads x twice and writes y (3 tensors where its op's shapes give 2), the
+# backward reads x and dy twice and writes dx (5 where they give 3)
+BATCH_NORM_PASSES = {"aten::cudnn_batch_norm": 3 / 2, "aten::cudnn_batch_norm_backward": 5 / 3}
 MATH_OP_PATTERN = (
     r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|matmul|linear|_cudnn_rnn|_cudnn_rnn_backward"
     r"|cudnn_convolution|cudnn_convolution_transpose|convolution_backward|_convolution"

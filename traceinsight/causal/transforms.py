@@ -15,6 +15,7 @@ import polars as pl
 from traceinsight.causal.columns import SUBGAPS, TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
+from traceinsight.model.classify import ATEN_DEPTHWISE_PATTERN, NCHW_BATCH_NORM_KERNELS
 
 # a memory-bound fp32 kernel moves half the bytes in bf16 (the peaks' ratios are the device's:
 # the build's fp32_time_ratio and tf32_time_ratio columns, from data/devices.toml)
@@ -711,6 +712,23 @@ def _t(
     return Transform(fn.__name__, fn, frozenset(host), frozenset(gpu), unpriced)
 
 
+def _channels_last_unpriced(model: StepModel) -> str | None:
+    """ATen's depthwise kernels or cuDNN's channels-first batch norm the build could not price
+    (no recorded shapes, or a device whose bandwidth the table lacks)."""
+    g = model.gpu
+    name = pl.col("name").str.to_lowercase()
+    changed = (pl.col("kind") == "kernel") & (
+        name.str.contains(ATEN_DEPTHWISE_PATTERN) | name.str.contains(NCHW_BATCH_NORM_KERNELS)
+    )
+    if _share(g, changed & pl.col("channels_last_ns").is_null(), "dur_ns") < NEGLIGIBLE_RATIO:
+        return None
+    return (
+        "the depthwise and batch norm layers' bytes need their recorded shapes "
+        "(record_shapes=True) and the device's memory bandwidth (data/devices.toml): no "
+        "prediction for channels_last"
+    )
+
+
 def _bf16_unpriced(model: StepModel) -> str | None:
     """fp32 math on a device whose peaks the table lacks: bf16_gemms cannot price it."""
     unknown = pl.col("fp32_math") & pl.col("fp32_time_ratio").is_null()
@@ -753,7 +771,11 @@ TRANSFORMS: dict[str, Transform] = {
         _t(dataloader_floor, host={"gap_dataloader_ns"}, gpu=_PAGEABLE),
         _t(dataloader_unpinned, host={"gap_dataloader_ns", "dataloader_floor_ns", "step"}),
         _t(recompute_removed, host={"gap_recompute_ns", "in_recompute"}, gpu={"in_recompute"}),
-        _t(channels_last_layers, gpu={"channels_last_ns"}),
+        _t(
+            channels_last_layers,
+            gpu={"channels_last_ns", "name", "kind"},
+            unpriced=_channels_last_unpriced,
+        ),
         _t(
             bf16_gemms,
             host={"is_launch", "gap_ops_ns"},

@@ -216,6 +216,13 @@ def is_tf32_math(names: pl.Series) -> pl.Series:
 # they are no fp32 math that bf16 moves to tensor cores; channels_last sends those layers to
 # cuDNN's NHWC depthwise kernels instead (2.4 ms there).
 ATEN_DEPTHWISE_PATTERN = r"conv_depthwise[23]d"
+# What else channels_last changes, by lower-cased kernel name: cuDNN's channels-first batch
+# norm (``bn_fw_tr_1C11_kernel_NCHW``, ``bn_bw_1C11_kernel_new``, their ``singleread`` forms;
+# in channels_last cuDNN runs ``batchnorm_*_nhwc_semiPersist``: EfficientNet-B0 22.8 -> 8.3 ms
+# a step, MobileNetV2 5.7 -> 2.3) and its layout transposes around convolutions on
+# channels-first tensors (gone in channels_last)
+NCHW_BATCH_NORM_KERNELS = r"cudnn::bn_(fw|bw)_\w*1c11"
+LAYOUT_KERNELS = r"nchwtonhwckernel|nhwctonchwkernel"
 
 
 def is_fp32_math(names: pl.Series) -> pl.Series:
