@@ -701,13 +701,21 @@ def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -
     time the bytes its op moves take at the device's memory bandwidth (model/flops.py, from the
     recorded shapes, batch norm's two passes counted: :data:`BATCH_NORM_PASSES`; shared among
     the op's kernels by their time); cuDNN's layout transposes (:data:`LAYOUT_KERNELS`) go (0)."""
-    out = pl.Series("channels_last_ns", [None] * gpu.height, dtype=pl.Int64)
+    out = pl.repeat(None, gpu.height, dtype=pl.Int64, eager=True).alias("channels_last_ns")
     args = src.op_args
     if gpu.height == 0 or host.height == 0 or args.height == 0 or not src.memory_bandwidths:
         return out
-    name = pl.col("name").str.to_lowercase()
-    priced = name.str.contains(ATEN_DEPTHWISE_PATTERN) | name.str.contains(NCHW_BATCH_NORM_KERNELS)
-    layout = name.str.contains(LAYOUT_KERNELS)
+    # matched once per distinct kernel name, not per op
+    names = gpu.get_column("name").unique()
+    lower = names.str.to_lowercase()
+    priced_names = names.filter(
+        lower.str.contains(ATEN_DEPTHWISE_PATTERN) | lower.str.contains(NCHW_BATCH_NORM_KERNELS)
+    )
+    layout_names = names.filter(lower.str.contains(LAYOUT_KERNELS))
+    if priced_names.len() == 0 and layout_names.len() == 0:
+        return out
+    priced = pl.col("name").is_in(priced_names.implode())
+    layout = pl.col("name").is_in(layout_names.implode())
     kernel = pl.col("kind") == "kernel"
     kern = gpu.select(
         pl.int_range(pl.len()).alias("_i"),

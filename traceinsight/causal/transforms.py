@@ -716,10 +716,14 @@ def _channels_last_unpriced(model: StepModel) -> str | None:
     """ATen's depthwise kernels or cuDNN's channels-first batch norm the build could not price
     (no recorded shapes, or a device whose bandwidth the table lacks)."""
     g = model.gpu
-    name = pl.col("name").str.to_lowercase()
-    changed = (pl.col("kind") == "kernel") & (
-        name.str.contains(ATEN_DEPTHWISE_PATTERN) | name.str.contains(NCHW_BATCH_NORM_KERNELS)
+    names = g.get_column("name").unique()  # matched once per distinct name
+    lower = names.str.to_lowercase()
+    hits = names.filter(
+        lower.str.contains(ATEN_DEPTHWISE_PATTERN) | lower.str.contains(NCHW_BATCH_NORM_KERNELS)
     )
+    if hits.len() == 0:
+        return None
+    changed = (pl.col("kind") == "kernel") & pl.col("name").is_in(hits.implode())
     if _share(g, changed & pl.col("channels_last_ns").is_null(), "dur_ns") < NEGLIGIBLE_RATIO:
         return None
     return (
