@@ -28,13 +28,12 @@ from traceinsight.causal.whatif import receive_ns
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import (
     ALLOCATOR_API,
-    ATEN_DEPTHWISE_PATTERN,
     BLOCKING_COPY_API,
     IMPLICIT_SYNC_API,
     LAUNCH_API,
     LAYOUT_KERNELS,
-    NCHW_BATCH_NORM_KERNELS,
     SYNC_API,
+    is_channels_first_kernel,
     is_fp32_math,
     is_tf32_math,
     name_matches,
@@ -697,7 +696,7 @@ def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -
     the kernels that format changes (null elsewhere, and where the shapes or the device's
     bandwidth are unknown): ATen's channels-first depthwise kernels (model/classify.py
     :data:`~traceinsight.model.classify.ATEN_DEPTHWISE_PATTERN`) and cuDNN's channels-first
-    batch norm (:data:`NCHW_BATCH_NORM_KERNELS`) become cuDNN's NHWC kernels, each layer in the
+    batch norm (model/classify.py :func:`~traceinsight.model.classify.is_channels_first_kernel`) become cuDNN's NHWC kernels, each layer in the
     time the bytes its op moves take at the device's memory bandwidth (model/flops.py, from the
     recorded shapes, batch norm's two passes counted: :data:`BATCH_NORM_PASSES`; shared among
     the op's kernels by their time); cuDNN's layout transposes (:data:`LAYOUT_KERNELS`) go (0)."""
@@ -707,11 +706,8 @@ def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -
         return out
     # matched once per distinct kernel name, not per op
     names = gpu.get_column("name").unique()
-    lower = names.str.to_lowercase()
-    priced_names = names.filter(
-        lower.str.contains(ATEN_DEPTHWISE_PATTERN) | lower.str.contains(NCHW_BATCH_NORM_KERNELS)
-    )
-    layout_names = names.filter(lower.str.contains(LAYOUT_KERNELS))
+    priced_names = names.filter(is_channels_first_kernel(names))
+    layout_names = names.filter(names.str.to_lowercase().str.contains(LAYOUT_KERNELS))
     if priced_names.len() == 0 and layout_names.len() == 0:
         return out
     priced = pl.col("name").is_in(priced_names.implode())
@@ -750,25 +746,15 @@ def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -
                 (pl.col("bytes") * passes).alias("bytes"),
             )
             .with_row_index("_op")
-            .sort("start_ns")
         )
         bw = pl.DataFrame(
             {"device": list(src.memory_bandwidths), "_bw": list(src.memory_bandwidths.values())},
             schema={"device": gpu.schema["device"], "_bw": pl.Float64},
         )
-        # the latest-started such op on the launching thread, kept while it runs
         share = pl.col("dur_ns") / pl.col("dur_ns").sum().over("_op")
         parts.append(
-            kern.sort("launch_key_ns")
-            .join_asof(
-                spans,
-                left_on="launch_key_ns",
-                right_on="start_ns",
-                by="tid",
-                strategy="backward",
-                check_sortedness=False,
-            )
-            .filter((pl.col("end_ns") >= pl.col("launch_key_ns")) & pl.col("bytes").is_not_null())
+            _open_op(kern, spans)
+            .filter(pl.col("bytes").is_not_null())
             .join(bw, on="device", how="inner")
             .select(
                 "_i", (pl.col("bytes") / pl.col("_bw") * 1e9 * share).cast(pl.Int64).alias("_ns")
@@ -807,16 +793,8 @@ def _math_ops(
     kern = kern.with_columns(host.get_column("tid").gather(kern.get_column("launch")).alias("tid"))
     if kern.height == 0:
         return none, aligned
-    # the latest-started math op on the launching thread, kept where it was still running
-    spans = ops.select("tid", "start_ns", "end_ns", "name").with_row_index("_op").sort("start_ns")
-    kern = kern.join_asof(
-        spans,
-        left_on="launch_key_ns",
-        right_on="start_ns",
-        by="tid",
-        strategy="backward",
-        check_sortedness=False,  # both sorted by time overall, so within each thread too
-    ).filter(pl.col("end_ns") >= pl.col("launch_key_ns"))
+    spans = ops.select("tid", "start_ns", "end_ns", "name").with_row_index("_op")
+    kern = _open_op(kern, spans)
     first = kern.sort("launch_key_ns").unique("_op", keep="first").get_column("_i")
     at = pl.int_range(gpu.height, eager=True)
     by_row = _matmul_alignment(src, kern)
@@ -828,6 +806,24 @@ def _math_ops(
         .cast(pl.Int8)
     )
     return at.is_in(first.implode()), align
+
+
+def _open_op(kern: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """``kern`` (GPU ops: ``tid`` of the launching thread, ``launch_key_ns``) joined to the
+    latest-started of ``spans`` (host ops: tid, start_ns, end_ns, ...) on that thread, kept
+    where it was still running at the launch: the op that launched the kernel."""
+    return (
+        kern.sort("launch_key_ns")
+        .join_asof(
+            spans.sort("start_ns"),
+            left_on="launch_key_ns",
+            right_on="start_ns",
+            by="tid",
+            strategy="backward",
+            check_sortedness=False,  # both sorted by time overall, so within each thread too
+        )
+        .filter(pl.col("end_ns") >= pl.col("launch_key_ns"))
+    )
 
 
 def _matmul_alignment(src: ModelInputs, kern: pl.DataFrame) -> pl.DataFrame:

@@ -15,7 +15,7 @@ import polars as pl
 from traceinsight.causal.columns import SUBGAPS, TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
-from traceinsight.model.classify import ATEN_DEPTHWISE_PATTERN, NCHW_BATCH_NORM_KERNELS
+from traceinsight.model.classify import is_channels_first_kernel
 
 # a memory-bound fp32 kernel moves half the bytes in bf16 (the peaks' ratios are the device's:
 # the build's fp32_time_ratio and tf32_time_ratio columns, from data/devices.toml)
@@ -410,10 +410,7 @@ def dataloader_floor(model: StepModel) -> StepModel | None:
         return None
     floor = pl.min_horizontal("gap_dataloader_ns", pl.lit(DATALOADER_FLOOR_NS))
     h = h.with_columns(
-        pl.when(pl.col("gap_dataloader_ns") > 0)
-        .then(pl.col("gap_ns") - pl.col("gap_dataloader_ns") + floor)
-        .otherwise(pl.col("gap_ns"))
-        .alias("gap_ns"),
+        (pl.col("gap_ns") - pl.col("gap_dataloader_ns") + floor).alias("gap_ns"),
         floor.alias("gap_dataloader_ns"),
     )
     pinned = pinned_copies(model.with_host(h))
@@ -430,20 +427,17 @@ def dataloader_unpinned(model: StepModel) -> StepModel | None:
         return None
     # the step's loader time, over however many gaps it spans, scaled down to the floor
     total = pl.col("gap_dataloader_ns").sum().over("tid", "step")
-    kept = pl.col("gap_dataloader_ns") * (pl.col("dataloader_floor_ns") / total).clip(
-        upper_bound=1.0
+    share = (pl.col("dataloader_floor_ns") / total).clip(upper_bound=1.0)
+    # (a gap without loader time keeps its 0: no share of a step's 0 total is taken)
+    kept = (
+        pl.when(pl.col("gap_dataloader_ns") > 0)
+        .then((pl.col("gap_dataloader_ns") * share).cast(pl.Int64))
+        .otherwise(pl.col("gap_dataloader_ns"))
     )
     return model.with_host(
         h.with_columns(
-            pl.when(pl.col("gap_dataloader_ns") > 0)
-            .then(pl.col("gap_ns") - pl.col("gap_dataloader_ns") + kept.cast(pl.Int64))
-            .otherwise(pl.col("gap_ns"))
-            .alias("gap_ns"),
-            # what a later transform (a larger batch) scales
-            pl.when(pl.col("gap_dataloader_ns") > 0)
-            .then(kept.cast(pl.Int64))
-            .otherwise(pl.col("gap_dataloader_ns"))
-            .alias("gap_dataloader_ns"),
+            (pl.col("gap_ns") - pl.col("gap_dataloader_ns") + kept).alias("gap_ns"),
+            kept.alias("gap_dataloader_ns"),  # what a later transform (a larger batch) scales
         )
     )
 
@@ -717,10 +711,7 @@ def _channels_last_unpriced(model: StepModel) -> str | None:
     (no recorded shapes, or a device whose bandwidth the table lacks)."""
     g = model.gpu
     names = g.get_column("name").unique()  # matched once per distinct name
-    lower = names.str.to_lowercase()
-    hits = names.filter(
-        lower.str.contains(ATEN_DEPTHWISE_PATTERN) | lower.str.contains(NCHW_BATCH_NORM_KERNELS)
-    )
+    hits = names.filter(is_channels_first_kernel(names))
     if hits.len() == 0:
         return None
     changed = (pl.col("kind") == "kernel") & pl.col("name").is_in(hits.implode())

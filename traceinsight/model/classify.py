@@ -225,6 +225,14 @@ NCHW_BATCH_NORM_KERNELS = r"cudnn::bn_(fw|bw)_\w*1c11"
 LAYOUT_KERNELS = r"nchwtonhwckernel|nhwctonchwkernel"
 
 
+def is_channels_first_kernel(names: pl.Series) -> pl.Series:
+    """Whether each kernel name is one channels_last moves to cuDNN's NHWC kernels: ATen's
+    depthwise kernels or cuDNN's channels-first batch norm (not the layout transposes, which
+    it removes)."""
+    lower = names.str.to_lowercase()
+    return lower.str.contains(ATEN_DEPTHWISE_PATTERN) | lower.str.contains(NCHW_BATCH_NORM_KERNELS)
+
+
 def is_fp32_math(names: pl.Series) -> pl.Series:
     """Whether each (math-class) kernel name runs in fp32 on CUDA cores, math that bf16
     autocast moves to tensor cores (not ATen's depthwise kernels: :data:`ATEN_DEPTHWISE_PATTERN`)."""
