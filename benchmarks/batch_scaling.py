@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bench import ROOT, SHARED
 
-TRACES = sorted((ROOT / "fixtures" / "h200").glob("*.pt.trace.json.gz")) + [
+TRACES = sorted((ROOT / "fixtures" / "h200").glob("*.pt.trace.json.xz")) + [
     SHARED / "hta" / "df_index_resolver" / "df_index_resolver.json.gz",
     SHARED / "hta" / "nccl_parser_config" / "nccl_data.json.gz",
 ]

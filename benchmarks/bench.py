@@ -37,7 +37,7 @@ DEFAULT = [
     DF_INDEX,
     SHARED / "hta" / "mtia_trace_single_rank" / "mtia_rank_0.json.gz",
     SHARED / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite",
-    ROOT / "fixtures" / "h200" / "healthy_bf16.pt.trace.json.gz",
+    ROOT / "fixtures" / "h200" / "healthy_bf16.pt.trace.json.xz",
 ]
 
 
@@ -81,7 +81,9 @@ def scaled(src: Path, k: int, layout: str = "lines") -> Path:
     if out.exists():
         return out
     DATA.mkdir(parents=True, exist_ok=True)
-    doc = orjson.loads(gzip.decompress(src.read_bytes()))
+    from traceinsight.parsers.source import read_bytes
+
+    doc = orjson.loads(read_bytes(src)[0])  # gzip (the corpus) or xz (the fixtures)
     events = doc.pop("traceEvents")
     ts = [e["ts"] for e in events if e.get("ph") == "X" and isinstance(e.get("ts"), (int, float))]
     span = max(ts) - min(ts) + 1000

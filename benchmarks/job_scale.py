@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-BASE = ROOT / "fixtures" / "h200" / "ddp_overlap" / "rank0.pt.trace.json.gz"
+BASE = ROOT / "fixtures" / "h200" / "ddp_overlap" / "rank0.pt.trace.json.xz"
 MODES = ("job-local", "batch-local", "job-dask", "batch-dask")
 MIB = 2**20
 

@@ -36,6 +36,8 @@ from typing import Any
 
 import orjson
 
+from traceinsight.parsers.source import read_bytes
+
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"
 DILATION = 0.03  # the timeline is stretched or shrunk by up to 3%
@@ -52,9 +54,9 @@ class Base:
 
 # small traces (0.05-0.35 s of analysis each on one core), so 10,000 items stay within reach
 BASES = (
-    Base(ROOT / "fixtures/h200/h2d_pageable.pt.trace.json.gz", "kineto_gz", 1.0),
-    Base(ROOT / "fixtures/h200/h2d_pinned.pt.trace.json.gz", "kineto_gz", 1.0),
-    Base(ROOT / "fixtures/h200/launch_bound_cudagraph.pt.trace.json.gz", "kineto_gz", 1.0),
+    Base(ROOT / "fixtures/h200/h2d_pageable.pt.trace.json.xz", "kineto_gz", 1.0),
+    Base(ROOT / "fixtures/h200/h2d_pinned.pt.trace.json.xz", "kineto_gz", 1.0),
+    Base(ROOT / "fixtures/h200/launch_bound_cudagraph.pt.trace.json.xz", "kineto_gz", 1.0),
     Base(ROOT / "fixtures/corpus/rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz", "kineto_gz", 2.0),
     Base(ROOT / "fixtures/corpus/torch_compile_triton_trace.json.gz", "kineto_gz", 2.0),
     Base(ROOT / "fixtures/corpus/inference_vllm_decode_full_graph_execution.json.gz", "kineto_gz", 1.0),
@@ -196,8 +198,7 @@ def make_archive(
         if b.fmt == "nsys_sqlite":
             nsys[b.path] = _nsys_t0(b.path)
         else:
-            raw = b.path.read_bytes()
-            doc = orjson.loads(gzip.decompress(raw) if b.path.suffix == ".gz" else raw)
+            doc = orjson.loads(read_bytes(b.path)[0])  # gzip, xz (the fixtures) or plain
             ts = [e["ts"] for e in _events(doc) if isinstance(e.get("ts"), (int, float))]
             docs[b.path] = (doc, min(ts))
     gz_bases = [b.path for b in BASES if b.fmt == "kineto_gz"]

@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import lzma
 import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -53,9 +54,17 @@ GPU_OPS = {"kernel", "gpu_memcpy", "gpu_memset"}  # keep their durations when mo
 COLLECTIVE = "nccl"  # collective kernels by name (ncclDevKernel_*, ncclKernel_*)
 
 
+def _rank_files(folder: Path) -> list[Path]:
+    return [
+        p for p in folder.iterdir() if p.name.endswith((".pt.trace.json.gz", ".pt.trace.json.xz"))
+    ]
+
+
 def _load(path: Path) -> dict[str, Any]:
-    with gzip.open(path, "rb") as f:
-        return orjson.loads(f.read())
+    data = path.read_bytes()
+    if data[:6] == b"\xfd7zXZ\x00":  # the repository's own fixtures are xz
+        return orjson.loads(lzma.decompress(data))
+    return orjson.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
 
 
 def _tiled(doc: dict[str, Any], k: int) -> dict[str, Any]:
@@ -224,9 +233,9 @@ def make_job(
     repeat: int = 1,
     threads: int = 1,
 ) -> dict[str, Any]:
-    files = sorted(p for b in bases for p in (b.glob("*.pt.trace.json.gz") if b.is_dir() else [b]))
+    files = sorted(p for b in bases for p in (_rank_files(b) if b.is_dir() else [b]))
     if not files:
-        raise SystemExit(f"no *.pt.trace.json.gz under {[str(b) for b in bases]}")
+        raise SystemExit(f"no *.pt.trace.json.gz or .xz under {[str(b) for b in bases]}")
     docs = [_tiled(_load(p), repeat) for p in files]
     bps = [_breakpoints(d["traceEvents"]) for d in docs]
     sb = bps[straggler % len(files)]
@@ -288,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     straggler = a.ranks // 3 if a.straggler is None else a.straggler
     if not 0 <= straggler < a.ranks or a.factor <= 1:
         ap.error("--straggler must be a rank of the job and --factor > 1")
-    bases = a.base or [ROOT / "fixtures" / "h200" / "ddp_overlap" / "rank0.pt.trace.json.gz"]
+    bases = a.base or [ROOT / "fixtures" / "h200" / "ddp_overlap" / "rank0.pt.trace.json.xz"]
     planted = make_job(
         a.out, a.ranks, straggler, a.factor, bases, a.max_offset_us, a.seed, a.repeat, a.threads
     )

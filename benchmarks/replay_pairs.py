@@ -40,7 +40,7 @@ DEFAULT_TOLERANCE = 0.25
 
 def predict(pair: str, folder: Path = PAIRS) -> dict[str, float | str | int | None]:
     truth = json.loads((folder / f"{pair}.truth.json").read_text())
-    a = analyze(folder / f"{pair}.before.pt.trace.json.gz")
+    a = analyze(folder / f"{pair}.before.pt.trace.json.xz")
     ids = [f.id for f in a.findings]
     fid = FINDING_OF[pair.removeprefix("cnn_")]
     finding = next((f for f in a.findings if f.id == fid), None)

@@ -66,7 +66,7 @@ FIX_NAMES = {
 
 def rows(loop: str) -> list[dict]:
     truth = json.loads((HERE / f"{loop}.truth.json").read_text())
-    a = traceinsight.analyze(HERE / f"{loop}.before.pt.trace.json.gz")
+    a = traceinsight.analyze(HERE / f"{loop}.before.pt.trace.json.xz")
     band = truth["speedup_band"]
     base = truth["configs"]["baseline"]
     ms = [v["step_ms_window_mean"] for v in base.values() if "step_ms_window_mean" in v]
@@ -164,7 +164,7 @@ def main() -> None:
             )
         for ids in APPLIED.get(loop, ()):
             a = traceinsight.analyze(
-                HERE / f"{loop}.before.pt.trace.json.gz", what_if=ids.split(",")
+                HERE / f"{loop}.before.pt.trace.json.xz", what_if=ids.split(",")
             )
             w = a.selected.what_if
             b = json.loads((HERE / f"{loop}.truth.json").read_text())["speedup_band"].get("all")

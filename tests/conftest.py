@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import gzip
+import lzma
 import os
 from functools import cache
 from pathlib import Path
@@ -25,6 +27,17 @@ def require_native(module: object | None, name: str) -> None:
     ):
         pytest.skip(f"{name} turned off by the environment", allow_module_level=True)
     raise AssertionError(f"{name} is not built: reinstall with a C compiler (pip install -e .)")
+
+
+def raw_json(path: Path) -> bytes:
+    """A trace file's JSON bytes, decompressed by the standard library alone (gzip or xz by
+    content): what tests sum raw events over, independent of the parser."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        return gzip.decompress(data)
+    if data[:6] == b"\xfd7zXZ\x00":
+        return lzma.decompress(data)
+    return data
 
 
 def shared_or_skip() -> Path:

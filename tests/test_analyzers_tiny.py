@@ -354,7 +354,7 @@ def test_copy_bound_when_the_copy_engines_outlast_the_kernels():
 
 @pytest.mark.parametrize("name", ["h2d_pinned", "healthy_bf16", "h2d_pageable"])
 def test_copy_bound_stays_quiet_where_kernels_or_pageable_copies_explain_it(name):
-    a = analyzed(ROOT / "fixtures" / "h200" / f"{name}.pt.trace.json.gz")
+    a = analyzed(ROOT / "fixtures" / "h200" / f"{name}.pt.trace.json.xz")
     assert not any(f.id == "copy_bound" for f in a.findings)
 
 

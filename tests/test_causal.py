@@ -27,15 +27,15 @@ PAIRS = H200 / "pairs"
 # Each of these has what some transforms change: syncs, pageable copies, a DataLoader, the
 # optimizer, checkpointing, fp32 math, empty_cache, a side stream.
 MODELS = [
-    PAIRS / "syncs.before.pt.trace.json.gz",
-    PAIRS / "dataloader.before.pt.trace.json.gz",
-    PAIRS / "checkpointing.before.pt.trace.json.gz",
-    PAIRS / "empty_cache.before.pt.trace.json.gz",
-    PAIRS / "comm_overlap.before.pt.trace.json.gz",
-    PAIRS / "h2d_pinned.before.pt.trace.json.gz",
-    H200 / "fp32.pt.trace.json.gz",
-    H200 / "unfused_adamw_bf16.pt.trace.json.gz",
-    H200 / "launch_bound_eager.pt.trace.json.gz",
+    PAIRS / "syncs.before.pt.trace.json.xz",
+    PAIRS / "dataloader.before.pt.trace.json.xz",
+    PAIRS / "checkpointing.before.pt.trace.json.xz",
+    PAIRS / "empty_cache.before.pt.trace.json.xz",
+    PAIRS / "comm_overlap.before.pt.trace.json.xz",
+    PAIRS / "h2d_pinned.before.pt.trace.json.xz",
+    H200 / "fp32.pt.trace.json.xz",
+    H200 / "unfused_adamw_bf16.pt.trace.json.xz",
+    H200 / "launch_bound_eager.pt.trace.json.xz",
 ]
 
 
@@ -155,7 +155,7 @@ def test_a_larger_batch_after_the_advised_loader_scales_what_the_loader_left() -
     priced, 7.61-8.49x measured). Hand-computed over the model's own columns."""
     from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
 
-    model = model_of(PAIRS / "dataloader.before.pt.trace.json.gz")
+    model = model_of(PAIRS / "dataloader.before.pt.trace.json.xz")
     h = model.host
     loading = int(h["gap_dataloader_ns"].sum())
     floor = int(h["gap_dataloader_ns"].clip(upper_bound=DATALOADER_FLOOR_NS).sum())

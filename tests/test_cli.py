@@ -14,7 +14,7 @@ from traceinsight.cli import cli, main
 
 from .conftest import CORPUS, H200, ROOT, TINY
 
-TRACE = H200 / "dataloader_starved.pt.trace.json.gz"
+TRACE = H200 / "dataloader_starved.pt.trace.json.xz"
 
 
 def test_analyze_writes_report_and_json(tmp_path):
@@ -90,7 +90,7 @@ def test_fail_on_gate(capsys):
         main(
             [
                 "analyze",
-                str(H200 / "healthy_bf16.pt.trace.json.gz"),
+                str(H200 / "healthy_bf16.pt.trace.json.xz"),
                 "--no-html",
                 "-q",
                 "--fail-on",

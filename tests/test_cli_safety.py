@@ -19,7 +19,7 @@ from traceinsight.errors import EXIT_BAD_INPUT, EXIT_BROKEN_PIPE
 
 from .conftest import H200, ROOT, TINY
 
-SMALL = H200 / "h2d_pinned.pt.trace.json.gz"  # 12 KB, 403 events
+SMALL = H200 / "h2d_pinned.pt.trace.json.xz"  # 12 KB, 403 events
 JOB = H200 / "ddp_overlap"  # rank0/rank1 .pt.trace.json.gz
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's package, whatever is installed
 
@@ -60,7 +60,7 @@ def test_every_writing_command_refuses_its_input(trace, tmp_path, capsys):
     t = str(trace)
     job = tmp_path / "job"
     shutil.copytree(JOB, job)
-    rank1 = job / "rank1.pt.trace.json.gz"
+    rank1 = job / "rank1.pt.trace.json.xz"
     cases = [
         ["analyze", t, "-o", t, "--force"],
         ["analyze", t, "--no-html", "--json", t, "--force"],
@@ -117,7 +117,7 @@ def test_baseline_save_twice_needs_force(trace, tmp_path, capsys):
     "argv",
     [
         ["analyze", str(SMALL), "--no-html"],
-        ["analyze", str(H200 / "healthy_bf16.pt.trace.json.gz"), "--no-html", "--json", "-"],
+        ["analyze", str(H200 / "healthy_bf16.pt.trace.json.xz"), "--no-html", "--json", "-"],
         ["diff", str(SMALL), str(SMALL), "--no-html"],
     ],
 )
@@ -145,7 +145,7 @@ def test_stdout_closed_early_is_quiet(argv, tmp_path):
 def test_reader_that_reads_a_line_then_closes(tmp_path):
     """``analyze --json - | head -1``: a reader that takes one line and closes; the rest of
     the document (97 KB, past the pipe's buffer) meets EPIPE."""
-    argv = ["analyze", str(H200 / "healthy_bf16.pt.trace.json.gz"), "--no-html", "--json", "-"]
+    argv = ["analyze", str(H200 / "healthy_bf16.pt.trace.json.xz"), "--no-html", "--json", "-"]
     p = subprocess.Popen(
         [sys.executable, "-m", "traceinsight", *argv],
         stdout=subprocess.PIPE,

@@ -20,7 +20,7 @@ from .conftest import CORPUS, FIXTURES, H200, ROOT, TINY
 
 PARSER_SAMPLES = [
     TINY / "step_dataloader_sync.json",  # Kineto, hand-made
-    H200 / "healthy_bf16.pt.trace.json.gz",  # Kineto, PyTorch 2.11 gzip
+    H200 / "healthy_bf16.pt.trace.json.xz",  # Kineto, PyTorch 2.11 gzip
     CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",  # Kineto 2021 era
     CORPUS / "libkineto_test_after_fix_trace.json",  # libkineto's own test trace
     FIXTURES / "nsys" / "nsys-ai__mock.sqlite",  # Nsight Systems export
@@ -78,7 +78,7 @@ def test_the_two_thread_schedule_takes_every_analyzer_after_what_it_reads() -> N
     assert set(DERIVED_READS) == set(DERIVED)
     for name, reads in DERIVED_READS.items():
         assert all(SCHEDULE.index(r) < SCHEDULE.index(name) for r in reads), name
-    ctx = build_context(load_trace(H200 / "healthy_bf16.pt.trace.json.gz"), DEFAULT_STEP_PATTERN)
+    ctx = build_context(load_trace(H200 / "healthy_bf16.pt.trace.json.xz"), DEFAULT_STEP_PATTERN)
     base = {n: f(ctx) for n, f in {**OPTIONAL, **ANALYZERS}.items()}
 
     class Recording(dict):  # type: ignore[type-arg]

@@ -4,7 +4,6 @@ and real fixture/corpus traces whose facts are read from the raw files."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 from pathlib import Path
@@ -24,7 +23,7 @@ from traceinsight.diff import (
     nvtx_iterations,
 )
 
-from .conftest import analyzed
+from .conftest import analyzed, raw_json
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "fixtures" / "h200"
@@ -65,12 +64,11 @@ def test_environment_warnings_name_both_sides_and_flag_hardware():
 
 
 def _device_names(path: Path) -> list[str]:
-    with gzip.open(path, "rt") as f:
-        return sorted({p["name"] for p in json.load(f)["deviceProperties"]})
+    return sorted({p["name"] for p in json.loads(raw_json(path))["deviceProperties"]})
 
 
 def test_diff_across_gpus_warns_and_refuses_to_gate(tmp_path, capsys):
-    before = H200 / "healthy_bf16.pt.trace.json.gz"
+    before = H200 / "healthy_bf16.pt.trace.json.xz"
     after = ROOT / "fixtures" / "corpus" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
     # the GPU names as the files' deviceProperties say, read independently of the parser
     (gb,), (ga,) = _device_names(before), _device_names(after)
@@ -252,7 +250,7 @@ def test_job_diff_shows_each_ranks_kernel_changes(tmp_path, capsys):
 
 
 def test_html_names_what_differs(tmp_path):
-    before = H200 / "healthy_bf16.pt.trace.json.gz"
+    before = H200 / "healthy_bf16.pt.trace.json.xz"
     after = ROOT / "fixtures" / "corpus" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
     html = tmp_path / "d.html"
     assert main(["diff", str(before), str(after), "-o", str(html), "-q"]) == 0
@@ -304,8 +302,7 @@ def test_job_ranks_from_workers_keep_their_cuda_versions():
 def _raw_kernels_in_gpu_steps(path: Path, prefix: str) -> tuple[int, int, float]:
     """From the raw Kineto events: the GPU-side ProfilerStep ranges (their count), and the calls
     and total µs of the kernels named ``prefix...`` lying inside their span."""
-    with gzip.open(path) as f:
-        ev = json.load(f)["traceEvents"]
+    ev = json.loads(raw_json(path))["traceEvents"]
     steps = [
         e
         for e in ev
@@ -331,8 +328,8 @@ def test_kernel_changes_per_step_count_the_window_only(tmp_path):
     from traceinsight.commands.baseline import baseline_doc
 
     gemm = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
-    before = H200 / "pairs" / "h2d_pinned.before.pt.trace.json.gz"
-    after = H200 / "pairs" / "h2d_pinned.after.pt.trace.json.gz"
+    before = H200 / "pairs" / "h2d_pinned.before.pt.trace.json.xz"
+    after = H200 / "pairs" / "h2d_pinned.after.pt.trace.json.xz"
     raw = [_raw_kernels_in_gpu_steps(p, gemm) for p in (before, after)]
     ab, aa = analyzed(before), analyzed(after)
     doc = compare(ab, aa)

@@ -312,7 +312,7 @@ def test_unknown_device_gives_null_and_one_warning() -> None:
 def _fixture(name: str, **opts):
 
     truth = json.loads((FLOPS / f"{name}.truth.json").read_text())
-    return analyzed(FLOPS / f"{name}.pt.trace.json.gz", **opts), truth
+    return analyzed(FLOPS / f"{name}.pt.trace.json.xz", **opts), truth
 
 
 PEAK_BF16 = 989.5e12  # H200 SXM, the spec table's row (the fixtures ran on one)
@@ -398,7 +398,7 @@ def test_fp32_advice_depends_on_device() -> None:
 
 def test_fp32_fixture_keeps_bf16_advice_on_h200() -> None:
 
-    a = analyzed(ROOT / "fixtures" / "h200" / "fp32.pt.trace.json.gz")
+    a = analyzed(ROOT / "fixtures" / "h200" / "fp32.pt.trace.json.xz")
     f = next(f for f in a.findings if f.id == "fp32_compute")
     assert (
         "bfloat16" in f.snippet
@@ -490,7 +490,7 @@ def test_occupancy_estimate_agrees_with_kineto() -> None:
     from traceinsight.analyzers.context import build_context
     from traceinsight.parsers import load_trace
 
-    ctx = build_context(load_trace(ROOT / "fixtures" / "h200" / "healthy_bf16.pt.trace.json.gz"))
+    ctx = build_context(load_trace(ROOT / "fixtures" / "h200" / "healthy_bf16.pt.trace.json.xz"))
     k = eff._kernels(ctx).with_columns(pl.lit(False).alias("recomputed"))
     kineto = ctx.kernel_args.select("rank", "device", "correlation", "occupancy_ratio")
     blind = replace(ctx, kernel_args=ctx.kernel_args.with_columns(occupancy_ratio=None))

@@ -22,16 +22,16 @@ from traceinsight.model.schema import Trace
 from traceinsight.parsers import load_trace
 from traceinsight.report.annotate import CATEGORY, write_annotated
 
-from .conftest import analyzed
+from .conftest import analyzed, raw_json
 
 ROOT = Path(__file__).resolve().parents[1]
-STACK = ROOT / "fixtures/h200/stack/sync_sites.pt.trace.json.gz"
-HEALTHY = ROOT / "fixtures/h200/healthy_bf16.pt.trace.json.gz"
-GRAPHS = ROOT / "fixtures/h200/launch_bound_cudagraph.pt.trace.json.gz"
+STACK = ROOT / "fixtures/h200/stack/sync_sites.pt.trace.json.xz"
+HEALTHY = ROOT / "fixtures/h200/healthy_bf16.pt.trace.json.xz"
+GRAPHS = ROOT / "fixtures/h200/launch_bound_cudagraph.pt.trace.json.xz"
 
 
 def _raw(path: Path) -> dict[str, Any]:
-    return orjson.loads(gzip.decompress(path.read_bytes()))
+    return orjson.loads(raw_json(path))
 
 
 def _write(tmp: Path, doc: Any, name: str = "variant.json") -> Path:
@@ -291,7 +291,7 @@ def test_annotated_trace_keeps_the_original_and_adds_valid_events(
     n = write_annotated(stack, STACK, out)
     raw = out.read_bytes()
     doc = _strict(gzip.decompress(raw) if name.endswith(".gz") else raw)
-    orig = _strict(gzip.decompress(STACK.read_bytes()))
+    orig = _strict(raw_json(STACK))
     k = len(orig["traceEvents"])
     assert doc["traceEvents"][:k] == orig["traceEvents"]  # unchanged, in order
     assert {x: v for x, v in doc.items() if x != "traceEvents"} == {
@@ -413,7 +413,7 @@ def test_rank_clock_skew(tmp_path: Path) -> None:
     assert isinstance(job, api.JobAnalysis) and job.to_json()["data_quality"] == []
     # rank 1's clock 200 ms ahead: about six of the fixture's 34 ms steps
     for r, shift_us in ((0, 0), (1, 200_000)):
-        doc = _raw(src / f"rank{r}.pt.trace.json.gz")
+        doc = _raw(src / f"rank{r}.pt.trace.json.xz")
         for e in doc["traceEvents"]:
             if isinstance(e.get("ts"), (int, float)):
                 e["ts"] += shift_us
@@ -434,7 +434,7 @@ def test_rank_clock_skew(tmp_path: Path) -> None:
 
 
 def test_memory_counter_track(tmp_path: Path) -> None:
-    src = ROOT / "fixtures/h200/memory/mem_leak.pt.trace.json.gz"
+    src = ROOT / "fixtures/h200/memory/mem_leak.pt.trace.json.xz"
     a = analyzed(src)
     out = tmp_path / "mem.json"
     write_annotated(a, src, out)

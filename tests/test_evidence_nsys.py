@@ -3,7 +3,6 @@ row-order health checks on broken variants of real traces."""
 
 from __future__ import annotations
 
-import gzip
 import shutil
 import sqlite3
 from pathlib import Path
@@ -19,13 +18,15 @@ from traceinsight.analyzers.health import analyze_health
 from traceinsight.parsers import load_trace
 from traceinsight.parsers.nsys import parse_nsys
 
+from .conftest import raw_json
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared/traces/nsys"
 SAXPY = CORPUS / "pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 CLOVER = CORPUS / "pipit__perlmutter-cloverleaf-cuda.sqlite"
 MFU = ROOT / "fixtures/nsys/nsys-ai__mfu_2gpu_after.sqlite"
 MOCK = ROOT / "fixtures/nsys/nsys-ai__mock.sqlite"
-HEALTHY = ROOT / "fixtures/h200/healthy_bf16.pt.trace.json.gz"
+HEALTHY = ROOT / "fixtures/h200/healthy_bf16.pt.trace.json.xz"
 corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/traces is not here")
 
 
@@ -113,7 +114,7 @@ def test_callchains_are_cut_by_the_window_view() -> None:
 
 
 def test_kineto_dropped_records(tmp_path: Path) -> None:
-    doc = orjson.loads(gzip.decompress(HEALTHY.read_bytes()))
+    doc = orjson.loads(raw_json(HEALTHY))
     kernels = sum(1 for e in doc["traceEvents"] if e.get("cat") == "kernel")
     # what libkineto's logger collects into the trace when CUPTI's buffers overflow
     doc["WARNING"] = [f"Dropped {kernels} activity records"]

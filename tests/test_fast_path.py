@@ -10,17 +10,17 @@ import traceinsight.parsers.kineto.stream as fast
 from traceinsight.api import analyze_trace
 from traceinsight.parsers import load_trace
 
-from .conftest import CORPUS, H200, TINY
+from .conftest import CORPUS, H200, TINY, raw_json
 
 CASES = [
-    H200 / "healthy_bf16.pt.trace.json.gz",
-    H200 / "ddp_straggler" / "rank1.pt.trace.json.gz",
-    H200 / "h2d_pageable.pt.trace.json.gz",
+    H200 / "healthy_bf16.pt.trace.json.xz",
+    H200 / "ddp_straggler" / "rank1.pt.trace.json.xz",
+    H200 / "h2d_pageable.pt.trace.json.xz",
     CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",  # bare array era
     CORPUS / "libkineto_test_after_fix_trace.json",
     CORPUS / "inference_vllm_decode_full_graph_execution.json.gz",
     TINY / "step_dataloader_sync.json",
-    H200 / "memory" / "mem_leak.pt.trace.json.gz",  # profile_memory: the memory frames
+    H200 / "memory" / "mem_leak.pt.trace.json.xz",  # profile_memory: the memory frames
 ]
 
 
@@ -88,7 +88,7 @@ def test_fast_path_json_identical(path, monkeypatch):
 
 def test_streamed_with_helper_processes_identical(monkeypatch):
     """Chunks decoded in a spawned helper give the same analysis as one process."""
-    path = H200 / "ddp_straggler" / "rank1.pt.trace.json.gz"
+    path = H200 / "ddp_straggler" / "rank1.pt.trace.json.xz"
     reference = _doc(path, monkeypatch, use_fast=False)
     assert _doc(path, monkeypatch, use_fast=True, chunk=256 * 1024, helpers=1) == reference
 
@@ -96,7 +96,7 @@ def test_streamed_with_helper_processes_identical(monkeypatch):
 def test_streamed_path_is_taken(monkeypatch):
     """The streamed decoder accepts kineto's layouts (object and bare array) and declines others."""
     for path in (
-        H200 / "healthy_bf16.pt.trace.json.gz",
+        H200 / "healthy_bf16.pt.trace.json.xz",
         CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",
     ):
         assert fast.decode_path(path, None) is not None, path
@@ -131,7 +131,7 @@ def test_streamed_metadata_after_events(tmp_path):
 def test_fast_path_is_taken_for_kineto_output(monkeypatch):
     from traceinsight.parsers.source import read_bytes
 
-    data, _ = read_bytes(H200 / "healthy_bf16.pt.trace.json.gz")
+    data, _ = read_bytes(H200 / "healthy_bf16.pt.trace.json.xz")
     assert fast.decode(data) is not None
     assert (
         fast.decode(b'{"traceEvents": [{"ph": "X", "args": [1]}]}') is None
@@ -153,7 +153,7 @@ def _spool_files():
 def test_spool_is_removed_and_optional(monkeypatch):
     """The spool file is deleted after the parse; without room for one, the whole-document path
     gives the same analysis."""
-    path = H200 / "h2d_pageable.pt.trace.json.gz"
+    path = H200 / "h2d_pageable.pt.trace.json.xz"
     before = _spool_files()
     reference = _doc(path, monkeypatch, use_fast=True)
     assert _spool_files() == before
@@ -171,7 +171,7 @@ def test_multi_member_gzip(tmp_path, monkeypatch):
     still reads the whole document."""
     import gzip
 
-    data = gzip.decompress((H200 / "h2d_pinned.pt.trace.json.gz").read_bytes())
+    data = raw_json(H200 / "h2d_pinned.pt.trace.json.xz")
     cut = len(data) // 2
     p = tmp_path / "two_members.json.gz"
     p.write_bytes(gzip.compress(data[:cut]) + gzip.compress(data[cut:]))
@@ -185,7 +185,7 @@ def test_lost_helper_chunks_are_decoded_here(tmp_path):
     """A helper that dies (or a pool that breaks) costs time, not results."""
     from concurrent.futures import Future
 
-    path = H200 / "healthy_bf16.pt.trace.json.gz"
+    path = H200 / "healthy_bf16.pt.trace.json.xz"
     stream = fast.Decompressed(path, None)
     spool = fast._Spool(fast._inflated_size(path, stream.kind))
     try:

@@ -204,7 +204,7 @@ def test_a_cpu_only_trace_is_not_lost_activity():
 
 
 def test_truncated_gzip_is_an_error_that_fails_the_gate(tmp_path, capsys):
-    whole = H200 / "healthy_bf16.pt.trace.json.gz"
+    whole = H200 / "healthy_bf16.pt.trace.json.xz"
     cut = tmp_path / "cut.pt.trace.json.gz"
     data = whole.read_bytes()
     cut.write_bytes(data[: len(data) // 50])  # the first 2% of the gzip

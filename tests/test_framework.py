@@ -77,7 +77,7 @@ def test_cloverleaf_host_sync_names_streams_and_events():
     [
         (FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite", "pytorch"),  # aten:: NVTX ranges
         (FIXTURES / "nsys" / "nsys-ai__mock.sqlite", "pytorch"),  # ATen kernels only
-        (H200 / "h2d_pageable.pt.trace.json.gz", "pytorch"),  # Kineto: the PyTorch profiler
+        (H200 / "h2d_pageable.pt.trace.json.xz", "pytorch"),  # Kineto: the PyTorch profiler
         (FIXTURES / "nsys" / "Mordred__report1.sqlite", "cuda_app"),
     ],
     ids=lambda x: x.name if isinstance(x, Path) else x,
@@ -87,7 +87,7 @@ def test_framework_is_read_off_the_trace(path, framework):
 
 
 def test_pytorch_trace_keeps_its_advice():
-    a = analyzed(H200 / "h2d_pageable.pt.trace.json.gz")
+    a = analyzed(H200 / "h2d_pageable.pt.trace.json.xz")
     assert a.source["framework"] == "pytorch"
     f = next(f for f in a.findings if f.id == "pageable_memcpy")
     rule = next(r for r in RULES if r.id == "pageable_memcpy")

@@ -5,7 +5,6 @@ traces with hand-computed values, and real traces whose facts are read from the 
 
 from __future__ import annotations
 
-import gzip
 import json
 
 import pytest
@@ -19,11 +18,11 @@ from traceinsight.report import markdown, terminal
 from traceinsight.report.html import render_html
 
 from .builder import US, Events
-from .conftest import FIXTURES, H200, analyzed
+from .conftest import FIXTURES, H200, analyzed, raw_json
 
 GEMM = "ampere_sgemm_128x64_nn"
 NEXT = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
-STARVED = H200 / "dataloader_starved.pt.trace.json.gz"
+STARVED = H200 / "dataloader_starved.pt.trace.json.xz"
 NO_ACTIVITY = FIXTURES / "foreign" / "zoology_a100_inference.json.gz"  # metadata names 8 GPUs
 
 
@@ -60,8 +59,7 @@ def test_window_without_gpu_activity_is_idle_on_every_gpu(devices):
 def _raw_starved() -> tuple[float, list[tuple[float, float]], list[tuple[float, float]]]:
     """The raw events of dataloader_starved: the capture start (µs), the GPU activity and the
     DataLoader.__next__ ranges (start, end in µs from it)."""
-    with gzip.open(STARVED) as f:
-        ev = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    ev = [e for e in json.loads(raw_json(STARVED))["traceEvents"] if e.get("ph") == "X"]
     cap = min(e["ts"] for e in ev)
 
     def spans(keep: object) -> list[tuple[float, float]]:

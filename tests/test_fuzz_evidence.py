@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from traceinsight.cli import main
 
-from .conftest import FIXTURES
+from .conftest import FIXTURES, raw_json
 from .test_fuzz_new_inputs import (
     LONG,
     SETTINGS,
@@ -187,9 +187,8 @@ def test_annotate_hostile_kineto(extra, warning, error, gz, tmp_path_factory, ca
     if rc != 0:
         assert rc == 2 and len(err.strip().splitlines()) == 1, err
         return
-    import gzip
 
-    raw = gzip.decompress(out.read_bytes()) if gz else out.read_bytes()
+    raw = raw_json(out) if gz else out.read_bytes()
 
     def no_constant(c: str) -> None:
         raise ValueError(c)

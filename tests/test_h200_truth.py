@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from .conftest import H200, analyzed
+from .conftest import H200, analyzed, raw_json
 
 # The 4th recorded step contains the profiler's own trace export: compare the first three.
 COMPARED_STEPS = 3
@@ -12,7 +12,7 @@ STEP_TOLERANCE = 0.03  # 3% of the CUDA-event step time
 
 
 def load(name):
-    return analyzed(H200 / f"{name}.pt.trace.json.gz"), json.loads(
+    return analyzed(H200 / f"{name}.pt.trace.json.xz"), json.loads(
         (H200 / f"{name}.truth.json").read_text()
     )
 
@@ -125,8 +125,8 @@ def test_launch_bound_fixes_raise_busy_and_cut_kernels():
 
 
 def test_ddp_overlap_vs_no_overlap():
-    over = analyzed(H200 / "ddp_overlap" / "rank0.pt.trace.json.gz")
-    none = analyzed(H200 / "ddp_no_overlap" / "rank0.pt.trace.json.gz")
+    over = analyzed(H200 / "ddp_overlap" / "rank0.pt.trace.json.xz")
+    none = analyzed(H200 / "ddp_no_overlap" / "rank0.pt.trace.json.xz")
     assert none.metrics["comm_compute_overlap_ratio"] == pytest.approx(0.0, abs=0.02)
     assert over.metrics["comm_compute_overlap_ratio"] > 0.3
     assert none.results.comm.comm_kernel_count > 0
@@ -164,13 +164,10 @@ def _gaps_opened_inside(name: str, op: str) -> int:
     """Plain sweep over the raw events: the GPU idle gaps (all kernels, copies and memsets merged)
     inside the host ProfilerStep ranges that begin while a host ``op`` is running, summed in ns."""
     import bisect
-    import gzip
     import itertools
     from decimal import Decimal
 
-    raw = json.loads(gzip.decompress((H200 / f"{name}.pt.trace.json.gz").read_bytes()))[
-        "traceEvents"
-    ]
+    raw = json.loads(raw_json(H200 / f"{name}.pt.trace.json.xz"))["traceEvents"]
     xs = [e for e in raw if e.get("ph") == "X"]
 
     def span(e: dict) -> tuple[int, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import lzma
 import os
 import random
 import shutil
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from traceinsight.api import analyze
 from traceinsight.cli import main
 
-from .conftest import H200, TINY
+from .conftest import H200, TINY, raw_json
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEINSIGHT_FUZZ_EXAMPLES", "60"))
 EV = {
@@ -54,6 +55,8 @@ CASES: dict[str, tuple[bytes, int, str]] = {
     "empty": (b"", 2, "empty file"),
     "zero_gzip": (b"\x1f\x8b", 2, "gzip"),
     "corrupt_gzip": (b"\x1f\x8b\x08\x00" + bytes(range(256)) * 2, 2, "gzip"),
+    "zero_xz": (b"\xfd7zXZ\x00", 2, "xz"),
+    "corrupt_xz": (b"\xfd7zXZ\x00\x00\x04" + bytes(range(256)) * 2, 2, "corrupt xz"),
     "not_a_trace": (b'{"hello": [1, 2, 3]}', 2, "traceEvents"),
     "scalar": (b"42", 2, "not a Kineto trace"),
     "array_of_numbers": (b"[1, 2, 3]", 2, "not a Kineto trace"),
@@ -225,7 +228,7 @@ def test_truncated_json_salvages_complete_events(tmp_path, capsys):
 
 
 def test_truncated_gzip_of_real_trace(tmp_path, capsys):
-    raw = (H200 / "h2d_pinned.pt.trace.json.gz").read_bytes()
+    raw = gzip.compress(raw_json(H200 / "h2d_pinned.pt.trace.json.xz"), 9)  # as the profiler writes
     p = tmp_path / "cut.json.gz"
     p.write_bytes(raw[: len(raw) // 2])
     rc, _, out = run(p, capsys)
@@ -239,6 +242,64 @@ def test_gzip_bomb_stops_at_limit(tmp_path, capsys):
         fh.write(
             b'{"traceEvents": [' + b" " * (64 * 1024 * 1024)
         )  # 64 MiB of spaces, ~65 KB on disk
+    assert p.stat().st_size < 200_000
+    rc, err, _ = run(p, capsys, "--max-bytes", str(8 * 1024 * 1024))
+    assert rc == 2 and "limit" in err
+
+
+def _xz(raw: bytes, **kw) -> bytes:
+    return lzma.compress(raw, format=lzma.FORMAT_XZ, **kw)
+
+
+def test_xz_trace_reads_as_its_gzip(tmp_path, capsys):
+    """The same document as .json.gz and .json.xz (several xz streams, padded as the format
+    allows): the same analysis, down to every figure."""
+    src = H200 / "sync_item_print.pt.trace.json.xz"
+    raw = raw_json(src)
+    half = len(raw) // 2
+    p = tmp_path / "sync_item_print.pt.trace.json.xz"
+    p.write_bytes(_xz(raw[:half]) + bytes(8) + _xz(raw[half:], preset=1))
+    g = tmp_path / "sync_item_print.pt.trace.json.xz"
+    g.write_bytes(src.read_bytes())
+    _, _, from_gz = run(g, capsys)
+    _, _, from_xz = run(p, capsys)
+    for doc in (from_gz, from_xz):
+        doc.pop("command", None)
+        doc["source"].pop("path", None)
+    assert json.dumps(from_xz, sort_keys=True).replace(".xz", ".gz") == json.dumps(
+        from_gz, sort_keys=True
+    )
+
+
+def test_xz_index_gives_the_inflated_size(tmp_path):
+    """The spool's size hint read off the xz index: blocks summed, padding skipped."""
+    from traceinsight.parsers.kineto.stream import xz_inflated_size
+
+    raw = raw_json(H200 / "h2d_pinned.pt.trace.json.xz")
+    p = tmp_path / "t.json.xz"
+    p.write_bytes(_xz(raw) + bytes(4))
+    assert xz_inflated_size(p) == len(raw)
+    p.write_bytes(b"\xfd7zXZ\x00" + bytes(20))  # no footer: unknown, the caller guesses
+    assert xz_inflated_size(p) == 0
+
+
+def test_truncated_xz_of_real_trace(tmp_path, capsys):
+    raw = raw_json(H200 / "h2d_pinned.pt.trace.json.xz")
+    packed = _xz(raw)
+    p = tmp_path / "cut.json.xz"
+    p.write_bytes(packed[: len(packed) // 2])
+    rc, _, out = run(p, capsys)
+    assert rc == 0 and any("xz stream ends early" in w for w in out["warnings"])
+    assert out["source"]["event_counts"]["kernel"] > 0
+    assert [c["check"] for c in out["data_quality"]] == ["trace_truncated"]
+    p.write_bytes(packed[:40])  # the header only: nothing to salvage
+    rc, err, _ = run(p, capsys)
+    assert rc == 2 and "xz" in err
+
+
+def test_xz_bomb_stops_at_limit(tmp_path, capsys):
+    p = tmp_path / "bomb.json.xz"
+    p.write_bytes(_xz(b'{"traceEvents": [' + b" " * (64 * 1024 * 1024)))
     assert p.stat().st_size < 200_000
     rc, err, _ = run(p, capsys, "--max-bytes", str(8 * 1024 * 1024))
     assert rc == 2 and "limit" in err
@@ -357,7 +418,7 @@ def _jsonable(obj) -> bool:
 
 SEEDS = [
     (TINY / "step_dataloader_sync.json").read_bytes(),
-    gzip.decompress((H200 / "h2d_pageable.pt.trace.json.gz").read_bytes())[:60_000],
+    raw_json(H200 / "h2d_pageable.pt.trace.json.xz")[:60_000],
 ]
 
 
@@ -582,7 +643,7 @@ def test_input_that_cannot_fit_is_refused_early(tmp_path, capsys, monkeypatch):
     from traceinsight.parsers.kineto import stream as kineto_fast
 
     p = tmp_path / "t.json.gz"
-    p.write_bytes((H200 / "healthy_bf16.pt.trace.json.gz").read_bytes())
+    p.write_bytes((H200 / "healthy_bf16.pt.trace.json.xz").read_bytes())
     before = _sha(p)
     monkeypatch.setattr(resources, "available_bytes", lambda: 16 * 1024 * 1024)
     rc, err, _ = run(p, capsys)

@@ -98,9 +98,9 @@ CHECKS = r"""
 
 def _render(out: Path) -> dict[str, Path]:
     """The four kinds of report, written by the commands a user runs."""
-    pageable, pinned = (H200 / f"h2d_{k}.pt.trace.json.gz" for k in ("pageable", "pinned"))
+    pageable, pinned = (H200 / f"h2d_{k}.pt.trace.json.xz" for k in ("pageable", "pinned"))
     pages = {k: out / f"{k}.html" for k in ("trace", "job", "diff")}
-    trace = H200 / "dataloader_starved.pt.trace.json.gz"
+    trace = H200 / "dataloader_starved.pt.trace.json.xz"
     assert main(["analyze", str(trace), "-q", "-o", str(pages["trace"])]) == 0
     assert main(["analyze", str(H200 / "ddp_overlap"), "-q", "-o", str(pages["job"])]) == 0
     assert main(["diff", str(pageable), str(pinned), "-q", "-o", str(pages["diff"])]) == 0

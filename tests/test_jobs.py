@@ -110,7 +110,7 @@ def test_nsys_export_with_two_processes_is_a_job(tmp_path):
 
 def _make_tree(root: Path) -> None:
     root.mkdir()
-    shutil.copy(H200 / "h2d_pinned.pt.trace.json.gz", root / "pinned.pt.trace.json.gz")
+    shutil.copy(H200 / "h2d_pinned.pt.trace.json.xz", root / "pinned.pt.trace.json.gz")
     shutil.copytree(
         H200 / "ddp_overlap", root / "job", ignore=shutil.ignore_patterns("*.truth.json")
     )
@@ -165,7 +165,7 @@ def test_batch_on_dask_local_cluster_equals_local(tmp_path):
     src = tmp_path / "in"
     src.mkdir()
     for name in ("h2d_pinned", "h2d_pageable", "launch_bound_cudagraph"):
-        shutil.copy(H200 / f"{name}.pt.trace.json.gz", src)
+        shutil.copy(H200 / f"{name}.pt.trace.json.xz", src)
     (src / "bad.json").write_text("nope")
     assert main(["batch", str(src), "-o", str(tmp_path / "local"), "-q", "-j", "1"]) == 1
     assert (
@@ -301,7 +301,7 @@ def test_peak_rss_is_the_process_own():
 
 def test_diff_and_gate(tmp_path, capsys):
     names = ("dataloader_starved", "dataloader_workers")
-    before, after = (H200 / f"{n}.pt.trace.json.gz" for n in names)
+    before, after = (H200 / f"{n}.pt.trace.json.xz" for n in names)
     out = tmp_path / "d.json"
     assert (
         main(
@@ -340,8 +340,8 @@ def test_diff_and_gate(tmp_path, capsys):
         main(
             [
                 "diff",
-                str(H200 / "launch_bound_eager.pt.trace.json.gz"),
-                str(H200 / "launch_bound_compiled.pt.trace.json.gz"),
+                str(H200 / "launch_bound_eager.pt.trace.json.xz"),
+                str(H200 / "launch_bound_compiled.pt.trace.json.xz"),
                 "--no-html",
                 "-q",
                 "--json",
@@ -373,7 +373,7 @@ def test_job_report_has_each_ranks_memory(tmp_path):
     job.mkdir()
     names = ("mem_healthy", "mem_leak")
     for r, name in enumerate(names):
-        shutil.copy(H200 / "memory" / f"{name}.pt.trace.json.gz", job / f"rank{r}.pt.trace.json.gz")
+        shutil.copy(H200 / "memory" / f"{name}.pt.trace.json.xz", job / f"rank{r}.pt.trace.json.xz")
     html_path = tmp_path / "job.html"
     assert main(["analyze", str(job), "-o", str(html_path), "-q", "--no-replay"]) == 0
     html = html_path.read_text()
@@ -382,7 +382,7 @@ def test_job_report_has_each_ranks_memory(tmp_path):
     rows = re.findall(r"<tr><td>(\d+)</td>(.*?)</tr>", section)
     assert [int(r) for r, _ in rows] == [0, 1]
     alone = [
-        traceinsight.analyze(H200 / "memory" / f"{name}.pt.trace.json.gz", replay=False)
+        traceinsight.analyze(H200 / "memory" / f"{name}.pt.trace.json.xz", replay=False)
         for name in names
     ]
     for (rank, cells), a in zip(rows, alone, strict=True):

@@ -1,4 +1,3 @@
-import gzip
 import shutil
 
 import polars as pl
@@ -8,7 +7,7 @@ from traceinsight.errors import InputError
 from traceinsight.model.schema import EVENT_SCHEMA
 from traceinsight.parsers import load_trace
 
-from .conftest import CORPUS, H200, TINY, shared_or_skip
+from .conftest import CORPUS, H200, TINY, raw_json, shared_or_skip
 
 
 def test_tiny_trace_columns_exact():
@@ -49,12 +48,12 @@ def test_2020_bare_array_with_string_tids():
 
 
 def test_gzip_detected_by_content_not_suffix(tmp_path):
-    src = H200 / "h2d_pinned.pt.trace.json.gz"
+    src = H200 / "h2d_pinned.pt.trace.json.xz"
     dst = tmp_path / "renamed.json"  # gzip bytes behind a .json name
     shutil.copy(src, dst)
     assert load_trace(dst).events.height == load_trace(src).events.height
     plain = tmp_path / "plain.json.gz"  # plain JSON behind a .gz name
-    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    plain.write_bytes(raw_json(src))
     assert load_trace(plain).events.height == load_trace(src).events.height
 
 
@@ -92,7 +91,7 @@ def test_rocm_host_memory_kind():
     from decimal import Decimal
 
     path = shared_or_skip() / "hta" / "amd_trace" / "mi250_minitoy_train_ROCm6_2_kineto.json.gz"
-    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    events = json.loads(raw_json(path))["traceEvents"]
     raw = [e for e in events if e.get("cat") == "gpu_memcpy"]
     assert [e["name"] for e in raw] == ["Memcpy HtoD (Host -> Device)"] * 2
     want = sorted((e["args"]["device"], int(Decimal(str(e["dur"])) * 1000)) for e in raw)

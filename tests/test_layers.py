@@ -29,6 +29,7 @@ LAYERS: dict[str, set[str]] = {
     "resources": {"errors"},
     "options": {"constants", "errors"},
     "report.format": set(),
+    "parsers.source": {"errors", "resources"},
     "model": {"constants", "errors", "native"},
     "causal": {"model", "native", "records"},
     "parsers": {
@@ -39,6 +40,7 @@ LAYERS: dict[str, set[str]] = {
         "resources",
         "runtime",
         "report.format",
+        "parsers.source",
     },
     "analyzers": {"model", "causal", "constants", "records", "report.format"},
     "findings": {"analyzers", "causal", "constants", "records", "report.format"},
@@ -79,7 +81,7 @@ LAYERS: dict[str, set[str]] = {
     },
     "diff": {"api", "analysis", "constants", "options", "records", "runtime"},
     "report": {"report.format", "constants", "runtime", "io"},
-    "report.annotate": {"analysis", "io", "constants"},
+    "report.annotate": {"analysis", "io", "constants", "parsers.source"},
     "batch": {"api", "inputs", "report", "constants", "errors", "io", "options", "runtime"},
     "capture": {"api", "io", "report"},
     "commands.shared": {

@@ -22,10 +22,10 @@ from .conftest import CORPUS, H200, SHARED, TINY
 from .test_fast_path import _doc, _trace
 
 CASES = [
-    H200 / "healthy_bf16.pt.trace.json.gz",
+    H200 / "healthy_bf16.pt.trace.json.xz",
     CORPUS / "libkineto_test_after_fix_trace.json",
     TINY / "step_dataloader_sync.json",
-    H200 / "memory" / "mem_leak.pt.trace.json.gz",  # memory instants, shapes (op_args)
+    H200 / "memory" / "mem_leak.pt.trace.json.xz",  # memory instants, shapes (op_args)
 ]
 # Real traces that are already compact (json.dump, trace filters) or indented by 4.
 SHARED_CASES = [

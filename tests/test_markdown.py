@@ -20,7 +20,7 @@ from .conftest import H200, analyzed
 
 markdown_it = pytest.importorskip("markdown_it", reason="markdown-it-py (the test extra)")
 
-SYNC = H200 / "stack" / "sync_sites.pt.trace.json.gz"
+SYNC = H200 / "stack" / "sync_sites.pt.trace.json.xz"
 HEADER = ["#", "severity", "finding", "saving per step", "step (un-profiled)", "speedup"]
 
 
@@ -58,7 +58,7 @@ def test_findings_table_and_first_finding(sync_doc):
     tokens = parse(render(sync_doc))
     findings = sync_doc["findings"]
     assert headings(tokens) == [
-        "traceinsight: sync_sites.pt.trace.json.gz",
+        "traceinsight: sync_sites.pt.trace.json.xz",
         f"Findings ({len(findings)})",
         f"What to change first: {findings[0]['id']}",
     ]
@@ -119,7 +119,7 @@ def test_data_quality_notes_and_warnings(tmp_path):
     """A recording cut in half is salvaged: its warning is a note of the summary, beside the
     data-quality checks (one added to the real document: this recording passes them all)."""
     cut = tmp_path / "cut.json.gz"
-    data = (H200 / "h2d_pageable.pt.trace.json.gz").read_bytes()
+    data = (H200 / "h2d_pageable.pt.trace.json.xz").read_bytes()
     cut.write_bytes(data[: len(data) // 2])
     doc = analyzed(cut).to_json()
     truncated = [w for w in doc["warnings"] if "truncated" in w]
@@ -181,7 +181,7 @@ def test_the_chosen_fixes_line() -> None:
     """``--what-if`` in the Markdown summary as in the terminal's: the chosen fixes' replay (the
     document's own numbers), the ids not raised, and a larger batch priced although its rule
     did not fire (the held-out DeepLabV3: the GPU 66% busy, no batch finding)."""
-    path = H200 / "thirdparty" / "segmentation.before.pt.trace.json.gz"
+    path = H200 / "thirdparty" / "segmentation.before.pt.trace.json.xz"
     doc = traceinsight.analyze(
         path, what_if=["unfused_optimizer", "memory_headroom@2", "small_batch@2"]
     ).to_json()

@@ -6,7 +6,6 @@ tool errors; ``fixes.predict_fixes`` held to the per-finding and all-fixes repla
 from __future__ import annotations
 
 import collections
-import gzip
 import hashlib
 import json
 import os
@@ -24,13 +23,13 @@ from traceinsight.errors import InputError
 from traceinsight.fixes import predict_fixes
 from traceinsight.mcp_server import Session, Tools, View, Workspace
 
-from .conftest import CORPUS, FIXTURES, H200, ROOT, analyzed
+from .conftest import CORPUS, FIXTURES, H200, ROOT, analyzed, raw_json
 
 mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed")
 anyio = pytest.importorskip("anyio")
 
-SYNC = H200 / "stack" / "sync_sites.pt.trace.json.gz"  # with_stack=True; truth names its lines
-SYNC_REL = "h200/stack/sync_sites.pt.trace.json.gz"  # relative to the first --allow (fixtures/)
+SYNC = H200 / "stack" / "sync_sites.pt.trace.json.xz"  # with_stack=True; truth names its lines
+SYNC_REL = "h200/stack/sync_sites.pt.trace.json.xz"  # relative to the first --allow (fixtures/)
 VLLM = CORPUS / "inference_vllm_decode_full_graph_execution.json.gz"  # no steps: whole GPU span
 MI210 = CORPUS / "mi210_gpu_only_trace_gpu_only_trace.json.gz"  # ROCm, over 25 kernel names
 PAIR = H200 / "pairs"
@@ -252,7 +251,7 @@ def test_predict_fixes_matches_each_and_all(sync_analysis):
 def _raw_kernel_totals(path: Path) -> list[tuple[str, int, int]]:
     """Kernel calls and time by name straight from the trace file (name, count, total ns),
     most time first, as the analyzer orders them."""
-    raw = json.loads(gzip.decompress(path.read_bytes()))
+    raw = json.loads(raw_json(path))
     events = raw["traceEvents"] if isinstance(raw, dict) else raw
     tot: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for e in events:
@@ -306,8 +305,8 @@ def test_diff_of_the_pinned_copy_pair(tmp_path):
     """The h2d_pinned pair (pageable -> pinned copy): the answer is traceinsight.diff.compare
     on the same two files; measured un-profiled, the step went 16.95 -> 11.14 ms."""
     before, after = (
-        PAIR / "h2d_pinned.before.pt.trace.json.gz",
-        PAIR / "h2d_pinned.after.pt.trace.json.gz",
+        PAIR / "h2d_pinned.before.pt.trace.json.xz",
+        PAIR / "h2d_pinned.after.pt.trace.json.xz",
     )
     _, (res,) = serve(
         [("diff", {"before": str(before), "after": str(after)})], [FIXTURES], tmp_path / "e"
@@ -352,7 +351,7 @@ def test_annotate_writes_a_new_file_and_never_the_input(tmp_path):
     )
     a = ok(first)
     assert a["out"] == str(out.resolve()) and a["bytes"] == out.stat().st_size
-    doc = json.loads(gzip.decompress(out.read_bytes()))
+    doc = json.loads(raw_json(out))
     ours = [e for e in doc["traceEvents"] if e.get("cat") == "traceinsight"]
     assert len(ours) == a["traceinsight_events"] > 0
     assert "already exists" in tool_error(again)
@@ -448,7 +447,7 @@ def test_job_directory_and_its_ranks(tmp_path):
             ("explain", {"path": str(job), "finding_id": "launch_bound"}),
             ("explain", {"path": str(job), "finding_id": "launch_bound", "rank": 1}),
             ("what_if", {"path": str(job), "fixes": ["launch_bound"], "rank": 1}),
-            ("what_if", {"path": str(job / "rank1.pt.trace.json.gz"), "fixes": ["launch_bound"]}),
+            ("what_if", {"path": str(job / "rank1.pt.trace.json.xz"), "fixes": ["launch_bound"]}),
         ],
         [FIXTURES],
         tmp_path / "err.log",
@@ -465,9 +464,9 @@ def test_job_directory_and_its_ranks(tmp_path):
     assert (
         e["title"] == f.title and e["what_if"]["step_time_after_ns"] == f.what_if.step_time_after_ns
     )
-    assert "rank1.pt.trace.json.gz: this rank's step model was not kept" in tool_error(wi_rank)
+    assert "rank1.pt.trace.json.xz: this rank's step model was not kept" in tool_error(wi_rank)
     w = ok(wi_file)["combined"]
-    alone = analyzed(job / "rank1.pt.trace.json.gz")
+    alone = analyzed(job / "rank1.pt.trace.json.xz")
     assert w["step_time_after_ns"] == predict_fixes(alone, ["launch_bound"]).step_time_after_ns
 
 
@@ -482,7 +481,7 @@ def test_session_sees_a_rank_file_rewritten(tmp_path):
     tools.analyze(str(job), View(), 10)
     assert session.analyses_run == 1
     dir_mtime = job.stat().st_mtime_ns
-    rank1 = job / "rank1.pt.trace.json.gz"
+    rank1 = job / "rank1.pt.trace.json.xz"
     os.utime(rank1, ns=(rank1.stat().st_atime_ns, rank1.stat().st_mtime_ns + 10**9))
     assert job.stat().st_mtime_ns == dir_mtime
     tools.analyze("job", View(), 10)

@@ -18,7 +18,7 @@ from traceinsight.api import analyze_trace
 from traceinsight.model.schema import MEMORY_SCHEMA, OP_ARGS_SCHEMA, DeviceInfo, conform_side
 from traceinsight.options import Options
 
-from .conftest import analyzed
+from .conftest import analyzed, raw_json
 
 MIB = 1 << 20
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "memory"
@@ -172,7 +172,7 @@ def _truth(name: str) -> dict[str, Any]:
 
 
 def _analysis(name: str) -> TraceAnalysis:
-    return traceinsight.analyze(FIX / f"{name}.pt.trace.json.gz", replay=True)
+    return traceinsight.analyze(FIX / f"{name}.pt.trace.json.xz", replay=True)
 
 
 def _by_iteration(truth: dict[str, Any]) -> dict[int, dict[str, int]]:
@@ -277,7 +277,7 @@ def test_h200_headroom_prediction_matches_measured_throughput(analyses) -> None:
 
 
 def test_h200_headroom_without_the_model_says_why() -> None:
-    a = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.gz", replay=False)
+    a = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.xz", replay=False)
     f = next(f for f in a.findings if f.id == "memory_headroom")
     assert f.what_if is None and "replay" in f.evidence["why_no_estimate"]
 
@@ -408,7 +408,7 @@ def test_export_writes_the_memory_table_beside_the_events(tmp_path: Path) -> Non
     from traceinsight.cli import main
 
     out = tmp_path / "ev.parquet"
-    assert main(["export", str(FIX / "mem_leak.pt.trace.json.gz"), "-o", str(out), "-q"]) == 0
+    assert main(["export", str(FIX / "mem_leak.pt.trace.json.xz"), "-o", str(out), "-q"]) == 0
     mem = pl.read_parquet(tmp_path / "ev.memory.parquet")
     assert mem.schema == pl.Schema(MEMORY_SCHEMA) and mem.height > 1000
     assert mem["category"].null_count() == mem.height  # Kineto's events name no category
@@ -506,7 +506,6 @@ def _torch_category_names() -> dict[int, str]:
 
 
 def test_categories_at_the_peak_from_torchs_timeline(torch_timeline, tmp_path: Path) -> None:
-    import gzip
     from itertools import accumulate
 
     from traceinsight.model.schema import MEMORY_CATEGORIES
@@ -518,7 +517,7 @@ def test_categories_at_the_peak_from_torchs_timeline(torch_timeline, tmp_path: P
     assert tuple(names[i] for i in range(len(names))) == MEMORY_CATEGORIES
     # the raw rows by hand: pre-existing tensors (-1) at the first time, rows in time order,
     # the running sum's first maximum, the bytes of every row up to it by category
-    rows = json.loads(gzip.decompress(raw.read_bytes()))
+    rows = json.loads(raw_json(raw))
     first = min(r[0] for r in rows if r[0] >= 0)
     rows = sorted(([t if t >= 0 else first, b, c] for t, _, b, c in rows), key=lambda r: r[0])
     running = list(accumulate(b for _, b, _ in rows))
@@ -571,7 +570,7 @@ def test_categories_at_the_peak_from_torchs_timeline(torch_timeline, tmp_path: P
     )
     assert line in section
     # a Kineto trace's memory events have no categories: no table, a null metric
-    k = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.gz", replay=False)
+    k = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.xz", replay=False)
     assert k.metrics["memory_peak_by_category_bytes"] is None
     assert "<th>at the peak</th>" not in render_html(k.to_json())
 
@@ -585,9 +584,8 @@ def test_export_writes_the_category_column(torch_timeline, tmp_path: Path) -> No
     mem = pl.read_parquet(tmp_path / "t.memory.parquet")
     assert mem.schema == pl.Schema(MEMORY_SCHEMA) and mem["category"].null_count() == 0
     # the raw rows one for one, each with its category
-    import gzip
 
-    rows = json.loads(gzip.decompress(raw.read_bytes()))
+    rows = json.loads(raw_json(raw))
     names = _torch_category_names()
     counts = {}
     for r in rows:
@@ -598,7 +596,7 @@ def test_export_writes_the_category_column(torch_timeline, tmp_path: Path) -> No
 def test_headroom_uses_the_measured_activation_share() -> None:
     from traceinsight.parsers import load_trace
 
-    t = load_trace(FIX / "mem_small_batch.pt.trace.json.gz")
+    t = load_trace(FIX / "mem_small_batch.pt.trace.json.xz")
     # categories by address (an allocation and its free share one): 3 kinds of tensor
     t.memory = t.memory.with_columns(
         pl.col("addr")
@@ -622,7 +620,7 @@ def test_headroom_uses_the_measured_activation_share() -> None:
         b for _, b, _, c in rows[: i + 1] if c == "parameter"
     )
     # without categories: the step-span estimate, said so
-    plain = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.gz", replay=False)
+    plain = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.xz", replay=False)
     g = next(f for f in plain.findings if f.id == "memory_headroom")
     e = plain.results.memory.devices[0]
     assert g.evidence["activation_ratio"] == pytest.approx(
@@ -638,7 +636,7 @@ def test_job_summary_has_the_memory_line(tmp_path: Path, capsys) -> None:
     from traceinsight.cli import main
 
     for r, name in enumerate(("mem_healthy", "mem_leak")):
-        shutil.copy(FIX / f"{name}.pt.trace.json.gz", tmp_path / f"rank{r}.pt.trace.json.gz")
+        shutil.copy(FIX / f"{name}.pt.trace.json.xz", tmp_path / f"rank{r}.pt.trace.json.xz")
     assert main(["analyze", str(tmp_path), "--no-html"]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  memory ")]
     assert "rank 1: peak 748.6 MB allocated" in line  # the rank with the highest peak

@@ -165,7 +165,7 @@ def test_straggler_fixture_charged_wait_matches_injected_delay():
     assert f.id == "straggler" and f.severity == "high" and f.evidence["rank"] == 1
     # Rank 0 alone: its spinning looks like exposed communication (high); in the job it is the
     # straggler's, and what is left (transfer, ~6 ms of a 246 ms window) is minor.
-    alone = analyze_trace(load_trace(H200 / "ddp_straggler" / "rank0.pt.trace.json.gz"))
+    alone = analyze_trace(load_trace(H200 / "ddp_straggler" / "rank0.pt.trace.json.xz"))
     solo = next(f for f in alone.findings if f.id == "comm_not_overlapped")
     assert solo.severity in ("high", "medium") and solo.evidence["attributed_ns"] > injected_ns
     rank0 = next(f for f in job.ranks[0].findings if f.id == "comm_not_overlapped")
@@ -219,7 +219,7 @@ def _delayed(ev: pl.DataFrame, cuts: pl.DataFrame, delay_ns: int, *, waits: bool
 @pytest.mark.parametrize("delay_ms", [0.0, 25.0])
 def test_shifted_variant_charges_the_known_delay(delay_ms):
     """ddp_overlap (balanced, no straggler) with rank 1 delayed before its first collective."""
-    t0, t1 = (load_trace(H200 / "ddp_overlap" / f"rank{r}.pt.trace.json.gz") for r in (0, 1))
+    t0, t1 = (load_trace(H200 / "ddp_overlap" / f"rank{r}.pt.trace.json.xz") for r in (0, 1))
     delay_ns = int(delay_ms * 1e6)
     c0, c1 = _first_collectives(t0), _first_collectives(t1)
     assert c0.height == c1.height == 4

@@ -97,7 +97,7 @@ def models_of(path: Path) -> dict[str, R.StepModel]:
     return out
 
 
-H200_TRACES = sorted(H200.glob("*.pt.trace.json.gz"))
+H200_TRACES = sorted(H200.glob("*.pt.trace.json.xz"))
 
 
 @pytest.mark.parametrize("path", H200_TRACES, ids=[p.name.split(".")[0] for p in H200_TRACES])

@@ -5,7 +5,6 @@ cases and on generated and mutated event lists."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 
@@ -20,7 +19,7 @@ from polars.testing import assert_frame_equal
 from traceinsight.parsers.kineto import decode as D
 from traceinsight.parsers.source import read_bytes
 
-from .conftest import CORPUS, H200, SHARED, TINY, require_native
+from .conftest import CORPUS, H200, SHARED, TINY, raw_json, require_native
 from .test_layouts import relayout
 
 require_native(D._kscan, "traceinsight._kscan (the native scanner)")
@@ -53,9 +52,9 @@ def check(elements: bytes, *, must_scan: bool = False) -> D.Chunk | None:
 
 
 REAL = [
-    H200 / "healthy_bf16.pt.trace.json.gz",
-    H200 / "memory" / "mem_leak.pt.trace.json.gz",  # [memory] instants, shapes
-    H200 / "ddp_straggler" / "rank1.pt.trace.json.gz",  # NCCL kernels: collective names
+    H200 / "healthy_bf16.pt.trace.json.xz",
+    H200 / "memory" / "mem_leak.pt.trace.json.xz",  # [memory] instants, shapes
+    H200 / "ddp_straggler" / "rank1.pt.trace.json.xz",  # NCCL kernels: collective names
     CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",  # bare array, string tids
     CORPUS / "libkineto_test_after_fix_trace.json",
     TINY / "step_dataloader_sync.json",
@@ -249,9 +248,7 @@ def test_mutated_bytes_never_crash(rnd: random.Random, flips: int):
     check(bytes(data))
 
 
-_SAMPLE = _elements(gzip.decompress((H200 / "memory" / "mem_leak.pt.trace.json.gz").read_bytes()))[
-    :6000
-]
+_SAMPLE = _elements(raw_json(H200 / "memory" / "mem_leak.pt.trace.json.xz"))[:6000]
 _SAMPLE = _SAMPLE[: _SAMPLE.rfind(b"},") + 1]
 
 

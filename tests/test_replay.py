@@ -172,8 +172,8 @@ def test_a_long_wait_links_to_the_op_it_waited_for_within_one_percent():
     assert g["after_op"][g.filter(pl.col("name") == "e")["op"][0]] == -1
 
 
-FIXTURES = sorted(H200.glob("*.pt.trace.json.gz")) + sorted(
-    (H200 / "pairs").glob("*.before.pt.trace.json.gz")
+FIXTURES = sorted(H200.glob("*.pt.trace.json.xz")) + sorted(
+    (H200 / "pairs").glob("*.before.pt.trace.json.xz")
 )
 
 
@@ -340,8 +340,8 @@ def test_bf16_autocast_moves_tf32_gemms_too():
     """The held-out bf16 loop runs its GEMMs on TF32 tensor cores (27.2 ms of the profiled
     'before' kernels); its profiled 'after' ran them as bf16 GEMMs in 7.3 ms. The transform's
     TF32/BF16 peak ratio (1/2) counts them: without it the prediction was 1.75x."""
-    before = analyzed(HOLDOUT / "bf16.before.pt.trace.json.gz")
-    after = analyzed(HOLDOUT / "bf16.after.pt.trace.json.gz")
+    before = analyzed(HOLDOUT / "bf16.before.pt.trace.json.xz")
+    after = analyzed(HOLDOUT / "bf16.after.pt.trace.json.xz")
 
     def gemm_ms(a, tf32: bool) -> float:
         k = a.trace.events.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") == "gemm"))
@@ -365,7 +365,7 @@ def test_the_pairs_cause_is_the_first_finding(pair):
 
 def test_savings_are_the_findings_costs():
     """cost_ns = (1 - after/before) x window; severity from that share; all_fixes combined."""
-    a = analyzed(H200 / "pairs" / "syncs.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / "syncs.before.pt.trace.json.xz")
     window = a.results.idle.device_window_ns
     for f in a.findings:
         if f.what_if is None:
@@ -384,7 +384,7 @@ def test_savings_are_the_findings_costs():
 
 
 def test_what_if_in_details():
-    a = analyzed(H200 / "pairs" / "fused_adamw.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / "fused_adamw.before.pt.trace.json.xz")
     w = a.results.replay.what_if["fused_optimizer"]
     assert set(jsonable(w)) == {"step_time_ns", "step_time_after_ns", "speedup"}
     assert w.speedup > 1
@@ -446,7 +446,7 @@ def test_launch_bound_first_where_cuda_graphs_measured_faster(pair):
     measured = GRAPHED[pair]["speedup"]
     own = json.loads((H200 / "pairs" / f"{pair}.truth.json").read_text())["speedup"]
     assert measured > own
-    a = analyzed(H200 / "pairs" / f"{pair}.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / f"{pair}.before.pt.trace.json.xz")
     # of the causes: the larger batch (small_batch, unrecorded on these loops) is ranked apart
     first = next(f for f in a.findings if f.id not in ("small_batch", "memory_headroom"))
     assert first.id == "launch_bound"
@@ -457,7 +457,7 @@ def test_host_sync_sources_carry_the_saving_of_one_call_site():
     """With stacks, each of the costliest sync sites gets its own what_if: the model with only
     that site's syncs removed. Each saves no more than removing every sync does, and the site
     with the most waiting syncs (6 x .item() in log_metrics) saves the most."""
-    a = analyzed(H200 / "stack" / "sync_sites.pt.trace.json.gz")
+    a = analyzed(H200 / "stack" / "sync_sites.pt.trace.json.xz")
     f = next(x for x in a.findings if x.id == "host_sync")
     sites = [s for s in f.evidence["sources"] if s.what_if]
     assert sites and f.what_if is not None
@@ -484,7 +484,7 @@ BOUND_BY = {
 
 @pytest.mark.parametrize("pair", sorted(BOUND_BY))
 def test_the_model_says_which_engine_bounds_the_step(pair):
-    a = analyzed(H200 / "pairs" / f"{pair}.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / f"{pair}.before.pt.trace.json.xz")
     assert a.metrics["step_bound_by"] == BOUND_BY[pair], a.results.replay.engine_speedups
 
 
@@ -509,10 +509,10 @@ def test_engine_sensitivity_by_hand():
 def test_the_terminal_says_which_engine_bounds_the_step():
     from traceinsight.report.terminal import render_summary
 
-    a = analyzed(H200 / "pairs" / "checkpointing.before.pt.trace.json.gz")
+    a = analyzed(H200 / "pairs" / "checkpointing.before.pt.trace.json.xz")
     text = render_summary(a.to_json())
     assert "bound by  the host (CPU) (each engine 2x faster alone: host 1.9" in text
-    comm = analyzed(H200 / "pairs" / "comm_overlap.before.pt.trace.json.gz")
+    comm = analyzed(H200 / "pairs" / "comm_overlap.before.pt.trace.json.xz")
     assert "bound by" not in render_summary(comm.to_json())  # streams wait for each other
 
 
@@ -520,7 +520,7 @@ def test_a_pageable_copy_call_waits_for_its_own_copy():
     # 64 MiB from pageable memory each step: the call stages it chunk by chunk and returns
     # 10-20 us before the 9.2 ms DMA ends; the copies are 87-89% of the step, so the step
     # follows the copy engine (twice as fast: about 1.7x; the measured compute alone is 1.2 ms)
-    a = analyzed(H200 / "h2d_pageable.pt.trace.json.gz")
+    a = analyzed(H200 / "h2d_pageable.pt.trace.json.xz")
     r = a.results.replay
     assert (r.model.host.filter(pl.col("name") == "cudaMemcpyAsync")["wait"] == 2).all()
     assert a.metrics["step_bound_by"] == "copies"
@@ -536,7 +536,7 @@ def test_a_replay_cut_short_says_its_saving_is_a_lower_bound(monkeypatch):
     from traceinsight.api import analyze as fresh
     from traceinsight.causal import graph
 
-    path = H200 / "sync_item_print.pt.trace.json.gz"
+    path = H200 / "sync_item_print.pt.trace.json.xz"
     settled = analyzed(path).results.replay
     assert settled.converged and settled.unconverged == ()
     monkeypatch.setattr(graph, "REPLAY_WORK_MAX", 0)  # as if the model were too large
@@ -643,7 +643,7 @@ def test_selected_fixes_and_all_fixes_hold_every_transform():
     """--what-if / what_if=[...]: one replay of the chosen fixes together. Each fix alone is its
     finding's own what_if; all of them equal details.what_if.all_fixes; no single fix (the
     larger batch's included, whose saving is per sample) exceeds all_fixes."""
-    path = H200 / "memory" / "mem_small_batch.pt.trace.json.gz"
+    path = H200 / "memory" / "mem_small_batch.pt.trace.json.xz"
     base = analyzed(path)
     priced = [f for f in base.findings if f.what_if is not None and f.what_if.transform is not None]
     assert "memory_headroom" in [f.id for f in priced]
@@ -661,7 +661,7 @@ def test_selected_fixes_and_all_fixes_hold_every_transform():
 def test_what_if_option_refuses_unknown_ids_and_notes_absent_ones(tmp_path, capsys):
     from traceinsight.cli import main
 
-    trace = str(H200 / "pairs" / "syncs.before.pt.trace.json.gz")
+    trace = str(H200 / "pairs" / "syncs.before.pt.trace.json.xz")
     assert main(["analyze", trace, "--no-html", "-q", "--what-if", "host_sync,no_such"]) == 2
     assert "no_such" in capsys.readouterr().err
     out = tmp_path / "o.json"
@@ -696,7 +696,7 @@ def test_the_same_saving_whatever_steps_are_selected(name, fid):
     all steps) while the
     autograd thread's first call in the window stayed where it was recorded: the backward
     of the first selected step could not move with the step thread."""
-    path = H200 / f"{name}.pt.trace.json.gz"
+    path = H200 / f"{name}.pt.trace.json.xz"
     got = []
     for steps in (None, "3..3"):
         w = next(f for f in analyze(path, steps=steps).findings if f.id == fid).what_if
@@ -772,7 +772,7 @@ def test_an_unsettled_unprofiled_step_grades_nothing_above_low(monkeypatch):
 
     monkeypatch.setattr(graph, "REPLAY_WORK_MAX", 0)
     monkeypatch.setattr(graph, "REPLAY_WORK_MAX_POLARS", 0)
-    a = fresh(H200 / "thirdparty" / "node.before.pt.trace.json.gz")
+    a = fresh(H200 / "thirdparty" / "node.before.pt.trace.json.xz")
     assert "unprofiled" in a.results.replay.unconverged
     priced = [f for f in a.findings if f.what_if is not None]
     assert priced and all(f.severity in ("low", "info") for f in priced)

@@ -21,7 +21,7 @@ from traceinsight.cli import main
 from traceinsight.errors import InputError
 from traceinsight.parsers import detect_format, load_trace
 
-from .conftest import FIXTURES, analyzed, shared_or_skip
+from .conftest import FIXTURES, analyzed, raw_json, shared_or_skip
 
 SCHEMA_SQL = FIXTURES / "rocprof" / "perfadvisor__rocpd_schema_observed.sql"
 GUID = "00000450-565d-765d-bc41-19a2073d19ee"
@@ -60,7 +60,7 @@ def test_real_json_is_detected_by_content(tmp_path: Path) -> None:
     src = real_json()
     assert detect_format(src) == "rocprof-json"
     plain = tmp_path / "any_name.json"  # neither the suffix nor the name decide it
-    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    plain.write_bytes(raw_json(src))
     assert detect_format(plain) == "rocprof-json"
 
 

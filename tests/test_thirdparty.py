@@ -9,7 +9,6 @@ the expectation is updated."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import math
 from functools import cache
@@ -27,7 +26,7 @@ from traceinsight.options import Options
 from traceinsight.pipeline import graded, selected_fixes
 from traceinsight.report.format import prediction_basis
 
-from .conftest import H200
+from .conftest import H200, raw_json
 
 HERE = H200 / "thirdparty"
 TOLERANCE = 0.25  # a prediction within 25% of the measured band
@@ -50,7 +49,7 @@ def chosen(name: str, ids: list[str]):
 @cache
 def raw_events(name: str) -> list[dict]:
     """A fixture's raw Chrome-trace events, decoded once per test process (read only)."""
-    return orjson.loads(gzip.decompress((HERE / name).read_bytes()))["traceEvents"]
+    return orjson.loads(raw_json(HERE / name))["traceEvents"]
 
 
 def band(loop: str, fix: str) -> tuple[float, float]:
@@ -59,7 +58,7 @@ def band(loop: str, fix: str) -> tuple[float, float]:
 
 
 def finding(loop: str, fid: str, which: str = "before"):
-    a = analysis(f"{loop}.{which}.pt.trace.json.gz")
+    a = analysis(f"{loop}.{which}.pt.trace.json.xz")
     return next(f for f in a.findings if f.id == fid)
 
 
@@ -196,7 +195,7 @@ def test_workers_without_pin_memory_within_the_measured_band(loop: str) -> None:
 @pytest.mark.parametrize("loop", ["hf_trainer", "timm_jpeg", "vit_amp"])
 def test_all_fixes_within_the_measured_band(loop: str) -> None:
     lo, hi = band(loop, "all")
-    w = analysis(f"{loop}.before.pt.trace.json.gz").what_if
+    w = analysis(f"{loop}.before.pt.trace.json.xz").what_if
     assert w is not None and within(w.speedup, lo, hi), (w.speedup, lo, hi)
 
 
@@ -331,7 +330,7 @@ MEASURED = {
 @pytest.mark.parametrize("loop", sorted(MEASURED))
 def test_no_finding_above_low_for_a_fix_measured_below_1_10(loop: str) -> None:
     needs_settled_replays(loop)
-    a = analysis(f"{loop}.before.pt.trace.json.gz")
+    a = analysis(f"{loop}.before.pt.trace.json.xz")
     for f in a.findings:
         fix = MEASURED[loop].get(f.id)
         if fix is not None and band(loop, fix)[1] < 1.10:
@@ -353,8 +352,8 @@ def test_no_finding_above_low_for_a_fix_measured_below_1_10(loop: str) -> None:
     ],
 )
 def test_the_fixed_cause_is_gone_in_the_profiled_after(loop: str, fix: str, gone: str) -> None:
-    before = {f.id for f in analysis(f"{loop}.before.pt.trace.json.gz").findings}
-    after = {f.id: f for f in analysis(f"{loop}.{fix}.after.pt.trace.json.gz").findings}
+    before = {f.id for f in analysis(f"{loop}.before.pt.trace.json.xz").findings}
+    after = {f.id: f for f in analysis(f"{loop}.{fix}.after.pt.trace.json.xz").findings}
     assert gone in before
     assert gone not in after or after[gone].severity == "info"
 
@@ -397,11 +396,12 @@ def test_the_first_finding_is_the_largest_measured_lever(
     loop: str, fid: str, fix: str, largest: str
 ) -> None:
     needs_settled_replays(loop)
-    a = analysis(f"{loop}.before.pt.trace.json.gz")
+    a = analysis(f"{loop}.before.pt.trace.json.xz")
     assert a.findings[0].id == fid
     bands = json.loads((HERE / f"{loop}.truth.json").read_text())["speedup_band"]
     best = max(
-        (k for k in bands if k not in ("all", "baseline", *COMBINED)), key=lambda k: bands[k]["high"]
+        (k for k in bands if k not in ("all", "baseline", *COMBINED)),
+        key=lambda k: bands[k]["high"],
     )
     assert best == largest
     assert bands[fix]["high"] >= (1 - LEVER_WITHIN) * bands[best]["high"], (bands[fix], best)
@@ -430,7 +430,7 @@ def test_the_largest_lever_on_the_launch_bound_loop() -> None:
     grew = [cfg["batch_4x"][p]["step_ms_window_mean"] / cfg["baseline"][p]["step_ms_window_mean"]
             for p in "CDEF"]  # fmt: skip
     assert all(0.8 < g < 1.2 for g in grew), grew
-    a = analysis("launch_bound.before.pt.trace.json.gz")
+    a = analysis("launch_bound.before.pt.trace.json.xz")
     assert a.findings[0].id == "small_batch"
     small = a.findings[0].what_if
     assert small.multiplier == 4 and within(
@@ -450,13 +450,13 @@ def test_the_compiled_loops_profiled_after() -> None:
     optimizer and the Trainer's own host work), and the loader the compiled step now waits for
     comes first (its un-profiled step 14.3 ms against 15.7 measured in that process)."""
     for name in ("accelerate", "launch_bound"):  # the launch-bound loop: call 13
-        after = {f.id: f for f in analysis(f"{name}.compile_ro.after.pt.trace.json.gz").findings}
+        after = {f.id: f for f in analysis(f"{name}.compile_ro.after.pt.trace.json.xz").findings}
         assert after["launch_bound"].severity in ("low", "info")
         assert after["launch_bound"].what_if.speedup < 1.10
     # what the compiled model leaves on the launch-bound loop: its eager per-parameter AdamW
-    left = analysis("launch_bound.compile_ro.after.pt.trace.json.gz").findings
+    left = analysis("launch_bound.compile_ro.after.pt.trace.json.xz").findings
     assert "unfused_optimizer" in [f.id for f in left[:2]]
-    hf = analysis("hf_trainer.compile_ro.after.pt.trace.json.gz")
+    hf = analysis("hf_trainer.compile_ro.after.pt.trace.json.xz")
     assert hf.findings[0].id == "dataloader_stall"
     left = next(f for f in hf.findings if f.id == "launch_bound").what_if
     before = finding("hf_trainer", "launch_bound").what_if
@@ -548,7 +548,7 @@ APPLIED = {
 def test_what_if_of_the_applied_set_within_the_measured_all(loop: str) -> None:
     needs_settled_replays(loop)
     lo, hi = band(loop, "all")
-    sel = chosen(f"{loop}.before.pt.trace.json.gz", APPLIED[loop].split(","))
+    sel = chosen(f"{loop}.before.pt.trace.json.xz", APPLIED[loop].split(","))
     w = sel.what_if
     assert sel.not_raised == () and w is not None and within(w.speedup, lo, hi)
     ks = [int(k) for i in APPLIED[loop].split(",") if (k := i.partition("@")[2]).isdigit()]
@@ -566,7 +566,7 @@ def test_the_applied_set_of_the_sbert_loop() -> None:
     2.64x, within by a cancellation: the larger batch scaled the loading that the advised
     workers had taken off the step thread.)"""
     ids = "dataloader_stall,fp32_compute,host_sync,pageable_memcpy,memory_headroom@4"
-    w = chosen("sbert.before.pt.trace.json.gz", ids.split(",")).what_if
+    w = chosen("sbert.before.pt.trace.json.xz", ids.split(",")).what_if
     lo, hi = band("sbert", "all")
     assert w.speedup > (1 + TOLERANCE) * hi
     b_lo, b_hi = band("sbert", "bf16")
@@ -582,7 +582,7 @@ def test_the_applied_set_of_the_launch_bound_loop_names_its_capture() -> None:
     with 1.52 ms of kernels in 1.74 ms (benchmarks/graph_step_cost.py, call 13): a replay runs
     the kernels at a 0.4 us node gap and none of the host's op work (session 18's 7.41x kept
     the ops' CPU time inside the graph and a 1 us gap)."""
-    path = "launch_bound.before.pt.trace.json.gz"
+    path = "launch_bound.before.pt.trace.json.xz"
     ids = ["launch_bound@whole_step", "unfused_optimizer", "host_sync"]
     w = chosen(path, ids).what_if
     model_only = chosen(path, [i.split("@")[0] for i in ids])
@@ -611,8 +611,8 @@ def test_the_whole_step_graph_with_a_per_parameter_optimizer() -> None:
                     and e["name"].startswith("ProfilerStep#"))  # fmt: skip
         return sum(1 for e in raw if e.get("cat") == "kernel") // steps
 
-    eager = per_step("launch_bound.before.pt.trace.json.gz")
-    graphed = per_step("launch_bound.cudagraph.after.pt.trace.json.gz")
+    eager = per_step("launch_bound.before.pt.trace.json.xz")
+    graphed = per_step("launch_bound.cudagraph.after.pt.trace.json.xz")
     assert (eager, graphed) == (1637, 3625)
     assert graphed - eager == 142 * 14  # 142 parameters, 14 more kernels each
     whole = finding("launch_bound", "launch_bound").evidence["what_if_whole_step"]
@@ -628,10 +628,10 @@ def test_the_batch_lever_without_memory_events() -> None:
     assert f.evidence["fits"] is None and "memory events" in f.evidence["fit_unknown_because"]
     assert f.what_if.multiplier == 2
     lo, hi = band("hf_trainer", "batch_4x")
-    at4 = chosen("hf_trainer.before.pt.trace.json.gz", ["small_batch@4"]).what_if
+    at4 = chosen("hf_trainer.before.pt.trace.json.xz", ["small_batch@4"]).what_if
     assert within(at4.speedup, lo, hi), (at4.speedup, lo, hi)
     # with memory events the lever is memory_headroom's, never both
-    ids = [f.id for f in analysis("peft_lora.before.pt.trace.json.gz").findings]
+    ids = [f.id for f in analysis("peft_lora.before.pt.trace.json.xz").findings]
     assert "memory_headroom" in ids and "small_batch" not in ids
 
 
@@ -640,14 +640,14 @@ def test_lightning_closure_is_not_the_optimizers() -> None:
     own part starts where the closure's backward ends. Against the raw events: each
     Optimizer.step range from the end of the last autograd-engine op that started inside it
     (on any thread) to the range's end."""
-    ev = [e for e in raw_events("lightning.before.pt.trace.json.gz") if e.get("ph") == "X"]
+    ev = [e for e in raw_events("lightning.before.pt.trace.json.xz") if e.get("ph") == "X"]
     steps = [e for e in ev if e["name"].startswith("Optimizer.step#")]
     bw = [e for e in ev if e["name"].startswith("autograd::engine::evaluate_function")]
     own_us = []
     for o in steps:
         inside = [b["ts"] + b["dur"] for b in bw if o["ts"] <= b["ts"] <= o["ts"] + o["dur"]]
         own_us.append(o["ts"] + o["dur"] - max([o["ts"], *inside]))
-    opt = analysis("lightning.before.pt.trace.json.gz").results.optimizer
+    opt = analysis("lightning.before.pt.trace.json.xz").results.optimizer
     assert 1_000 < sum(own_us) / len(own_us) < 10_000  # a few ms, not the 28 ms of the range
     # the analyzer's window holds the steps whose range starts inside it: compare per step
     assert opt.host_ns_per_step == pytest.approx(1000 * sum(own_us) / len(own_us), rel=0.25)
@@ -677,9 +677,9 @@ def test_a_periodic_loader_step_is_taken_over_whole_periods() -> None:
     ``__next__`` against 2.8-4.4 ms in the others (raw events), which explains its spread:
     the mean too."""
     for loop in ("timm_jpeg", "lightning"):
-        assert analysis(f"{loop}.before.pt.trace.json.gz").results.replay.step_statistic == "mean"
+        assert analysis(f"{loop}.before.pt.trace.json.xz").results.replay.step_statistic == "mean"
     for loop in ("launch_bound", "peft_lora"):
-        rp = analysis(f"{loop}.before.pt.trace.json.gz").results.replay
+        rp = analysis(f"{loop}.before.pt.trace.json.xz").results.replay
         assert rp.step_statistic == "median", loop
 
 
@@ -709,7 +709,7 @@ def test_unprofiled_step_estimate_against_the_measured_one() -> None:
         base = truth["configs"]["baseline"]
         ms = [v["step_ms_window_mean"] for v in base.values() if "step_ms_window_mean" in v]
         own = truth["profiled"]["baseline"]["unprofiled_same_process_step_ms_window_mean"]
-        est = analysis(f"{loop}.before.pt.trace.json.gz").results.replay.unprofiled_step_ns / 1e6
+        est = analysis(f"{loop}.before.pt.trace.json.xz").results.replay.unprofiled_step_ns / 1e6
         same[loop], fresh[loop] = est / own, est / (sum(ms) / len(ms))
     # against the trace's own process: LoRA 1.02, Lightning 1.08, the launch-bound loop 1.13
     assert all(0.95 < same[x] < 1.15 for x in ("peft_lora", "lightning", "launch_bound")), same
@@ -747,14 +747,14 @@ def test_the_unprofiled_step_range_holds_the_measured_one(loop: str, cfg: str, w
     profiler's cost there is not per host event) and the data-bound timm loop (3 steps)."""
     truth = json.loads((HERE / f"{loop}.truth.json").read_text())["profiled"][cfg]
     own_ns = 1e6 * truth["unprofiled_same_process_step_ms_window_mean"]
-    r = analysis(f"{loop}.{which}.pt.trace.json.gz").results.replay
+    r = analysis(f"{loop}.{which}.pt.trace.json.xz").results.replay
     assert r.unprofiled_step_low_ns <= own_ns <= r.unprofiled_step_ns
 
 
 def test_step_time_variance_follows_its_cause() -> None:
     """timm with 3 workers: the loader keeps up on some steps only, so the steps vary with the
     DataLoader wait: the variance names that cause and ranks right after dataloader_stall."""
-    a = analysis("timm_jpeg.before.pt.trace.json.gz")
+    a = analysis("timm_jpeg.before.pt.trace.json.xz")
     ids = [f.id for f in a.findings]
     var = next(f for f in a.findings if f.id == "step_time_variance")
     assert var.evidence["caused_by"] == "dataloader"
@@ -762,7 +762,7 @@ def test_step_time_variance_follows_its_cause() -> None:
 
 
 def test_what_if_multiplier_only_for_a_larger_batch() -> None:
-    path = "peft_lora.before.pt.trace.json.gz"
+    path = "peft_lora.before.pt.trace.json.xz"
     with pytest.raises(InputError, match="not a larger batch"):
         chosen(path, ["host_sync@4"])
     with pytest.raises(InputError, match="whole number"):
@@ -786,7 +786,7 @@ def test_host_thread_contention_on_a_warm_inductor_cache() -> None:
     is the rest of the profiled step less the profiler's cost the estimate takes out, and the
     profiled after (OMP_NUM_THREADS=1) shows the same over-estimate: its own un-profiled
     estimate 15.9 ms against 10.2 ms measured in its process (test_unprofiled_step_estimate)."""
-    name = "lightning.compile_ro_warm.after.pt.trace.json.gz"
+    name = "lightning.compile_ro_warm.after.pt.trace.json.xz"
     ev = [e for e in raw_events(name) if e.get("ph") == "X"]
     stacks = [e for e in ev if e["name"] == "aten::stack" and e["dur"] > 1000]
     for s in stacks:  # a TensorList's shapes are not recorded: the ops inside name the output
@@ -807,7 +807,7 @@ def test_host_thread_contention_on_a_warm_inductor_cache() -> None:
     lo = truth["band_fix"]["low"]
     assert 10 < f.what_if.speedup < h.what_if_upper.speedup < (1 - TOLERANCE) * lo
     # the step the fix leaves, as the profiled after's own estimate has it (within 25%)
-    fixed = analysis("lightning.compile_ro_warm_omp1.after.pt.trace.json.gz")
+    fixed = analysis("lightning.compile_ro_warm_omp1.after.pt.trace.json.xz")
     after_est = fixed.results.replay.unprofiled_step_ns
     assert f.what_if.step_time_after_ns == pytest.approx(after_est, rel=TOLERANCE)
     own = truth["runs"]["warm_omp_1_profiled"]["call11.N2"]["step_ms_window_mean"]
@@ -815,7 +815,7 @@ def test_host_thread_contention_on_a_warm_inductor_cache() -> None:
     # the fixed cause gone in the profiled after; none on the loop's eager trace
     assert "host_thread_contention" not in [x.id for x in fixed.findings]
     assert fixed.results.host_ops.contended == ()
-    assert analysis("lightning.before.pt.trace.json.gz").results.host_ops.contended == ()
+    assert analysis("lightning.before.pt.trace.json.xz").results.host_ops.contended == ()
 
 
 @pytest.mark.parametrize(
@@ -853,13 +853,13 @@ def test_the_held_out_sentence_transformers_loop() -> None:
     ranking misses: launch_bound comes first (1.58x; its fix padded to static shapes measured
     1.16-1.47x) where the batch measured larger (2x: 1.53-1.58x, 4x: 1.97-2.36x):
     memory_headroom's rounding down to 2x puts it second (1.51x), at 4x it would come first."""
-    a = analysis("sbert.before.pt.trace.json.gz")
+    a = analysis("sbert.before.pt.trace.json.xz")
     ids = [f.id for f in a.findings]
     assert ids[:2] == ["launch_bound", "memory_headroom"]
     head = finding("sbert", "memory_headroom")
     assert head.evidence["multiplier"] == 2 and head.severity == "high"
     lo, hi = band("sbert", "batch_4x")
-    at4 = chosen("sbert.before.pt.trace.json.gz", ["memory_headroom@4"]).what_if
+    at4 = chosen("sbert.before.pt.trace.json.xz", ["memory_headroom@4"]).what_if
     assert within(at4.speedup, lo, hi) and at4.speedup > a.findings[0].what_if.speedup
     fp32 = finding("sbert", "fp32_compute")
     assert fp32.severity == "info" and band("sbert", "bf16")[1] < 1.0
@@ -879,7 +879,7 @@ def test_shapes_that_change_between_steps() -> None:
     assert change.steps == 3 and change.ops > 10 and len(set(change.input_dims)) == 2
     assert f.recommendation.startswith("Inputs change shape between steps")
     assert 'padding="max_length"' in f.snippet
-    events = raw_events("sbert.before.pt.trace.json.gz")
+    events = raw_events("sbert.before.pt.trace.json.xz")
     steps = [e for e in events if e.get("cat") == "user_annotation"
              and e["name"].startswith("ProfilerStep#")]  # fmt: skip
     seen: dict[str, set[str]] = {}
@@ -898,7 +898,7 @@ def test_shapes_that_change_between_steps() -> None:
         # number of boxes each: their shapes change too)
         *(f"{lp}.before" for lp in MEASURED if lp not in ("sbert", "gnn", "detection_fixed")),
     ):
-        a = analysis(f"{name}.pt.trace.json.gz")
+        a = analysis(f"{name}.pt.trace.json.xz")
         lb = next((x for x in a.findings if x.id == "launch_bound"), None)
         assert lb is None or lb.evidence["shape_change"] is None, name
 
@@ -919,7 +919,7 @@ def test_new_shapes_cost_setup_in_bf16() -> None:
     top = f.evidence["ops"][0]
     assert top.name == "aten::_cudnn_attention_forward" and top.count == 2
     assert f.evidence["steps_with_new_shapes"] == 2
-    raw = raw_events("sbert.bf16.after.pt.trace.json.gz")
+    raw = raw_events("sbert.bf16.after.pt.trace.json.xz")
     calls = sorted(
         (e for e in raw if e.get("cat") == "cpu_op" and e["name"] == top.name),
         key=lambda e: e["ts"],
@@ -941,7 +941,7 @@ def test_new_shapes_cost_setup_in_bf16() -> None:
     fades = [b["steps_over_150_ms"] for b in truth["bf16_long"]["by_50_steps"]]
     assert fades[0] >= 5 and max(fades[3:]) <= 1
     assert all(
-        x.id != "new_shape_setup" for x in analysis("sbert.before.pt.trace.json.gz").findings
+        x.id != "new_shape_setup" for x in analysis("sbert.before.pt.trace.json.xz").findings
     )
 
 
@@ -952,7 +952,7 @@ def test_the_loader_stall_names_its_contended_copies() -> None:
     ranges, summed here from the raw events (the copies over 1 ms inside ``enumerate(DataLoader)``
     ranges), is what the finding reads; the fixed after (OMP_NUM_THREADS=1) keeps the plain
     loader advice."""
-    name = "lightning.compile_ro_warm.after.pt.trace.json.gz"
+    name = "lightning.compile_ro_warm.after.pt.trace.json.xz"
     f = finding("lightning", "dataloader_stall", "compile_ro_warm.after")
     raw = raw_events(name)
     loaders = [e for e in raw if e.get("cat") == "user_annotation"
@@ -985,7 +985,7 @@ def test_the_held_out_vit_amp_loop() -> None:
       on the GPU work scaling no worse than linearly: test_the_next_doubling_of_the_batch).
     - the un-profiled step: 38.5 ms against 34.0-41.6 in the four fresh processes (the
       profiled process's own 8 steps: 33.4)."""
-    a = analysis("vit_amp.before.pt.trace.json.gz")
+    a = analysis("vit_amp.before.pt.trace.json.xz")
     mem, rp = a.results.memory, a.results.replay
     assert mem.recommended_multiplier == 2 and 1.3 < mem.saturation_multiplier < 1.5
     head = finding("vit_amp", "memory_headroom")
@@ -995,7 +995,7 @@ def test_the_held_out_vit_amp_loop() -> None:
     assert within(at2.speedup, *band("vit_amp", "batch_2x")), at2.speedup
     assert head.what_if.speedup == pytest.approx(at2.speedup)
     # --what-if prices it as asked: the rule for a trace with memory events, within the fit
-    path = "vit_amp.before.pt.trace.json.gz"
+    path = "vit_amp.before.pt.trace.json.xz"
     asked = chosen(path, ["memory_headroom@2"])
     assert asked.priced_not_raised == ()
     assert asked.what_if.speedup == pytest.approx(at2.speedup)
@@ -1061,7 +1061,7 @@ def test_the_held_out_wav2vec2_loop() -> None:
     ]
     lo, hi = min(fixed), max(fixed)
     assert lo > 1.15 and hi < 1.55, fixed
-    a = analysis("wav2vec2.before.pt.trace.json.gz")
+    a = analysis("wav2vec2.before.pt.trace.json.xz")
     f = finding("wav2vec2", "new_shape_setup")
     assert f.severity == "low" and f.evidence["steps_with_new_shapes"] == 3
     assert within(f.what_if.speedup, lo, hi) and f.what_if.speedup > hi  # the upper end
@@ -1083,7 +1083,7 @@ def test_the_held_out_wav2vec2_loop() -> None:
     conv = ops["aten::cudnn_convolution"]
     assert conv.reference == "window" and conv.count >= 20 and conv.shapes == conv.count
     # read back from the raw events: the flagged calls' time outside their runtime calls
-    events = raw_events("wav2vec2.before.pt.trace.json.gz")
+    events = raw_events("wav2vec2.before.pt.trace.json.xz")
     own = [
         c["dur"] - _outer_runtime_ns_inside(events, c)
         for c in events
@@ -1131,11 +1131,11 @@ def test_compiled_code_profiled_with_shapes(loop: str, which: str, cfg: str) -> 
     per-event cost found that puts the replayed step on it, and every fix's speedup_low from it."""
     truth = json.loads((HERE / f"{loop}.truth.json").read_text())["profiled"][cfg]
     own_ms = truth["unprofiled_same_process_step_ms_window_mean"]
-    r = analysis(f"{loop}.{which}.after.pt.trace.json.gz").results.replay
+    r = analysis(f"{loop}.{which}.after.pt.trace.json.xz").results.replay
     lo, hi = r.compiled_unprofiled_ratio
     assert r.compiled_launches_per_step > 50
     assert lo <= own_ms / (r.unprofiled_step_ns / 1e6) <= hi, (own_ms, r.unprofiled_step_ns)
-    twice = analysis(f"{loop}.{which}.after.pt.trace.json.gz").results.replay.model_low
+    twice = analysis(f"{loop}.{which}.after.pt.trace.json.xz").results.replay.model_low
     assert r.profiler_cost_low_factor > 2 and twice is not None
     assert r.unprofiled_step_low_ns <= 1e6 * own_ms <= r.unprofiled_step_ns
     # the smallest per-event cost found (to 1/16 of a doubling) whose step is at most that
@@ -1146,7 +1146,7 @@ def test_compiled_code_profiled_with_shapes(loop: str, which: str, cfg: str) -> 
         "sbert.compile_ro_static.after",
         "launch_bound.compile_ro.after",
     ):
-        other = analysis(f"{name}.pt.trace.json.gz").results.replay
+        other = analysis(f"{name}.pt.trace.json.xz").results.replay
         assert other.compiled_launches_per_step == 0 and other.compiled_unprofiled_ratio is None
 
 
@@ -1165,7 +1165,7 @@ def test_compiled_code_graded_on_the_range(loop: str, which: str, cfg: str) -> N
             if share >= lo
         )
 
-    doc = analysis(f"{loop}.{which}.after.pt.trace.json.gz").to_json()
+    doc = analysis(f"{loop}.{which}.after.pt.trace.json.xz").to_json()
     rp = doc["details"]["replay"]
     hidden = 1 - rp["unprofiled_step_low_ns"] / rp["trace_step_median_ns"]
     for f in doc["findings"]:
@@ -1186,7 +1186,7 @@ def test_compiled_code_graded_on_the_range(loop: str, which: str, cfg: str) -> N
         assert by_id["memory_headroom"]["severity"] == "medium"  # 1.13x at the low end
         assert SEVERITIES.index(by_id["gpu_underutilized"]["severity"]) >= SEVERITIES.index("low")
     # an eager trace's point is the middle of its range: graded on it, as before
-    eager = analysis(f"{loop}.before.pt.trace.json.gz").to_json()
+    eager = analysis(f"{loop}.before.pt.trace.json.xz").to_json()
     assert not any(f["evidence"].get("graded_on_range") for f in eager["findings"])
 
 
@@ -1203,7 +1203,7 @@ def test_the_compiled_vits_launch_bound_measured() -> None:
     cfg = json.loads((HERE / "vit_amp.truth.json").read_text())["configs"]
     f = finding("vit_amp", "launch_bound", "compile.after")
     w = f.what_if
-    rp = analysis("vit_amp.compile.after.pt.trace.json.gz").results.replay
+    rp = analysis("vit_amp.compile.after.pt.trace.json.xz").results.replay
     for p, lo, hi in (("E", 1.4, 1.5), ("G", 1.3, 1.4)):
         own = cfg["compile"][p]["step_ms_window_mean"]
         measured = own / cfg["compile_ro"][p]["step_ms_window_mean"]
@@ -1227,7 +1227,7 @@ def test_record_shapes_costs_compiled_code_more() -> None:
     }
     assert extra["compile"] > 3 * extra["baseline"] > 0, extra
     ops = [
-        e for e in raw_events("vit_amp.compile.after.pt.trace.json.gz") if e.get("cat") == "cpu_op"
+        e for e in raw_events("vit_amp.compile.after.pt.trace.json.xz") if e.get("cat") == "cpu_op"
     ]
 
     def median_us(pred) -> float:
@@ -1237,11 +1237,11 @@ def test_record_shapes_costs_compiled_code_more() -> None:
     assert median_us(lambda n: n.startswith("triton_")) > 10
     assert median_us(lambda n: n == "aten::as_strided") < 0.5
     # the summary says it with the estimate
-    basis = prediction_basis(analysis("vit_amp.compile.after.pt.trace.json.gz").to_json())
+    basis = prediction_basis(analysis("vit_amp.compile.after.pt.trace.json.xz").to_json())
     assert "record_shapes=True, 366 Triton launches a step" in basis
     assert "0.58-0.82x the estimate" in basis and "upper ends" in basis
     assert "record_shapes" not in prediction_basis(
-        analysis("vit_amp.before.pt.trace.json.gz").to_json()
+        analysis("vit_amp.before.pt.trace.json.xz").to_json()
     )
 
 
@@ -1259,7 +1259,7 @@ def test_the_next_doubling_of_the_batch() -> None:
     levers are their compiles."""
 
     def at(loop: str, k: int) -> tuple[float, float]:
-        rp = analysis(f"{loop}.before.pt.trace.json.gz").results.replay
+        rp = analysis(f"{loop}.before.pt.trace.json.xz").results.replay
         p = rp.predict(transforms.gpu_work_scaled(float(k)))
         w = WhatIf.larger_batch(p.step_time_ns, p.step_time_after_ns, k, p.transform)
         return w.speedup, rp.speedup_low(w)
@@ -1268,7 +1268,7 @@ def test_the_next_doubling_of_the_batch() -> None:
         point, low = at(loop, k)
         lo, hi = band(loop, fix)
         assert point > (1 + TOLERANCE) * hi and within(low, lo, hi), (loop, point, low, lo, hi)
-        rec = analysis(f"{loop}.before.pt.trace.json.gz").results.memory
+        rec = analysis(f"{loop}.before.pt.trace.json.xz").results.memory
         assert (rec.recommended_multiplier or 1) < k or rec.saturation_multiplier is None
     for k in (8, 16):
         point, _ = at("peft_lora", k)
@@ -1287,9 +1287,9 @@ def test_a_batch_multiplier_out_of_range_is_refused(ids: str) -> None:
         rule = "memory_headroom" if loop == "vit_amp" else "small_batch"
         ask = ids.replace("small_batch", rule).replace("memory_headroom", rule)
         with pytest.raises(InputError, match=r"multiplier must be 2 to 64"):
-            traceinsight.analyze(HERE / "no_such.pt.trace.json.gz", what_if=[ask])
+            traceinsight.analyze(HERE / "no_such.pt.trace.json.xz", what_if=[ask])
     with pytest.raises(InputError, match=r"multiplier must be a whole number"):
-        traceinsight.analyze(HERE / "no_such.pt.trace.json.gz", what_if=["small_batch@x2"])
+        traceinsight.analyze(HERE / "no_such.pt.trace.json.xz", what_if=["small_batch@x2"])
 
 
 def test_wav2vec2_bf16_at_one_shape_as_a_chosen_set() -> None:
@@ -1302,7 +1302,7 @@ def test_wav2vec2_bf16_at_one_shape_as_a_chosen_set() -> None:
     its un-profiled host after padding (about 60 ms) stays above the GPU's 52 ms a step (fp32
     GEMMs 38.5 of it, summed from the raw kernels below), where the measured padded step ran
     at 53.5-54.3 ms and bf16's at 38.2 (benchmarks/RESULTS.md, session 23)."""
-    path = HERE / "wav2vec2.before.pt.trace.json.gz"
+    path = HERE / "wav2vec2.before.pt.trace.json.xz"
     sel = chosen(path.name, ["new_shape_setup", "fp32_compute"]).what_if
     lo, hi = band("wav2vec2", "bf16_fixed")
     assert lo > 1.45 and within(sel.speedup, lo, hi), (sel.speedup, lo, hi)
@@ -1320,7 +1320,7 @@ def test_fp32_advice_puts_fixed_shapes_first_where_shapes_vary() -> None:
     (new_shape_setup), fp32_compute's advice says to fix the shapes first and names the op;
     on a loop whose shapes repeat (the fp32 Lightning loop) the advice is the plain one."""
     f = finding("wav2vec2", "fp32_compute")
-    top = analysis("wav2vec2.before.pt.trace.json.gz").results.host_ops.new_shape[0]
+    top = analysis("wav2vec2.before.pt.trace.json.xz").results.host_ops.new_shape[0]
     assert f.recommendation.startswith("The inputs change shape from step to step")
     assert top.name in f.recommendation and "--what-if new_shape_setup,fp32_compute" in (
         f.recommendation
@@ -1364,7 +1364,7 @@ def test_the_held_out_gnn_loop() -> None:
     first epoch, where PyG's InMemoryDataset cuts each graph out of its store (771 aten::item a
     batch of 128 in the before, 3 in the 4x batch's after, whose steps ran cached): the 4x
     measured 1.45x per sample past the first epochs (test_the_gnn_loop_past_its_first_epoch)."""
-    a = analysis("gnn.before.pt.trace.json.gz")
+    a = analysis("gnn.before.pt.trace.json.xz")
     truth = json.loads((HERE / "gnn.truth.json").read_text())
     own = truth["profiled"]["baseline"]["unprofiled_same_process_step_ms_window_mean"]
     est = a.results.replay.unprofiled_step_ns / 1e6
@@ -1381,16 +1381,16 @@ def test_the_held_out_gnn_loop() -> None:
     assert 0.9 * min(after_ms) < unpinned.step_time_after_ns / 1e6 < 1.15 * max(after_ms)
     # the receiving, read back from the raw events: the workers' after against the before
     before, workers = (
-        _loader_next("gnn.before.pt.trace.json.gz"),
-        _loader_next("gnn.workers.after.pt.trace.json.gz"),
+        _loader_next("gnn.before.pt.trace.json.xz"),
+        _loader_next("gnn.workers.after.pt.trace.json.xz"),
     )
     assert all(ops > 5000 for _, ops, _, _ in before)  # the collate, in the step thread
     assert all(3.0 < ms < 5.0 and ops < 30 and sets == 11 for ms, ops, sets, _ in workers), workers
     # the dataset's cache: each graph cut out of the store in the before's window, not in the 4x's
-    big = _loader_next("gnn.batch_4x.after.pt.trace.json.gz")
+    big = _loader_next("gnn.batch_4x.after.pt.trace.json.xz")
     assert all(items > 5 * 128 for *_, items in before) and all(items < 10 for *_, items in big)
     assert "memory_headroom" not in {x.id for x in a.findings}
-    at4 = chosen("gnn.before.pt.trace.json.gz", ["memory_headroom@4"]).what_if
+    at4 = chosen("gnn.before.pt.trace.json.xz", ["memory_headroom@4"]).what_if
     assert at4.speedup < 0.8 * band("gnn", "batch_4x")[0]  # against the cold-cache band
     lb = finding("gnn", "launch_bound")
     assert lb.evidence["shape_change"] is not None
@@ -1410,7 +1410,7 @@ def test_the_gnn_loop_past_its_first_epoch() -> None:
     speedup (1.85x against 1.45x) misses by the un-profiled step the prediction starts from:
     21.70 ms against 17.70-17.83 measured, inside the range the trace leaves (15.74-21.70: the
     profiler's cost per op here is between the no-work op's and twice it; issue 37 item 2)."""
-    name = "gnn_steady/gnn.steady.before.pt.trace.json.gz"
+    name = "gnn_steady/gnn.steady.before.pt.trace.json.xz"
     truth = json.loads((HERE / "gnn_steady" / "gnn_steady.truth.json").read_text())
     call1 = truth["calls"]["call1"]
     measured = {c: [call1[p][c]["step_ms_window_mean"] for p in "AB"] for c in call1["A"]}
@@ -1428,7 +1428,7 @@ def test_the_gnn_loop_past_its_first_epoch() -> None:
     big = 4 * at4.step_time_after_ns / 1e6  # the 4x batch's step
     assert 0.9 * min(measured["batch_4x"]) < big < 1.1 * max(measured["batch_4x"]), big
     # with pin_memory the pin-memory thread receives: nothing left in the step thread
-    pinned = _loader_next("gnn_steady/gnn.steady.workers_pinned.after.pt.trace.json.gz")
+    pinned = _loader_next("gnn_steady/gnn.steady.workers_pinned.after.pt.trace.json.xz")
     assert len(pinned) == 3 and all(ms < 0.2 and sets == 0 for ms, _, sets, _ in pinned), pinned
 
 
@@ -1464,7 +1464,7 @@ def test_the_advised_loader_measured_with_its_profiled_before(
     host-heavy loop, issue 37 item 2), timm's 56.23 against 69.16-78.75 in A and B, where three
     workers stall the loop on some steps only and P's own un-profiled window ran 55.74."""
     m = _pinned_call(loop)
-    a = analysis(f"pinned/{loop}.before.pt.trace.json.gz")
+    a = analysis(f"pinned/{loop}.before.pt.trace.json.xz")
     f = next(x for x in a.findings if x.id == "dataloader_stall")
     own_p = json.loads((PINNED / f"{loop}.P.json").read_text())["configs"]["baseline"]
     for w, fix in ((f.what_if, "all"), (f.evidence["what_if_unpinned"], "workers")):
@@ -1497,7 +1497,7 @@ def test_workers_that_bound_the_step_take_the_other_fixes_savings() -> None:
         for c in ("bf16_channels_last", "remove_syncs")
     }
     assert max(max(b) for b in band_of.values()) < 1.10
-    a = analysis("loader_bound/timm_jpeg.before.pt.trace.json.gz")
+    a = analysis("loader_bound/timm_jpeg.before.pt.trace.json.xz")
     by_id = {f.id: f for f in a.findings}
     stall = by_id["dataloader_stall"]
     assert a.findings[0] is stall and stall.evidence["loader_plan"].iterator == "multi_process"
@@ -1508,7 +1508,7 @@ def test_workers_that_bound_the_step_take_the_other_fixes_savings() -> None:
         assert within(f.what_if.speedup, min(band_of[fix]), max(band_of[fix])), f.what_if.speedup
     # nor do their other priced fixes save (launch_bound's whole-step graph on the first
     # recording read 1.07x beside its bounded 1.00x)
-    for rec in (a, analysis("timm_jpeg.before.pt.trace.json.gz")):
+    for rec in (a, analysis("timm_jpeg.before.pt.trace.json.xz")):
         bounded = [f for f in rec.findings if "loader_bound_ns" in f.evidence]
         others = [
             v for f in bounded for k, v in f.evidence.items() if k.startswith("what_if_") and v
@@ -1529,7 +1529,7 @@ def test_receiving_is_not_waiting() -> None:
     (the ViT's pin_memory measured 1.07-1.26x, its prediction 1.13); nor do those workers
     bound the step. Where they wait (timm, 3 workers), the title says how many more would keep
     up and that the other fixes save nothing until then."""
-    for name in ("vit_amp.before.pt.trace.json.gz", "gnn.workers.after.pt.trace.json.gz"):
+    for name in ("vit_amp.before.pt.trace.json.xz", "gnn.workers.after.pt.trace.json.xz"):
         f = next(x for x in analysis(name).findings if x.id == "dataloader_stall")
         assert "mostly receiving each batch" in f.title and "pin_memory=True" in f.title, f.title
         assert "current workers" not in f.title
@@ -1554,7 +1554,7 @@ def test_the_held_out_neural_ode_loop() -> None:
 
     needs_settled_replays("node")
 
-    a = analysis("node.before.pt.trace.json.gz")
+    a = analysis("node.before.pt.trace.json.xz")
     r = a.results.replay
     bare = r.model
     blocking = int((bare.host.get_column("wait") != graph.WAIT_NONE).sum())
@@ -1602,7 +1602,7 @@ def test_the_held_out_detection_loop() -> None:
     with its defaults (4 workers, SGD, fp32, losses.item() each step), on 512 x 512 images, held
     out (session 26: A, B, P; compile in a later process C). What holds is in HOLDS, MEASURED and
     the first-finding test; here the mechanisms and the misses."""
-    a = analysis("detection_fixed.before.pt.trace.json.gz")
+    a = analysis("detection_fixed.before.pt.trace.json.xz")
     # the model samples and filters with ops sized by the data (45 a step, nonzero most): no
     # graph holds them, so launch_bound's 1.84x (HIGH before) is out of reach and graded low;
     # torch.compile, its advice, recompiled and measured 0.07x (0.82x on the steady steps)
@@ -1642,7 +1642,7 @@ def test_the_held_out_segmentation_loop() -> None:
     default), so only 15% of the math time was fp32 on CUDA cores, under fp32_compute's 20%,
     while the bf16 transform, which prices the TF32 math too, replayed 1.20x. fp32_compute now
     counts TF32 math where the device has bf16, and advises bf16 with channels_last there."""
-    a = analysis("segmentation.before.pt.trace.json.gz")
+    a = analysis("segmentation.before.pt.trace.json.xz")
     f = a.findings[0]
     k = a.results.kernels
     assert f.id == "fp32_compute" and f.severity == "medium"
@@ -1652,7 +1652,7 @@ def test_the_held_out_segmentation_loop() -> None:
     # launch_bound second: 1.11 against compile_ro 1.26-1.35, within 10% of bf16 + channels_last
     assert a.findings[1].id == "launch_bound"
     # the 2x batch, not raised (the GPU 66% busy) but priced as asked: 1.17 against 1.14-1.25
-    at2 = chosen("segmentation.before.pt.trace.json.gz", ["memory_headroom@2"]).what_if
+    at2 = chosen("segmentation.before.pt.trace.json.xz", ["memory_headroom@2"]).what_if
     assert within(at2.speedup, *band("segmentation", "batch_2x"))
     # the un-profiled step: 58.25 ms against 54.05-59.47 (A, B) and 61.72 in its process (0.94)
     own = json.loads((HERE / "segmentation.truth.json").read_text())["profiled"]["baseline"]
@@ -1673,7 +1673,7 @@ def test_the_held_out_dcgan_loop() -> None:
     the profiled step. A prediction that needs more than twice that rate (the loader what-if's
     own assumption) is graded low at most, and dataloader_stall says to check the workers first
     (8 measured 1.13-1.89x)."""
-    a = analysis("dcgan.before.pt.trace.json.gz")
+    a = analysis("dcgan.before.pt.trace.json.xz")
     r = a.results.replay
     own = json.loads((HERE / "dcgan.truth.json").read_text())["profiled"]["baseline"]
     own_ms = own["unprofiled_same_process_step_ms_window_mean"]
@@ -1701,7 +1701,7 @@ def test_the_held_out_dcgan_loop() -> None:
     # every fix the loop measured below 1.10 is at most low (MEASURED); the applied set, workers
     # and batch included, within the tolerance: 3.55 against 2.82-2.91
     w = chosen(
-        "dcgan.before.pt.trace.json.gz",
+        "dcgan.before.pt.trace.json.xz",
         ["host_sync", "pageable_memcpy", "memory_headroom@4", "unfused_optimizer"],
     ).what_if
     assert within(w.speedup, *band("dcgan", "all")), w.speedup
@@ -1712,7 +1712,7 @@ def test_the_held_out_word_lm_loop() -> None:
     batch 20, bptt 35, clipping, the hand-written SGD update, ``loss.item()`` each step) on a
     synthetic Wikitext-2-sized corpus, held out (session 27: A, B, P; the whole step as one CUDA
     graph and compile_ro in C, D). Host-bound (the GPU 23% busy)."""
-    a = analysis("word_lm.before.pt.trace.json.gz")
+    a = analysis("word_lm.before.pt.trace.json.xz")
     own = json.loads((HERE / "word_lm.truth.json").read_text())["profiled"]["baseline"]
     est = a.results.replay.unprofiled_step_ns / 1e6
     # the un-profiled step: 6.49 ms against 6.27 in its process (1.04), 5.57-6.28 in A-D
@@ -1742,7 +1742,7 @@ def test_the_held_out_word_lm_loop() -> None:
     assert all(0.85 * gpu_ms < m < gpu_ms for m in graph_ms), (gpu_ms, graph_ms)
     assert lb.what_if.step_time_after_ns / 1e6 == pytest.approx(gpu_ms, rel=0.05)
     # the profiled after: launch_bound gone (the graph's one launch a step)
-    after = {f.id: f for f in analysis("word_lm.cudagraph.after.pt.trace.json.gz").findings}
+    after = {f.id: f for f in analysis("word_lm.cudagraph.after.pt.trace.json.xz").findings}
     assert "launch_bound" not in after or after["launch_bound"].severity in ("low", "info")
     # the 4x batch measured largest (3.29-3.60x per sample). As first analyzed memory_headroom
     # recommended 2x (1.97x: the GPU's busy time scaled linearly would fill the step at 2.49x)
@@ -1758,7 +1758,7 @@ def test_the_held_out_word_lm_loop() -> None:
     # measured 0.78-0.82x (autocast's casts on a host-bound step), which the bf16 transform,
     # scaling the GEMMs only, prices at 1.00x
     applied = chosen(
-        "word_lm.before.pt.trace.json.gz", ["host_sync", "memory_headroom@4", "fp32_compute"]
+        "word_lm.before.pt.trace.json.xz", ["host_sync", "memory_headroom@4", "fp32_compute"]
     ).what_if
     assert applied.speedup > (1 + TOLERANCE) * band("word_lm", "all")[1]
 
@@ -1773,14 +1773,14 @@ def test_the_held_out_gpt2_accumulation_loop() -> None:
     and 2x, graded low at most. launch_bound comes first (1.21x): its advice's reduce-overhead
     failed with accumulation, default torch.compile measured 1.37-1.85x (G, H), the largest
     lever (HOLDS and the first-finding test)."""
-    a = analysis("gpt2_accum.before.pt.trace.json.gz")
+    a = analysis("gpt2_accum.before.pt.trace.json.xz")
     assert a.findings[0].id == "launch_bound"
     head = finding("gpt2_accum", "memory_headroom")
     assert head.severity == "low" and head.what_if.multiplier == 2
     assert 1.0 < head.evidence["saturation_multiplier"] < 2.0
     assert head.what_if.speedup > a.findings[0].what_if.speedup
     assert "accumulate fewer micro-batches" in head.recommendation
-    at4 = chosen("gpt2_accum.before.pt.trace.json.gz", ["memory_headroom@4"]).what_if
+    at4 = chosen("gpt2_accum.before.pt.trace.json.xz", ["memory_headroom@4"]).what_if
     assert within(at4.speedup, *band("gpt2_accum", "micro_4x")), at4.speedup
     # the un-profiled step: 183.42 ms against 164.63 in its process (1.11), 166.7-176.7 in A, B
     own = json.loads((HERE / "gpt2_accum.truth.json").read_text())["profiled"]["baseline"]
@@ -1805,7 +1805,7 @@ def test_the_held_out_gpt2_accumulation_loop() -> None:
     # casts added 712 kernels (5.7 ms) a profiled step and the other kernels kept their time
     # (GELU's pow runs in fp32), where the transform had halved them
     applied = chosen(
-        "gpt2_accum.before.pt.trace.json.gz",
+        "gpt2_accum.before.pt.trace.json.xz",
         ["fp32_compute", "memory_headroom@4", "host_sync", "dataloader_stall"],
     ).what_if
     assert within(applied.speedup, *band("gpt2_accum", "all")), applied.speedup
@@ -1823,7 +1823,7 @@ def test_the_dcgan_loop_with_8_workers() -> None:
     estimate 7.08 ms against 10.20 measured in that process (the workers still near the
     step's pace: 8 of them deliver at about a quarter of 2's 24-31 ms), and the workers kept up
     with a profiled step 2.57x the estimate: the same rule grades every fix low, and says so."""
-    a = analysis("dcgan.workers_8.after.pt.trace.json.gz")
+    a = analysis("dcgan.workers_8.after.pt.trace.json.xz")
     later = json.loads((HERE / "dcgan.truth.json").read_text())["profiled_later"]["workers_8"]
     est = a.results.replay.unprofiled_step_ns / 1e6
     assert (
@@ -1847,7 +1847,7 @@ def test_the_held_out_bert_mlm_loop() -> None:
     the per-event cost takes out, as on the Trainer and accelerate loops (1.34-1.41,
     test_unprofiled_step_estimate_against_the_measured_one). The range's other end, the
     profiler's cost twice the trace's, is 2.25x."""
-    a = analysis("bert_mlm.before.pt.trace.json.gz")
+    a = analysis("bert_mlm.before.pt.trace.json.xz")
     f = a.findings[0]
     assert f.id == "fp32_compute" and f.severity == "high"
     lo, hi = band("bert_mlm", "bf16")
@@ -1862,7 +1862,7 @@ def test_the_held_out_bert_mlm_loop() -> None:
     # elements at a time, and ran cutlass s16816 align2 kernels in the profiled after
     g = a.results.replay.model.gpu
     assert set(g.filter(pl.col("align_16bit") < 8).get_column("align_16bit")) == {2}
-    after = raw_events("bert_mlm.bf16.after.pt.trace.json.gz")
+    after = raw_events("bert_mlm.bf16.after.pt.trace.json.xz")
     assert any("align2" in e["name"] for e in after if e.get("cat") == "kernel")
     # autocast's casts in the profiled after, counted from the raw events: a cast kernel per
     # aten::_to_copy, 427 a step against the transform's 5/3 of its 246 math ops a step
@@ -1871,7 +1871,7 @@ def test_the_held_out_bert_mlm_loop() -> None:
     assert to_copy / 3 == pytest.approx(433, abs=10) and opens == pytest.approx(246, abs=2)
     # the profiled after: fp32_compute gone
     assert "fp32_compute" not in {
-        x.id for x in analysis("bert_mlm.bf16.after.pt.trace.json.gz").findings
+        x.id for x in analysis("bert_mlm.bf16.after.pt.trace.json.xz").findings
     }
     # default torch.compile measured 2.00-2.08x, but through the Trainer it is not compile
     # alone: TrainingArguments(torch_compile=True) with tf32 unset turns TF32 on for cuBLAS and
@@ -1886,7 +1886,7 @@ def test_the_held_out_bert_mlm_loop() -> None:
     # busy): 4.49 against 5.88-6.08 per sample, within the tolerance from below, for the
     # same reason as bf16 alone
     sel = chosen(
-        "bert_mlm.before.pt.trace.json.gz",
+        "bert_mlm.before.pt.trace.json.xz",
         ["fp32_compute", "host_sync", "dataloader_stall", "memory_headroom@4"],
     )
     assert sel.priced_not_raised == ("memory_headroom@4",)
@@ -1899,8 +1899,8 @@ def test_the_doubling_past_the_recommended_batch() -> None:
     sample, 1.30x over 4x's in the same processes. Replayed, 4.56x, within the band; its low
     end gains 1.18x over 4x's, under the 1.25 a doubling needs to be recommended, so the
     recommendation stays 4x (the conservative side: a quarter more throughput measured)."""
-    a = analysis("word_lm.before.pt.trace.json.gz")
-    at8 = chosen("word_lm.before.pt.trace.json.gz", ["memory_headroom@8"]).what_if
+    a = analysis("word_lm.before.pt.trace.json.xz")
+    at8 = chosen("word_lm.before.pt.trace.json.xz", ["memory_headroom@8"]).what_if
     lo, hi = band("word_lm", "batch_8x")
     assert lo < at8.speedup < hi, (at8.speedup, lo, hi)
     assert a.results.memory.recommended_multiplier == 4
@@ -1908,7 +1908,8 @@ def test_the_doubling_past_the_recommended_batch() -> None:
     # against 8x's 4.41-4.68 (the whole-step graph 2.32-2.67 comes second)
     bands = json.loads((HERE / "word_lm.truth.json").read_text())["speedup_band"]
     best = max(
-        (k for k in bands if k not in ("all", "baseline", *COMBINED)), key=lambda k: bands[k]["high"]
+        (k for k in bands if k not in ("all", "baseline", *COMBINED)),
+        key=lambda k: bands[k]["high"],
     )
     assert best == "batch_8x" and a.findings[0].id == "memory_headroom"
 
@@ -1923,13 +1924,13 @@ def test_the_held_out_convnext_loop() -> None:
     float, ...>``, 31.4 ms of the 185 ms step, was not counted as fp32 math (the float
     template pattern allowed only numbers before ``float``), so bf16 left it as it was; its
     bf16 run replaced it (the depthwise backward 77 -> 7 ms a step). Now 2.88x, within."""
-    a = analysis("convnext.before.pt.trace.json.gz")
+    a = analysis("convnext.before.pt.trace.json.xz")
     f = a.findings[0]
     assert f.id == "fp32_compute" and f.severity == "high"
     lo, hi = band("convnext", "bf16")
     assert within(f.what_if.speedup, lo, hi) and f.what_if.speedup < lo
     kernels = [
-        e for e in raw_events("convnext.before.pt.trace.json.gz") if e.get("cat") == "kernel"
+        e for e in raw_events("convnext.before.pt.trace.json.xz") if e.get("cat") == "kernel"
     ]
     grouped = [
         e for e in kernels if "wgrad2d_grouped_direct_kernel<false, true, int, float" in e["name"]
@@ -1945,10 +1946,10 @@ def test_the_held_out_convnext_loop() -> None:
     # 2.93 against 4.16-4.26 (0.70). The bf16 point is low for the same reason: the depthwise
     # layers' TF32 weight gradient (34.9 ms a step) is priced at TF32 / bf16 (1/2) while bf16
     # ran the whole depthwise backward on cuDNN's NHWC kernels at an eleventh of its fp32 time
-    applied = chosen("convnext.before.pt.trace.json.gz", ["fp32_compute", "memory_headroom@2"])
+    applied = chosen("convnext.before.pt.trace.json.xz", ["fp32_compute", "memory_headroom@2"])
     assert applied.what_if.speedup < (1 - TOLERANCE) * band("convnext", "all")[0]
     # the profiled after: no fp32 math left above info
-    after = {x.id: x for x in analysis("convnext.bf16.after.pt.trace.json.gz").findings}
+    after = {x.id: x for x in analysis("convnext.bf16.after.pt.trace.json.xz").findings}
     assert "fp32_compute" not in after or after["fp32_compute"].severity == "info"
 
 
@@ -1963,32 +1964,34 @@ def test_the_held_out_hf_images_loop() -> None:
     column as it was, so the larger batch then scaled the loading it had just removed (30 ms a
     batch, x4). The loader what-if now leaves in that column what the step thread keeps, and the
     set prices 6.41x (0.84 of the band's low end)."""
-    a = analysis("hf_images.before.pt.trace.json.gz")
+    a = analysis("hf_images.before.pt.trace.json.xz")
     f = a.findings[0]
     assert f.id == "dataloader_stall" and f.severity == "high"
     assert "num_workers=1 would hide" in f.title
     # the step thread's loading, summed from the raw events: the loader's __next__ ranges
     steps = [
         e
-        for e in raw_events("hf_images.before.pt.trace.json.gz")
+        for e in raw_events("hf_images.before.pt.trace.json.xz")
         if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
     ]
     nexts = [
         e
-        for e in raw_events("hf_images.before.pt.trace.json.gz")
-        if e.get("cat") == "user_annotation" and "DataLoader" in e["name"] and "__next__" in e["name"]
+        for e in raw_events("hf_images.before.pt.trace.json.xz")
+        if e.get("cat") == "user_annotation"
+        and "DataLoader" in e["name"]
+        and "__next__" in e["name"]
     ]
     assert len(steps) == 3 and len(nexts) >= 3
     assert sum(e["dur"] for e in nexts) / 1000 / 3 > 25  # ms a step, of an 82 ms profiled step
     lo, hi = band("hf_images", "all")
     applied = chosen(
-        "hf_images.before.pt.trace.json.gz",
+        "hf_images.before.pt.trace.json.xz",
         ["dataloader_stall", "memory_headroom@4", "fp32_compute", "host_sync"],
     )
     assert within(applied.what_if.speedup, lo, hi), (applied.what_if.speedup, lo, hi)
     assert applied.what_if.speedup > 3 * f.what_if.speedup
     # the 4x batch alone: 1.15 against 1.30-1.41 per sample (the loading scales with the batch)
-    four = chosen("hf_images.before.pt.trace.json.gz", ["memory_headroom@4"])
+    four = chosen("hf_images.before.pt.trace.json.xz", ["memory_headroom@4"])
     assert within(four.what_if.speedup, *band("hf_images", "batch_4x"))
     # no memory_headroom finding: it recommends 2x (the GPU's time saturates at 2.37x the
     # batch), priced 1.11x; the 4x it was not asked for is a lever of 1.30-1.41x unraised
@@ -2020,7 +2023,7 @@ def test_the_held_out_efficientnet_loop() -> None:
     the other convolutions, which took 5.7 -> 9.2 ms there, are kept): 1.30x, MEDIUM. The first findings' fixes
     together (pinned non-blocking batches and channels_last, call 4: E, F) price 1.64x against
     1.59-1.61x. The default torch.compile (1.39-1.45x) stays unpriced."""
-    a = analysis("efficientnet.before.pt.trace.json.gz")
+    a = analysis("efficientnet.before.pt.trace.json.xz")
     ids = [f.id for f in a.findings]
     assert ids[:3] == ["channels_first_depthwise", "dataloader_stall", "pageable_memcpy"]
     dwf = a.findings[0]
@@ -2028,16 +2031,18 @@ def test_the_held_out_efficientnet_loop() -> None:
     assert dwf.evidence["aten_depthwise_count"] == 144  # 48 a step: 16 layers x 3 kernels
     g = a.results.replay.model.gpu.filter(pl.col("channels_last_ns").is_not_null())
     dw = g.filter(pl.col("name").str.contains("conv_depthwise2d"))
-    assert dw.height == 144 and dw["channels_last_ns"].sum() / 3 / 1e6 == pytest.approx(1.95, abs=0.01)
+    assert dw.height == 144 and dw["channels_last_ns"].sum() / 3 / 1e6 == pytest.approx(
+        1.95, abs=0.01
+    )
     layout = g.filter(pl.col("name").str.contains("(?i)nchwtonhwc|nhwctonchw"))
     assert layout.height == 150 and layout["channels_last_ns"].sum() == 0
     applied = chosen(
-        "efficientnet.before.pt.trace.json.gz",
+        "efficientnet.before.pt.trace.json.xz",
         ["dataloader_stall", "pageable_memcpy", "channels_first_depthwise"],
     )
     assert within(applied.what_if.speedup, *band("efficientnet", "pin_channels_last"))
     kernels = [
-        e for e in raw_events("efficientnet.before.pt.trace.json.gz") if e.get("cat") == "kernel"
+        e for e in raw_events("efficientnet.before.pt.trace.json.xz") if e.get("cat") == "kernel"
     ]
     dw = [e for e in kernels if "conv_depthwise2d" in e["name"]]
     assert sum(e["dur"] for e in dw) / 3 / 1000 == pytest.approx(21.5, abs=0.1)
@@ -2066,15 +2071,15 @@ def test_the_held_out_mobilenet_loop() -> None:
     in the same process (1.43: the profiler's cost on this host-bound loop's 1,000 runtime
     calls a step is above what the trace's no-work ops show), so the host's share the batch
     amortizes is overstated."""
-    a = analysis("mobilenet.before.pt.trace.json.gz")
+    a = analysis("mobilenet.before.pt.trace.json.xz")
     assert a.findings[0].id == "memory_headroom"
     f = finding("mobilenet", "channels_first_depthwise")
     assert f.severity == "info" and f.evidence["aten_depthwise_time_ratio"] > 0.3
-    four = chosen("mobilenet.before.pt.trace.json.gz", ["memory_headroom@4"])
+    four = chosen("mobilenet.before.pt.trace.json.xz", ["memory_headroom@4"])
     assert four.what_if.speedup > (1 + TOLERANCE) * band("mobilenet", "batch_4x")[1]
     # the applied set (bf16 has no finding): 3.98 against 2.20-2.21, the same mechanism
     applied = chosen(
-        "mobilenet.before.pt.trace.json.gz", ["memory_headroom@4", "channels_first_depthwise"]
+        "mobilenet.before.pt.trace.json.xz", ["memory_headroom@4", "channels_first_depthwise"]
     )
     assert applied.what_if.speedup > (1 + TOLERANCE) * band("mobilenet", "all")[1]
     own = json.loads((HERE / "mobilenet.truth.json").read_text())["profiled"]["baseline"]
@@ -2089,10 +2094,12 @@ def test_channels_last_on_a_net_without_depthwise_layers() -> None:
     channels_last alone 1.11-1.14x. Its cuDNN channels-first batch norm (5.34 ms a step) priced
     at the memory bandwidth, its two passes counted (3.26 ms), and its layout transposes (3.14 ms)
     gone: 1.07x, within."""
-    w = analysis("segmentation.before.pt.trace.json.gz").results.replay.what_if["channels_last_layers"]
+    w = analysis("segmentation.before.pt.trace.json.xz").results.replay.what_if[
+        "channels_last_layers"
+    ]
     assert within(w.speedup, *band("segmentation", "channels_last")), w.speedup
     assert "channels_first_depthwise" not in {
-        f.id for f in analysis("segmentation.before.pt.trace.json.gz").findings
+        f.id for f in analysis("segmentation.before.pt.trace.json.xz").findings
     }
 
 
@@ -2105,13 +2112,14 @@ def test_the_held_out_mobilenetv3_loop() -> None:
     (3.75 ms), took 5.81 ms in channels_last, its depthwise layers 1.46 ms (priced 1.21).
     A miss in the ranking: the pinned non-blocking batches measured 1.28-1.58x, the largest
     lever, priced 1.21x and 1.19x by the loader's and the copies' findings."""
-    a = analysis("mobilenetv3.before.pt.trace.json.gz")
+    a = analysis("mobilenetv3.before.pt.trace.json.xz")
     f = a.findings[0]
     assert f.id == "channels_first_depthwise" and f.severity == "high"
     assert within(f.what_if.speedup, *band("mobilenetv3", "channels_last"))
-    assert band("mobilenetv3", "pin_nonblocking")[1] > (1 + LEVER_WITHIN) * band(
-        "mobilenetv3", "channels_last"
-    )[1]
+    assert (
+        band("mobilenetv3", "pin_nonblocking")[1]
+        > (1 + LEVER_WITHIN) * band("mobilenetv3", "channels_last")[1]
+    )
     own = json.loads((HERE / "mobilenetv3.truth.json").read_text())["profiled"]["baseline"]
     est = a.results.replay.unprofiled_step_ns / 1e6
     assert est == pytest.approx(own["unprofiled_same_process_step_ms_host_median"], rel=0.10)
@@ -2135,7 +2143,7 @@ def test_channels_last_from_the_pinned_after() -> None:
     before = truth["pin_nonblocking"]["unprofiled_same_process_step_ms_host_median"]
     after_own = truth["pin_channels_last"]["unprofiled_same_process_step_ms_host_median"]
     assert f.what_if.step_time_after_ns / 1e6 < 0.75 * after_own
-    a = analysis("efficientnet.pin_channels_last.after.pt.trace.json.gz")
+    a = analysis("efficientnet.pin_channels_last.after.pt.trace.json.xz")
     assert a.results.replay.step_bound_by == "host"
     est = a.results.replay.unprofiled_step_ns / 1e6
     assert est == pytest.approx(after_own, rel=0.05)
@@ -2148,9 +2156,11 @@ def test_channels_last_prices_a_depthwise_layer_by_hand() -> None:
     moves its input, weight and output, (2 x 51,380,224 + 288) x 4 = 411,042,944 bytes, at the
     H200's 4.8 TB/s (data/devices.toml): 85,634 ns for its one kernel in channels_last, where
     ATen's channels-first kernel took 504 us."""
-    g = analysis("efficientnet.before.pt.trace.json.gz").results.replay.model.gpu
-    first = g.filter(pl.col("name").str.contains("conv_depthwise2d_forward")).sort("start_ns").row(
-        0, named=True
+    g = analysis("efficientnet.before.pt.trace.json.xz").results.replay.model.gpu
+    first = (
+        g.filter(pl.col("name").str.contains("conv_depthwise2d_forward"))
+        .sort("start_ns")
+        .row(0, named=True)
     )
     nbytes = (2 * 128 * 32 * 112 * 112 + 32 * 9) * 4
     assert first["channels_last_ns"] == int(nbytes / 4.8e12 * 1e9)
@@ -2171,7 +2181,7 @@ def test_channels_last_without_recorded_shapes_is_unpriced() -> None:
     from traceinsight.parsers import load_trace
 
     ctx = build_context(
-        load_trace(HERE / "efficientnet.before.pt.trace.json.gz"), Options().step_pattern, 1
+        load_trace(HERE / "efficientnet.before.pt.trace.json.xz"), Options().step_pattern, 1
     )
     src = model_inputs(ctx)
     assert src is not None

@@ -330,7 +330,7 @@ def analyze(
     scheduler: str | None,
     opts: Any,
 ) -> int:
-    """Diagnose one trace (a Kineto .json/.json.gz, an nsys .sqlite or .nsys-rep, a rocprofv3
+    """Diagnose one trace (a Kineto .json/.json.gz/.json.xz, an nsys .sqlite or .nsys-rep, a rocprofv3
     JSON or rocpd .db) or a job (a directory with one trace per rank)."""
     from dataclasses import replace
 

@@ -11,7 +11,7 @@ import os
 import re
 from pathlib import Path
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".sqlite", ".nsys-rep")
+TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz", ".sqlite", ".nsys-rep")
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 BELOW_LIMIT = 10_000  # directory entries looked at, at most, before saying what lies below
 RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
@@ -27,7 +27,7 @@ def is_trace_name(name: str) -> bool:
 
 
 def discover_rank_files(directory: Path) -> list[Path]:
-    """Trace files of a job directory: ``*.pt.trace.json[.gz]`` if any, else any trace-like file."""
+    """Trace files of a job directory: ``*.pt.trace.json[.gz|.xz]`` if any, else any trace-like file."""
     files = sorted(p for p in directory.iterdir() if p.is_file())
     kineto = [p for p in files if ".pt.trace.json" in p.name]
     if kineto:
@@ -54,7 +54,7 @@ def holds_traces_below(directory: Path) -> bool:
 
 def no_traces_message(directory: Path) -> str:
     """Why a directory is no job, and what to run where it holds traces deeper down."""
-    msg = "directory holds no trace files (*.pt.trace.json[.gz], *.json, *.sqlite)"
+    msg = "directory holds no trace files (*.pt.trace.json[.gz|.xz], *.json, *.sqlite)"
     if holds_traces_below(directory):
         msg += (
             f"; its subdirectories or archives do: for many traces run "

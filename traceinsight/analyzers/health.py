@@ -19,7 +19,7 @@ on what it found (findings/quality.py downgrades and tags those findings).
   ``ac2g`` flows and no kernel), or copies/memsets but no kernel while launches were traced or
   modules loaded (a Rust cudarc program on nsys 2026: no kernel table). Not a CPU-only job: an
   error, the GPU's side of the job is missing.
-- ``trace_truncated``: the file ends early (a cut gzip stream, a cut-off events array): only the
+- ``trace_truncated``: the file ends early (a cut gzip or xz stream, a cut-off events array): only the
   events written before the cut were read; an error.
 - ``rows_out_of_order``: an nsys export whose rows are in no time order on their stream or
   thread (nsys 2025.6+ may write them so). The parser sorts them, so no finding rests on it:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 REPORT_SUFFIX = ".traceinsight.html"
-_TRACE_SUFFIXES = (".gz", ".json", ".sqlite", ".nsys-rep", ".db")
+_TRACE_SUFFIXES = (".gz", ".xz", ".json", ".sqlite", ".nsys-rep", ".db")
 
 
 def report_name(trace: Path) -> str:

@@ -5,7 +5,7 @@ queue-depth and allocated-memory counters, and flow arrows from each sync to the
 caused.
 
 Kineto input is streamed: the bytes of the ``traceEvents`` array are copied through in chunks
-(gzip or plain, in and out) and the new events go in before its closing bracket, so the
+(gzip, xz or plain in; gzip or plain out) and the new events go in before its closing bracket, so the
 original is never held whole, let alone twice. Nsight input gets a Chrome trace built from the
 event table. The parser drops unknown categories, so analyzing the annotated file gives the
 original's findings.
@@ -24,6 +24,7 @@ import polars as pl
 from traceinsight.analysis import TraceAnalysis
 from traceinsight.constants import IDLE_CAUSES
 from traceinsight.io import atomic_path
+from traceinsight.parsers.source import Decompressed
 
 CATEGORY = "traceinsight"
 PID = 2_000_000_000  # one synthetic process for the tracks (Chrome JSON wants an integer pid)
@@ -74,14 +75,8 @@ def _gzip_writer(p: Path) -> IO[bytes]:
 
 
 def _chunks(src: Path) -> Iterator[bytes]:
-    with gzip.open(src, "rb") if _is_gzip(src) else open(src, "rb") as f:
-        while chunk := f.read(CHUNK_BYTES):
-            yield chunk
-
-
-def _is_gzip(p: Path) -> bool:
-    with open(p, "rb") as f:
-        return f.read(2) == b"\x1f\x8b"
+    # the analysis has read the whole input already: no size limit to apply again
+    yield from Decompressed(src, max_bytes=1 << 62, read_size=CHUNK_BYTES)
 
 
 def _stream_kineto(analysis: TraceAnalysis, src: Path, write: Callable[[bytes], Any]) -> int:

@@ -142,13 +142,13 @@ def parse_kineto(
     :class:`~traceinsight.runtime.Runtime`)."""
     path = Path(path)
     data = b""
-    truncated = False
+    cut = ""  # how the compressed stream ended early, if it did
     notes: list[str] = []
     fast = stream.decode_path(path, max_bytes, parse_helpers)
     if fast is None:  # streamed layout not recognized: whole document, fast then robust
-        data, truncated, notes = repair.whole_document(path, max_bytes)
-        fast = None if truncated else stream.decode(data)
-    parsed = fast if fast is not None else repair.robust(data, path, truncated)
+        data, cut, notes = repair.whole_document(path, max_bytes)
+        fast = None if cut else stream.decode(data)
+    parsed = fast if fast is not None else repair.robust(data, path, cut)
     df, top, array_era, n_other_ph, warnings, side, mem_rows = parsed
     # the raw frame's columns are freed as the table replaces them: nothing else holds them
     streamed = fast is not None
@@ -226,9 +226,9 @@ def parse_kineto(
     _fill_meta(meta, top, path)
     gpu_ids = df.select(pl.col("device").filter(is_gpu).drop_nulls().unique().sort())
     meta.warnings.extend(reconcile_devices(meta.devices, gpu_ids.to_series().to_list()))
-    cut = [w for w in warnings if w.startswith((repair.TRUNCATED_NOTE, repair.TRUNCATED_GZIP_NOTE))]
-    if truncated or cut:  # analyzers/health.py makes it an error
-        meta.extra["truncated"] = "; ".join(cut) or "the gzip stream ends early"
+    said = [w for w in warnings if w.startswith((repair.TRUNCATED_NOTE, *repair.STREAM_CUT_NOTES))]
+    if cut or said:  # analyzers/health.py makes it an error
+        meta.extra["truncated"] = "; ".join(said) or cut
     rank = pl.lit(meta.rank if meta.rank is not None else 0, pl.Int32).alias("rank")
     # the table's columns only: the raw ones (ts, dur, cat, args) are freed here
     df = df.with_columns(rank)

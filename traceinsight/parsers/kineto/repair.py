@@ -1,5 +1,5 @@
 """The reference path: the whole document decoded with orjson, and the repairs of damaged files
-(truncated gzip, stray quotes in names, a cut-off events array). Slower and larger than
+(truncated gzip or xz, stray quotes in names, a cut-off events array). Slower and larger than
 :mod:`.stream`, and the definition of what the fast path must produce.
 """
 
@@ -23,7 +23,12 @@ from traceinsight.parsers.kineto.decode import (
     raw_frame,
     side_frame,
 )
-from traceinsight.parsers.source import Decompressed, padding_note
+from traceinsight.parsers.source import (
+    COMPRESSED_KINDS,
+    Decompressed,
+    padding_note,
+    stream_cut_note,
+)
 from traceinsight.report.format import plural
 
 # Memory the whole-document path takes per byte of JSON (orjson's dicts of the compact 10x
@@ -31,22 +36,24 @@ from traceinsight.report.format import plural
 WHOLE_DOCUMENT_FACTOR = 8
 _EMPTY: dict[str, Any] = {}
 # How the notes of a cut-off document begin (parse_kineto records the trace as truncated).
-TRUNCATED_GZIP_NOTE = "the gzip stream ends early"
 TRUNCATED_NOTE = "the file is truncated"
+STREAM_CUT_NOTES = tuple(stream_cut_note(k) for k in COMPRESSED_KINDS)
 
 
-def whole_document(path: Path, max_bytes: int | None) -> tuple[bytes, bool, list[str]]:
-    """The document in memory, whether the gzip stream ended early, and the padding note:
+def whole_document(path: Path, max_bytes: int | None) -> tuple[bytes, str, list[str]]:
+    """The document in memory, how its compressed stream ended early ("" if it did not, see
+    :func:`~traceinsight.parsers.source.stream_cut_note`), and the padding note:
     whitespace padding is dropped as it streams, and the input is refused once it passes what
     the memory available can parse this way."""
     stream = Decompressed(
         path, max_bytes, squeeze=True, room=resources.available_bytes() // WHOLE_DOCUMENT_FACTOR
     )
     data = b"".join(stream)
-    return data, stream.truncated, [padding_note(stream.padding)] if stream.padding else []
+    cut = stream_cut_note(stream.kind) if stream.truncated else ""
+    return data, cut, [padding_note(stream.padding)] if stream.padding else []
 
 
-def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[str]]:
+def _decode(data: bytes, path: Path, cut: str) -> tuple[Any, list[str]]:
     """orjson first; then the repairs real traces need (bad UTF-8, quotes, NaN, truncation)."""
     warnings: list[str] = []
     try:
@@ -82,17 +89,15 @@ def _decode(data: bytes, path: Path, truncated_gzip: bool) -> tuple[Any, list[st
             ]
         except orjson.JSONDecodeError:
             data = repaired
-    if truncated_gzip:
-        warnings.append(f"{TRUNCATED_GZIP_NOTE}; analyzed the events before the cut")
+    if cut:
+        warnings.append(f"{cut}; analyzed the events before the cut")
     salvaged = _salvage(data)
     if salvaged is not None:
         obj, note = salvaged
         warnings.append(note)
         return obj, warnings
-    if truncated_gzip:
-        raise InputError(
-            "the gzip stream ends early and no complete event could be recovered", str(path)
-        )
+    if cut:
+        raise InputError(f"{cut} and no complete event could be recovered", str(path))
     raise InputError(f"not valid JSON ({first_error})", str(path))
 
 
@@ -270,9 +275,10 @@ _KERNEL_KEYS = {
 }
 
 
-def robust(data: bytes, path: Path, truncated: bool) -> Parsed:
-    """orjson into dicts, with every repair; the path for damaged or unusual files."""
-    obj, warnings = _decode(data, path, truncated)
+def robust(data: bytes, path: Path, cut: str) -> Parsed:
+    """orjson into dicts, with every repair; the path for damaged or unusual files (``cut``:
+    how the compressed stream ended early, "" if it did not)."""
+    obj, warnings = _decode(data, path, cut)
     events, top, array_era = _events_and_top(obj, path)
     del obj
     chunk = _frame_from_dicts(events)
