@@ -165,6 +165,9 @@ HOLDS = [
     ("mobilenetv3", "channels_first_depthwise", "channels_last"),  # 1.37 against 1.17-1.29
     ("mobilenetv3", "dataloader_stall", "pin_nonblocking"),  # 1.21 against 1.28-1.58
     ("mobilenetv3", "pageable_memcpy", "pin_nonblocking"),  # 1.19 against 1.28-1.58
+    # nanoGPT's train.py with its Shakespeare config, --compile=False, held out (session 31):
+    # recorded before any analysis
+    ("nanogpt", "launch_bound", "compile_ro"),  # 2.99 against 2.28-2.45
 ]
 
 
@@ -324,6 +327,10 @@ MEASURED = {
         "fp32_compute": "bf16",  # 0.84-0.95
         "memory_headroom": "batch_4x",  # 1.58-1.68 per sample (it recommends 2x)
     },
+    "nanogpt": {
+        "launch_bound": "compile_ro",  # 2.28-2.45 (its advice: reduce-overhead's CUDA graphs)
+        "memory_headroom": "batch_4x",  # 1.87-2.13 per sample
+    },
 }
 
 
@@ -349,6 +356,7 @@ def test_no_finding_above_low_for_a_fix_measured_below_1_10(loop: str) -> None:
         ("efficientnet", "pin_nonblocking", "dataloader_stall"),
         ("efficientnet", "pin_nonblocking", "pageable_memcpy"),
         ("efficientnet", "pin_channels_last", "channels_first_depthwise"),
+        ("nanogpt", "compile_ro", "launch_bound"),
     ],
 )
 def test_the_fixed_cause_is_gone_in_the_profiled_after(loop: str, fix: str, gone: str) -> None:
@@ -2191,3 +2199,50 @@ def test_channels_last_without_recorded_shapes_is_unpriced() -> None:
     bare = build_model(replace(src, op_args=empty_op_args()))
     assert bare.gpu["channels_last_ns"].drop_nulls().len() == 0 and t(bare) is None
     assert "record_shapes=True" in (t.unpriced(bare) or "")
+
+
+def test_the_held_out_nanogpt_loop() -> None:
+    """Karpathy's nanoGPT trained as its train.py trains config/train_shakespeare_char.py
+    (10.7M parameters, batch 64 x 256, bf16 autocast, fused AdamW, get_batch in the step thread
+    with pinned non-blocking copies, loss.item() every 10 iterations) with --compile=False,
+    recorded before any analysis (session 31: A, P on one machine, B on another, 20-40% slower
+    on every configuration). Host-bound: 16.03 / 19.92 ms a step, 47.51 ms profiled with stacks.
+
+    The first finding is the largest lever: launch_bound (HIGH, 2.99x; its advice CUDA graphs
+    through reduce-overhead) against compile_ro's 2.28-2.45x; the default torch.compile measured
+    1.26-1.31x (unpriced). The applied set (the graphs and the 4x batch) prices 3.12x against the
+    measured all's 2.39-2.66x (which compiled in the default mode). A miss with its mechanism:
+    memory_headroom@4 prices 3.01x against 1.87-2.13x per sample while the 4x step it predicts,
+    31.6 ms, is A's 30.14 ms within 5%: the miss is the step it starts from. The un-profiled
+    estimate is 23.79 ms against 16.03-19.92 (P's own process: 16.60): with stacks the profiler
+    records 5,600 Python frames and 4,300 ops a step; a fit of the host's gaps to their events
+    gives ~1.3 us a frame and ~4.2 us an op (main thread) where the no-work op reads 2.9 us, so
+    the per-event cost takes too much where frames crowd (68 gaps clipped at nothing) and too
+    little elsewhere (issue 37 item 2)."""
+    truth = json.loads((HERE / "nanogpt.truth.json").read_text())
+    a = analysis("nanogpt.before.pt.trace.json.xz")
+    first = a.findings[0]
+    assert first.id == "launch_bound" and first.severity == "high"
+    assert within(first.what_if.speedup, *band("nanogpt", "compile_ro"))
+    above_low = {f.id for f in a.findings if f.severity not in ("low", "info")}
+    assert above_low == {"launch_bound", "memory_headroom", "gpu_underutilized"}
+    sel = chosen("nanogpt.before.pt.trace.json.xz", ["launch_bound", "memory_headroom@4"])
+    assert within(sel.what_if.speedup, *band("nanogpt", "all"))
+    at4 = chosen("nanogpt.before.pt.trace.json.xz", ["memory_headroom@4"]).what_if
+    assert at4.speedup > 1.25 * band("nanogpt", "batch_4x")[1]  # the miss
+    measured_4x = [truth["configs"]["batch_4x"][p]["step_ms_window_mean"] for p in "AB"]
+    big = 4 * at4.step_time_after_ns / 1e6
+    assert 0.95 * min(measured_4x) < big < 1.05 * min(measured_4x), (big, measured_4x)
+    est = a.results.replay.unprofiled_step_ns / 1e6
+    base = [truth["configs"]["baseline"][p]["step_ms_window_mean"] for p in "AB"]
+    assert est > 1.15 * max(base)
+    # the after under CUDA graphs: the launches gone (info), its step estimated as measured,
+    # and its GPU, 28% busy under the profiler, busy 6.08 ms of the 6.52 ms un-profiled step:
+    # no gpu_underutilized (the profiler's own host cost starved it; HIGH before)
+    after = analysis("nanogpt.compile_ro.after.pt.trace.json.xz")
+    assert {f.id: f.severity for f in after.findings}.get("launch_bound") in (None, "info")
+    assert "gpu_underutilized" not in {f.id for f in after.findings}
+    assert after.results.idle.gpu_busy_ratio < 0.3
+    est_after = after.results.replay.unprofiled_step_ns / 1e6
+    ro = [truth["configs"]["compile_ro"][p]["step_ms_window_mean"] for p in "AB"]
+    assert 0.9 * min(ro) < est_after < 1.1 * max(ro), (est_after, ro)
