@@ -45,7 +45,7 @@ SOURCE_MAX_BYTES = 4 << 20  # a "source file" larger than this is not read
 MAX_KERNELS = 25  # the kernels analyzer keeps this many (analyzers/kernels.py TOP_KERNELS)
 
 INSTRUCTIONS = (
-    "traceinsight diagnoses PyTorch profiler (Kineto .json/.json.gz) traces and Nsight Systems "
+    "traceinsight diagnoses PyTorch profiler (Kineto .json/.json.gz/.json.xz) traces and Nsight Systems "
     ".sqlite exports: why the GPU idles and what to change. Start with analyze(path): ranked "
     "findings, each with the step time its fix is predicted to save. Then explain(path, "
     "finding_id) for the evidence, call sites and the code change; what_if(path, fixes) for "
@@ -685,7 +685,7 @@ def build_server(ws: Workspace, session: Session | None = None) -> "MCPServer":
     Path_ = Annotated[
         str,
         Field(
-            description="A trace (.json/.json.gz Kineto, .sqlite nsys export) or a job directory; "
+            description="A trace (.json/.json.gz/.json.xz Kineto, .sqlite nsys export) or a job directory; "
             "relative paths are from the server's first allowed directory"
         ),
     ]

@@ -178,7 +178,9 @@ def looks_like_rocprof_json(head: bytes) -> bool:
 def read_json(path: Path, max_bytes: int | None = None) -> Capture:
     data, truncated = read_bytes(path, max_bytes)
     if truncated:
-        raise InputError("truncated gzip: the rocprofv3 JSON document is incomplete", str(path))
+        raise InputError(
+            "the compressed stream ends early: the rocprofv3 JSON document is incomplete", str(path)
+        )
     try:
         doc = msgspec.json.decode(data, type=_Document)
     except msgspec.ValidationError as exc:
