@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import lzma
 import random
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +47,8 @@ from typing import Any
 import orjson
 import polars as pl
 from bench import _shifted
+
+from traceinsight.parsers.source import read_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 GPU_OPS = {"kernel", "gpu_memcpy", "gpu_memset"}  # keep their durations when moved
@@ -61,10 +62,7 @@ def _rank_files(folder: Path) -> list[Path]:
 
 
 def _load(path: Path) -> dict[str, Any]:
-    data = path.read_bytes()
-    if data[:6] == b"\xfd7zXZ\x00":  # the repository's own fixtures are xz
-        return orjson.loads(lzma.decompress(data))
-    return orjson.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+    return orjson.loads(read_bytes(path)[0])  # gzip (the corpus) or xz (the fixtures)
 
 
 def _tiled(doc: dict[str, Any], k: int) -> dict[str, Any]:

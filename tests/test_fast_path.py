@@ -9,6 +9,7 @@ import pytest
 import traceinsight.parsers.kineto.stream as fast
 from traceinsight.api import analyze_trace
 from traceinsight.parsers import load_trace
+from traceinsight.parsers.source import inflated_size
 
 from .conftest import CORPUS, H200, TINY, raw_json
 
@@ -187,7 +188,7 @@ def test_lost_helper_chunks_are_decoded_here(tmp_path):
 
     path = H200 / "healthy_bf16.pt.trace.json.xz"
     stream = fast.Decompressed(path, None)
-    spool = fast._Spool(fast._inflated_size(path, stream.kind))
+    spool = fast._Spool(inflated_size(path, stream.kind))
     try:
         cutter = fast._Cutter(spool)
         spans = []

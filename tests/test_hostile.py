@@ -273,7 +273,7 @@ def test_xz_trace_reads_as_its_gzip(tmp_path, capsys):
 
 def test_xz_index_gives_the_inflated_size(tmp_path):
     """The spool's size hint read off the xz index: blocks summed, padding skipped."""
-    from traceinsight.parsers.kineto.stream import xz_inflated_size
+    from traceinsight.parsers.source import xz_inflated_size
 
     raw = raw_json(H200 / "h2d_pinned.pt.trace.json.xz")
     p = tmp_path / "t.json.xz"

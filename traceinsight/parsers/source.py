@@ -107,6 +107,59 @@ def sqlite_names(path: Path) -> set[str]:
     return {r[0] for r in rows}
 
 
+# Kineto JSON inflates ~20-30x from xz; a spool sized on this grows past a short guess anyway.
+XZ_RATIO_GUESS = 20
+
+
+def inflated_size(path: Path, kind: str) -> int:
+    """The document's size as the file tells it: the file's own, for gzip the trailer's ISIZE
+    (mod 4 GiB, last member), for xz the last stream's index (a guess where unreadable)."""
+    size = path.stat().st_size
+    if kind == "gzip":
+        with open(path, "rb") as fh:
+            fh.seek(max(0, size - 4))
+            return int.from_bytes(fh.read(4), "little")
+    if kind == "xz":
+        return xz_inflated_size(path) or size * XZ_RATIO_GUESS
+    return size
+
+
+def xz_inflated_size(path: Path) -> int:
+    """The uncompressed size the last xz stream's index records, 0 where it cannot be read:
+    the footer's backward size locates the index, which holds a record count, then per block
+    its unpadded and uncompressed sizes, each a little-endian base-128 number."""
+    try:
+        with open(path, "rb") as fh:
+            end = fh.seek(0, 2)
+            while end >= 12:  # stream padding: zero bytes in fours after the footer
+                fh.seek(end - 4)
+                if fh.read(4) != bytes(4):
+                    break
+                end -= 4
+            fh.seek(max(0, end - 12))
+            footer = fh.read(12)
+            if len(footer) < 12 or footer[10:] != b"YZ":
+                return 0
+            index_size = (int.from_bytes(footer[4:8], "little") + 1) * 4
+            fh.seek(max(0, end - 12 - index_size))
+            index = fh.read(index_size)
+    except OSError:
+        return 0
+    if not index or index[0] != 0:  # the index indicator
+        return 0
+    numbers: list[int] = []
+    value = shift = 0
+    for byte in index[1:]:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            numbers.append(value)
+            value = shift = 0
+            if len(numbers) == 1 + 2 * numbers[0]:
+                return sum(numbers[2::2])
+    return 0
+
+
 def stream_cut_note(kind: str) -> str:
     """How a trace whose compressed stream ends early is described (its notes begin so)."""
     return f"the {kind} stream ends early"

@@ -29,7 +29,7 @@ import polars as pl
 
 from traceinsight import resources
 from traceinsight.parsers.kineto.decode import TOP, Chunk, Parsed, decode_chunk, native_scanner
-from traceinsight.parsers.source import Decompressed, padding_note
+from traceinsight.parsers.source import Decompressed, inflated_size, padding_note
 from traceinsight.runtime import single_thread_children, spawn_context
 
 CHUNK_BYTES = 8 * 1024 * 1024  # ~40k events: bounded struct memory; small enough to balance helpers
@@ -595,63 +595,6 @@ class _Scheduler:
             self.pool = None
 
 
-def _inflated_size(path: Path, kind: str) -> int:
-    """The document's size: the file's, for gzip the trailer's ISIZE (mod 4 GiB, last
-    member), for xz the last stream's index (a guess from the file's size where unreadable)."""
-    size = path.stat().st_size
-    if kind == "gzip":
-        with open(path, "rb") as fh:
-            fh.seek(max(0, size - 4))
-            return int.from_bytes(fh.read(4), "little")
-    if kind == "xz":
-        return xz_inflated_size(path) or size * XZ_RATIO_GUESS
-    return size
-
-
-# Kineto JSON inflates ~20-30x from xz; the spool grows past a short guess anyway.
-XZ_RATIO_GUESS = 20
-
-
-def xz_inflated_size(path: Path) -> int:
-    """The uncompressed size the last xz stream's index records (0 where it cannot be read):
-    the footer's backward size locates the index, a count then (unpadded, uncompressed) sizes
-    per block, each a little-endian base-128 number."""
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(0, 2)
-            end = fh.tell()
-            while end >= 12:  # stream padding: zero bytes in fours after the footer
-                fh.seek(end - 4)
-                if fh.read(4) != b"\x00\x00\x00\x00":
-                    break
-                end -= 4
-            fh.seek(end - 12)
-            footer = fh.read(12)
-            if footer[10:] != b"YZ":
-                return 0
-            index_size = (int.from_bytes(footer[4:8], "little") + 1) * 4
-            fh.seek(end - 12 - index_size)
-            index = fh.read(index_size)
-    except OSError:
-        return 0
-    if not index or index[0] != 0:
-        return 0
-    at, numbers = 1, []
-    while at < len(index) and len(numbers) < 1 + 2 * 100_000:
-        value, shift = 0, 0
-        while at < len(index) and shift < 63:
-            byte = index[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if not byte & 0x80:
-                break
-        numbers.append(value)
-        if len(numbers) == 1 + 2 * numbers[0]:
-            return sum(numbers[2::2])
-    return 0
-
-
 def decode(data: bytes) -> Parsed | None:
     """:func:`decode_path` for a document already in memory (what the spool cannot take), in
     this process: (raw event frame, top-level metadata, era note, non-X event count, warnings),
@@ -676,7 +619,7 @@ def decode_path(path: Path, max_bytes: int | None, helpers: int = 0) -> Parsed |
     ``max_bytes`` or one whose spool and frames would not fit in the memory available."""
     # ~10-20 MB inflated per read
     stream = Decompressed(path, max_bytes, read_size=1024 * 1024, squeeze=True)
-    hint = _inflated_size(path, stream.kind)
+    hint = inflated_size(path, stream.kind)
     # a gzip's ISIZE is mod 4 GiB: its compressed size also tells a large document; threads
     # start at once, processes take ~0.3 s to import
     native = native_scanner()
