@@ -74,16 +74,16 @@ def test_findings_table_and_first_finding(sync_doc):
         else:
             assert row[3] == fmt_ms(w["step_time_ns"] - w["step_time_after_ns"])
             assert row[5] == f"{w['speedup']:.2f}x"
-    # launch_bound's CUDA-graph fix: 2.89 -> 0.98 ms un-profiled, 2.96x
+    # launch_bound's CUDA-graph fix: 2.85 -> 0.95 ms un-profiled, 2.98x
     row = next(r for r in table[1:] if r[2].startswith("**launch_bound**"))
-    assert row[3:] == ["1.92 ms", "2.89 ms → 0.98 ms", "2.96x"]
+    assert row[3:] == ["1.89 ms", "2.85 ms → 0.95 ms", "2.98x"]
     fences = [t for t in tokens if t.type == "fence"]
     assert len(fences) == 1 and fences[0].info == "python"
     assert fences[0].content.rstrip("\n") == findings[0]["snippet"].rstrip("\n")
     text = "".join(t.content for t in tokens if t.type == "inline")
     assert findings[0]["recommendation"] in text
-    # with small_batch's 4x batch: 2.89 -> 0.27 ms per original batch (1.10 ms per 4x step)
-    assert "All fixes together: saves 2.62 ms per step" in text
+    # with small_batch's 4x batch: 2.85 -> 0.27 ms per original batch (1.09 ms per 4x step)
+    assert "All fixes together: saves 2.58 ms per step" in text
     # a first finding with call sites (launch_bound, put first) shows them, from the stacks
     doc = copy.deepcopy(sync_doc)
     doc["findings"].sort(key=lambda f: f["id"] != "launch_bound")

@@ -1,0 +1,69 @@
+"""The un-profiled step each profiled third-party recording predicts from, against the step its
+own process ran un-profiled just before the capture (issue 37 item 2: within 10%).
+
+    python benchmarks/unprofiled_estimates.py
+
+For every ``*.truth.json`` under fixtures/h200/thirdparty and each profiled configuration whose
+trace is kept (``LOOP.before`` for the baseline, ``LOOP.CONFIG.after`` for the others): the
+estimate (``details.replay.unprofiled_step_ns``) and its low end, the same process's un-profiled
+window mean, the fresh processes' range (A/B, ...) and estimate / own. Prints a count within 10%.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "thirdparty"
+
+
+def estimate(trace: str) -> tuple[float | None, float | None]:
+    import traceinsight
+
+    r = traceinsight.analyze(trace).results.replay
+    ms = lambda ns: ns / 1e6 if ns else None  # noqa: E731
+    return ms(r.unprofiled_step_ns), ms(r.unprofiled_step_low_ns)
+
+
+def recordings() -> list[tuple[Path, float, tuple[float, float] | None]]:
+    out = []
+    for t in sorted(HERE.glob("*.truth.json")):
+        truth = json.loads(t.read_text())
+        for cfg, p in (truth.get("profiled") or {}).items():
+            own = (
+                p.get("unprofiled_same_process_step_ms_window_mean")
+                if isinstance(p, dict)
+                else None
+            )
+            which = "before" if cfg == "baseline" else f"{cfg}.after"
+            path = HERE / f"{truth['loop']}.{which}.pt.trace.json.xz"
+            if own is None or not path.exists():
+                continue
+            runs = truth["configs"].get(cfg, {}).values()
+            ms = [v["step_ms_window_mean"] for v in runs if "step_ms_window_mean" in v]
+            out.append((path, own, (min(ms), max(ms)) if ms else None))
+    return out
+
+
+def main() -> None:
+    rows = recordings()
+    with ProcessPoolExecutor(2) as pool:
+        found = list(pool.map(estimate, [str(p) for p, _, _ in rows]))
+    within = 0
+    print("| recording | estimate ms | low end ms | own process ms | fresh ms | estimate / own |")
+    print("|---|---|---|---|---|---|")
+    for (path, own, fresh), (est, low) in zip(rows, found, strict=True):
+        name = path.name.removesuffix(".pt.trace.json.xz")
+        if est is None:
+            print(f"| {name} | - | - | {own:.2f} | - | - |")
+            continue
+        within += abs(est / own - 1) <= 0.10
+        fr = f"{fresh[0]:.2f}-{fresh[1]:.2f}" if fresh else "-"
+        lo = f"{low:.2f}" if low else "-"
+        print(f"| {name} | {est:.2f} | {lo} | {own:.2f} | {fr} | {est / own:.2f} |")
+    print(f"\nwithin 10% of the own process's step: {within} of {len(rows)}")
+
+
+if __name__ == "__main__":
+    main()
