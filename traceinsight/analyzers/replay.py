@@ -17,7 +17,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
-from traceinsight.analyzers.steps import batch_tensors
+from traceinsight.analyzers.steps import batch_tensors, loader_iterator
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
 from traceinsight.causal.graph import (
@@ -71,7 +71,12 @@ CROSS_WAIT_MAX_RATIO = 0.05
 
 
 # Steps this far apart (max - min over the median) whose spread the loader's waits explain
-# (what is left without them at most this share of it) repeat a loader pattern: step_statistic
+# (what is left without them at most this share of it) repeat a loader pattern: step_statistic.
+# Only workers make such a pattern (each delivers in turn; where they are slower than the step,
+# the step waits once a round): a loader in the step's own thread loads every batch alike, so a
+# spread among its waits is a one-off (measured: fast neural style with num_workers=0, profiled
+# steps 64.0, 65.0 and 87.5 ms, the third's load 23 ms longer; its 40 un-profiled steps
+# 38.5-55.0 ms with no such step).
 PERIODIC_SPREAD_MIN_RATIO = 0.2
 PERIODIC_EXPLAINED_MAX = 0.5
 
@@ -234,16 +239,17 @@ def profiler_ns_per_event(ctx: Context) -> int:
     return int(min(high, max(low, float(median))))
 
 
-def step_statistic(model: StepModel, d: pl.Series) -> str:
+def step_statistic(model: StepModel, d: pl.Series, iterator: str | None = None) -> str:
     """How the prediction's step is taken over the modelled steps: the mean where the steps
     repeat a pattern set by the loader (workers that keep up on some steps only: a long wait
     every few steps, the step times apart by more than :data:`PERIODIC_SPREAD_MIN_RATIO` of
     the median and the loader's waits explaining most of that), since over whole periods the
     mean is the time per step a run takes; else the median, which a one-off step (a
     checkpoint, a collection, a late warm-up) does not move. ``d``: the replayed steps'
-    durations."""
+    durations; ``iterator``: the DataLoader's (steps.loader_iterator): a single-process one
+    makes no period."""
     h = model.host
-    if d.len() < 2 or "gap_dataloader_ns" not in h.columns:
+    if d.len() < 2 or "gap_dataloader_ns" not in h.columns or iterator == "single_process":
         return "median"
     spread = float(d.max() - d.min())
     if spread <= PERIODIC_SPREAD_MIN_RATIO * float(d.median()):
@@ -280,7 +286,8 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     bare, warmed_calls, warmed_ns = whatif.warmed(bare, once)
     bare_replay = replay(bare) if per_event or warmed_calls else base
     durations = step_times_ns(bare, bare_replay)
-    statistic = step_statistic(bare, durations)
+    iterator = loader_iterator(ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN).get_column("name"))
+    statistic = step_statistic(bare, durations, iterator)
     unprofiled = statistic_of(steady_step_times_ns(bare, bare_replay), statistic)
     low, dearer, low_factor = None, None, 0.0
     compiled = _compiled_launches(ctx, st)
