@@ -331,6 +331,15 @@ MEASURED = {
         "launch_bound": "compile_ro",  # 2.28-2.45 (its advice: reduce-overhead's CUDA graphs)
         "memory_headroom": "batch_4x",  # 1.87-2.13 per sample
     },
+    # launch_bound MEDIUM against compile_ro's 0.35-1.00: the miss of
+    # test_the_held_out_neural_style_loop
+    "neural_style": {
+        "dataloader_stall": "workers",
+        "host_sync": "remove_syncs",  # 1.02-1.12
+        "fp32_compute": "bf16",  # 1.05-1.08
+        "memory_headroom": "batch_2x",  # 1.15-1.16 per sample (recommended 2x)
+        "pageable_memcpy": "workers",  # the workers' fix pins the batches
+    },
 }
 
 
@@ -349,6 +358,7 @@ def test_no_finding_above_low_for_a_fix_measured_below_1_10(loop: str) -> None:
     [
         ("launch_bound", "cudagraph", "launch_bound"),
         ("launch_bound", "fused_optimizer", "unfused_optimizer"),
+        ("neural_style", "workers", "dataloader_stall"),
         ("peft_lora", "no_checkpointing", "recompute_overhead"),
         ("timm_jpeg", "workers", "dataloader_stall"),
         ("sbert", "compile_ro_static", "launch_bound"),
@@ -397,6 +407,8 @@ COMBINED = ("pin_channels_last",)
         # finding prices: test_the_held_out_efficientnet_loop)
         ("efficientnet", "channels_first_depthwise", "channels_last", "compile"),
         ("mobilenet", "memory_headroom", "batch_4x", "batch_4x"),  # 1.58-1.68 (channels_last 1.10)
+        # 2.19 against 2.18-2.44 (the 4x batch 1.28-1.38; test_the_held_out_neural_style_loop)
+        ("neural_style", "dataloader_stall", "workers", "workers"),
         # (the launch-bound loop: a miss, test_the_largest_lever_on_the_launch_bound_loop)
     ],
 )
@@ -508,9 +520,10 @@ def test_cuda_graphs_on_the_launch_bound_loop() -> None:
 
 def test_compiling_the_lightning_loop() -> None:
     """Default torch.compile measured 1.40-1.41x (15.2-16.5 ms a step). The launch_bound
-    what-if's step after the fix is that step; its speedup (1.78x) is over the band by the
-    profiler's cost left in the step it starts from (29.0 ms against 21.3-23.3 measured:
-    CUPTI's cost on the host, see test_unprofiled_step_estimate_against_the_measured_one)."""
+    what-if's step after the fix is that step; its speedup (1.79x) is over the band by the
+    step it starts from (27.2 ms against 21.3-23.3 measured in A and B, 26.8 in its own
+    process: CUPTI's cost on the host, see test_unprofiled_step_estimate_against_the_measured_one;
+    29.0 while the loader's one long step was taken for a period)."""
     base = json.loads((HERE / "lightning.truth.json").read_text())["configs"]
     after_ms = [v["step_ms_window_mean"] for v in base["compile"].values()]
     w = finding("lightning", "launch_bound").what_if
@@ -519,7 +532,7 @@ def test_compiling_the_lightning_loop() -> None:
     assert w.speedup > (1 + TOLERANCE) * hi
     # the baselines of the processes that ran the compile (A, B)
     before_ms = [base["baseline"][p]["step_ms_window_mean"] for p in base["compile"]]
-    assert w.step_time_ns / 1e6 > 1.2 * max(before_ms)
+    assert w.step_time_ns / 1e6 > 1.15 * max(before_ms)
 
 
 # The applied set of each recorded "all" as --what-if ids (ID@K: the batch multiplier recorded)
@@ -528,7 +541,8 @@ APPLIED = {
     # no memory events: the batch lever is small_batch (4.42 against 3.35-4.14; 2.88 while the
     # larger batch scaled the loading the advised workers had taken off the step thread)
     "hf_trainer": "host_sync,dataloader_stall,fp32_compute,small_batch@4",
-    # 3.30 against 3.57-3.79: the 4x batch with the loader's host work x4, then the rest
+    # 3.68 against 3.57-3.79 (3.30 from the mean step): the 4x batch with the loader's host
+    # work x4, then the rest
     "lightning": "memory_headroom@4,launch_bound,fp32_compute,unfused_optimizer",
     # 2.12 against 2.72-3.68 (1.93 while the first step kept the profiler's cost): once the
     # loader keeps up the step is GPU-bound, and channels_last also drops the layout kernels
@@ -682,11 +696,11 @@ def test_a_periodic_loader_step_is_taken_over_whole_periods() -> None:
     """timm's steps (3 workers): two fast, one with the loader's long wait. The predictions
     start from the mean over the modelled steps (the run's time per step), where a steady
     loop keeps the median. Lightning's loader (num_workers=0) took 11.3 ms in one step's
-    ``__next__`` against 2.8-4.4 ms in the others (raw events), which explains its spread:
-    the mean too."""
-    for loop in ("timm_jpeg", "lightning"):
-        assert analysis(f"{loop}.before.pt.trace.json.xz").results.replay.step_statistic == "mean"
-    for loop in ("launch_bound", "peft_lora"):
+    ``__next__`` against 2.8-4.4 ms in the others (raw events), which explains its spread, but
+    a loader in the step's own thread makes no period (every batch loaded alike): the median,
+    27.2 ms against 26.8 in its process (the mean, as first taken, 29.0)."""
+    assert analysis("timm_jpeg.before.pt.trace.json.xz").results.replay.step_statistic == "mean"
+    for loop in ("launch_bound", "peft_lora", "lightning"):
         rp = analysis(f"{loop}.before.pt.trace.json.xz").results.replay
         assert rp.step_statistic == "median", loop
 
@@ -2307,3 +2321,60 @@ def test_nanogpts_own_default_the_compiled_loop() -> None:
     assert mh.multiplier == 4 and mh.speedup_low > 1.25 * max(batch), (mh, batch)  # the miss
     big_ms = 4 * mh.step_time_after_ns / 1e6
     assert big_ms == pytest.approx(est_ms, rel=0.01) and big_ms > max(step["all"])
+
+
+def test_the_held_out_neural_style_loop() -> None:
+    """pytorch/examples' fast neural style trained with its defaults (a TransformerNet against a
+    frozen VGG16's features, batch 4 of 256 x 256 crops read by ImageFolder with no workers,
+    fp32, two ``.item()`` reads a step), recorded before any analysis (session 32: A, P, B;
+    then compile_ro and batch_2x in C, D). The step thread decodes every batch: 30-52 ms of
+    each 64-87 ms profiled step in ``__next__``.
+
+    As first analyzed, its three profiled steps (64.7, 63.9, 87.5 ms; the third's ToTensor ops
+    10-30x slower, a one-off) read as a loader period: the estimate took their mean, 61.95 ms,
+    and step_time_variance read MEDIUM. A loader in the step's own thread makes no period
+    (analyzers/replay.py step_statistic) and one slow step cannot say it recurs (capped low):
+    54.62 ms against 50.99 in its process (A/B 44.96-46.46). The first finding, dataloader_stall
+    (HIGH, 2.19x), is the largest lever, workers measured 2.18-2.44x; the 4x batch priced though
+    not raised 1.17x (1.28-1.38), the 2x 1.12x (1.15-1.16), bf16 0.98x (1.05-1.08), the syncs
+    1.00x (1.02-1.12); the applied set 7.02x against all's 5.53-5.74x.
+
+    A miss, a false alarm by the standard: launch_bound MEDIUM 1.13x, where reduce-overhead on
+    the trained network measured 1.00x (C; D recompiled, 0.35x). Its what-if captures every
+    op of the step; the advice as applied captures the TransformerNet only, and the frozen
+    VGG16 (20 of the 36 convolutions a step forward, 10 of the 26 backward) and the losses stay
+    eager. The trace does not say which module a user compiles. The workers' after misses too:
+    its un-profiled estimate is 30.06 ms against 20.74 in its process (1.45)."""
+    truth = json.loads((HERE / "neural_style.truth.json").read_text())
+    a = analysis("neural_style.before.pt.trace.json.xz")
+    r = a.results.replay
+    assert a.results.steps.loader_iterator == "single_process" and r.step_statistic == "median"
+    own = truth["profiled"]["baseline"]["unprofiled_same_process_step_ms_window_mean"]
+    assert r.unprofiled_step_ns / 1e6 == pytest.approx(own, rel=0.10)
+    steps = [s.dur_ns / 1e6 for s in a.results.steps.per_step]
+    assert sorted(steps)[-1] > 1.3 * sorted(steps)[1]  # the one slow step
+    by = {f.id: f for f in a.findings}
+    sv = by["step_time_variance"]
+    assert sv.severity == "low" and sv.evidence["single_slow_step"]
+    assert sv.evidence["caused_by"] == "dataloader"
+    dl = a.findings[0]
+    assert dl.id == "dataloader_stall" and dl.severity == "high"
+    assert (
+        band("neural_style", "workers")[0] < dl.what_if.speedup < band("neural_style", "workers")[1]
+    )
+    for ids, fix in (
+        (["memory_headroom@4"], "batch_4x"),
+        (["memory_headroom@2"], "batch_2x"),
+        (["fp32_compute"], "bf16"),
+        (["host_sync"], "remove_syncs"),
+        (["dataloader_stall", "host_sync", "fp32_compute", "memory_headroom@4"], "all"),
+    ):
+        w = chosen("neural_style.before.pt.trace.json.xz", ids).what_if
+        assert within(w.speedup, *band("neural_style", fix)), (ids, w.speedup)
+    # every fix measured below 1.10 is at most low, but launch_bound's (the miss)
+    lb = by["launch_bound"]
+    assert lb.severity == "medium" and band("neural_style", "compile_ro")[1] < 1.1
+    after = analysis("neural_style.workers.after.pt.trace.json.xz")
+    assert "dataloader_stall" not in {f.id for f in after.findings}
+    after_own = truth["profiled"]["workers"]["unprofiled_same_process_step_ms_window_mean"]
+    assert after.results.replay.unprofiled_step_ns / 1e6 > 1.4 * after_own
