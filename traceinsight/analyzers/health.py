@@ -307,7 +307,11 @@ def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, A
     kernels, other = count.get("kernel", 0), count.get("memcpy", 0) + count.get("memset", 0)
     if kernels:
         return None
-    launches = names_matching(api, LAUNCH_API).height
+    launching = names_matching(api, LAUNCH_API)
+    launches = launching.height
+    # kernel launches alone: an async copy or memset call makes a copy or memset, which is there
+    # (WeatherBench2's export: one cudaMemsetAsync, its memset recorded, no kernel launched)
+    kernel_launches = launching.filter(~pl.col("name").str.contains(r"Memcpy|Memset")).height
     loads = names_matching(api, MODULE_LOAD_API).height
     if other == 0 and launches:
         message = (
@@ -316,15 +320,19 @@ def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, A
             "the GPU activity not enabled). This is not a CPU-only job: re-record it."
         )
         n = launches
-    elif other and (launches or loads):
-        why = plural(launches, "launch call") if launches else plural(loads, "module load")
+    elif other and (kernel_launches or loads):
+        why = (
+            plural(kernel_launches, "kernel launch call")
+            if kernel_launches
+            else plural(loads, "module load")
+        )
         message = (
             f"{plural(other, 'copy/memset', 'copies/memsets')} recorded but no kernel, while "
             f"{why} traced: "
             "the kernel activity is missing (not enabled or lost), so busy time, idle and "
             "kernel totals are wrong. Re-record with kernel tracing (nsys --trace=cuda)."
         )
-        n = launches or loads
+        n = kernel_launches or loads
     else:
         return None
     affects = IDLE_RULES + KERNEL_RULES + ("step_time_variance", "h2d_not_overlapped")

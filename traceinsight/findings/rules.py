@@ -723,6 +723,10 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
         "copy_bound_kernel_factor": 2.0,  # copies busy at least this many times the kernels
         # mostly pageable bytes: pageable_memcpy names that fix instead
         "copy_bound_pageable_max_ratio": 0.5,
+        # less exposed copy time than this over the window bounds no run: a window that is one
+        # memset long (WeatherBench2's export: 1.5 us of GPU work in a 426 ms capture) is not a
+        # copy-bound program
+        "copy_bound_min_ns": 100_000,
     },
 )
 def copy_bound(x: RuleInput) -> Draft | None:
@@ -741,6 +745,8 @@ def copy_bound(x: RuleInput) -> Draft | None:
         return None
     # the copy time no kernel runs beside, at least (the unions' difference)
     exposed = (copy - kern) * idle.device_window_ns
+    if exposed < x.t["copy_bound_min_ns"]:
+        return None
     rate = copies.h2d_bytes / (copies.h2d_dur_ns / 1e9) if copies.h2d_dur_ns else None  # B/s
     return Draft(
         exposed,
