@@ -76,16 +76,43 @@ def test_a_first_launch_that_loads_its_module_is_warm_up(tmp_path: Path) -> None
     mc = "gpu_memcpy"
     events = [
         _x("cudaMemcpy", rt, 0.0, 1544.0, correlation=1),
-        _x("Memcpy HtoD (Pageable -> Device)", mc, 600.0, 900.0, 7, device=0, stream=7, correlation=1),  # fmt: skip
+        _x(
+            "Memcpy HtoD (Pageable -> Device)",
+            mc,
+            600.0,
+            900.0,
+            7,
+            device=0,
+            stream=7,
+            correlation=1,
+        ),  # fmt: skip
         _x("cudaMemcpy", rt, 1548.0, 874.0, correlation=2),
         # as recorded there, the device's copy ran on into the kernel's launch call
-        _x("Memcpy HtoD (Pageable -> Device)", mc, 1900.0, 2100.0, 7, device=0, stream=7, correlation=2),  # fmt: skip
+        _x(
+            "Memcpy HtoD (Pageable -> Device)",
+            mc,
+            1900.0,
+            2100.0,
+            7,
+            device=0,
+            stream=7,
+            correlation=2,
+        ),  # fmt: skip
         _x("cuLibraryLoadData", "cuda_driver", 2430.0, 1088.0),
         _x("cudaLaunchKernel", rt, 3530.0, 1040.0, correlation=3),
         _x("cudaDeviceSynchronize", rt, 4575.0, 1149.0),
         _x("vecAdd", "kernel", 5690.0, 39.0, 7, device=0, stream=7, correlation=3),
         _x("cudaMemcpy", rt, 5730.0, 827.0, correlation=4),
-        _x("Memcpy DtoH (Device -> Pageable)", mc, 5760.0, 400.0, 7, device=0, stream=7, correlation=4),  # fmt: skip
+        _x(
+            "Memcpy DtoH (Device -> Pageable)",
+            mc,
+            5760.0,
+            400.0,
+            7,
+            device=0,
+            stream=7,
+            correlation=4,
+        ),  # fmt: skip
     ]
     a = traceinsight.analyze(_write(tmp_path, events, "vecadd"))
     idle = a.results.idle.idle_by_cause_ns
@@ -117,9 +144,7 @@ def test_a_window_that_is_one_graph_capture_is_a_first_pass(tmp_path: Path) -> N
         _x("cudaLaunchKernel", rt, 10.0, 5.0, correlation=1),
         _x("cudaGraphLaunch", rt, 29_980.0, 5.0, correlation=2),
     ]
-    a = traceinsight.analyze(
-        _write(tmp_path, events, "capture"), step_range="capture_32_DECODE"
-    )
+    a = traceinsight.analyze(_write(tmp_path, events, "capture"), step_range="capture_32_DECODE")
     assert a.results.idle.idle_by_cause_ns["capture"] > 0.9 * a.results.idle.idle_ns
     assert a.results.idle.cold_window
     above_low = [f.id for f in a.findings if f.severity not in ("low", "info")]
