@@ -331,9 +331,8 @@ MEASURED = {
         "launch_bound": "compile_ro",  # 2.28-2.45 (its advice: reduce-overhead's CUDA graphs)
         "memory_headroom": "batch_4x",  # 1.87-2.13 per sample
     },
-    # launch_bound MEDIUM against compile_ro's 0.35-1.00: the miss of
-    # test_the_held_out_neural_style_loop
     "neural_style": {
+        "launch_bound": "compile_ro",  # 0.35-1.16 over four processes (1.13 predicted)
         "dataloader_stall": "workers",
         "host_sync": "remove_syncs",  # 1.02-1.12
         "fp32_compute": "bf16",  # 1.05-1.08
@@ -2339,12 +2338,15 @@ def test_the_held_out_neural_style_loop() -> None:
     not raised 1.17x (1.28-1.38), the 2x 1.12x (1.15-1.16), bf16 0.98x (1.05-1.08), the syncs
     1.00x (1.02-1.12); the applied set 7.02x against all's 5.53-5.74x.
 
-    A miss, a false alarm by the standard: launch_bound MEDIUM 1.13x, where reduce-overhead on
-    the trained network measured 1.00x (C; D recompiled, 0.35x). Its what-if captures every
-    op of the step; the advice as applied captures the TransformerNet only, and the frozen
-    VGG16 (20 of the 36 convolutions a step forward, 10 of the 26 backward) and the losses stay
-    eager. The trace does not say which module a user compiles. The workers' after misses too:
-    its un-profiled estimate is 30.06 ms against 20.74 in its process (1.45)."""
+    launch_bound MEDIUM 1.13x against reduce-overhead on the trained network in four processes:
+    1.00 (C), 0.35 (D, recompiling in its window), 1.05 (E), 1.16 (F); on both networks (the
+    frozen VGG16 too: what the what-if captures) 0.95 (E) and 0.42 (F, its graphs still being
+    recorded for 20 steps; 1.07 after). So the capture's scope is not what it misses: the step
+    thread's host, slower in the model than un-profiled (the estimate 1.07 of its process's
+    step, 1.18-1.21 of A/B's), leaves the compute phase host-bound in the replay where it runs
+    about even with the GPU, so the graphs save 7.1 ms a step in the model and 2-3 measured
+    (issue 37 item 2). The workers' after misses by the same: its un-profiled estimate is 30.06
+    ms against 20.74 in its process (1.45)."""
     truth = json.loads((HERE / "neural_style.truth.json").read_text())
     a = analysis("neural_style.before.pt.trace.json.xz")
     r = a.results.replay
@@ -2371,9 +2373,9 @@ def test_the_held_out_neural_style_loop() -> None:
     ):
         w = chosen("neural_style.before.pt.trace.json.xz", ids).what_if
         assert within(w.speedup, *band("neural_style", fix)), (ids, w.speedup)
-    # every fix measured below 1.10 is at most low, but launch_bound's (the miss)
     lb = by["launch_bound"]
-    assert lb.severity == "medium" and band("neural_style", "compile_ro")[1] < 1.1
+    lo, hi = band("neural_style", "compile_ro")
+    assert lb.severity == "medium" and within(lb.what_if.speedup, lo, hi) and hi > 1.1
     after = analysis("neural_style.workers.after.pt.trace.json.xz")
     assert "dataloader_stall" not in {f.id for f in after.findings}
     after_own = truth["profiled"]["workers"]["unprofiled_same_process_step_ms_window_mean"]
