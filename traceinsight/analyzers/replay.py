@@ -75,7 +75,7 @@ CROSS_WAIT_MAX_RATIO = 0.05
 # Only workers make such a pattern (each delivers in turn; where they are slower than the step,
 # the step waits once a round): a loader in the step's own thread loads every batch alike, so a
 # spread among its waits is a one-off (measured: fast neural style with num_workers=0, profiled
-# steps 64.0, 65.0 and 87.5 ms, the third's load 23 ms longer; its 40 un-profiled steps
+# steps 64.7, 63.9 and 87.5 ms, the third's load 23 ms longer; its 40 un-profiled steps
 # 38.5-55.0 ms with no such step).
 PERIODIC_SPREAD_MIN_RATIO = 0.2
 PERIODIC_EXPLAINED_MAX = 0.5

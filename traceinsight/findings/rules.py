@@ -1267,7 +1267,7 @@ def step_time_variance(x: RuleInput) -> Draft | None:
     # One slow step cannot say whether it recurs, so its saving (the window's mean to its
     # median) is a guess at a frequency; workers that fall behind make a period by mechanism
     # (each delivers in turn). Measured: fast neural style's loader in the step thread, its
-    # third profiled step 87.5 ms against 64.0 and 65.0 (its ToTensor ops 10-30x slower in that
+    # third profiled step 87.5 ms against 64.7 and 63.9 (its ToTensor ops 10-30x slower in that
     # step), its 40 un-profiled steps 38.5-55.0 ms with no such step.
     periodic = cause == "dataloader" and steps.loader_iterator == "multi_process"
     one_off = len(steps.outlier_steps) == 1 and not periodic
