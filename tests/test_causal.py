@@ -176,3 +176,45 @@ def test_a_larger_batch_after_the_advised_loader_scales_what_the_loader_left() -
     assert scaled is not None
     added = int(scaled.host["gap_ns"].sum()) - int(unpinned.host["gap_ns"].sum())
     assert abs(added - 3 * kept) <= h.height
+
+
+def test_without_profiler_gives_up_each_threads_whole_share_per_step() -> None:
+    """Hand-computed, at 1 us an event. Thread 1, step 0: A's 20 events want 20 us of a 10 us
+    gap (10 us short); B (50 us) and E (30 us, 20 us of it the loader's wait) keep 50 and 10
+    us outside the loader, so each gives 1/6 of that: B 50 -> 41.67 us (its ops' share 20 ->
+    16.67), E 30 -> 28.33 with the loader's 20 whole. Removed: 10 + 8.33 + 1.67 = 20 us, the
+    events' share. Step 1 (C: 5 events' share from 30 us) and thread 2 (D) keep their own."""
+    from traceinsight.causal.columns import SUBGAPS
+    from traceinsight.causal.graph import WAIT_NONE
+
+    rows = [  # name, tid, step, gap_ns, events, loader_ns, ops_ns
+        ("A", 1, 0, 10_000, 21, 0, 6_000),
+        ("B", 1, 0, 50_000, 1, 0, 20_000),
+        ("E", 1, 0, 30_000, 1, 20_000, 0),
+        ("C", 1, 1, 30_000, 6, 0, 0),
+        ("D", 2, 0, 8_000, 1, 0, 0),
+    ]
+    host = pl.DataFrame(
+        {
+            "name": [r[0] for r in rows],
+            "tid": [r[1] for r in rows],
+            "step": [r[2] for r in rows],
+            "gap_ns": [r[3] for r in rows],
+            "recorded_events": [r[4] for r in rows],
+            "dur_ns": [10_000] * len(rows),
+            "wait": [WAIT_NONE] * len(rows),
+            **{c: [0] * len(rows) for c in SUBGAPS},
+        }
+    ).with_columns(
+        pl.Series("gap_dataloader_ns", [r[5] for r in rows]),
+        pl.Series("gap_ops_ns", [r[6] for r in rows]),
+    )
+    empty = pl.DataFrame()
+    out = transforms.without_profiler(StepModel(host, empty, empty), 1_000).host
+    got = {r["name"]: r for r in out.iter_rows(named=True)}
+    assert [got[n]["gap_ns"] for n in "ABECD"] == [0, 41_666, 28_333, 25_000, 8_000]
+    assert got["E"]["gap_dataloader_ns"] == 20_000
+    assert got["B"]["gap_ops_ns"] == 16_666 and got["A"]["gap_ops_ns"] == 0
+    removed = sum(r[3] for r in rows[:3]) - sum(got[n]["gap_ns"] for n in "ABE")
+    assert abs(removed - 20_000) <= 2  # the step's events' whole share (integer ns)
+    assert all(got[n]["dur_ns"] == 9_000 for n in "ABECD")  # a call's own: at most its half

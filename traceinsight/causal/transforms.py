@@ -850,21 +850,11 @@ def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
     left whole: it ends with the workers, not the host)."""
     h = model.host
     want = (pl.col("recorded_events") - 1) * ns_per_event
-    gap_after = (pl.col("gap_ns") - want).clip(0)
-    loader = pl.col("gap_dataloader_ns") if "gap_dataloader_ns" in h.columns else pl.lit(0)
-    free = (gap_after - loader).clip(0)
-    by = ["tid", "step"] if "step" in h.columns else ["tid"]
-    share = (
-        ((want - pl.col("gap_ns")).clip(0).sum().over(by) / free.sum().over(by))
-        .fill_nan(0.0)
-        .fill_null(0.0)
-        .clip(0.0, 1.0)
-    )
-    h = h.with_columns((gap_after - free * share).alias("_gap_after"))
-    gap_after = pl.col("_gap_after")
-    keep = pl.when(pl.col("gap_ns") > 0).then(gap_after / pl.col("gap_ns")).otherwise(1.0)
+    own = (pl.col("gap_ns") - want).clip(0)  # the gap after its own events' share
+    keep = pl.when(pl.col("gap_ns") > 0).then(own / pl.col("gap_ns")).otherwise(1.0)
     h = h.with_columns((pl.col(c) * keep).cast(pl.Int64).alias(c) for c in SUBGAPS).with_columns(
-        gap_after.cast(pl.Int64).alias("gap_ns"),
+        own.cast(pl.Int64).alias("gap_ns"),
+        (want - pl.col("gap_ns")).clip(0).alias("_short"),
         pl.when(pl.col("wait") == WAIT_NONE)
         .then(
             pl.col("dur_ns") - pl.min_horizontal(pl.col("dur_ns") // 2, pl.lit(int(ns_per_event)))
@@ -872,7 +862,24 @@ def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
         .otherwise(pl.col("dur_ns"))
         .alias("dur_ns"),
     )
-    return model.with_host(h.drop("_gap_after"))
+    # the shortfall, from what the thread's other gaps of the step keep outside the loader's
+    # wait: every such part of a gap shrinks by the same share
+    loader = "gap_dataloader_ns" if "gap_dataloader_ns" in h.columns else None
+    free = (pl.col("gap_ns") - (pl.col(loader) if loader else 0)).clip(0)
+    by = ["tid", "step"] if "step" in h.columns else ["tid"]
+    share = (
+        (pl.col("_short").sum().over(by) / free.sum().over(by))
+        .fill_nan(0.0)
+        .fill_null(0.0)
+        .clip(0.0, 1.0)
+    )
+    h = h.with_columns(share.alias("_share"))
+    cut = 1.0 - pl.col("_share")
+    h = h.with_columns(
+        (pl.col("gap_ns") - (free * pl.col("_share"))).cast(pl.Int64).alias("gap_ns"),
+        *((pl.col(c) * cut).cast(pl.Int64).alias(c) for c in SUBGAPS if c != loader),
+    )
+    return model.with_host(h.drop("_short", "_share"))
 
 
 def warmed(model: StepModel, calls: pl.DataFrame) -> tuple[StepModel, int, int]:
