@@ -35,7 +35,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import Context
-from traceinsight.model.classify import API_KINDS, LAUNCH_API, names_matching
+from traceinsight.model.classify import API_KINDS, COPY_LAUNCH_API, LAUNCH_API, names_matching
 from traceinsight.report.format import plural
 
 IDLE_RULES = (
@@ -311,7 +311,7 @@ def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, A
     launches = launching.height
     # kernel launches alone: an async copy or memset call makes a copy or memset, which is there
     # (WeatherBench2's export: one cudaMemsetAsync, its memset recorded, no kernel launched)
-    kernel_launches = launching.filter(~pl.col("name").str.contains(r"Memcpy|Memset")).height
+    kernel_launches = launching.filter(~pl.col("name").str.contains(COPY_LAUNCH_API)).height
     loads = names_matching(api, MODULE_LOAD_API).height
     if other == 0 and launches:
         message = (

@@ -49,6 +49,7 @@ from traceinsight.model.classify import (
     CAPTURE_END_API,
     COMM_HOST_PATTERN,
     COMPILE_PATTERN,
+    COPY_LAUNCH_API,
     DATALOADER_PATTERN,
     HOST_OP_KINDS,
     LAUNCH_API,
@@ -561,7 +562,7 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
     launches = ctx.rows(
         API_KINDS,
         LAUNCH_API,
-        where=~pl.col("name").str.contains("Memcpy|Memset"),
+        where=~pl.col("name").str.contains(COPY_LAUNCH_API),
         columns=tuple(cols),
     )
     first = pl.DataFrame(schema={**{c: calls.schema[c] for c in cols}, "kind": pl.String})

@@ -17,7 +17,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
-from traceinsight.analyzers.steps import batch_tensors, loader_iterator
+from traceinsight.analyzers.steps import batch_tensors, context_loader_iterator
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
 from traceinsight.causal.graph import (
@@ -286,8 +286,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     bare, warmed_calls, warmed_ns = whatif.warmed(bare, once)
     bare_replay = replay(bare) if per_event or warmed_calls else base
     durations = step_times_ns(bare, bare_replay)
-    iterator = loader_iterator(ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN).get_column("name"))
-    statistic = step_statistic(bare, durations, iterator)
+    statistic = step_statistic(bare, durations, context_loader_iterator(ctx))
     unprofiled = statistic_of(steady_step_times_ns(bare, bare_replay), statistic)
     low, dearer, low_factor = None, None, 0.0
     compiled = _compiled_launches(ctx, st)

@@ -48,6 +48,11 @@ class StepResult:
     loader_iterator: str | None = None
 
 
+def context_loader_iterator(ctx: Context) -> str | None:
+    """The window's DataLoader iterator kind (:func:`loader_iterator` of its ranges' names)."""
+    return loader_iterator(ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN).get_column("name"))
+
+
 def loader_iterator(names: pl.Series) -> str | None:
     """The iterator kind the DataLoader ranges name (see :attr:`StepResult.loader_iterator`)."""
     if names.str.contains("_MultiProcessingDataLoaderIter").any():
@@ -148,7 +153,7 @@ def _forward_ns(spans: pl.DataFrame, bw_rows: pl.DataFrame, dl: pl.DataFrame) ->
 def analyze_steps(ctx: Context) -> StepResult:
     st = ctx.steps
     dl = host_ranges(ctx, DATALOADER_PATTERN)
-    iterator = loader_iterator(ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN).get_column("name"))
+    iterator = context_loader_iterator(ctx)
     if st.height == 0:
         dl_ns = iv.total(dl)
         return StepResult(

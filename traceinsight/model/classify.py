@@ -20,6 +20,8 @@ LAUNCH_API = (
     r"|^cuLaunchKernel|^cuLaunchKernelEx|^cuGraphLaunch|^(cuda|hip)Memcpy\w*Async|^(cuda|hip)Memset\w*Async"
     r"|^hipExtModuleLaunchKernel|^launchKernel|^mtiaLaunch"
 )
+# The launch calls above that make a copy or a memset, not a kernel
+COPY_LAUNCH_API = r"Memcpy|Memset"
 SYNC_API = (
     r"^(cuda|hip)(StreamSynchronize|DeviceSynchronize|EventSynchronize|ThreadSynchronize)"
     r"|^cu(StreamSynchronize|CtxSynchronize|EventSynchronize)"
