@@ -8,6 +8,12 @@ from pathlib import Path
 
 import pytest
 
+# Each pytest-xdist worker (two on two cores) gives polars one thread: the workers already fill
+# the cores, and a pool per worker only adds hand-offs (measured: the same analyses in 15-25% less
+# CPU). Set before polars is imported; a developer's own setting wins.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("POLARS_MAX_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
 TINY = FIXTURES / "tiny"

@@ -10,6 +10,13 @@ stay out of the repository (benchmarks/RESULTS.md names them and their sources).
   HIGH), and cold_start did not fire.
 - SGLang's decode capture (TraceLens): one range, its GPU idle all graph capture, its two
   frees the capture's own empty_cache, read as allocator_churn MEDIUM (1.18x).
+
+Session 33 (a reading of the audit's, held as it is):
+- SGLang's prefill+decode on MI300X (TraceLens): a 493 ms gap with the host in a blocking
+  60-byte copy (torch.tensor -> aten::to -> hipMemcpyWithStream) reads as queued work waiting
+  on a dependency (gpu_underutilized HIGH). The audit took the copy for the cause; the raw
+  events have the queued kernel (resolve_future_token_ids) launched behind a
+  hipStreamWaitEvent on the copy's stream: the copy waited for that event like the kernel.
 """
 
 from __future__ import annotations
@@ -149,3 +156,58 @@ def test_a_window_that_is_one_graph_capture_is_a_first_pass(tmp_path: Path) -> N
     assert a.results.idle.cold_window
     above_low = [f.id for f in a.findings if f.severity not in ("low", "info")]
     assert "allocator_churn" not in above_low, [(f.id, f.severity) for f in a.findings]
+
+
+def test_queued_work_behind_an_event_wait_is_a_dependency_under_a_blocking_copy(
+    tmp_path: Path,
+) -> None:
+    """SGLang's shape on one stream: a kernel, then the stream made to wait on an event
+    (hipStreamWaitEvent: the overlap scheduler's previous batch, recorded on a stream the trace
+    does not show), a kernel launched behind it 40 us into the gap, and the host in a blocking
+    60-byte host-to-device copy on that stream for the whole 100 ms gap; the kernel and the copy
+    run as the event fires. The copy waited for the stream, the stream for the event: the gap is
+    the dependency's (gpu_wait), not the copy's (an audit read the copy as the cause; the
+    recorded trace has resolve_future_token_ids_kernel behind the event wait)."""
+    rt = "cuda_runtime"
+    events = [
+        _x("aten::arange", "cpu_op", 0.0, 20.0),
+        _x("hipLaunchKernel", rt, 5.0, 5.0, correlation=1),
+        _x("arange", "kernel", 10.0, 90.0, 7, device=0, stream=3, correlation=1),
+        _x("hipStreamWaitEvent", rt, 120.0, 10.0, correlation=2),
+        _x("hipLaunchKernel", rt, 140.0, 5.0, correlation=3),
+        _x(
+            "resolve_future_token_ids",
+            "kernel",
+            100_150.0,
+            5.0,
+            7,
+            device=0,
+            stream=3,
+            correlation=3,
+        ),  # fmt: skip
+        _x("aten::to", "cpu_op", 150.0, 100_010.0),
+        _x("aten::copy_", "cpu_op", 151.0, 100_007.0),
+        _x("hipMemcpyWithStream", rt, 152.0, 100_003.0, correlation=4),
+        _x(
+            "Memcpy HtoD (Host -> Device)",
+            "gpu_memcpy",
+            100_157.0,
+            1.0,
+            7,
+            device=0,
+            stream=3,
+            correlation=4,
+            bytes=60,
+        ),  # fmt: skip
+        _x("aten::mm", "cpu_op", 100_170.0, 20.0),
+        _x("hipLaunchKernel", rt, 100_175.0, 5.0, correlation=5),
+        _x("gemm", "kernel", 100_200.0, 90.0, 7, device=0, stream=3, correlation=5),
+    ]
+    a = traceinsight.analyze(_write(tmp_path, events, "event_wait"))
+    idle = a.results.idle.idle_by_cause_ns
+    assert idle["gpu_wait"] == 100_150_000 - 100_000, idle  # the gap, from 0.1 to 100.15 ms
+    assert idle["host_sync"] < 100_000, idle  # the 2 us between the kernel and its copy
+    assert a.findings[0].id == "gpu_underutilized"
+    assert "dependency" in a.findings[0].title
+    by = {f.id: f for f in a.findings}
+    assert "host_sync" not in by or by["host_sync"].severity in ("info", "low")
