@@ -218,3 +218,37 @@ def test_without_profiler_gives_up_each_threads_whole_share_per_step() -> None:
     removed = sum(r[3] for r in rows[:3]) - sum(got[n]["gap_ns"] for n in "ABE")
     assert abs(removed - 20_000) <= 2  # the step's events' whole share (integer ns)
     assert all(got[n]["dur_ns"] == 9_000 for n in "ABECD")  # a call's own: at most its half
+
+
+def test_overlapped_input_copies_leave_the_collectives_waits() -> None:
+    """h2d_overlapped on a compute stream (1), a copy stream (2: a pinned host-to-device copy
+    held 50 us by no edge, and a cast kernel) and a collective stream (3: an all-to-all held
+    70 us): the copy stream's work starts when launched, the collective keeps its wait (overlapping it is comm_overlapped's
+    fix; an HTA trace's 3.4 ms of side-stream copies a step were priced at the 25 ms the
+    NCCL streams' overlap saves)."""
+    from traceinsight.causal.graph import WAIT_NONE
+
+    gpu = pl.DataFrame(
+        {
+            "op": [0, 1, 2, 4, 3],
+            "chain": [1, 1, 2, 2, 3],
+            "kind": ["kernel", "kernel", "memcpy", "kernel", "kernel"],
+            "kernel_class": ["gemm", "gemm", None, "elementwise", "communication"],
+            "copy_kind": [None, None, "HtoD", None, None],
+            "gap_ns": [0, 0, 50_000, 10_000, 70_000],
+            "dur_ns": [100_000, 100_000, 20_000, 5_000, 30_000],
+            "after_op": [-1, 4, -1, -1, -1],
+            "after_lag_ns": [0] * 5,
+            "launched": [True] * 5,
+            "start_ns": [0, 100_000, 50_000, 80_000, 70_000],
+        }
+    )
+    host = pl.DataFrame(
+        {"own_op": [-1], "wait": pl.Series([WAIT_NONE], dtype=pl.Int8), "dur_ns": [5_000]}
+    )
+    out = transforms.h2d_overlapped(StepModel(host, gpu, pl.DataFrame()))
+    assert out is not None
+    gaps = dict(zip(out.gpu["op"], out.gpu["gap_ns"], strict=True))
+    assert gaps[2] == 0 and gaps[4] == 0 and gaps[3] == 70_000
+    both = transforms.comm_overlapped(StepModel(host, gpu, pl.DataFrame()))
+    assert both is not None and dict(zip(both.gpu["op"], both.gpu["gap_ns"], strict=True))[3] == 0

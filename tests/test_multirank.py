@@ -132,6 +132,11 @@ def test_collective_kinds_from_names():
         "nccl:all_to_all": "all_to_all",
         "nccl:recv": "send_recv",
         "ncclDevKernel_Generic": "other",
+        # DeepEP's expert-parallel all-to-all (deepseek-ai/profile-data train.json; DeepEP's own
+        # namespace), not its layout kernel
+        "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>": "all_to_all",
+        "void deep_ep::internode_ll::dispatch<false, 3, 7168>": "all_to_all",
+        "void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>": "other",
     }
     got = pl.DataFrame({"n": list(names)}).select(collective_kind(pl.col("n"))).to_series()
     assert got.to_list() == list(names.values())

@@ -211,3 +211,41 @@ def test_queued_work_behind_an_event_wait_is_a_dependency_under_a_blocking_copy(
     assert "dependency" in a.findings[0].title
     by = {f.id: f for f in a.findings}
     assert "host_sync" not in by or by["host_sync"].severity in ("info", "low")
+
+
+def _read_back_gap(tmp: Path, *, queued: bool) -> Any:
+    """HTA's queue-length trace, rebuilt: a kernel (0-0.1 ms) on the compute stream; the host in
+    a pageable 704-byte read-back (cudaMemcpyAsync on stream 27) from 0.15 ms to 64.1 ms, its
+    copy at the end. ``queued``: the work after the gap is a CUDA graph's memset, launched
+    (cudaGraphLaunch) at 0.01 ms, returned at 0.02 ms; else the read-back's own copy is."""
+    rt = "cuda_runtime"
+    events = [
+        _x("aten::mm", "cpu_op", 0.0, 5.0),
+        _x("cudaLaunchKernel", rt, 1.0, 3.0, correlation=1),
+        _x("gemm", "kernel", 4.0, 96.0, 7, device=0, stream=7, correlation=1),
+        _x("aten::copy_", "cpu_op", 149.0, 63_955.0),
+        _x("cudaMemcpyAsync", rt, 150.0, 63_950.0, correlation=3),
+        _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 64_080.0, 2.0, 7, device=0, stream=27, correlation=3, bytes=704),  # fmt: skip
+        _x("aten::add", "cpu_op", 64_150.0, 10.0),
+        _x("cudaLaunchKernel", rt, 64_152.0, 3.0, correlation=4),
+        _x("add", "kernel", 64_160.0, 40.0, 7, device=0, stream=7, correlation=4),
+    ]
+    if queued:
+        events += [
+            _x("cudaGraphLaunch", rt, 10.0, 10.0, correlation=2),
+            _x("Memset (Device)", "gpu_memset", 64_050.0, 2.0, 7, device=0, stream=7, correlation=2),  # fmt: skip
+        ]
+    return traceinsight.analyze(_write(tmp, events, f"read_back_{queued}"))
+
+
+def test_queued_work_under_a_pageable_read_back_is_a_dependency_wait(tmp_path: Path) -> None:
+    """HTA's trace: 376.6 ms of idle read as pageable_copy and 101.5 ms as the profiler's, each
+    gap's next work a CUDA graph's memset launched tens of ms before it. The host's call did not
+    keep queued work from the GPU: the gap (0.1 to 64.05 ms) is gpu_wait. Without the queued
+    memset, the read-back's own copy ends the gap: its staging is the pageable copy's."""
+    idle = _read_back_gap(tmp_path, queued=True).results.idle.idle_by_cause_ns
+    assert idle["gpu_wait"] == 64_050_000 - 100_000, idle
+    assert idle["pageable_copy"] == 64_080_000 - 64_052_000, idle  # memset to its own copy
+    idle = _read_back_gap(tmp_path, queued=False).results.idle.idle_by_cause_ns
+    assert idle["pageable_copy"] == 64_080_000 - 100_000 and idle.get("gpu_wait", 0) == 0, idle
+

@@ -16,7 +16,7 @@ from traceinsight.model.classify import BACKWARD_PATTERN, HOST_OP_KINDS, names_m
 # (ncclDevKernel_AllReduce_Sum_f32 -> ...allreduce..., nccl:_all_gather_base -> ...allgather...).
 # First match wins: all-to-all before send/recv, reduce-scatter before reduce.
 COLLECTIVE_KINDS: tuple[tuple[str, str], ...] = (
-    ("all_to_all", "alltoall"),
+    ("all_to_all", "alltoall|epinternode|epintranode"),  # DeepEP's dispatch and combine
     ("all_reduce", "allreduce"),
     ("reduce_scatter", "reducescatter"),
     ("all_gather", "allgather"),

@@ -431,15 +431,17 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
         if sync_scope.height
         else pl.lit(False).alias("sync_at_start")
     )
-    gaps = gaps.with_columns(_next_launch(ctx, gaps))
+    gaps = gaps.hstack(_next_launch(ctx, gaps))
     untraced = ctx.rows(host).height == 0  # no API call anywhere: no gap's launch is known
     # the next work was queued while the GPU stayed idle for most of the gap (longer than a
-    # launch's latency): it waited on a dependency, not on the host
+    # launch's latency): it waited on a dependency, not on the host. Queued once its launching
+    # call had returned: a pageable copy's call stages the data before its copy can run, so
+    # the host's call, not a dependency, kept the GPU waiting
     queued_before = (
         pl.col("next_launch_ns").is_not_null()
         & (pl.col("dur_ns") > QUEUED_MIN_NS)  # shorter: the scheduling latency of queued work
         & (
-            (pl.col("end_ns") - pl.col("next_launch_ns"))
+            (pl.col("end_ns") - pl.max_horizontal("next_launch_ns", "next_launch_end_ns"))
             > pl.max_horizontal(pl.lit(QUEUED_MIN_NS), pl.col("dur_ns") * MAJORITY)
         )
     )
@@ -461,8 +463,12 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
         dispatching = in_launch | ((pl.col("f_ops") >= MAJORITY) & (pl.col("dur_ns") <= cap))
     else:
         dispatching = in_launch | (pl.col("dur_ns") <= UNSPLIT_LAUNCH_GAP_NS)
+    # what the host did explains a gap only where the next work was not queued before it
+    # (below): queued work that the GPU did not start waited on a dependency while the host's
+    # call waited with it (an HTA trace: a memset of a CUDA graph launched 66 ms before a 64 ms
+    # gap, the host in a 704-byte pageable read-back and in the profiler's closing sync)
     cause = (
-        pl.when(pl.col("f_profiler") >= MAJORITY)
+        pl.when((pl.col("f_profiler") >= MAJORITY) & ~queued_before)
         .then(pl.lit("profiler"))
         .when(pl.col("f_capture") >= MAJORITY)
         .then(pl.lit("capture"))
@@ -470,9 +476,9 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
         .then(pl.lit("dataloader"))
         .when((pl.col("f_warmup") >= MAJORITY) | after_first)
         .then(pl.lit("warmup"))
-        .when(pl.col("f_pageable") >= MAJORITY)
+        .when((pl.col("f_pageable") >= MAJORITY) & ~queued_before)
         .then(pl.lit("pageable_copy"))
-        .when(pl.col("f_allocator") >= MAJORITY)
+        .when((pl.col("f_allocator") >= MAJORITY) & ~queued_before)
         .then(pl.lit("allocator"))
         # a sync explains a gap only where the host launched the next work after the GPU went
         # idle: work queued before the gap waited on a dependency (another stream, an event
@@ -635,40 +641,47 @@ def capture_ranges(ctx: Context) -> pl.DataFrame:
     return _clipped(ctx, spans)
 
 
-def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
+def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     """For each gap (in ``gaps`` order), when the work that ends it was launched: the earliest
-    launch call of the activities starting at the gap's end on its device.
+    launch call of the activities starting at the gap's end on its device (``next_launch_ns``)
+    and when that call returned (``next_launch_end_ns``).
 
     Per device, both sides are in time order (gaps from :func:`iv.gaps`, the launches from the
     sorted event table), so a forward as-of join on the distinct start times finds them: a
     fifth of the cost of a group-by and hash join over (device, time) pairs."""
-    calls = launched(ctx.launches, ["device", "start_ns", "launch_start_ns"])
+    calls = launched(ctx.launches, ["device", "start_ns", "launch_start_ns", "launch_end_ns"])
     ends = gaps.select("gap_id", "device", "end_ns")
     parts = []
     for (dev,), g in ends.partition_by("device", as_dict=True, maintain_order=True).items():
         first = (
             calls.filter(pl.col("device").eq_missing(dev))
             .group_by("start_ns", maintain_order=True)
-            .agg(pl.col("launch_start_ns").min().alias("next_launch_ns"))
+            .agg(
+                pl.col("launch_start_ns").min().alias("next_launch_ns"),
+                pl.col("launch_end_ns").sort_by("launch_start_ns").first().alias("_end"),
+            )
             .rename({"start_ns": "_at"})
         )
         hit = iv.in_time_order(g, "end_ns").join_asof(
             iv.in_time_order(first, "_at"), left_on="end_ns", right_on="_at", strategy="forward"
         )
+        at = pl.col("_at") == pl.col("end_ns")
         parts.append(
             hit.select(
                 "gap_id",
-                pl.when(pl.col("_at") == pl.col("end_ns"))
-                .then(pl.col("next_launch_ns"))
-                .alias("next_launch_ns"),
+                pl.when(at).then(pl.col("next_launch_ns")).alias("next_launch_ns"),
+                pl.when(at).then(pl.col("_end")).alias("next_launch_end_ns"),
             )
         )
     if not parts:
-        return pl.Series("next_launch_ns", [None] * gaps.height, dtype=pl.Int64)
+        return pl.DataFrame(
+            {"next_launch_ns": [None] * gaps.height, "next_launch_end_ns": [None] * gaps.height},
+            schema={"next_launch_ns": pl.Int64, "next_launch_end_ns": pl.Int64},
+        )
     out = pl.concat(parts)
     if not out.get_column("gap_id").equals(gaps.get_column("gap_id")):
         out = gaps.select("gap_id").join(out, on="gap_id", how="left", maintain_order="left")
-    return out.get_column("next_launch_ns")
+    return out.select("next_launch_ns", "next_launch_end_ns")
 
 
 def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:

@@ -94,7 +94,11 @@ KERNEL_RULES: list[KernelRule] = [
     KernelRule(
         "communication",
         r"^nccl|ncclkernel|nccldevkernel|rccl|all_?reduce|allgather|all_gather|reduce_?scatter"
-        r"|all_?to_?all|alltoall|sendrecv|cross_device_reduce|multimem_|deep_ep|nvshmem|^hccl",
+        r"|all_?to_?all|alltoall|sendrecv|cross_device_reduce|multimem_|deep_ep|nvshmem|^hccl"
+        # DeepEP's dispatch/combine kernels (deep_ep::internode_ll::..., DeepSeek's own build
+        # dpsk::ep::internode::...): expert-parallel all-to-all; its ep::cuda:: layout kernels
+        # only compute
+        r"|ep::(inter|intra)node",
         "collective",
     ),
     # ATen's elementwise templates: the functor they run may carry any name (fbgemm_gpu::_float_to_hfp8)
