@@ -35,6 +35,20 @@ def _x(name: str, cat: str, ts: float, dur: float, tid: int = 1, **args: Any) ->
     return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}  # fmt: skip
 
 
+def _dev(name: str, cat: str, ts: float, dur: float, stream: int, corr: int, **args: Any) -> dict[str, Any]:  # fmt: skip
+    """A device activity (kernel, copy, memset) on GPU 0: its stream and launch correlation."""
+    return _x(name, cat, ts, dur, 7, device=0, stream=stream, correlation=corr, **args)
+
+
+def _launch(op: str, api: str, t: float, kernel: str, k_t: float, k_dur: float, stream: int, corr: int) -> list[dict[str, Any]]:  # fmt: skip
+    """An op at ``t`` whose launch call (``api``, 1 us in, 3 us long) ran ``kernel``."""
+    return [
+        _x(op, "cpu_op", t, 5.0),
+        _x(api, "cuda_runtime", t + 1, 3.0, correlation=corr),
+        _dev(kernel, "kernel", k_t, k_dur, stream, corr),
+    ]
+
+
 def _write(tmp: Path, events: list[dict[str, Any]], name: str) -> Path:
     p = tmp / f"{name}.json"
     doc = {"schemaVersion": 1, "deviceProperties": PROPS, "traceEvents": events}
@@ -51,7 +65,7 @@ def test_one_memset_is_not_a_copy_bound_run(tmp_path: Path) -> None:
     events = [
         _x("cudaMalloc", rt, 0.0, 65.0),
         _x("cudaMemsetAsync", rt, 1000.0, 8.0, correlation=1),
-        _x("Memset (Device)", "gpu_memset", 1010.0, 1.5, 7, device=0, stream=7, correlation=1),
+        _dev("Memset (Device)", "gpu_memset", 1010.0, 1.5, 7, 1),
         _x("cudaFree", rt, 2000.0, 118_000.0),
     ]
     a = traceinsight.analyze(_write(tmp_path, events, "one_memset"))
@@ -66,7 +80,7 @@ def test_a_kernel_launched_but_no_kernel_is_still_missing(tmp_path: Path) -> Non
     rt = "cuda_runtime"
     events = [
         _x("cudaMemsetAsync", rt, 1000.0, 8.0, correlation=1),
-        _x("Memset (Device)", "gpu_memset", 1010.0, 1.5, 7, device=0, stream=7, correlation=1),
+        _dev("Memset (Device)", "gpu_memset", 1010.0, 1.5, 7, 1),
         _x("cudaLaunchKernel", rt, 1100.0, 5.0, correlation=2),
     ]
     a = traceinsight.analyze(_write(tmp_path, events, "lost_kernel"))
@@ -83,43 +97,16 @@ def test_a_first_launch_that_loads_its_module_is_warm_up(tmp_path: Path) -> None
     mc = "gpu_memcpy"
     events = [
         _x("cudaMemcpy", rt, 0.0, 1544.0, correlation=1),
-        _x(
-            "Memcpy HtoD (Pageable -> Device)",
-            mc,
-            600.0,
-            900.0,
-            7,
-            device=0,
-            stream=7,
-            correlation=1,
-        ),  # fmt: skip
+        _dev("Memcpy HtoD (Pageable -> Device)", mc, 600.0, 900.0, 7, 1),
         _x("cudaMemcpy", rt, 1548.0, 874.0, correlation=2),
         # as recorded there, the device's copy ran on into the kernel's launch call
-        _x(
-            "Memcpy HtoD (Pageable -> Device)",
-            mc,
-            1900.0,
-            2100.0,
-            7,
-            device=0,
-            stream=7,
-            correlation=2,
-        ),  # fmt: skip
+        _dev("Memcpy HtoD (Pageable -> Device)", mc, 1900.0, 2100.0, 7, 2),
         _x("cuLibraryLoadData", "cuda_driver", 2430.0, 1088.0),
         _x("cudaLaunchKernel", rt, 3530.0, 1040.0, correlation=3),
         _x("cudaDeviceSynchronize", rt, 4575.0, 1149.0),
-        _x("vecAdd", "kernel", 5690.0, 39.0, 7, device=0, stream=7, correlation=3),
+        _dev("vecAdd", "kernel", 5690.0, 39.0, 7, 3),
         _x("cudaMemcpy", rt, 5730.0, 827.0, correlation=4),
-        _x(
-            "Memcpy DtoH (Device -> Pageable)",
-            mc,
-            5760.0,
-            400.0,
-            7,
-            device=0,
-            stream=7,
-            correlation=4,
-        ),  # fmt: skip
+        _dev("Memcpy DtoH (Device -> Pageable)", mc, 5760.0, 400.0, 7, 4),
     ]
     a = traceinsight.analyze(_write(tmp_path, events, "vecadd"))
     idle = a.results.idle.idle_by_cause_ns
@@ -146,8 +133,8 @@ def test_a_window_that_is_one_graph_capture_is_a_first_pass(tmp_path: Path) -> N
         _x("cudaStreamEndCapture", rt, 29_000.0, 50.0),
         _x("cudaGraphInstantiate", rt, 29_060.0, 500.0),
         # the warm-up run before the capture and the graph's first replay: the GPU's only work
-        _x("k", "kernel", 20.0, 5.0, 7, device=0, stream=7, correlation=1),
-        _x("k", "kernel", 29_990.0, 5.0, 7, device=0, stream=7, correlation=2),
+        _dev("k", "kernel", 20.0, 5.0, 7, 1),
+        _dev("k", "kernel", 29_990.0, 5.0, 7, 2),
         _x("cudaLaunchKernel", rt, 10.0, 5.0, correlation=1),
         _x("cudaGraphLaunch", rt, 29_980.0, 5.0, correlation=2),
     ]
@@ -170,38 +157,15 @@ def test_queued_work_behind_an_event_wait_is_a_dependency_under_a_blocking_copy(
     recorded trace has resolve_future_token_ids_kernel behind the event wait)."""
     rt = "cuda_runtime"
     events = [
-        _x("aten::arange", "cpu_op", 0.0, 20.0),
-        _x("hipLaunchKernel", rt, 5.0, 5.0, correlation=1),
-        _x("arange", "kernel", 10.0, 90.0, 7, device=0, stream=3, correlation=1),
+        *_launch("aten::arange", "hipLaunchKernel", 0.0, "arange", 10.0, 90.0, 3, 1),
         _x("hipStreamWaitEvent", rt, 120.0, 10.0, correlation=2),
         _x("hipLaunchKernel", rt, 140.0, 5.0, correlation=3),
-        _x(
-            "resolve_future_token_ids",
-            "kernel",
-            100_150.0,
-            5.0,
-            7,
-            device=0,
-            stream=3,
-            correlation=3,
-        ),  # fmt: skip
+        _dev("resolve_future_token_ids", "kernel", 100_150.0, 5.0, 3, 3),
         _x("aten::to", "cpu_op", 150.0, 100_010.0),
         _x("aten::copy_", "cpu_op", 151.0, 100_007.0),
         _x("hipMemcpyWithStream", rt, 152.0, 100_003.0, correlation=4),
-        _x(
-            "Memcpy HtoD (Host -> Device)",
-            "gpu_memcpy",
-            100_157.0,
-            1.0,
-            7,
-            device=0,
-            stream=3,
-            correlation=4,
-            bytes=60,
-        ),  # fmt: skip
-        _x("aten::mm", "cpu_op", 100_170.0, 20.0),
-        _x("hipLaunchKernel", rt, 100_175.0, 5.0, correlation=5),
-        _x("gemm", "kernel", 100_200.0, 90.0, 7, device=0, stream=3, correlation=5),
+        _dev("Memcpy HtoD (Host -> Device)", "gpu_memcpy", 100_157.0, 1.0, 3, 4, bytes=60),
+        *_launch("aten::mm", "hipLaunchKernel", 100_170.0, "gemm", 100_200.0, 90.0, 3, 5),
     ]
     a = traceinsight.analyze(_write(tmp_path, events, "event_wait"))
     idle = a.results.idle.idle_by_cause_ns
@@ -220,20 +184,16 @@ def _read_back_gap(tmp: Path, *, queued: bool) -> Any:
     (cudaGraphLaunch) at 0.01 ms, returned at 0.02 ms; else the read-back's own copy is."""
     rt = "cuda_runtime"
     events = [
-        _x("aten::mm", "cpu_op", 0.0, 5.0),
-        _x("cudaLaunchKernel", rt, 1.0, 3.0, correlation=1),
-        _x("gemm", "kernel", 4.0, 96.0, 7, device=0, stream=7, correlation=1),
+        *_launch("aten::mm", "cudaLaunchKernel", 0.0, "gemm", 4.0, 96.0, 7, 1),
         _x("aten::copy_", "cpu_op", 149.0, 63_955.0),
         _x("cudaMemcpyAsync", rt, 150.0, 63_950.0, correlation=3),
-        _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 64_080.0, 2.0, 7, device=0, stream=27, correlation=3, bytes=704),  # fmt: skip
-        _x("aten::add", "cpu_op", 64_150.0, 10.0),
-        _x("cudaLaunchKernel", rt, 64_152.0, 3.0, correlation=4),
-        _x("add", "kernel", 64_160.0, 40.0, 7, device=0, stream=7, correlation=4),
+        _dev("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 64_080.0, 2.0, 27, 3, bytes=704),
+        *_launch("aten::add", "cudaLaunchKernel", 64_150.0, "add", 64_160.0, 40.0, 7, 4),
     ]
     if queued:
         events += [
             _x("cudaGraphLaunch", rt, 10.0, 10.0, correlation=2),
-            _x("Memset (Device)", "gpu_memset", 64_050.0, 2.0, 7, device=0, stream=7, correlation=2),  # fmt: skip
+            _dev("Memset (Device)", "gpu_memset", 64_050.0, 2.0, 7, 2),
         ]
     return traceinsight.analyze(_write(tmp, events, f"read_back_{queued}"))
 
@@ -249,3 +209,40 @@ def test_queued_work_under_a_pageable_read_back_is_a_dependency_wait(tmp_path: P
     idle = _read_back_gap(tmp_path, queued=False).results.idle.idle_by_cause_ns
     assert idle["pageable_copy"] == 64_080_000 - 100_000 and idle.get("gpu_wait", 0) == 0, idle
 
+
+def test_read_backs_that_block_in_their_copy_call_are_named(tmp_path: Path) -> None:
+    """HTA's TorchRec control trace: each aten::to read-back (cudaMemcpyAsync into pageable
+    memory) blocks 6.59 ms behind queued kernels, the stream sync after it 3 us; host_sync's
+    title counted the syncs' 0.2 ms. Three such read-backs here, 5 ms each behind a 5 ms
+    kernel: the title says the copies hold the host 15 ms (their calls' sum)."""
+    rt = "cuda_runtime"
+    events = []
+    for i in range(3):
+        t = i * 10_000.0
+        events += [
+            _x("aten::mm", "cpu_op", t, 10.0),
+            _x("cudaLaunchKernel", rt, t + 1, 5.0, correlation=10 * i + 1),
+            _dev("gemm", "kernel", t + 10, 5_000.0, 7, 10 * i + 1),
+            _x("aten::to", "cpu_op", t + 20, 5_010.0),
+            _x("cudaMemcpyAsync", rt, t + 22, 5_000.0, correlation=10 * i + 2),
+            _dev(
+                "Memcpy DtoH (Device -> Pageable)",
+                "gpu_memcpy",
+                t + 5_012,
+                2.0,
+                7,
+                10 * i + 2,
+                bytes=984,
+            ),
+            _x("cudaStreamSynchronize", rt, t + 5_025, 3.0),
+        ]
+    # a last kernel: the window (the GPU's span) holds the last sync too
+    events += [
+        _x("cudaLaunchKernel", rt, 30_000.0, 5.0, correlation=99),
+        _dev("gemm", "kernel", 30_010.0, 100.0, 7, 99),
+    ]
+    a = traceinsight.analyze(_write(tmp_path, events, "read_backs"))
+    f = next(f for f in a.findings if f.id == "host_sync")
+    assert f.evidence["readback_blocked_ns"] == 3 * 5_000_000
+    assert f.evidence["host_sync_blocked_ns"] == 3 * 3_000
+    assert "device-to-host copies into pageable memory hold the host 15.00 ms" in f.title
