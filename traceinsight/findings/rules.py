@@ -160,6 +160,12 @@ def unpinned_what_if(r: Results, plan: LoaderPlan | None) -> WhatIf | None:
 RECEIVE_NAMED_RATIO = 0.05
 
 
+# the GPU idle inside DataLoader.__next__ is named where it is this many times, and this much
+# more than, the idle whose gaps it covers most of
+LOADER_INSIDE_NAMED_RATIO = 2.0
+LOADER_INSIDE_NAMED_NS = 1_000_000
+
+
 @rule(
     "dataloader_stall",
     advice={"cuda_app": None},  # DataLoader waits: only a PyTorch trace records them
@@ -251,11 +257,19 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             f"; pin_memory=True matters: without it the step thread spends about "
             f"{fmt_ms(receive)} receiving each batch ({n:.0f} tensor{'s' if n >= 1.5 else ''})"
         )
+    inside = x.r.idle.dataloader_idle_ns
+    if inside >= LOADER_INSIDE_NAMED_RATIO * cost and inside - cost >= LOADER_INSIDE_NAMED_NS:
+        # each gap goes to the cause covering most of it: say what the loader's calls hold
+        need += (
+            f"; {fmt_ms(inside)} of GPU idle falls inside its calls, most of it in gaps the "
+            "host spent longer elsewhere"
+        )
     return Draft(
         cost,
         f"GPU waits for the input pipeline: {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window){need}",
         {
             "idle_ns": cost,
+            "idle_inside_calls_ns": inside,
             "dataloader_ratio": steps.dataloader_ratio,
             "dataloader_ns": steps.dataloader_ns,
             "per_step_dataloader_ns": [s.dataloader_ns for s in steps.per_step],
