@@ -78,12 +78,16 @@ def _share(g: pl.DataFrame, which: pl.Expr, col: str) -> float:
     return float(g.filter(which).get_column(col).sum()) / total if total else 0.0
 
 
+# a collective's kernel (NCCL, RCCL, DeepEP): what a communication stream runs
+_COLLECTIVE = (pl.col("kind") == "kernel") & (
+    pl.col("kernel_class").cast(pl.String) == "communication"
+)
+
+
 def _compute_chain(g: pl.DataFrame) -> int:
     """The compute stream: the chain with the most kernel time outside communication (a copy
     or collective stream can be busier)."""
-    compute = (pl.col("kind") == "kernel") & (
-        pl.col("kernel_class").cast(pl.String) != "communication"
-    )
+    compute = (pl.col("kind") == "kernel") & ~_COLLECTIVE
     busy = (
         g.group_by("chain")
         .agg(pl.col("dur_ns").filter(compute).sum().alias("_k"), pl.col("dur_ns").sum())
@@ -634,12 +638,9 @@ def h2d_overlapped(model: StepModel) -> StepModel | None:
     # collective's stream keeps its waits: overlapping it is comm_overlapped's fix (an HTA
     # trace's pinned side-stream copies, 3.4 ms a step, were priced at the 25 ms the NCCL
     # streams' overlap saves)
-    collective = (pl.col("kind") == "kernel") & (
-        pl.col("kernel_class").cast(pl.String) == "communication"
-    )
     copy_chains = (
         g.group_by("chain")
-        .agg(collective.any().alias("_comm"), h2d.any().alias("_h2d"))
+        .agg(_COLLECTIVE.any().alias("_comm"), h2d.any().alias("_h2d"))
         .filter(~pl.col("_comm") & pl.col("_h2d") & (pl.col("chain") != main))
         .get_column("chain")
     )
