@@ -11,6 +11,8 @@ from traceinsight.analyzers.context import Context
 from traceinsight.model.classify import (
     ATEN_DEPTHWISE_PATTERN,
     EAGER_ELEMENTWISE,
+    LAYOUT_KERNELS,
+    NCHW_BATCH_NORM_KERNELS,
     TRITON_POINTWISE,
     coded_names,
     is_fp32_math,
@@ -45,6 +47,11 @@ class KernelResult:
     # time and count; channels_last sends those layers to cuDNN's NHWC kernels
     aten_depthwise_ns: int = 0
     aten_depthwise_count: int = 0
+    # what else channels_last changes: cuDNN's layout transposes around convolutions on
+    # channels-first tensors (gone) and its channels-first batch norm (NHWC kernels instead)
+    layout_transpose_ns: int = 0
+    layout_transpose_count: int = 0
+    nchw_batch_norm_ns: int = 0
 
 
 def analyze_kernels(ctx: Context) -> KernelResult:
@@ -98,6 +105,9 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         .head(5)
     )
     dw = names_matching(k, ATEN_DEPTHWISE_PATTERN)
+    # the two patterns are lower-cased names (cuDNN's are camelCase)
+    layout = names_matching(k, f"(?i){LAYOUT_KERNELS}")
+    bn = names_matching(k, f"(?i){NCHW_BATCH_NORM_KERNELS}")
     steps = ctx.steps.height
     return KernelResult(
         kernel_count=n,
@@ -116,5 +126,8 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         tf32_math_ns=tf32_ns,
         aten_depthwise_ns=int(dw["dur_ns"].sum()) if dw.height else 0,
         aten_depthwise_count=dw.height,
+        layout_transpose_ns=int(layout["dur_ns"].sum()) if layout.height else 0,
+        layout_transpose_count=layout.height,
+        nchw_batch_norm_ns=int(bn["dur_ns"].sum()) if bn.height else 0,
         tf32_gemm_time_ratio=(tf32_ns / math_ns) if math_ns else None,
     )

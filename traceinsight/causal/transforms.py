@@ -483,7 +483,9 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     A device the table lacks: no prediction."""
     g = model.gpu
     known = pl.col("fp32_time_ratio").is_not_null()
-    if _share(g, pl.col("fp32_math") & known, "dur_ns") < NEGLIGIBLE_RATIO:
+    tf32 = pl.col("tf32_math") & pl.col("tf32_time_ratio").is_not_null()
+    # TF32 math alone counts too (cuDNN's default for fp32 convolutions)
+    if _share(g, (pl.col("fp32_math") & known) | tf32, "dur_ns") < NEGLIGIBLE_RATIO:
         return None
     klass = pl.col("kernel_class").cast(pl.String)
     cast_ns = g.filter(klass == "elementwise").get_column("dur_ns").median() or 0

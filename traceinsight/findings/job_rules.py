@@ -180,7 +180,10 @@ def transfer_only(
 
 def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding]:
     """Each per-rank finding once: the worst rank's title and evidence, the cost summed over the
-    ranks that have it and graded against every rank's window (its share of the job)."""
+    ranks that have it and graded against every rank's window (its share of the job), never
+    above the most severe grade a rank gave it: the ranks run side by side, so the job gains
+    at most what its best-placed rank's own replay does (an NCCL job's 9 ranks, each host_sync
+    low, summed to medium before)."""
     caps = {r.id: r for r in RULES}
     job_window = sum(max(1, r.window_ns) for r in ranks)
     best: dict[str, tuple[Finding, int]] = {}
@@ -195,10 +198,13 @@ def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding
             f.id, lambda _x: None, f.recommendation, f.snippet, no_estimate="a rank's finding"
         )
         graded = make_finding(rule, Draft(sum(costs.values()), f.title, f.evidence), job_window, t)
+        rank_worst = min(
+            (x.severity for r in ranks for x in r.findings if x.id == f.id), key=SEVERITIES.index
+        )
         out.append(
             replace(
                 f,
-                severity=graded.severity,
+                severity=max(graded.severity, rank_worst, key=SEVERITIES.index),
                 cost_ns=graded.cost_ns,
                 cost_ratio=graded.cost_ratio,
                 title=f"[rank {rank}] {f.title}",
@@ -207,7 +213,7 @@ def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding
                     worst_rank=rank,
                     ranks=[int(r) for r in costs],
                     cost_by_rank_ns=costs,
-                    worst_rank_severity=f.severity,
+                    worst_rank_severity=rank_worst,
                 ),
             )
         )

@@ -178,15 +178,17 @@ FP32_RULES: list[tuple[str, str]] = [
     # cuDNN's single-precision implicit-GEMM convolutions: volta_/turing_/ampere_scudnn_*
     ("scudnn", r"scudnn"),
     # cuDNN's templated legacy engines on float: wgrad_alg0_engine<float, ...>, dgrad_engine<float,
-    # implicit/explicit_convolve_sgemm<float, winograd*<float, fft1d/2d_*<float, im2col*<float and the
-    # layout kernels they run with; also cuDNN's grouped (depthwise) weight gradient,
+    # implicit/explicit_convolve_sgemm<float, winograd*<float, fft1d/2d_*<float, im2col*<float; also
+    # cuDNN's grouped (depthwise) weight gradient,
     # wgrad2d_grouped_direct_kernel<false, true, int, float, ...> (ConvNeXt's 7x7 depthwise
     # layers: 31 ms of a 185 ms fp32 step). Not ATen's own depthwise kernels: see
-    # ATEN_DEPTHWISE_PATTERN.
+    # ATEN_DEPTHWISE_PATTERN, nor the layout transposes cuDNN runs around convolutions on
+    # channels-first tensors (LAYOUT_KERNELS): no math, and bf16 keeps them (R(2+1)D-18's, 21.6
+    # ms a step in fp32 and 17.8 in bf16; gone in channels_last).
     (
         "cudnn_float_template",
-        r"([dw]grad\w*|engine|convolve_sgemm|winograd\w*|fft[123]d_\w+|im2col\w*|conv\w*|nchwtonhwckernel"
-        r"|nhwctonchwkernel|scalepackedtensor_kernel)<((\d+|true|false|int|long), )*float[,>]",
+        r"([dw]grad\w*|engine|convolve_sgemm|winograd\w*|fft[123]d_\w+|im2col\w*|conv\w*"
+        r"|scalepackedtensor_kernel)<((\d+|true|false|int|long), )*float[,>]",
     ),
     # cuDNN's FFT convolution on float: its frequency-domain product (float2: complex fp32)
     ("cudnn_fft_product", r"pointwise_mult_and_sum_complex<float2"),
@@ -241,12 +243,14 @@ def is_channels_first_kernel(names: pl.Series) -> pl.Series:
 
 def is_fp32_math(names: pl.Series) -> pl.Series:
     """Whether each (math-class) kernel name runs in fp32 on CUDA cores, math that bf16
-    autocast moves to tensor cores (not ATen's depthwise kernels: :data:`ATEN_DEPTHWISE_PATTERN`)."""
+    autocast moves to tensor cores (not ATen's depthwise kernels: :data:`ATEN_DEPTHWISE_PATTERN`,
+    nor cuDNN's layout transposes: :data:`LAYOUT_KERNELS`)."""
     lower = names.str.to_lowercase()
     return (
         lower.str.contains(FP32_MATH_PATTERN)
         & ~lower.str.contains(TENSOR_CORE_PATTERN)
         & ~lower.str.contains(ATEN_DEPTHWISE_PATTERN)
+        & ~lower.str.contains(LAYOUT_KERNELS)
     )
 
 

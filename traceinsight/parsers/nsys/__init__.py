@@ -40,6 +40,11 @@ from traceinsight.parsers.nsys.tables import (
 __all__ = ["parse_nsys", "parse_nsys_rep", "strip_emit_nvtx"]
 
 
+def time_normalized(meta_kv: dict[str, str]) -> bool:
+    """Whether the export's times are UTC ns already (``nsys export --ts-normalize=true``)."""
+    return meta_kv.get("EXPORT_PARAM_TIME_NORMALIZE", "").strip().lower() == "true"
+
+
 def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
     path = Path(path)
     db = Db(path, event_rows)
@@ -54,7 +59,9 @@ def parse_nsys(path: str | Path, threads: int = 1) -> Trace:
         meta_kv = metadata(db)
         session_start_ns = session_start(db)
         # Session-relative ns -> UTC ns: ranks exported separately line up (as Kineto's do).
-        db.offset_ns = session_start_ns or 0
+        # `nsys export --ts-normalize=true` wrote UTC ns already (EXPORT_CONFIG_TIME_SHIFT, the
+        # session's start, added): shifting again would move each rank by its own session start
+        db.offset_ns = 0 if time_normalized(meta_kv) else (session_start_ns or 0)
         found_devices = devices(db)
         strings = db.query(
             ["id", "value"], "StringIds", {"sid": pl.Int64, "svalue": pl.String}
