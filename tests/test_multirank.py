@@ -154,6 +154,21 @@ def test_job_findings_graded_by_share_of_job():
     }
 
 
+def test_job_finding_never_above_its_worst_ranks_grade():
+    """A public 9-rank NCCL job (session 34's audit): each rank's host_sync was low by its own
+    replay, the costs summed over the ranks to 13.7% of the job's windows, medium. The ranks run
+    side by side: the job gains at most what its best-placed rank does, so low."""
+    t = default_thresholds()
+    ranks = [
+        RankFindings(r, 1600, [Finding("host_sync", "low", "t", 219, 219 / 1600, {}, "r")])
+        for r in range(9)
+    ]
+    (f,) = worst_per_rank(ranks, t)
+    assert f.cost_ratio == pytest.approx(9 * 219 / (9 * 1600))  # 13.7%: medium by share
+    assert t.severity(f.cost_ratio) == "medium"
+    assert f.severity == "low" and f.evidence["worst_rank_severity"] == "low"
+
+
 STRAGGLE_MS = 30.0  # fixtures/generate/record.py: rank 1 busy-waits 30 ms before each backward
 
 

@@ -235,6 +235,39 @@ def test_times_are_aligned_to_session_start():
     assert any("relative to the capture start" in w for w in old.meta.warnings)
 
 
+def test_ts_normalized_export_is_not_shifted_again(tmp_path):
+    """``nsys export --ts-normalize=true`` writes UTC ns (the session start added,
+    EXPORT_CONFIG_TIME_SHIFT): adding the session start again moved each rank of a 9-rank NCCL
+    job by its own start (193.5 ms apart) and named the wrong straggler (a public job, session
+    34's audit). The same export with its times made absolute and the flag set gives the same
+    absolute times as the session-relative one."""
+    import shutil
+
+    src = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    path = tmp_path / "normalized.sqlite"
+    shutil.copy(src, path)
+    start = sql(src, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
+    con = sqlite3.connect(path)
+    tables = [t for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    for t in tables:
+        cols = {c[1] for c in con.execute(f"PRAGMA table_info({t})")}
+        if t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS")) and {"start", "end"} <= cols:
+            con.execute(f"UPDATE {t} SET start = start + ?, end = end + ?", (start, start))
+    if "META_DATA_EXPORT" not in tables:
+        con.execute("CREATE TABLE META_DATA_EXPORT (name TEXT, value TEXT)")
+    con.executemany(
+        "INSERT INTO META_DATA_EXPORT (name, value) VALUES (?, ?)",
+        [("EXPORT_PARAM_TIME_NORMALIZE", "true"), ("EXPORT_CONFIG_TIME_SHIFT", str(start))],
+    )
+    con.commit()
+    con.close()
+    want = load_trace(src).events.filter(pl.col("kind") == "kernel")["start_ns"]
+    got = load_trace(path).events.filter(pl.col("kind") == "kernel")["start_ns"]
+    first = sql(src, "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+    assert int(got.min()) == int(want.min()) == start + first
+    assert got.to_list() == want.to_list()
+
+
 @pytest.mark.parametrize("name", ["nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"])
 def test_native_adbc_and_sqlite3_fetch_agree(name, monkeypatch):
     """Each fetch path is taken in turn (the native reader where it is built, ADBC, sqlite3)

@@ -15,7 +15,7 @@ import polars as pl
 from traceinsight.causal.columns import SUBGAPS, TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
-from traceinsight.model.classify import is_channels_first_kernel
+from traceinsight.model.classify import BATCH_NORM_KERNELS, is_channels_first_kernel
 
 # a memory-bound fp32 kernel moves half the bytes in bf16 (the peaks' ratios are the device's:
 # the build's fp32_time_ratio and tf32_time_ratio columns, from data/devices.toml)
@@ -472,8 +472,9 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     shapes every matmul is taken as aligned.
 
     Where convolutions are most of the math, the elementwise and reduction kernels around them
-    move half the bytes (a convolution's bf16 output feeds batch norm and the activation in
-    bf16), the optimizer's excepted (it updates fp32 parameters). Elsewhere they keep their
+    move half the bytes (a convolution's bf16 output feeds the activation in bf16), the
+    optimizer's excepted (it updates fp32 parameters) and batch norm's (bf16 input with fp32
+    parameters runs on ATen's own kernels, no faster than cuDNN's fp32 ones). Elsewhere they keep their
     time: autocast runs layer norm, softmax, pow and losses in fp32 and a transformer's
     residual stream stays fp32 (within 3% on the GPT-2 and BERT loops; a ReLU encoder, whose
     FFN activations stay bf16, took 0.54 of that time: there the prediction is 0.81 of the
@@ -502,8 +503,13 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     by_class = dict(zip(per_class.get_column("k"), per_class.get_column("dur_ns"), strict=True))
     convolutional = by_class.get("conv", 0) > by_class.get("gemm", 0) + by_class.get("attention", 0)
     # the optimizer's kernels update the fp32 parameters and moments whatever autocast does
+    # batch norm is kept: autocast hands it bf16 input with fp32 parameters, which only ATen's
+    # own kernels take, in no less time than cuDNN's fp32 ones (model/classify.py)
     memory_bound = (
-        klass.is_in(["elementwise", "reduction"]) & pl.lit(convolutional) & ~pl.col("in_optimizer")
+        klass.is_in(["elementwise", "reduction"])
+        & pl.lit(convolutional)
+        & ~pl.col("in_optimizer")
+        & ~pl.col("name").str.to_lowercase().str.contains(BATCH_NORM_KERNELS)
     )
     g = g.with_columns(
         (

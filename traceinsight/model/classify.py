@@ -231,6 +231,11 @@ ATEN_DEPTHWISE_PATTERN = r"conv_depthwise[23]d"
 # channels-first tensors (gone in channels_last)
 NCHW_BATCH_NORM_KERNELS = r"cudnn::bn_(fw|bw)_\w*1c11"
 LAYOUT_KERNELS = r"nchwtonhwckernel|nhwctonchwkernel"
+# Every batch norm kernel, cuDNN's (``bn_fw_tr_1C11_*``, ``batchnorm_*_nhwc_*``) or ATen's
+# (``batch_norm_*``, lower-cased): under bf16 autocast batch norm takes bf16 input with fp32
+# parameters, which only ATen's own kernels run, in no less time (R(2+1)D-18: cuDNN's NCHW 30.4
+# ms a step -> ATen's 38.9 in bf16; cuDNN's NHWC 16.8 -> ATen's channels_last 19.9)
+BATCH_NORM_KERNELS = r"cudnn::bn_|batchnorm|batch_norm"
 
 
 def is_channels_first_kernel(names: pl.Series) -> pl.Series:
