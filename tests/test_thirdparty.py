@@ -944,8 +944,13 @@ def test_shapes_that_change_between_steps() -> None:
     for name in (
         "sbert.compile_ro_static.after",
         # (the GNN's batches are graphs of another size each, the detector's targets another
-        # number of boxes each: their shapes change too)
-        *(f"{lp}.before" for lp in MEASURED if lp not in ("sbert", "gnn", "detection_fixed")),
+        # number of boxes each, the T5 loop's batches padded to their longest each: their
+        # shapes change too)
+        *(
+            f"{lp}.before"
+            for lp in MEASURED
+            if lp not in ("sbert", "gnn", "detection_fixed", "t5_course")
+        ),
     ):
         a = analysis(f"{name}.pt.trace.json.xz")
         lb = next((x for x in a.findings if x.id == "launch_bound"), None)
@@ -2159,7 +2164,7 @@ def test_channels_last_on_a_net_without_depthwise_layers() -> None:
     1.11-1.14x. Its cuDNN channels-first batch norm (5.34 ms a step) priced at the memory
     bandwidth, its two passes counted (3.26 ms), and its layout transposes (3.14 ms) gone: 1.07x,
     within. Since session 34 channels_first_layers reads the transposes and the batch norm too
-    (20.6% of kernel time): raised, graded low by that saving, behind fp32_compute."""
+    (20.6% of kernel time): raised, graded low by that saving."""
     a = analysis("segmentation.before.pt.trace.json.xz")
     w = a.results.replay.what_if["channels_last_layers"]
     assert within(w.speedup, *band("segmentation", "channels_last")), w.speedup
@@ -2169,7 +2174,6 @@ def test_channels_last_on_a_net_without_depthwise_layers() -> None:
     steps = a.results.steps.steps
     assert abs(k.nchw_batch_norm_ns / steps / 1e6 - 5.34) < 0.01
     assert abs(k.layout_transpose_ns / steps / 1e6 - 3.14) < 0.01
-    assert a.findings[0].id == "fp32_compute"
 
 
 def test_the_held_out_mobilenetv3_loop() -> None:
