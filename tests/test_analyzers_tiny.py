@@ -316,6 +316,29 @@ def test_nested_api_records_of_one_call_are_one_sync_and_readbacks_get_their_adv
     assert f.evidence["blocked_ns_by_kind"] == {"DtoH": 150 * US}
 
 
+def test_pageable_copies_both_ways_name_each_direction_in_the_title():
+    # an OpenMP offload (session 34's audit: 13,930 ms device-to-host and 13,289 ms host-to-
+    # device in 26,100 ms blocked) titled "Device-to-host copies ... 26,099.69 ms": the figure
+    # is both directions, so the title gives each. Here 150 us down and 100 us up.
+    ev = Events().step(0, 0, 600)
+    ev.kernel("k", 5, 90, launch_us=1)
+    ev.memcpy("HtoD", 100, 90, nbytes=1 << 20, src="pageable", dst="device")
+    ev.runtime("cudaMemcpy", 95, 100, correlation=ev._corr)
+    ev.kernel("k1", 200, 10, launch_us=196)
+    ev.memcpy("DtoH", 220, 140, nbytes=1 << 20, src="device", dst="pageable")
+    ev.runtime("cudaMemcpy", 212, 150, correlation=ev._corr)
+    ev.kernel("k2", 370, 10, launch_us=365)
+    a = analyze_trace(ev.trace())
+    f = next(f for f in a.findings if f.id == "pageable_memcpy")
+    by_kind = f.evidence["blocked_ns_by_kind"]
+    assert by_kind["DtoH"] > by_kind["HtoD"] > 0
+    assert f.title.startswith("Device-to-host copies into pageable memory block the host")
+    assert f.title.endswith(
+        f"({by_kind['DtoH'] / 1e6:.2f} ms device-to-host, {by_kind['HtoD'] / 1e6:.2f} ms "
+        "host-to-device)"
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [

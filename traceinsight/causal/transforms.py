@@ -809,6 +809,7 @@ TRANSFORMS: dict[str, Transform] = {
                 "opens_math_op",
                 "align_16bit",
                 "in_optimizer",
+                "name",  # batch norm's kernels keep their time
             },
             unpriced=_bf16_unpriced,
         ),

@@ -620,12 +620,19 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     # is a sync's, which pinned memory does not remove
     cost = max(copies.host_blocking_copy_own_ns, x.idle("pageable_copy"))
     by_kind = copies.host_blocking_copy_ns_by_kind
-    readback = by_kind.get("DtoH", 0) > by_kind.get("HtoD", 0)
+    dtoh, htod = by_kind.get("DtoH", 0), by_kind.get("HtoD", 0)
+    readback = dtoh > htod
     title = (
         f"Device-to-host copies into pageable memory block the host: {fmt_ms(cost)} blocked"
         if readback
         else f"Host-to-device copies from pageable memory block the host: {fmt_pct(ratio)} of HtoD bytes, {fmt_ms(cost)} blocked"
     )
+    if dtoh and htod:  # both directions block: the title's figure is both together
+        title += (
+            f" ({fmt_ms(dtoh)} device-to-host, {fmt_ms(htod)} host-to-device)"
+            if readback
+            else f" ({fmt_ms(htod)} host-to-device, {fmt_ms(dtoh)} device-to-host)"
+        )
     return Draft(
         cost,
         title,
