@@ -316,6 +316,23 @@ def test_nested_api_records_of_one_call_are_one_sync_and_readbacks_get_their_adv
     assert f.evidence["blocked_ns_by_kind"] == {"DtoH": 150 * US}
 
 
+def test_communicator_setup_is_one_time_not_communication():
+    # a public NCCL job (session 34's audit): the GPU idle 343-1676 ms a rank inside NVTX
+    # ncclCommInitRank (nsys's nccl: domain), the host in cudaFree/cudaHostAlloc, read as
+    # communication. A 400 us gap inside it is warm-up; one inside an all-reduce's range stays
+    # communication.
+    ev = Events().step(0, 0, 1200)
+    ev.kernel("k0", 5, 20, launch_us=1)
+    ev.annotation("nccl:ncclCommInitRank", 30, 420)
+    ev.kernel("k1", 450, 20, launch_us=448)
+    ev.annotation("nccl:ncclAllReduce", 475, 420)
+    ev.kernel("k2", 900, 20, launch_us=897)
+    a = analyze_trace(ev.trace())
+    causes = a.metrics["idle_by_cause_ns"]
+    assert causes["warmup"] == pytest.approx(425 * US, abs=5 * US)
+    assert causes["communication"] == pytest.approx(430 * US, abs=5 * US)
+
+
 def test_pageable_copies_both_ways_name_each_direction_in_the_title():
     # an OpenMP offload (session 34's audit: 13,930 ms device-to-host and 13,289 ms host-to-
     # device in 26,100 ms blocked) titled "Device-to-host copies ... 26,099.69 ms": the figure

@@ -48,6 +48,7 @@ from traceinsight.model.classify import (
     CAPTURE_BEGIN_API,
     CAPTURE_END_API,
     COMM_HOST_PATTERN,
+    COMM_SETUP_PATTERN,
     COMPILE_PATTERN,
     COPY_LAUNCH_API,
     DATALOADER_PATTERN,
@@ -402,7 +403,22 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
         if ctx.sync_calls.height
         else ctx.sync_calls.select("start_ns", "end_ns")
     )
-    comm = host_ranges(ctx, COMM_HOST_PATTERN)
+    setup = ~pl.col("name").str.contains(COMM_SETUP_PATTERN)
+    comm_rows = ctx.rows(
+        HOST_OP_KINDS, COMM_HOST_PATTERN, where=setup, columns=("start_ns", "end_ns")
+    )
+    comm = _clipped(ctx, comm_rows)
+    # communicator setup is one-time, as a module load is
+    comm_setup = ctx.rows(HOST_OP_KINDS, COMM_SETUP_PATTERN)
+    if comm_setup.height:
+        once = pl.concat(
+            [
+                once,
+                comm_setup.select(once.columns[:-1]).with_columns(
+                    pl.lit("comm_setup").alias("kind")
+                ),
+            ]
+        )
     launch = host_ranges(ctx, LAUNCH_API, host)
     torch_ops = _launching_ops(ctx)
     profiler = _profiler_ranges(ctx)

@@ -40,6 +40,12 @@ COMM_HOST_PATTERN = (
     r"^nccl:|^gloo:|^c10d::|record_param_comms|^ncclAllReduce|^ncclAllGather|^ncclReduceScatter"
     r"|^ncclBroadcast|^ncclSend|^ncclRecv|^ncclGroupEnd|barrier"
 )
+# Communicator setup and teardown (NCCL's NVTX ranges, nsys's nccl: domain): a one-time cost,
+# not communication (a public NCCL job: 343-1676 ms of idle a rank inside ncclCommInitRank, the
+# host in cudaFree/cudaHostAlloc, read as communication)
+COMM_SETUP_PATTERN = (
+    r"ncclCommInit|ncclCommSplit|ncclGetUniqueId|ncclCommDestroy|ncclCommFinalize|ncclCommAbort"
+)
 HOST_OP_KINDS = ("cpu_op", "user_annotation")
 API_KINDS = ("runtime", "driver")
 # The caching allocator's device-memory calls (pinned host memory, cudaMallocHost/cudaFreeHost,
