@@ -1118,7 +1118,9 @@ def test_the_held_out_wav2vec2_loop() -> None:
     a = analysis("wav2vec2.before.pt.trace.json.xz")
     f = finding("wav2vec2", "new_shape_setup")
     # every step of the window met new shapes (3 of 3): medium at most, the fix measured >= 1.15x
-    assert f.severity == "medium" and f.evidence["steps_with_new_shapes"] == f.evidence["steps"] == 3
+    assert (
+        f.severity == "medium" and f.evidence["steps_with_new_shapes"] == f.evidence["steps"] == 3
+    )
     assert within(f.what_if.speedup, lo, hi) and f.what_if.speedup > hi  # the upper end
     # call 2, lengths new in every configuration: padding to one length measured directly
     assert within(f.what_if.speedup, *band("wav2vec2", "fixed_len"))
@@ -2444,7 +2446,9 @@ def test_the_held_out_video_loop() -> None:
     assert k.nchw_batch_norm_ns == pytest.approx(bn * 1e3, rel=1e-3)
     assert k.fp32_math_ns < 0.1 * layout * 1e3  # the transposes are no fp32 math
     cf = a.findings[0]
-    assert cf.severity == "high" and within(cf.what_if.speedup, *band("video_r2p1d", "channels_last"))
+    assert cf.severity == "high" and within(
+        cf.what_if.speedup, *band("video_r2p1d", "channels_last")
+    )
     fp = a.findings[1]
     lo, hi = band("video_r2p1d", "bf16")
     assert hi < fp.what_if.speedup <= 1.40 * hi
@@ -2473,10 +2477,14 @@ def test_the_held_out_t5_loop() -> None:
     a = analysis("t5_course.before.pt.trace.json.xz")
     assert a.findings[0].id == "memory_headroom" and a.findings[0].what_if.multiplier == 4
     f = finding("t5_course", "new_shape_setup", "bf16.after")
-    assert f.severity == "medium" and f.evidence["steps_with_new_shapes"] == f.evidence["steps"] == 3
+    assert (
+        f.severity == "medium" and f.evidence["steps_with_new_shapes"] == f.evidence["steps"] == 3
+    )
     cfg = json.loads((HERE / "t5_course.truth.json").read_text())["configs"]
     for fix in ("bf16_pad64", "bf16_no_cudnn_attn"):
-        r = [cfg["bf16"][p]["step_ms_window_mean"] / cfg[fix][p]["step_ms_window_mean"] for p in "CD"]
+        r = [
+            cfg["bf16"][p]["step_ms_window_mean"] / cfg[fix][p]["step_ms_window_mean"] for p in "CD"
+        ]
         assert within(f.what_if.speedup, min(r), max(r)), (fix, r)
     # the setup's host time explains the GPU's idle: gpu_underutilized low, not high
     g = finding("t5_course", "gpu_underutilized", "bf16.after")
