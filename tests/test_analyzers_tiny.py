@@ -316,6 +316,28 @@ def test_nested_api_records_of_one_call_are_one_sync_and_readbacks_get_their_adv
     assert f.evidence["blocked_ns_by_kind"] == {"DtoH": 150 * US}
 
 
+def test_a_long_op_that_launches_nothing_is_cpu_work_not_launch_overhead():
+    # a public T4 trace (session 34's audit): each step makes its batch with a CPU aten::randn
+    # (3-4 ms, no launch inside), then launches one kernel. Every in-op gap was such an op, so
+    # the dispatch cap (4x their median) took them all as launch overhead. The op launched
+    # nothing: CPU work. A short launching op's gap stays launch overhead. (The cuda_graphs
+    # replay still takes such ops' time out with the launches': left open, session 34.)
+    ev = Events()
+    t = 0.0
+    for n in range(3):
+        ev.step(n, t, 4200)
+        ev.op("aten::randn", t + 10, 3000 + 500 * n)  # CPU-only: no launch inside
+        ev.op("aten::mm", t + 3600, 40)
+        ev.kernel("matmul", t + 3650, 400, launch_us=t + 3620)
+        ev.op("aten::add", t + 4060, 30)
+        ev.kernel("add", t + 4100, 20, launch_us=t + 4080)
+        t += 4200
+    a = analyze_trace(ev.trace())
+    causes = a.metrics["idle_by_cause_ns"]
+    assert causes["cpu_work"] > 10_000 * US
+    assert causes["launch_overhead"] == 150 * US  # the launching ops' own gaps, 25 us each
+
+
 def test_communicator_setup_is_one_time_not_communication():
     # a public NCCL job (session 34's audit): the GPU idle 343-1676 ms a rank inside NVTX
     # ncclCommInitRank (nsys's nccl: domain), the host in cudaFree/cudaHostAlloc, read as

@@ -79,6 +79,12 @@ UNSPLIT_LAUNCH_GAP_NS = 100_000
 WARMUP_LAUNCH_MIN_NS = 1_000_000
 WARMUP_LAUNCH_FACTOR = 20.0
 WARM_LAUNCH_MAX_NS = 50_000
+# A torch op that launched nothing and ran this long computed on the CPU (the batch made by
+# torch.randn on the host, CPU math): its time is no dispatch of GPU work, whatever the dispatch
+# cap (a public T4 trace, three steps of a 2-kernel loop: 3.4 and 4.1 ms inside CPU aten::randn
+# read as launch overhead, the cap being 4x the median of gaps that were all such ops). The scale
+# at which a launch call is a one-time cost, not a warm launch (WARMUP_LAUNCH_MIN_NS).
+CPU_ONLY_OP_MIN_NS = 1_000_000
 # Work launched this long (or half the gap) before the gap ended was queued: a launch's latency
 # is microseconds (the step model's MAX_LAUNCH_LATENCY_NS)
 QUEUED_MIN_NS = 50_000
@@ -180,9 +186,39 @@ def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
 
 def _launching_ops(ctx: Context) -> pl.DataFrame:
     """Union of the torch ops of the threads that launch GPU work (a pin-memory or data
-    thread's ops are not the launching thread's dispatch), clipped to the window."""
+    thread's ops are not the launching thread's dispatch), clipped to the window, less the
+    ops that launched nothing for :data:`CPU_ONLY_OP_MIN_NS` or longer: CPU computation."""
     tids = ctx.launches.get_column("launch_tid").drop_nulls().unique()
-    return host_ranges(ctx, None, ("cpu_op",), tids)
+    ops = host_ranges(ctx, None, ("cpu_op",), tids)
+    rows = ctx.rows(
+        ("cpu_op",),
+        where=pl.col("tid").is_in(tids.implode())
+        & ((pl.col("end_ns") - pl.col("start_ns")) >= CPU_ONLY_OP_MIN_NS),
+        columns=("tid", "start_ns", "end_ns"),
+    )
+    if rows.height == 0 or ops.height == 0:
+        return ops
+    calls = (
+        ctx.launches.select(
+            pl.col("launch_tid").alias("tid"), pl.col("launch_start_ns").alias("_t")
+        )
+        .drop_nulls()
+        .with_columns(pl.col("tid").cast(rows.schema["tid"]))
+        .sort("_t")
+    )
+    # the first launch at or after each long op's start: none before its end, a CPU-only op
+    first = rows.sort("start_ns").join_asof(
+        calls,
+        left_on="start_ns",
+        right_on="_t",
+        by="tid",
+        strategy="forward",
+        check_sortedness=False,  # both sorted on the key just above
+    )
+    cpu = first.filter(pl.col("_t").is_null() | (pl.col("_t") >= pl.col("end_ns")))
+    if cpu.height == 0:
+        return ops
+    return iv.subtract(ops, iv.union(cpu.select("start_ns", "end_ns")))
 
 
 def _profiler_ranges(ctx: Context) -> pl.DataFrame:
