@@ -38,6 +38,7 @@ from traceinsight.analyzers.context import (
     launched,
 )
 from traceinsight.analyzers.sources import user_frames
+from traceinsight.causal.columns import CPU_ONLY_OP_MIN_NS
 from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
 from traceinsight.constants import IDLE_CAUSES
 from traceinsight.model import intervals as iv
@@ -79,12 +80,6 @@ UNSPLIT_LAUNCH_GAP_NS = 100_000
 WARMUP_LAUNCH_MIN_NS = 1_000_000
 WARMUP_LAUNCH_FACTOR = 20.0
 WARM_LAUNCH_MAX_NS = 50_000
-# A torch op that launched nothing and ran this long computed on the CPU (the batch made by
-# torch.randn on the host, CPU math): its time is no dispatch of GPU work, whatever the dispatch
-# cap (a public T4 trace, three steps of a 2-kernel loop: 3.4 and 4.1 ms inside CPU aten::randn
-# read as launch overhead, the cap being 4x the median of gaps that were all such ops). The scale
-# at which a launch call is a one-time cost, not a warm launch (WARMUP_LAUNCH_MIN_NS).
-CPU_ONLY_OP_MIN_NS = 1_000_000
 # Work launched this long (or half the gap) before the gap ended was queued: a launch's latency
 # is microseconds (the step model's MAX_LAUNCH_LATENCY_NS)
 QUEUED_MIN_NS = 50_000

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceinsight.causal.columns import RANGES, TENSOR_CORE_ALIGN_ELEMENTS
+from traceinsight.causal.columns import CPU_ONLY_OP_MIN_NS, RANGES, TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.graph import (
     NEG_NS,
     WAIT_DEVICE,
@@ -648,7 +648,7 @@ def _flags(
         )
     # the host time of each gap inside the thread's own torch ops and annotations (dispatch,
     # launches: what a CUDA graph replaces); the rest is Python outside any op
-    h_cols.append(_thread_coverage(src.ops, host)[0].alias("gap_ops_ns"))
+    h_cols.append(_thread_coverage(_dispatching(src.ops, host), host)[0].alias("gap_ops_ns"))
     steps = src.steps.get_column("host_start_ns").sort()
     step = steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1
     h_cols.append(step.alias("step"))
@@ -942,6 +942,40 @@ def _capture_extra(src: ModelInputs, gpu: pl.DataFrame, bound: pl.Series) -> pl.
         return none
     marker = inside & gpu.get_column("name").str.contains(_ADAM_PARAM_KERNEL, literal=True)
     return (marker.cast(pl.Int32) * CAPTURABLE_ADAM_EXTRA_KERNELS).alias("capture_extra_kernels")
+
+
+def _dispatching(ops: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+    """``ops`` (tid, start_ns, end_ns) as the union per thread, less the torch ops that launched
+    nothing for :data:`~traceinsight.causal.columns.CPU_ONLY_OP_MIN_NS` or longer: CPU
+    computation, which no capture removes (the idle's launch overhead leaves them out alike)."""
+    ranges = ops.select("tid", "start_ns", "end_ns")
+    long = ops.filter(
+        (pl.col("kind") == "cpu_op")
+        & ((pl.col("end_ns") - pl.col("start_ns")) >= CPU_ONLY_OP_MIN_NS)
+    ).select("tid", "start_ns", "end_ns")
+    if long.height == 0 or ranges.height == 0:
+        return ranges
+    calls = (
+        host.filter(pl.col("is_launch"))
+        .select(pl.col("tid").cast(long.schema["tid"]), pl.col("start_ns").alias("_t"))
+        .sort("_t")
+    )
+    first = long.sort("start_ns").join_asof(
+        calls,
+        left_on="start_ns",
+        right_on="_t",
+        by="tid",
+        strategy="forward",
+        check_sortedness=False,  # both sorted on the key just above
+    )
+    cpu = first.filter(pl.col("_t").is_null() | (pl.col("_t") >= pl.col("end_ns")))
+    if cpu.height == 0:
+        return ranges
+    return iv.subtract(
+        iv.union(ranges, by=["tid"]),
+        iv.union(cpu.select("tid", "start_ns", "end_ns"), by=["tid"]),
+        by=["tid"],
+    )
 
 
 def _thread_coverage(ranges: pl.DataFrame, host: pl.DataFrame) -> tuple[pl.Series, pl.Series]:

@@ -37,6 +37,14 @@ GPU_GRAPH_COLUMNS = (
     "after_op",  # the other stream's op it waited for, -1 for none
     "after_lag_ns",
 )
+# A torch op that launched nothing and ran this long computed on the CPU (the batch made by
+# torch.randn on the host, CPU math): no dispatch of GPU work, whatever the dispatch cap, so
+# neither the idle's launch overhead (analyzers/idle.py) nor a capture's saving (the step
+# model's gap_ops_ns leaves it out). A public T4 trace, three steps of a 2-kernel loop: 3.4 and
+# 4.1 ms inside CPU aten::randn read as launch overhead, the cap being 4x the median of gaps
+# that were all such ops. The scale at which a launch call is a one-time cost, not a warm
+# launch (analyzers/idle.py WARMUP_LAUNCH_MIN_NS).
+CPU_ONLY_OP_MIN_NS = 1_000_000
 # The host ranges whose work the transforms move: each gives a host column ``gap_<name>_ns``
 # (the gap's time inside such a range on the call's own thread) and ``in_<name>`` (the call is
 # inside one), and a GPU column ``in_<name>`` (the op was launched inside one).
@@ -45,7 +53,9 @@ RANGES = ("dataloader", "empty_cache", "optimizer", "recompute")
 HOST_FLAGS = (
     *(f"gap_{r}_ns" for r in RANGES),
     *(f"in_{r}" for r in RANGES),
-    "gap_ops_ns",  # the gap's time inside the thread's own torch ops: dispatch, launches
+    # the gap's time inside the thread's own torch ops: dispatch, launches (not an op that
+    # launched nothing for CPU_ONLY_OP_MIN_NS: CPU computation)
+    "gap_ops_ns",
     "step",  # the step the call is in, -1 before the first
     # what the step thread's loader time would drop to with batches from workers: receiving
     # each of the step's batches (ModelInputs.loader_receive_ns x the batches in the step)
