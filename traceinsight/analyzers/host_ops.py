@@ -165,23 +165,10 @@ def _long_copies(ctx: Context) -> pl.DataFrame:
     ops = ops.sort("tid", "start_ns", "end_ns", descending=[False, False, True])
     nested = (pl.col("end_ns") <= pl.col("end_ns").cum_max().shift(1).over("tid")).fill_null(False)
     ops = ops.filter(~nested)
-    api = (
-        ctx.rows(API_KINDS, columns=("start_ns", "tid"))
-        .filter(pl.col("tid").is_in(ops.get_column("tid").unique().implode()))
-        .select(pl.col("tid"), pl.col("start_ns").alias("_api_ns"))
-        .sort("_api_ns")
+    api = ctx.rows(API_KINDS, columns=("start_ns", "tid")).filter(
+        pl.col("tid").is_in(ops.get_column("tid").unique().implode())
     )
-    ops = ops.sort("start_ns").join_asof(
-        api,
-        left_on="start_ns",
-        right_on="_api_ns",
-        by="tid",
-        strategy="forward",
-        check_sortedness=False,  # both sorted by time: within each thread too
-    )
-    return ops.filter(pl.col("_api_ns").is_null() | (pl.col("_api_ns") > pl.col("end_ns"))).drop(
-        "_api_ns"
-    )
+    return iv.without_points(ops, api.get_column("tid"), "tid", api.get_column("start_ns"))
 
 
 def _with_bytes(ctx: Context, ops: pl.DataFrame) -> pl.DataFrame:

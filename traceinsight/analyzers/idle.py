@@ -193,24 +193,12 @@ def _launching_ops(ctx: Context) -> pl.DataFrame:
     )
     if rows.height == 0 or ops.height == 0:
         return ops
-    calls = (
-        ctx.launches.select(
-            pl.col("launch_tid").alias("tid"), pl.col("launch_start_ns").alias("_t")
-        )
-        .drop_nulls()
-        .with_columns(pl.col("tid").cast(rows.schema["tid"]))
-        .sort("_t")
+    cpu = iv.without_points(
+        rows,
+        ctx.launches.get_column("launch_tid"),
+        "tid",
+        ctx.launches.get_column("launch_start_ns"),
     )
-    # the first launch at or after each long op's start: none before its end, a CPU-only op
-    first = rows.sort("start_ns").join_asof(
-        calls,
-        left_on="start_ns",
-        right_on="_t",
-        by="tid",
-        strategy="forward",
-        check_sortedness=False,  # both sorted on the key just above
-    )
-    cpu = first.filter(pl.col("_t").is_null() | (pl.col("_t") >= pl.col("end_ns")))
     if cpu.height == 0:
         return ops
     return iv.subtract(ops, iv.union(cpu.select("start_ns", "end_ns")))

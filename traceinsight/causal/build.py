@@ -955,20 +955,8 @@ def _dispatching(ops: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     ).select("tid", "start_ns", "end_ns")
     if long.height == 0 or ranges.height == 0:
         return ranges
-    calls = (
-        host.filter(pl.col("is_launch"))
-        .select(pl.col("tid").cast(long.schema["tid"]), pl.col("start_ns").alias("_t"))
-        .sort("_t")
-    )
-    first = long.sort("start_ns").join_asof(
-        calls,
-        left_on="start_ns",
-        right_on="_t",
-        by="tid",
-        strategy="forward",
-        check_sortedness=False,  # both sorted on the key just above
-    )
-    cpu = first.filter(pl.col("_t").is_null() | (pl.col("_t") >= pl.col("end_ns")))
+    calls = host.filter(pl.col("is_launch"))
+    cpu = iv.without_points(long, calls.get_column("tid"), "tid", calls.get_column("start_ns"))
     if cpu.height == 0:
         return ranges
     return iv.subtract(

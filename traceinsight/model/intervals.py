@@ -223,6 +223,23 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
     return (covered(points[E]) - covered(points[S])).alias("overlap_ns")
 
 
+def without_points(ranges: pl.DataFrame, points: pl.Series, by: str, at: pl.Series) -> pl.DataFrame:
+    """The rows of ``ranges`` (``by``, start_ns, end_ns, ...) with no point inside them on the
+    same ``by`` value: ``at`` (point times) with ``points`` (their ``by`` values). One as-of
+    join: the first point at or after each range's start, none before its end (a torch op that
+    launched nothing: no launch or API call on its thread while it ran)."""
+    first = pl.DataFrame({by: points.cast(ranges.schema[by]), "_at": at}).drop_nulls().sort("_at")
+    hit = ranges.sort("start_ns").join_asof(
+        first,
+        left_on="start_ns",
+        right_on="_at",
+        by=by,
+        strategy="forward",
+        check_sortedness=False,  # both sorted by time: within each group too
+    )
+    return hit.filter(pl.col("_at").is_null() | (pl.col("_at") > pl.col("end_ns"))).drop("_at")
+
+
 def in_time_order(df: pl.DataFrame, col: str) -> pl.DataFrame:
     """``df`` sorted by ``col``, flagged so as-of joins take it as it is; no sort when it is
     already in order (per-device gaps and launches usually are)."""
