@@ -38,7 +38,7 @@ from traceinsight.analyzers.context import (
     launched,
 )
 from traceinsight.analyzers.sources import user_frames
-from traceinsight.causal.columns import CPU_ONLY_OP_MIN_NS
+from traceinsight.causal.build import without_cpu_only_ops
 from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
 from traceinsight.constants import IDLE_CAUSES
 from traceinsight.model import intervals as iv
@@ -182,26 +182,20 @@ def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
 def _launching_ops(ctx: Context) -> pl.DataFrame:
     """Union of the torch ops of the threads that launch GPU work (a pin-memory or data
     thread's ops are not the launching thread's dispatch), clipped to the window, less the
-    ops that launched nothing for :data:`CPU_ONLY_OP_MIN_NS` or longer: CPU computation."""
+    ops that launched nothing for a millisecond or longer: CPU computation
+    (:func:`~traceinsight.causal.build.without_cpu_only_ops`)."""
     tids = ctx.launches.get_column("launch_tid").drop_nulls().unique()
-    ops = host_ranges(ctx, None, ("cpu_op",), tids)
-    rows = ctx.rows(
+    ops = ctx.rows(
         ("cpu_op",),
-        where=pl.col("tid").is_in(tids.implode())
-        & ((pl.col("end_ns") - pl.col("start_ns")) >= CPU_ONLY_OP_MIN_NS),
-        columns=("tid", "start_ns", "end_ns"),
+        where=pl.col("tid").is_in(tids.implode()),
+        columns=("kind", "tid", "start_ns", "end_ns"),
     )
-    if rows.height == 0 or ops.height == 0:
-        return ops
-    cpu = iv.without_points(
-        rows,
-        ctx.launches.get_column("launch_tid"),
-        "tid",
-        ctx.launches.get_column("launch_start_ns"),
+    if ops.height == 0:
+        return _clipped(ctx, ops)
+    kept = without_cpu_only_ops(
+        ops, ctx.launches.get_column("launch_tid"), ctx.launches.get_column("launch_start_ns")
     )
-    if cpu.height == 0:
-        return ops
-    return iv.subtract(ops, iv.union(cpu.select("start_ns", "end_ns")))
+    return _clipped(ctx, kept)
 
 
 def _profiler_ranges(ctx: Context) -> pl.DataFrame:
@@ -422,9 +416,9 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
         if ctx.sync_calls.height
         else ctx.sync_calls.select("start_ns", "end_ns")
     )
-    setup = ~pl.col("name").str.contains(COMM_SETUP_PATTERN)
+    not_setup = ~pl.col("name").str.contains(COMM_SETUP_PATTERN)
     comm_rows = ctx.rows(
-        HOST_OP_KINDS, COMM_HOST_PATTERN, where=setup, columns=("start_ns", "end_ns")
+        HOST_OP_KINDS, COMM_HOST_PATTERN, where=not_setup, columns=("start_ns", "end_ns")
     )
     comm = _clipped(ctx, comm_rows)
     # communicator setup is one-time, as a module load is

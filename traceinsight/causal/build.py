@@ -648,7 +648,11 @@ def _flags(
         )
     # the host time of each gap inside the thread's own torch ops and annotations (dispatch,
     # launches: what a CUDA graph replaces); the rest is Python outside any op
-    h_cols.append(_thread_coverage(_dispatching(src.ops, host), host)[0].alias("gap_ops_ns"))
+    launches = host.filter(pl.col("is_launch"))
+    dispatching = without_cpu_only_ops(
+        src.ops, launches.get_column("tid"), launches.get_column("start_ns")
+    )
+    h_cols.append(_thread_coverage(dispatching, host)[0].alias("gap_ops_ns"))
     steps = src.steps.get_column("host_start_ns").sort()
     step = steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1
     h_cols.append(step.alias("step"))
@@ -944,10 +948,14 @@ def _capture_extra(src: ModelInputs, gpu: pl.DataFrame, bound: pl.Series) -> pl.
     return (marker.cast(pl.Int32) * CAPTURABLE_ADAM_EXTRA_KERNELS).alias("capture_extra_kernels")
 
 
-def _dispatching(ops: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
-    """``ops`` (tid, start_ns, end_ns) as the union per thread, less the torch ops that launched
-    nothing for :data:`~traceinsight.causal.columns.CPU_ONLY_OP_MIN_NS` or longer: CPU
-    computation, which no capture removes (the idle's launch overhead leaves them out alike)."""
+def without_cpu_only_ops(
+    ops: pl.DataFrame, launch_tids: pl.Series, launch_starts_ns: pl.Series
+) -> pl.DataFrame:
+    """``ops`` (kind, tid, start_ns, end_ns) as ranges per thread (tid, start_ns, end_ns), less
+    the torch ops that launched nothing (no launch call starting on their thread while they
+    ran) for :data:`~traceinsight.causal.columns.CPU_ONLY_OP_MIN_NS` or longer: CPU
+    computation, neither dispatch (the idle's launch overhead) nor what a capture removes (the
+    step model's ``gap_ops_ns``)."""
     ranges = ops.select("tid", "start_ns", "end_ns")
     long = ops.filter(
         (pl.col("kind") == "cpu_op")
@@ -955,8 +963,7 @@ def _dispatching(ops: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     ).select("tid", "start_ns", "end_ns")
     if long.height == 0 or ranges.height == 0:
         return ranges
-    calls = host.filter(pl.col("is_launch"))
-    cpu = iv.without_points(long, calls.get_column("tid"), "tid", calls.get_column("start_ns"))
+    cpu = iv.without_points(long, launch_tids, "tid", launch_starts_ns)
     if cpu.height == 0:
         return ranges
     return iv.subtract(

@@ -505,11 +505,13 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     # the optimizer's kernels update the fp32 parameters and moments whatever autocast does
     # batch norm is kept: autocast hands it bf16 input with fp32 parameters, which only ATen's
     # own kernels take, in no less time than cuDNN's fp32 ones (model/classify.py)
+    names = g.get_column("name").unique()  # matched once per distinct name
+    batch_norm = names.filter(names.str.to_lowercase().str.contains(BATCH_NORM_KERNELS))
     memory_bound = (
         klass.is_in(["elementwise", "reduction"])
         & pl.lit(convolutional)
         & ~pl.col("in_optimizer")
-        & ~pl.col("name").str.to_lowercase().str.contains(BATCH_NORM_KERNELS)
+        & ~pl.col("name").is_in(batch_norm.implode())
     )
     g = g.with_columns(
         (
