@@ -342,6 +342,26 @@ def test_a_long_op_that_launches_nothing_is_cpu_work_not_launch_overhead():
     assert lb.severity == "info" and lb.what_if.speedup < 1.05
 
 
+def test_the_first_step_holds_no_pipeline_fill():
+    # a public T4 trace (session 34's audit): each 12 ms host step makes its batch on the CPU
+    # (10 ms), then launches a 7 ms kernel that runs on into the next step's CPU work. Aligned
+    # to their GPU ends the later steps last 12 ms; the first began with nothing to overlap,
+    # so its GPU end lies 18.6 ms after its host start: a CV 0.36 "outlier" of the capture.
+    ev = Events()
+    t = 0.0
+    for n in range(3):
+        ev.step(n, t, 12_000)
+        ev.op("aten::randn", t + 100, 10_000)  # CPU-only: no launch inside
+        ev.op("aten::mm", t + 11_400, 40)
+        ev.kernel("matmul", t + 11_600, 7_000, launch_us=t + 11_420)
+        t += 12_000
+    a = analyze_trace(ev.trace())
+    st = a.results.steps
+    assert [s.dur_ns for s in st.per_step] == [12_000 * US] * 3  # the first: its host time
+    assert st.step_time_cv == 0.0 and st.outlier_steps == ()
+    assert "step_time_variance" not in {f.id for f in a.findings}
+
+
 def test_communicator_setup_is_one_time_not_communication():
     # a public NCCL job (session 34's audit): the GPU idle 343-1676 ms a rank inside NVTX
     # ncclCommInitRank (nsys's nccl: domain), the host in cudaFree/cudaHostAlloc, read as

@@ -176,6 +176,10 @@ HOLDS = [
     ("t5_course", "dataloader_stall", "workers"),  # 1.01 against 0.92-0.97
     ("video_r2p1d", "channels_first_layers", "channels_last"),  # 1.70 against 1.45-1.47
     ("video_r2p1d", "host_sync", "remove_syncs"),  # 1.01 against 1.01
+    # the Fine-Tune Whisper blog's Seq2SeqTrainer loop, held out (session 35): recorded before
+    # any analysis
+    ("whisper", "dataloader_stall", "workers"),  # 2.71 against 2.17-3.17
+    ("whisper", "recompute_overhead", "no_checkpointing"),  # 1.08 against 1.01-1.63
 ]
 
 
@@ -353,6 +357,12 @@ MEASURED = {
         "dataloader_stall": "workers_14",  # 1.01
         "memory_headroom": "batch_2x",  # 1.03-1.04 per sample
     },
+    "whisper": {
+        "dataloader_stall": "workers",
+        "recompute_overhead": "no_checkpointing",  # 1.01-1.63
+        "host_sync": "remove_syncs",  # 0.72-1.45
+        "memory_headroom": "batch_2x",  # 0.86-1.35 per sample
+    },
     "neural_style": {
         "launch_bound": "compile_ro",  # 0.35-1.16 over four processes (1.13 predicted)
         "dataloader_stall": "workers",
@@ -389,6 +399,7 @@ def test_no_finding_above_low_for_a_fix_measured_below_1_10(loop: str) -> None:
         ("efficientnet", "pin_channels_last", "channels_first_layers"),
         ("nanogpt", "compile_ro", "launch_bound"),
         ("video_r2p1d", "channels_last", "channels_first_layers"),
+        ("whisper", "workers", "dataloader_stall"),
     ],
 )
 def test_the_fixed_cause_is_gone_in_the_profiled_after(loop: str, fix: str, gone: str) -> None:
@@ -436,6 +447,8 @@ COMBINED = {"efficientnet": ("pin_channels_last",), "video_r2p1d": ("bf16_channe
         ("t5_course", "memory_headroom", "batch_4x", "batch_4x"),  # 3.32-4.61 (fused 1.01-1.24)
         # channels_last 1.45-1.47 against bf16's 1.23-1.26 (both 1.89-1.92)
         ("video_r2p1d", "channels_first_layers", "channels_last", "channels_last"),
+        # workers 2.17-3.17 against the numpy rows' 1.71-2.87 (the same stall's other fix)
+        ("whisper", "dataloader_stall", "workers", "workers"),
         # (the launch-bound loop: a miss, test_the_largest_lever_on_the_launch_bound_loop)
     ],
 )
@@ -2489,3 +2502,65 @@ def test_the_held_out_t5_loop() -> None:
     # the setup's host time explains the GPU's idle: gpu_underutilized low, not high
     g = finding("t5_course", "gpu_underutilized", "bf16.after")
     assert g.severity == "low"
+
+
+def test_the_t5_loops_launch_bound_advice_measured():
+    """launch_bound on the T5 loop (HIGH, 3.76x: pad first, then reduce-overhead), measured in
+    session 35 (processes E, F and the profiled Q; compiling took 150 s): padded to multiples
+    of 64 and under torch.compile mode reduce-overhead the step ran 18.35 (Q) and 22.21 ms (F,
+    the new shape it captured inside the window dropped), the default mode 25.19 ms (E). The
+    model's step after, 19.84 ms, lies between: right. The speedup's miss (2.15-2.60 against
+    E's baseline, 47.67 ms) is the step it starts from: 74.57 ms estimated, 62.78 in the
+    profiled process of session 34, 60.59-72.92 in its four processes: this call's host ran
+    faster (item 2). In the profiled after launch_bound is low (the eager optimizer's
+    launches), the estimate 18.57 ms against Q's 18.35."""
+    lb = finding("t5_course", "launch_bound")
+    assert lb.severity == "high"
+    t = json.loads((HERE / "t5_course.truth.json").read_text())
+    cfg, prof = t["configs"], t["profiled"]
+    measured = [
+        cfg["pad64_compile_ro"]["F"]["step_ms_window_mean"],
+        prof["pad64_compile_ro"]["unprofiled_same_process_step_ms_window_mean"],
+    ]
+    after_ms = lb.what_if.step_time_after_ns / 1e6
+    assert min(measured) * 0.9 <= after_ms <= max(measured) * 1.1, (after_ms, measured)
+    # the speedup: the low end holds the band, the point does not (the baseline's miss)
+    lo, hi = band("t5_course", "pad64_compile_ro")
+    assert not within(lb.what_if.speedup, lo, 2.60) and lb.what_if.speedup > 2.60
+    a = analysis("t5_course.pad64_compile_ro.after.pt.trace.json.xz")
+    after = next(f for f in a.findings if f.id == "launch_bound")
+    assert after.severity in ("low", "info") and after.what_if.speedup < 1.10
+    own = prof["pad64_compile_ro"]["unprofiled_same_process_step_ms_window_mean"]
+    assert abs(a.results.replay.unprofiled_step_ns / 1e6 / own - 1) <= 0.10
+
+
+APPLIED_WHISPER = "dataloader_stall,recompute_overhead,host_sync,memory_headroom@2"
+
+
+def test_the_held_out_whisper_loop():
+    """The Fine-Tune Whisper blog's Seq2SeqTrainer loop (session 35, held out: whisper-small's
+    shape, 16 utterances of 80 x 3000 log-mel features read back as Python lists and padded by
+    the feature extractor in the main process, fp16, gradient checkpointing). Data-bound: the
+    first finding, dataloader_stall, 2.71x for workers against 2.17-3.17 (the numpy rows, the
+    stall's other fix, 1.71-2.87); activation checkpointing low (1.08 against 1.01-1.63: the
+    GPU's work hides behind the loading). The loader's waits summed from the raw events: the
+    main-process iterator's __next__ ranges of the profiled steps."""
+    a = analysis("whisper.before.pt.trace.json.xz")
+    f = a.findings[0]
+    assert f.id == "dataloader_stall" and f.severity == "high"
+    events = raw_events("whisper.before.pt.trace.json.xz")
+    nexts = [
+        e
+        for e in events
+        if e.get("ph") == "X" and "_SingleProcessDataLoaderIter.__next__" in e.get("name", "")
+    ]
+    assert len(nexts) == 3
+    wait_ms = sum(e["dur"] for e in nexts) / 1e3
+    assert abs(f.evidence["idle_ns"] / 1e6 - wait_ms) <= 0.05 * wait_ms, (f.evidence, wait_ms)
+    rc = next(f for f in a.findings if f.id == "recompute_overhead")
+    assert rc.severity == "low"
+    # the recorded all (workers, numpy rows, no checkpointing, no syncs, the 2x batch): 5.88x
+    # against 3.08-6.43; the 2x batch priced as asked, not raised (the loading grows with it)
+    sel = chosen("whisper.before.pt.trace.json.xz", APPLIED_WHISPER.split(","))
+    assert within(sel.what_if.speedup, *band("whisper", "all")) and sel.what_if.multiplier == 2
+    assert sel.priced_not_raised == ("memory_headroom@2",)

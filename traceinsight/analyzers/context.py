@@ -464,7 +464,7 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
             pl.col("start_ns").alias("host_start_ns"), pl.col("end_ns").alias("host_end_ns")
         )
     )
-    work = launched(launches, ["launch_start_ns", "end_ns"]).sort("launch_start_ns")
+    work = launched(launches, ["launch_start_ns", "start_ns", "end_ns"]).sort("launch_start_ns")
     if work.height:
         tagged = work.join_asof(
             host.select("_i", pl.col("start_ns").alias("h_s"), pl.col("end_ns").alias("h_e")),
@@ -473,12 +473,16 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
             strategy="backward",
         ).filter(pl.col("launch_start_ns") < pl.col("h_e"))
         gpu_end = tagged.group_by("_i").agg(
-            pl.col("end_ns").max().alias("_gpu_end"), pl.len().cast(pl.Int64).alias("launches")
+            pl.col("end_ns").max().alias("_gpu_end"),
+            pl.col("start_ns").min().alias("_gpu_start"),
+            pl.len().cast(pl.Int64).alias("launches"),
         )
         host = host.join(gpu_end, on="_i", how="left").with_columns(pl.col("launches").fill_null(0))
     else:
         host = host.with_columns(
-            pl.lit(None, pl.Int64).alias("_gpu_end"), pl.lit(0, pl.Int64).alias("launches")
+            pl.lit(None, pl.Int64).alias("_gpu_end"),
+            pl.lit(None, pl.Int64).alias("_gpu_start"),
+            pl.lit(0, pl.Int64).alias("launches"),
         )
     host = host.with_columns(pl.max_horizontal("end_ns", "_gpu_end").alias("end_ns"))
     # Enforce monotone ends, then starts no earlier than the previous end.
@@ -493,16 +497,27 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
         (pl.col("launch_start_ns").is_null() | (pl.col("launch_start_ns") < first_start))
         & (pl.col("end_ns") > first_start)
     )
+    first_end = int(host["end_ns"][0])
+    start = first_start
     if backlog.height:
-        first_end = int(host["end_ns"][0])
-        drained = min(int(backlog["end_ns"].max()), first_end)
+        start = min(int(backlog["end_ns"].max()), first_end)
+    # No earlier recorded step's kernels overlap the first step's host work: where the host
+    # runs ahead of the GPU, the first step aligned to its GPU end also holds the host time
+    # that every later step overlaps with the previous step's kernels (the pipeline filling),
+    # an outlier of the capture, not of the loop. A step lasts no longer than its host time
+    # or its GPU work's span, whichever is longer: the first starts no earlier than that.
+    host_dur = int(host["host_end_ns"][0]) - first_start
+    g0 = host["_gpu_start"][0]
+    span = first_end - int(g0) if g0 is not None else 0
+    start = max(start, first_end - max(host_dur, span))
+    if start != first_start:
         host = host.with_columns(
             pl.when(pl.int_range(pl.len()) == 0)
-            .then(pl.lit(drained))
+            .then(pl.lit(start))
             .otherwise(pl.col("start_ns"))
             .alias("start_ns")
         )
-    return host.drop("_i", "_gpu_end")
+    return host.drop("_i", "_gpu_end", "_gpu_start")
 
 
 def host_ranges(
