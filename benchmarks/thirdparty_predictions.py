@@ -47,6 +47,8 @@ APPLIED = {
     "nanogpt": ["launch_bound,memory_headroom@4"],
     # the 4x batch priced though not raised
     "neural_style": ["dataloader_stall,host_sync,fp32_compute,memory_headroom@4"],
+    # the numpy rows and the workers: one stall's two fixes; the 2x batch priced, not raised
+    "whisper": ["dataloader_stall,recompute_overhead,host_sync,memory_headroom@2"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -68,6 +70,14 @@ FIX_NAMES = {
     # reduce-overhead, its advice; the 2x batch it recommends was not recorded: the 4x was
     "nanogpt": {"launch_bound": "compile_ro", "memory_headroom": "batch_4x"},
     "neural_style": {"launch_bound": "compile_ro"},
+    # launch_bound's advice: fixed shapes first, then reduce-overhead (session 35)
+    "t5_course": {"launch_bound": "pad64_compile_ro"},
+    "video_r2p1d": {
+        "channels_first_layers": "channels_last",
+        "dataloader_stall": "workers_14",
+        "memory_headroom": "batch_2x",
+    },
+    "whisper": {"memory_headroom": "batch_2x"},
 }
 
 
@@ -156,6 +166,9 @@ def main() -> None:
         "word_lm",
         "nanogpt",
         "neural_style",
+        "t5_course",
+        "video_r2p1d",
+        "whisper",
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")

@@ -501,15 +501,18 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     start = first_start
     if backlog.height:
         start = min(int(backlog["end_ns"].max()), first_end)
-    # No earlier recorded step's kernels overlap the first step's host work: where the host
-    # runs ahead of the GPU, the first step aligned to its GPU end also holds the host time
-    # that every later step overlaps with the previous step's kernels (the pipeline filling),
-    # an outlier of the capture, not of the loop. A step lasts no longer than its host time
-    # or its GPU work's span, whichever is longer: the first starts no earlier than that.
-    host_dur = int(host["host_end_ns"][0]) - first_start
+    # No earlier recorded step's kernels overlap the first step's host work. Where the GPU runs
+    # on into each next host step (by the later steps' median lag), the first step aligned to
+    # its GPU end also holds the host time every later step overlaps with the previous step's
+    # kernels (the pipeline filling): an outlier of the capture, not of the loop. The first
+    # starts that lag after its host start, and lasts at least its own GPU work's span.
+    lag = (
+        (pl.col("end_ns").shift(1) - pl.col("host_start_ns")).clip(lower_bound=0).slice(1).median()
+    )
+    typical = host.select(lag).item() if host.height > 1 else None
     g0 = host["_gpu_start"][0]
-    span = first_end - int(g0) if g0 is not None else 0
-    start = max(start, first_end - max(host_dur, span))
+    if typical and g0 is not None:
+        start = max(start, min(first_start + int(typical), int(g0)))
     if start != first_start:
         host = host.with_columns(
             pl.when(pl.int_range(pl.len()) == 0)
