@@ -362,6 +362,63 @@ def test_the_first_step_holds_no_pipeline_fill():
     assert "step_time_variance" not in {f.id for f in a.findings}
 
 
+def test_a_slow_function_attribute_query_is_a_module_load():
+    # a public T4 trace (session 35's audit): with CUDA's lazy loading the only
+    # cudaOccupancyMaxActiveBlocksPerMultiprocessor (1.32 ms, inside aten::linear) loaded the
+    # next kernel's module; it read as cpu_work and made gpu_underutilized medium
+    ev = Events()
+    ev.step(0, 0, 1500)
+    ev.op("aten::relu", 1, 9)
+    ev.kernel("relu", 5, 5, launch_us=2, launch_dur_us=2)
+    ev.op("aten::linear", 12, 1410)
+    ev.runtime("cudaGetDevice", 14, 2)
+    ev.runtime("cudaOccupancyMaxActiveBlocksPerMultiprocessor", 20, 1320)
+    ev.runtime("cudaGetDevice", 1345, 2)
+    ev.kernel("gemm", 1410, 10, launch_us=1400, launch_dur_us=8)
+    a = analyze_trace(ev.trace())
+    causes = a.metrics["idle_by_cause_ns"]
+    # (the step's last 80 us, after its last kernel, stay cpu_work)
+    assert causes["warmup"] == 1400 * US and causes["cpu_work"] == 80 * US
+    assert [c.name for c in a.results.idle.warmup_calls] == [
+        "cudaOccupancyMaxActiveBlocksPerMultiprocessor"
+    ]
+
+
+@pytest.mark.parametrize("streams, where", [(1, "already queued on one stream"), (2, "dependency")])
+def test_queued_work_on_one_stream_waits_on_no_other(streams, where):
+    # back-to-back kernels queued ahead on a single stream (a public RTX 3060 export: 27,121
+    # such gaps) wait on no other stream or event: the device's own gaps between them
+    ev = Events()
+    ev.step(0, 0, 3000)
+    for i in range(40):
+        ev.op("aten::add", 10 + i * 5, 4)
+        ev.kernel("add", 400 + i * 60, 20, launch_us=11 + i * 5, launch_dur_us=2,
+                  stream=7 + i % streams)  # fmt: skip
+    a = analyze_trace(ev.trace())
+    assert a.results.idle.max_streams_per_device == streams
+    f = next(f for f in a.findings if f.id == "gpu_underutilized")
+    assert where in f.title
+
+
+@pytest.mark.parametrize("backward, advice", [(False, "no GradScaler"), (True, "a GradScaler")])
+def test_fp16_advice_for_inference_has_no_grad_scaler(backward, advice):
+    # a public T4 ResNet-50 inference trace (session 35's audit) was told to "train in fp16 ...
+    # with a GradScaler": a forward-only window gets inference advice
+    ev = Events()
+    t = 0.0
+    for n in range(3):
+        ev.step(n, t, 1000)
+        ev.op("aten::mm", t + 10, 20)
+        ev.kernel("volta_sgemm_128x64_nn", t + 40, 600, launch_us=t + 12)
+        if backward:
+            ev.op("autograd::engine::evaluate_function: MmBackward0", t + 40, 20)
+        t += 1000
+    a = analyze_trace(ev.trace())
+    f = next(f for f in a.findings if f.id == "fp32_compute")
+    assert a.results.host_ops.forward_only is not backward
+    assert advice in f.recommendation
+
+
 def test_communicator_setup_is_one_time_not_communication():
     # a public NCCL job (session 34's audit): the GPU idle 343-1676 ms a rank inside NVTX
     # ncclCommInitRank (nsys's nccl: domain), the host in cudaFree/cudaHostAlloc, read as

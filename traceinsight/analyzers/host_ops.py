@@ -34,7 +34,12 @@ from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as tf
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, LAUNCH_API
+from traceinsight.model.classify import (
+    API_KINDS,
+    BACKWARD_PATTERN,
+    DATALOADER_PATTERN,
+    LAUNCH_API,
+)
 from traceinsight.model.flops import DTYPE_BYTES
 
 # ATen ops that only move memory, in order (gathers read at random, slower by nature: left out)
@@ -115,6 +120,9 @@ class HostOpsResult:
     new_shape_excess_ns: int = 0
     new_shape_steps: int = 0  # steps of the window with such a call
     what_if_new_shape: WhatIf | None = None
+    # torch ops recorded, none of them a backward node or an optimizer step: an inference or
+    # forward-only window (advice for training does not apply)
+    forward_only: bool = False
 
     @property
     def new_shape_ratio(self) -> float | None:
@@ -333,8 +341,22 @@ def _new_shape_ops(calls: pl.DataFrame) -> tuple[NewShapeOp, ...]:
     )
 
 
+def _forward_only(ctx: Context) -> bool:
+    """Torch ops in the window and none of them autograd's backward or an optimizer step; no
+    graph launched either (a captured training step records neither)."""
+    if ctx.rows(("cpu_op",), columns=("start_ns",)).height == 0:
+        return False
+    if ctx.rows(API_KINDS, r"^(cuda|hip)GraphLaunch", columns=("start_ns",)).height:
+        return False
+    backward = ctx.rows(("cpu_op",), BACKWARD_PATTERN, columns=("start_ns",)).height
+    stepping = ctx.rows(
+        ("cpu_op", "user_annotation"), r"^Optimizer\.(step|zero_grad)", columns=("start_ns",)
+    ).height
+    return backward == 0 and stepping == 0
+
+
 def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult:
-    shaped = _new_shape(ctx, replay)
+    shaped: dict = {**_new_shape(ctx, replay), "forward_only": _forward_only(ctx)}
     ops = _long_copies(ctx)
     if ops.height == 0:
         return HostOpsResult(window_ns=ctx.window_ns, **shaped)

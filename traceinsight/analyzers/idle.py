@@ -53,6 +53,7 @@ from traceinsight.model.classify import (
     COMPILE_PATTERN,
     COPY_LAUNCH_API,
     DATALOADER_PATTERN,
+    FUNC_ATTRIBUTE_API,
     HOST_OP_KINDS,
     LAUNCH_API,
     PINNED_HOST_ALLOC_API,
@@ -165,6 +166,9 @@ class IdleResult:
     # to the cause covering most of it, so a loader wait inside a longer gap of other host work
     # counts there (the 2021 ResNet sample: 2.8 ms a step inside the loader, 0.02 ms attributed)
     dataloader_idle_ns: int = 0
+    # the most streams any device's work ran on in the window (0: unknown): on one stream no
+    # work waits on another's, so gpu_wait there is the device's own gap between queued work
+    max_streams_per_device: int = 0
 
     @property
     def device_window_ns(self) -> int:
@@ -374,7 +378,17 @@ def analyze_idle(ctx: Context) -> IdleResult:
         warmup_call_count=once.height,
         cold_window=cold,
         dataloader_idle_ns=in_loader,
+        max_streams_per_device=_max_streams(ctx),
     )
+
+
+def _max_streams(ctx: Context) -> int:
+    """The most distinct streams one device's GPU work in the window ran on (0: unknown)."""
+    g = ctx.gpu
+    if g.height == 0 or "stream" not in g.columns:
+        return 0
+    per = g.lazy().group_by("device").agg(pl.col("stream").drop_nulls().n_unique().alias("n"))
+    return int(per.select(pl.col("n").max()).collect().item() or 0)
 
 
 def _engine_busy(ctx: Context, kinds: tuple[str, ...]) -> int:
@@ -648,8 +662,24 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
             first = is_first.filter(
                 pl.col("_first").fill_null(False) | pl.col("_known").is_null()
             ).select(*cols, pl.lit("first_launch").alias("kind"))
+    # a function attribute query as slow as a first launch loaded the function's module
+    queries = ctx.rows(API_KINDS, FUNC_ATTRIBUTE_API, columns=tuple(cols))
+    usual = calls.group_by("tid").agg(pl.col("dur_ns").median().alias("_med"))
+    queries = (
+        queries.join(usual, on="tid", how="left")
+        .filter(
+            (pl.col("dur_ns") >= WARMUP_LAUNCH_MIN_NS)
+            & (
+                pl.col("dur_ns")
+                >= WARMUP_LAUNCH_FACTOR * pl.min_horizontal("_med", pl.lit(WARM_LAUNCH_MAX_NS))
+            )
+        )
+        .select(*cols, pl.lit("load").alias("kind"))
+    )
     # nsys may record a call twice, nested (cudaLaunchKernel around cudaLaunchKernel_v7000)
-    return pl.concat([loads, compiling, first]).unique(["tid", "start_ns"]).sort("start_ns")
+    return (
+        pl.concat([loads, compiling, first, queries]).unique(["tid", "start_ns"]).sort("start_ns")
+    )
 
 
 def capture_ranges(ctx: Context) -> pl.DataFrame:

@@ -1172,6 +1172,22 @@ def fp32_compute(x: RuleInput) -> Draft | None:
     )
 
 
+# An inference (forward-only) window: no GradScaler (loss scaling is for gradients).
+INFERENCE_FP32_ADVICE = (
+    "Run the model in bf16 (torch.autocast, or model.to(torch.bfloat16) for inference), or at "
+    "least enable TF32 (torch.set_float32_matmul_precision('high')).",
+    'with torch.inference_mode(), torch.autocast("cuda", dtype=torch.bfloat16):\n'
+    "    out = model(batch)",
+)
+INFERENCE_FP16_ADVICE = (
+    "This GPU has no bf16 or TF32 tensor cores (e.g. V100, T4): run the model in fp16 "
+    "(torch.autocast, or model.half() for inference); no GradScaler: loss scaling is for "
+    "training.",
+    'with torch.inference_mode(), torch.autocast("cuda", dtype=torch.float16):\n'
+    "    out = model(batch)",
+)
+
+
 # Volta (V100) has fp16 tensor cores only: no bf16, no TF32 (from the device spec table).
 FP16_ADVICE = (
     "This GPU has no bf16 or TF32 tensor cores (e.g. V100): train in fp16 with torch.autocast and "
@@ -1218,10 +1234,12 @@ def _fp32_advice(
     in more than one step), fixing the shapes comes first. ``tf32_bound``: the math is TF32
     already, so the advice is bf16 (with channels_last for convolutions)."""
     rec, snippet = None, None
-    if tf32_bound:
+    if has_bf16 is False and has_tf32 is False:
+        rec, snippet = INFERENCE_FP16_ADVICE if host.forward_only else FP16_ADVICE
+    elif host.forward_only:
+        rec, snippet = INFERENCE_FP32_ADVICE
+    elif tf32_bound:
         rec, snippet = TF32_TO_BF16_ADVICE
-    elif has_bf16 is False and has_tf32 is False:
-        rec, snippet = FP16_ADVICE
     elif has_bf16 and has_tf32 is False:
         rec, snippet = BF16_ONLY_ADVICE
     ratio = host.new_shape_ratio
@@ -1652,10 +1670,14 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     top_ops = [s.host_op for s in segs if s.host_op]
     where = _mostly(segs, x.idle("cpu_work"), x.t["underutilized_op_min_ratio"], x.framework)
     if x.idle("gpu_wait") >= x.t["underutilized_op_min_ratio"] * max(1, rest):
-        # work was queued and waited on something the trace does not show
+        # work was queued and waited on something the trace does not show; on one stream
+        # nothing but the device's own gap between queued kernels
         where = (
-            ", mostly with work queued that waited on a dependency (another stream, or an event "
-            "recorded outside the trace)"
+            ", mostly between kernels already queued on one stream (the device's own gaps "
+            "between them: fewer, larger kernels shorten them)"
+            if idle.max_streams_per_device == 1
+            else ", mostly with work queued that waited on a dependency (another stream, or an "
+            "event recorded outside the trace)"
         )
     return Draft(
         rest,

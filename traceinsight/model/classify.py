@@ -68,6 +68,16 @@ WARMUP_API = (
     r"|^(cuda|hip)(StreamCreate|EventCreate)\w*|^cu(StreamCreate|EventCreate|CtxCreate)\w*"
     r"|^cuDevicePrimaryCtxRetain"
 )
+# Queries and settings of a kernel function's attributes: with CUDA's lazy loading (the
+# default since CUDA 12.2) the first one for a function loads its module, which takes
+# milliseconds (a public T4 trace: one cudaOccupancyMaxActiveBlocksPerMultiprocessor of 1.32
+# ms, the trace's only, before a kernel's first launch; warm ones take microseconds).
+FUNC_ATTRIBUTE_API = (
+    r"^(cuda|hip)(FuncGetAttributes?|FuncSetAttribute|OccupancyMaxActiveBlocksPerMultiprocessor"
+    r"\w*|OccupancyMaxPotentialBlockSize\w*|GetFuncBySymbol)(_v\d+)?$"
+    r"|^cu(FuncGetAttribute|FuncSetAttribute|KernelGetAttribute|KernelSetAttribute"
+    r"|OccupancyMaxActiveBlocksPerMultiprocessor\w*|KernelGetFunction)(_v\d+)?$"
+)
 # torch.compile's own work (Dynamo, AOTAutograd, Inductor, autotuning), recorded as
 # annotations (dynamo_timed): compiling is a first-call cost.
 COMPILE_PATTERN = (
