@@ -57,6 +57,7 @@ from traceinsight.model.classify import (
     HOST_OP_KINDS,
     LAUNCH_API,
     PINNED_HOST_ALLOC_API,
+    STREAM_WAIT_API,
     WARMUP_API,
     name_matches,
 )
@@ -166,9 +167,11 @@ class IdleResult:
     # to the cause covering most of it, so a loader wait inside a longer gap of other host work
     # counts there (the 2021 ResNet sample: 2.8 ms a step inside the loader, 0.02 ms attributed)
     dataloader_idle_ns: int = 0
-    # the most streams any device's work ran on in the window (0: unknown): on one stream no
-    # work waits on another's, so gpu_wait there is the device's own gap between queued work
+    # the most streams any device's work ran on in the window (0: unknown) and the calls that
+    # made a stream wait on an event: on one stream without them no work waits on another's,
+    # so gpu_wait there is the device's own gap between queued work
     max_streams_per_device: int = 0
+    stream_wait_calls: int = 0
 
     @property
     def device_window_ns(self) -> int:
@@ -379,6 +382,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
         cold_window=cold,
         dataloader_idle_ns=in_loader,
         max_streams_per_device=_max_streams(ctx),
+        stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
     )
 
 

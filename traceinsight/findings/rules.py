@@ -1675,7 +1675,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         where = (
             ", mostly between kernels already queued on one stream (the device's own gaps "
             "between them: fewer, larger kernels shorten them)"
-            if idle.max_streams_per_device == 1
+            if idle.max_streams_per_device == 1 and idle.stream_wait_calls == 0
             else ", mostly with work queued that waited on a dependency (another stream, or an "
             "event recorded outside the trace)"
         )

@@ -68,6 +68,8 @@ WARMUP_API = (
     r"|^(cuda|hip)(StreamCreate|EventCreate)\w*|^cu(StreamCreate|EventCreate|CtxCreate)\w*"
     r"|^cuDevicePrimaryCtxRetain"
 )
+# A stream made to wait on an event (recorded on another stream, maybe one the trace lacks).
+STREAM_WAIT_API = r"^(cuda|hip|cu)StreamWaitEvent\w*"
 # Queries and settings of a kernel function's attributes: with CUDA's lazy loading (the
 # default since CUDA 12.2) the first one for a function loads its module, which takes
 # milliseconds (a public T4 trace: one cudaOccupancyMaxActiveBlocksPerMultiprocessor of 1.32
