@@ -267,6 +267,60 @@ def test_unified_memory_migrations_are_not_host_to_device_copies():
     assert "launched_before_recording" not in _checks(a)
 
 
+def _idle_between_migrations(path: Path) -> tuple[int, int]:
+    """(idle between two unified migrations, all idle) in ns, from the raw tables: the union of
+    kernels, copies and memsets in time order, each gap's neighbours' kinds."""
+    con = sqlite3.connect(path)
+    rows = [
+        (a, b, False) for a, b in con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_KERNEL")
+    ]
+    rows += [
+        (a, b, k in (11, 12, 13))
+        for a, b, k in con.execute("SELECT start, end, copyKind FROM CUPTI_ACTIVITY_KIND_MEMCPY")
+    ]
+    if con.execute(
+        "SELECT name FROM sqlite_master WHERE name = 'CUPTI_ACTIVITY_KIND_MEMSET'"
+    ).fetchall():
+        rows += [
+            (a, b, False)
+            for a, b in con.execute("SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET")
+        ]
+    rows.sort()
+    between = total = 0
+    end, last_unified = rows[0][1], rows[0][2]
+    for a, b, unified in rows[1:]:
+        if a > end:
+            total += a - end
+            between += (a - end) if (last_unified and unified) else 0
+        if b > end:
+            end, last_unified = b, unified
+    return between, total
+
+
+def test_idle_between_unified_migrations_is_its_own_cause_and_finding():
+    """A unified-memory softmax (nsys, T4; session 35's audit): 2,370 page migrations around
+    one kernel, the GPU idle 940 ms of a 1.04 s window, read as gpu_underutilized HIGH with no
+    cause. 625.25 ms of it lies between two migrations (the host faulting through managed
+    memory): unified_memory, HIGH and first; the 315 ms before the kernel's launch stays
+    cpu_work."""
+    between, total = _idle_between_migrations(AWSGPU)
+    a = analyzed(AWSGPU)
+    causes = a.metrics["idle_by_cause_ns"]
+    assert causes["unified_memory"] == between and abs(between - 625_250_000) < 10_000
+    assert sum(causes.values()) == total
+    f = a.findings[0]
+    assert (f.id, f.severity) == ("unified_memory", "high")
+    assert "cudaMemPrefetchAsync" in f.recommendation  # a CUDA app's advice
+
+
+def test_unified_memory_on_the_icon_export():
+    path = shared_or_skip() / "nsys" / "ISC25-ICON-C__gpu.sqlite"
+    between, _ = _idle_between_migrations(path)
+    a = analyzed(path)
+    assert a.metrics["idle_by_cause_ns"]["unified_memory"] == between
+    assert a.findings[0].id == "unified_memory"
+
+
 def test_one_kernel_under_its_cold_launch_has_no_short_kernel_ratio():
     con = sqlite3.connect(AWSGPU)
     ((k_start, k_dur, corr),) = con.execute(

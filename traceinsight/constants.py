@@ -16,6 +16,7 @@ IDLE_CAUSES: dict[str, str | None] = {
     "host_sync": "host_sync",
     "launch_overhead": "launch_bound",
     "pageable_copy": "pageable_memcpy",
+    "unified_memory": "unified_memory",
     "communication": "comm_not_overlapped",
     "cpu_work": "gpu_underutilized",
     "gpu_wait": None,

@@ -386,6 +386,44 @@ def analyze_idle(ctx: Context) -> IdleResult:
     )
 
 
+def _between_migrations(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
+    """Per gap: the GPU work that ended at its start and the work that began at its end are
+    both unified-memory page migrations (copy kind "unified": the driver's, on a page fault or
+    a prefetch; nsys records them). Between two migrations the device did nothing but take
+    pages in or out while the host faulted through managed memory."""
+    g = ctx.gpu
+    none = pl.Series("between_migrations", [False] * gaps.height, dtype=pl.Boolean)
+    if g.height == 0 or "copy_kind" not in g.columns:
+        return none
+    moved = (
+        g.lazy()
+        .filter(pl.col("copy_kind") == "unified")
+        .select("device", "start_ns", "end_ns")
+        .collect()
+    )
+    if moved.height == 0:
+        return none
+    dev = gaps.schema["device"]
+    ends = moved.select(pl.col("device").cast(dev), pl.col("end_ns").alias("start_ns")).unique()
+    starts = moved.select(pl.col("device").cast(dev), pl.col("start_ns").alias("end_ns")).unique()
+    keys = gaps.select("device", "start_ns", "end_ns")
+    after = keys.join(
+        ends.with_columns(pl.lit(True).alias("_a")),
+        on=["device", "start_ns"],
+        how="left",
+        maintain_order="left",
+    )
+    before = keys.join(
+        starts.with_columns(pl.lit(True).alias("_b")),
+        on=["device", "end_ns"],
+        how="left",
+        maintain_order="left",
+    )
+    return (
+        after.get_column("_a").fill_null(False) & before.get_column("_b").fill_null(False)
+    ).alias("between_migrations")
+
+
 def _max_streams(ctx: Context) -> int:
     """The most distinct streams one device's GPU work in the window ran on (0: unknown)."""
     g = ctx.gpu
@@ -466,8 +504,10 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
     warmup = _clipped(ctx, once)
     allocator = _clipped(ctx, allocs)
     capture = capture_ranges(ctx)
+    migrating = _between_migrations(ctx, gaps)
 
     gaps = gaps.with_columns(
+        migrating,
         _overlap_frac(gaps, dataloader, "f_dataloader"),
         _overlap_frac(gaps, syncs, "f_sync"),
         _overlap_frac(gaps, comm, "f_comm"),
@@ -533,6 +573,10 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
         .then(pl.lit("dataloader"))
         .when((pl.col("f_warmup") >= MAJORITY) | after_first)
         .then(pl.lit("warmup"))
+        # between two unified-memory migrations: pages moved on demand (faults), the GPU
+        # idle while the host touched managed memory
+        .when(pl.col("between_migrations") & ~queued_before)
+        .then(pl.lit("unified_memory"))
         .when((pl.col("f_pageable") >= MAJORITY) & ~queued_before)
         .then(pl.lit("pageable_copy"))
         .when((pl.col("f_allocator") >= MAJORITY) & ~queued_before)

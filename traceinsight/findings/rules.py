@@ -652,6 +652,48 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     )
 
 
+@rule(
+    "unified_memory",
+    advice={
+        "cuda_app": Advice(
+            "Pages of managed memory (cudaMallocManaged) migrate on demand: the GPU idles while "
+            "the host touches them and they move back and forth a page at a time. Prefetch them "
+            "to the device before the kernels that use them (cudaMemPrefetchAsync), advise "
+            "where they live (cudaMemAdvise: SetPreferredLocation; SetReadMostly for data both "
+            "sides read), move results back only where the host reads them; or use device "
+            "memory (cudaMalloc) with explicit copies.",
+            (
+                "cudaMemAdvise(buf, bytes, cudaMemAdviseSetPreferredLocation, dev);\n"
+                "cudaMemPrefetchAsync(buf, bytes, dev, stream);  // before the kernels\n"
+                "kernel<<<grid, block, 0, stream>>>(buf);\n"
+                "cudaMemPrefetchAsync(buf, bytes, cudaCpuDeviceId, stream);  // only if the host reads it"
+            ),
+        )
+    },
+    no_estimate="how long the pages take to move once prefetched in bulk depends on the access "
+    "pattern, which the trace does not show: the cost is the GPU's idle between migrations",
+    recommendation="Managed (unified) memory migrates page by page on demand while the GPU "
+    "waits: allocate device memory instead (a library or allocator may be set to managed "
+    "memory: RMM's managed_memory_resource, CuPy's malloc_managed), or prefetch the pages to "
+    "the GPU before the kernels that use them and keep the host from touching them between.",
+    snippet=(
+        "import cupy  # e.g. when a library allocates managed memory\n"
+        "cupy.cuda.set_allocator(cupy.cuda.MemoryPool().malloc)  # device memory, not managed"
+    ),
+    thresholds={"unified_idle_min_ratio": 0.05},
+)
+def unified_memory(x: RuleInput) -> Draft | None:
+    idle = x.idle("unified_memory")
+    if idle <= 0 or idle < x.t["unified_idle_min_ratio"] * x.window_ns:
+        return None
+    return Draft(
+        idle,
+        f"Unified memory: the GPU idles {fmt_ms(idle)} between on-demand page migrations "
+        f"({fmt_pct(idle / max(1, x.window_ns))} of the window)",
+        {"idle_ns": idle, "top_segments": x.segments("unified_memory")},
+    )
+
+
 # Mostly read-backs: pinning the loader's batches does not help; the destination does.
 READBACK_ADVICE = (
     "Read results back into a pinned host buffer with non_blocking=True and wait on an event only "

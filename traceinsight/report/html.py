@@ -47,6 +47,7 @@ CAUSE_COLORS = {
     "host_sync": "#f58518",
     "launch_overhead": "#b279a2",
     "pageable_copy": "#9d755d",
+    "unified_memory": "#b07aa1",
     "communication": "#4c78a8",
     "cpu_work": "#eeca3b",
     "gpu_wait": "#bab0ac",
