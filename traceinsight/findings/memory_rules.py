@@ -266,8 +266,8 @@ def _churn_in_window(x: RuleInput) -> Draft | None:
     """allocator_churn without steps: the window's allocator calls, judged by the GPU idle
     they cover (a cold first pass's few first allocations do not reach it)."""
     mem = x.r.memory
-    idle = x.idle("allocator")
-    if idle <= 0 or idle < x.t["churn_idle_min_ratio"] * x.window_ns:
+    idle = x.idle_over("allocator", "churn_idle_min_ratio")
+    if idle is None:
         return None
     return Draft(
         idle,

@@ -53,6 +53,12 @@ class RuleInput:
     def idle(self, cause: str) -> int:
         return self.r.idle.idle_by_cause_ns.get(cause, 0)
 
+    def idle_over(self, cause: str, ratio: str) -> int | None:
+        """The idle of ``cause`` where it is at least the threshold ``ratio`` of the window
+        (and any at all), else None."""
+        idle = self.idle(cause)
+        return idle if idle > 0 and idle >= self.t[ratio] * self.window_ns else None
+
     def sources(self, *categories: str) -> list[Source]:
         """Where in the user's code these host events come from (analyzers/sources.py), most
         costly first; empty without with_stack=True."""
@@ -683,8 +689,8 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     thresholds={"unified_idle_min_ratio": 0.05},
 )
 def unified_memory(x: RuleInput) -> Draft | None:
-    idle = x.idle("unified_memory")
-    if idle <= 0 or idle < x.t["unified_idle_min_ratio"] * x.window_ns:
+    idle = x.idle_over("unified_memory", "unified_idle_min_ratio")
+    if idle is None:
         return None
     return Draft(
         idle,
