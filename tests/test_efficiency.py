@@ -213,7 +213,7 @@ def test_occupancy_estimate_limits() -> None:
 # --- a tiny trace, by hand ------------------------------------------------------------------------
 
 
-def _tiny() -> Trace:
+def _tiny(add_us: float = 10) -> Trace:
     e = Events()
     e.step(1, 0, 1000)
     e.op("aten::linear", 10, 100)
@@ -235,7 +235,7 @@ def _tiny() -> Trace:
         "kernel",
         "vectorized_elementwise_kernel",
         300,
-        10,
+        add_us,
         device=0,
         stream=7,
         correlation=2,
@@ -284,6 +284,13 @@ def test_tiny_trace_flops_mfu_and_bandwidth() -> None:
     assert m["memory_bound_bandwidth_ratio"] == pytest.approx(3 * 2 * 1024**2 / 10e-6 / 4.8e12)
     dev = a.source["devices"][0]
     assert dev["peak_tflops"]["bf16"] == 989.5 and dev["memory_bandwidth_bytes_per_s"] == 4.8e12
+
+
+def test_bytes_faster_than_hbm_are_no_hbm_traffic() -> None:
+    # the add's 6 MiB in 1 us would be 6.3 TB/s, past the H200's 4.8: cache-resident (or the
+    # wrong tensors), so no memory-bound kernel is left to measure (it read "100%", capped)
+    a = analyze_trace(_tiny(add_us=1))
+    assert a.metrics["memory_bound_bandwidth_ratio"] is None
 
 
 def test_profiler_flops_win_over_the_formula() -> None:
