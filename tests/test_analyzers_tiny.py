@@ -419,6 +419,19 @@ def test_fp16_advice_for_inference_has_no_grad_scaler(backward, advice):
     assert advice in f.recommendation
 
 
+def test_syncs_outside_any_op_are_named_by_their_call():
+    # a CUDA application records no torch op: its syncs read "most from (no enclosing op)"
+    # (a public Rodinia export, session 35's audit); the call names the site
+    ev = Events()
+    t = 0.0
+    for _ in range(3):
+        ev.kernel("k", t + 10, 500, launch_us=t + 2)
+        ev.runtime("cudaDeviceSynchronize", t + 8, 505)
+        t += 1000
+    f = next(f for f in analyze_trace(ev.trace()).findings if f.id == "host_sync")
+    assert f.title.endswith("most from cudaDeviceSynchronize outside any recorded op")
+
+
 def test_communicator_setup_is_one_time_not_communication():
     # a public NCCL job (session 34's audit): the GPU idle 343-1676 ms a rank inside NVTX
     # ncclCommInitRank (nsys's nccl: domain), the host in cudaFree/cudaHostAlloc, read as

@@ -368,7 +368,7 @@ def host_sync(x: RuleInput) -> Draft | None:
         cost,
         f"{plural(syncs.host_sync_count, 'host sync')} ({x.per_step(syncs.syncs_per_step)}) "
         f"{'leaves' if syncs.host_sync_count == 1 else 'leave'} the GPU idle {fmt_ms(cost)}"
-        + (f"; most from {top.get('op')}" if top else "")
+        + (f"; most from {_sync_site(top)}" if top else "")
         + held,
         {
             "readback_blocked_ns": readback,
@@ -656,6 +656,13 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
         },
         *(READBACK_ADVICE if readback else (None, None)),
     )
+
+
+def _sync_site(top: Mapping[str, object]) -> str:
+    """Where most syncs come from: their enclosing op, or their API call outside any op (a CUDA
+    application records none)."""
+    op, api = top.get("op"), top.get("api")
+    return f"{api} outside any recorded op" if op == "(no enclosing op)" and api else str(op)
 
 
 @rule(

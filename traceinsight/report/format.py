@@ -197,8 +197,9 @@ SOURCE_NOUNS = {
 
 
 def fmt_source(src: dict[str, Any], noun: tuple[str, str]) -> str:
-    """One attributed source: ``4 syncs in step() (train.py:259) via .item(), 1.20 ms``
-    (``noun``: the thing counted, one and many)."""
+    """One attributed source: ``4 syncs in step() (train.py:259) via .item(), 1.20 ms in the
+    calls`` (``noun``: the thing counted, one and many; the time is the host's in those calls,
+    not the GPU's idle the finding's title gives)."""
     t = src["trigger"]
     # a Python method call, else a module or API name; native and NVTX sources call functions
     via = (f".{t}()" if t[:1].islower() else t) if src.get("line") is not None else f"{t}()"
@@ -207,5 +208,5 @@ def fmt_source(src: dict[str, Any], noun: tuple[str, str]) -> str:
     return (
         f"{plural(src['count'], *noun)} in {src['function']}()"
         + (f" ({where})" if where else "")
-        + f" via {via}, {fmt_ms(src['cost_ns'])}"
+        + f" via {via}, {fmt_ms(src['cost_ns'])} in the calls"
     )
