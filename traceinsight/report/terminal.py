@@ -153,6 +153,8 @@ def _efficiency_line(m: dict[str, Any]) -> list[str]:
 
 
 IDLE_HOLDER_RATIO = 0.8  # a child holding this much of its parent's idle is named instead
+# a region with less than this share of the GPU time is not where "most GPU time" is
+TOP_REGION_MIN_RATIO = 0.5
 
 
 def _region_lines(doc: dict[str, Any]) -> list[str]:
@@ -163,12 +165,18 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     steps = max(1, doc["metrics"].get("steps") or 1)
     per = " per step" if doc["metrics"].get("steps") else " in the window"
     top = max(regs, key=lambda r: r["gpu_ns"])
+    det = (doc.get("details") or {}).get("regions") or {}
+    total = (det.get("attributed_gpu_ns") or 0) + (det.get("unattributed_gpu_ns") or 0)
     # no region with GPU time (a window inside a loader stall): nothing to name
-    out = (
-        [f"  regions   most GPU time in {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"]
-        if top.get("gpu_ns_per_step")
-        else []
-    )
+    out = []
+    if top.get("gpu_ns_per_step") and total and top["gpu_ns"] < TOP_REGION_MIN_RATIO * total:
+        # the named regions hold little of it (a Trainer's loop names only its optimizer step)
+        out = [
+            f"  regions   most GPU time outside named regions ({fmt_pct(1 - top['gpu_ns'] / total)});"
+            f" the most in one: {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"
+        ]
+    elif top.get("gpu_ns_per_step"):
+        out = [f"  regions   most GPU time in {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"]
     # from the root with the most idle inside, down while one child holds most of it:
     # "Optimizer.step" says more than the step-wide range around it
     kids: dict[str | None, list[dict[str, Any]]] = {}
@@ -183,10 +191,14 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     if idle["idle_ns"]:
         cause = max(idle["idle_by_cause_ns"].items(), key=lambda kv: kv[1])[0]
         label = "            " if out else "  regions   "
-        out.append(
-            f"{label}the idle is in {idle['path']}: {fmt_ns(idle['idle_ns'] / steps)}{per}"
-            f" (mostly {cause})"
-        )
+        all_idle = ((doc.get("details") or {}).get("idle") or {}).get("idle_ns") or 0
+        where = f"the idle is in {idle['path']}"
+        if all_idle and idle["idle_ns"] < TOP_REGION_MIN_RATIO * all_idle:
+            where = (
+                f"most idle outside named regions ({fmt_pct(1 - idle['idle_ns'] / all_idle)});"
+                f" the most in one: {idle['path']}"
+            )
+        out.append(f"{label}{where}: {fmt_ns(idle['idle_ns'] / steps)}{per} (mostly {cause})")
     return out
 
 
