@@ -392,7 +392,7 @@ def _between_migrations(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
     a prefetch; nsys records them). Between two migrations the device did nothing but take
     pages in or out while the host faulted through managed memory."""
     g = ctx.gpu
-    none = pl.Series("between_migrations", [False] * gaps.height, dtype=pl.Boolean)
+    none = pl.repeat(False, gaps.height, eager=True).alias("between_migrations")
     if g.height == 0 or "copy_kind" not in g.columns:
         return none
     moved = (
@@ -649,6 +649,16 @@ def churning(ctx: Context, allocs: pl.DataFrame) -> bool:
     return frees >= CHURN_FREE_MIN_RATIO * (inside.height - frees)
 
 
+def _as_slow_as_a_load(usual: str) -> pl.Expr:
+    """A call that took as long as loading a module: at least :data:`WARMUP_LAUNCH_MIN_NS` and
+    :data:`WARMUP_LAUNCH_FACTOR` times its thread's ``usual`` call (at most
+    :data:`WARM_LAUNCH_MAX_NS`)."""
+    return (pl.col("dur_ns") >= WARMUP_LAUNCH_MIN_NS) & (
+        pl.col("dur_ns")
+        >= WARMUP_LAUNCH_FACTOR * pl.min_horizontal(usual, pl.lit(WARM_LAUNCH_MAX_NS))
+    )
+
+
 def warmup_calls(ctx: Context) -> pl.DataFrame:
     """The host's one-time calls (name, start_ns, end_ns, dur_ns, kind): each kernel's first
     launch where it is far slower than its thread's usual launch (:data:`WARMUP_LAUNCH_MIN_NS`,
@@ -675,13 +685,7 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
     first = pl.DataFrame(schema={**{c: calls.schema[c] for c in cols}, "kind": pl.String})
     if launches.height:
         typical = launches.group_by("tid").agg(pl.col("dur_ns").median().alias("_med"))
-        slow = launches.join(typical, on="tid", how="left").filter(
-            (pl.col("dur_ns") >= WARMUP_LAUNCH_MIN_NS)
-            & (
-                pl.col("dur_ns")
-                >= WARMUP_LAUNCH_FACTOR * pl.min_horizontal("_med", pl.lit(WARM_LAUNCH_MAX_NS))
-            )
-        )
+        slow = launches.join(typical, on="tid", how="left").filter(_as_slow_as_a_load("_med"))
         if slow.height:
             # its kernel's first launch in the trace (a launch whose work is unknown counts)
             firsts = (
@@ -712,18 +716,10 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
             ).select(*cols, pl.lit("first_launch").alias("kind"))
     # a function attribute query as slow as a first launch loaded the function's module
     queries = ctx.rows(API_KINDS, FUNC_ATTRIBUTE_API, columns=tuple(cols))
-    usual = calls.group_by("tid").agg(pl.col("dur_ns").median().alias("_med"))
-    queries = (
-        queries.join(usual, on="tid", how="left")
-        .filter(
-            (pl.col("dur_ns") >= WARMUP_LAUNCH_MIN_NS)
-            & (
-                pl.col("dur_ns")
-                >= WARMUP_LAUNCH_FACTOR * pl.min_horizontal("_med", pl.lit(WARM_LAUNCH_MAX_NS))
-            )
-        )
-        .select(*cols, pl.lit("load").alias("kind"))
-    )
+    if queries.height:  # the thread's usual call only where there is a query to judge
+        usual = calls.group_by("tid").agg(pl.col("dur_ns").median().alias("_med"))
+        queries = queries.join(usual, on="tid", how="left").filter(_as_slow_as_a_load("_med"))
+    queries = queries.select(*cols, pl.lit("load").alias("kind"))
     # nsys may record a call twice, nested (cudaLaunchKernel around cudaLaunchKernel_v7000)
     return (
         pl.concat([loads, compiling, first, queries]).unique(["tid", "start_ns"]).sort("start_ns")

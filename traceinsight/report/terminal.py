@@ -168,15 +168,14 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     det = (doc.get("details") or {}).get("regions") or {}
     total = (det.get("attributed_gpu_ns") or 0) + (det.get("unattributed_gpu_ns") or 0)
     # no region with GPU time (a window inside a loader stall): nothing to name
-    out = []
-    if top.get("gpu_ns_per_step") and total and top["gpu_ns"] < TOP_REGION_MIN_RATIO * total:
-        # the named regions hold little of it (a Trainer's loop names only its optimizer step)
-        out = [
-            f"  regions   most GPU time outside named regions ({fmt_pct(1 - top['gpu_ns'] / total)});"
-            f" the most in one: {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"
+    out = (
+        [
+            f"  regions   {_held_by(top['path'], top['gpu_ns'], total, 'GPU time', 'most GPU time in')}"
+            f": {fmt_ns(top['gpu_ns_per_step'])}{per}"
         ]
-    elif top.get("gpu_ns_per_step"):
-        out = [f"  regions   most GPU time in {top['path']}: {fmt_ns(top['gpu_ns_per_step'])}{per}"]
+        if top.get("gpu_ns_per_step")
+        else []
+    )
     # from the root with the most idle inside, down while one child holds most of it:
     # "Optimizer.step" says more than the step-wide range around it
     kids: dict[str | None, list[dict[str, Any]]] = {}
@@ -192,14 +191,21 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
         cause = max(idle["idle_by_cause_ns"].items(), key=lambda kv: kv[1])[0]
         label = "            " if out else "  regions   "
         all_idle = ((doc.get("details") or {}).get("idle") or {}).get("idle_ns") or 0
-        where = f"the idle is in {idle['path']}"
-        if all_idle and idle["idle_ns"] < TOP_REGION_MIN_RATIO * all_idle:
-            where = (
-                f"most idle outside named regions ({fmt_pct(1 - idle['idle_ns'] / all_idle)});"
-                f" the most in one: {idle['path']}"
-            )
+        where = _held_by(idle["path"], idle["idle_ns"], all_idle, "idle", "the idle is in")
         out.append(f"{label}{where}: {fmt_ns(idle['idle_ns'] / steps)}{per} (mostly {cause})")
     return out
+
+
+def _held_by(path: str, part: float, whole: float, what: str, held: str) -> str:
+    """``held path`` where the region holds at least TOP_REGION_MIN_RATIO of ``whole``; else
+    most of ``what`` lies outside named regions (a Trainer's loop names only its optimizer
+    step), and the region is the one holding the most."""
+    if whole and part < TOP_REGION_MIN_RATIO * whole:
+        return (
+            f"most {what} outside named regions ({fmt_pct(1 - part / whole)}); the most in one: "
+            f"{path}"
+        )
+    return f"{held} {path}"
 
 
 def _saving(w: dict[str, Any], per: str = "per step") -> str:
