@@ -183,6 +183,11 @@ def test_attention_flops_causal_halves() -> None:
         ("NVIDIA H100 NVL", 100e9, 132, "9.0", "H100-NVL", 835.5),
         ("NVIDIA GH200 480GB", 102e9, 132, "9.0", "GH200-96GB", 989.5),
         ("NVIDIA A100 80GB PCIe", 85e9, 108, "8.0", "A100-PCIE-80GB", 312.0),
+        # DeepSeek's public H800 profile (audit 5): no spec, so no MFU and no roofline
+        ("NVIDIA H800", 84943110144, 132, "9.0", "H800-SXM", 989.5),
+        ("NVIDIA H800 PCIe", 85e9, 114, "9.0", "H800-PCIE", 756.5),
+        ("NVIDIA A800-SXM4-80GB", 85e9, 108, "8.0", "A800-SXM4-80GB", 312.0),
+        ("NVIDIA A800 80GB PCIe", 85e9, 108, "8.0", "A800-PCIE-80GB", 312.0),
         ("NVIDIA GeForce RTX 3080", 10736893952, 68, "8.6", None, None),
     ],
 )
@@ -463,6 +468,18 @@ def test_unaligned_gemms_by_hand() -> None:
     assert unaligned_gemms(far, None).gemms == ()
 
 
+def test_small_gemms_are_not_misaligned() -> None:
+    """Padding is the fix only where it adds little work (PAD_WORK_MAX_RATIO 1.25). Audit 5:
+    TimeSformer's temporal attention, 8x8x64 batched GEMMs at a fraction of the roofline,
+    read "64-unaligned: padding saves 16.40 ms", where padding to 64 multiplies the work
+    64-fold; a GEMV's M of 1 padded to 8, 8-fold. A 4000-row GEMM padded to 4032: 1.008."""
+    from traceinsight.model.devices import lookup
+
+    h200 = lookup("NVIDIA H200", 150_000_000_000)
+    slow = _gemms([(8, 8, 64, 50_000), (1, 4096, 4096, 500_000), (4000, 4096, 4096, 900_000)])
+    assert [(g.m, g.alignment) for g in unaligned_gemms(slow, None, h200).gemms] == [(4000, "64")]
+
+
 def test_unaligned_gemms_against_the_roofline_without_aligned_ones() -> None:
     """Every GEMM unaligned: judged against the device's roofline (H200 bf16 989.5 TFLOP/s,
     4.8 TB/s) at half the attainable rate. 3137x3137x64 (K = 64): 1.26 GFLOP over 20.5 MB,
@@ -532,3 +549,39 @@ def test_tensor_dtypes_without_a_spec(rel: str, has_bf16: bool) -> None:
     assert a.results.efficiency.device.has_bf16 is has_bf16
     f = next(f for f in a.findings if f.id == "fp32_compute")
     assert f.recommendation == FP16_ADVICE[0]
+
+
+def test_occupancy_unknown_without_registers_or_kinetos_estimate() -> None:
+    """Audit 5: ROCm's Kineto records no registers or shared memory, so a launch configuration
+    bounds occupancy only from above (a register-limited GEMM read 100%: "occupancy 100.0%"
+    on three MI300 traces); and Kineto's 0 is a failed query (an H800 step's
+    cudaLaunchKernelExC kernels: "occupancy 0.0%"). Both are unknown, not a value, except
+    where the grid alone keeps the kernel low; and no median from so few known kernels."""
+    from dataclasses import replace
+
+    from traceinsight.analyzers import efficiency as eff
+    from traceinsight.analyzers.context import build_context
+    from traceinsight.parsers import load_trace
+
+    amd = ROOT / "fixtures" / "foreign" / "tl_mi300_ddp_resnet18.json.gz"
+    ctx = build_context(load_trace(amd))
+    assert ctx.kernel_args.height and ctx.kernel_args["registers_per_thread"].null_count() == (
+        ctx.kernel_args.height
+    )
+    assert analyzed(amd).results.efficiency.occupancy.median is None
+    # a CUDA trace whose kernels lost their registers and whose Kineto estimates all read 0
+    ctx = build_context(load_trace(ROOT / "fixtures" / "h200" / "healthy_bf16.pt.trace.json.xz"))
+    k = eff._kernels(ctx).with_columns(pl.lit(False).alias("recomputed"))
+    zero = replace(
+        ctx,
+        kernel_args=ctx.kernel_args.with_columns(
+            occupancy_ratio=pl.lit(0.0), registers_per_thread=pl.lit(None, pl.Int64)
+        ),
+    )
+    got = eff._occupancy(zero, k, eff._spec(ctx)).filter(pl.col("occupancy").is_not_null())
+    # known only where the grid is too small to fill the device (low whatever the registers)
+    assert got.height < k.height / 2 and set(got["limiter"]) <= {"grid"}
+    assert got["occupancy"].max() < eff.LOW_OCCUPANCY
+    # with the registers, our estimate stands where Kineto's query failed
+    some = replace(ctx, kernel_args=ctx.kernel_args.with_columns(occupancy_ratio=pl.lit(0.0)))
+    assert eff._occupancy(some, k, eff._spec(ctx))["occupancy"].drop_nulls().len() > 1000

@@ -53,6 +53,12 @@ def run(path: Path, capsys, *extra: str) -> tuple[int, str, dict | None]:
 CASES: dict[str, tuple[bytes, int, str]] = {
     # name: (content, expected exit code, text expected in the error or warnings)
     "empty": (b"", 2, "empty file"),
+    # a clone without `git lfs pull` (audit 5: the pointer was read as JSON, "not valid JSON")
+    "lfs_pointer": (
+        b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"a" * 64 + b"\nsize 552960\n",
+        2,
+        "Git LFS pointer, not the trace: the object of 0.6 MB was not downloaded",
+    ),
     "zero_gzip": (b"\x1f\x8b", 2, "gzip"),
     "corrupt_gzip": (b"\x1f\x8b\x08\x00" + bytes(range(256)) * 2, 2, "gzip"),
     "zero_xz": (b"\xfd7zXZ\x00", 2, "xz"),

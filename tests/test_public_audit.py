@@ -180,6 +180,36 @@ def test_queued_work_behind_an_event_wait_is_a_dependency_under_a_blocking_copy(
     assert "dependency" in a.findings[0].title
     by = {f.id: f for f in a.findings}
     assert "host_sync" not in by or by["host_sync"].severity in ("info", "low")
+    # and the advice is the dependency's, not "more work per step" (audit 5: the prefill keeps
+    # the GPU 99.8% busy on either side of the gap)
+    f = a.findings[0]
+    assert "A larger batch does not shorten such a wait" in f.recommendation
+    assert "batch/sequence" not in f.recommendation and "wait_event" in f.snippet
+
+
+def test_a_gap_in_the_users_call_names_the_library_frame_under_it(tmp_path: Path) -> None:
+    """Audit 5: a TimeSformer pipeline's 269 ms before its first kernel read "mostly while the
+    host ran .../model.py(40): run_on_input" (the user's outermost call; library frames are not
+    the user's), where 190 ms of it was VideoMAE's preprocess. The gap [0.1, 100] ms: the user's
+    frame covers it, a library frame 70 ms of it (named after the user's), one inside that
+    20 ms (less than half: not named)."""
+    lib = "site-packages/transformers/models/videomae/image_processing_videomae.py(235): preprocess"
+    events = [
+        *_launch("aten::mm", "cudaLaunchKernel", 0.0, "gemm", 5.0, 95.0, 7, 1),
+        _x("app/model.py(40): run_on_input", "python_function", 50.0, 100_500.0),
+        _x(
+            "site-packages/transformers/pipelines/base.py(1200): __call__",
+            "python_function",
+            60.0,
+            100_000.0,
+        ),  # fmt: skip
+        _x(lib, "python_function", 20_000.0, 70_000.0),
+        _x("site-packages/av/container.py(12): decode", "python_function", 25_000.0, 20_000.0),
+        *_launch("aten::mm", "cudaLaunchKernel", 100_600.0, "gemm", 100_610.0, 95.0, 7, 2),
+    ]
+    a = traceinsight.analyze(_write(tmp_path, events, "preprocess"))
+    f = next(f for f in a.findings if f.id == "gpu_underutilized")
+    assert f"mostly while the host ran app/model.py(40): run_on_input > {lib}" in f.title, f.title
 
 
 def _read_back_gap(tmp: Path, *, queued: bool) -> Any:

@@ -247,3 +247,28 @@ def test_emit_nvtx_op_ranges_are_not_regions():
     e.kernel("ampere_bf16_s16816gemm_bf16_128x128", 200, 50, launch_us=160)
     r = _regions(analyze_trace(e.trace()))
     assert set(r) == {"my_block"} and r["my_block"]["gpu_ns"] == 50 * US
+
+
+def test_concurrent_streams_are_said_as_busy_time():
+    """Audit 5: DeepSeek's pipeline range read "206.71 ms per step" of GPU time in a 129.54 ms
+    step: summed durations of compute and all-to-all kernels running side by side. Here
+    forward launches a 100 us gemm at 60 (runs [100,200)) and a 90 us kernel on another stream
+    at 70 (runs [110,200)): 190 us of work, 100 us busy; the 40 us kernel at [260,300) adds
+    40 to both."""
+    from traceinsight.report.terminal import render_summary
+
+    e = Events()
+    e.step(1, 0, 1000)
+    e.annotation("forward", 0, 400)
+    e.kernel("ampere_sgemm_128x64_nn", 100, 100, launch_us=60)
+    e.kernel("ncclDevKernel_AllToAll", 110, 90, launch_us=70, stream=9)
+    e.kernel("vectorized_elementwise_kernel", 260, 40, launch_us=250)
+    a = analyze_trace(e.trace())
+    fwd = _regions(a)["forward"]
+    assert fwd["gpu_ns"] == 230 * US and fwd["gpu_busy_ns"] == 140 * US
+    text = render_summary(a.to_json())
+    assert (
+        "most GPU time in forward: 140.0 us per step busy (230.0 us of work on concurrent" in text
+    )
+    # one stream: the sum is the busy time, said once
+    assert _regions(analyze_trace(_model().trace()))["forward"]["gpu_busy_ns"] == 240 * US

@@ -8,7 +8,8 @@ spins until every rank has arrived, so each rank's kernel splits into waiting
 ``[start, last arrival)`` and transfer ``[last arrival, end)``. Waiting costs the rank only where
 its GPU has nothing else to do: the part hidden behind its own compute (a bucket launched early in
 backward) is not charged. What is charged to the straggler is that exposed waiting inside the
-window, per step, net of the lead the waiting rank already had when the step began.
+window, per step, with arrivals compared on one clock: each rank's clock offset is read off the
+collectives' ends, which every rank reaches together.
 """
 
 from __future__ import annotations
@@ -132,6 +133,12 @@ def rank_payload(
     )
 
 
+# Collectives on one host end within a few microseconds of each other, not together (the H200
+# DDP pair: medians 0.4-7.7 us apart, one arrival in 52 flipped by taking that out): a clock
+# offset below this is such noise, not another host's clock.
+CLOCK_OFFSET_MIN_NS = 50_000
+
+
 @dataclass(frozen=True)
 class CrossRankResult:
     ranks: tuple[int, ...]
@@ -152,7 +159,8 @@ class CrossRankResult:
     exposed_wait_by_rank_ns: dict[str, int] = field(default_factory=dict)  # not behind compute
     transfer_by_rank_ns: dict[str, int] = field(default_factory=dict)
     charged_by_rank_ns: dict[str, int] = field(default_factory=dict)  # to the straggler, net
-    entry_skew_by_rank_ns: dict[str, int] = field(default_factory=dict)  # lead subtracted
+    # each rank's clock against the others' (from the collectives' ends), taken out of arrivals
+    clock_offset_by_rank_ns: dict[str, int] = field(default_factory=dict)
     # rank -> kind -> {count, wait_ns, exposed_wait_ns, transfer_ns}
     comm_split: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     job_step_ns: int = 0  # sum over common steps of the slowest rank's step (else widest window)
@@ -276,11 +284,30 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         )
     if n == 0:
         return CrossRankResult(**{**empty.__dict__, "warnings": tuple(warnings)})
+    # Each rank's clock against the others': a collective ends on every rank within
+    # microseconds of the last arrival, so the median distance of a rank's ends from each
+    # matched collective's median end is its clock's offset (ranks on other hosts read other
+    # clocks; one host's ranks share one). Arrivals are compared on the common clock.
+    # (two steps: a window inside a window of other keys is not evaluated as one)
+    df = (
+        df.with_columns(
+            (pl.col("end_ns") - pl.col("end_ns").median().over("step", "k")).alias("_d")
+        )
+        .with_columns(pl.col("_d").median().over("rank").round().cast(pl.Int64).alias("clock_ns"))
+        .with_columns(
+            pl.when(pl.col("clock_ns").abs() >= CLOCK_OFFSET_MIN_NS)
+            .then("clock_ns")
+            .otherwise(0)
+            .alias("clock_ns")
+        )
+        .with_columns((pl.col("start_ns") - pl.col("clock_ns")).alias("_arrival"))
+    )
     df = df.with_columns(
-        pl.col("start_ns").max().over("step", "k").alias("last_start"),
-        pl.col("rank").sort_by("start_ns", "rank").last().over("step", "k").alias("last_rank"),
+        (pl.col("_arrival").max().over("step", "k") + pl.col("clock_ns")).alias("last_start"),
+        pl.col("rank").sort_by("_arrival", "rank").last().over("step", "k").alias("last_rank"),
         pl.col("name").n_unique().over("step", "k").alias("names"),
     )
+    clocks = df.group_by("rank").agg(pl.col("clock_ns").first())
     mismatches = df.filter(pl.col("names") > 1).select("step", "k").unique().height
     if mismatches:
         warnings.append(
@@ -302,33 +329,18 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         if cand is not None
         else None
     )
-    # Charged: per waiting rank and step, the exposed waiting for the candidate, less the lead
-    # the waiting rank had over it at step entry (that skew was there before the step's work).
+    # Charged: per waiting rank and step, the exposed waiting (on the common clock) for the
+    # candidate. A rank entering the step late is late: DLRM's rank 7 entered its step 7.5 ms
+    # after rank 1 and kept the others waiting 5.1 ms each at the first all-to-all, which a
+    # lead subtracted at step entry charged as 1.5 ms (audit 5); a clock's offset is taken out
+    # by the collectives' ends instead.
     charged = pl.DataFrame(schema={"rank": pl.Int64, "step": pl.Int64, "charged_ns": pl.Int64})
-    skews = charged.select("rank", pl.col("charged_ns").alias("skew_ns"))
     if cand is not None:
-        lead = (
-            steps.join(
-                steps.filter(pl.col("rank") == cand).select("step", pl.col("entry_ns").alias("c")),
-                on="step",
-            )
-            .select("rank", "step", (pl.col("c") - pl.col("entry_ns")).clip(0, None).alias("skew_ns"))
-        )  # fmt: skip
-        per_step = (
+        charged = (
             waited.filter(pl.col("last_rank") == cand)
             .group_by("rank", "step")
-            .agg(pl.col("exposed_wait_ns").sum())
-            .join(lead, on=["rank", "step"], how="left")
-            .with_columns(
-                pl.min_horizontal(pl.col("skew_ns").fill_null(0), "exposed_wait_ns").alias(
-                    "skew_ns"
-                )
-            )
+            .agg(pl.col("exposed_wait_ns").sum().alias("charged_ns"))
         )
-        charged = per_step.select(
-            "rank", "step", (pl.col("exposed_wait_ns") - pl.col("skew_ns")).alias("charged_ns")
-        )
-        skews = per_step.select("rank", "skew_ns")
     charged_total = int(charged["charged_ns"].sum()) if charged.height else 0
     straggler = (
         cand
@@ -378,7 +390,7 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         exposed_wait_by_rank_ns=_by_rank(df, "exposed_wait_ns", ranks),
         transfer_by_rank_ns=_by_rank(df, "transfer_ns", ranks),
         charged_by_rank_ns=_by_rank(charged, "charged_ns", ranks) if straggler is not None else {},
-        entry_skew_by_rank_ns=_by_rank(skews, "skew_ns", ranks) if straggler is not None else {},
+        clock_offset_by_rank_ns=_by_rank(clocks, "clock_ns", ranks),
         comm_split=comm_split,
         job_step_ns=job_step,
     )

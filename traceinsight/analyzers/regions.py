@@ -33,6 +33,7 @@ MODULE_PATTERN = r"^nn\.Module: "
 SEP = "/"
 MAX_DEPTH = 64  # deeper nesting is cut there (a runaway recursion), not an error
 TOP_REGIONS = 300  # the JSON keeps the regions with the most GPU time (the rest are counted)
+BUSY_REGIONS = 8  # the regions with the most GPU time whose busy time (a union) is computed
 _RANGE_SCHEMA = {"path_id": pl.Int64, "start_ns": pl.Int64, "end_ns": pl.Int64}
 _PATH_SCHEMA = {"path_id": pl.Int64, "path": pl.String}
 
@@ -220,10 +221,10 @@ def analyze_regions(ctx: Context, idle: IdleResult) -> RegionResult:
             pl.col("launch_tid").fill_null(-1),
             "launch_start_ns",
             pl.col("kernel_class").cast(pl.String).fill_null("other"),
-            (pl.min_horizontal("end_ns", pl.lit(hi)) - pl.max_horizontal("start_ns", pl.lit(lo)))
-            .clip(0, None)
-            .alias("dur_ns"),
+            pl.max_horizontal("start_ns", pl.lit(lo)).alias("start_ns"),
+            pl.min_horizontal("end_ns", pl.lit(hi)).alias("end_ns"),
         )
+        .with_columns((pl.col("end_ns") - pl.col("start_ns")).clip(0, None).alias("dur_ns"))
         .collect()
     )
     # activity the join has no launch for still counts as GPU time (outside every region)
@@ -287,8 +288,9 @@ def analyze_regions(ctx: Context, idle: IdleResult) -> RegionResult:
         )
     )
     ordered = per_path.sort(["gpu_ns", "path"], descending=[True, False])
+    busy = _busy_ns(owned.with_columns(owner_path.alias("self_id")), chains, ordered)
     top = ordered.head(TOP_REGIONS).sort("path")  # parents before children
-    regions = tuple(_region_json(r, steps) for r in top.iter_rows(named=True))
+    regions = tuple(_region_json(r, steps, busy) for r in top.iter_rows(named=True))
     attributed = int(owned.get_column("dur_ns").sum() or 0)
     return RegionResult(
         region_count=per_path.height,
@@ -385,7 +387,24 @@ def _idle_by_path(spans: pl.DataFrame, idle: IdleResult) -> pl.DataFrame:
     return paths.join(both, on="path_id", how="left").with_columns(pl.col(names).fill_null(0))
 
 
-def _region_json(r: dict[str, Any], steps: int) -> dict[str, Any]:
+def _busy_ns(owned: pl.DataFrame, chains: pl.DataFrame, ordered: pl.DataFrame) -> dict[int, int]:
+    """For the :data:`BUSY_REGIONS` regions with the most GPU time: the time the GPU was busy
+    with work launched inside them (the union of its intervals). ``gpu_ns`` sums durations, so
+    work on concurrent streams counts once per stream: a DeepSeek step's pipeline range read
+    206.71 ms of GPU time in a 129.54 ms step (audit 5). Only the few regions a summary names:
+    a union per region over every level of the tree would sort the launches once per level."""
+    ids = ordered.head(BUSY_REGIONS).get_column("path_id")
+    if ids.len() == 0 or owned.height == 0:
+        return {}
+    rows = owned.select("self_id", "start_ns", "end_ns").join(
+        chains.filter(pl.col("path_id").is_in(ids.implode())), on="self_id"
+    )
+    merged = iv.union(rows.select("path_id", "start_ns", "end_ns"), by=["path_id"])
+    out = merged.group_by("path_id").agg((pl.col("end_ns") - pl.col("start_ns")).sum())
+    return dict(out.iter_rows())
+
+
+def _region_json(r: dict[str, Any], steps: int, busy: dict[int, int]) -> dict[str, Any]:
     by_cause = {c: int(r[f"idle_{c}"] or 0) for c in CAUSES}
     classes = sorted(r["classes"] or [], key=lambda c: -c["gpu_ns"])
     return {
@@ -399,6 +418,8 @@ def _region_json(r: dict[str, Any], steps: int) -> dict[str, Any]:
         "gpu_ns": int(r["gpu_ns"]),
         "self_gpu_ns": int(r["self_gpu_ns"]),
         "gpu_ns_per_step": r["gpu_ns"] / steps,
+        # the union of that work (BUSY_REGIONS regions only, else null): at most the wall time
+        "gpu_busy_ns": busy.get(r["path_id"]),
         "idle_ns": sum(by_cause.values()),
         "idle_by_cause_ns": by_cause,
         "kernel_classes_ns": {c["kernel_class"]: int(c["gpu_ns"]) for c in classes},

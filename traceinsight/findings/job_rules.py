@@ -61,7 +61,7 @@ def _straggler(cross: CrossRankResult, t: Thresholds) -> tuple[Draft, int] | Non
             "wait_caused_ns": cross.wait_caused_ns,
             "charged_by_rank_ns": others,
             "wait_by_kind_ns": by_kind,
-            "entry_skew_by_rank_ns": cross.entry_skew_by_rank_ns,
+            "clock_offset_by_rank_ns": cross.clock_offset_by_rank_ns,
             "wait_by_rank_ns": cross.wait_by_rank_ns,
             "exposed_wait_by_rank_ns": cross.exposed_wait_by_rank_ns,
             "caused_ratio": cross.straggler_caused_ratio,

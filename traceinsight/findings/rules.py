@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.host_ops import HostOpsResult
-from traceinsight.analyzers.idle import IdleSegment
+from traceinsight.analyzers.idle import CALLEE_SEP, IdleSegment
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.whatif import LoaderPlan, WhatIf, loader_plan
 from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
@@ -1726,16 +1726,21 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     segs = x.segments("cpu_work", 10)
     top_ops = [s.host_op for s in segs if s.host_op]
     where = _mostly(segs, x.idle("cpu_work"), x.t["underutilized_op_min_ratio"], x.framework)
+    advice = None
     if x.idle("gpu_wait") >= x.t["underutilized_op_min_ratio"] * max(1, rest):
         # work was queued and waited on something the trace does not show; on one stream
         # nothing but the device's own gap between queued kernels
+        one_stream = idle.max_streams_per_device == 1 and idle.stream_wait_calls == 0
         where = (
             ", mostly between kernels already queued on one stream (the device's own gaps "
             "between them: fewer, larger kernels shorten them)"
-            if idle.max_streams_per_device == 1 and idle.stream_wait_calls == 0
+            if one_stream
             else ", mostly with work queued that waited on a dependency (another stream, or an "
             "event recorded outside the trace)"
         )
+        # more work per step does not shorten a wait for another stream's or process's event
+        # (audit 5: an SGLang prefill's 493 ms, the GPU 99.8% busy on either side of it)
+        advice = None if one_stream else DEPENDENCY_WAIT_ADVICE
     return Draft(
         rest,
         f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "
@@ -1748,7 +1753,26 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
             "cpu_work_idle_ns": x.idle("cpu_work"),
             "top_host_ops_during_idle": top_ops[:5],
         },
+        recommendation=advice,
+        snippet=DEPENDENCY_WAIT_SNIPPET if advice else None,
     )
+
+
+DEPENDENCY_WAIT_ADVICE = (
+    "The GPU had work queued that waited for a dependency: a stream wait "
+    "(cudaStreamWaitEvent/hipStreamWaitEvent) on an event that another stream, thread or "
+    "process records, outside this trace or late. Capture every stream and process taking part "
+    "(all ranks, the scheduler's threads) to see who records it, then have it recorded as soon "
+    "as its work is done, or drop the wait; a host call blocking on the same stream (a "
+    "synchronous copy, .item()) waits with it. A larger batch does not shorten such a wait."
+)
+DEPENDENCY_WAIT_SNIPPET = (
+    "# a wait holds every later launch on this stream until the event is recorded elsewhere:\n"
+    "# record it right after the work it guards, on the stream that ran that work\n"
+    "done = torch.cuda.Event()\n"
+    "done.record(producer_stream)\n"
+    "torch.cuda.current_stream().wait_event(done)"
+)
 
 
 def diagnose(
@@ -1781,10 +1805,17 @@ def _mostly(
     recorded op (Python between ops), where either holds ``min_ratio`` of it."""
     if cpu_work_ns <= 0 or not segs:
         return " with no more specific cause"
-    by_op: dict[str | None, int] = {}
-    for s in segs:
-        by_op[s.host_op] = by_op.get(s.host_op, 0) + s.dur_ns
-    op, ns = max(by_op.items(), key=lambda kv: kv[1])
+
+    def top(name: Callable[[str | None], str | None]) -> tuple[str | None, int]:
+        by_op: dict[str | None, int] = {}
+        for s in segs:
+            by_op[name(s.host_op)] = by_op.get(name(s.host_op), 0) + s.dur_ns
+        return max(by_op.items(), key=lambda kv: kv[1])
+
+    op, ns = top(lambda o: o)
+    if ns < min_ratio * cpu_work_ns:
+        # the user's frame alone, where the library calls under it differ gap by gap
+        op, ns = top(lambda o: o.split(CALLEE_SEP)[0] if o else o)
     if ns < min_ratio * cpu_work_ns:
         return " with no more specific cause"
     if op is None:

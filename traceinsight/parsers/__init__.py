@@ -25,6 +25,8 @@ def detect_format(path: Path) -> str:
         return "nsys-rep"
     if kind == "empty":
         raise InputError("empty file (0 bytes)", str(path))
+    if kind == "lfs-pointer":
+        raise InputError(_lfs_message(path), str(path))
     from traceinsight.parsers.rocprof import looks_like_rocprof_json
 
     if looks_like_rocprof_json(head_bytes(path)):
@@ -63,3 +65,16 @@ def load_trace(
     from traceinsight.parsers.nsys import parse_nsys_rep
 
     return parse_nsys_rep(p, threads=threads)
+
+
+def _lfs_message(path: Path) -> str:
+    """What the pointer stands for, from its ``size`` line."""
+    size = None
+    for line in head_bytes(path, 512).decode("ascii", "replace").splitlines():
+        if line.startswith("size ") and line[5:].strip().isdigit():
+            size = int(line[5:])
+    what = f" of {size / 1e6:,.1f} MB" if size is not None else ""
+    return (
+        f"a Git LFS pointer, not the trace: the object{what} was not downloaded "
+        "(run 'git lfs pull' in its repository)"
+    )

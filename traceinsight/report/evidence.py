@@ -171,7 +171,7 @@ LABELS = {
     "wait_caused_ns": "waiting caused on the others",
     "charged_by_rank_ns": "waiting charged, by waiting rank",
     "wait_by_kind_ns": "waiting by rank and collective kind",
-    "entry_skew_by_rank_ns": "late at step entry, by rank",
+    "clock_offset_by_rank_ns": "clock offset from the collectives' ends, by rank",
     "wait_by_rank_ns": "waiting for peers, by rank",
     "exposed_wait_by_rank_ns": "waiting not hidden, by rank",
     "caused_ratio": "share of the waiting it caused",

@@ -171,7 +171,7 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
     out = (
         [
             f"  regions   {_held_by(top['path'], top['gpu_ns'], total, 'GPU time', 'most GPU time in')}"
-            f": {fmt_ns(top['gpu_ns_per_step'])}{per}"
+            f": {_gpu_time(top, steps, per)}"
         ]
         if top.get("gpu_ns_per_step")
         else []
@@ -194,6 +194,23 @@ def _region_lines(doc: dict[str, Any]) -> list[str]:
         where = _held_by(idle["path"], idle["idle_ns"], all_idle, "idle", "the idle is in")
         out.append(f"{label}{where}: {fmt_ns(idle['idle_ns'] / steps)}{per} (mostly {cause})")
     return out
+
+
+# work on concurrent streams: a region's summed kernel time above its busy time by this much
+# is said as both
+CONCURRENT_MIN_RATIO = 1.05
+
+
+def _gpu_time(region: dict[str, Any], steps: int, per: str) -> str:
+    """A region's GPU time: its summed durations, or, where work on concurrent streams makes
+    that sum exceed the time the GPU was busy with it, the busy time and the sum."""
+    busy = region.get("gpu_busy_ns")
+    if busy and region["gpu_ns"] > CONCURRENT_MIN_RATIO * busy:
+        return (
+            f"{fmt_ns(busy / steps)}{per} busy ({fmt_ns(region['gpu_ns_per_step'])} of work on "
+            "concurrent streams)"
+        )
+    return f"{fmt_ns(region['gpu_ns_per_step'])}{per}"
 
 
 def _held_by(path: str, part: float, whole: float, what: str, held: str) -> str:
