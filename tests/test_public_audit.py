@@ -148,6 +148,9 @@ def test_a_window_that_is_one_graph_capture_is_a_first_pass(tmp_path: Path) -> N
     assert a.results.idle.cold_window
     above_low = [f.id for f in a.findings if f.severity not in ("low", "info")]
     assert "allocator_churn" not in above_low, [(f.id, f.severity) for f in a.findings]
+    # nor at all (audit 6: the real capture's two frees, under torch.cuda.graph's __enter__,
+    # were told low to "remove torch.cuda.empty_cache() from the loop")
+    assert "allocator_churn" not in {f.id for f in a.findings}
 
 
 def test_queued_work_behind_an_event_wait_is_a_dependency_under_a_blocking_copy(
@@ -301,3 +304,14 @@ def test_loader_idle_inside_longer_gaps_is_named(tmp_path: Path) -> None:
     f = next(f for f in a.findings if f.id == "dataloader_stall")
     assert f.cost_ns == 2_000_000 and f.evidence["idle_inside_calls_ns"] == 8_000_000
     assert "8.00 ms of GPU idle falls inside its calls" in f.title
+
+
+def test_a_gpu_named_but_no_cuda_recorded_is_said(tmp_path: Path) -> None:
+    """Audit 6: a Kineto trace from an RTX 4080 machine, its aten::to 511 ms, no runtime call
+    and no GPU event (the profiler's activities without CUDA), read "no GPU activity" with no
+    data-quality note. Now a warning (a CPU-only run on a GPU machine looks the same)."""
+    events = [_x("aten::to", "cpu_op", 0.0, 511_000.0), _x("aten::_to_copy", "cpu_op", 1.0, 510_000.0)]  # fmt: skip
+    a = traceinsight.analyze(_write(tmp_path, events, "no_cuda"))
+    check = next(c for c in a.results.health.checks if c["check"] == "device_activity_missing")
+    assert check["severity"] == "warning" and "ProfilerActivity.CUDA" in check["message"]
+    assert "no GPU activity in this trace, though it names a GPU: see data_quality" in a.warnings

@@ -91,8 +91,10 @@ def analyze_trace(
     warnings = list(trace.meta.warnings)
     warnings.extend(results.efficiency.warnings)
     lost = [c for c in results.health.checks if c["check"] == "device_activity_missing"]
-    if not ctx.has_gpu and lost:
+    if not ctx.has_gpu and any(c["severity"] == "error" for c in lost):
         warnings.append("no GPU activity recorded although the job used the GPU: see data_quality")
+    elif not ctx.has_gpu and lost:  # GPUs named, no CUDA call: CPU-only, or CUDA not recorded
+        warnings.append("no GPU activity in this trace, though it names a GPU: see data_quality")
     elif not ctx.has_gpu and ctx.trace_devices:
         warnings.append("no GPU activity in the window: its GPUs were idle all of it")
     elif not ctx.has_gpu:

@@ -101,7 +101,7 @@ def analyze_health(ctx: Context) -> HealthResult:
             _collisions(api),
             _launched_before_recording(ctx, absurd),
             _events_dropped(ctx),
-            _device_activity_missing(ev, api),
+            _device_activity_missing(ev, api, len(ctx.device_info)),
             _truncated(ctx),
             _rows_out_of_order(ctx),
         )
@@ -300,8 +300,13 @@ def _events_dropped(ctx: Context) -> dict[str, Any] | None:
     )
 
 
-def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, Any] | None:
-    """Launch calls (or module loads) but no GPU work of the kind they make."""
+def _device_activity_missing(
+    ev: pl.DataFrame, api: pl.DataFrame, named_gpus: int = 0
+) -> dict[str, Any] | None:
+    """Launch calls (or module loads) but no GPU work of the kind they make; or GPUs named
+    (``named_gpus``: the trace's device properties) and torch ops run, with no CUDA call at all
+    (a Kineto trace recorded without ProfilerActivity.CUDA on a GPU machine, audit 6: an RTX
+    4080's 511 ms ``aten::to`` read "no GPU activity", no finding, no warning)."""
     work = ev.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len().collect()
     count = dict(work.iter_rows())
     kernels, other = count.get("kernel", 0), count.get("memcpy", 0) + count.get("memset", 0)
@@ -320,6 +325,17 @@ def _device_activity_missing(ev: pl.DataFrame, api: pl.DataFrame) -> dict[str, A
             "the GPU activity not enabled). This is not a CPU-only job: re-record it."
         )
         n = launches
+    elif not other and api.height == 0 and named_gpus:
+        ops = ev.lazy().filter(pl.col("kind") == "cpu_op").select(pl.len()).collect().item()
+        if not ops:
+            return None
+        message = (
+            f"the trace names {plural(named_gpus, 'GPU')} but holds no CUDA call and no GPU "
+            f"activity beside {plural(ops, 'torch op')}: if the job used the GPU, its activity "
+            "was not recorded (torch.profiler without ProfilerActivity.CUDA); a CPU-only run is "
+            "analyzed as it is"
+        )
+        return _check("device_activity_missing", "warning", named_gpus, message, IDLE_RULES)
     elif other and (kernel_launches or loads):
         why = (
             plural(kernel_launches, "kernel launch call")

@@ -126,8 +126,8 @@ class LoaderPlan:
     step as run, the interval at which the loader delivers while it is the bound;
     ``compute_step_ns``: the step with the waits hidden (the advised loader: workers and
     pinned memory, whose pin-memory thread receives the batches). Where the step thread
-    loads (num_workers=0) the wait is the loading: ``loading_per_batch_ns`` and
-    ``workers_needed`` follow. Without pin_memory the step thread receives each batch itself:
+    loads (num_workers=0) the wait is the loading: ``loading_per_batch_ns`` (the step's over
+    its ``batches_per_step``) and ``workers_needed`` follow. Without pin_memory the step thread receives each batch itself:
     ``receive_ns`` for ``batch_tensors`` tensors (:func:`receive_ns`, the replay's
     ``dataloader_unpinned``). Where workers load, each takes (its count x the interval) per
     batch, and ``workers_factor`` times the workers hide it (the count is not in the trace).
@@ -144,6 +144,7 @@ class LoaderPlan:
     upper_bound_speedup: float
     batch_tensors: float | None = None
     receive_ns: int | None = None
+    batches_per_step: float = 1.0
 
     @property
     def assumed_step_ns(self) -> int:
@@ -151,26 +152,33 @@ class LoaderPlan:
 
 
 def loader_plan(
-    step_ns: float, hidden_ns: float, iterator: str | None, batch_tensors: float | None = None
+    step_ns: float,
+    hidden_ns: float,
+    iterator: str | None,
+    batch_tensors: float | None = None,
+    batches_per_step: float | None = None,
 ) -> LoaderPlan | None:
-    """The plan for a loader-bound step (None where hiding the loader saves nothing)."""
+    """The plan for a loader-bound step (None where hiding the loader saves nothing);
+    ``batches_per_step``: the loader's calls in a step (micro-batches, a dataset iterated)."""
     if hidden_ns <= 0 or step_ns <= hidden_ns:
         return None
     upper = step_ns / hidden_ns
     receive = receive_ns(batch_tensors)
+    batches = max(1.0, batches_per_step or 1.0)
     if iterator == "single_process":
         loading = step_ns - hidden_ns
         return LoaderPlan(
             iterator,
             round(step_ns),
             round(hidden_ns),
-            round(loading),
+            round(loading / batches),
             max(1, math.ceil(loading / hidden_ns)),
             None,
             step_ns / max(hidden_ns, loading / LOADER_ASSUMED_THROUGHPUT),
             upper,
             batch_tensors,
             receive,
+            batches,
         )
     return LoaderPlan(
         iterator,
@@ -183,4 +191,5 @@ def loader_plan(
         upper,
         batch_tensors,
         receive,
+        batches,
     )

@@ -70,8 +70,23 @@ def diagnose(
     (findings/savings.py), ranked: ``[0]`` is the biggest lever."""
     found = _rules.diagnose(results, t, framework)
     priced = savings.with_savings(found, results, RULES, t, results.idle.device_window_ns)
-    priced = _cold_capped(priced) if results.idle.cold_window else priced
+    if results.idle.cold_window:
+        priced = _capped(priced, "cold_window")
+    elif one_shot(results):
+        priced = _capped(priced, "one_shot")
     return _symptom_after_cause(priced)
+
+
+# A window whose GPU ran fewer kernels than this is one pass of a small program (audit 6: a
+# one-kernel CUDA test, its 108 us first launch loading the module, read launch_bound HIGH
+# 3.92x): nothing in it repeats, so nothing a loop would gain from
+ONE_SHOT_MAX_KERNELS = 10
+
+
+def one_shot(results: Results) -> bool:
+    """The window ran fewer than :data:`ONE_SHOT_MAX_KERNELS` kernels and marks no steps (the
+    kernels, not the launch calls: a rocprof trace records no host calls)."""
+    return results.steps.steps == 0 and results.kernels.kernel_count < ONE_SHOT_MAX_KERNELS
 
 
 def _symptom_after_cause(findings: list[Finding]) -> list[Finding]:
@@ -90,14 +105,15 @@ def _symptom_after_cause(findings: list[Finding]) -> list[Finding]:
     return out[: i + 1] + [var] + out[i + 1 :]
 
 
-def _cold_capped(findings: list[Finding]) -> list[Finding]:
-    """In a cold window the steady-state findings are at most low, tagged ``cold_window``."""
+def _capped(findings: list[Finding], tag: str) -> list[Finding]:
+    """In a cold window (or a one-shot program's) the steady-state findings are at most low,
+    tagged ``tag``."""
     low = SEVERITIES.index("low")
     out = [
         replace(
             f,
             severity=SEVERITIES[max(SEVERITIES.index(f.severity), low)],
-            tags=(*f.tags, "cold_window"),
+            tags=(*f.tags, tag),
         )
         if f.id in COLD_CAPPED
         else f

@@ -230,6 +230,11 @@ def allocator_churn(x: RuleInput) -> Draft | None:
         return None
     if any(f.id == "memory_fragmentation" for f in x.found):
         return None  # the same calls, explained by fragmentation
+    if x.r.idle.cold_window and any(f.id == "graph_capture" for f in x.found):
+        # a capture pass: torch.cuda.graph's __enter__ empties the cache before it captures
+        # (audit 6: SGLang's decode capture, its two frees under graphs.py's __enter__, was
+        # told to take empty_cache() out of the loop)
+        return None
     cost = _allocator_cost(x)
     empties = mem.empty_cache_calls_per_step or 0
     rec = None

@@ -126,7 +126,11 @@ def loader_plan_of(r: Results) -> LoaderPlan | None:
     if hidden is None:
         return None
     return loader_plan(
-        hidden.step_time_ns, hidden.step_time_after_ns, r.steps.loader_iterator, rp.batch_tensors
+        hidden.step_time_ns,
+        hidden.step_time_after_ns,
+        r.steps.loader_iterator,
+        rp.batch_tensors,
+        r.steps.loader_calls_per_step,
     )
 
 
@@ -222,7 +226,13 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         }
     elif plan is not None and plan.workers_needed is not None:
         n = plan.workers_needed
-        need = f"; num_workers={n} would hide loading of {fmt_ms(plan.loading_per_batch_ns or 0)} per batch"
+        several = (
+            f" ({plan.batches_per_step:g} batches a step)" if plan.batches_per_step > 1 else ""
+        )
+        need = (
+            f"; num_workers={n} would hide loading of {fmt_ms(plan.loading_per_batch_ns or 0)} "
+            f"per batch{several}"
+        )
     elif plan is not None and plan.workers_factor is not None and receiving:
         # the step thread's time in the loader is receiving, not waiting: more workers would
         # not shorten it, the pin-memory thread would take it (a ViT fed by 4 workers: 1.4 ms a

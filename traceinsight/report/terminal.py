@@ -130,7 +130,10 @@ def _efficiency_line(m: dict[str, Any]) -> list[str]:
     if m.get("mfu") is not None:
         parts.append(f"MFU {fmt_pct(m['mfu'])} (HFU {fmt_pct(m['hfu'])})")
     if m.get("flops_per_step") is not None:
-        parts.append(f"{m['flops_per_step'] / 1e12:.3g} TFLOP per step")
+        # without step markers the window is the one "step" (audit 6: "TFLOP per step" beside
+        # "no step markers")
+        per = "per step" if m.get("steps") else "in the window"
+        parts.append(f"{m['flops_per_step'] / 1e12:.3g} TFLOP {per}")
     if m.get("gemm_tflops") is not None:
         parts.append(f"GEMM/attention {m['gemm_tflops']:.0f} TFLOP/s")
     if m.get("memory_bound_bandwidth_ratio") is not None:
