@@ -661,3 +661,31 @@ def test_flops_of_a_window_without_steps_are_not_per_step():
     assert (
         "no step markers" in text and "TFLOP in the window" in text and "TFLOP per step" not in text
     )
+
+
+def test_a_graph_replays_a_wait_the_trace_does_not_show():
+    # a launch-bound step whose GPU also waits 20 ms for something outside the trace (an event
+    # another process records: SGLang's scheduler, audit 5): capturing the step in a graph
+    # removes the launches' gaps, not that wait
+    ev = Events()
+    for s in range(3):
+        t = s * 40_000.0
+        ev.step(s, t, 40_000)
+        for i in range(40):
+            ev.op("aten::add", t + i * 100, 90)
+            ev.kernel(
+                "vectorized_elementwise_kernel", t + i * 100 + 95, 5, launch_us=t + i * 100 + 2
+            )
+        # launched at 4.1 ms, run at 30 ms: nothing in the trace held it
+        ev.op("aten::mm", t + 4_100, 20)
+        ev.kernel("ampere_sgemm_128x64_nn", t + 30_000, 100, launch_us=t + 4_102)
+    from traceinsight.causal.transforms import UNTRACED_WAIT_MIN_NS, cuda_graphs
+
+    model = analyze_trace(ev.trace()).results.replay.model
+    waited = model.gpu.filter(pl.col("gap_ns") >= UNTRACED_WAIT_MIN_NS)
+    assert waited.height == 3 and (waited["after_op"] < 0).all()  # 25.8 ms, no op behind it
+    after = cuda_graphs(model).gpu.join(waited.select("op"), on="op")
+    assert after["gap_ns"].to_list() == waited["gap_ns"].to_list()
+    # the launches' own gaps go
+    rest = cuda_graphs(model).gpu.filter(~pl.col("op").is_in(waited["op"].implode()))
+    assert rest["gap_ns"].max() <= 400

@@ -37,6 +37,12 @@ GRAPH_LAUNCH_NS = 10_000  # one cudaGraphLaunch per step
 # optimizer, 507 nodes), ~0.4 us (a chain of tiny kernels; benchmarks/graph_step_cost.py and
 # graph_replay_cost.py)
 GRAPH_GAP_NS = 400
+# A GPU op that started this long after everything the model knows let it start waited for
+# something the trace does not hold (an event another process or an untraced stream records):
+# a graph replays that wait too. The device's own gaps between queued kernels are microseconds;
+# the largest such gap in the 60 H200 recordings is 2.3 ms (a graph replay's), SGLang's wait on
+# its scheduler's event 463 ms.
+UNTRACED_WAIT_MIN_NS = 5_000_000
 DISPATCH_CAP_RATIO = 4.0  # op time before a launch beyond 4x the median is not dispatch
 MIN_DISPATCH_CAP_NS = 20_000
 # AdamW(foreach=False) runs about a dozen elementwise kernels per parameter, each a pass over
@@ -289,8 +295,9 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
         shortest = int(opt.get_column("dur_ns").min() or 0) if opt.height else 0
         gap = gap + pl.col("capture_extra_kernels") * (shortest + GRAPH_GAP_NS)
     g = g.with_columns(
-        # a graph keeps its waits on other streams (event edges are captured too)
-        pl.when(graph_op & (pl.col("after_op") < 0))
+        # a graph keeps its waits on other streams (event edges are captured too), and on
+        # what the trace does not show
+        pl.when(graph_op & (pl.col("after_op") < 0) & (pl.col("gap_ns") < UNTRACED_WAIT_MIN_NS))
         .then(gap)
         .otherwise(pl.col("gap_ns"))
         .alias("gap_ns"),
