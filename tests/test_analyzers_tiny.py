@@ -689,3 +689,40 @@ def test_a_graph_replays_a_wait_the_trace_does_not_show():
     # the launches' own gaps go
     rest = cuda_graphs(model).gpu.filter(~pl.col("op").is_in(waited["op"].implode()))
     assert rest["gap_ns"].max() <= 400
+
+
+def test_optimizer_figures_of_the_outermost_ranges_of_one_class():
+    # audit 7: a wrapper optimizer's step holding its children's ranges read as several steps
+    # (TorchRec's CombinedOptimizer: "1979.83 ms per optimizer step" of one 4362.66 ms step),
+    # and two optimizers' figures were averaged (Shampoo and an EMA: 111.13 ms where Shampoo's
+    # were 209 ms). Two steps: Combined [100, 700) us holding Adam [150, 650) us with 4
+    # kernels launched inside, and EMA [800, 850) us with 1 kernel
+    ev = Events()
+    for s in range(2):
+        t = s * 1000.0
+        ev.step(s, t, 1000)
+        ev.annotation("Optimizer.step#CombinedOptimizer.step", t + 100, 600)
+        ev.annotation("Optimizer.step#Adam.step", t + 150, 500)
+        for i in range(4):
+            ev.kernel("adam_kernel", t + 200 + i * 100, 50, launch_us=t + 160 + i * 100)
+        ev.annotation("Optimizer.step#EMA.step", t + 800, 50)
+        ev.kernel("ema_kernel", t + 820, 20, launch_us=t + 805)
+    o = analyze_trace(ev.trace()).results.optimizer
+    assert (o.optimizer, o.optimizer_steps) == ("CombinedOptimizer", 2)
+    assert o.kernels_per_step == 4 and o.gpu_ns_per_step == 200 * US
+    assert o.host_ns_per_step == 600 * US
+
+
+def test_the_profilers_trailing_marker_is_no_step():
+    # audit 7: an MI250 trace's ProfilerStep#2 of 0.049 ms with no GPU work (the profiler
+    # stopping right after opening it) halved the median of two: 9.29 ms -> 4.67 ms
+    ev = Events()
+    ev.step(1, 0, 9000)
+    for i in range(10):
+        ev.op("aten::add", 100 + i * 800, 20)
+        ev.kernel("vectorized_elementwise_kernel", 150 + i * 800, 50, launch_us=105 + i * 800)
+    ev.step(2, 9000, 49)
+    a = analyze_trace(ev.trace())
+    assert a.results.steps.steps == 1
+    assert a.results.steps.step_time_median_ns == 9000 * US
+    assert a.metrics["window_ns"] == 9000 * US

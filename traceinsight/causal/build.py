@@ -188,13 +188,10 @@ WARMUP_DROP_MIN_STEPS = 4
 STUB_MAX_RATIO = 0.1
 
 
-def steady_steps(steps: pl.DataFrame) -> pl.DataFrame:
-    """The window's steady steps, the one notion every per-step number uses (the memory
-    analyzer's, the step model's): all but the first where there are
-    :data:`WARMUP_DROP_MIN_STEPS` or more (the first carries warm-up), else all; never the
-    last steps where they launched no GPU work while earlier ones did and were short
-    (:data:`STUB_MAX_RATIO`: the profiler stopped just after opening a step, a marker with
-    nothing in it, which a median of few steps would halve)."""
+def without_trailing_stubs(steps: pl.DataFrame) -> pl.DataFrame:
+    """The steps in time order, less the last ones that launched no GPU work while earlier ones
+    did and took under :data:`STUB_MAX_RATIO` of a working step's host time (the profiler's
+    marker opened just before it stopped)."""
     key = "host_start_ns" if "host_start_ns" in steps.columns else "start_ns"
     steps = steps.sort(key)
     if "launches" in steps.columns and steps.height > 1:
@@ -207,6 +204,17 @@ def steady_steps(steps: pl.DataFrame) -> pl.DataFrame:
             # it, where launches lack correlation ids, is a step)
             keep = steps.height - int(stub.reverse().cum_min().sum())
             steps = steps.slice(0, keep)
+    return steps
+
+
+def steady_steps(steps: pl.DataFrame) -> pl.DataFrame:
+    """The window's steady steps, the one notion every per-step number uses (the memory
+    analyzer's, the step model's): all but the first where there are
+    :data:`WARMUP_DROP_MIN_STEPS` or more (the first carries warm-up), else all; never the
+    last steps where they launched no GPU work while earlier ones did and were short
+    (:data:`STUB_MAX_RATIO`: the profiler stopped just after opening a step, a marker with
+    nothing in it, which a median of few steps would halve)."""
+    steps = without_trailing_stubs(steps)
     if steps.height < WARMUP_DROP_MIN_STEPS:
         return steps
     return steps.slice(1)
