@@ -726,3 +726,14 @@ def test_the_profilers_trailing_marker_is_no_step():
     assert a.results.steps.steps == 1
     assert a.results.steps.step_time_median_ns == 9000 * US
     assert a.metrics["window_ns"] == 9000 * US
+
+
+def test_loading_per_batch_says_which_step_it_is_of():
+    # audit 7: "would hide loading of 35.21 ms per batch" (the un-profiled step's) where the
+    # 2021 ResNet-50 sample's loader calls took ~50 ms as recorded
+    a = analyzed(
+        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+    )
+    f = next(f for f in a.findings if f.id == "dataloader_stall")
+    recorded = a.results.steps.dataloader_ns / a.results.steps.steps
+    assert f"per batch (un-profiled, {recorded / 1e6:.2f} ms as recorded)" in f.title, f.title
