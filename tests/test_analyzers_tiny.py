@@ -737,3 +737,30 @@ def test_loading_per_batch_says_which_step_it_is_of():
     f = next(f for f in a.findings if f.id == "dataloader_stall")
     recorded = a.results.steps.dataloader_ns / a.results.steps.steps
     assert f"per batch (un-profiled, {recorded / 1e6:.2f} ms as recorded)" in f.title, f.title
+
+
+def test_a_graph_adds_no_overlap_the_trace_did_not_show():
+    # audit 7: HTA's DDP trace, its per-gradient all-reduces serialized with compute by stream
+    # waits, read launch_bound 177.3 ms after graphs against 200.1 ms of GPU busy a step. Here
+    # each 1000 us step: a 100 us kernel, a 300 us all-reduce on stream 9 after it, two more
+    # kernels launched only once it ended (no wait the trace shows): busy 600 us a step
+    ev = Events()
+    for s in range(4):
+        t = s * 1000.0
+        ev.step(s, t, 1000)
+        ev.op("aten::mm", t, 5)
+        ev.kernel("ampere_sgemm_128x64_nn", t + 10, 100, launch_us=t + 1)
+        ev.op("nccl:all_reduce", t + 20, 5)
+        ev.kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 110, 300, launch_us=t + 21, stream=9
+        )
+        for i, at in enumerate((420, 700)):
+            ev.op("aten::mm", t + at - 100, 5)
+            ev.kernel("ampere_sgemm_128x64_nn", t + at + 5, 100, launch_us=t + at - 99)
+            ev.op("aten::add", t + at - 95, 90)  # host work that launches late
+    r = analyze_trace(ev.trace()).results.replay
+    from traceinsight.analyzers.replay import gpu_busy_per_step_ns
+
+    busy = gpu_busy_per_step_ns(r.model)
+    assert busy == pytest.approx(600 * US, rel=0.02)
+    assert r.what_if["cuda_graphs"].step_time_after_ns >= busy
