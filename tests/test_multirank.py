@@ -359,3 +359,21 @@ def test_a_real_job_whose_straggler_enters_the_step_late():
     f = next(f for f in job.findings if f.id == "straggler")
     assert f.severity == "high" and job.findings[0] is f
     assert "wait 5.04 ms each" in f.title
+
+
+def test_a_process_without_gpu_work_is_no_rank():
+    """Audit 8: an nvFuser export's test runner (18 kernels) and a helper python3 process (2 CUDA
+    calls, no GPU work) read as a two-rank job, rank 1 all "n/a". Left out, said in a warning."""
+    from traceinsight.api import without_idle_processes
+
+    r0, r1 = Events(rank=0, pid=1), Events(rank=1, pid=2)
+    r0.kernel(GEMM, 10, 100, launch_us=1).kernel(GEMM, 200, 100, launch_us=150)
+    r1.runtime("cudaGetDeviceCount", 5, 2).runtime("cudaFree", 20, 3)
+    trace = Events(rows=r0.rows + r1.rows).trace("helper")
+    one = without_idle_processes(trace)
+    assert one.events["rank"].unique().to_list() == [0] and one.meta.world_size is None
+    assert "1 process with no GPU work left out (ranks [1])" in one.meta.warnings[-1]
+    # both with GPU work: the job as it is
+    r1.kernel(GEMM, 10, 100, launch_us=1)
+    both = Events(rows=r0.rows + r1.rows).trace("two")
+    assert without_idle_processes(both) is both

@@ -315,3 +315,25 @@ def test_a_gpu_named_but_no_cuda_recorded_is_said(tmp_path: Path) -> None:
     check = next(c for c in a.results.health.checks if c["check"] == "device_activity_missing")
     assert check["severity"] == "warning" and "ProfilerActivity.CUDA" in check["message"]
     assert "no GPU activity in this trace, though it names a GPU: see data_quality" in a.warnings
+
+
+def test_pageable_copy_parts_add_up_to_the_title(tmp_path: Path) -> None:
+    """Audit 8: a saxpy export's title read "266.07 ms blocked (187.76 ms device-to-host, 167.68
+    ms host-to-device)": the parts were the calls' blocked time, the read-backs' waits for the
+    kernel included, and named the direction by them. The parts are the copies' own time: here
+    a 1.98 ms pageable HtoD, then a read-back that waits 5 ms for a kernel and copies 1 ms."""
+    rt = "cuda_runtime"
+    events = [
+        *_launch("aten::zero_", "cudaLaunchKernel", 0.0, "fill", 10.0, 5.0, 7, 9),
+        _x("cudaMemcpy", rt, 20.0, 1_990.0, correlation=1),
+        _dev("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 25.0, 1_980.0, 7, 1, bytes=8 << 20),
+        *_launch("aten::mul", "cudaLaunchKernel", 2_020.0, "saxpy", 2_030.0, 5_000.0, 7, 2),
+        _x("cudaMemcpy", rt, 2_030.0, 6_010.0, correlation=3),
+        _dev(
+            "Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 7_035.0, 1_000.0, 7, 3, bytes=4 << 20
+        ),
+    ]
+    a = traceinsight.analyze(_write(tmp_path, events, "saxpy_like"))
+    f = next(f for f in a.findings if f.id == "pageable_memcpy")
+    assert f.title.startswith("Host-to-device copies from pageable memory"), f.title
+    assert "2.99 ms blocked (1.99 ms host-to-device, 1.00 ms device-to-host)" in f.title, f.title

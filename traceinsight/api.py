@@ -17,7 +17,7 @@ from traceinsight.analysis import JobAnalysis, TraceAnalysis
 from traceinsight.errors import InputError, OutputError
 from traceinsight.inputs import ARCHIVE_SUFFIXES
 from traceinsight.io import atomic_path
-from traceinsight.model.schema import Trace
+from traceinsight.model.schema import GPU_ACTIVITY_KINDS, Trace
 from traceinsight.options import Options
 from traceinsight.parsers import load_trace
 from traceinsight.pipeline import analyze_trace, graded, rank_rows, view_events
@@ -95,9 +95,41 @@ def analyze_with(path: Path, opts: Options, runtime: Runtime) -> TraceAnalysis |
     )
     if opts.rank is not None:
         trace = rank_rows(trace, opts.rank)
+    elif trace.events["rank"].n_unique() > 1:
+        trace = without_idle_processes(trace)
     if trace.events["rank"].n_unique() > 1:
         return jobs.analyze_trace_ranks(trace, opts, runtime)
     return analyze_trace(trace, opts, runtime)
+
+
+def without_idle_processes(trace: Trace) -> Trace:
+    """A multi-process export less the processes that ran no GPU work while others did (a test
+    runner's helper with two CUDA calls made a one-GPU nvFuser export a two-rank job, audit 8),
+    said in a warning; the trace as it is where none or each of them ran some."""
+    ev = trace.events
+    working = (
+        ev.lazy()
+        .filter(pl.col("kind").is_in(GPU_ACTIVITY_KINDS))
+        .select(pl.col("rank").unique())
+        .collect()
+        .get_column("rank")
+        .drop_nulls()
+    )
+    ranks = ev.get_column("rank").drop_nulls().unique()
+    idle = ranks.filter(~ranks.is_in(working.implode())).sort().to_list()
+    if working.len() == 0 or not idle:
+        return trace
+    kept = ev.filter(pl.col("rank").is_in(working.implode()))
+    what = "process" if len(idle) == 1 else "processes"
+    note = f"{len(idle)} {what} with no GPU work left out (ranks {idle}): not a rank of the job"
+    one = working.len() == 1
+    view = trace.view(kept, rank=int(working[0]) if one else None)
+    meta = replace(
+        view.meta,
+        warnings=(*view.meta.warnings, note),
+        world_size=working.len() if not one else None,
+    )
+    return replace(view, meta=meta)
 
 
 def refuse_archive(path: Path) -> None:

@@ -647,7 +647,8 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     # the copies' own time under their calls: a read-back's wait for the queued work before it
     # is a sync's, which pinned memory does not remove
     cost = max(copies.host_blocking_copy_own_ns, x.idle("pageable_copy"))
-    by_kind = copies.host_blocking_copy_ns_by_kind
+    # the copies' own time by direction (the blocked time holds the waits for queued work)
+    by_kind = copies.host_blocking_copy_own_ns_by_kind or copies.host_blocking_copy_ns_by_kind
     dtoh, htod = by_kind.get("DtoH", 0), by_kind.get("HtoD", 0)
     readback = dtoh > htod
     title = (
@@ -655,7 +656,7 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
         if readback
         else f"Host-to-device copies from pageable memory block the host: {fmt_pct(ratio)} of HtoD bytes, {fmt_ms(cost)} blocked"
     )
-    if dtoh and htod:  # both directions block: the title's figure is both together
+    if dtoh and htod:  # both directions block: their own times, which the title's figure holds
         title += (
             f" ({fmt_ms(dtoh)} device-to-host, {fmt_ms(htod)} host-to-device)"
             if readback
@@ -673,7 +674,8 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
             "host_blocking_copy_count": copies.host_blocking_copy_count,
             "top_blocked_ns": blocked,
             "top_copies": list(copies.pageable_calls[:5]),
-            "blocked_ns_by_kind": dict(by_kind),
+            "blocked_ns_by_kind": dict(copies.host_blocking_copy_ns_by_kind),
+            "own_ns_by_kind": dict(by_kind),
             "sources": x.sources("blocking_copy"),
         },
         *(READBACK_ADVICE if readback else (None, None)),
