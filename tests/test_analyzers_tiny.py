@@ -763,3 +763,15 @@ def test_a_graph_adds_no_overlap_the_trace_did_not_show():
     busy = gpu_busy_per_step_ns(r.model)
     assert busy == pytest.approx(600 * US, rel=0.02)
     assert r.what_if["cuda_graphs"].step_time_after_ns >= busy
+
+
+def test_nvfusers_jit_is_a_one_time_cost():
+    # audit 8: an nvFuser nsys export's 837 ms of NVRTC compilation (its NVTX ranges) read as
+    # steady-state cpu_work with "more work per step" advice
+    ev = Events()
+    ev.kernel("k", 10, 50, launch_us=1)
+    ev.annotation("FusionKernelRuntime::compileFusionParallel", 70, 2000)
+    ev.annotation("executor_utils::NVRTC", 100, 1900)
+    ev.kernel("nvfuser_pointwise", 2100, 50, launch_us=2080)
+    causes = analyze_trace(ev.trace()).results.idle.idle_by_cause_ns
+    assert causes["warmup"] >= 2000 * US and causes.get("cpu_work", 0) < 100 * US, causes

@@ -1815,7 +1815,9 @@ def diagnose(
 
 # The host time outside every recorded op, by framework: what runs there and what names it.
 OUTSIDE_OPS: Mapping[str, str] = {
-    "pytorch": "Python between ops: with_stack=True names the lines",
+    # a PyTorch job recorded by nsys too (audit 8: torch.profiler's advice on an nsys export)
+    "pytorch": "Python between ops: Python stacks name the lines (torch.profiler's "
+    "with_stack=True; nsys profile --python-backtrace=cuda --python-sampling=true)",
     "cuda_app": "host code between CUDA calls: nsys profile --sample=cpu names the functions",
 }
 

@@ -85,7 +85,10 @@ FUNC_ATTRIBUTE_API = (
 COMPILE_PATTERN = (
     r"^(_compile\.compile_inner|OutputGraph\.call_user_compiler|compile_fx|GraphLowering\."
     r"|CachingAutotuner\.benchmark|PyCodeCache\.load|async_compile\.|compile_file"
-    r"|create_aot_dispatcher_function)"
+    r"|create_aot_dispatcher_function"
+    # nvFuser's JIT (its NVTX ranges in an nsys export: 837 ms of NVRTC read as steady-state
+    # cpu_work, audit 8)
+    r"|FusionKernelRuntime::compile|KernelExecutor::compile|executor_utils::NVRTC)"
 )
 # CUDA/HIP graph capture: launches between a begin and an end capture run nothing.
 CAPTURE_BEGIN_API = r"^(cuda|hip)StreamBeginCapture\w*|^cuStreamBeginCapture\w*"
