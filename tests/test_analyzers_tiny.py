@@ -775,3 +775,19 @@ def test_nvfusers_jit_is_a_one_time_cost():
     ev.kernel("nvfuser_pointwise", 2100, 50, launch_us=2080)
     causes = analyze_trace(ev.trace()).results.idle.idle_by_cause_ns
     assert causes["warmup"] >= 2000 * US and causes.get("cpu_work", 0) < 100 * US, causes
+
+
+def test_the_profilers_own_idle_is_explained():
+    # audit 8: an nsys export's 18.25 ms of idle under the profiler's overhead rows read "not
+    # explained by the other findings" (gpu_underutilized, first). Twelve 50 us kernels, then
+    # 5 ms under an overhead row before the last one
+    ev = Events()
+    for i in range(12):
+        ev.kernel("k", 10 + i * 60, 50, launch_us=5 + i * 60)
+    ev._add("overhead", "CUPTI buffer flush", 730, 5_000)
+    ev.kernel("k", 5_800, 50, launch_us=5_760)
+    a = analyze_trace(ev.trace())
+    idle = a.results.idle.idle_by_cause_ns
+    assert idle["profiler"] >= 4_900 * US, idle
+    f = next((f for f in a.findings if f.id == "gpu_underutilized"), None)
+    assert f is None or f.evidence["unexplained_idle_ns"] < 1_000 * US, f and f.evidence
