@@ -86,6 +86,7 @@ class Results:
             "flops_per_step": self.efficiency.flops.per_step,
             "mfu": self.efficiency.compute.mfu,
             "hfu": self.efficiency.compute.hfu,
+            "math_flops_coverage_ratio": self.efficiency.compute.math_flops_coverage_ratio,
             "achieved_tflops": dict(self.efficiency.compute.achieved_tflops),
             "gemm_tflops": self.efficiency.compute.gemm_tflops,
             "memory_bound_bandwidth_ratio": self.efficiency.compute.memory_bound_bandwidth_ratio,

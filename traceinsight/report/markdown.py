@@ -19,6 +19,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    mfu_words,
     per_step,
     plural,
     prediction_basis,
@@ -107,7 +108,7 @@ def _headline(doc: dict[str, Any]) -> list[str]:
             f"- **Bound by**: {_ENGINES.get(engine, engine)} (each engine 2x faster: {each})"
         )
     if m.get("mfu") is not None:
-        out.append(f"- **MFU**: {fmt_pct(m['mfu'])} (HFU {fmt_pct(m.get('hfu'))})")
+        out.append(f"- **MFU**: {mfu_words(m)[4:]}")
     peak = m.get("memory_peak_allocated_bytes")
     if isinstance(peak, dict):  # several devices: the largest
         peak = max((v for v in peak.values() if v is not None), default=None)

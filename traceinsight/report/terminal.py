@@ -17,6 +17,7 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    mfu_words,
     per_step,
     plural,
     prediction_basis,
@@ -128,7 +129,7 @@ def _efficiency_line(m: dict[str, Any]) -> list[str]:
     """MFU/HFU, GEMM TFLOP/s, bandwidth and occupancy where the trace gives any of them."""
     parts = []
     if m.get("mfu") is not None:
-        parts.append(f"MFU {fmt_pct(m['mfu'])} (HFU {fmt_pct(m['hfu'])})")
+        parts.append(mfu_words(m))
     if m.get("flops_per_step") is not None:
         # without step markers the window is the one "step" (audit 6: "TFLOP per step" beside
         # "no step markers")
