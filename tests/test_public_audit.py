@@ -337,3 +337,22 @@ def test_pageable_copy_parts_add_up_to_the_title(tmp_path: Path) -> None:
     f = next(f for f in a.findings if f.id == "pageable_memcpy")
     assert f.title.startswith("Host-to-device copies from pageable memory"), f.title
     assert "2.99 ms blocked (1.99 ms host-to-device, 1.00 ms device-to-host)" in f.title, f.title
+
+
+def test_an_overflowed_step_is_no_step(tmp_path: Path) -> None:
+    """Audit 9: HTA's Triton example, a ProfilerStep of 13.34 s around events that fit in
+    1.8 ms (its duration_invalid check flagged it), analyzed as a 13.34 s window ("cpu_work
+    13.33 s"). Such a range is no step: the window is the GPU's span."""
+    events = [
+        _x("ProfilerStep#1", "user_annotation", 0.0, 13_340_000.0),
+        *_launch(
+            "aten::add", "cudaLaunchKernel", 1_000.0, "triton_poi_fused_add", 1_350.0, 2.0, 7, 1
+        ),
+        *_launch(
+            "aten::mul", "cudaLaunchKernel", 1_500.0, "triton_poi_fused_mul", 1_800.0, 2.0, 7, 2
+        ),
+    ]
+    a = traceinsight.analyze(_write(tmp_path, events, "overflowed"))
+    assert a.results.steps.steps == 0
+    assert a.metrics["window_ns"] < 1_000_000
+    assert "duration_invalid" in _checks(a)

@@ -26,6 +26,9 @@ IDLE_CAUSES: dict[str, str | None] = {
     "capture": "graph_capture",
     "host_untraced": None,
 }
+# A duration this many times the capture's span of starts is an overflowed or corrupted value
+# (analyzers/health.py's duration_invalid check; the steps leave such a range out)
+ABSURD_SPAN_FACTOR = 10
 # What program a trace records (model/framework.py reads it off the trace): the first is the
 # default, whose advice is each rule's own; every other has its advice declared on each rule.
 Framework = Literal["pytorch", "cuda_app"]

@@ -12,7 +12,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.causal.build import without_trailing_stubs
-from traceinsight.constants import DEFAULT_STEP_PATTERN
+from traceinsight.constants import ABSURD_SPAN_FACTOR, DEFAULT_STEP_PATTERN
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import (
     API_KINDS,
@@ -364,6 +364,14 @@ def build_context(
     # millions of emit_nvtx range names costs 0.15 s a time)
     host_names = host_ops.get_column("name").unique()
     steps = find_steps(host_ops, step_pattern, host_names)
+    if steps.height and ev.height:
+        # an overflowed step duration (HTA's Triton example: a 13.34 s ProfilerStep around
+        # events that fit in 1.8 ms, flagged duration_invalid) is no step
+        first, last = ev.select(
+            pl.col("start_ns").min().alias("first"), pl.col("start_ns").max().alias("last")
+        ).row(0)
+        long = pl.col("end_ns") - pl.col("start_ns")
+        steps = steps.filter(long <= ABSURD_SPAN_FACTOR * max(1, last - first))
     launches = launch_join(ev, gpu_all)
     capture_lo = int(ev["start_ns"].min()) if ev.height else 0
     if steps.height:

@@ -35,6 +35,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import Context
+from traceinsight.constants import ABSURD_SPAN_FACTOR
 from traceinsight.model.classify import API_KINDS, COPY_LAUNCH_API, LAUNCH_API, names_matching
 from traceinsight.report.format import plural
 
@@ -64,8 +65,8 @@ ROW_ORDER_MIN_BREAKS = 20
 # Dropped events are an error from this share of the GPU activity (a count the message gives).
 DROPPED_ERROR_RATIO = 0.01
 # A row this many times longer than the span covered by 98% of the rows (1%..99%: one bad row
-# in a small trace cannot stretch it) is not a real one.
-ABSURD_SPAN_FACTOR = 10
+# in a small trace cannot stretch it) is not a real one (constants.ABSURD_SPAN_FACTOR: the steps
+# leave such a range out too, analyzers/context.py).
 QUANTILE_SAMPLE = 200_000  # rows the median end is taken from (every k-th row)
 # Calls that load device code (module or library loading): kernels are coming. Only the
 # health check reads it, so it lives here, not in model/classify.py's shared name tables.
