@@ -305,7 +305,6 @@ def _payload(rank: int, lo_us: float, collectives: list[tuple[float, float]]) ->
         window_ns=round((1000 - lo_us) * US),
         collectives=pl.DataFrame(rows, schema=COLLECTIVE_SCHEMA, orient="row"),
         step_times_ns=(round((1000 - lo_us) * US),),
-        step_starts_ns=(round(lo_us * US),),
         top_finding=None,
         steps=(1,),
         window_start_ns=round(lo_us * US),

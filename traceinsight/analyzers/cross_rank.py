@@ -47,9 +47,8 @@ class RankPayload:
     window_ns: int
     collectives: pl.DataFrame  # COLLECTIVE_SCHEMA, time order, the rank's first GPU
     step_times_ns: tuple[int, ...]
-    step_starts_ns: tuple[int, ...]
     top_finding: str | None
-    steps: tuple[int, ...] = ()  # step numbers of step_starts_ns
+    steps: tuple[int, ...] = ()  # step numbers of step_times_ns
     window_start_ns: int = 0
     window_end_ns: int = 0
     compute_busy: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=INTERVAL_SCHEMA))
@@ -120,7 +119,6 @@ def rank_payload(
         window_ns=window_ns,
         collectives=comm.select(list(COLLECTIVE_SCHEMA)).cast(COLLECTIVE_SCHEMA),
         step_times_ns=tuple(s.dur_ns for s in steps),
-        step_starts_ns=tuple(s.start_ns for s in steps),
         top_finding=top_finding,
         steps=tuple(s.step for s in steps),
         window_start_ns=lo,
@@ -173,16 +171,15 @@ def differing_tops(tops: dict[str, str | None]) -> dict[str, str | None]:
     return {r: t for r, t in tops.items() if t != common}
 
 
-def _steps(payloads: list[RankPayload]) -> tuple[pl.DataFrame, int, float | None]:
-    """(rank, step, entry_ns, dur_ns) of the steps every rank has; the job's step time; the skew."""
+def _steps(payloads: list[RankPayload]) -> tuple[int, float | None]:
+    """Over the steps every rank has: the job's step time and the skew."""
     rows = pl.DataFrame(
         {
             "rank": [p.rank for p in payloads for _ in p.steps],
             "step": [s for p in payloads for s in p.steps],
-            "entry_ns": [s for p in payloads for s in p.step_starts_ns[: len(p.steps)]],
             "dur_ns": [s for p in payloads for s in p.step_times_ns[: len(p.steps)]],
         },
-        schema={"rank": pl.Int64, "step": pl.Int64, "entry_ns": pl.Int64, "dur_ns": pl.Int64},
+        schema={"rank": pl.Int64, "step": pl.Int64, "dur_ns": pl.Int64},
     )
     common = rows.filter(pl.col("rank").n_unique().over("step") == len(payloads))
     per_step = common.group_by("step").agg(
@@ -191,7 +188,7 @@ def _steps(payloads: list[RankPayload]) -> tuple[pl.DataFrame, int, float | None
     widest = max((p.window_ns for p in payloads), default=0)
     job_step = int(per_step["hi"].sum()) if per_step.height else widest
     skew = float((per_step["hi"] - per_step["lo"]).mean()) if per_step.height > 0 else None
-    return common, job_step, skew if len(payloads) > 1 else None
+    return job_step, skew if len(payloads) > 1 else None
 
 
 def _split(df: pl.DataFrame, payloads: list[RankPayload]) -> pl.DataFrame:
@@ -251,7 +248,7 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     for p in payloads:
         s = pl.Series(p.step_times_ns, dtype=pl.Int64)
         medians[str(p.rank)] = float(s.median()) if s.len() else None
-    steps, job_step, skew = _steps(payloads)
+    job_step, skew = _steps(payloads)
 
     differing = differing_tops({str(p.rank): p.top_finding for p in payloads})
     empty = CrossRankResult(

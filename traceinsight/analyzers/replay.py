@@ -209,13 +209,6 @@ class ReplayResult:
         )
         return w.of_transform(transform) if w is not None else None
 
-    def floored(self, name: str, after: float | None) -> float | None:
-        """A CUDA-graph what-if's step no shorter than the GPU's busy time a step as recorded
-        (:func:`gpu_busy_per_step_ns`)."""
-        if after is None or name not in GRAPH_TRANSFORMS or self.model is None:
-            return after
-        return max(after, gpu_busy_per_step_ns(self.model))
-
     def speedup_low(self, w: WhatIf) -> float | None:
         """``w``'s transform replayed from the un-profiled step's low end (per the original
         batch's samples for a larger batch): the speedup where the profiler cost twice what the
@@ -226,9 +219,8 @@ class ReplayResult:
         changed = w.transform(self.model_low)
         if changed is None:
             return None
-        after = self.floored(
-            w.transform.name, step_ns(changed, replay(changed), self.step_statistic)
-        )
+        after = step_ns(changed, replay(changed), self.step_statistic)
+        after = floored(w.transform.name, after, gpu_busy_per_step_ns(self.model_low))
         if after is None or after <= 0:
             return None
         return low / (after / w.multiplier if w.multiplier else after)
@@ -241,6 +233,12 @@ class ReplayResult:
 # 6,060 stream waits in HTA's df_index_resolver trace) overlapped compute once the launches'
 # gaps went, 177.3 ms predicted against 200.1 ms of GPU busy a step (audit 7).
 GRAPH_TRANSFORMS = ("cuda_graphs", "cuda_graphs_whole_step")
+
+
+def floored(name: str, after: float | None, floor: float) -> float | None:
+    """A CUDA-graph what-if's step (:data:`GRAPH_TRANSFORMS`) no shorter than ``floor``, the
+    GPU's busy time a step as recorded; any other what-if's as replayed."""
+    return max(after, floor) if after is not None and name in GRAPH_TRANSFORMS else after
 
 
 def gpu_busy_per_step_ns(model: StepModel) -> float:
@@ -350,8 +348,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
             unconverged.append(name)
         if name == WAIT_MOVES_OF:
             moves = wait_moves(bare, bare_replay, changed, r)
-        after = step_ns(changed, r, statistic)
-        return max(after, gpu_floor) if after is not None and name in GRAPH_TRANSFORMS else after
+        return floored(name, step_ns(changed, r, statistic), gpu_floor)
 
     if unprofiled is not None:
         for name, transform in whatif.TRANSFORMS.items():
