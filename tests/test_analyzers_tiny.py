@@ -765,6 +765,31 @@ def test_a_graph_adds_no_overlap_the_trace_did_not_show():
     assert r.what_if["cuda_graphs"].step_time_after_ns >= busy
 
 
+def test_a_host_change_adds_no_overlap_the_trace_did_not_show():
+    # audit 10: a TorchRec rank's host syncs removed read 60.20 ms a step against 65.8 ms of
+    # GPU work a step: the replay let work launched after a sync overlap another stream's
+    # collective it had run after. Here each 620 us step: a 100 us kernel, a 300 us
+    # all-reduce on stream 9, the host synchronizing until it ends, then two 100 us kernels:
+    # busy 600 us a step, which removing the syncs (the GPU's work the same) cannot go below
+    ev = Events()
+    for s in range(4):
+        t = s * 620.0
+        ev.step(s, t, 620)
+        ev.op("aten::mm", t, 5)
+        ev.kernel("ampere_sgemm_128x64_nn", t + 10, 100, launch_us=t + 1)
+        ev.op("nccl:all_reduce", t + 20, 5)
+        ev.kernel(
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 110, 300, launch_us=t + 21, stream=9
+        )
+        ev.runtime("cudaDeviceSynchronize", t + 30, 382)
+        for i, at in enumerate((420, 520)):
+            ev.op("aten::mm", t + 412 + 3 * i, 2)
+            ev.kernel("ampere_sgemm_128x64_nn", t + at, 100, launch_us=t + 413 + 3 * i)
+    r = analyze_trace(ev.trace()).results.replay
+    assert r.gpu_busy_per_step_ns == pytest.approx(600 * US, rel=0.02)
+    assert r.what_if["remove_syncs"].step_time_after_ns >= r.gpu_busy_per_step_ns
+
+
 def test_nvfusers_jit_is_a_one_time_cost():
     # audit 8: an nvFuser nsys export's 837 ms of NVRTC compilation (its NVTX ranges) read as
     # steady-state cpu_work with "more work per step" advice
@@ -791,3 +816,23 @@ def test_the_profilers_own_idle_is_explained():
     assert idle["profiler"] >= 4_900 * US, idle
     f = next((f for f in a.findings if f.id == "gpu_underutilized"), None)
     assert f is None or f.evidence["unexplained_idle_ns"] < 1_000 * US, f and f.evidence
+
+
+def test_the_last_steps_empty_end_is_the_captures():
+    # audit 10: a 2021 Kineto ResNet-50 sample's last ProfilerStep ran 206.5 ms, 85 ms of it
+    # with nothing recorded before the profiler's closing sync, where the steps before it
+    # (118-127 ms) end 0.01 ms after their last event: CV 0.24 and step_time_variance MEDIUM
+    # "outlier steps [16, 21]". Here four 1000 us steps end 120 us after their last kernel;
+    # the last marker runs 2500 us, its kernel ending 880 us in: it ends 120 us after it.
+    ev = Events()
+    for s in range(5):
+        t = s * 1000.0
+        ev.step(s, t, 2500 if s == 4 else 1000)
+        for at in (0, 300, 600):
+            ev.op("aten::mm", t + at, 5)
+            ev.kernel("ampere_sgemm_128x64_nn", t + at + 10, 270, launch_us=t + at + 1)
+    ev.runtime("cudaDeviceSynchronize", 6500, 10)  # the profiler's flush
+    a = analyze_trace(ev.trace())
+    last = a.results.steps.per_step[-1]
+    assert (last.end_ns - last.start_ns) / US == pytest.approx(1000, abs=1)
+    assert a.results.steps.step_time_cv < 0.01

@@ -356,3 +356,23 @@ def test_an_overflowed_step_is_no_step(tmp_path: Path) -> None:
     assert a.results.steps.steps == 0
     assert a.metrics["window_ns"] < 1_000_000
     assert "duration_invalid" in _checks(a)
+
+
+def test_host_work_between_a_steps_launches_is_launch_bounds(tmp_path: Path) -> None:
+    """Audits 6, 7 and 9: Python between the launches of a step (a BERT forward's, DDP's)
+    read as a second HIGH finding, gpu_underutilized, advising a larger batch. The idle
+    between two launches of one step is counted apart: two steps of 3 ms, each with a 2020 us
+    gap of host work outside any op between its two kernels (counted); the gap across the
+    step boundary and the last step's trailing gap (no launch after it in the step) are not."""
+    rt = "cuda_runtime"
+    events = [
+        _x("ProfilerStep#1", "user_annotation", 0.0, 3000.0),
+        _x("ProfilerStep#2", "user_annotation", 3000.0, 3000.0),
+    ]
+    for op_t, k_t, corr in ((100.0, 300.0, 1), (2400.0, 2410.0, 2), (3100.0, 3300.0, 3), (5400.0, 5410.0, 4)):  # fmt: skip
+        events += _launch("aten::mul", "cudaLaunchKernel", op_t, "mul_kernel", k_t, 90.0, 7, corr)
+    events.append(_x("cudaDeviceSynchronize", rt, 5990.0, 5.0))
+    a = traceinsight.analyze(_write(tmp_path, events, "python_between_launches"))
+    idle = a.results.idle
+    assert idle.cpu_work_between_launches_ns == 2 * 2_020_000
+    assert idle.cpu_work_between_launches_ns <= idle.idle_by_cause_ns["cpu_work"]

@@ -2320,8 +2320,9 @@ def test_the_held_out_nanogpt_loop() -> None:
     assert band("nanogpt", "compile_ro")[0] < whole < band("nanogpt", "compile_ro")[1]
     # the miss: the batch's lever is not within 10% of the graphs'
     assert band("nanogpt", "batch_4x")[1] < (1 - LEVER_WITHIN) * band("nanogpt", "compile_ro")[1]
+    # gpu_underutilized's idle between a step's launches is launch_bound's (audits 6, 7, 9)
     above_low = {f.id for f in a.findings if f.severity not in ("low", "info")}
-    assert above_low == {"launch_bound", "memory_headroom", "gpu_underutilized"}
+    assert above_low == {"launch_bound", "memory_headroom"}
     sel = chosen("nanogpt.before.pt.trace.json.xz", ["launch_bound", "memory_headroom@4"])
     assert within(sel.what_if.speedup, *band("nanogpt", "all"))
     at4 = chosen("nanogpt.before.pt.trace.json.xz", ["memory_headroom@4"]).what_if
@@ -2499,9 +2500,10 @@ def test_the_held_out_t5_loop() -> None:
             cfg["bf16"][p]["step_ms_window_mean"] / cfg[fix][p]["step_ms_window_mean"] for p in "CD"
         ]
         assert within(f.what_if.speedup, min(r), max(r)), (fix, r)
-    # the setup's host time explains the GPU's idle: gpu_underutilized low, not high
+    # the setup's host time explains the GPU's idle: gpu_underutilized low, not high (info
+    # since the idle between launches is launch_bound's)
     g = finding("t5_course", "gpu_underutilized", "bf16.after")
-    assert g.severity == "low"
+    assert g.severity in ("low", "info")
 
 
 def test_the_t5_loops_launch_bound_advice_measured():
@@ -2570,3 +2572,19 @@ def test_the_held_out_whisper_loop():
     r = finding("whisper", "recompute_overhead", "workers.after")
     assert r.severity == "high"
     assert within(r.what_if.speedup, *band("whisper", "workers_no_checkpointing_from_workers"))
+
+
+def test_host_work_between_launches_is_said_by_launch_bound_not_a_second_finding() -> None:
+    """PEFT LoRA: of 37.01 ms of GPU idle with the host at longer work than dispatch
+    (cpu_work), 36.77 ms lie between two launches of one step (the forward's Python, the
+    optimizer's; audits 6, 7, 9). launch_bound's whole-step capture replays the step without
+    it: its title says so, and gpu_underutilized no longer restates it as a HIGH of its own
+    (it did before, with a larger batch for advice)."""
+    a = analysis("peft_lora.before.pt.trace.json.xz")
+    idle = a.results.idle
+    assert idle.idle_by_cause_ns["cpu_work"] / 1e6 == pytest.approx(37.01, abs=0.01)
+    assert idle.cpu_work_between_launches_ns / 1e6 == pytest.approx(36.77, abs=0.01)
+    lb = next(f for f in a.findings if f.id == "launch_bound")
+    assert "36.77 ms more while the host ran other work between them" in lb.title
+    gu = [f for f in a.findings if f.id == "gpu_underutilized"]
+    assert all(f.severity in ("low", "info") for f in gu)

@@ -223,6 +223,7 @@ def _kernels(ctx: Context) -> pl.DataFrame:
             pl.lit(None, pl.Int64).alias("gemm_n"),
             pl.lit(None, pl.Int64).alias("gemm_k"),
         )
+    k = _linked(k, oa)
     # only the ops that launched a kernel in the window need a formula
     ids = k.get_column("external_id").drop_nulls().unique().implode()
     ops = oa.filter(pl.col("external_id").is_in(ids)).unique(
@@ -264,6 +265,70 @@ def _kernels(ctx: Context) -> pl.DataFrame:
             "memory_flops"
         ),
     ).drop("op_flops", "op_bytes", "op_memory_flops")
+
+
+def _linked(k: pl.DataFrame, oa: pl.DataFrame) -> pl.DataFrame:
+    """``k``'s kernels with the external id of the op that launched them: the id they carry
+    where that op encloses their launch call, else the innermost op with recorded arguments
+    enclosing the call on its thread. A trace whose ids are shifted (a public A100 Switch
+    Transformer: none of 484 kernels' ids named an op around its launch, 91 an aten::view,
+    393 no op) read "GEMM/attention 28 TFLOP/s" (above the fp32 peak, 19.5) and FLOPs for 2.3%
+    of the math time, where all 121 sgemm kernels ran inside a shaped aten::addmm or bmm."""
+    ops = (
+        oa.select(
+            "rank",
+            "external_id",
+            pl.col("tid").alias("_tid"),
+            pl.col("start_ns").alias("_s"),
+            (pl.col("start_ns") + pl.col("dur_ns")).alias("_e"),
+        )
+        .filter(pl.col("external_id").is_not_null())
+        .unique(subset=["rank", "external_id"], keep="first", maintain_order=True)
+    )
+    at = pl.col("launch_start_ns")
+    k = k.with_row_index("_k").join(ops, on=["rank", "external_id"], how="left")
+    own = at.is_null() | (
+        pl.col("_s").is_not_null()
+        & (pl.col("_s") <= at)
+        & (at <= pl.col("_e"))
+        & (
+            pl.col("_tid").is_null()
+            | pl.col("launch_tid").is_null()
+            | (pl.col("_tid") == pl.col("launch_tid"))
+        )
+    )
+    k = k.with_columns(own.alias("_own")).drop("_tid", "_s", "_e")
+    lost = k.filter(~pl.col("_own"))
+    if lost.height == 0:
+        return k.sort("_k").drop("_k", "_own")
+    # the latest op to start before the call on its thread, where it still runs at the call
+    around = (
+        lost.select("_k", "rank", "launch_tid", "launch_start_ns")
+        .drop_nulls()
+        .sort("launch_start_ns")
+        .join_asof(
+            ops.rename({"external_id": "_around"}).sort("_s"),
+            left_on="launch_start_ns",
+            right_on="_s",
+            by_left=["rank", "launch_tid"],
+            by_right=["rank", "_tid"],
+            strategy="backward",
+            check_sortedness=False,  # each side sorted by time, the groups within it
+        )
+        .filter(pl.col("_e") >= pl.col("launch_start_ns"))
+        .select("_k", "_around")
+    )
+    k = k.join(around, on="_k", how="left")
+    return (
+        k.with_columns(
+            pl.when(pl.col("_own"))
+            .then(pl.col("external_id"))
+            .otherwise(pl.col("_around"))
+            .alias("external_id")
+        )
+        .sort("_k")
+        .drop("_k", "_own", "_around")
+    )
 
 
 def _recomputed(ctx: Context, k: pl.DataFrame) -> pl.Series:

@@ -172,6 +172,11 @@ class IdleResult:
     # so gpu_wait there is the device's own gap between queued work
     max_streams_per_device: int = 0
     stream_wait_calls: int = 0
+    # cpu_work idle between two launches of one step: inside a step, after its first idle gap
+    # on the device (the loop's own Python before the step's first launch stays out). A
+    # whole-step capture replays the step without it (launch_bound's what_if_whole_step);
+    # torch.compile traces the model's Python away
+    cpu_work_between_launches_ns: int = 0
 
     @property
     def device_window_ns(self) -> int:
@@ -425,7 +430,31 @@ def analyze_idle(ctx: Context) -> IdleResult:
         dataloader_idle_ns=in_loader,
         max_streams_per_device=_max_streams(ctx),
         stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
+        cpu_work_between_launches_ns=_between_launches(ctx, gaps, "cpu_work"),
     )
+
+
+def _between_launches(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
+    """The idle of ``cause`` in gaps strictly inside one step: between two of the step's
+    launches. A step starts once the work launched in the previous one is done
+    (context._device_aligned_steps), so work that ends inside it was launched in it; a gap
+    from the step's start (before its first work) or across a boundary stays out, as does one
+    ending with the step (no launch of it after)."""
+    if ctx.steps.height == 0 or gaps.height == 0:
+        return 0
+    steps = iv.in_time_order(
+        ctx.steps.select(pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")), "_s"
+    )
+    inside = (
+        iv.in_time_order(gaps.select("device", "start_ns", "end_ns", "dur_ns", "cause"), "start_ns")
+        .join_asof(steps, left_on="start_ns", right_on="_s")
+        .filter(
+            (pl.col("start_ns") > pl.col("_s"))
+            & (pl.col("end_ns") < pl.col("_e"))
+            & (pl.col("cause") == cause)
+        )
+    )
+    return int(inside.get_column("dur_ns").sum())
 
 
 def _between_migrations(ctx: Context, gaps: pl.DataFrame) -> pl.Series:

@@ -187,6 +187,9 @@ class ReplayResult:
     profiler_cost_low_factor: float = 0.0
     # where host_sync's fix moves the host's waiting (see :func:`wait_moves`)
     wait_moves: tuple[WaitMove, ...] = ()
+    # the modelled steps' GPU busy time a step (the profiler's cost moves host work only): the
+    # floor of every what-if (:func:`floored`)
+    gpu_busy_per_step_ns: float = 0.0
     # the un-profiled model, for analyzers and rules with their own transform (:meth:`predict`)
     model: StepModel | None = field(
         default=None, repr=False, compare=False, metadata={"json": False}
@@ -204,9 +207,9 @@ class ReplayResult:
         changed = transform(self.model)
         if changed is None:
             return None
-        w = WhatIf.of(
-            self.unprofiled_step_ns, step_ns(changed, replay(changed), self.step_statistic)
-        )
+        after = step_ns(changed, replay(changed), self.step_statistic)
+        name, busy = getattr(transform, "name", ""), self.gpu_busy_per_step_ns
+        w = WhatIf.of(self.unprofiled_step_ns, floored(name, after, busy, self.model, changed))
         return w.of_transform(transform) if w is not None else None
 
     def speedup_low(self, w: WhatIf) -> float | None:
@@ -220,36 +223,67 @@ class ReplayResult:
         if changed is None:
             return None
         after = step_ns(changed, replay(changed), self.step_statistic)
-        after = floored(w.transform.name, after, gpu_busy_per_step_ns(self.model_low))
+        busy = self.gpu_busy_per_step_ns
+        after = floored(w.transform.name, after, busy, self.model_low, changed)
         if after is None or after <= 0:
             return None
         return low / (after / w.multiplier if w.multiplier else after)
 
 
-# The CUDA-graph what-ifs (launch_bound's): a graph replays the same kernels with the same
-# stream dependencies, so the step they predict is no shorter than the GPU's busy time a step
-# as recorded. The replay holds a wait on another stream as a fixed gap, not as an edge a
-# capture keeps: without the floor, DDP's per-gradient all-reduces (serialized with compute by
-# 6,060 stream waits in HTA's df_index_resolver trace) overlapped compute once the launches'
-# gaps went, 177.3 ms predicted against 200.1 ms of GPU busy a step (audit 7).
-GRAPH_TRANSFORMS = ("cuda_graphs", "cuda_graphs_whole_step")
+# A change that leaves the GPU's work in place (host syncs, copies' calls, the allocator, a
+# CUDA graph of the same kernels) cannot make the step shorter than the GPU's busy time a step
+# as recorded. The replay holds a wait on another stream as a fixed gap, not as the dependency
+# it is: without the floor, DDP's per-gradient all-reduces (serialized with compute by 6,060
+# stream waits in HTA's df_index_resolver trace) overlapped compute once the launches' gaps
+# went, 177.3 ms predicted against 200.1 ms of GPU busy a step (audit 7), and a TorchRec rank's
+# host syncs removed read 60.20 ms against 65.8 ms of GPU work a step (audit 10). A change of
+# the GPU's work has no floor from the recording: its own assumptions price that work (a larger
+# batch scales every kernel linearly, an upper bound that the replay's overlap of cuDNN's LSTM
+# streams offsets: word_lm's 4x batch 3.73x, measured 3.29-3.60x, would read 1.97x floored);
+# nor does a change whose point is more overlap between streams.
+OVERLAP_TRANSFORMS = ("comm_overlapped", "h2d_overlapped")
 
 
-def floored(name: str, after: float | None, floor: float) -> float | None:
-    """A CUDA-graph what-if's step (:data:`GRAPH_TRANSFORMS`) no shorter than ``floor``, the
-    GPU's busy time a step as recorded; any other what-if's as replayed."""
-    return max(after, floor) if after is not None and name in GRAPH_TRANSFORMS else after
+def floored(
+    name: str, after: float | None, busy_ns: float, before: StepModel, changed: StepModel
+) -> float | None:
+    """``after``, the step the what-if ``name`` predicts, no shorter than ``busy_ns`` (the GPU's
+    busy time a step in ``before``) where ``changed`` keeps the GPU's work (at least as much
+    of it) and no overlap what-if (:data:`OVERLAP_TRANSFORMS`) is among the fixes."""
+    if after is None or before.gpu.height == 0:
+        return after
+    if any(part in OVERLAP_TRANSFORMS for part in name.split("+")):
+        return after
+    work = int(before.gpu.get_column("dur_ns").sum())
+    kept = int(changed.gpu.get_column("dur_ns").sum()) if changed.gpu.height else 0
+    return max(after, busy_ns) if kept >= work else after
 
 
-def gpu_busy_per_step_ns(model: StepModel) -> float:
-    """The modelled steps' GPU busy time (the union of their ops, the busiest device) per step."""
-    g = model.gpu
-    steps = max(1, model.steps.height)
-    if g.height == 0:
+def gpu_busy_per_step_ns(model: StepModel, statistic: str = "median") -> float:
+    """The GPU's busy time a modelled step: for each step the union of the ops its host calls
+    launched (the busiest device), taken over the steps as the step times are (``statistic``).
+    Work launched outside the steps (another process's collective in flight, the window's
+    edges) is none of a step's: on a DDP rank it had made the "busy time a step" 72.0 ms where
+    the steps took 61.8 ms."""
+    g, h = model.gpu, model.host
+    if g.height == 0 or h.height == 0:
         return 0.0
-    busy = iv.union(g.select("device", "start_ns", "end_ns"), by=["device"]).group_by("device")
-    per = busy.agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
-    return float(per.get_column("ns").max() or 0) / steps
+    step = h.get_column("step").gather(g.get_column("launch").clip(0, h.height - 1))
+    ops = (
+        g.select("device", "start_ns", "end_ns", "launch")
+        .with_columns(step.alias("_step"))
+        .filter((pl.col("launch") >= 0) & (pl.col("_step") >= 0))
+    )
+    if ops.height == 0:
+        return 0.0
+    busy = (
+        iv.union(ops.select("device", "_step", "start_ns", "end_ns"), by=["device", "_step"])
+        .group_by("device", "_step")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("ns"))
+        .group_by("_step")
+        .agg(pl.col("ns").max())
+    )
+    return statistic_of(busy.get_column("ns"), statistic) or 0.0
 
 
 def profiler_ns_per_event(ctx: Context) -> int:
@@ -336,7 +370,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     # the un-profiled step itself, where its replay stopped before settling: every saving
     # starts from a step the later blocking calls have not reached
     unconverged: list[str] = [] if bare_replay.converged else ["unprofiled"]
-    gpu_floor = gpu_busy_per_step_ns(bare)
+    gpu_floor = gpu_busy_per_step_ns(bare, statistic)
     moves: tuple[WaitMove, ...] = ()
     unpriced: dict[str, str] = {}
 
@@ -348,7 +382,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
             unconverged.append(name)
         if name == WAIT_MOVES_OF:
             moves = wait_moves(bare, bare_replay, changed, r)
-        return floored(name, step_ns(changed, r, statistic), gpu_floor)
+        return floored(name, step_ns(changed, r, statistic), gpu_floor, bare, changed)
 
     if unprofiled is not None:
         for name, transform in whatif.TRANSFORMS.items():
@@ -390,6 +424,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         cross_stream_wait_ratio=cross,
         unconverged=tuple(unconverged),
         wait_moves=moves,
+        gpu_busy_per_step_ns=gpu_floor,
         unpriced=unpriced,
         compiled_launches_per_step=compiled,
         compiled_unprofiled_ratio=COMPILED_UNPROFILED_RATIO if compiled and per_event else None,

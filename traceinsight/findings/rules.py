@@ -513,6 +513,11 @@ _STATIC_SNIPPET = (
 )
 
 
+# the host's other work between a step's launches is named in launch_bound's title from this
+# share of its launch idle
+LAUNCH_MORE_MIN_RATIO = 0.1
+
+
 @rule(
     "launch_bound",
     advice={
@@ -570,9 +575,18 @@ def launch_bound(x: RuleInput) -> Draft | None:
         advice["recommendation"] = first + advice.get("recommendation", _LAUNCH_ADVICE)
     if launch.rnn_op is not None and x.framework == "pytorch" and not advice:
         advice = {"recommendation": _RNN.format(op=launch.rnn_op), "snippet": _RNN_SNIPPET}
+    # the host's longer work between the step's launches starved the GPU too: said here, where
+    # the whole-step capture prices it, not as a second finding (gpu_underutilized)
+    between = x.r.idle.cpu_work_between_launches_ns
+    more = (
+        f"; {fmt_ms(between)} more while the host ran other work between them"
+        if between >= LAUNCH_MORE_MIN_RATIO * cost
+        else ""
+    )
     return Draft(
         cost,
-        f"Launch-bound: the GPU drains faster than the CPU issues kernels ({fmt_ms(cost)} idle between launches)",
+        f"Launch-bound: the GPU drains faster than the CPU issues kernels ({fmt_ms(cost)} idle "
+        f"between launches{more})",
         {
             "idle_ns": cost,
             "kernels_per_step": x.r.kernels.kernels_per_step,
@@ -591,6 +605,10 @@ def launch_bound(x: RuleInput) -> Draft | None:
             "what_if_whole_step": x.r.replay.what_if.get("cuda_graphs_whole_step")
             if x.r.replay
             else None,
+            # the host's other work between a step's launches (Python, ops' CPU work): the
+            # whole-step capture removes it too, the model-only one not (gpu_underutilized
+            # counts it explained here)
+            "cpu_work_between_launches_ns": x.r.idle.cpu_work_between_launches_ns,
             "sources": x.sources("launch"),
             # torch ops whose input shapes change between steps: CUDA graphs need them fixed
             "shape_change": shapes,
@@ -1747,6 +1765,11 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     # the profiler's own work is no idle of the program's (audit 8: an nsys export's 18.25 ms
     # under the profiler's overhead rows read "not explained by the other findings")
     explained += x.idle("profiler")
+    if "launch_bound" in raised:
+        # host work between two launches of a step starved the GPU as the launches did:
+        # launch_bound's whole-step capture replays the step without it (audits 6, 7, 9: the
+        # Python of a BERT's forward read a second HIGH finding advising a larger batch)
+        explained += min(x.idle("cpu_work"), idle.cpu_work_between_launches_ns)
     rest = max(0, idle.idle_ns - explained)
     segs = x.segments("cpu_work", 10)
     top_ops = [s.host_op for s in segs if s.host_op]
