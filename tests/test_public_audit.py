@@ -244,8 +244,14 @@ def test_queued_work_under_a_pageable_read_back_is_a_dependency_wait(tmp_path: P
     idle = _read_back_gap(tmp_path, queued=True).results.idle.idle_by_cause_ns
     assert idle["gpu_wait"] == 64_050_000 - 100_000, idle
     assert idle["pageable_copy"] == 64_080_000 - 64_052_000, idle  # memset to its own copy
-    idle = _read_back_gap(tmp_path, queued=False).results.idle.idle_by_cause_ns
+    a = _read_back_gap(tmp_path, queued=False)
+    idle = a.results.idle.idle_by_cause_ns
     assert idle["pageable_copy"] == 64_080_000 - 100_000 and idle.get("gpu_wait", 0) == 0, idle
+    # audit 10: the figure is the idle under the call, the copy a small part of it (the title
+    # had named "0.00 ms host-to-device" beside the read-back's own time); its own time: from
+    # the copy's start to the call's end, 20 us
+    f = next(f for f in a.findings if f.id == "pageable_memcpy")
+    assert f.title.endswith("63.98 ms blocked (0.02 ms of it the copies themselves)"), f.title
 
 
 def test_read_backs_that_block_in_their_copy_call_are_named(tmp_path: Path) -> None:
@@ -284,6 +290,11 @@ def test_read_backs_that_block_in_their_copy_call_are_named(tmp_path: Path) -> N
     assert f.evidence["readback_blocked_ns"] == 3 * 5_000_000
     assert f.evidence["host_sync_blocked_ns"] == 3 * 3_000
     assert "device-to-host copies into pageable memory hold the host 15.00 ms" in f.title
+    # audit 10: the calls' time is the wait for the kernel queued before each (their own
+    # time: from the copy's start to the call's end, 10 us each)
+    assert (
+        "hold the host 15.00 ms (14.97 ms of it waiting for the work queued before them)" in f.title
+    )
 
 
 def test_loader_idle_inside_longer_gaps_is_named(tmp_path: Path) -> None:

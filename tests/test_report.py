@@ -100,3 +100,14 @@ def test_compiled_templates_are_reused_and_a_bad_cache_is_ignored(tmp_path):
     not_a_dir.write_text("x")
     fresh(_BytecodeCache(str(not_a_dir))).get_template("report.html.j2")
     assert type(environment().bytecode_cache).__name__ == "_Cache"
+
+
+def test_a_what_if_that_lengthens_the_step_saves_nothing():
+    # audit 10: host_sync's fix on a V100 TorchRec trace predicted 117.52 -> 119.56 ms (0.98x),
+    # which read "saves 0.00 ms"
+    from traceinsight.report.format import saved_words
+
+    longer = {"step_time_ns": 117_520_000, "step_time_after_ns": 119_560_000, "speedup": 0.983}
+    assert saved_words(longer) == "nothing"
+    shorter = {"step_time_ns": 117_520_000, "step_time_after_ns": 112_540_000, "speedup": 1.04}
+    assert saved_words(shorter) == "4.98 ms"

@@ -32,6 +32,7 @@ from traceinsight.report.format import (
     plural,
     prediction_basis,
     ranked_idle_causes,
+    saved_words,
     saving_per_step_ns,
     saving_share,
 )
@@ -99,6 +100,7 @@ def environment() -> jinja2.Environment:
         bytes=fmt_bytes,
         sbytes=fmt_signed_bytes,
         saving=saving_per_step_ns,
+        saved=lambda w: saved_words(w, fmt_ns),
         saving_share=saving_share,
         plural=plural,
         plain=plain,

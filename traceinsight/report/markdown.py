@@ -24,7 +24,7 @@ from traceinsight.report.format import (
     plural,
     prediction_basis,
     ranked_idle_causes,
-    saving_per_step_ns,
+    saved_words,
 )
 
 MAX_FINDINGS = 10  # table rows; the rest are counted under the table
@@ -58,7 +58,7 @@ def _saving(w: dict[str, Any] | None) -> tuple[str, str, str]:
         return "—", "—", "—"
     before, after = w["step_time_ns"], w["step_time_after_ns"]
     speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
-    return fmt_ms(saving_per_step_ns(w)), f"{fmt_ms(before)} → {fmt_ms(after)}", speedup
+    return saved_words(w), f"{fmt_ms(before)} → {fmt_ms(after)}", speedup
 
 
 def _selected(sel: dict[str, Any], per: str) -> str:

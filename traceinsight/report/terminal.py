@@ -22,7 +22,7 @@ from traceinsight.report.format import (
     plural,
     prediction_basis,
     ranked_idle_causes,
-    saving_per_step_ns,
+    saved_words,
 )
 
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
@@ -243,7 +243,7 @@ def _saving(w: dict[str, Any], per: str = "per step") -> str:
         else ""
     )
     return (
-        f"saves {fmt_ms(saving_per_step_ns(w))} {per} "
+        f"saves {saved_words(w)} {per} "
         f"(un-profiled step {fmt_ms(before)} -> {fmt_ms(after)}, {speedup} predicted{other})"
     )
 
