@@ -421,6 +421,31 @@ def test_windows_export_with_cp1252_metadata_reads():
     assert _run([str(EXTRAP)]) == EXIT_OK
 
 
+def test_pinned_host_allocations_are_named_with_their_own_advice():
+    """Audit 8: the benchmark harness's setup between tests (cudaHostAlloc 115.9 ms and
+    cudaFreeHost 60.0 ms over the two allocator gaps) read "20 cudaMalloc/cudaFree calls take
+    30.10 ms ... leave the GPU idle 238.51 ms" with cudaMallocAsync's pool for advice. The
+    pinned calls in the window (the GPU's span: no steps), summed from the export itself."""
+    con = sqlite3.connect(EXTRAP)
+    lo, hi = con.execute(
+        "SELECT min(s), max(e) FROM (SELECT start s, end e FROM CUPTI_ACTIVITY_KIND_KERNEL "
+        "UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+        "UNION ALL SELECT start, end FROM CUPTI_ACTIVITY_KIND_MEMSET)"
+    ).fetchone()
+    n, ns = con.execute(
+        "SELECT count(*), sum(r.end - r.start) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+        "JOIN StringIds s ON s.id = r.nameId WHERE (s.value LIKE 'cudaHostAlloc%' OR "
+        "s.value LIKE 'cudaFreeHost%') AND r.end > ? AND r.start < ?",
+        (lo, hi),
+    ).fetchone()
+    assert (n, ns) == (20, 175_921_823)
+    f = next(f for f in analyzed(EXTRAP).findings if f.id == "allocator_churn")
+    assert f.evidence["window_pinned_host_calls"] == n
+    assert f.evidence["window_pinned_host_ns"] == ns
+    assert f.title.startswith("20 pinned host alloc/free calls (175.92 ms of host time)")
+    assert "cudaMallocAsync" not in f.recommendation and "once" in f.recommendation
+
+
 def test_sqlite3_fallback_decodes_text_with_replacement(tmp_path):
     path = tmp_path / "t.sqlite"
     shutil.copy(EXTRAP, path)

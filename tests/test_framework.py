@@ -168,3 +168,28 @@ def test_an_applications_savings_are_per_iteration_or_over_the_window():
         d["metrics"]["steps"] = steps
         saves = re.findall(r"[Ff]ix saves [^<]*", render_html(d))
         assert saves and all(words in x and "per step" not in x for x in saves), saves
+
+
+def test_an_os_call_that_held_the_launching_thread_is_named():
+    """Audit 8: Mordred's 5.91 s of GPU idle read "mostly outside any recorded op (host code
+    between CUDA calls)" where its OSRT_API table has the CUDA thread in getc (waiting for
+    keyboard input) for 4.65 s and in read for 1.24 s; other threads' long waits (poll,
+    sem_timedwait: 79 s) name nothing. From the export: the launching thread's getc calls."""
+    import sqlite3
+
+    path = FIXTURES / "nsys" / "Mordred__report1.sqlite"
+    con = sqlite3.connect(path)
+    (getc_ns,) = con.execute(
+        "SELECT max(o.end - o.start) FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId "
+        "WHERE s.value = 'getc' AND o.globalTid IN (SELECT DISTINCT r.globalTid FROM "
+        "CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds n ON n.id = r.nameId "
+        "WHERE n.value LIKE 'cudaLaunchKernel%')"
+    ).fetchone()
+    a = analyzed(path)
+    f = next(f for f in a.findings if f.id == "gpu_underutilized")
+    assert getc_ns >= 0.5 * f.evidence["cpu_work_idle_ns"]  # 4.65 of 5.91 s
+    assert f.title.endswith("mostly while the host was blocked in getc (an OS call)")
+    assert f.recommendation.startswith("The thread that launches the GPU's work was blocked")
+    assert a.source["event_counts"]["os_call"] == con.execute(
+        "SELECT count(*) FROM OSRT_API WHERE end - start >= 1000000"
+    ).fetchone()[0]

@@ -244,6 +244,24 @@ def top_gaps(gaps: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# How an OS call that held a launching thread is named in a gap (nsys OSRT_API)
+OS_CALL_SUFFIX = " (an OS call)"
+
+
+def _os_calls(ctx: Context) -> pl.DataFrame:
+    """The long OS calls (schema ``os_call``) of the threads that launch GPU work, named with
+    :data:`OS_CALL_SUFFIX`: where no op or Python frame covers a gap, the call the launching
+    thread sat in (getc, read, a lock's wait). Other threads' waits (a pool's poll, a
+    semaphore) last all capture long and name nothing."""
+    calls = ctx.rows(("os_call",))
+    if calls.height == 0:
+        return calls
+    tids = ctx.launches.get_column("launch_tid").drop_nulls().unique().implode()
+    return calls.filter(pl.col("tid").is_in(tids)).with_columns(
+        (pl.col("name") + OS_CALL_SUFFIX).alias("name")
+    )
+
+
 def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     """For each reported gap (``gap_id``, start/end; a handful, see :func:`top_gaps`), the host
     op covering most of it (deepest on ties). One scan of the ops per gap: cheaper than the sort
@@ -251,7 +269,11 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     # torch ops and annotations, and the user's own Python frames where the trace has them
     # (with_stack): a gap spent in the user's Python is named by its frame ("train.py(88):
     # log"); a torch op covering it wins, else the innermost user frame at its middle
-    sources = [(ctx.ops, 0), (user_frames(ctx.rows(("python_function",))), 1)]
+    sources = [
+        (ctx.ops, 0),
+        (user_frames(ctx.rows(("python_function",))), 1),
+        (_os_calls(ctx), 2),
+    ]
     sources = [(df, py) for df, py in sources if df.height]
     if not sources or gaps.height == 0:
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})

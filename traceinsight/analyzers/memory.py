@@ -27,6 +27,7 @@ from traceinsight.model.classify import (
     DEVICE_ALLOC_API,
     DEVICE_FREE_API,
     HOST_OP_KINDS,
+    PINNED_HOST_ALLOC_API,
 )
 from traceinsight.model.schema import MEMORY_CATEGORIES, by_start
 
@@ -129,6 +130,10 @@ class MemoryResult:
     # steps: a trace without steps is judged on these)
     window_allocator_calls: int = 0
     window_allocator_ns: int = 0
+    # pinned host memory's (cudaHostAlloc/cudaMallocHost/cudaFreeHost): the idle cause
+    # ``allocator`` counts them too, a fix of their own (allocate once, reuse)
+    window_pinned_host_calls: int = 0
+    window_pinned_host_ns: int = 0
 
     def metric(self, name: str) -> Any:
         """A per-device number: plain for one device, {device: value} for several, None
@@ -627,11 +632,9 @@ def analyze_memory(
             _device(ctx, tables, int(d), part, steady, lo, hi) for d, part in parts.items()
         )
     allocs = frees = calls_ns = empties = released = None
-    w_calls = ctx.rows(
-        API_KINDS,
-        ALLOCATOR_API,
-        where=(pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns),
-    )
+    in_window = (pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns)
+    w_calls = ctx.rows(API_KINDS, ALLOCATOR_API, where=in_window)
+    w_pinned = ctx.rows(API_KINDS, PINNED_HOST_ALLOC_API, where=in_window)
     if n:
         a = _per_step_calls(ctx, steady, DEVICE_ALLOC_API)
         f = _per_step_calls(ctx, steady, DEVICE_FREE_API)
@@ -699,6 +702,8 @@ def analyze_memory(
         why_no_estimate=why,
         window_allocator_calls=w_calls.height,
         window_allocator_ns=int(w_calls["dur_ns"].sum()) if w_calls.height else 0,
+        window_pinned_host_calls=w_pinned.height,
+        window_pinned_host_ns=int(w_pinned["dur_ns"].sum()) if w_pinned.height else 0,
     )
 
 

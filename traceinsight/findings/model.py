@@ -103,6 +103,9 @@ class Draft:
     # the most severe grade this finding may get where what was found puts its fix out of
     # reach (recorded in the evidence as ``severity_cap``); the rule's own cap still holds
     cap: Severity | None = None
+    # where what was found changes another framework's advice too: that framework's, before
+    # the rule's declared one
+    advice: Mapping[str, Advice] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -183,6 +186,7 @@ def _advice(rule: Rule, draft: Draft, framework: Framework) -> Advice:
     """The advice for ``framework``: the rule's declared advice for it, or for the default
     framework (PyTorch, Python snippets) the draft's (what was found) before the rule's own."""
     declared = rule.advice.get(framework) if framework != FRAMEWORKS[0] else None
+    declared = draft.advice.get(framework, declared)
     if declared is not None:
         return declared
     return Advice(

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.host_ops import HostOpsResult
-from traceinsight.analyzers.idle import CALLEE_SEP, IdleSegment
+from traceinsight.analyzers.idle import CALLEE_SEP, OS_CALL_SUFFIX, IdleSegment
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.whatif import LoaderPlan, WhatIf, loader_plan
 from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
@@ -1808,6 +1808,9 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # more work per step does not shorten a wait for another stream's or process's event
         # (audit 5: an SGLang prefill's 493 ms, the GPU 99.8% busy on either side of it)
         advice = None if one_stream else DEPENDENCY_WAIT_ADVICE
+    os_wait = OS_CALL_SUFFIX in where
+    if os_wait:
+        advice = OS_WAIT_ADVICE
     return Draft(
         rest,
         f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "
@@ -1821,10 +1824,20 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
             "top_host_ops_during_idle": top_ops[:5],
         },
         recommendation=advice,
-        snippet=DEPENDENCY_WAIT_SNIPPET if advice else None,
+        snippet=DEPENDENCY_WAIT_SNIPPET if advice and not os_wait else None,
+        advice={"cuda_app": Advice(OS_WAIT_ADVICE, "")} if os_wait else {},
     )
 
 
+# The launching thread sat in the OS (nsys OSRT_API): reading input, a file, a sleep, a lock
+OS_WAIT_ADVICE = (
+    "The thread that launches the GPU's work was blocked in the OS call named (input, file "
+    "reads, a sleep, a lock's wait): the GPU waits for it, not for more work. Read inputs and "
+    "files before the GPU phase or on another thread that prefetches them (double-buffered), "
+    "replace sleeps and polling with event waits, and record the phase to optimize without "
+    "the program's setup and interactive pauses (nsys --capture-range=cudaProfilerApi or NVTX "
+    "ranges around it)."
+)
 DEPENDENCY_WAIT_ADVICE = (
     "The GPU had work queued that waited for a dependency: a stream wait "
     "(cudaStreamWaitEvent/hipStreamWaitEvent) on an event that another stream, thread or "
@@ -1889,4 +1902,7 @@ def _mostly(
         return " with no more specific cause"
     if op is None:
         return f", mostly outside any recorded op ({OUTSIDE_OPS[framework]})"
+    if op.endswith(OS_CALL_SUFFIX):
+        # the launching thread sat in the OS: input, a file read, a sleep, a lock
+        return f", mostly while the host was blocked in {op.removesuffix(OS_CALL_SUFFIX)}{OS_CALL_SUFFIX}"
     return f", mostly while the host ran {op}"

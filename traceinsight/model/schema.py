@@ -29,7 +29,11 @@ KINDS = [
     "user_annotation",  # record_function ranges, NVTX ranges
     "python_function",
     "overhead",  # profiler's own work
+    # an OS call that held a thread (nsys OSRT_API: read, getc, poll, a lock's wait), from
+    # OS_CALL_MIN_NS: what a CUDA application's host did while the GPU waited
+    "os_call",
 ]
+OS_CALL_MIN_NS = 1_000_000
 GPU_KINDS = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
 GPU_ACTIVITY_KINDS = ("kernel", "memcpy", "memset")  # what makes a GPU busy
 

@@ -55,6 +55,7 @@ CATEGORY_KIND: dict[str, str] = {
     "user_annotation": "user_annotation",
     "python_function": "python_function",
     "overhead": "overhead",
+    "os_call": "os_call",  # an nsys export's OS calls, as traceinsight's annotated trace writes them
     # other accelerators (MTIA, XPU, PrivateUse1) keep the same shape
     "mtia_ccp_events": "kernel",
     "mtia_runtime": "runtime",

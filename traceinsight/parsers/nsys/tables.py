@@ -8,6 +8,7 @@ from traceinsight.model.classify import classify_names
 from traceinsight.model.schema import (
     EVENT_SCHEMA,
     KERNEL_ARGS_SCHEMA,
+    OS_CALL_MIN_NS,
     DeviceInfo,
     conform_side,
     empty_kernel_args,
@@ -338,6 +339,22 @@ def host_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
                         .alias("kind"),
                     )
                     .drop("event_class")
+                ),
+            )
+        )
+    osrt = db.table("OSRT_API")
+    if osrt and {"start", "end", "globalTid", "nameId"} <= db.columns(osrt):
+        # only the calls long enough to hold a thread while the GPU waits (Mordred's main
+        # thread: getc 4.65 s for keyboard input, read 1.24 s of file loading, read as "host
+        # code between CUDA calls"); the short ones are most of the table
+        out.append(
+            db.query(
+                [*HOST_COLS, "nameId"],
+                osrt,
+                {**HOST_SCHEMA, "name_id": pl.Int64},
+                where=f"end - start >= {OS_CALL_MIN_NS}",
+                to_events=lambda df: named(df, strings).with_columns(
+                    pl.lit("os_call").alias("kind")
                 ),
             )
         )
