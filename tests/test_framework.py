@@ -190,6 +190,7 @@ def test_an_os_call_that_held_the_launching_thread_is_named():
     assert getc_ns >= 0.5 * f.evidence["cpu_work_idle_ns"]  # 4.65 of 5.91 s
     assert f.title.endswith("mostly while the host was blocked in getc (an OS call)")
     assert f.recommendation.startswith("The thread that launches the GPU's work was blocked")
-    assert a.source["event_counts"]["os_call"] == con.execute(
-        "SELECT count(*) FROM OSRT_API WHERE end - start >= 1000000"
-    ).fetchone()[0]
+    assert (
+        a.source["event_counts"]["os_call"]
+        == con.execute("SELECT count(*) FROM OSRT_API WHERE end - start >= 1000000").fetchone()[0]
+    )

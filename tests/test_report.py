@@ -111,3 +111,21 @@ def test_a_what_if_that_lengthens_the_step_saves_nothing():
     assert saved_words(longer) == "nothing"
     shorter = {"step_time_ns": 117_520_000, "step_time_after_ns": 112_540_000, "speedup": 1.04}
     assert saved_words(shorter) == "4.98 ms"
+
+
+def test_kernel_names_in_titles_are_their_functions():
+    # audit 11: low_occupancy's title cut a signature at 60 characters, "...gather_keep_from_
+    # mask(bo, at 0.0% limited by grid" (an occupancy of 0.024%)
+    from traceinsight.report.format import fmt_small_pct, kernel_words
+
+    nms = "void torchvision::ops::(anonymous namespace)::gather_keep_from_mask(bool*, unsigned long long const*, int, int, int)"  # fmt: skip
+    assert kernel_words(nms) == "gather_keep_from_mask"
+    ew = "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char*, 1> >(int)"  # fmt: skip
+    assert kernel_words(ew) == "vectorized_elementwise_kernel"
+    assert kernel_words("ampere_sgemm_128x64_nn") == "ampere_sgemm_128x64_nn"
+    assert kernel_words("Memcpy HtoD (Pinned -> Device)") == "Memcpy HtoD (Pinned -> Device)"
+    assert (fmt_small_pct(0.00024), fmt_small_pct(0.0), fmt_small_pct(0.25)) == (
+        "<0.1%",
+        "0.0%",
+        "25.0%",
+    )

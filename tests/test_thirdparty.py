@@ -2588,3 +2588,98 @@ def test_host_work_between_launches_is_said_by_launch_bound_not_a_second_finding
     assert "36.77 ms more while the host ran other work between them" in lb.title
     gu = [f for f in a.findings if f.id == "gpu_underutilized"]
     assert all(f.severity in ("low", "info") for f in gu)
+
+
+def test_a_pageable_uploads_call_counts_whole_where_its_stream_was_idle() -> None:
+    """Audit 11: PEFT LoRA's three pageable host-to-device copies (1.12 us each on the GPU)
+    read "0.00 ms blocked": only the call's time after the copy began counted, the rule for a
+    read-back's wait. Their cudaMemcpyAsync calls (31.03, 17.21 and 23.63 us from the raw
+    events) stage the data on a stream with nothing queued: all of it is the copy's."""
+    name = "peft_lora.before.pt.trace.json.xz"
+    ev = raw_events(name)
+    calls = {e["args"]["correlation"]: e for e in ev if e.get("cat") == "cuda_runtime"}
+    ups = [
+        calls[e["args"]["correlation"]]["dur"]
+        for e in ev
+        if e.get("cat") == "gpu_memcpy" and "HtoD" in e["name"] and "Pageable" in e["name"]
+    ]
+    f = finding("peft_lora", "pageable_memcpy")
+    assert f.evidence["own_ns_by_kind"]["HtoD"] == pytest.approx(sum(ups) * 1e3, abs=3)
+    assert "0.07 ms blocked" in f.title
+
+
+@pytest.mark.parametrize("loop", ["whisper", "hf_trainer"])
+def test_loader_advice_does_not_ask_for_pinning_pinned_batches(loop: str) -> None:
+    """Audit 11: the Trainer loops (dataloader_pin_memory=True by default) were advised
+    pin_memory=True; most of their host-to-device bytes come from pinned memory (raw events;
+    Whisper's 15.36 MB batches pinned, a few small pageable copies beside them)."""
+    ev = raw_events(f"{loop}.before.pt.trace.json.xz")
+    up = [e for e in ev if e.get("cat") == "gpu_memcpy" and "HtoD" in e["name"]]
+    pinned = sum(e["args"]["bytes"] for e in up if "Pinned ->" in e["name"])
+    assert pinned > 0 and pinned >= sum(
+        e["args"]["bytes"] for e in up if "Pageable ->" in e["name"]
+    )
+    f = finding(loop, "dataloader_stall")
+    assert "pin_memory=True" not in f.recommendation
+    assert "already arrive pinned" in f.recommendation
+
+
+def test_a_one_block_kernel_is_serial_by_design() -> None:
+    """Audit 11: torchvision's NMS mask gather runs one block of 64 threads (grid [1, 1, 1] in
+    the raw events), 17.6% of detection's kernel time: its title said "at 0.0% limited by
+    grid" (cut mid-signature), where the lever is less serial work, not occupancy."""
+    ks = [
+        e
+        for e in raw_events("detection_fixed.before.pt.trace.json.xz")
+        if e.get("cat") == "kernel" and "gather_keep_from_mask" in e["name"]
+    ]
+    assert ks and all(e["args"]["grid"] == [1, 1, 1] for e in ks)
+    f = finding("detection_fixed", "low_occupancy")
+    assert (
+        "the largest, gather_keep_from_mask, at <0.1%, a single block: serial by design" in f.title
+    )
+
+
+def test_an_optimizer_steps_closure_is_a_region_of_its_own() -> None:
+    """Audit 11: Lightning runs forward and backward inside optimizer.step(closure); the
+    regions line read "the idle is in Optimizer.step#AdamW.step: 25.72 ms per step" where
+    3.8-4.7 ms of each 28-29 ms range came after its last backward op. The closure is a region
+    inside it, from the range's start to the end of the last autograd op started inside it (the
+    raw events), and holds most of the range's idle."""
+    ev = raw_events("lightning.before.pt.trace.json.xz")
+    opt = [
+        e
+        for e in ev
+        if e.get("cat") == "user_annotation" and e["name"].startswith("Optimizer.step#")
+    ]
+    bw = [e for e in ev if e["name"].startswith("autograd::engine::evaluate_function")]
+    spans = []
+    for o in opt:
+        inside = [b["ts"] + b["dur"] for b in bw if o["ts"] <= b["ts"] < o["ts"] + o["dur"]]
+        spans.append(max(inside) - o["ts"])
+    a = analysis("lightning.before.pt.trace.json.xz")
+    regions = {r["path"]: r for r in a.results.regions.regions}
+    closure = regions["Optimizer.step#AdamW.step/closure (forward and backward)"]
+    whole = regions["Optimizer.step#AdamW.step"]
+    assert closure["count"] == len(opt) == 3
+    assert closure["host_ns"] == pytest.approx(sum(spans) * 1e3, abs=3 * 1e3)
+    assert closure["idle_ns"] > 0.8 * whole["idle_ns"]
+    from traceinsight.report.terminal import render
+
+    assert "the idle is in Optimizer.step#AdamW.step/closure (forward and backward)" in render(
+        a.to_json()
+    )
+
+
+def test_new_shape_setup_names_each_op_holding_its_share() -> None:
+    """Audit 11: wav2vec2's "aten::convolution_backward took 2.48 ms on 23 first calls ...
+    27.9% of the window" was convolution_backward's and cudnn_convolution's excess together
+    (50.3 and 48.8 ms): each op holding a quarter of it is named."""
+    f = finding("wav2vec2", "new_shape_setup")
+    ops = f.evidence["ops"]
+    held = [o for o in ops if o.excess_ns >= 0.25 * f.evidence["excess_ns"]]
+    assert [o.name for o in held] == ["aten::convolution_backward", "aten::cudnn_convolution"]
+    assert sum(o.excess_ns for o in ops) == f.evidence["excess_ns"]
+    assert (
+        "; aten::cudnn_convolution 2.44 ms on 21 first calls; 27.9% of the window in all" in f.title
+    )

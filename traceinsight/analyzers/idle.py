@@ -37,6 +37,7 @@ from traceinsight.analyzers.context import (
     join_beside,
     launched,
 )
+from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.analyzers.sources import user_frames
 from traceinsight.causal.build import without_cpu_only_ops
 from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
@@ -309,7 +310,42 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .sort(["gap_id", "_py", "ov", "op_s"], descending=[False, False, True, True])
         .unique(subset=["gap_id"], keep="first")
     )
-    return _with_callee(ctx, named).select("gap_id", "op")
+    return _with_callee(ctx, _in_closure(ctx, named)).select("gap_id", "op")
+
+
+# How a gap inside an optimizer step's closure is named: the model's work, not the optimizer's
+CLOSURE_WORDS = "'s closure (the model's forward and backward)"
+
+
+def _in_closure(ctx: Context, named: pl.DataFrame) -> pl.DataFrame:
+    """Gaps named by an ``Optimizer.step#`` range that lie before its own part (Lightning runs
+    forward and backward inside ``optimizer.step(closure)``: audit 11's Lightning loop read
+    "mostly while the host ran Optimizer.step#AdamW.step" for idle in its forward) are named
+    as its closure's (:data:`CLOSURE_WORDS`)."""
+    opt = named.filter(pl.col("op").str.starts_with("Optimizer.step#"))
+    if opt.height == 0:
+        return named
+    own = optimizer_ranges(ctx).select(
+        pl.col("name").alias("op"), pl.col("tid").alias("op_tid"), pl.col("start_ns").alias("_own")
+    )
+    closure = (
+        opt.join(own, on=["op", "op_tid"], how="inner")
+        .filter(
+            (pl.col("_own") >= pl.col("op_s"))
+            & (pl.col("_own") <= pl.col("op_e"))
+            & (pl.col("end_ns") <= pl.col("_own"))
+        )
+        .select("gap_id")
+        .unique()
+        .get_column("gap_id")
+        .implode()
+    )
+    return named.with_columns(
+        pl.when(pl.col("gap_id").is_in(closure))
+        .then(pl.col("op") + CLOSURE_WORDS)
+        .otherwise(pl.col("op"))
+        .alias("op")
+    )
 
 
 # a library frame under the user's frame names the gap where it covers this share of it

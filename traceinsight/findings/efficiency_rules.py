@@ -9,7 +9,7 @@ from traceinsight.analyzers import Results
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.findings.model import Advice, Draft
 from traceinsight.findings.rules import RuleInput, rule
-from traceinsight.report.format import fmt_ms, fmt_pct
+from traceinsight.report.format import fmt_ms, fmt_pct, fmt_small_pct, kernel_words
 
 
 def unaligned_gemms_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
@@ -103,10 +103,15 @@ def low_occupancy(x: RuleInput) -> Draft | None:
     if not o.low_kernels or ratio is None or ratio < x.t["low_occupancy_time_ratio"]:
         return None
     top = o.low_kernels[0]
+    limit = f"limited by {top.limiter or 'unknown'}"
+    if top.grid_blocks is not None and top.grid_blocks <= 1:
+        # one block by design (torchvision's NMS mask gather: 64 threads): serial work, whose
+        # lever is less of it (fewer boxes before NMS, batched NMS), not occupancy (audit 11)
+        limit = "a single block: serial by design"
     return Draft(
         o.low_ns * x.t["low_occupancy_saving_ratio"],
         f"{fmt_pct(ratio)} of kernel time runs below 25% occupancy; the largest, "
-        f"{top.name[:60]}, at {fmt_pct(top.occupancy)} limited by {top.limiter or 'unknown'}",
+        f"{kernel_words(top.name)}, at {fmt_small_pct(top.occupancy)}, {limit}",
         {
             "low_occupancy_time_ratio": ratio,
             "low_occupancy_ns": o.low_ns,

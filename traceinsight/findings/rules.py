@@ -181,7 +181,8 @@ LOADER_INSIDE_NAMED_NS = 1_000_000
     advice={"cuda_app": None},  # DataLoader waits: only a PyTorch trace records them
     estimate=loader_what_if,
     recommendation="Load batches in parallel and ahead of time: num_workers > 0, pin_memory=True, prefetch_factor 4, "
-    "persistent_workers=True; move tokenization/decoding out of __getitem__ (pre-tokenize to Arrow/Parquet).",
+    "persistent_workers=True; move per-sample CPU work (decoding, tokenization, feature "
+    "extraction) out of __getitem__ and the collate function (pre-process once to Arrow/Parquet).",
     snippet=(
         "loader = DataLoader(dataset, batch_size=B, num_workers=8, pin_memory=True,\n"
         "                    prefetch_factor=4, persistent_workers=True)\n"
@@ -276,6 +277,10 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             # there: the Draft's cap)
             "severity_floor": "low",
         }
+    if not advice and _inputs_pinned(x.r):
+        # the batches already come pinned (a Trainer's dataloader_pin_memory default): the
+        # advice is the rest (audit 11: pin_memory=True advised where every upload was pinned)
+        advice = {"recommendation": _PINNED_LOADER_ADVICE}
     if named and not advice and not receiving:
         # without pin_memory the step thread receives each batch (benchmarks/loader_receive_cost.py)
         n = plan.batch_tensors or 0
@@ -312,6 +317,25 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         **advice,
         cap="low" if unverified_evidence else None,
     )
+
+
+_PINNED_LOADER_ADVICE = (
+    "Load batches in parallel and ahead of time: more workers (num_workers), prefetch_factor "
+    "4, persistent_workers=True (the batches already arrive pinned); move per-sample CPU work "
+    "(decoding, tokenization, feature extraction) out of __getitem__ and the collate function "
+    "(pre-process once to Arrow/Parquet)."
+)
+
+
+def _inputs_pinned(r: Results) -> bool:
+    """Most host-to-device bytes came from pinned memory: the loader pins its batches."""
+    c = r.copies
+    pinned = sum(
+        int(k["bytes"] or 0)
+        for k in c.by_kind
+        if k["copy_kind"] == "HtoD" and k["src_kind"] == "pinned"
+    )
+    return pinned > 0 and pinned >= c.h2d_pageable_bytes
 
 
 # what the workers' rate needs to be checked against (the DCGAN fed by 2 workers: the step
@@ -1657,6 +1681,10 @@ def new_shape_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 NEW_SHAPE_MIN_STEPS = 3
 
 
+# an op beside the first named in new_shape_setup's title from this share of the excess
+NEW_SHAPE_NAMED_RATIO = 0.25
+
+
 @rule(
     "new_shape_setup",
     advice={"cuda_app": None},  # ATen's ops: a PyTorch trace
@@ -1701,11 +1729,21 @@ def new_shape_setup(x: RuleInput) -> Draft | None:
         else f"against {fmt_ns(top.repeat_median_ns)} for the window's median op call with a "
         "known shape (too few of its own)"
     )
+    # the ops beside the first that hold a share of the excess: the share is all of theirs
+    # (audit 11: wav2vec2's 27.9% was convolution_backward's 50.3 ms and cudnn_convolution's
+    # 48.8 ms, the title naming the first alone)
+    others = [
+        o for o in h.new_shape[1:] if o.excess_ns >= NEW_SHAPE_NAMED_RATIO * h.new_shape_excess_ns
+    ]
+    also = "".join(
+        f"; {o.name} {fmt_ms(o.dur_ns / o.count)} on {plural(o.count, 'first call')}"
+        for o in others
+    )
     return Draft(
         h.new_shape_excess_ns,
         f"New input shapes cost setup on the host: {top.name} took "
         f"{fmt_ms(top.dur_ns / top.count)} on {plural(top.count, 'first call')} with a new shape "
-        f"{known}; {fmt_pct(ratio)} of the window",
+        f"{known}{also}; {fmt_pct(ratio)} of the window{' in all' if others else ''}",
         {
             "excess_ns": h.new_shape_excess_ns,
             "excess_ratio": ratio,

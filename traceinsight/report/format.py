@@ -180,6 +180,25 @@ def fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def fmt_small_pct(x: float | None) -> str:
+    """:func:`fmt_pct`, with a positive share under 0.05% said as such (not "0.0%")."""
+    return "<0.1%" if x is not None and 0 < x < 0.0005 else fmt_pct(x)
+
+
+def kernel_words(name: str, n: int = 60) -> str:
+    """A kernel's name for a title: its function, without the return type, namespaces,
+    template and parameter lists (a C++ signature cut at a fixed length read
+    "gather_keep_from_mask(bo"); the name as it is where it has no such parts."""
+    base = name.removeprefix("void ").strip()
+    cut = len(base)
+    for i, ch in enumerate(base):  # the first '<' or '(' right after an identifier
+        if ch in "<(" and i and (base[i - 1].isalnum() or base[i - 1] == "_"):
+            cut = i
+            break
+    head = base[:cut].rsplit("::", 1)[-1] or base[:cut]
+    return head if len(head) <= n else head[: n - 1] + "…"
+
+
 def fmt_num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.1f}"
 
