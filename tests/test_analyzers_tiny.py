@@ -837,3 +837,28 @@ def test_the_last_steps_empty_end_is_the_captures():
     last = a.results.steps.per_step[-1]
     assert (last.end_ns - last.start_ns) / US == pytest.approx(1000, abs=1)
     assert a.results.steps.step_time_cv < 0.01
+
+
+def test_ddp_buffer_broadcast_is_its_host_ops_inside_the_forward():
+    # audit 7: HTA's DDP ResNet spent ~29 ms of each 222 ms step flattening, broadcasting and
+    # copying back its BatchNorm buffers in DistributedDataParallel.forward, read as generic
+    # "more work per step". Here four 1000 us steps, each a forward holding a flatten (40 us),
+    # a broadcast (5 us) and an unflatten (105 us) before its kernel: 150 us a step; a
+    # flatten outside the forward is not DDP's
+    ev = Events()
+    for s in range(4):
+        t = s * 1000.0
+        ev.step(s, t, 1000)
+        ev.annotation("DistributedDataParallel.forward", t + 10, 600)
+        ev.op("aten::flatten_dense_tensors", t + 20, 40)
+        ev.op("c10d::broadcast_", t + 70, 5)
+        ev.op("aten::unflatten_dense_tensors", t + 80, 105)
+        ev.op("aten::mm", t + 200, 5)
+        ev.kernel("ampere_sgemm_128x64_nn", t + 210, 300, launch_us=t + 201)
+        ev.op("aten::flatten_dense_tensors", t + 700, 30)  # outside the forward
+    a = analyze_trace(ev.trace())
+    h = a.results.host_ops
+    assert (h.buffer_sync_calls, h.buffer_sync_ns) == (12, 4 * 150 * US)
+    f = next(f for f in a.findings if f.id == "ddp_buffer_broadcast")
+    assert "take 0.15 ms a step of host time (15.0% of the window)" in f.title
+    assert "broadcast_buffers=False" in f.recommendation

@@ -1759,6 +1759,51 @@ def new_shape_setup(x: RuleInput) -> Draft | None:
     )
 
 
+def buffer_sync_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    """DDP's buffer broadcast's host ops taken out (analyzers/host_ops.py), replayed."""
+    w = r.host_ops.what_if_buffer_sync
+    return w, None if w is not None else "no step model to replay the step without them in"
+
+
+@rule(
+    "ddp_buffer_broadcast",
+    advice={"cuda_app": None},  # torch.nn.parallel.DistributedDataParallel's own ops
+    estimate=buffer_sync_what_if,
+    recommendation="DistributedDataParallel broadcasts every buffer from rank 0 at each forward "
+    "(broadcast_buffers=True, the default): flattening them, the broadcast and copying them back "
+    "into each module run on the host before the forward. Where the buffers need not match "
+    "across ranks at every step (BatchNorm's running statistics: each rank's own are fine for "
+    "training, or use SyncBatchNorm), pass broadcast_buffers=False; buffers that never change "
+    "after construction can be registered with persistent=False or as plain attributes.",
+    snippet=(
+        "model = torch.nn.parallel.DistributedDataParallel(\n"
+        "    model, device_ids=[local_rank], broadcast_buffers=False)\n"
+        "# or keep BatchNorm statistics in sync every step where it matters:\n"
+        "# model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)"
+    ),
+    thresholds={"buffer_sync_min_ratio": 0.05},
+)
+def ddp_buffer_broadcast(x: RuleInput) -> Draft | None:
+    h = x.r.host_ops
+    ratio = h.buffer_sync_ns / x.window_ns if x.window_ns else 0.0
+    if h.buffer_sync_calls == 0 or ratio < x.t["buffer_sync_min_ratio"]:
+        return None
+    steps = x.r.steps.steps or 0
+    per = f"{fmt_ms(h.buffer_sync_ns / steps)} a step" if steps else fmt_ms(h.buffer_sync_ns)
+    return Draft(
+        h.buffer_sync_ns,
+        f"DistributedDataParallel broadcasts its buffers at every forward: flattening, "
+        f"broadcasting and copying them back take {per} of host time "
+        f"({fmt_pct(ratio)} of the window)",
+        {
+            "buffer_sync_ns": h.buffer_sync_ns,
+            "buffer_sync_calls": h.buffer_sync_calls,
+            "buffer_sync_ratio": ratio,
+            "steps": steps,
+        },
+    )
+
+
 def unprofiled_busy_ratio(r: Results) -> float | None:
     """The GPU's busy share of the un-profiled step (its busy time per step over the replay's
     step without the profiler's cost), None without a step model."""
