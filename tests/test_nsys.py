@@ -10,7 +10,7 @@ from traceinsight.cli import main
 from traceinsight.errors import InputError
 from traceinsight.parsers import load_trace
 
-from .conftest import FIXTURES, SHARED, shared_or_skip
+from .conftest import FIXTURES, SHARED, analyzed, shared_or_skip
 
 NSYS = FIXTURES / "nsys"
 
@@ -455,3 +455,37 @@ def test_text_and_blob_values_in_number_columns(tmp_path, monkeypatch):
     names = "SELECT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.demangledName"
     kernels = sorted(v for (v,) in sql(path, names))
     assert sorted(fast.filter(pl.col("kind") == "kernel")["name"].to_list()) == kernels
+
+
+def test_an_api_calls_echo_row_is_dropped():
+    """Audit 13: exports of about 2021-2022 record each runtime call twice, cudaMalloc_v3020
+    (event class 0) and a plain cudaMalloc of class 67 with the same correlation id: an extrap
+    export read "runtime 36" for 18 calls. One row a call: the plain one (the backtraces are
+    keyed to it); a call recorded once stays whatever its class."""
+    from traceinsight.parsers.nsys.tables import _without_echoes
+
+    df = pl.DataFrame(
+        {
+            "correlation": [410, 410, 411, 411, 500, 600],
+            "event_class": [67, 0, 67, 0, 67, 0],
+            "start_ns": [1, 2, 10, 11, 20, 30],
+        }
+    )
+    kept = _without_echoes(df)
+    assert kept.get_column("correlation").to_list() == [410, 411, 500, 600]
+    assert kept.get_column("event_class").to_list() == [67, 67, 67, 0]
+
+
+def test_the_saxpy_exports_echo_rows_are_not_calls():
+    import sqlite3
+
+    path = shared_or_skip() / "nsys" / "pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
+    con = sqlite3.connect(path)
+    (calls,) = con.execute(
+        "SELECT count(DISTINCT correlationId) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 0"
+    ).fetchone()
+    (echoes,) = con.execute(
+        "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE eventClass = 67"
+    ).fetchone()
+    assert (calls, echoes) == (56, 38)
+    assert analyzed(path).source["event_counts"]["runtime"] == calls

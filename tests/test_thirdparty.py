@@ -2638,6 +2638,8 @@ def test_a_one_block_kernel_is_serial_by_design() -> None:
     assert (
         "the largest, gather_keep_from_mask, at <0.1%, a single block: serial by design" in f.title
     )
+    # and the advice is not a larger grid (audit 13)
+    assert f.recommendation.startswith("The largest such kernel runs a single block")
 
 
 def test_an_optimizer_steps_closure_is_a_region_of_its_own() -> None:

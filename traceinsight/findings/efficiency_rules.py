@@ -104,10 +104,17 @@ def low_occupancy(x: RuleInput) -> Draft | None:
         return None
     top = o.low_kernels[0]
     limit = f"limited by {top.limiter or 'unknown'}"
+    serial: dict = {}
     if top.grid_blocks is not None and top.grid_blocks <= 1:
         # one block by design (torchvision's NMS mask gather: 64 threads): serial work, whose
-        # lever is less of it (fewer boxes before NMS, batched NMS), not occupancy (audit 11)
+        # lever is less of it (fewer boxes before NMS, batched NMS), not occupancy (audit 11;
+        # audit 13: the title said so and the advice still asked for a larger grid)
         limit = "a single block: serial by design"
+        serial = {
+            "recommendation": SERIAL_KERNEL_ADVICE,
+            "snippet": "",
+            "advice": {"cuda_app": Advice(SERIAL_KERNEL_ADVICE, "")},
+        }
     return Draft(
         o.low_ns * x.t["low_occupancy_saving_ratio"],
         f"{fmt_pct(ratio)} of kernel time runs below 25% occupancy; the largest, "
@@ -118,7 +125,16 @@ def low_occupancy(x: RuleInput) -> Draft | None:
             "occupancy_median": o.median,
             "kernels": list(o.low_kernels),
         },
+        **serial,
     )
+
+
+SERIAL_KERNEL_ADVICE = (
+    "The largest such kernel runs a single block: its time is serial work by design, which "
+    "occupancy does not speed up. Give it less to do (fewer items: filter boxes or candidates "
+    "before it), batch several problems into one launch, or use a parallel algorithm for the "
+    "step (a parallel scan or sort instead of one block's loop)."
+)
 
 
 def fused_attention_what_if(r: Results) -> tuple[WhatIf | None, str | None]:

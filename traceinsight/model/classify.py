@@ -73,10 +73,12 @@ STREAM_WAIT_API = r"^(cuda|hip|cu)StreamWaitEvent\w*"
 # Queries and settings of a kernel function's attributes: with CUDA's lazy loading (the
 # default since CUDA 12.2) the first one for a function loads its module, which takes
 # milliseconds (a public T4 trace: one cudaOccupancyMaxActiveBlocksPerMultiprocessor of 1.32
-# ms, the trace's only, before a kernel's first launch; warm ones take microseconds).
+# ms, the trace's only, before a kernel's first launch; warm ones take microseconds). A device's
+# properties queried as slowly: the runtime's first query of the device (audit 13: CuPy's
+# 1.2 ms cudaGetDeviceProperties_v2 before its first kernels).
 FUNC_ATTRIBUTE_API = (
     r"^(cuda|hip)(FuncGetAttributes?|FuncSetAttribute|OccupancyMaxActiveBlocksPerMultiprocessor"
-    r"\w*|OccupancyMaxPotentialBlockSize\w*|GetFuncBySymbol)(_v\d+)?$"
+    r"\w*|OccupancyMaxPotentialBlockSize\w*|GetFuncBySymbol|GetDeviceProperties)(_v\d+)?$"
     r"|^cu(FuncGetAttribute|FuncSetAttribute|KernelGetAttribute|KernelSetAttribute"
     r"|OccupancyMaxActiveBlocksPerMultiprocessor\w*|KernelGetFunction)(_v\d+)?$"
 )

@@ -331,7 +331,7 @@ def host_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
                     "name_id": pl.Int64,
                 },
                 to_events=lambda df: (
-                    named(df, api_names)
+                    named(_without_echoes(df), api_names)
                     .with_columns(
                         pl.when(pl.col("event_class") == 1)
                         .then(pl.lit("driver"))
@@ -372,6 +372,20 @@ def host_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
                 )
             )
     return out
+
+
+def _without_echoes(df: pl.DataFrame) -> pl.DataFrame:
+    """One row per API call: exports of about 2021-2022 record each call twice,
+    ``cudaMalloc_v3020`` (event class 0) and a plain ``cudaMalloc`` of another class (67) with
+    the same correlation id, starting ns apart (audit 13: an extrap export read "runtime 36"
+    for 18 calls, and its slow first launch twice as a one-time call). The plain row stays:
+    the call's backtrace (CUDA_CALLCHAINS) is keyed to it. Per fetched part: the pair's rows
+    are neighbours."""
+    other = ~pl.col("event_class").is_in((0, 1))
+    if not df.select(other.any()).item():
+        return df
+    echoed = df.filter(other).get_column("correlation").implode()
+    return df.filter(other | ~pl.col("correlation").is_in(echoed))
 
 
 def session_start(db: Db) -> int | None:
