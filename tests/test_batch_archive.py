@@ -150,7 +150,7 @@ def test_resume_sends_no_finished_item_and_lists_the_broken(tmp_path, monkeypatc
 
     monkeypatch.setattr(batch_run, "analyze_item", counted)
     assert main(["batch", str(src), "-o", str(out), "-j", "1"]) == EXIT_ANALYSIS_ERROR
-    assert "(3 up to date, skipped), 2 failed" in capsys.readouterr().out
+    assert "3 up to date (skipped), 2 failed" in capsys.readouterr().out
     assert sorted(sent) == [str(src / "bad00.json"), str(src / "bad01.json")]  # only the broken
     assert {p: p.stat().st_mtime_ns for p in (out / "reports").iterdir()} == reports
     assert pl.read_parquet(out / "summary.parquet").equals(first)
@@ -175,7 +175,7 @@ def test_interrupted_batch_exits_130_and_resumes(tmp_path, monkeypatch, capsys):
     assert not (out / "summary.parquet").exists()
     monkeypatch.setattr(batch_run, "analyze_item", analyze)
     assert main(["batch", str(src), "-o", str(out), "-j", "1"]) == 0
-    assert "3 items: 3 analyzed (2 up to date, skipped), 0 failed" in capsys.readouterr().out
+    assert "3 items: 1 analyzed, 2 up to date (skipped), 0 failed" in capsys.readouterr().out
 
 
 PARENT = """
@@ -219,3 +219,20 @@ def test_pool_worker_ends_with_its_killed_parent():
     if _alive(worker):
         os.kill(worker, signal.SIGKILL)
         pytest.fail("the pool worker outlived its killed parent by 10 s")
+
+
+def test_a_truncated_trace_is_degraded_not_ok(tmp_path, capsys):
+    """Audit 12: a truncated trace's row read status ok (with another top finding than the
+    intact file's); its analysis has the trace_truncated error."""
+    src = tmp_path / "in"
+    src.mkdir()
+    good = ROOT / "fixtures" / "h200" / "pairs" / "checkpointing.after.pt.trace.json.xz"
+    shutil.copy(good, src / "good.pt.trace.json.xz")
+    (src / "cut.pt.trace.json.xz").write_bytes(good.read_bytes()[:100_000])
+    out = tmp_path / "out"
+    assert main(["batch", str(src), "-o", str(out), "-j", "1"]) == EXIT_ANALYSIS_ERROR
+    printed = capsys.readouterr().out
+    assert "0 failed, 1 degraded (a data-quality error)" in printed
+    assert f"degraded: {src / 'cut.pt.trace.json.xz'}: data quality: trace_truncated" in printed
+    df = pl.read_parquet(out / "summary.parquet").sort("label")
+    assert df["status"].to_list() == ["degraded", "ok"]

@@ -77,3 +77,20 @@ def test_ddp_buffer_broadcast_on_htas_ddp_resnet():
     assert f.evidence["steps"] == len(fwd) == 3
     assert f"take {us / 3 / 1e3:.2f} ms a step of host time" in f.title
     assert f.severity in ("medium", "high") and f.what_if.speedup > 1.10
+
+
+def test_a_subset_of_a_jobs_ranks_is_said():
+    """Audit 12: HTA's trace_filter job is 2 rank files whose traces record world_size 128; it
+    read as a 2-rank job without a word."""
+    import gzip
+    import json
+
+    d = shared_or_skip() / "hta" / "trace_filter"
+    sizes = set()
+    for f in sorted(d.glob("*.json.gz")):
+        with gzip.open(f) as fh:
+            sizes.add(json.load(fh)["distributedInfo"]["world_size"])
+    assert sizes == {128}
+    doc = analyzed(d).to_json()
+    assert (doc["source"]["world_size"], doc["source"]["recorded_world_size"]) == (2, 128)
+    assert any(w.startswith("2 of the job's 128 ranks are here") for w in doc["warnings"])

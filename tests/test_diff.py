@@ -385,3 +385,54 @@ def test_no_marker_baseline_compares_iterations(tmp_path):
     doc = compare_with_baseline(stored, aa)
     assert direct["gate"]["basis"] == doc["gate"]["basis"] == "iteration_time"
     assert doc["gate"] == direct["gate"] and doc["noise"] == direct["noise"]
+
+
+# --- a broken side never passes a gate (audit 12) ----------------------------------------------
+
+
+def _broken_afters(tmp: Path) -> dict[str, Path]:
+    """The checkpointing pair's AFTER, damaged three ways: its xz stream cut at 100 kB, its
+    kernels and copies removed, no events at all."""
+    import lzma
+
+    src = ROOT / "fixtures" / "h200" / "pairs" / "checkpointing.after.pt.trace.json.xz"
+    cut = tmp / "cut.pt.trace.json.xz"
+    cut.write_bytes(src.read_bytes()[:100_000])
+    doc = json.loads(lzma.decompress(src.read_bytes()))
+    gpu = {"kernel", "gpu_memcpy", "gpu_memset"}
+    no_gpu = tmp / "no_gpu.json"
+    no_gpu.write_text(json.dumps({**doc, "traceEvents": [e for e in doc["traceEvents"] if e.get("cat") not in gpu]}))  # fmt: skip
+    empty = tmp / "no_events.json"
+    empty.write_text(json.dumps({**doc, "traceEvents": []}))
+    return {"trace_truncated": cut, "device_activity_missing": no_gpu, "empty_trace": empty}
+
+
+def test_a_broken_after_fails_the_gate(tmp_path, capsys):
+    before = ROOT / "fixtures" / "h200" / "pairs" / "checkpointing.before.pt.trace.json.xz"
+    for check, after in _broken_afters(tmp_path).items():
+        rc = main(["diff", str(before), str(after), "--fail-if-slower", "5", "--no-html", "-q"])
+        err = capsys.readouterr().err
+        assert rc == 3, (check, err)
+        assert f"AFTER has 1 data-quality error, first: {check}" in err, err
+    # and the empty trace fails analyze's gate too
+    empty = tmp_path / "no_events.json"
+    assert main(["analyze", str(empty), "--fail-on", "high", "--no-html", "-q"]) == 3
+
+
+def test_nothing_to_compare_does_not_pass_the_gate():
+    gate = {"slowdown_ratio": None, "basis": None, "significant": None, "interval": None}
+    assert gate_exit(gate, 5) == 3
+
+
+def test_idle_by_cause_is_per_step_where_both_sides_have_steps():
+    # audit 12: a one-step copy of a trace read a 67% drop of every idle cause against the whole
+    # capture; per step, each side's total over its own steps
+    from traceinsight.diff import _idle_rows
+
+    mb = {"steps": 3, "idle_by_cause_ns": {"cpu_work": 3_000, "launch_overhead": 6_000}}
+    ma = {"steps": 1, "idle_by_cause_ns": {"cpu_work": 1_000, "launch_overhead": 2_000}}
+    rows = {r["cause"]: r for r in _idle_rows(mb, ma)}
+    assert rows["cpu_work"]["before_ns"] == rows["cpu_work"]["after_ns"] == 1_000
+    assert rows["launch_overhead"]["delta_ns"] == 0 and rows["cpu_work"]["per"] == "step"
+    none = _idle_rows({"steps": 0, "idle_by_cause_ns": {"cpu_work": 5}}, ma)
+    assert none[0]["per"] == "window" and none[0]["before_ns"] == 5

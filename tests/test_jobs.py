@@ -155,7 +155,7 @@ def test_batch_local_resume_and_failures(tmp_path, capsys):
     # resume: nothing re-analyzed, same summary
     capsys.readouterr()
     assert main(["batch", str(src), "-o", str(out)]) == 1
-    assert "(4 up to date, skipped)" in capsys.readouterr().out
+    assert "4 up to date (skipped)" in capsys.readouterr().out
     df2 = pl.read_parquet(out / "summary.parquet")
     assert df2.equals(df)
 
@@ -330,8 +330,11 @@ def test_diff_and_gate(tmp_path, capsys):
     assert [f["id"] for f in doc["findings"]["resolved"]] == ["dataloader_stall"]
     idle = {r["cause"]: r for r in doc["idle_by_cause"]}
     assert idle["dataloader"]["after_ns"] == 0
-    # before: the time in next(loader), measured with perf_counter in the loop (truth file)
-    in_next_ns = sum(s["next_ns"] for s in truths[0]["per_step"])
+    # before: the time in next(loader), measured with perf_counter in the loop (truth file),
+    # per step (the diff's idle is per step where both sides have steps)
+    steps = truths[0]["per_step"]
+    in_next_ns = sum(s["next_ns"] for s in steps) / len(steps)
+    assert idle["dataloader"]["per"] == "step"
     assert idle["dataloader"]["before_ns"] == pytest.approx(in_next_ns, rel=0.05)
     assert (tmp_path / "d.html").read_text().count("dataloader_stall") >= 1
     assert main(["diff", str(after), str(before), "--no-html", "-q", "--fail-if-slower", "5"]) == 3

@@ -2685,3 +2685,20 @@ def test_new_shape_setup_names_each_op_holding_its_share() -> None:
     assert (
         "; aten::cudnn_convolution 2.44 ms on 21 first calls; 27.9% of the window in all" in f.title
     )
+
+
+def test_a_larger_batch_among_the_chosen_fixes_says_its_own_step() -> None:
+    """Audit 12: "--what-if small_batch@4,..." printed "un-profiled step 41.77 ms -> 9.36 ms",
+    the time per original batch's samples read as the step (a 4x batch's own step is ~37 ms);
+    the selection's JSON dropped the multiplier all_fixes keeps."""
+    from traceinsight.report.terminal import _saving
+
+    sel = chosen(
+        "hf_trainer.before.pt.trace.json.xz",
+        ["small_batch@4", "fp32_compute", "host_sync", "dataloader_stall"],
+    ).to_json()
+    assert sel["multiplier"] == 4
+    per_batch = sel["batch_step_time_after_ns"] / 4
+    assert sel["step_time_after_ns"] == pytest.approx(per_batch, abs=1)
+    words = _saving(sel)
+    assert f"at a 4x batch, {sel['step_time_after_ns'] / 1e6:.2f} ms per original batch" in words

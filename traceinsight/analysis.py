@@ -57,6 +57,10 @@ class SelectedFixes:
             "step_time_after_ns": w.get("step_time_after_ns"),
             "speedup": w.get("speedup"),
             "transforms": w.get("transforms", []),
+            # a larger batch among the fixes: its factor and its own step (step_time_after_ns
+            # is the time per original batch's samples)
+            "multiplier": w.get("multiplier"),
+            "batch_step_time_after_ns": w.get("batch_step_time_after_ns"),
             "not_raised": list(self.not_raised),
             "no_fix": list(self.no_fix),
             "priced_not_raised": list(self.priced_not_raised),
@@ -229,6 +233,9 @@ class JobAnalysis:
             "format_version": first.get("format_version"),
             "ranks": [r.rank for r in ranks],
             "world_size": len(ranks),
+            # the world size the ranks' traces record, where larger (a subset of the job)
+            "recorded_world_size": max((r.source.get("world_size") or 0 for r in ranks), default=0)
+            or None,
             "backend": first.get("backend"),
             "framework": job_framework(r.source.get("framework") for r in ranks),
             "devices": [dict(dev, rank=r.rank) for r in ranks for dev in r.source["devices"]],
@@ -320,3 +327,13 @@ class JobAnalysis:
         per = [{s.step: s.dur_ns for s in r.results.steps.per_step} for r in self.ranks]
         common = sorted(set.intersection(*(set(p) for p in per))) if per else []
         return [{"step": st, "times": [p[st] for p in per]} for st in common[:limit]]
+
+
+def quality_errors(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """An analysis document's error-level data-quality checks, its ranks' included: what makes
+    its numbers untrustworthy whatever they say (a gate fails on one)."""
+    checks = [
+        *doc.get("data_quality", []),
+        *(q for r in doc.get("ranks", []) for q in r.get("data_quality", [])),
+    ]
+    return [q for q in checks if q.get("severity") == "error"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 
 from traceinsight import jobs
-from traceinsight.analysis import JobAnalysis, TraceAnalysis
+from traceinsight.analysis import JobAnalysis, TraceAnalysis, quality_errors
 from traceinsight.errors import InputError, OutputError
 from traceinsight.inputs import ARCHIVE_SUFFIXES
 from traceinsight.io import atomic_path
@@ -30,6 +30,7 @@ __all__ = [
     "export_events",
     "export_format",
     "load_events",
+    "quality_errors",
     "side_paths",
     "view_events",
 ]

@@ -23,7 +23,14 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analysis import KERNEL_TABLE_SCHEMA, SCHEMA, JobAnalysis, TraceAnalysis, tool_json
+from traceinsight.analysis import (
+    KERNEL_TABLE_SCHEMA,
+    SCHEMA,
+    JobAnalysis,
+    TraceAnalysis,
+    quality_errors,
+    tool_json,
+)
 from traceinsight.api import analyze_with
 from traceinsight.constants import MEMORY_DEVICE_METRICS, MEMORY_STEP_METRICS
 from traceinsight.options import Options
@@ -344,12 +351,21 @@ def memory_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _idle_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]:
+    """Idle by cause on each side: per step where both have steps (the window's totals of two
+    captures of different lengths are not comparable: audit 12, a one-step AFTER read as a 67%
+    drop of every cause), else over each window (``per``: "step" or "window")."""
     ib, ia = mb.get("idle_by_cause_ns") or {}, ma.get("idle_by_cause_ns") or {}
+    nb, na = mb.get("steps") or 0, ma.get("steps") or 0
+    per = "step" if nb and na else "window"
     rows = []
     for cause in sorted(set(ib) | set(ia)):
         b, a = ib.get(cause, 0), ia.get(cause, 0)
+        if per == "step":
+            b, a = round(b / nb), round(a / na)
         if b or a:
-            rows.append({"cause": cause, "before_ns": b, "after_ns": a, "delta_ns": a - b})
+            rows.append(
+                {"cause": cause, "before_ns": b, "after_ns": a, "delta_ns": a - b, "per": per}
+            )
     return rows
 
 
@@ -588,6 +604,12 @@ def compare_docs(
         "idle_by_cause": _idle_rows(before["metrics"], after["metrics"]),
         "kernels_per_step": _kernel_changes(kb, ka),
         "findings": _finding_changes(before["findings"], after["findings"]),
+        # each side's data-quality errors (a truncated file, lost device activity, no events):
+        # a diff with one cannot pass a gate (audit 12: a truncated AFTER passed)
+        "data_quality_errors": {
+            "before": quality_errors(before),
+            "after": quality_errors(after),
+        },
     }
     doc["gate"] = _gate(doc)
     return doc

@@ -179,6 +179,16 @@ def _job(
     ]
     framework = job_framework(a.source["framework"] for a in ranks)
     findings = diagnose_job(cross, per, t, framework)
+    recorded = max((a.source.get("world_size") or 0 for a in ranks), default=0)
+    if recorded > len(ranks):
+        # a subset of the job's ranks (HTA's sampled traces: 2 of 128): the cross-rank view,
+        # the straggler included, covers these only (audit 12)
+        warnings = [
+            *warnings,
+            f"{len(ranks)} of the job's {recorded} ranks are here (their traces record a world "
+            f"size of {recorded}): the cross-rank analysis, the straggler included, covers "
+            "these ranks only",
+        ]
     return JobAnalysis(path, ranks, cross, findings, warnings + list(cross.warnings), opts.command)
 
 

@@ -21,6 +21,8 @@ on what it found (findings/quality.py downgrades and tags those findings).
   error, the GPU's side of the job is missing.
 - ``trace_truncated``: the file ends early (a cut gzip or xz stream, a cut-off events array): only the
   events written before the cut were read; an error.
+- ``empty_trace``: the file parsed but holds no event at all (``traceEvents: []``): nothing to
+  analyze, an error (audit 12: such an AFTER passed a diff's gate).
 - ``rows_out_of_order``: an nsys export whose rows are in no time order on their stream or
   thread (nsys 2025.6+ may write them so). The parser sorts them, so no finding rests on it:
   a warning for other tools that read the export as written.
@@ -105,10 +107,23 @@ def analyze_health(ctx: Context) -> HealthResult:
             _device_activity_missing(ev, api, len(ctx.device_info)),
             _truncated(ctx),
             _rows_out_of_order(ctx),
+            _empty(ev),
         )
         if c is not None
     ]
     return HealthResult(tuple(checks))
+
+
+def _empty(ev: pl.DataFrame) -> dict[str, Any] | None:
+    if ev.height:
+        return None
+    return _check(
+        "empty_trace",
+        "error",
+        0,
+        "the trace holds no events: nothing was recorded, or the recording was not written",
+        ("all",),
+    )
 
 
 def _check(

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import polars as pl
 
+from traceinsight.api import quality_errors
 from traceinsight.batch.discover import Failure, Item
 from traceinsight.constants import HEADLINE_METRICS
 from traceinsight.io import atomic_path
@@ -63,10 +64,15 @@ def summary_row(item: Item, doc: dict[str, Any], report: str) -> dict[str, Any]:
         for k in SUMMARY_METRICS:
             row[k] = m.get(k)
     f = doc["findings"]
+    # a data-quality error (a truncated file, lost device activity, no events) leaves numbers
+    # that cannot be trusted: the row says so (audit 12: a truncated trace's row read "ok" with
+    # another top finding than the intact file's)
+    broken = quality_errors(doc)
     row.update(
         label=item.label,
         kind="job" if is_job else "trace",
-        status="ok",
+        status="degraded" if broken else "ok",
+        error=f"data quality: {broken[0]['check']}: {broken[0]['message']}" if broken else None,
         ranks=len(doc["source"]["ranks"]),
         top_finding=f[0]["id"] if f else None,
         top_severity=f[0]["severity"] if f else None,
@@ -119,10 +125,19 @@ class BatchResult:
     def failed(self) -> int:
         return self.summary.filter(pl.col("status") != "ok").height
 
-    def failures(self) -> list[tuple[str, str]]:
-        """(label, error) of every item that failed."""
+    def failures(self) -> list[tuple[str, str, str]]:
+        """(label, status, error) of every item that failed or was read with a data-quality
+        error (``degraded``)."""
         bad = self.summary.filter(pl.col("status") != "ok")
-        return list(zip(bad["label"].to_list(), bad["error"].to_list(), strict=True))
+        return list(
+            zip(
+                bad["label"].to_list(), bad["status"].to_list(), bad["error"].to_list(), strict=True
+            )
+        )
+
+    @property
+    def degraded(self) -> int:
+        return self.summary.filter(pl.col("status") == "degraded").height
 
 
 class _Rows:

@@ -36,11 +36,16 @@ def run(
     )
     if not quiet:
         n = result.summary.height
+        # a degraded item was analyzed, its trace broken (truncated, device activity lost): it
+        # is listed, and fails the run as a failed one does
+        degraded = result.degraded
+        failed = result.failed - degraded
         print(
-            f"{plural(n, 'item')}: {n - result.failed} analyzed ({result.resumed} up to date, "
-            f"skipped), {result.failed} failed, in {result.seconds:.1f} s -> "
-            f"{outdir / 'index.html'}"
+            f"{plural(n, 'item')}: {n - result.failed - result.resumed} analyzed, "
+            f"{result.resumed} up to date (skipped), {failed} failed"
+            + (f", {degraded} degraded (a data-quality error)" if degraded else "")
+            + f", in {result.seconds:.1f} s -> {outdir / 'index.html'}"
         )
-        for label, error in result.failures():
-            print(f"  failed: {label}: {error}")
+        for label, status, error in result.failures():
+            print(f"  {'failed' if status == 'error' else status}: {label}: {error}")
     return EXIT_ANALYSIS_ERROR if result.failed else EXIT_OK

@@ -107,11 +107,9 @@ def analyze_and_write(
     if fail_on:
         # a data-quality error (lost device activity, a truncated file, ...) fails any gate:
         # the findings, or their absence, cannot be trusted
-        checks = [
-            *doc.get("data_quality", []),
-            *(q for r in doc.get("ranks", []) for q in r["data_quality"]),
-        ]
-        errors = [q for q in checks if q.get("severity") == "error"]
+        from traceinsight.analysis import quality_errors
+
+        errors = quality_errors(doc)
         if errors:
             print(
                 f"traceinsight: --fail-on {fail_on}: {plural(len(errors), 'data-quality error')}, "
@@ -189,6 +187,21 @@ def write_and_gate(
         print(render_diff_summary(doc, str(report) if report else None))
     if fail_if_slower is None:
         return EXIT_OK
+    broken = [
+        (side, q)
+        for side in ("before", "after")
+        for q in (doc.get("data_quality_errors") or {}).get(side, [])
+    ]
+    if broken:
+        # a broken side's numbers cannot be trusted either way: the gate fails
+        side, q = broken[0]
+        print(
+            f"traceinsight: --fail-if-slower: {side.upper()} has "
+            f"{plural(len([b for b in broken if b[0] == side]), 'data-quality error')}, "
+            f"first: {q['check']}: {q['message']}",
+            file=sys.stderr,
+        )
+        return EXIT_GATE
     if doc["hardware_differs"] and not allow_different_hardware:
         print(
             "traceinsight: not gating on a diff across different hardware ("
@@ -206,7 +219,16 @@ def gate_exit(gate: dict[str, Any], fail_if_slower: float) -> int:
     what = {"step_time": "step time", "iteration_time": "iteration time"}.get(
         gate["basis"] or "", "time per kernel (throughput)"
     )
-    if slow is None or slow * 100 <= fail_if_slower:
+    if slow is None:
+        # nothing to compare (no steps, iterations or kernels on a side): a gate that cannot
+        # measure does not pass
+        print(
+            "traceinsight: --fail-if-slower: cannot gate: no step time, iteration time or "
+            "kernel throughput to compare on both sides",
+            file=sys.stderr,
+        )
+        return EXIT_GATE
+    if slow * 100 <= fail_if_slower:
         return EXIT_OK
     if gate["significant"] is False:
         lo, hi = gate["interval"]
