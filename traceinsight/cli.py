@@ -479,10 +479,11 @@ def batch(
 @click.option("--force", is_flag=True, help="Overwrite existing outputs.")
 @click.option(
     "--fail-if-slower",
-    type=float,
+    type=click.FloatRange(min=0),
     metavar="PCT",
     help="Exit 3 if the median step time (or, without steps, the time per kernel) grew by more "
-    "than PCT percent and by more than the noise (CI gate).",
+    "than PCT percent (0 or more) and by more than the noise, or if either side has a "
+    "data-quality error or nothing can be compared (CI gate).",
 )
 @click.option(
     "--allow-different-hardware",

@@ -120,7 +120,8 @@ def compare_with_baseline(base: dict[str, Any], analysis: Any) -> dict[str, Any]
         eb, ea = stored.get("environment"), doc["environment"]["after"]
         if eb and ea:  # the stored side's hardware, checked as diff checks two traces
             doc["environment"]["before"] = eb
-            doc["warnings"], doc["hardware_differs"] = environment_warnings(eb, ea)
+            env, doc["hardware_differs"] = environment_warnings(eb, ea)
+            doc["warnings"] = [*env, *doc["warnings"]]  # the diff's own after the hardware's
         return doc
 
     doc = one(base, analysis)

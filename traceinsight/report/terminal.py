@@ -402,6 +402,11 @@ def _timing_lines(doc: dict[str, Any]) -> list[str]:
         else:
             line += "; too few steps for a noise estimate"
         lines.append(line)
+        if u := doc.get("unprofiled"):
+            lines.append(
+                f"  un-profiled step (the step model's estimate) {fmt_ns(u['before_ns'])} -> "
+                f"{fmt_ns(u['after_ns'])} ({_signed_pct(u['change'])})"
+            )
         if doc.get("iterations"):
             ib, ia = doc["iterations"]["before"], doc["iterations"]["after"]
             how = (
