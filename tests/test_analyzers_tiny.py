@@ -739,6 +739,18 @@ def test_loading_per_batch_says_which_step_it_is_of():
     assert f"per batch (un-profiled, {recorded / 1e6:.2f} ms as recorded)" in f.title, f.title
 
 
+def _kernel_then_all_reduce(ev: Events, s: int, step_us: float) -> float:
+    """Step ``s`` of ``step_us``: a 100 us GEMM, then a 300 us all-reduce on stream 9 launched
+    after it (no wait the trace shows); the step's start."""
+    t = s * step_us
+    ev.step(s, t, step_us)
+    ev.op("aten::mm", t, 5)
+    ev.kernel("ampere_sgemm_128x64_nn", t + 10, 100, launch_us=t + 1)
+    ev.op("nccl:all_reduce", t + 20, 5)
+    ev.kernel("ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 110, 300, launch_us=t + 21, stream=9)
+    return t
+
+
 def test_a_graph_adds_no_overlap_the_trace_did_not_show():
     # audit 7: HTA's DDP trace, its per-gradient all-reduces serialized with compute by stream
     # waits, read launch_bound 177.3 ms after graphs against 200.1 ms of GPU busy a step. Here
@@ -746,14 +758,7 @@ def test_a_graph_adds_no_overlap_the_trace_did_not_show():
     # kernels launched only once it ended (no wait the trace shows): busy 600 us a step
     ev = Events()
     for s in range(4):
-        t = s * 1000.0
-        ev.step(s, t, 1000)
-        ev.op("aten::mm", t, 5)
-        ev.kernel("ampere_sgemm_128x64_nn", t + 10, 100, launch_us=t + 1)
-        ev.op("nccl:all_reduce", t + 20, 5)
-        ev.kernel(
-            "ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 110, 300, launch_us=t + 21, stream=9
-        )
+        t = _kernel_then_all_reduce(ev, s, 1000.0)
         for at in (420, 700):
             ev.op("aten::mm", t + at - 100, 5)
             ev.kernel("ampere_sgemm_128x64_nn", t + at + 5, 100, launch_us=t + at - 99)
@@ -774,14 +779,7 @@ def test_a_host_change_adds_no_overlap_the_trace_did_not_show():
     # busy 600 us a step, which removing the syncs (the GPU's work the same) cannot go below
     ev = Events()
     for s in range(4):
-        t = s * 620.0
-        ev.step(s, t, 620)
-        ev.op("aten::mm", t, 5)
-        ev.kernel("ampere_sgemm_128x64_nn", t + 10, 100, launch_us=t + 1)
-        ev.op("nccl:all_reduce", t + 20, 5)
-        ev.kernel(
-            "ncclDevKernel_AllReduce_Sum_f32_RING_LL", t + 110, 300, launch_us=t + 21, stream=9
-        )
+        t = _kernel_then_all_reduce(ev, s, 620.0)
         ev.runtime("cudaDeviceSynchronize", t + 30, 382)
         for i, at in enumerate((420, 520)):
             ev.op("aten::mm", t + 412 + 3 * i, 2)
