@@ -453,3 +453,22 @@ def test_the_diff_gives_the_unprofiled_estimates_and_warns_where_they_disagree()
     assert (u["before_ns"], u["after_ns"]) == (rb, ra)
     assert u["change"] < 0 < doc["step_time_change"]
     assert any("the profiler's cost differs between the sides" in w for w in doc["warnings"])
+
+
+def test_diff_what_if_is_shown_for_each_side(tmp_path, capsys):
+    """Audit 12: `diff --what-if` was accepted and validated but reached no output."""
+    tp = ROOT / "fixtures" / "h200" / "thirdparty"
+    before, after = (
+        tp / "nanogpt.before.pt.trace.json.xz",
+        tp / "nanogpt.compile_ro.after.pt.trace.json.xz",
+    )
+    out = tmp_path / "d.json"
+    assert main(["diff", str(before), str(after), "--no-html", "--what-if", "launch_bound", "--json", str(out)]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    sel = json.loads(out.read_text())["what_if_selected"]
+    assert sel["before"]["fixes"] == sel["after"]["fixes"] == ["launch_bound"]
+    assert sel["before"]["speedup"] > 1.5 > sel["after"]["speedup"]  # the graphs took it
+    assert (
+        "  before: What if launch_bound: saves" in printed
+        and "  after: What if launch_bound:" in printed
+    )

@@ -611,6 +611,12 @@ def compare_docs(
             "after": quality_errors(after),
         },
         "unprofiled": _unprofiled(before, after),
+        # --what-if: each side's chosen fixes replayed (audit 12: accepted, never shown)
+        "what_if_selected": {
+            side: sel
+            for side, d in (("before", before), ("after", after))
+            if (sel := ((d.get("details") or {}).get("what_if") or {}).get("selected"))
+        },
     }
     if (u := doc["unprofiled"]) and doc["step_time_change"] is not None:
         profiled, estimated = doc["step_time_change"], u["change"]

@@ -442,6 +442,8 @@ def render_diff_summary(doc: dict[str, Any], report_path: str | None = None) -> 
         for q in errors:
             lines.append(f"  error: {side.upper()}: {q['check']}: {q['message']}")
     lines += _timing_lines(doc)
+    for side, sel in (doc.get("what_if_selected") or {}).items():
+        lines.append(f"  {side}: {_selected_line(sel, 'per step')}")
     lines.append("")
     lines.append(f"  {'metric':32s} {'before':>12s} {'after':>12s}")
     for row in doc["metrics"]:
