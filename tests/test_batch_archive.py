@@ -236,3 +236,11 @@ def test_a_truncated_trace_is_degraded_not_ok(tmp_path, capsys):
     assert f"degraded: {src / 'cut.pt.trace.json.xz'}: data quality: trace_truncated" in printed
     df = pl.read_parquet(out / "summary.parquet").sort("label")
     assert df["status"].to_list() == ["degraded", "ok"]
+
+
+def test_a_batch_of_nothing_that_exists_is_bad_input(tmp_path, capsys):
+    """Audit 12: `batch /nonexistent` exited 1 and wrote an index page, where analyze and diff
+    exit 2 for a missing path."""
+    assert main(["batch", str(tmp_path / "nope"), "-o", str(tmp_path / "out")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "index.html").exists()

@@ -108,7 +108,9 @@ def test_a_what_if_that_lengthens_the_step_saves_nothing():
     from traceinsight.report.format import saved_words
 
     longer = {"step_time_ns": 117_520_000, "step_time_after_ns": 119_560_000, "speedup": 0.983}
-    assert saved_words(longer) == "nothing"
+    assert saved_words(longer) == "nothing (2.04 ms slower predicted)"
+    same = {"step_time_ns": 100, "step_time_after_ns": 100, "speedup": 1.0}
+    assert saved_words(same) == "nothing"
     shorter = {"step_time_ns": 117_520_000, "step_time_after_ns": 112_540_000, "speedup": 1.04}
     assert saved_words(shorter) == "4.98 ms"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from traceinsight.errors import EXIT_ANALYSIS_ERROR, EXIT_OK
+from traceinsight.errors import EXIT_ANALYSIS_ERROR, EXIT_OK, InputError
 from traceinsight.options import Options
 from traceinsight.report.format import plural
 
@@ -23,6 +23,10 @@ def run(
     from traceinsight.io import refuse_replacing_inputs
     from traceinsight.pipeline import graded
 
+    if paths and not any(p.exists() for p in paths):
+        # nothing to analyze at all: bad input, as for analyze (audit 12: exit 1 and an index
+        # page for one missing path); a missing path among others is a failed item
+        raise InputError("no such file or directory", str(paths[0]))
     refuse_replacing_inputs([outdir / name for name in OUTPUT_FILES], paths)
     graded(opts)
     result = run_batch(

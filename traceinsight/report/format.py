@@ -73,7 +73,12 @@ def saved_words(w: dict[str, Any], fmt: Callable[[int], str] | None = None) -> s
     the step no shorter (audit 10: host_sync's fix read "saves 0.00 ms ... 0.98x predicted" on a
     V100 trace, its wait moving to the next blocking call)."""
     saved = saving_per_step_ns(w)
-    return (fmt or fmt_ms)(saved) if saved > 0 else "nothing"
+    if saved > 0:
+        return (fmt or fmt_ms)(saved)
+    longer = w["step_time_after_ns"] - w["step_time_ns"]
+    # a step predicted longer says by how much (audit 12: fp32 -> bf16 on the DCGAN loop,
+    # 8.93 -> 9.52 ms, read "saves nothing")
+    return f"nothing ({(fmt or fmt_ms)(longer)} slower predicted)" if longer > 0 else "nothing"
 
 
 def saving_share(w: dict[str, Any]) -> float | None:
