@@ -131,3 +131,16 @@ def test_kernel_names_in_titles_are_their_functions():
         "0.0%",
         "25.0%",
     )
+
+
+def test_an_unnamed_device_is_said_by_its_matched_spec():
+    # audit 13: ROCm builds that leave deviceProperties' name empty (an MI300X: gfx 9.4, 304
+    # CUs, 192 GiB) read "unknown GPU" though the spec table matched it
+    from traceinsight.report.format import fmt_devices
+
+    mi300 = {"id": 2, "name": "", "sm_count": 304, "spec": "MI300X", "active": True}
+    assert (
+        fmt_devices([mi300])
+        == "2: MI300X (unnamed in the trace, matched by its properties) (304 SMs)"
+    )
+    assert fmt_devices([{**mi300, "spec": None}]) == "2: unknown GPU (304 SMs)"

@@ -249,8 +249,10 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         # not shorten it, the pin-memory thread would take it (a ViT fed by 4 workers: 1.4 ms a
         # step, pin_memory measured 1.07-1.26x)
         need = (
+            # the receive time is modelled (a fixed cost and one a tensor), not the recorded
+            # call's: said so (audit 11)
             f"; mostly receiving each batch ({plan.batch_tensors:.0f} tensors, about "
-            f"{fmt_ms(plan.receive_ns or 0)}) from the workers, not waiting for them: "
+            f"{fmt_ms(plan.receive_ns or 0)} as modelled) from the workers, not waiting for them: "
             "pin_memory=True moves that to the pin-memory thread"
         )
     elif plan is not None and plan.workers_factor is not None:

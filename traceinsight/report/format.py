@@ -11,13 +11,23 @@ def ranked_idle_causes(idle_by_cause_ns: dict[str, int]) -> list[tuple[str, int]
     return sorted(((k, v) for k, v in idle_by_cause_ns.items() if v), key=lambda kv: -kv[1])
 
 
+def _device_name(d: dict[str, Any]) -> str:
+    """A device's recorded name; where the trace leaves it empty, the spec table's row its other
+    properties matched (audit 13: ROCm builds that name an MI300X "" read "unknown GPU")."""
+    if d.get("name"):
+        return str(d["name"])
+    if d.get("spec"):
+        return f"{d['spec']} (unnamed in the trace, matched by its properties)"
+    return "unknown GPU"
+
+
 def fmt_devices(devices: list[dict[str, Any]]) -> str:
     """The devices with GPU activity (what ``--device`` selects from); where none had any, the
     ids the trace's metadata names, said as such."""
     active = [d for d in devices if d.get("active", True)]
     if active:
         return ", ".join(
-            f"{d['id']}: {d['name'] or 'unknown GPU'}"
+            f"{d['id']}: {_device_name(d)}"
             + (f" ({d['sm_count']} SMs)" if d.get("sm_count") else "")
             for d in active
         )
