@@ -282,7 +282,8 @@ def without_untraced_tail(steps: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame
     """``steps`` (host ranges, in time order) with the last one ending where its recorded
     events do (plus the typical empty end of the :data:`TAIL_STEPS` before it), where its
     empty end is longer than theirs by :data:`UNTRACED_TAIL_MIN_RATIO` of their median step.
-    Events are any but the step markers, their GPU mirrors and the profiler's own."""
+    Events are any but the step markers (``steps``' names), their GPU mirrors and the
+    profiler's own."""
     if steps.height < 3:
         return steps
     last = steps.tail(TAIL_STEPS + 1).select(
@@ -296,7 +297,8 @@ def without_untraced_tail(steps: pl.DataFrame, ev: pl.DataFrame) -> pl.DataFrame
         .filter(
             (pl.col("start_ns") >= lo)
             & ~pl.col("kind").is_in(("gpu_annotation", "overhead"))
-            & ~pl.col("name").str.contains(STEP_MARKER)
+            # the step markers themselves (a lookup of their names, no regex over every event)
+            & ~pl.col("name").is_in(steps.get_column("name").unique().implode())
         )
         .select("start_ns", "end_ns")
         .sort("start_ns")

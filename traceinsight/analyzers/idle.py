@@ -173,8 +173,8 @@ class IdleResult:
     # so gpu_wait there is the device's own gap between queued work
     max_streams_per_device: int = 0
     stream_wait_calls: int = 0
-    # cpu_work idle between two launches of one step: inside a step, after its first idle gap
-    # on the device (the loop's own Python before the step's first launch stays out). A
+    # cpu_work idle between two launches of one step: gaps strictly inside a step (the loop's
+    # own Python before the step's first launch, and after its last, stays out). A
     # whole-step capture replays the step without it (launch_bound's what_if_whole_step);
     # torch.compile traces the model's Python away
     cpu_work_between_launches_ns: int = 0
@@ -686,8 +686,14 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
     # compiled or loaded that kernel (audit 13: CuPy's JIT kernels in an A100 export, a 0.25 ms
     # cuModuleLoadData in each 0.77-2.06 ms gap before a new kernel's only launch, read as
     # steady cpu_work "outside any recorded op")
-    loaded_for_first = (pl.col("f_load") > 0) & pl.col("next_launch_ns").is_in(
-        _first_launch_starts(ctx).implode()
+    loaded = gaps.select((pl.col("f_load") > 0).any()).item()  # the first launches only then
+    loaded_for_first = (
+        (pl.col("f_load") > 0)
+        & pl.col("next_launch_ns").is_in(
+            _first_launches(ctx).get_column("launch_start_ns").implode()
+        )
+        if loaded
+        else pl.lit(False)
     )
     in_launch = pl.col("f_launch") >= MAJORITY
     if torch_ops.height:
@@ -796,12 +802,13 @@ def _as_slow_as_a_load(usual: str) -> pl.Expr:
     )
 
 
-def _first_launch_starts(ctx: Context) -> pl.Series:
-    """When each kernel (by name) was first launched in the trace."""
-    known = launched(ctx.launches, ["name", "launch_start_ns"])
-    if known.height == 0:
-        return pl.Series("launch_start_ns", [], dtype=pl.Int64)
-    return known.group_by("name").agg(pl.col("launch_start_ns").min()).get_column("launch_start_ns")
+def _first_launches(ctx: Context) -> pl.DataFrame:
+    """Each kernel's (by name) first launch in the trace: name, launch_start_ns, launch_tid."""
+    return (
+        launched(ctx.launches, ["name", "launch_start_ns", "launch_tid"])
+        .group_by("name")
+        .agg(pl.col("launch_start_ns").min(), pl.col("launch_tid").first())
+    )
 
 
 def warmup_calls(ctx: Context) -> pl.DataFrame:
@@ -833,11 +840,7 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
         slow = launches.join(typical, on="tid", how="left").filter(_as_slow_as_a_load("_med"))
         if slow.height:
             # its kernel's first launch in the trace (a launch whose work is unknown counts)
-            firsts = (
-                launched(ctx.launches, ["name", "launch_start_ns", "launch_tid"])
-                .group_by("name")
-                .agg(pl.col("launch_start_ns").min(), pl.col("launch_tid").first())
-            )
+            firsts = _first_launches(ctx)
             known = launched(ctx.launches, ["launch_start_ns", "launch_tid"])
             is_first = slow.join(
                 firsts.select(
