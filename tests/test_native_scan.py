@@ -282,3 +282,11 @@ def test_memory_rows_and_side_rows_are_read():
             ),
         }
     )
+
+
+def test_collective_messages_scan_to_the_typed_chunk():
+    from .test_side_tables import COMMS
+
+    chunk = check(_elements(json.dumps(COMMS).encode()), must_scan=True)
+    assert chunk is not None
+    assert chunk.side.get_column("msg_nelems").drop_nulls().to_list() == [2873320, 2873320]

@@ -516,7 +516,8 @@ enum { T_PH, T_CAT, T_NAME, T_PID, T_TID, T_TS, T_DUR, T_ARGS, T_N };
 
 enum {
     A_DEVICE, A_STREAM, A_CORR, A_EXT, A_EXT_LOWER, A_BYTES, A_DIMS, A_TYPES, A_CONCRETE,
-    A_FLOPS, A_GRID, A_BLOCK, A_REGS, A_SHMEM, A_OCC, A_BPSM, A_WPSM, A_COLL,
+    A_FLOPS, A_GRID, A_BLOCK, A_REGS, A_SHMEM, A_OCC, A_BPSM, A_WPSM, A_COLL, A_NELEMS,
+    A_MSGDTYPE, A_GROUP,
     M_BYTES, M_ALLOC, M_RES, M_ADDR, M_DTYPE, M_DID, A_N
 };
 
@@ -525,7 +526,7 @@ static const char *ARG_KEYS[A_N] = {
     "device", "stream", "correlation", "External id", "external id", "bytes", "Input Dims",
     "Input type", "Concrete Inputs", "flops", "grid", "block", "registers per thread",
     "shared memory", "est. achieved occupancy %", "blocks per SM", "warps per SM",
-    "Collective name", "Bytes", "Total Allocated", "Total Reserved", "Addr", "Device Type",
+    "Collective name", "In msg nelems", "dtype", "Group size", "Bytes", "Total Allocated", "Total Reserved", "Addr", "Device Type",
     "Device Id"};
 
 static size_t TOP_LENS[T_N], ARG_LENS[A_N];
@@ -636,9 +637,9 @@ static const char *read_object(const char *p, const char *end, const bucket_t *t
 enum { F_CAT, F_NAME, F_TS, F_DUR, F_PID, F_TID, F_DEVICE, F_STREAM, F_CORR, F_EXT, F_BYTES, F_N };
 enum {
     KS_ROW, KS_GRID_X, KS_GRID_Y, KS_GRID_Z, KS_BLOCK_X, KS_BLOCK_Y, KS_BLOCK_Z, KS_REGS, KS_SHMEM,
-    KS_OCC, KS_BPSM, KS_WPSM, KS_COLL, KS_N
+    KS_OCC, KS_BPSM, KS_WPSM, KS_COLL, KS_NELEMS, KS_MSGDTYPE, KS_GROUP, KS_N
 };
-enum { OS_ROW, OS_DIMS, OS_TYPES, OS_CONCRETE, OS_FLOPS, OS_N };
+enum { OS_ROW, OS_DIMS, OS_TYPES, OS_CONCRETE, OS_FLOPS, OS_NELEMS, OS_MSGDTYPE, OS_GROUP, OS_N };
 enum { MM_TS, MM_PID, MM_TID, MM_BYTES, MM_ALLOC, MM_RES, MM_ADDR, MM_DTYPE, MM_DID, MM_N };
 
 typedef struct {
@@ -660,10 +661,12 @@ static int out_init(out_t *o) {
         {K_I64, "row"}, {K_I64, "grid_x"}, {K_I64, "grid_y"}, {K_I64, "grid_z"},
         {K_I64, "block_x"}, {K_I64, "block_y"}, {K_I64, "block_z"}, {K_F64, "registers_per_thread"},
         {K_F64, "shared_memory_bytes"}, {K_F64, "occupancy_pct"}, {K_F64, "blocks_per_sm"},
-        {K_F64, "warps_per_sm"}, {K_STR, "collective"}};
+        {K_F64, "warps_per_sm"}, {K_STR, "collective"}, {K_F64, "msg_nelems"},
+        {K_STR, "msg_dtype"}, {K_F64, "group_size"}};
     static const struct { int k; const char *n; } OS[OS_N] = {
         {K_I64, "row"}, {K_STR, "input_dims"}, {K_STR, "input_types"},
-        {K_STR, "concrete_inputs"}, {K_F64, "flops"}};
+        {K_STR, "concrete_inputs"}, {K_F64, "flops"}, {K_F64, "msg_nelems"},
+        {K_STR, "msg_dtype"}, {K_F64, "group_size"}};
     static const struct { int k; const char *n; } MM[MM_N] = {
         {K_F64, "ts"}, {K_I64, "pid"}, {K_I64, "tid"}, {K_I64, "mem_bytes"},
         {K_I64, "mem_allocated_bytes"}, {K_I64, "mem_reserved_bytes"}, {K_I64, "mem_addr"},
@@ -693,6 +696,16 @@ static int span_is(const span_t *v, const char *text) { /* an unescaped string e
 }
 
 
+/* A collective's message (three adjacent columns: elements, dtype, group size); a value of
+ * another type is null, as the typed path leaves it. */
+static int put_msg(col_t *c, const span_t *nelems, const span_t *dtype, const span_t *group) {
+    static const span_t none = {0};
+    TRY(put_num(&c[0], nelems->t == 'n' ? nelems : &none, 1));
+    TRY(put_str(&c[1], dtype->t == 's' ? dtype : &none));
+    return put_num(&c[2], group->t == 'n' ? group : &none, 1);
+}
+
+
 static int emit_x(out_t *o, const span_t *t, const span_t *a) {
     int64_t row = o->f[F_CAT].n;
     if (t[T_CAT].t == 's' && t[T_CAT].esc) return -2; /* it might spell kernel or cpu_op */
@@ -719,13 +732,17 @@ static int emit_x(out_t *o, const span_t *t, const span_t *a) {
         TRY(put_num(&o->ks[KS_BPSM], &a[A_BPSM], 1));
         TRY(put_num(&o->ks[KS_WPSM], &a[A_WPSM], 1));
         TRY(put_str(&o->ks[KS_COLL], &a[A_COLL]));
+        TRY(put_msg(&o->ks[KS_NELEMS], &a[A_NELEMS], &a[A_MSGDTYPE], &a[A_GROUP]));
     }
-    if ((a[A_DIMS].t || (a[A_FLOPS].t && a[A_FLOPS].t != 'N')) && span_is(&t[T_CAT], "cpu_op")) {
+    /* host ops with shapes, FLOPs or a collective's message (record_param_comms) */
+    if ((a[A_DIMS].t || (a[A_FLOPS].t && a[A_FLOPS].t != 'N') || (a[A_NELEMS].t == 'n')) &&
+        span_is(&t[T_CAT], "cpu_op")) {
         TRY(col_i64(&o->os[OS_ROW], row, 1));
         TRY(put_raw(&o->os[OS_DIMS], &a[A_DIMS]));
         TRY(put_raw(&o->os[OS_TYPES], &a[A_TYPES]));
         TRY(put_raw(&o->os[OS_CONCRETE], &a[A_CONCRETE]));
         TRY(put_num(&o->os[OS_FLOPS], &a[A_FLOPS], 1));
+        TRY(put_msg(&o->os[OS_NELEMS], &a[A_NELEMS], &a[A_MSGDTYPE], &a[A_GROUP]));
     }
     return 0;
 }

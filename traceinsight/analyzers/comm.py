@@ -3,6 +3,7 @@ and the same split by collective kind (what the advice depends on)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,43 @@ COLLECTIVE_KINDS: tuple[tuple[str, str], ...] = (
 # nccl:send) names the collective.
 HOST_DECIDES = ("send_recv", "other")
 NCCL_HOST_OP = r"^nccl:|^nccl[A-Z]"
+
+# A collective's message moves in at most its bus bytes over this bandwidth plus a latency per
+# collective and per rank of its group: a 100 Gb/s link, slower than NVLink, xGMI, PCIe 4 x16
+# and the InfiniBand of GPU clusters. What a collective kernel takes beyond that is its rank
+# waiting for the others to reach it (an MI300X DDP rank's 5.75 MB all-reduces took 6.7-6.9 ms
+# over 8 ranks: 1.5 GB/s, where RCCL moves such buffers at 100 GB/s and more).
+COMM_FLOOR_BYTES_PER_S = 12.5e9
+COMM_LATENCY_NS = 100_000
+COMM_LATENCY_PER_RANK_NS = 5_000
+# bytes each rank moves per byte of its input message ("In msg nelems"), p ranks (the bus
+# bytes of NCCL's tests): a ring all-reduce sends and receives 2(p-1)/p of it, an all-gather's
+# input is its own chunk of the (p-1) it receives, a reduce-scatter's the whole buffer
+_BUS_FACTOR: dict[str, Callable[[pl.Expr], pl.Expr]] = {
+    "all_reduce": lambda p: 2 * (p - 1) / p,
+    "all_gather": lambda p: p - 1,
+    "reduce_scatter": lambda p: (p - 1) / p,
+    "all_to_all": lambda p: (p - 1) / p,
+}
+# Kineto's dtype names (record_param_comms' "dtype") -> bytes
+COMM_DTYPE_BYTES = {
+    "Double": 8,
+    "Float": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+}
 
 
 def collective_kind(name: pl.Expr) -> pl.Expr:
@@ -118,6 +156,13 @@ class CommResult:
     top_collectives: tuple[dict[str, Any], ...]
     # collective kind -> {count, comm_ns, exposed_ns} (unions per kind and device, summed)
     by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    # the collectives whose message the trace records (Kineto's record_param_comms args) among
+    # groups of 2 ranks or more: their kernels' time summed, what moving their bus bytes takes
+    # at most (:data:`COMM_FLOOR_BYTES_PER_S`, latencies), and the time beyond that in each:
+    # at least that much of them is this rank waiting for the others
+    sized_comm_ns: int = 0
+    transfer_bound_ns: int = 0
+    peer_wait_ns: int = 0
     # share of the communication kernels' time launched inside backward (autograd) ops: data
     # parallel's gradient reduction; near 0 in a forward-only (inference, tensor-parallel) run
     backward_comm_ratio: float | None = None
@@ -148,6 +193,7 @@ def analyze_comm(ctx: Context) -> CommResult:
             }
         )
     window = max(1, ctx.window_ns) * max(1, len(ctx.devices))
+    kinds = with_kinds(comm, ctx.events, ctx.kernel_args)
     top = (
         comm.group_by("name")
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
@@ -163,9 +209,70 @@ def analyze_comm(ctx: Context) -> CommResult:
         comm_time_ratio=tot_c / window,
         per_device=tuple(per_device),
         top_collectives=tuple(top.iter_rows(named=True)),
-        by_kind=_by_kind(with_kinds(comm, ctx.events, ctx.kernel_args), pu),
+        by_kind=_by_kind(kinds, pu),
         backward_comm_ratio=_backward_ratio(ctx),
+        **_peer_wait(kinds, ctx),
     )
+
+
+def _messages(comm: pl.DataFrame, ctx: Context) -> pl.DataFrame:
+    """``comm`` with each kernel's message (``msg_nelems``, ``msg_dtype``, ``group_size``): its
+    own args where it carries them, else its launch's record_param_comms op's (by the launch's
+    external id); null where neither records one."""
+    cols = ["msg_nelems", "msg_dtype", "group_size"]
+    own = (
+        ctx.kernel_args.filter(pl.col("msg_nelems").is_not_null())
+        .select("device", "start_ns", *cols)
+        .unique(["device", "start_ns"])
+    )
+    out = comm.join(own, on=["device", "start_ns"], how="left")
+    ops = ctx.comm_messages.filter(pl.col("external_id").is_not_null())
+    missing = out.filter(pl.col("msg_nelems").is_null() & pl.col("correlation").is_not_null())
+    if ops.height == 0 or missing.height == 0:
+        return out
+    calls = ctx.events.filter(
+        pl.col("kind").is_in(["runtime", "driver"])
+        & pl.col("correlation").is_in(missing.get_column("correlation").unique().implode())
+        & pl.col("external_id").is_not_null()
+    ).select("correlation", "external_id")
+    by_launch = (
+        calls.join(ops.select("external_id", *cols).unique("external_id"), on="external_id")
+        .unique("correlation")
+        .select("correlation", *[pl.col(c).alias(f"_{c}") for c in cols])
+    )
+    return out.join(by_launch, on="correlation", how="left").with_columns(
+        pl.coalesce(c, f"_{c}").alias(c) for c in cols
+    ).drop([f"_{c}" for c in cols])
+
+
+def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict[str, int]:
+    """The sized collectives' time, the most moving their messages takes and the time beyond it
+    (CommResult's ``sized_comm_ns``, ``transfer_bound_ns``, ``peer_wait_ns``)."""
+    sized = _messages(kinds, ctx).filter(
+        pl.col("msg_nelems").is_not_null() & (pl.col("group_size") >= 2)
+    )
+    if sized.height == 0:
+        return {}
+    p = pl.col("group_size").cast(pl.Float64)
+    factor: pl.Expr = pl.lit(1.0)
+    for kind, f in _BUS_FACTOR.items():
+        factor = pl.when(pl.col("kind") == kind).then(f(p)).otherwise(factor)
+    elem = pl.col("msg_dtype").replace_strict(
+        COMM_DTYPE_BYTES, default=None, return_dtype=pl.Float64
+    )
+    bound = (
+        pl.col("msg_nelems") * elem * factor / COMM_FLOOR_BYTES_PER_S * 1e9
+        + COMM_LATENCY_NS
+        + COMM_LATENCY_PER_RANK_NS * p
+    )
+    got = sized.filter(elem.is_not_null()).select(
+        pl.col("dur_ns").sum().alias("sized_comm_ns"),
+        pl.min_horizontal(bound, pl.col("dur_ns")).sum().alias("transfer_bound_ns"),
+        (pl.col("dur_ns") - bound).clip(lower_bound=0).sum().alias("peer_wait_ns"),
+    )
+    if got.height == 0:
+        return {}
+    return {k: int(v or 0) for k, v in got.row(0, named=True).items()}
 
 
 def _backward_ratio(ctx: Context) -> float | None:

@@ -153,7 +153,10 @@ class Context:
     source_extra: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     # the trace's side tables (whole trace; see model.schema) and its devices' properties
     memory: pl.DataFrame = field(default_factory=empty_memory, repr=False, compare=False)
+    # ops with recorded shapes or FLOPs (none: the trace recorded no shapes)
     op_args: pl.DataFrame = field(default_factory=empty_op_args, repr=False, compare=False)
+    # record_param_comms ops with their collective's message (op_args' schema)
+    comm_messages: pl.DataFrame = field(default_factory=empty_op_args, repr=False, compare=False)
     kernel_args: pl.DataFrame = field(default_factory=empty_kernel_args, repr=False, compare=False)
     callchains: pl.DataFrame = field(default_factory=empty_callchains, repr=False, compare=False)
     gpu_metrics: pl.DataFrame = field(default_factory=empty_gpu_metrics, repr=False, compare=False)
@@ -467,6 +470,13 @@ def build_context(
     else:
         busy, compute_busy = _gpu_unions(gpu)
         ops, sync_calls = _host_subsets(host)
+    # record_param_comms' messages ride in op_args; the analyzers read op_args as the ops with
+    # shapes (none recorded: no shape-priced fix), so the messages go apart
+    message = pl.col("msg_nelems").is_not_null()
+    plain = pl.col("input_dims").is_not_null() | pl.col("flops").is_not_null()
+    has_messages = trace.op_args.height > 0 and bool(trace.op_args.select(message.any()).item())
+    shaped = trace.op_args.filter(plain) if has_messages else trace.op_args
+    messages = trace.op_args.filter(message) if has_messages else trace.op_args.clear()
     return Context(
         events=ev,
         window_start_ns=lo,
@@ -483,7 +493,8 @@ def build_context(
         capture_start_ns=capture_lo,
         trace_devices=activity_devices(gpu_all),
         memory=trace.memory,
-        op_args=trace.op_args,
+        op_args=shaped,
+        comm_messages=messages,
         kernel_args=trace.kernel_args,
         callchains=trace.callchains,
         gpu_metrics=trace.gpu_metrics,

@@ -128,6 +128,10 @@ def transfer_split(
         exposed_comm_ratio=exposed / window_ns,
         comm_time_ratio=comm_ns / window_ns,
         by_kind=by_kind,
+        # the job measured the waits across ranks: the one-rank bound on them is spent
+        sized_comm_ns=0,
+        transfer_bound_ns=0,
+        peer_wait_ns=0,
     )
 
 

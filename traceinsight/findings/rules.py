@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from traceinsight.analyzers import Results
+from traceinsight.analyzers.comm import COMM_FLOOR_BYTES_PER_S
 from traceinsight.analyzers.host_ops import HostOpsResult
 from traceinsight.analyzers.idle import CALLEE_SEP, OS_CALL_SUFFIX, IdleSegment
 from traceinsight.analyzers.sources import Source
@@ -970,6 +971,20 @@ COMM_LESS_ADVICE = (
     "(gradient accumulation, a larger per-GPU batch, ZeRO-2/SHARD_GRAD_OP instead of full "
     "sharding, bf16 gradient reduction)."
 )
+# Where the collectives' messages would move in a fraction of their time even over a slow link
+# (analyzers/comm.py COMM_FLOOR_BYTES_PER_S), the rest is this rank waiting for the others: no
+# overlap or bucket setting on this rank removes it, the slowest rank does
+PEER_WAIT_ADVICE = (
+    "Most of the collectives' time is this rank waiting for the other ranks to reach them, not "
+    "moving data: find the rank that arrives last (analyze the job's rank traces together: "
+    "traceinsight analyze JOB_DIR) and what holds it (uneven batches or sequence lengths, a "
+    "slower data loader or GPU, host work before the collective). Overlapping or bucketing "
+    "this rank's communication cannot remove a wait for another rank."
+)
+PEER_WAIT_UNPRICED = (
+    "the exposed time is mostly this rank waiting for others: what removing it saves depends on "
+    "the slowest rank, which a one-rank trace does not hold"
+)
 DDP_FSDP_ADVICE = (
     "Let gradient reduction overlap backward: DDP with buckets (bucket_cap_mb), static_graph=True, "
     "gradient_as_bucket_view=True; no manual all_reduce after backward(); FSDP backward_prefetch "
@@ -1008,6 +1023,10 @@ DDP_FSDP_ADVICE = (
         "comm_heavy_ratio": 0.3,
         # communication launched in backward under this share: a forward's collectives (TP)
         "comm_forward_max_backward_ratio": 0.1,
+        # the collectives with a recorded message cover this share of the communication, and
+        # at least this share of their time is waiting beyond the slowest link's transfer
+        "comm_sized_min_ratio": 0.5,
+        "comm_peer_wait_min_ratio": 0.5,
     },
 )
 def comm_not_overlapped(x: RuleInput) -> Draft | None:
@@ -1033,10 +1052,26 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         advice = DDP_FSDP_ADVICE
     if heavy:
         advice += COMM_LESS_ADVICE
+    # the collectives whose messages the trace records, where they cover most of the time
+    waiting = (
+        comm.sized_comm_ns >= x.t["comm_sized_min_ratio"] * comm.comm_ns
+        and comm.peer_wait_ns >= x.t["comm_peer_wait_min_ratio"] * comm.sized_comm_ns
+    )
+    wait_ratio = comm.peer_wait_ns / comm.sized_comm_ns if comm.sized_comm_ns else None
+    title = (
+        f"Communication is exposed: {fmt_pct(comm.comm_compute_overlap_ratio)} of it overlaps compute, "
+        f"{fmt_ms(comm.exposed_comm_ns)} exposed" + (f", mostly {worst}" if worst else "")
+    )
+    if waiting:
+        title += (
+            f"; at least {fmt_pct(wait_ratio)} of the collectives' time is this rank waiting "
+            f"for the others (moving their messages takes at most "
+            f"{fmt_ms(comm.transfer_bound_ns)}, even at {COMM_FLOOR_BYTES_PER_S / 1e9:g} GB/s)"
+        )
+        advice = PEER_WAIT_ADVICE
     return Draft(
         comm.exposed_comm_ns,
-        f"Communication is exposed: {fmt_pct(comm.comm_compute_overlap_ratio)} of it overlaps compute, "
-        f"{fmt_ms(comm.exposed_comm_ns)} exposed" + (f", mostly {worst}" if worst else ""),
+        title,
         {
             "comm_ns": comm.comm_ns,
             "exposed_comm_ns": comm.exposed_comm_ns,
@@ -1048,8 +1083,16 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
             "most_exposed_kind": worst,
             "comm_time_ratio": comm.comm_time_ratio,
             "backward_comm_ratio": comm.backward_comm_ratio,
+            "sized_comm_ns": comm.sized_comm_ns,
+            "transfer_bound_ns": comm.transfer_bound_ns,
+            "peer_wait_ns": comm.peer_wait_ns,
+            "peer_wait_ratio": wait_ratio,
+            **({"unpriced_because": PEER_WAIT_UNPRICED} if waiting else {}),
         },
         advice,
+        # overlap on this rank saves at most what moving the data takes: the rest is another
+        # rank's doing (a one-rank trace cannot say which, nor what it would save)
+        cap="low" if waiting else None,
     )
 
 

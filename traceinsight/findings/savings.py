@@ -191,6 +191,9 @@ def with_savings(
         rule = by_id[f.id]
         fix = f.evidence.get("priced_by") or rule.fix
         w, why = what_if_of(rule, r, fix)
+        if f.evidence.get("unpriced_because"):
+            # what was found puts the saving out of the trace's reach (another rank's wait)
+            fix, w, why = None, None, f.evidence["unpriced_because"]
         # (a variance the loader's waits cause is fixed by the loader's fix: not bounded)
         loader_caused = f.evidence.get("caused_by") == "dataloader"
         bounded = w if loader_caused else _bounded(w, bound)

@@ -133,6 +133,11 @@ OP_ARGS_SCHEMA: dict[str, pl.DataType] = {
     "input_types": pl.String(),
     "concrete_inputs": pl.String(),
     "flops": pl.Int64(),
+    # a collective's message as record_param_comms records it (Kineto's "In msg nelems",
+    # "dtype", "Group size"): the elements each rank sends, their type, the ranks in its group
+    "msg_nelems": pl.Int64(),
+    "msg_dtype": pl.String(),
+    "group_size": pl.Int64(),
 }
 
 # Launch configuration of kernels: Kineto kernel args, nsys CUPTI_ACTIVITY_KIND_KERNEL columns.
@@ -157,6 +162,10 @@ KERNEL_ARGS_SCHEMA: dict[str, pl.DataType] = {
     # a communication kernel's collective as Kineto names it ("allreduce", "broadcast"): NCCL's
     # and RCCL's generic kernels say it nowhere else; null elsewhere and in nsys
     "collective": pl.String(),
+    # its message, where the kernel carries it (PyTorch 2.1 on; else on record_param_comms)
+    "msg_nelems": pl.Int64(),
+    "msg_dtype": pl.String(),
+    "group_size": pl.Int64(),
 }
 
 

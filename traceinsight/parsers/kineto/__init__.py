@@ -342,7 +342,11 @@ def _side_args(df: pl.DataFrame, side: pl.DataFrame) -> tuple[pl.DataFrame, pl.D
     joined = pl.concat([side.filter(found), rows.drop("_row")[at.filter(found)]], how="horizontal")
     ops = joined.filter(
         (pl.col("kind") == "cpu_op")
-        & (pl.col("input_dims").is_not_null() | pl.col("flops").is_not_null())
+        & (
+            pl.col("input_dims").is_not_null()
+            | pl.col("flops").is_not_null()
+            | pl.col("msg_nelems").is_not_null()
+        )
     )
     ops = ops.with_columns(_canonical_json(ops.get_column(c)) for c in typed.JSON_TEXT)
     kernel_args = joined.filter(pl.col("kind") == "kernel").with_columns(

@@ -45,6 +45,9 @@ class _Args(msgspec.Struct, gc=False):  # no GC tracking: millions of acyclic ob
     blocks_per_sm: Any = msgspec.field(default=None, name="blocks per SM")
     warps_per_sm: Any = msgspec.field(default=None, name="warps per SM")
     collective: Any = msgspec.field(default=None, name="Collective name")
+    msg_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    msg_dtype: Any = msgspec.field(default=None, name="dtype")
+    group_size: Any = msgspec.field(default=None, name="Group size")
 
 
 class _MemArgs(msgspec.Struct, gc=False):
@@ -201,6 +204,9 @@ SIDE_COLUMNS: dict[str, pl.DataType] = {
     "blocks_per_sm": pl.Float64(),
     "warps_per_sm": pl.Float64(),
     "collective": pl.String(),
+    "msg_nelems": pl.Float64(),
+    "msg_dtype": pl.String(),
+    "group_size": pl.Float64(),
 }
 # memory-row column <- the Kineto args key
 MEMORY_KEYS = {
@@ -382,6 +388,20 @@ def _xyz(name: str, raws: list[msgspec.Raw]) -> dict[str, pl.Series]:
     }
 
 
+def _is_number(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _message(args: list[Any]) -> dict[str, list[Any]]:
+    """A collective's message columns (record_param_comms' or a NCCL kernel's args); values of
+    another type than the field's are null, as the native scanner leaves them."""
+    return {
+        "msg_nelems": [a.msg_nelems if _is_number(a.msg_nelems) else None for a in args],
+        "msg_dtype": [a.msg_dtype if type(a.msg_dtype) is str else None for a in args],
+        "group_size": [a.group_size if _is_number(a.group_size) else None for a in args],
+    }
+
+
 def _side_groups(df: pl.DataFrame, args: list[Any]) -> list[dict[str, Any]]:
     """The side rows' columns: kernels (found by category, vectorized), then ops with shapes
     or FLOPs; rows are read only where they can be."""
@@ -403,12 +423,15 @@ def _side_groups(df: pl.DataFrame, args: list[Any]) -> list[dict[str, Any]]:
                 "blocks_per_sm": [a.blocks_per_sm for a in ka],
                 "warps_per_sm": [a.warps_per_sm for a in ka],
                 "collective": [a.collective for a in ka],
+                **_message(ka),
             }
         )
     ops = [
         i
         for i in cat.eq_missing("cpu_op").arg_true().to_list()
-        if args[i].input_dims is not _NO_RAW or args[i].flops is not None
+        if args[i].input_dims is not _NO_RAW
+        or args[i].flops is not None
+        or _is_number(args[i].msg_nelems)
     ]
     oa = [args[i] for i in ops]
     groups.append(
@@ -418,6 +441,7 @@ def _side_groups(df: pl.DataFrame, args: list[Any]) -> list[dict[str, Any]]:
             "input_types": [a.input_types for a in oa],
             "concrete_inputs": [a.concrete for a in oa],
             "flops": [a.flops for a in oa],
+            **_message(oa),
         }
     )
     return groups

@@ -237,7 +237,11 @@ def _side_groups(xs: list[Any], args: list[Any]) -> list[dict[str, list[Any]]]:
         i
         for i, (e, a) in enumerate(zip(xs, args, strict=True))
         if e.get("cat") == "cpu_op"
-        and (a.get("Input Dims") is not None or a.get("flops") is not None)
+        and (
+            a.get("Input Dims") is not None
+            or a.get("flops") is not None
+            or type(a.get("In msg nelems")) in (int, float)
+        )
     ]
     oa = [args[i] for i in ops]
     dims = {
@@ -264,6 +268,9 @@ _OP_KEYS = {
     "input_types": "Input type",
     "concrete_inputs": "Concrete Inputs",
     "flops": "flops",
+    "msg_nelems": "In msg nelems",
+    "msg_dtype": "dtype",
+    "group_size": "Group size",
 }
 _KERNEL_KEYS = {
     "registers_per_thread": "registers per thread",
@@ -272,6 +279,9 @@ _KERNEL_KEYS = {
     "blocks_per_sm": "blocks per SM",
     "warps_per_sm": "warps per SM",
     "collective": "Collective name",
+    "msg_nelems": "In msg nelems",
+    "msg_dtype": "dtype",
+    "group_size": "Group size",
 }
 
 
