@@ -240,9 +240,11 @@ def _messages(comm: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         .unique("correlation")
         .select("correlation", *[pl.col(c).alias(f"_{c}") for c in cols])
     )
-    return out.join(by_launch, on="correlation", how="left").with_columns(
-        pl.coalesce(c, f"_{c}").alias(c) for c in cols
-    ).drop([f"_{c}" for c in cols])
+    return (
+        out.join(by_launch, on="correlation", how="left")
+        .with_columns(pl.coalesce(c, f"_{c}").alias(c) for c in cols)
+        .drop([f"_{c}" for c in cols])
+    )
 
 
 def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict[str, int]:
