@@ -174,3 +174,28 @@ def test_job_rank_table_and_finding_agree(seen: dict[str, dict[str, Any]]) -> No
     text = seen["job"]["text"]
     assert "transfer overlapped" in text and "comm overlap" not in text
     assert "no prediction:" not in text.lower()
+
+
+def test_a_larger_batch_reads_as_its_own_step_in_the_html(tmp_path: Path) -> None:
+    """Audit 15: the HTML said "the un-profiled step 74.57 ms -> 19.16 ms, 3.89x" for T5's 4x
+    batch (the time per original batch read as a step; the 4x batch's own step is 76.63 ms),
+    where the terminal said both; every reporter now prints one sentence (report/format.py
+    saving_text)."""
+    import html as html_lib
+    import json
+
+    from traceinsight.report.format import fmt_ns
+
+    trace = H200 / "thirdparty" / "t5_course.before.pt.trace.json.xz"
+    out, doc_path = tmp_path / "t5.html", tmp_path / "t5.json"
+    assert main(["analyze", str(trace), "-o", str(out), "--json", str(doc_path), "--force"]) == 0
+    doc = json.loads(doc_path.read_text())
+    w = next(f for f in doc["findings"] if f["id"] == "memory_headroom")["what_if"]
+    k = w["multiplier"]
+    assert k > 1 and w["batch_step_time_after_ns"] > w["step_time_ns"]  # 76.63 > 74.57 ms
+    text = html_lib.unescape(out.read_text())
+    own = f"-> {fmt_ns(w['batch_step_time_after_ns'])} at a {k}x batch, "
+    assert own + f"{fmt_ns(w['step_time_after_ns'])} per original batch" in text
+    assert f"-> {fmt_ns(w['step_time_after_ns'])}," not in text  # never as the step itself
+    combined = doc["details"]["what_if"]["all_fixes"]
+    assert f"-> {fmt_ns(combined['batch_step_time_after_ns'])} at a {k}x batch" in text

@@ -2691,7 +2691,7 @@ def test_a_larger_batch_among_the_chosen_fixes_says_its_own_step() -> None:
     """Audit 12: "--what-if small_batch@4,..." printed "un-profiled step 41.77 ms -> 9.36 ms",
     the time per original batch's samples read as the step (a 4x batch's own step is ~37 ms);
     the selection's JSON dropped the multiplier all_fixes keeps."""
-    from traceinsight.report.terminal import _saving
+    from traceinsight.report.format import saving_text as _saving
 
     sel = chosen(
         "hf_trainer.before.pt.trace.json.xz",

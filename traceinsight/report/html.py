@@ -24,10 +24,12 @@ from traceinsight.report.evidence import (
     transform_words,
 )
 from traceinsight.report.format import (
+    LOW_END_WORDS,
     fmt_bytes,
     fmt_ns,
     fmt_pct,
     fmt_signed_bytes,
+    low_end_words,
     per_step,
     plural,
     prediction_basis,
@@ -35,6 +37,7 @@ from traceinsight.report.format import (
     saved_words,
     saving_per_step_ns,
     saving_share,
+    saving_text,
 )
 from traceinsight.report.memory_view import MEMORY_FINDINGS, job_memory, memory_charts
 from traceinsight.report.regions_view import icicle, region_rows
@@ -101,6 +104,9 @@ def environment() -> jinja2.Environment:
         sbytes=fmt_signed_bytes,
         saving=saving_per_step_ns,
         saved=lambda w: saved_words(w, fmt_ns),
+        saving_text=lambda w, per="per step", low=None: saving_text(
+            w, per, fmt_ns, low or LOW_END_WORDS
+        ),
         saving_share=saving_share,
         plural=plural,
         plain=plain,
@@ -152,6 +158,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "verdict": verdict_cost,
         "basis": prediction_basis(doc),
         "per": per_step(doc),  # "per step", "per iteration" (an application), "over the window"
+        "low_words": low_end_words(d.get("replay")),
         "unprofiled_step_ns": (d.get("replay") or {}).get("unprofiled_step_ns"),
         # what a finding's cost_ns is the total of (findings/savings.py: window x devices)
         "cost_scope": "over the window" + (f", its {n_dev} devices summed" if n_dev > 1 else ""),

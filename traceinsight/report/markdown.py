@@ -19,12 +19,14 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    low_end_words,
     mfu_words,
     per_step,
     plural,
     prediction_basis,
     ranked_idle_causes,
     saved_words,
+    saving_text,
 )
 
 MAX_FINDINGS = 10  # table rows; the rest are counted under the table
@@ -58,6 +60,14 @@ def _saving(w: dict[str, Any] | None) -> tuple[str, str, str]:
         return "—", "—", "—"
     before, after = w["step_time_ns"], w["step_time_after_ns"]
     speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
+    if w.get("multiplier") and w.get("batch_step_time_after_ns"):
+        # a larger batch's own step, and the time per original batch the saving is of
+        k = w["multiplier"]
+        step = (
+            f"{fmt_ms(before)} → {fmt_ms(w['batch_step_time_after_ns'])} at a {k}x batch "
+            f"({fmt_ms(after)} per original batch)"
+        )
+        return saved_words(w), step, f"{speedup} per sample"
     return saved_words(w), f"{fmt_ms(before)} → {fmt_ms(after)}", speedup
 
 
@@ -67,8 +77,7 @@ def _selected(sel: dict[str, Any], per: str) -> str:
     if sel.get("step_time_ns") is None:
         text += "no step model to replay."
     else:
-        saving, step, speedup = _saving(sel)
-        text += f"saves {saving} {per} (un-profiled step {step}, {speedup})."
+        text += saving_text(sel, per, low_words=low_end_words(None)) + "."
     for key, words in SELECTED_LISTS:
         if sel.get(key):
             text += f" {words[0].upper()}{words[1:]}: {', '.join(_code(f) for f in sel[key])}."
@@ -202,10 +211,9 @@ def render(doc: dict[str, Any]) -> str:
         out += [*_findings_table(findings, per_step(doc)), ""]
         combined = ((doc.get("details") or {}).get("what_if") or {}).get("all_fixes")
         if combined:
-            saving, step, speedup = _saving(combined)
+            low = low_end_words((doc.get("details") or {}).get("replay"))
             out += [
-                f"All fixes together: saves {saving} {per_step(doc)} (un-profiled step {step}, "
-                f"{speedup}).",
+                f"All fixes together: {saving_text(combined, per_step(doc), low_words=low)}.",
                 "",
             ]
         chosen = ((doc.get("details") or {}).get("what_if") or {}).get("selected")

@@ -8,21 +8,22 @@ from traceinsight.constants import HEADLINE_METRICS
 from traceinsight.report.evidence import label
 from traceinsight.report.format import (
     FRAMEWORK_WORDS,
+    LOW_END_WORDS,
     SELECTED_LISTS,
     SOURCE_NOUNS,
     fmt_bytes,
     fmt_devices,
     fmt_metric,
-    fmt_ms,
     fmt_ns,
     fmt_pct,
     fmt_source,
+    low_end_words,
     mfu_words,
     per_step,
     plural,
     prediction_basis,
     ranked_idle_causes,
-    saved_words,
+    saving_text,
 )
 
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
@@ -229,38 +230,14 @@ def _held_by(path: str, part: float, whole: float, what: str, held: str) -> str:
     return f"{held} {path}"
 
 
-def _saving(w: dict[str, Any], per: str = "per step") -> str:
-    """A what-if in words: the saving per step, the un-profiled step before and after the fix
-    as the causal model predicts."""
-    before, after = w["step_time_ns"], w["step_time_after_ns"]
-    speedup = f"{w['speedup']:.2f}x" if w.get("speedup") else "n/a"
-    low = w.get("speedup_low")
-    # the range the profiler's unknown cost leaves (the prediction sentence says what its low
-    # end is), where it moves the prediction
-    other = (
-        f"; {low:.2f}x from the un-profiled step's low end"
-        if low and w.get("speedup") and abs(low / w["speedup"] - 1) > 0.05
-        else ""
-    )
-    if w.get("multiplier") and w.get("batch_step_time_after_ns"):
-        # a larger batch: its own step, and the time per original batch's samples the saving
-        # and speedup are of (audit 12: "un-profiled step 41.77 ms -> 9.36 ms" read as a step)
-        k = w["multiplier"]
-        return (
-            f"saves {saved_words(w)} per original batch (un-profiled step "
-            f"{fmt_ms(before)} -> {fmt_ms(w['batch_step_time_after_ns'])} at a {k}x batch, "
-            f"{fmt_ms(after)} per original batch: {speedup} per sample predicted{other})"
-        )
-    return (
-        f"saves {saved_words(w)} {per} "
-        f"(un-profiled step {fmt_ms(before)} -> {fmt_ms(after)}, {speedup} predicted{other})"
-    )
-
-
-def _selected_line(sel: dict[str, Any], per: str) -> str:
+def _selected_line(sel: dict[str, Any], per: str, low: str = LOW_END_WORDS) -> str:
     """--what-if in words: the chosen fixes together, and the ids that did not apply."""
     text = f"What if {' + '.join(sel['fixes'])}: "
-    text += _saving(sel, per) if sel.get("step_time_ns") is not None else "no step model to replay"
+    text += (
+        saving_text(sel, per, low_words=low)
+        if sel.get("step_time_ns") is not None
+        else "no step model to replay"
+    )
     for key, words in SELECTED_LISTS:
         if sel.get(key):
             text += f" ({words}: {', '.join(sel[key])})"
@@ -271,6 +248,11 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
     """Findings (non-info first), warnings and the report path: the end of every summary."""
     findings = doc["findings"]
     per = per_step(doc)
+    low = low_end_words((doc.get("details") or {}).get("replay"))
+
+    def _saving(w: dict[str, Any], per: str) -> str:
+        return saving_text(w, per, low_words=low)
+
     shown = [f for f in findings if f["severity"] != "info"] or findings[:1]
     lines = [""]
     failed = [q["check"] for q in doc.get("data_quality", []) if q["severity"] == "error"]
@@ -319,7 +301,7 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
             lines.append(f"All fixes together: {_saving(combined, per)}")
         chosen = (doc.get("details") or {}).get("what_if", {}).get("selected")
         if chosen:
-            lines.append(_selected_line(chosen, per))
+            lines.append(_selected_line(chosen, per, low))
     for q in doc.get("data_quality", []):
         affected = f" (affects {', '.join(q['affected'])})" if q["affected"] else ""
         lines.append(f"data quality {q['severity']}: {q['check']}: {q['message']}{affected}")
