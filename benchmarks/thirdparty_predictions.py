@@ -77,7 +77,8 @@ FIX_NAMES = {
         "dataloader_stall": "workers_14",
         "memory_headroom": "batch_2x",
     },
-    "whisper": {"memory_headroom": "batch_2x"},
+    # launch_bound's advice: labels padded to a fixed length, then reduce-overhead (session 38)
+    "whisper": {"memory_headroom": "batch_2x", "launch_bound": "pad_compile_ro"},
 }
 
 

@@ -22,6 +22,7 @@ from traceinsight.diff import (
     kernel_iterations,
     nvtx_iterations,
 )
+from traceinsight.report.format import fmt_ns
 
 from .conftest import analyzed, raw_json
 
@@ -240,7 +241,10 @@ def test_job_diff_shows_each_ranks_kernel_changes(tmp_path, capsys):
         k = r["kernels_per_step"]
         # the rank diffs find the kernels the job's top level cannot (it has no kernel table)
         assert k["changed"]
-        line = f"kernels: {k['appeared_count']} appeared, {k['disappeared_count']} disappeared"
+        # counts, with their time per step where there is any
+        new = f" ({fmt_ns(k['appeared_ns'])} per step)" if k["appeared_ns"] else ""
+        gone = f" ({fmt_ns(k['disappeared_ns'])} per step)" if k["disappeared_ns"] else ""
+        line = f"kernels: {k['appeared_count']} appeared{new}, {k['disappeared_count']} disappeared{gone}"
         assert f"rank {r['rank']}:" in text and line in text
         assert f'id="rank-{r["rank"]}"' in page
         assert k["changed"][0]["name"][:60] in page

@@ -141,6 +141,6 @@ def test_an_unnamed_device_is_said_by_its_matched_spec():
     mi300 = {"id": 2, "name": "", "sm_count": 304, "spec": "MI300X", "active": True}
     assert (
         fmt_devices([mi300])
-        == "2: MI300X (unnamed in the trace, matched by its properties) (304 SMs)"
+        == "2: MI300X (unnamed in the trace, matched by its properties) (304 CUs)"
     )
     assert fmt_devices([{**mi300, "spec": None}]) == "2: unknown GPU (304 SMs)"

@@ -395,6 +395,9 @@ def _kernel_changes(kb: pl.DataFrame, ka: pl.DataFrame) -> dict[str, Any]:
         "changed": changed.head(TOP_KERNEL_CHANGES).to_dicts(),
         "appeared_count": appeared.height,
         "disappeared_count": gone.height,
+        # their time per step, all of them (the lists keep the largest)
+        "appeared_ns": float(appeared.get_column("total_ns_after").sum()),
+        "disappeared_ns": float(gone.get_column("total_ns").sum()),
     }
 
 

@@ -20,6 +20,11 @@ FUSED = (
     r"|(adam|adamw|lamb|sgd|novograd|adagrad|lion)\w*functor"
 )
 FOREACH = r"(?i)multi_tensor_apply"
+# the host ops of a multi-tensor or fused step (ATen's), where the kernels do not say it: a
+# sampled trace, or a custom optimizer's foreach math (audit 15: HTA's Shampoo read
+# "per-parameter" around 117 ms of aten::_foreach_mul_)
+FOREACH_OPS = r"^aten::_foreach_"
+FUSED_OPS = r"^aten::_fused_"
 # an optimizer class that says it is fused (apex.optimizers.FusedAdam, FusedLAMB)
 FUSED_OPTIMIZER_CLASS = r"(?i)^fused"
 OPTIMIZER_PATTERN = r"^Optimizer\.step#"
@@ -98,14 +103,19 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
         same=("o_tid", "launch_tid"),
     )
     n = ranges.height
+    ops = _ops_inside(ctx, ranges)
     if inside.height == 0:
         mode = None
     elif (
         inside.filter(pl.col("name").str.contains(FUSED)).height
         or re.search(FUSED_OPTIMIZER_CLASS, name) is not None
+        or ops.filter(pl.col("name").str.contains(FUSED_OPS)).height
     ):
         mode = "fused"
-    elif inside.filter(pl.col("name").str.contains(FOREACH)).height:
+    elif (
+        inside.filter(pl.col("name").str.contains(FOREACH)).height
+        or ops.filter(pl.col("name").str.contains(FOREACH_OPS)).height
+    ):
         mode = "foreach"
     else:
         mode = "per_parameter"
@@ -117,6 +127,22 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
         gpu_ns_per_step=float(inside["dur_ns"].sum()) / n if inside.height else 0.0,
         host_ns_per_step=float((ranges["o_e"] - ranges["o_s"]).sum()) / n,
     )
+
+
+def _ops_inside(ctx: Context, ranges: pl.DataFrame) -> pl.DataFrame:
+    """ATen's multi-tensor and fused ops inside the optimizer's step ranges (``name``)."""
+    ops = ctx.rows(HOST_OP_KINDS, f"{FOREACH_OPS}|{FUSED_OPS}")
+    if ops.height == 0:
+        return ops.select("name")
+    return iv.containing(
+        ops.select("name", "start_ns", "end_ns", "tid"),
+        ranges,
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="o_s",
+        outer_end="o_e",
+        same=("o_tid", "tid"),
+    ).select("name")
 
 
 def _outermost(ranges: pl.DataFrame) -> pl.DataFrame:

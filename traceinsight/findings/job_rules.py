@@ -239,9 +239,15 @@ def diagnose_job(
         found = make_finding(STRAGGLER, draft, job_ns, t, framework)
         why = {**found.evidence, "why_no_estimate": STRAGGLER.no_estimate}
         out.append(replace(found, evidence=why))
-    # By severity, then share of the job: costs summed over different numbers of ranks
-    # compare only as shares.
+    # By severity, then the priced before the unpriced (as in one trace: a lever with a fix
+    # and a saving before idle no rule explains; audit 15), the straggler among the priced
+    # (its fix is the wait every rank's collectives show), then share of the job: costs summed
+    # over different numbers of ranks compare only as shares.
     return sorted(
         ranked(out + worst_per_rank(ranks, t)),
-        key=lambda f: (SEVERITIES.index(f.severity), -f.cost_ratio),
+        key=lambda f: (
+            SEVERITIES.index(f.severity),
+            f.what_if is None and f.id != "straggler",
+            -f.cost_ratio,
+        ),
     )

@@ -436,6 +436,10 @@ def memory_headroom(x: RuleInput) -> Draft | None:
         # general (GPT-2 under the Trainer: 1.23x against 1.15-1.23; a ViT's 1.24x against
         # 1.05-1.27; wav2vec2's 1.58x against 1.01-1.21, longer padding with more samples)
         cap="low" if (mem.saturation_multiplier or 0) < 2 else None,
+        cap_reason=(
+            f"the GPU's work would fill the step at a {mem.saturation_multiplier or 0:.2f}x batch, "
+            "short of 2x: the gain rests on the GPU work scaling no worse than linearly past it"
+        ),
     )
 
 

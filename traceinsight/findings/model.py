@@ -103,6 +103,9 @@ class Draft:
     # the most severe grade this finding may get where what was found puts its fix out of
     # reach (recorded in the evidence as ``severity_cap``); the rule's own cap still holds
     cap: Severity | None = None
+    # why (recorded as ``severity_cap_reason``; audit 15: one fixed "the advised fix is out of
+    # reach" for every cap, where memory_headroom's was a batch that would not double the rate)
+    cap_reason: str | None = None
     # where what was found changes another framework's advice too: that framework's, before
     # the rule's declared one
     advice: Mapping[str, Advice] = field(default_factory=dict)
@@ -169,6 +172,8 @@ def make_finding(
     sev = capped(t.severity(ratio), rule.cap, draft.cap)
     advice = _advice(rule, draft, framework)
     evidence = {**draft.evidence, "severity_cap": draft.cap} if draft.cap else draft.evidence
+    if draft.cap and draft.cap_reason:
+        evidence["severity_cap_reason"] = draft.cap_reason
     return Finding(
         rule.id,
         sev,

@@ -204,6 +204,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         return None
     plan = loader_plan_of(x.r)
     need = ""
+    workers_snippet = None
     contended = x.r.host_ops.contended_in_loader_ns
     advice: dict[str, str] = {}
     # where workers load: their waits bound the step, or the step thread's loader time is
@@ -245,6 +246,14 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             f"; num_workers={n} would hide loading of {fmt_ms(plan.loading_per_batch_ns or 0)} "
             f"per batch{several} (un-profiled{as_recorded})"
         )
+        # the snippet's count: the workers the plan needs, at least the two its prediction
+        # assumes (LOADER_ASSUMED_THROUGHPUT; audit 15: 1 in the title, 8 in the snippet)
+        workers_snippet = (
+            f"loader = DataLoader(dataset, batch_size=B, num_workers={max(2, n)}, "
+            "pin_memory=True,\n                    prefetch_factor=4, persistent_workers=True)\n"
+            "# and tokenize/pre-process once, offline (datasets.map(..., num_proc=16) -> "
+            "Arrow/Parquet)"
+        )
     elif plan is not None and plan.workers_factor is not None and receiving:
         # the step thread's time in the loader is receiving, not waiting: more workers would
         # not shorten it, the pin-memory thread would take it (a ViT fed by 4 workers: 1.4 ms a
@@ -280,6 +289,13 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             # there: the Draft's cap)
             "severity_floor": "low",
         }
+    if not advice and receiving and not _inputs_pinned(x.r):
+        # the workers keep up and the step thread's loader time is receiving their batches:
+        # more workers would not shorten it (audit 15: "num_workers > 0" advised to a loop fed
+        # by 4 persistent workers)
+        advice = {"recommendation": _RECEIVING_LOADER_ADVICE, "snippet": _RECEIVING_SNIPPET}
+    elif not advice and x.r.steps.loader_iterator == "multi_process" and not _inputs_pinned(x.r):
+        advice = {"recommendation": _MORE_WORKERS_ADVICE}
     if not advice and _inputs_pinned(x.r):
         # the batches already come pinned (a Trainer's dataloader_pin_memory default): the
         # advice is the rest (audit 11: pin_memory=True advised where every upload was pinned)
@@ -298,6 +314,8 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             f"; {fmt_ms(inside)} of GPU idle falls inside its calls, most of it in gaps the "
             "host spent longer elsewhere"
         )
+    if workers_snippet and "snippet" not in advice:
+        advice = {**advice, "snippet": workers_snippet}
     return Draft(
         cost,
         f"GPU waits for the input pipeline: {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window){need}",
@@ -319,9 +337,30 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         },
         **advice,
         cap="low" if unverified_evidence else None,
+        cap_reason="the DataLoader workers' own rate is not in the trace: the saving rests on "
+        "an upper bound",
     )
 
 
+_RECEIVING_LOADER_ADVICE = (
+    "The workers keep up; the step thread's time in the loader is receiving each batch from "
+    "them: pin_memory=True hands that to the DataLoader's pin-memory thread and lets the "
+    "copies to the GPU run asynchronously (.to(device, non_blocking=True)); keep "
+    "prefetch_factor 4 and persistent_workers=True so batches wait ready."
+)
+_RECEIVING_SNIPPET = (
+    "loader = DataLoader(dataset, batch_size=B, num_workers=N, pin_memory=True,\n"
+    "                    prefetch_factor=4, persistent_workers=True)\n"
+    "for x, y in loader:\n"
+    "    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)"
+)
+# workers already load (a multi-process DataLoader): the advice is more of them, not "> 0"
+_MORE_WORKERS_ADVICE = (
+    "Workers already load in parallel: give them more (raise num_workers as far as the host's "
+    "cores allow), pin_memory=True, prefetch_factor 4, persistent_workers=True; move per-sample "
+    "CPU work (decoding, tokenization, feature extraction) out of __getitem__ and the collate "
+    "function (pre-process once to Arrow/Parquet)."
+)
 _PINNED_LOADER_ADVICE = (
     "Load batches in parallel and ahead of time: more workers (num_workers), prefetch_factor "
     "4, persistent_workers=True (the batches already arrive pinned); move per-sample CPU work "
@@ -661,6 +700,8 @@ def launch_bound(x: RuleInput) -> Draft | None:
         # the priced fixes replay one path of fixed sizes for every step: out of reach while
         # the path varies or the model's ops size their outputs from the data
         cap="low" if path is not None or sized is not None else None,
+        cap_reason="the steps' shapes or op paths vary (or ops size their outputs from the "
+        "data): a CUDA graph or compiled step needs them fixed first",
     )
 
 
@@ -1093,6 +1134,7 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         # overlap on this rank saves at most what moving the data takes: the rest is another
         # rank's doing (a one-rank trace cannot say which, nor what it would save)
         cap="low" if waiting else None,
+        cap_reason="most of it is this rank waiting for others: the saving is the slowest rank's",
     )
 
 
@@ -1139,6 +1181,13 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
     ):
         return None
     ew_ns = int(time_ratio * kern.kernel_ns)
+    # fused attention kernels already run (flash, memory-efficient, cuDNN): the advice leaves
+    # attention out (audit 15: Flash attention advised to a job whose flash_fwd_kernel held
+    # 49% of its kernel time)
+    fused_attention = any(
+        c.get("kernel_class") == "attention" and (c.get("total_ns") or 0) > 0 for c in kern.by_class
+    )
+    advice = {"recommendation": _EW_ADVICE_FUSED_ATTENTION} if fused_attention else {}
     return Draft(
         ew_ns * x.t["elementwise_fusion_saving_ratio"],
         f"Elementwise kernels: {fmt_pct(time_ratio)} of kernel time, {fmt_pct(count_ratio)} of kernels "
@@ -1150,7 +1199,15 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
             "elementwise_triton_count": kern.elementwise_triton_count,
             "elementwise_ns": ew_ns,
         },
+        **advice,
     )
+
+
+_EW_ADVICE_FUSED_ATTENTION = (
+    "Fuse elementwise chains: torch.compile, fused LayerNorm/RMSNorm, fused activations and "
+    "optimizer (the attention already runs fused kernels); each unfused op reads and writes "
+    "memory again."
+)
 
 
 @rule(
@@ -1218,7 +1275,12 @@ def channels_first_layers(x: RuleInput) -> Draft | None:
     recommendation="Use the fused implementation: torch.optim.<Optimizer>(..., fused=True) (or foreach=True where fused is unavailable).",
     snippet="optimizer = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)",
     # foreach is already batched: fused saves this share of its time (the attributed cost)
-    thresholds={"foreach_fused_saving_ratio": 0.3},
+    thresholds={
+        "foreach_fused_saving_ratio": 0.3,
+        # host time per kernel above which the step's host work is not launching (eager
+        # dispatch and launch: 10-50 us an op; per-parameter AdamW: 39 us a kernel)
+        "optimizer_host_per_kernel_max_ns": 1_000_000,
+    },
 )
 def unfused_optimizer(x: RuleInput) -> Draft | None:
     opt = x.r.optimizer
@@ -1228,18 +1290,39 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
     cost = per_step * min(opt.optimizer_steps, max(1, x.r.steps.steps or opt.optimizer_steps))
     if opt.mode == "foreach":
         cost *= x.t["foreach_fused_saving_ratio"]
+    # host time far beyond launching its kernels is the optimizer's own work (a Shampoo step's
+    # preconditioner math: 209 ms around 26.5 kernels, audit 15), which a fused step keeps:
+    # the fused what-if, which drops the step's host time, cannot price it
+    host_per_kernel = (opt.host_ns_per_step or 0) / max(1.0, opt.kernels_per_step or 0)
+    own_work = host_per_kernel > x.t["optimizer_host_per_kernel_max_ns"]
+    title = (
+        f"{opt.optimizer} runs {opt.mode.replace('_', '-')}: {fmt_num(opt.kernels_per_step)} kernels and "
+        f"{fmt_ms(per_step)} per optimizer step"
+    )
+    if own_work:
+        title += f"; {fmt_ms(host_per_kernel)} of host time a kernel is its own work, not launches"
     return Draft(
         cost,
-        f"{opt.optimizer} runs {opt.mode.replace('_', '-')}: {fmt_num(opt.kernels_per_step)} kernels and "
-        f"{fmt_ms(per_step)} per optimizer step",
+        title,
         {
             "optimizer": opt.optimizer,
             "mode": opt.mode,
             "kernels_per_step": opt.kernels_per_step,
             "gpu_ns_per_step": opt.gpu_ns_per_step,
             "host_ns_per_step": opt.host_ns_per_step,
+            "host_ns_per_kernel": host_per_kernel,
+            **(
+                {
+                    "unpriced_because": "the optimizer's host time is its own work, not the "
+                    "launches a fused step removes: what fusing saves is not in the trace"
+                }
+                if own_work
+                else {}
+            ),
         },
         *_optimizer_advice(opt.optimizer),
+        cap="low" if own_work else None,
+        cap_reason="the optimizer's host time is its own work, not launches a fused step removes",
     )
 
 
@@ -1543,6 +1626,7 @@ def step_time_variance(x: RuleInput) -> Draft | None:
             "single_slow_step": one_off,
         },
         cap="low" if one_off else None,
+        cap_reason="one slow step with no repeating pattern",
     )
 
 
@@ -1781,14 +1865,16 @@ def new_shape_setup(x: RuleInput) -> Draft | None:
         o for o in h.new_shape[1:] if o.excess_ns >= NEW_SHAPE_NAMED_RATIO * h.new_shape_excess_ns
     ]
     also = "".join(
-        f"; {o.name} {fmt_ms(o.dur_ns / o.count)} on {plural(o.count, 'first call')}"
+        f"; {o.name} {fmt_ms(o.dur_ns / o.count)} a call on {plural(o.count, 'first call')} "
+        f"({fmt_ms(o.dur_ns)})"
         for o in others
     )
     return Draft(
         h.new_shape_excess_ns,
         f"New input shapes cost setup on the host: {top.name} took "
-        f"{fmt_ms(top.dur_ns / top.count)} on {plural(top.count, 'first call')} with a new shape "
-        f"{known}{also}; {fmt_pct(ratio)} of the window{' in all' if others else ''}",
+        f"{fmt_ms(top.dur_ns / top.count)} a call on {plural(top.count, 'first call')} with a new "
+        f"shape ({fmt_ms(top.dur_ns)}) {known}{also}; setup beyond the usual calls: "
+        f"{fmt_pct(ratio)} of the window",
         {
             "excess_ns": h.new_shape_excess_ns,
             "excess_ratio": ratio,
@@ -1801,6 +1887,7 @@ def new_shape_setup(x: RuleInput) -> Draft | None:
             "steps": steps,
         },
         cap="low" if fading else None,
+        cap_reason="new shapes fade as the run meets its shapes again: the saving is the upper end",
     )
 
 

@@ -37,7 +37,7 @@ TRANSFORM_WORDS = {
     "dataloader_floor": "data loading hidden behind compute",
     "dataloader_unpinned": "data loading in workers, batches received in the step thread",
     "recompute_removed": "no activation recompute",
-    "bf16_gemms": "bf16 instead of fp32 math",
+    "bf16_gemms": "16-bit math (bf16, or fp16 where the GPU lacks it) instead of fp32",
     "channels_last_layers": "the model and its inputs in channels_last",
     "no_empty_cache": "no empty_cache or allocator churn",
     "comm_overlapped": "communication overlapped with compute",
@@ -63,7 +63,7 @@ _INTERNAL = re.compile(
 # Keys another part of the finding's card already says (the chain, the call sites, why there
 # is no prediction, the fix's name, the downgrade) or that only a program reads.
 SHOWN_ELSEWHERE = frozenset(
-    {"causal_chain", "sources", "why_no_estimate", "transform", "data_quality"}
+    {"causal_chain", "sources", "why_no_estimate", "unpriced_because", "transform", "data_quality"}
 )
 # columns of evidence records that are absolute clock values or internal indices
 _SKIP_COLUMNS = frozenset({"start_ns", "end_ns", "k"})
@@ -99,7 +99,8 @@ LABELS = {
     "what_if_whole_step": "the whole step in one CUDA graph, optimizer included",
     "shape_change": "input shapes that change between steps",
     "path_change": "ops whose count changes between steps",
-    "severity_cap": "graded at most (the advised fix is out of reach)",
+    "severity_cap": "graded at most",
+    "severity_cap_reason": "why it is graded no higher",
     "priced_by": "the replay's transform the saving rests on, where the advice names it instead of the rule's own",
     "rnn_op": "the recurrent module op the steps run (torch.compile leaves it eager)",
     "severity_floor": "graded at least (a check worth making first)",
@@ -162,6 +163,11 @@ LABELS = {
     "comm_time_ratio": "communication share of the window",
     "backward_comm_ratio": "share launched in backward",
     "comm_wait_ns": "waiting for peers (charged to the straggler)",
+    "sized_comm_ns": "collectives whose message the trace records (their kernels' time)",
+    "transfer_bound_ns": "the most moving their messages takes (bus bytes at 12.5 GB/s, plus latency)",
+    "peer_wait_ns": "their time beyond that: this rank waiting for the others, at least",
+    "peer_wait_ratio": "share of the recorded collectives' time spent waiting for other ranks",
+    "host_ns_per_kernel": "optimizer host time per kernel",
     "exposed_wait_ns": "waiting for peers, not hidden",
     "worst_rank": "worst rank",
     "ranks": "ranks with it",

@@ -21,6 +21,16 @@ def _device_name(d: dict[str, Any]) -> str:
     return "unknown GPU"
 
 
+def _units(d: dict[str, Any]) -> str:
+    """What the device's compute units are called: AMD's compute units, NVIDIA's SMs."""
+    text = f"{d.get('name') or ''} {d.get('spec') or ''}".lower()
+    amd = any(
+        k in text
+        for k in ("mi300", "mi250", "mi210", "mi100", "mi325", "mi355", "instinct", "radeon", "amd")
+    )
+    return "CUs" if amd else "SMs"
+
+
 def fmt_devices(devices: list[dict[str, Any]]) -> str:
     """The devices with GPU activity (what ``--device`` selects from); where none had any, the
     ids the trace's metadata names, said as such."""
@@ -28,7 +38,7 @@ def fmt_devices(devices: list[dict[str, Any]]) -> str:
     if active:
         return ", ".join(
             f"{d['id']}: {_device_name(d)}"
-            + (f" ({d['sm_count']} SMs)" if d.get("sm_count") else "")
+            + (f" ({d['sm_count']} {_units(d)})" if d.get("sm_count") else "")
             for d in active
         )
     named = ", ".join(str(d["id"]) for d in devices)
@@ -141,6 +151,36 @@ def saving_text(
         f"saves {saved}{per} (un-profiled step {f(before)} -> {f(after)}, "
         f"{speedup} predicted{other})"
     )
+
+
+# the loader's fixes (findings/savings.py LOADER_TRANSFORMS): beside a larger batch they assume
+# the loader delivers that many times the samples
+_LOADER_TRANSFORM_NAMES = ("dataloader_floor", "dataloader_unpinned")
+
+
+def combined_fixes_words(doc: dict[str, Any], w: dict[str, Any]) -> str:
+    """The findings whose fixes a combined what-if (all fixes) replayed, those not shown among
+    the non-info findings named as such, and what a loader fix beside a larger batch assumes
+    (audit 15: "All fixes together ... 4.89x" on a V100 trace, mostly from an info finding's
+    fp16 fix nobody saw)."""
+    names = set(w.get("transforms") or ())
+    ids = [
+        f["id"]
+        for f in doc.get("findings", [])
+        if (f.get("evidence") or {}).get("transform") in names
+    ]
+    if not ids:
+        return ""
+    hidden = [
+        f["id"] for f in doc.get("findings", []) if f["id"] in ids and f["severity"] == "info"
+    ]
+    text = ", ".join(ids)
+    if hidden:
+        text += f"; {', '.join(hidden)} {'is' if len(hidden) == 1 else 'are'} info, not shown"
+    k = w.get("multiplier")
+    if k and names & set(_LOADER_TRANSFORM_NAMES):
+        text += f"; assumes the loader keeps up with the {k}x batch ({k}x its rate)"
+    return f" ({text})"
 
 
 def saving_share(w: dict[str, Any]) -> float | None:
@@ -267,7 +307,10 @@ def kernel_words(name: str, n: int = 60) -> str:
 
 
 def fmt_num(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.1f}"
+    """A count or a mean of counts: whole numbers without a decimal ("483", not "483.0")."""
+    if x is None:
+        return "n/a"
+    return f"{x:.0f}" if abs(x - round(x)) < 0.05 else f"{x:.1f}"
 
 
 def fmt_bytes(n: int | None) -> str:
