@@ -9,9 +9,11 @@ replay analyzer (analyzers/replay.py), so the causal package depends on nothing 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import orjson
 import polars as pl
 
 from traceinsight.causal.columns import CPU_ONLY_OP_MIN_NS, RANGES, TENSOR_CORE_ALIGN_ELEMENTS
@@ -95,6 +97,17 @@ CHANNELS_LAST_OPS = (
 # the forward reads x twice and writes y (3 tensors where its op's shapes give 2), the
 # backward reads x and dy twice and writes dx (5 where they give 3)
 BATCH_NORM_PASSES = {"aten::cudnn_batch_norm": 3 / 2, "aten::cudnn_batch_norm_backward": 5 / 3}
+# cuDNN's NHWC batch norm moves those bytes at this share of the device's peak bandwidth
+# (measured on the H200: forward and backward together, 21 shapes of BatchNorm2d and 3d with
+# channels a multiple of 4, median 0.69, 0.37-0.86, lower under ~40 MB; a 2 GiB copy: 0.88)
+NHWC_BATCH_NORM_BANDWIDTH_RATIO = 0.7
+# Channels that are a multiple of this many elements (fp32; 16-bit: twice) let cuDNN's NHWC
+# kernels load vectors; other counts run its scalar batch norm at 0.2-0.3 of peak, slower
+# than NCHW (C=230: 1968 against 844 us), and pad the convolutions' tensors
+# (nhwcAddPaddingKernel, 3.18 ms a step on R(2+1)D-18's 45-, 230- and 921-channel layers)
+# where channels-first ran cuDNN's transposes
+NHWC_CHANNEL_ALIGN = 4
+_CONV_FORWARD = r"^aten::(_convolution|convolution)$"
 MATH_OP_PATTERN = (
     r"^aten::(mm|addmm|bmm|baddbmm|addbmm|addmv|mv|matmul|linear|_cudnn_rnn|_cudnn_rnn_backward"
     r"|cudnn_convolution|cudnn_convolution_transpose|convolution_backward|_convolution"
@@ -735,7 +748,7 @@ def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -
         (kernel & layout).alias("_l"),
     )
     gone = kern.filter("_l").select("_i", pl.lit(0, pl.Int64).alias("_ns"))
-    kern = kern.filter(pl.col("_p") & (pl.col("launch") >= 0))
+    kern = kern.filter((pl.col("_p") | pl.col("_l")) & (pl.col("launch") >= 0))
     if kern.height == 0 and gone.height == 0:
         return out
     kern = kern.with_columns(host.get_column("tid").gather(kern.get_column("launch")).alias("tid"))
@@ -745,9 +758,21 @@ def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -
     parts = [gone]
     if kern.height and ops.height:
         key = ["name", "input_dims", "input_types", "concrete_inputs"]
-        costs = op_costs(ops.select(key).unique()).select(*key, "bytes")
+        distinct = ops.select(key).unique()
+        costs = (
+            op_costs(distinct)
+            .select(*key, "bytes")
+            .join(_misaligned(distinct), on=key, how="left", nulls_equal=True)
+        )
         passes = pl.col("name").replace_strict(
             BATCH_NORM_PASSES, default=1.0, return_dtype=pl.Float64
+        )
+        # batch norm at cuDNN's NHWC share of the bandwidth; ATen's depthwise layers as cuDNN's
+        # NHWC depthwise kernels at the peak (EfficientNet-B0's: 2.4 ms measured, 1.95 priced)
+        attained = (
+            pl.when(pl.col("name").is_in(list(BATCH_NORM_PASSES)))
+            .then(NHWC_BATCH_NORM_BANDWIDTH_RATIO)
+            .otherwise(1.0)
         )
         spans = (
             ops.join(costs, on=key, how="left", nulls_equal=True)
@@ -755,7 +780,8 @@ def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -
                 "tid",
                 "start_ns",
                 (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
-                (pl.col("bytes") * passes).alias("bytes"),
+                (pl.col("bytes") * passes / attained).alias("bytes"),
+                pl.col("_misaligned").fill_null(False),
             )
             .with_row_index("_op")
         )
@@ -763,20 +789,62 @@ def _channels_last_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -
             {"device": list(src.memory_bandwidths), "_bw": list(src.memory_bandwidths.values())},
             schema={"device": gpu.schema["device"], "_bw": pl.Float64},
         )
+        opened = _open_op(kern, spans)
+        # a layer whose channels cuDNN's NHWC kernels cannot load as vectors keeps its time:
+        # its batch norm runs no faster, its convolution pads instead of transposing
+        kept = opened.filter(pl.col("_misaligned")).select("_i", pl.col("dur_ns").alias("_ns"))
+        priced = opened.filter(pl.col("_p") & ~pl.col("_misaligned"))
         share = pl.col("dur_ns") / pl.col("dur_ns").sum().over("_op")
+        parts.append(kept)
         parts.append(
-            _open_op(kern, spans)
-            .filter(pl.col("bytes").is_not_null())
+            priced.filter(pl.col("bytes").is_not_null())
             .join(bw, on="device", how="inner")
             .select(
                 "_i", (pl.col("bytes") / pl.col("_bw") * 1e9 * share).cast(pl.Int64).alias("_ns")
             )
         )
+    # a kernel priced twice (a layout kernel matched to its op: its op's verdict wins)
+    priced_all = pl.concat(parts).unique("_i", keep="last", maintain_order=True)
     return (
         pl.DataFrame({"_i": pl.int_range(gpu.height, eager=True)})
-        .join(pl.concat(parts), on="_i", how="left", maintain_order="left")
+        .join(priced_all, on="_i", how="left", maintain_order="left")
         .get_column("_ns")
         .alias("channels_last_ns")
+    )
+
+
+def _misaligned(ops: pl.DataFrame) -> pl.DataFrame:
+    """Per distinct op (name and recorded shapes): ``_misaligned``, whether a channel count of
+    its layer is not a multiple of :data:`NHWC_CHANNEL_ALIGN` elements (twice that in 16 bits):
+    dim 1 of each activation (the tensors of 4 or more dims with the first one's batch size;
+    a backward's gradient holds the output channels) and a forward convolution's weight's
+    output channels. Read once per distinct shape (shapes repeat)."""
+    out = []
+    for name, dims_text, types_text in ops.select("name", "input_dims", "input_types").iter_rows():
+        try:
+            dims = orjson.loads(dims_text or "[]")
+            types = orjson.loads(types_text or "[]")
+        except orjson.JSONDecodeError:
+            out.append(None)
+            continue
+        tensors = [d for d in dims if isinstance(d, list) and len(d) >= 4]
+        if not tensors:
+            out.append(None)
+            continue
+        wide = any(isinstance(t, str) and ("Half" in t or "BFloat16" in t) for t in types[:1])
+        align = NHWC_CHANNEL_ALIGN * (2 if wide else 1)
+        batch = tensors[0][0]
+        channels = [t[1] for t in tensors if t[0] == batch]
+        if (
+            re.match(_CONV_FORWARD, name or "")
+            and len(dims) > 1
+            and isinstance(dims[1], list)
+            and dims[1]
+        ):
+            channels.append(dims[1][0])
+        out.append(any(isinstance(c, int) and c % align for c in channels))
+    return ops.select("name", "input_dims", "input_types", "concrete_inputs").with_columns(
+        pl.Series("_misaligned", out, dtype=pl.Boolean)
     )
 
 

@@ -551,8 +551,9 @@ def channels_last_layers(model: StepModel) -> StepModel | None:
     channels-first kernels (``conv_depthwise2d_*``: PyTorch's own direct convolutions, which it
     picks for NCHW depthwise layers) and the batch norms that ran on cuDNN's channels-first
     kernels run on cuDNN's NHWC ones, each layer in the time its bytes take at the device's
-    memory bandwidth (causal/build.py ``channels_last_ns``, from the recorded shapes), and
-    cuDNN's layout transposes go. Measured in channels_last: EfficientNet-B0's depthwise layers
+    memory bandwidth (batch norm at 0.7 of it, as measured; causal/build.py
+    ``channels_last_ns``, from the recorded shapes), and cuDNN's layout transposes go, except
+    for layers whose channels cuDNN's NHWC kernels cannot load as vectors (kept as they ran). Measured in channels_last: EfficientNet-B0's depthwise layers
     2.4 ms a step (1.95 priced; 21.5 on ATen's), its batch norm 8.3 ms (22.8 in NCHW);
     MobileNetV2's 0.6 and 2.3 ms (4.2 and 5.7). The other convolutions are kept as they ran
     (EfficientNet's took 9.2 ms in channels_last against 5.7: the saving is an upper bound
