@@ -437,9 +437,16 @@ def _joins(src: ModelInputs, host: pl.DataFrame, main_tid: int) -> pl.DataFrame:
         pl.col("follows_main").sort_by("start_ns").first().alias("_woke"),
         pl.col("start_ns").min().alias("b_start"),
         pl.col("end_ns").max().alias("b_end"),
+        pl.len().alias("_calls"),
     )
-    # one woken thread per gap, and the step thread recorded nothing while it ran
-    bursts = bursts.filter(pl.col("_woke") & (pl.len().over("_main") == 1))
+    # one woken thread per gap: of several (the autograd engine's burst and a DataLoader's
+    # pin-memory thread's call or two), the one with the most calls (then the longest); and
+    # the step thread recorded nothing while it ran
+    bursts = (
+        bursts.filter(pl.col("_woke"))
+        .sort("_main", "_calls", pl.col("b_end") - pl.col("b_start"), "tid", descending=True)
+        .unique("_main", keep="first", maintain_order=True)
+    )
     own = src.ops.filter(pl.col("tid") == main_tid).get_column("start_ns").sort()
     busy = own.search_sorted(bursts.get_column("b_end")) - own.search_sorted(
         bursts.get_column("b_start"), side="right"
