@@ -2164,17 +2164,22 @@ def test_the_held_out_mobilenet_loop() -> None:
     a = analysis("mobilenet.before.pt.trace.json.xz")
     assert a.findings[0].id == "memory_headroom"
     f = finding("mobilenet", "channels_first_layers")
-    assert f.severity == "info" and f.evidence["aten_depthwise_time_ratio"] > 0.3
+    # 1.07x since the backward wait joins the autograd burst (session 38; 1.00x before): low,
+    # within the band
+    assert f.severity in ("info", "low") and f.evidence["aten_depthwise_time_ratio"] > 0.3
+    assert within(f.what_if.speedup, *band("mobilenet", "channels_last"))
     four = chosen("mobilenet.before.pt.trace.json.xz", ["memory_headroom@4"])
-    assert four.what_if.speedup > (1 + TOLERANCE) * band("mobilenet", "batch_4x")[1]
-    # the applied set (bf16 has no finding): 3.98 against 2.20-2.21, the same mechanism
+    # 2.24x before the backward wait joined its autograd burst (session 38): 2.00x, within
+    assert within(four.what_if.speedup, *band("mobilenet", "batch_4x"))
+    # the applied set (bf16 has no finding): 4.08 against 2.20-2.21, the same mechanism
     applied = chosen(
         "mobilenet.before.pt.trace.json.xz", ["memory_headroom@4", "channels_first_layers"]
     )
     assert applied.what_if.speedup > (1 + TOLERANCE) * band("mobilenet", "all")[1]
     own = json.loads((HERE / "mobilenet.truth.json").read_text())["profiled"]["baseline"]
     est = a.results.replay.unprofiled_step_ns / 1e6
-    assert est > 1.3 * own["unprofiled_same_process_step_ms_host_median"]
+    # 33.20 ms before the join, 29.74 with it: still 1.28 of the process's step
+    assert est > 1.25 * own["unprofiled_same_process_step_ms_host_median"]
     assert "fp32_compute" not in {x.id for x in a.findings if x.severity != "info"}
 
 
@@ -2431,8 +2436,9 @@ def test_the_held_out_neural_style_loop() -> None:
     thread's host, slower in the model than un-profiled (the estimate 1.07 of its process's
     step, 1.18-1.21 of A/B's), leaves the compute phase host-bound in the replay where it runs
     about even with the GPU, so the graphs save 7.1 ms a step in the model and 2-3 measured
-    (issue 37 item 2). The workers' after misses by the same: its un-profiled estimate is 30.06
-    ms against 20.74 in its process (1.45)."""
+    (issue 37 item 2). The workers' after missed by the same: its un-profiled estimate was
+    30.06 ms against 20.74 in its process (1.45), the backward() wait kept whole where the
+    pin-memory thread called inside it; 26.33 (1.27) with it joined."""
     truth = json.loads((HERE / "neural_style.truth.json").read_text())
     a = analysis("neural_style.before.pt.trace.json.xz")
     r = a.results.replay
@@ -2465,7 +2471,13 @@ def test_the_held_out_neural_style_loop() -> None:
     after = analysis("neural_style.workers.after.pt.trace.json.xz")
     assert "dataloader_stall" not in {f.id for f in after.findings}
     after_own = truth["profiled"]["workers"]["unprofiled_same_process_step_ms_window_mean"]
-    assert after.results.replay.unprofiled_step_ns / 1e6 > 1.4 * after_own
+    # session 38: the step thread's backward() wait joins the autograd thread's burst though
+    # the pin-memory thread calls inside it (causal/build.py _joins): 30.06 -> 26.33 ms, 1.27
+    # of its process's step, and the range's low end (the profiler's cost per event doubled)
+    # 19.89 ms brackets it
+    r = after.results.replay
+    assert r.unprofiled_step_ns / 1e6 == pytest.approx(1.27 * after_own, rel=0.03)
+    assert r.unprofiled_step_low_ns / 1e6 < after_own < r.unprofiled_step_ns / 1e6
 
 
 def test_the_held_out_video_loop() -> None:
