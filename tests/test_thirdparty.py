@@ -2748,3 +2748,43 @@ def test_a_larger_batch_among_the_chosen_fixes_says_its_own_step() -> None:
     assert sel["step_time_after_ns"] == pytest.approx(per_batch, abs=1)
     words = _saving(sel)
     assert f"at a 4x batch, {sel['step_time_after_ns'] / 1e6:.2f} ms per original batch" in words
+
+
+def test_pinned_copies_at_the_devices_host_link() -> None:
+    """Audit 14: the pinned-copy what-ifs ran every GPU's uploads at the H200 host's 50 GB/s
+    (an A100 copy benchmark's 154 MB pageable copies priced 9.55x, where PCIe 4.0 moves about
+    25 GB/s). The rate is the trace's own pinned uploads' where it has some, else the device's
+    host link (data/devices.toml, by PCIe generation), else PCIe 4.0's: EfficientNet's
+    pageable batches (no pinned upload of its own) at the H200's 50 GB/s, and as an A100's."""
+    from dataclasses import replace
+
+    from traceinsight.analyzers.context import build_context
+    from traceinsight.analyzers.replay import model_inputs
+    from traceinsight.causal import transforms
+    from traceinsight.causal.build import PINNED_RATE_DEFAULT_BYTES_PER_NS, build_model
+    from traceinsight.model.devices import lookup
+    from traceinsight.parsers import load_trace
+
+    assert lookup("NVIDIA H200", 150_000_000_000).host_link_bytes_per_s == 50e9
+    assert lookup("NVIDIA A100-SXM4-80GB", 85_000_000_000).host_link_bytes_per_s == 25e9
+    assert lookup("Tesla V100-SXM2-16GB", 17_000_000_000).host_link_bytes_per_s == 12e9
+    ctx = build_context(
+        load_trace(HERE / "efficientnet.before.pt.trace.json.xz"), Options().step_pattern, 1
+    )
+    src = model_inputs(ctx)
+    assert src is not None and dict(src.host_links) == {0: 50e9}
+    pageable = (pl.col("kind") == "memcpy") & (pl.col("src_kind") == "pageable")
+    for links, rate in (
+        ({0: 50e9}, 50.0),
+        ({0: 25e9}, 25.0),
+        ({}, PINNED_RATE_DEFAULT_BYTES_PER_NS),
+    ):
+        m = build_model(replace(src, host_links=links))
+        assert (m.gpu.filter(pageable)["pinned_bytes_per_ns"] == rate).all()
+        after = transforms.pinned_copies(m).gpu.filter(pageable)
+        before = m.gpu.filter(pageable)
+        want = (before["bytes"] / rate).cast(pl.Int64) + 1_000
+        expected = pl.DataFrame({"d": before["dur_ns"], "w": want}).select(
+            pl.min_horizontal("d", "w")
+        )
+        assert after["dur_ns"].to_list() == expected.to_series().to_list()

@@ -530,4 +530,9 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             for d in ctx.device_info
             if (spec := spec_of(d)) is not None and spec.memory_bandwidth_bytes_per_s
         },
+        host_links={
+            d.id: spec.host_link_bytes_per_s
+            for d in ctx.device_info
+            if (spec := spec_of(d)) is not None and spec.host_link_bytes_per_s
+        },
     )

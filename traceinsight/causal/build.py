@@ -149,6 +149,9 @@ class ModelInputs:
     # device -> its memory bandwidth (bytes/s, the device spec table): channels_last's
     # depthwise kernels are priced at it
     memory_bandwidths: Mapping[int, float] = field(default_factory=dict)
+    # device -> a pinned host-to-device copy's rate over its host link (bytes/s, the device
+    # spec table): the pinned-copy what-ifs' rate where the trace has no pinned copies of its own
+    host_links: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def loader_receive_ns(self) -> int:
@@ -713,6 +716,7 @@ def _flags(
         },
     )
     gpu = gpu.join(ratios, on="device", how="left", maintain_order="left")
+    gpu = gpu.with_columns(_pinned_rate(src, gpu).alias("pinned_bytes_per_ns"))
     first, align = _math_ops(src, host, gpu)
     return host, gpu.with_columns(
         _capture_extra(src, gpu, bound).alias("capture_extra_kernels"),
@@ -720,6 +724,51 @@ def _flags(
         first.alias("opens_math_op"),
         align.alias("align_16bit"),
         _channels_last_ns(src, host, gpu).alias("channels_last_ns"),
+    )
+
+
+# A pinned copy large enough to run at the link's rate (smaller ones are latency-bound), and
+# how many the trace must hold to measure that rate itself
+PINNED_RATE_MIN_BYTES = 1 << 20
+PINNED_RATE_MIN_COPIES = 3
+# the rate where neither the trace nor the spec table tells it: PCIe 4.0's
+PINNED_RATE_DEFAULT_BYTES_PER_NS = 25.0
+
+
+def _pinned_rate(src: ModelInputs, gpu: pl.DataFrame) -> pl.Series:
+    """Per GPU op: the rate (bytes/ns) a pinned host-to-device copy runs at on its device: the
+    median of the trace's own pinned uploads of a MiB or more where it holds
+    :data:`PINNED_RATE_MIN_COPIES` (this host's link, measured), else the device's host link
+    from the spec table, else PCIe 4.0's (audit 14: every GPU at the H200's 50 GB/s priced an
+    A100's 154 MB pageable copies at 9.55x, where its PCIe 4.0 link moves about 25)."""
+    own = (
+        gpu.filter(
+            (pl.col("kind") == "memcpy")
+            & (pl.col("copy_kind") == "HtoD")
+            & (pl.col("src_kind") == "pinned")
+            & (pl.col("bytes") >= PINNED_RATE_MIN_BYTES)
+            & (pl.col("dur_ns") > 0)
+        )
+        .group_by("device")
+        .agg(
+            (pl.col("bytes") / pl.col("dur_ns")).median().alias("_own"),
+            pl.len().alias("_n"),
+        )
+        .filter(pl.col("_n") >= PINNED_RATE_MIN_COPIES)
+        .select("device", "_own")
+    )
+    table = pl.DataFrame(
+        {"device": list(src.host_links), "_spec": [v / 1e9 for v in src.host_links.values()]},
+        schema={"device": gpu.schema["device"], "_spec": pl.Float64},
+    )
+    return (
+        gpu.select("device")
+        .join(own, on="device", how="left", maintain_order="left")
+        .join(table, on="device", how="left", maintain_order="left")
+        .select(
+            pl.coalesce("_own", "_spec", pl.lit(PINNED_RATE_DEFAULT_BYTES_PER_NS)).alias("rate")
+        )
+        .get_column("rate")
     )
 
 

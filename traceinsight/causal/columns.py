@@ -87,6 +87,9 @@ GPU_FLAGS = (
     # cuDNN's channels-first batch norm as NHWC kernels: the layer's bytes at the memory
     # bandwidth; cuDNN's layout transposes 0; null elsewhere or unknown)
     "channels_last_ns",
+    # a pinned host-to-device copy's rate on the op's device (bytes/ns): the trace's own
+    # pinned uploads where it has them, else the device's host link (the spec table)
+    "pinned_bytes_per_ns",
 )
 # 16 bytes: the 16-bit elements cuBLAS's fastest tensor-core kernels load at a time (align_16bit)
 TENSOR_CORE_ALIGN_ELEMENTS = 8

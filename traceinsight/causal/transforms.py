@@ -29,7 +29,6 @@ AUTOCAST_CASTS_PER_OP = 5 / 3
 # and its launch, from C++ (no Python): taken as two of the trace's launch calls, the launch
 # and the dispatcher's work around it
 CAST_HOST_LAUNCHES = 2.0
-PINNED_H2D_BYTES_PER_NS = 50.0  # PCIe Gen5 x16 pinned DMA, about 50 GB/s measured on H200 hosts
 SYNC_RETURN_NS = 2_000  # a call that no longer waits still costs its API overhead
 GRAPH_LAUNCH_NS = 10_000  # one cudaGraphLaunch per step
 # kernel-to-kernel gap inside a replayed CUDA graph, measured un-profiled on the H200: 0.25 us
@@ -198,7 +197,8 @@ def _pinned(model: StepModel, which_copies: pl.Expr) -> StepModel | None:
         .then(
             pl.min_horizontal(
                 "dur_ns",
-                (pl.col("bytes").fill_null(0) / PINNED_H2D_BYTES_PER_NS).cast(pl.Int64) + 1_000,
+                (pl.col("bytes").fill_null(0) / pl.col("pinned_bytes_per_ns")).cast(pl.Int64)
+                + 1_000,
             )
         )
         .otherwise(pl.col("dur_ns"))
@@ -729,7 +729,7 @@ def combined(steps: list[Transform]) -> Transform:
     return Transform("+".join(s.name for s in steps), apply)
 
 
-_PAGEABLE = frozenset({"kind", "src_kind", "dst_kind", "bytes", "copy_kind"})
+_PAGEABLE = frozenset({"kind", "src_kind", "dst_kind", "bytes", "copy_kind", "pinned_bytes_per_ns"})
 _OVERLAP = frozenset({"kind", "kernel_class"})
 
 

@@ -36,6 +36,23 @@ class ArchLimits:
     max_threads_per_sm: int
 
 
+# Pinned host-to-device copies over each architecture's PCIe generation (x16): about 0.8 of the
+# link's raw rate (3.0: 15.8 GB/s, 4.0: 31.5, 5.0: 63), as measured on hosts of each (50 GB/s on
+# the H200's); a device row's host_link_gb_s overrides it
+HOST_LINK_GB_S_BY_ARCH = {
+    "sm70": 12.0,  # V100: PCIe 3.0
+    "sm75": 12.0,  # T4, RTX 20: PCIe 3.0
+    "sm80": 25.0,  # A100: PCIe 4.0
+    "sm86": 25.0,  # A10, RTX 30, RTX A-series: PCIe 4.0
+    "sm89": 25.0,  # L4, L40S, RTX 40: PCIe 4.0
+    "sm90": 50.0,  # H100, H200: PCIe 5.0
+    "sm100": 50.0,  # B200: PCIe 5.0
+    "cdna2": 25.0,  # MI250: PCIe 4.0
+    "cdna3": 50.0,  # MI300: PCIe 5.0
+    "cdna4": 50.0,  # MI350: PCIe 5.0
+}
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     id: str
@@ -44,6 +61,8 @@ class DeviceSpec:
     peak_tflops: dict[str, float]
     limits: ArchLimits
     source: str = ""  # the datasheet the row names
+    # a pinned host-to-device copy's rate over the link to the host (HOST_LINK_GB_S_BY_ARCH)
+    host_link_bytes_per_s: float | None = None
 
     @property
     def tensor_peak_tflops(self) -> float | None:
@@ -111,6 +130,11 @@ def lookup(
                 peak_tflops={k: float(v) for k, v in row["peak_tflops"].items()},
                 limits=arch[row["arch"]],
                 source=row["_source"],
+                host_link_bytes_per_s=(
+                    float(row.get("host_link_gb_s", HOST_LINK_GB_S_BY_ARCH.get(row["arch"], 0)))
+                    * 1e9
+                    or None
+                ),
             )
     return None
 
