@@ -28,6 +28,7 @@ from traceinsight.analyzers.gpu_counters import GpuCounters, gpu_counters
 from traceinsight.analyzers.recompute import launched_inside, recomputed_forward
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.analyzers.steps import StepResult
+from traceinsight.model import intervals as iv
 from traceinsight.model.classify import coded_names
 from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
 from traceinsight.model.flops import op_costs
@@ -301,22 +302,25 @@ def _linked(k: pl.DataFrame, oa: pl.DataFrame) -> pl.DataFrame:
     lost = k.filter(~pl.col("_own"))
     if lost.height == 0:
         return k.sort("_k").drop("_k", "_own")
-    # the latest op to start before the call on its thread, where it still runs at the call
+    # the innermost op enclosing the call on its thread: of those that started before it and
+    # still ran, the latest to start (not merely the latest to start: an aten::addmm's child
+    # aten::empty had ended before the launch, and the kernel went unlinked; audit 14's H100
+    # tutorial read 3.6x too few GEMM FLOPs)
+    calls = lost.select("_k", "rank", "launch_tid", "launch_start_ns").drop_nulls()
     around = (
-        lost.select("_k", "rank", "launch_tid", "launch_start_ns")
-        .drop_nulls()
-        .sort("launch_start_ns")
-        .join_asof(
-            ops.rename({"external_id": "_around"}).sort("_s"),
-            left_on="launch_start_ns",
-            right_on="_s",
-            by_left=["rank", "launch_tid"],
-            by_right=["rank", "_tid"],
-            strategy="backward",
-            check_sortedness=False,  # each side sorted by time, the groups within it
+        iv.containing(
+            calls.with_columns(pl.col("launch_start_ns").alias("_at_end")),
+            ops.rename({"external_id": "_around", "rank": "_orank"}),
+            inner_start="launch_start_ns",
+            inner_end="_at_end",
+            outer_start="_s",
+            outer_end="_e",
+            same=("_tid", "launch_tid"),
         )
-        .filter(pl.col("_e") >= pl.col("launch_start_ns"))
-        .select("_k", "_around")
+        .filter(pl.col("_orank") == pl.col("rank"))
+        .sort("_k", "_s")
+        .group_by("_k", maintain_order=True)
+        .agg(pl.col("_around").last())
     )
     k = k.join(around, on="_k", how="left")
     return (
