@@ -120,6 +120,12 @@ NSYS_STACK_HINT = (
     "record with backtraces (nsys profile --cudabacktrace=all, plus --python-backtrace=cuda for "
     "Python) to see which line of your code causes each one"
 )
+# a Kineto trace without host ops (CPU activity off): stacks need them first
+NO_HOST_OPS_HINT = (
+    "the trace records no host ops (torch.profiler without ProfilerActivity.CPU, or an "
+    "on-demand GPU-only trace): record activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] "
+    "with with_stack=True to see which op and line of your code causes each one"
+)
 # Native frames that are not the user's: the CUDA stack, torch, the interpreter, the C
 # runtime, the profiler's injection libraries (by module file name), and anything installed
 # (site-packages), plus the entry stubs and the CUDA runtime's inline templates (cudaMalloc<T>,
@@ -196,7 +202,12 @@ def analyze_sources(ctx: Context) -> SourcesResult:
     # NVTX ranges stand in for stacks where they are the only host structure: nsys exports,
     # and their Chrome traces read back (no cpu ops); a Kineto trace without stacks gets the
     # hint instead of a guess from its record_function ranges.
-    nvtx = nsys or not ctx.ops.select((pl.col("kind") == "cpu_op").any()).item()
+    no_host_ops = not ctx.ops.select((pl.col("kind") == "cpu_op").any()).item()
+    nvtx = nsys or no_host_ops
+    if no_host_ops and not nsys:
+        # stacks hang off the host ops, which this trace did not record (audit 14: dynolog's
+        # on-demand traces and a torch.compile toy told to add with_stack=True)
+        hint = NO_HOST_OPS_HINT
     if frames.height == 0 and chains.height == 0 and not nvtx:
         return SourcesResult(False, {c: () for c in CATEGORIES}, hint)
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
