@@ -27,7 +27,7 @@ from traceinsight.findings.model import (
     make_finding,
     ranked,
 )
-from traceinsight.findings.rules import RULES
+from traceinsight.findings.rules import ONE_PASS_MAX_KERNELS, RULES
 
 __all__ = [
     "JOB_RULES",
@@ -80,7 +80,7 @@ def diagnose(
 # A window whose GPU ran fewer kernels than this is one pass of a small program (audit 6: a
 # one-kernel CUDA test, its 108 us first launch loading the module, read launch_bound HIGH
 # 3.92x): nothing in it repeats, so nothing a loop would gain from
-ONE_SHOT_MAX_KERNELS = 10
+ONE_SHOT_MAX_KERNELS = ONE_PASS_MAX_KERNELS
 
 
 def one_shot(results: Results) -> bool:

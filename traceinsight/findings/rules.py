@@ -1022,6 +1022,8 @@ PEER_WAIT_ADVICE = (
     "slower data loader or GPU, host work before the collective). Overlapping or bucketing "
     "this rank's communication cannot remove a wait for another rank."
 )
+# findings/__init__.py ONE_SHOT_MAX_KERNELS: a window of fewer kernels without steps is one pass
+ONE_PASS_MAX_KERNELS = 10
 PEER_WAIT_UNPRICED = (
     "the exposed time is mostly this rank waiting for others: what removing it saves depends on "
     "the slowest rank, which a one-rank trace does not hold"
@@ -1094,8 +1096,12 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
     if heavy:
         advice += COMM_LESS_ADVICE
     # the collectives whose messages the trace records, where they cover most of the time
+    # (not in a one-pass window: a process's first collectives also wait for the others to
+    # start and connect, audit 14's toy with one all-reduce)
+    one_pass = x.r.steps.steps == 0 and x.r.kernels.kernel_count < ONE_PASS_MAX_KERNELS
     waiting = (
-        comm.sized_comm_ns >= x.t["comm_sized_min_ratio"] * comm.comm_ns
+        not one_pass
+        and comm.sized_comm_ns >= x.t["comm_sized_min_ratio"] * comm.comm_ns
         and comm.peer_wait_ns >= x.t["comm_peer_wait_min_ratio"] * comm.sized_comm_ns
     )
     wait_ratio = comm.peer_wait_ns / comm.sized_comm_ns if comm.sized_comm_ns else None
