@@ -59,6 +59,8 @@ COLD_CAPPED = (
     "step_time_variance",
     "small_batch",
     "memory_headroom",
+    # a process's first collectives set up and connect, and wait for the others to start
+    "comm_not_overlapped",
 )
 
 
