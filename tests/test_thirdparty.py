@@ -2540,9 +2540,11 @@ def test_the_held_out_t5_loop() -> None:
         ]
         assert within(f.what_if.speedup, min(r), max(r)), (fix, r)
     # the setup's host time explains the GPU's idle: gpu_underutilized low, not high (info
-    # since the idle between launches is launch_bound's)
-    g = finding("t5_course", "gpu_underutilized", "bf16.after")
-    assert g.severity in ("low", "info")
+    # since the idle between launches is launch_bound's; none since session 38, where the other
+    # findings leave under 1% of the idle unexplained)
+    after = analysis("t5_course.bf16.after.pt.trace.json.xz")
+    g = [f for f in after.findings if f.id == "gpu_underutilized"]
+    assert all(f.severity in ("low", "info") for f in g)
 
 
 def test_the_t5_loops_launch_bound_advice_measured():

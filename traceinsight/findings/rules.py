@@ -1249,11 +1249,14 @@ def channels_first_layers(x: RuleInput) -> Draft | None:
     if not kern.kernel_ns or total < x.t["channels_first_time_ratio"] * kern.kernel_ns:
         return None
     steps = max(1, x.r.steps.steps or 1)
+    # each part per step where the trace marks steps (audit 15: "653.46 ms a step" in a window
+    # without any; and only the last part had said so)
+    per = " a step" if x.r.steps.steps else ""
     said = {
         "layout_transpose_ns": "cuDNN's layout transposes around convolutions",
         "nchw_batch_norm_ns": "batch norm on cuDNN's NCHW kernels",
         "aten_depthwise_ns": "depthwise convolutions on ATen's direct kernels "
-        f"({kern.aten_depthwise_count / steps:.0f} a step)",
+        f"({kern.aten_depthwise_count / steps:.0f}{per or ' in the window'})",
     }
     listed = ", ".join(
         f"{said[k]} {fmt_ms(v / steps)}"
@@ -1263,7 +1266,8 @@ def channels_first_layers(x: RuleInput) -> Draft | None:
     ratio = total / kern.kernel_ns
     return Draft(
         total,
-        f"Layers run channels-first: {listed} a step, {fmt_pct(ratio)} of kernel time",
+        f"Layers run channels-first ({'per step' if per else 'in the window'}): {listed}; "
+        f"{fmt_pct(ratio)} of kernel time",
         {
             **parts,
             "aten_depthwise_count": kern.aten_depthwise_count,
@@ -1956,6 +1960,10 @@ def unprofiled_busy_ratio(r: Results) -> float | None:
 LATER_CAUSES = ("allocator",)
 
 
+# the share of the idle the other findings must leave unexplained for this one to be raised
+UNDERUTILIZED_REST_MIN_RATIO = 0.01
+
+
 @rule(
     "gpu_underutilized",
     advice={
@@ -2011,6 +2019,10 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # Python of a BERT's forward read a second HIGH finding advising a larger batch)
         explained += min(x.idle("cpu_work"), idle.cpu_work_between_launches_ns)
     rest = max(0, idle.idle_ns - explained)
+    if rest < UNDERUTILIZED_REST_MIN_RATIO * max(1, idle.idle_ns):
+        # the other findings explain the idle (audit 15: "0.00 ms of its 207.72 ms idle time
+        # not explained by the other findings")
+        return None
     segs = x.segments("cpu_work", 10)
     top_ops = [s.host_op for s in segs if s.host_op]
     where = _mostly(segs, x.idle("cpu_work"), x.t["underutilized_op_min_ratio"], x.framework)
