@@ -1030,6 +1030,22 @@ PEER_WAIT_ADVICE = (
 )
 # findings/__init__.py ONE_SHOT_MAX_KERNELS: a window of fewer kernels without steps is one pass
 ONE_PASS_MAX_KERNELS = 10
+PEER_WAIT_SNIPPET = (
+    "# on every rank, the same steps, into one directory:\n"
+    "prof = torch.profiler.profile(\n"
+    "    schedule=torch.profiler.schedule(wait=1, warmup=1, active=3),\n"
+    '    on_trace_ready=torch.profiler.tensorboard_trace_handler("JOB_DIR"))\n'
+    "# then `traceinsight analyze JOB_DIR` names the straggler and what holds it"
+)
+PEER_WAIT_CUDA_APP = Advice(
+    "Most of the collectives' time is this rank waiting for the others to reach them: balance "
+    "the work across ranks (the domain decomposition, the data each rank reads) and profile every "
+    "rank (nsys profile per rank, then traceinsight analyze on the directory) to find the one that "
+    "arrives last; posting the transfer non-blocking cannot remove a wait for another rank.",
+    "nsys profile -o rank%q{OMPI_COMM_WORLD_RANK} ./app   # one report per rank\n"
+    "traceinsight analyze JOB_DIR/",
+    language="bash",
+)
 PEER_WAIT_UNPRICED = (
     "the exposed time is mostly this rank waiting for others: what removing it saves depends on "
     "the slowest rank, which a one-rank trace does not hold"
@@ -1143,6 +1159,9 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
             **({"unpriced_because": PEER_WAIT_UNPRICED} if waiting else {}),
         },
         advice,
+        # the bucket settings' snippet does not apply to a wait for another rank
+        snippet=PEER_WAIT_SNIPPET if waiting else None,
+        advice={"cuda_app": PEER_WAIT_CUDA_APP} if waiting else {},
         # overlap on this rank saves at most what moving the data takes: the rest is another
         # rank's doing (a one-rank trace cannot say which, nor what it would save)
         cap="low" if waiting else None,
