@@ -476,3 +476,24 @@ def test_diff_what_if_is_shown_for_each_side(tmp_path, capsys):
         "  before: What if launch_bound: saves" in printed
         and "  after: What if launch_bound:" in printed
     )
+
+
+def test_the_diff_gives_the_estimates_other_end_and_flags_one_time_work():
+    """Audit 15: the un-profiled change had no range (gnn's workers: -47.8% where the runs
+    measured -33..-38%), and an SBERT bf16 AFTER's new shapes read "+414.7%" (measured
+    +59..+117%) without a word that they fade. The change at both sides' low ends (each
+    replay's unprofiled_step_low_ns) brackets gnn's measurement; a side whose window holds
+    new_shape_setup or cold_start is named."""
+    tp = ROOT / "fixtures" / "h200" / "thirdparty"
+    gnn = [analyzed(tp / f"gnn.{w}.pt.trace.json.xz") for w in ("before", "workers.after")]
+    u = compare(*gnn)["unprofiled"]
+    lb, la = (a.results.replay.unprofiled_step_low_ns for a in gnn)
+    assert u["change_low"] == pytest.approx((la - lb) / lb)
+    truth = json.loads((tp / "gnn.truth.json").read_text())["speedup_band"]["workers"]
+    measured = (1 / truth["high"] - 1, 1 / truth["low"] - 1)  # -38% .. -33%
+    assert u["change"] < measured[0] and measured[1] < u["change_low"]
+    sbert = [analyzed(tp / f"sbert.{w}.pt.trace.json.xz") for w in ("before", "bf16.after")]
+    doc = compare(*sbert)
+    assert any(
+        "the AFTER window holds one-time work (new_shape_setup)" in w for w in doc["warnings"]
+    )

@@ -415,9 +415,14 @@ def _timing_lines(doc: dict[str, Any]) -> list[str]:
             line += "; too few steps for a noise estimate"
         lines.append(line)
         if u := doc.get("unprofiled"):
+            low = (
+                f"; {_signed_pct(u['change_low'])} {LOW_END_WORDS}"
+                if u.get("change_low") is not None and abs(u["change_low"] - u["change"]) >= 0.01
+                else ""
+            )
             lines.append(
                 f"  un-profiled step (the step model's estimate) {fmt_ns(u['before_ns'])} -> "
-                f"{fmt_ns(u['after_ns'])} ({_signed_pct(u['change'])})"
+                f"{fmt_ns(u['after_ns'])} ({_signed_pct(u['change'])}{low})"
             )
         if doc.get("iterations"):
             ib, ia = doc["iterations"]["before"], doc["iterations"]["after"]
