@@ -429,3 +429,15 @@ def test_one_ranks_peer_wait_summed_over_its_raw_events():
     assert comm.sized_comm_ns == pytest.approx(sized * 1e3, abs=1e3)
     assert comm.peer_wait_ns == pytest.approx(wait * 1e3, rel=1e-4)
     assert 100e6 < comm.peer_wait_ns < comm.sized_comm_ns  # 114 ms of 193 ms
+
+
+def test_a_batch_lever_of_one_rank_is_no_job_lever():
+    """Audit 15: a job's "[rank 1] a 2x batch would raise throughput 2.0x" came from one rank of
+    two (the straggler fixture's late rank, host-bound by its planted busy-wait), while the ranks
+    step together at the slowest one's pace: at most low, saying why."""
+    job = analyze_job(H200 / "ddp_straggler")
+    per_rank = {r.rank: {f.id for f in r.findings} for r in job.ranks}
+    batch = next(f for f in job.findings if f.id == "small_batch")
+    assert "small_batch" in per_rank[1] and "small_batch" not in per_rank[0]
+    assert batch.severity == "low" and batch.evidence["severity_cap"] == "low"
+    assert batch.evidence["severity_cap_reason"].startswith("only 1 of the job's 2 ranks")

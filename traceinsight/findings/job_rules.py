@@ -182,6 +182,11 @@ def transfer_only(
     return ranked(kept + redone)
 
 
+# per-rank findings whose fix changes what every rank does (the batch): a lever for the job only
+# where every rank has it
+ONE_RANK_LEVERS = frozenset({"small_batch", "memory_headroom"})
+
+
 def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding]:
     """Each per-rank finding once: the worst rank's title and evidence, the cost summed over the
     ranks that have it and graded against every rank's window (its share of the job), never
@@ -205,10 +210,22 @@ def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding
         rank_worst = min(
             (x.severity for r in ranks for x in r.findings if x.id == f.id), key=SEVERITIES.index
         )
+        severity = max(graded.severity, rank_worst, key=SEVERITIES.index)
+        extra: dict[str, object] = {}
+        if f.id in ONE_RANK_LEVERS and len(costs) < len(ranks):
+            # a larger batch raises the job's rate only where every rank has the headroom: the
+            # ranks step together, at the slowest one's pace (audit 15: "[rank 1] a 2x batch
+            # would raise throughput 2.0x" beside rank 0's wait no batch shortens)
+            severity = max(severity, "low", key=SEVERITIES.index)
+            extra = {
+                "severity_cap": "low",
+                "severity_cap_reason": f"only {len(costs)} of the job's {len(ranks)} ranks have "
+                "it: the ranks step together, at the slowest one's pace",
+            }
         out.append(
             replace(
                 f,
-                severity=max(graded.severity, rank_worst, key=SEVERITIES.index),
+                severity=severity,
                 cost_ns=graded.cost_ns,
                 cost_ratio=graded.cost_ratio,
                 title=f"[rank {rank}] {f.title}",
@@ -218,6 +235,7 @@ def worst_per_rank(ranks: Sequence[RankFindings], t: Thresholds) -> list[Finding
                     ranks=[int(r) for r in costs],
                     cost_by_rank_ns=costs,
                     worst_rank_severity=rank_worst,
+                    **extra,
                 ),
             )
         )
