@@ -190,7 +190,8 @@ def test_the_terminal_names_a_findings_other_priced_fix() -> None:
     w = f["evidence"]["what_if_whole_step"]
     saved_ms = (w["step_time_ns"] - w["step_time_after_ns"]) / 1e6
     line = (
-        "or, the whole step in one CUDA graph, optimizer included (launch_bound@whole_step): "
+        "or, the whole step in one CUDA graph, with its optimizer step where it has one "
+        "(launch_bound@whole_step): "
         f"saves {saved_ms:.2f} ms per step"
     )
     text = terminal.render(doc)

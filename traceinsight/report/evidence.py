@@ -96,7 +96,7 @@ LABELS = {
     "kernel_median_ns": "kernel, median",
     "short_kernel_ratio": "kernels shorter than their launch",
     "queue_depth_median": "kernels queued ahead, median",
-    "what_if_whole_step": "the whole step in one CUDA graph, optimizer included",
+    "what_if_whole_step": "the whole step in one CUDA graph, with its optimizer step where it has one",
     "shape_change": "input shapes that change between steps",
     "path_change": "ops whose count changes between steps",
     "severity_cap": "graded at most",
