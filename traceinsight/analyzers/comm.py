@@ -108,11 +108,7 @@ def with_kinds(
     if ambiguous.height == 0:
         return comm
     cols = events.select("kind", "name", "external_id", "correlation")
-    calls = cols.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
-        & pl.col("correlation").is_in(ambiguous.get_column("correlation").unique().implode())
-        & pl.col("external_id").is_not_null()
-    ).select("correlation", "external_id")
+    calls = _launch_ids(events, ambiguous.get_column("correlation"))
     ops = names_matching(
         cols.filter(
             pl.col("kind").is_in(["cpu_op", "user_annotation"])
@@ -230,11 +226,7 @@ def _messages(comm: pl.DataFrame, ctx: Context) -> pl.DataFrame:
     missing = out.filter(pl.col("msg_nelems").is_null() & pl.col("correlation").is_not_null())
     if ops.height == 0 or missing.height == 0:
         return out
-    calls = ctx.events.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
-        & pl.col("correlation").is_in(missing.get_column("correlation").unique().implode())
-        & pl.col("external_id").is_not_null()
-    ).select("correlation", "external_id")
+    calls = _launch_ids(ctx.events, missing.get_column("correlation"))
     by_launch = (
         calls.join(ops.select("external_id", *cols).unique("external_id"), on="external_id")
         .unique("correlation")
@@ -245,6 +237,16 @@ def _messages(comm: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         .with_columns(pl.coalesce(c, f"_{c}").alias(c) for c in cols)
         .drop([f"_{c}" for c in cols])
     )
+
+
+def _launch_ids(events: pl.DataFrame, correlations: pl.Series) -> pl.DataFrame:
+    """(correlation, external_id) of the runtime/driver calls that launched ``correlations``:
+    the external id names the host op around the launch."""
+    return events.filter(
+        pl.col("kind").is_in(["runtime", "driver"])
+        & pl.col("correlation").is_in(correlations.unique().implode())
+        & pl.col("external_id").is_not_null()
+    ).select("correlation", "external_id")
 
 
 def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict[str, int]:

@@ -13,7 +13,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import orjson
 import polars as pl
 
 from traceinsight.causal.columns import CPU_ONLY_OP_MIN_NS, RANGES, TENSOR_CORE_ALIGN_ELEMENTS
@@ -40,7 +39,7 @@ from traceinsight.model.classify import (
     is_tf32_math,
     name_matches,
 )
-from traceinsight.model.flops import op_costs
+from traceinsight.model.flops import json_list, op_costs
 from traceinsight.model.schema import empty_op_args
 
 # A call counts as having waited only when it ended at or after what it waits for (within this).
@@ -877,12 +876,7 @@ def _misaligned(ops: pl.DataFrame) -> pl.DataFrame:
     output channels. Read once per distinct shape (shapes repeat)."""
     out = []
     for name, dims_text, types_text in ops.select("name", "input_dims", "input_types").iter_rows():
-        try:
-            dims = orjson.loads(dims_text or "[]")
-            types = orjson.loads(types_text or "[]")
-        except orjson.JSONDecodeError:
-            out.append(None)
-            continue
+        dims, types = json_list(dims_text), json_list(types_text)
         tensors = [d for d in dims if isinstance(d, list) and len(d) >= 4]
         if not tensors:
             out.append(None)

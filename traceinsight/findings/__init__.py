@@ -27,7 +27,7 @@ from traceinsight.findings.model import (
     make_finding,
     ranked,
 )
-from traceinsight.findings.rules import ONE_PASS_MAX_KERNELS, RULES
+from traceinsight.findings.rules import RULES, one_shot
 
 __all__ = [
     "JOB_RULES",
@@ -77,18 +77,6 @@ def diagnose(
     elif one_shot(results):
         priced = _capped(priced, "one_shot")
     return _symptom_after_cause(priced)
-
-
-# A window whose GPU ran fewer kernels than this is one pass of a small program (audit 6: a
-# one-kernel CUDA test, its 108 us first launch loading the module, read launch_bound HIGH
-# 3.92x): nothing in it repeats, so nothing a loop would gain from
-ONE_SHOT_MAX_KERNELS = ONE_PASS_MAX_KERNELS
-
-
-def one_shot(results: Results) -> bool:
-    """The window ran fewer than :data:`ONE_SHOT_MAX_KERNELS` kernels and marks no steps (the
-    kernels, not the launch calls: a rocprof trace records no host calls)."""
-    return results.steps.steps == 0 and results.kernels.kernel_count < ONE_SHOT_MAX_KERNELS
 
 
 def _symptom_after_cause(findings: list[Finding]) -> list[Finding]:

@@ -1037,8 +1037,6 @@ PEER_WAIT_ADVICE = (
     "slower data loader or GPU, host work before the collective). Overlapping or bucketing "
     "this rank's communication cannot remove a wait for another rank."
 )
-# findings/__init__.py ONE_SHOT_MAX_KERNELS: a window of fewer kernels without steps is one pass
-ONE_PASS_MAX_KERNELS = 10
 PEER_WAIT_SNIPPET = (
     "# on every rank, the same steps, into one directory:\n"
     "prof = torch.profiler.profile(\n"
@@ -1064,6 +1062,18 @@ DDP_FSDP_ADVICE = (
     "gradient_as_bucket_view=True; no manual all_reduce after backward(); FSDP backward_prefetch "
     "and forward_prefetch so all-gathers and reduce-scatters run under compute."
 )
+
+
+# A window whose GPU ran fewer kernels than this is one pass of a small program (audit 6: a
+# one-kernel CUDA test, its 108 us first launch loading the module, read launch_bound HIGH
+# 3.92x): nothing in it repeats, so nothing a loop would gain from
+ONE_SHOT_MAX_KERNELS = 10
+
+
+def one_shot(results: Results) -> bool:
+    """The window ran fewer than :data:`ONE_SHOT_MAX_KERNELS` kernels and marks no steps (the
+    kernels, not the launch calls: a rocprof trace records no host calls)."""
+    return results.steps.steps == 0 and results.kernels.kernel_count < ONE_SHOT_MAX_KERNELS
 
 
 @rule(
@@ -1129,9 +1139,8 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
     # the collectives whose messages the trace records, where they cover most of the time
     # (not in a one-pass window: a process's first collectives also wait for the others to
     # start and connect, audit 14's toy with one all-reduce)
-    one_pass = x.r.steps.steps == 0 and x.r.kernels.kernel_count < ONE_PASS_MAX_KERNELS
     waiting = (
-        not one_pass
+        not one_shot(x.r)
         and comm.sized_comm_ns >= x.t["comm_sized_min_ratio"] * comm.comm_ns
         and comm.peer_wait_ns >= x.t["comm_peer_wait_min_ratio"] * comm.sized_comm_ns
     )

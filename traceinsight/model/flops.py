@@ -108,7 +108,9 @@ COST_SCHEMA: dict[str, pl.DataType] = {
 }
 
 
-def _loads(text: str | None) -> list[Any]:
+def json_list(text: str | None) -> list[Any]:
+    """A recorded argument list (``Input Dims``, ``Input type``, ...) from its JSON text; empty
+    where it is absent or not a JSON list."""
     if not text:
         return []
     try:
@@ -302,7 +304,7 @@ def op_cost(
     name: str, dims_text: str | None, types_text: str | None, concrete_text: str | None
 ) -> OpCost:
     """The FLOPs and bytes of one op (empty :class:`OpCost` where there is no formula)."""
-    dims, types, concrete = _loads(dims_text), _loads(types_text), _loads(concrete_text)
+    dims, types, concrete = json_list(dims_text), json_list(types_text), json_list(concrete_text)
     cost: OpCost | None = None
     if name in GEMM_OPS:
         cost = gemm_cost(name, dims, types)
