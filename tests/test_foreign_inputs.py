@@ -503,6 +503,34 @@ def test_a_non_profiler_chrome_trace_is_refused(tmp_path, capsys):
     assert len(err.splitlines()) == 1 and str(path) in err and "Traceback" not in err
 
 
+def test_another_tools_trace_with_a_profiler_key_is_refused(tmp_path, capsys):
+    """Audit 16: a custom line tracer's document (99change/Triton_insrt) carries
+    ``schemaVersion`` beside 9,600 "Line N" duration events; it read "the trace holds no events"
+    with exit 0. A profiler key excuses only an empty capture."""
+    doc = {
+        "schemaVersion": 1,
+        "traceEvents": [
+            {
+                "ph": "X",
+                "cat": f"Line {i % 3}",
+                "name": f"l{i}",
+                "ts": i,
+                "dur": 1,
+                "pid": 1,
+                "tid": 1,
+            }
+            for i in range(40)
+        ],
+    }
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="40 Chrome-trace events.*although it has schemaVersion"):
+        load_trace(path)
+    assert _run([str(path)]) == EXIT_BAD_INPUT
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and "Traceback" not in err
+
+
 def test_profiler_documents_without_known_events_still_load(tmp_path):
     empty = tmp_path / "empty.json"
     empty.write_text(json.dumps({"schemaVersion": 1, "traceEvents": []}))

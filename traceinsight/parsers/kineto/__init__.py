@@ -265,15 +265,19 @@ def _refuse_foreign(
     """InputError for a Chrome-trace document that is not the profiler's: events, none of a
     profiler category, and none of the top-level keys only the profiler writes (a Triton
     server's request trace: an array of ``ph: b/e`` events, ``cat`` the model's name). Every
-    Kineto era has one or the other (the 2020 bare array: ``Operator``/``Kernel`` categories)."""
+    Kineto era has one or the other (the 2020 bare array: ``Operator``/``Kernel`` categories).
+    A profiler's top-level key excuses only an empty capture: duration events all of other
+    categories are another tool's, whatever keys it copied (audit 16: a custom line tracer's
+    ``{"schemaVersion": 1, "traceEvents": [9,600 "Line N" events]}`` read "holds no events")."""
     n_events = df.height + n_other_ph
-    if n_events == 0 or PROFILER_TOP_KEYS & set(top) or df.get_column("kind").is_not_null().any():
+    keys = sorted(PROFILER_TOP_KEYS & set(top))
+    if n_events == 0 or (keys and df.height == 0) or df.get_column("kind").is_not_null().any():
         return
     seen = f" (duration events' categories: {', '.join(sorted(cats)[:5])})" if cats else ""
+    has = f" although it has {'/'.join(keys)}" if keys else " and no schemaVersion/deviceProperties"
     raise InputError(
         f"not a PyTorch profiler (Kineto) trace: {plural(n_events, 'Chrome-trace event')}, no duration "
-        f"event of a profiler category (cpu_op, kernel, cuda_runtime, ...){seen} and no "
-        "schemaVersion/deviceProperties",
+        f"event of a profiler category (cpu_op, kernel, cuda_runtime, ...){seen}{has}",
         str(path),
     )
 
