@@ -34,6 +34,10 @@ from traceinsight.model.schema import (
 
 STEP_MARKER = r"^(ProfilerStep#|train_step#)"
 CLOSING_SLACK_NS = 1_000  # the profiler's flush may start just before the step range closes
+# The first step's first work, queued and started this much later with nothing recorded ahead,
+# waited on work before the recording: far above a launch's latency (microseconds; a WDDM
+# driver batches launches for up to about a millisecond).
+UNRECORDED_WAIT_MIN_NS = 1_000_000
 # What analyzers read of host rows: a subset of millions of host rows copies every column it
 # keeps, into fresh pages (the first rank's copy cost 0.3 s of page faults with all columns).
 HOST_COLUMNS = ("kind", "name", "start_ns", "end_ns", "dur_ns", "tid")
@@ -545,7 +549,16 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
             pl.col("start_ns").alias("host_start_ns"), pl.col("end_ns").alias("host_end_ns")
         )
     )
-    work = launched(launches, ["launch_start_ns", "start_ns", "end_ns"]).sort("launch_start_ns")
+    work = launched(
+        launches,
+        [
+            "launch_start_ns",
+            "launch_end_ns",
+            "start_ns",
+            "end_ns",
+            (pl.col("kind") == "memcpy").alias("memcpy"),
+        ],
+    ).sort("launch_start_ns")
     if work.height:
         tagged = work.join_asof(
             host.select("_i", pl.col("start_ns").alias("h_s"), pl.col("end_ns").alias("h_e")),
@@ -594,6 +607,8 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     g0 = host["_gpu_start"][0]
     if typical and g0 is not None:
         start = max(start, min(first_start + int(typical), int(g0)))
+    if work.height and not backlog.height:
+        start = max(start, min(_unrecorded_until(work, first_start), first_end))
     if start != first_start:
         host = host.with_columns(
             pl.when(pl.int_range(pl.len()) == 0)
@@ -602,6 +617,27 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
             .alias("start_ns")
         )
     return host.drop("_i", "_gpu_end", "_gpu_start")
+
+
+def _unrecorded_until(work: pl.DataFrame, first_start: int) -> int:
+    """When the stream was free for the first step's first work, where nothing recorded was
+    ahead of it: queued (its launch returned, or a host-synchronous copy's call had staged its
+    bytes, about the copy's own time) but started later than a launch's latency, it waited on
+    work the recording began too late to show (audit 16: a V100 ResNet's first upload called
+    8.6 ms into the step, run at 45.0 ms; the later steps' copies wait 0.1 ms). That wait is the
+    previous step's, not this one's idle: the step starts when its first work ran, as the
+    pipeline-fill rule above starts it (the host's lead-in before the call is then the unknown
+    previous step's too; the idle of a window start the GPU spent on unseen work is unknown).
+    ``first_start`` where it did not wait."""
+    first = work.filter(pl.col("launch_start_ns") >= first_start).sort("start_ns").head(1)
+    if first.height == 0:
+        return first_start
+    r = first.row(0, named=True)
+    queued = r["launch_end_ns"]
+    if r["memcpy"] and queued > r["start_ns"]:  # the call outlasted its copy's start
+        queued = r["launch_start_ns"] + (r["end_ns"] - r["start_ns"])
+    waited = r["start_ns"] - queued
+    return int(r["start_ns"]) if waited > UNRECORDED_WAIT_MIN_NS else first_start
 
 
 def host_ranges(

@@ -94,6 +94,8 @@ def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
         # the attributed cost: at low occupancy latency is poorly hidden, not all of the time
         # lost; count half of their time
         "low_occupancy_saving_ratio": 0.5,
+        # kernels busy less than this share of the window make no kernel mix to speak of
+        "low_occupancy_min_busy_ratio": 0.01,
     },
     cap="low",  # an opportunity: a kernel at low occupancy may still be bandwidth-bound
 )
@@ -101,6 +103,8 @@ def low_occupancy(x: RuleInput) -> Draft | None:
     o = x.r.efficiency.occupancy
     ratio = o.low_time_ratio
     if not o.low_kernels or ratio is None or ratio < x.t["low_occupancy_time_ratio"]:
+        return None
+    if x.r.kernels.kernel_ns < x.t["low_occupancy_min_busy_ratio"] * x.window_ns:
         return None
     top = o.low_kernels[0]
     limit = f"limited by {top.limiter or 'unknown'}"

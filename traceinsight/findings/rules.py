@@ -7,8 +7,10 @@ from the cost's share of the window (:func:`make_finding`). docs/FINDINGS.md has
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.comm import COMM_FLOOR_BYTES_PER_S
@@ -893,6 +895,9 @@ READBACK_ADVICE = (
         # at least this share of the HtoD bytes pageable: pinning, not a prefetch stream, is the
         # fix, and pageable_memcpy names it
         "h2d_pageable_max_ratio": 0.5,
+        # copies exposed for less than this share of the window are no lever (audit 16: 17 us
+        # of copies in a 250 ms diffusion step read "only 0.0% of copy time overlaps compute")
+        "h2d_exposed_min_ratio": 0.005,
     },
 )
 def h2d_not_overlapped(x: RuleInput) -> Draft | None:
@@ -907,6 +912,8 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
     ):
         return None
     exposed = copies.h2d_dur_ns * (1 - overlap)
+    if exposed < x.t["h2d_exposed_min_ratio"] * x.window_ns:
+        return None
     # overlapping hides copies behind compute: no more than the kernel time not already
     # hiding copies (25 GB of copies beside 22 ms of kernels: 22 ms, not the copies' 920 ms)
     idle = x.r.idle
@@ -1215,6 +1222,9 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         # the attributed cost: fusion typically removes about half of the elementwise memory
         # traffic (each fused chain reads and writes once)
         "elementwise_fusion_saving_ratio": 0.5,
+        # kernels busy less than this share of the window make no kernel mix to speak of
+        # (audit 16: a graph capture's two 5 us fills read "100.0% of kernel time")
+        "kernel_mix_min_busy_ratio": 0.01,
     },
     cap="low",  # an optimization opportunity, not a reason the GPU starves
 )
@@ -1228,6 +1238,8 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
         time_ratio < x.t["elementwise_time_ratio"]
         and (count_ratio or 0) < x.t["elementwise_count_ratio"]
     ):
+        return None
+    if kern.kernel_ns < x.t["kernel_mix_min_busy_ratio"] * x.window_ns:
         return None
     ew_ns = int(time_ratio * kern.kernel_ns)
     # fused attention kernels already run (flash, memory-efficient, cuDNN): the advice leaves
@@ -1683,6 +1695,10 @@ def step_time_variance(x: RuleInput) -> Draft | None:
     )
 
 
+# the share of each outlier step's excess over the median its named cause must account for
+OUTLIER_SHARE_MIN = 0.25
+
+
 def variance_cause(r: Results, min_ratio: float, min_steps: float) -> str | None:
     """The idle cause whose time per step varies most, where its spread is at least
     ``min_ratio`` of the steps' own (standard deviations over the steps, at least ``min_steps``
@@ -1702,7 +1718,26 @@ def variance_cause(r: Results, min_ratio: float, min_steps: float) -> str | None
         return None
     spread = {c: std([float(s.idle_by_cause_ns.get(c, 0)) for s in per]) for c in IDLE_CAUSES}
     cause = max(spread, key=lambda c: (spread[c], c))
-    return cause if spread[cause] >= min_ratio * step_std else None
+    if spread[cause] < min_ratio * step_std:
+        return None
+    return cause if _in_every_outlier(r, per, durs, cause) else None
+
+
+def _in_every_outlier(r: Results, per: Sequence[Any], durs: dict[int, int], cause: str) -> bool:
+    """Whether ``cause``'s idle rises in each outlier step by a share of that step's excess
+    over the median (OUTLIER_SHARE_MIN), and by half their excess in all: the largest spread
+    alone named one cause for outliers of different causes (audit 16: a V100 ResNet's step 9,
+    37 ms slower in sub-millisecond launch gaps, read "the pageable_copy idle varies with it",
+    a copy that ran as in every other step)."""
+    outliers = [s for s in per if s.step in set(r.steps.outlier_steps) and s.step in durs]
+    if not outliers:
+        return True
+    med = statistics.median(float(d) for d in durs.values())
+    med_c = statistics.median(float(s.idle_by_cause_ns.get(cause, 0)) for s in per)
+    rise = [(float(s.idle_by_cause_ns.get(cause, 0)) - med_c, durs[s.step] - med) for s in outliers]
+    return all(c >= OUTLIER_SHARE_MIN * e for c, e in rise if e > 0) and sum(
+        c for c, _ in rise
+    ) >= 0.5 * sum(max(0.0, e) for _, e in rise)
 
 
 @rule(
@@ -1752,12 +1787,19 @@ def cold_start(x: RuleInput) -> Draft | None:
     calls_text = plural(idle.warmup_call_count, "one-time call") + (
         f", the longest {longest.name} {fmt_ms(longest.dur_ns)}" if longest else ""
     )
+    # a graph's capture is the first pass here, with no one-time call to count (audit 16: an
+    # SGLang decode capture read "part of a first pass (0 one-time calls)")
+    captured = x.idle("capture")
+    what = (
+        f"a CUDA graph's capture, {fmt_ms(captured)} of GPU idle while it recorded"
+        if idle.warmup_call_count == 0 and captured > 0
+        else calls_text
+    )
     return Draft(
         cost,
         f"A cold first pass: {fmt_ms(cost)} of GPU idle is one-time cost ({calls_text})"
         if cost >= x.t["cold_start_min_ratio"] * x.window_ns
-        else f"The window is part of a first pass ({calls_text}): its costs are not all a steady "
-        "step's",
+        else f"The window is part of a first pass ({what}): its costs are not all a steady step's",
         {
             "idle_ns": cost,
             "warmup_call_count": idle.warmup_call_count,
