@@ -90,6 +90,9 @@ QUEUED_MIN_NS = 50_000
 # uploads: calls of 3.0-3.9 ms for copies of 2.9-3.6 ms on a V100); one that began more than
 # twice that before its copy ran waited on its stream.
 STAGING_RATIO = 2
+# host_sync idle after the syncs returned counts as the host's other work from this long: a
+# refill's launch after a sync takes microseconds
+AFTER_RETURN_MIN_NS = 1_000_000
 WARMUP_CALLS_REPORTED = 10
 # A steady loop creates no streams or contexts and loads no modules: a window with this many
 # such calls after its first step is (part of) a first pass, whatever idle they cover.
@@ -182,6 +185,10 @@ class IdleResult:
     # whole-step capture replays the step without it (launch_bound's what_if_whole_step);
     # torch.compile traces the model's Python away
     cpu_work_between_launches_ns: int = 0
+    # host_sync idle after the syncs (and the ops around them) had returned, in stretches of at
+    # least AFTER_RETURN_MIN_NS: the host at other work, which removing the syncs does not
+    # shorten (audit 16: a diffusion step's read-back returned 27 us into a 10.83 ms gap)
+    host_sync_after_return_ns: int = 0
 
     @property
     def device_window_ns(self) -> int:
@@ -493,6 +500,21 @@ def analyze_idle(ctx: Context) -> IdleResult:
         max_streams_per_device=_max_streams(ctx),
         stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
         cpu_work_between_launches_ns=_between_launches(ctx, gaps, "cpu_work"),
+        host_sync_after_return_ns=_after_return(gaps),
+    )
+
+
+def _after_return(gaps: pl.DataFrame) -> int:
+    """host_sync gaps' idle outside every sync (and the op around it), where that is at least
+    AFTER_RETURN_MIN_NS in the gap (``unsynced_ns``, set in :func:`_attribute`)."""
+    if "unsynced_ns" not in gaps.columns:
+        return 0
+    after = pl.col("unsynced_ns")
+    return int(
+        gaps.filter((pl.col("cause") == "host_sync") & (after >= AFTER_RETURN_MIN_NS))
+        .select(after.sum())
+        .item()
+        or 0
     )
 
 
@@ -661,6 +683,13 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
         (iv.overlap_with(at_start, sync_scope) > 0).alias("sync_at_start")
         if sync_scope.height
         else pl.lit(False).alias("sync_at_start")
+    )
+    # the gap's time outside every sync and the op around it: the host at other work
+    gaps = gaps.with_columns(
+        (
+            pl.col("dur_ns")
+            - (iv.overlap_with(gaps, sync_scope) if sync_scope.height else pl.lit(0))
+        ).alias("unsynced_ns")
     )
     gaps = gaps.hstack(_next_launch(ctx, gaps))
     untraced = ctx.rows(host).height == 0  # no API call anywhere: no gap's launch is known
