@@ -38,6 +38,8 @@ CLOSING_SLACK_NS = 1_000  # the profiler's flush may start just before the step 
 # waited on work before the recording: far above a launch's latency (microseconds; a WDDM
 # driver batches launches for up to about a millisecond).
 UNRECORDED_WAIT_MIN_NS = 1_000_000
+# ... and that wait is at least this share of the step's lead-in before that work ran
+UNRECORDED_LEAD_MIN_RATIO = 0.5
 # What analyzers read of host rows: a subset of millions of host rows copies every column it
 # keeps, into fresh pages (the first rank's copy cost 0.3 s of page faults with all columns).
 HOST_COLUMNS = ("kind", "name", "start_ns", "end_ns", "dur_ns", "tid")
@@ -624,11 +626,10 @@ def _unrecorded_until(work: pl.DataFrame, first_start: int) -> int:
     ahead of it: queued (its launch returned, or a host-synchronous copy's call had staged its
     bytes, about the copy's own time) but started later than a launch's latency, it waited on
     work the recording began too late to show (audit 16: a V100 ResNet's first upload called
-    8.6 ms into the step, run at 45.0 ms; the later steps' copies wait 0.1 ms). That wait is the
-    previous step's, not this one's idle: the step starts when its first work ran, as the
-    pipeline-fill rule above starts it (the host's lead-in before the call is then the unknown
-    previous step's too; the idle of a window start the GPU spent on unseen work is unknown).
-    ``first_start`` where it did not wait."""
+    8.6 ms into the step, run at 45.0 ms; the later steps' copies wait 0.1 ms). Where that wait
+    is most of the step's lead-in it is the previous step's, not this one's idle: the step starts
+    when its first work ran, as the pipeline-fill rule starts it (the host's shorter lead-in goes
+    with it; the GPU's state under the wait is unknown). ``first_start`` otherwise."""
     first = work.filter(pl.col("launch_start_ns") >= first_start).sort("start_ns").head(1)
     if first.height == 0:
         return first_start
@@ -637,7 +638,12 @@ def _unrecorded_until(work: pl.DataFrame, first_start: int) -> int:
     if r["memcpy"] and queued > r["start_ns"]:  # the call outlasted its copy's start
         queued = r["launch_start_ns"] + (r["end_ns"] - r["start_ns"])
     waited = r["start_ns"] - queued
-    return int(r["start_ns"]) if waited > UNRECORDED_WAIT_MIN_NS else first_start
+    # most of the lead-in: a host's own long lead-in stays the step's (HTA's backward-thread
+    # sample: 331 ms of host work, then its kernel queued 64 ms; a 2021 ResNet's first step:
+    # 46 ms in its loader, then a 5.5 ms wait)
+    lead = r["start_ns"] - first_start
+    unseen = waited > UNRECORDED_WAIT_MIN_NS and waited >= UNRECORDED_LEAD_MIN_RATIO * lead
+    return int(r["start_ns"]) if unseen else first_start
 
 
 def host_ranges(
