@@ -960,3 +960,61 @@ def test_host_sync_says_the_idle_after_the_syncs_returned():
     f = next(f for f in a.findings if f.id == "host_sync")
     assert "leave the GPU idle 20.96 ms (20.95 ms of it after they returned" in f.title, f.title
     assert f.what_if.step_time_after_ns == 7_009 * US
+
+
+def test_the_first_step_keeps_its_cold_start_and_its_loader_wait():
+    # session 39's review of the first-step rule: a kernel behind its slow first launch (a
+    # lazily loaded module: 1.5 ms, its kernel 1.29 ms after the call returned) is a cold start,
+    # not unseen work; a first step that launches nothing (a 9 ms loader wait) keeps its time
+    # (the rule had taken the next step's kernel, leaving step 0 0 ms long); a wait every step
+    # (another tenant's work) is the device's, not the previous step's
+    def steps(ev):
+        return [
+            (s.start_ns // US, s.dur_ns // US)
+            for s in analyze_trace(ev.trace()).results.steps.per_step
+        ]
+
+    cold = Events()
+    for n, t in enumerate((0.0, 10_000.0, 20_000.0)):
+        cold.step(n, t, 10_000)
+        cold.op("aten::mm", t + 100, 1_600 if n == 0 else 20)
+        start, dur = (t + 2_900, 1_500) if n == 0 else (t + 120, 5)
+        cold.kernel("gemm", start, 3_000, launch_us=t + 110, launch_dur_us=dur)
+    a = analyze_trace(cold.trace())
+    assert a.results.steps.per_step[0].start_ns == 0
+    assert a.results.idle.idle_by_cause_ns["warmup"] == 2_900 * US
+    loader = Events()
+    for n, t in enumerate((0.0, 10_000.0, 20_000.0, 30_000.0)):
+        loader.step(n, t, 10_000)
+        if n == 0:
+            loader.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t + 100, 9_000)
+            continue
+        loader.op("aten::mm", t + 100, 20)
+        loader.kernel("gemm", t + (1_700 if n == 1 else 120), 3_000, launch_us=t + 110)
+    assert steps(loader)[0] == (0, 10_000)
+    tenant = Events()
+    for n, t in enumerate((0.0, 10_000.0, 20_000.0)):
+        tenant.step(n, t, 10_000)
+        tenant.op("aten::mm", t + 100, 20)
+        tenant.kernel("gemm", t + 2_500, 3_000, launch_us=t + 110)  # 2.4 ms behind, each step
+    assert steps(tenant)[0] == (0, 10_000)
+
+
+def test_a_synchronous_copy_called_under_a_kernel_stays_the_hosts():
+    # the review's case: a pageable upload (cudaMemcpy, 64 KB) called while a 5 ms kernel runs
+    # waits for it, then the host wakes and stages the bytes: the 150 us until its copy ran is
+    # pageable_copy, as before the staging rule (which reads only calls begun inside the gap)
+    ev = Events()
+    for n in range(4):
+        t = n * 10_000.0
+        ev.step(n, t, 10_000)
+        ev.op("aten::mm", t + 5, 10)
+        ev.kernel("gemm", t + 20, 5_000, launch_us=t + 8)
+        c0 = t + 5_170
+        ev.op("aten::copy_", t + 95, c0 + 16 - (t + 95))
+        ev.memcpy("HtoD", c0, 6, nbytes=64 << 10, src="pageable", dst="device")
+        ev.runtime("cudaMemcpy", t + 100, c0 + 11 - (t + 100), correlation=ev._corr)
+        ev.op("aten::mm", c0 + 26, 10)
+        ev.kernel("gemm2", c0 + 46, 4_000, launch_us=c0 + 31)
+    idle = analyze_trace(ev.trace()).results.idle.idle_by_cause_ns
+    assert idle["pageable_copy"] == 4 * 150 * US and idle["gpu_wait"] == 0, idle

@@ -529,6 +529,12 @@ def test_another_tools_trace_with_a_profiler_key_is_refused(tmp_path, capsys):
     assert _run([str(path)]) == EXIT_BAD_INPUT
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(path) in err and "Traceback" not in err
+    # Kineto's own span ("Trace", in every capture) or another device's events beside the key:
+    # the profiler's, an empty capture for this tool, still loaded
+    for cat in ("Trace", "hpu_op", "gcu_op"):
+        span = {"ph": "X", "cat": cat, "name": "PyTorch Profiler (0)", "ts": 1, "dur": 9, "pid": 1}
+        path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": [span]}))
+        assert load_trace(path).events.height == 0
 
 
 def test_profiler_documents_without_known_events_still_load(tmp_path):

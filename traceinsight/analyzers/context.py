@@ -568,6 +568,7 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
             right_on="h_s",
             strategy="backward",
         ).filter(pl.col("launch_start_ns") < pl.col("h_e"))
+        firsts = _first_waits(tagged)
         gpu_end = tagged.group_by("_i").agg(
             pl.col("end_ns").max().alias("_gpu_end"),
             pl.col("start_ns").min().alias("_gpu_start"),
@@ -575,6 +576,7 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
         )
         host = host.join(gpu_end, on="_i", how="left").with_columns(pl.col("launches").fill_null(0))
     else:
+        firsts = None
         host = host.with_columns(
             pl.lit(None, pl.Int64).alias("_gpu_end"),
             pl.lit(None, pl.Int64).alias("_gpu_start"),
@@ -609,8 +611,8 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     g0 = host["_gpu_start"][0]
     if typical and g0 is not None:
         start = max(start, min(first_start + int(typical), int(g0)))
-    if work.height and not backlog.height:
-        start = max(start, min(_unrecorded_until(work, first_start), first_end))
+    if firsts is not None and not backlog.height:
+        start = max(start, min(_unrecorded_until(firsts, first_start), first_end))
     if start != first_start:
         host = host.with_columns(
             pl.when(pl.int_range(pl.len()) == 0)
@@ -621,29 +623,55 @@ def _device_aligned_steps(steps: pl.DataFrame, launches: pl.DataFrame) -> pl.Dat
     return host.drop("_i", "_gpu_end", "_gpu_start")
 
 
-def _unrecorded_until(work: pl.DataFrame, first_start: int) -> int:
+def _first_waits(tagged: pl.DataFrame) -> pl.DataFrame:
+    """Per host step (``_i``), its first-started work launched inside it: when that started,
+    how long after it was queued (``waited_ns``: its launch returned, or a host-synchronous
+    copy's call had staged its bytes, about the copy's own time) and whether its launch call
+    was as slow as a module load (``slow_call``)."""
+    first = (
+        tagged.sort("_i", "start_ns", "launch_start_ns").group_by("_i", maintain_order=True).first()
+    )
+    end = pl.col("launch_end_ns")
+    # the call outlasted its copy's start: it waited for its copy
+    synchronous = pl.col("memcpy") & (end > pl.col("start_ns"))
+    queued = (
+        pl.when(synchronous)
+        .then(pl.col("launch_start_ns") + pl.col("end_ns") - pl.col("start_ns"))
+        .otherwise(end)
+    )
+    # a launch that returned before its work ran, as slow as a lazy module load
+    slow = ~synchronous & ((end - pl.col("launch_start_ns")) >= UNRECORDED_WAIT_MIN_NS)
+    return first.select(
+        "_i", "start_ns", (pl.col("start_ns") - queued).alias("waited_ns"), slow.alias("slow_call")
+    )
+
+
+def _unrecorded_until(firsts: pl.DataFrame, first_start: int) -> int:
     """When the stream was free for the first step's first work, where nothing recorded was
-    ahead of it: queued (its launch returned, or a host-synchronous copy's call had staged its
-    bytes, about the copy's own time) but started later than a launch's latency, it waited on
-    work the recording began too late to show (audit 16: a V100 ResNet's first upload called
-    8.6 ms into the step, run at 45.0 ms; the later steps' copies wait 0.1 ms). Where that wait
-    is most of the step's lead-in it is the previous step's, not this one's idle: the step starts
-    when its first work ran, as the pipeline-fill rule starts it (the host's shorter lead-in goes
-    with it; the GPU's state under the wait is unknown). ``first_start`` otherwise."""
-    first = work.filter(pl.col("launch_start_ns") >= first_start).sort("start_ns").head(1)
-    if first.height == 0:
+    ahead of it: queued but started later than a launch's latency, it waited on work the
+    recording began too late to show (audit 16: a V100 ResNet's first upload called 8.6 ms
+    into the step, run at 45.0 ms; the later steps' copies wait 0.1 ms). Where that wait is most
+    of the step's lead-in, the later steps' first work starts promptly (a wait every step is the
+    device's, such as another tenant's) and the launch was no slow first one (a lazily loaded
+    module: a cold start, idle.py's warmup), it is the previous step's, not this one's idle: the
+    step starts when its first work ran, as the pipeline-fill rule starts it (the host's shorter
+    lead-in goes with it; the GPU's state under the wait is unknown). ``first_start`` otherwise."""
+    row = firsts.filter(pl.col("_i") == 0)
+    if row.height == 0:  # no work launched inside the first step
         return first_start
-    r = first.row(0, named=True)
-    queued = r["launch_end_ns"]
-    if r["memcpy"] and queued > r["start_ns"]:  # the call outlasted its copy's start
-        queued = r["launch_start_ns"] + (r["end_ns"] - r["start_ns"])
-    waited = r["start_ns"] - queued
+    r = row.row(0, named=True)
+    waited, start = r["waited_ns"], r["start_ns"]
+    if waited is None or r["slow_call"] or waited <= UNRECORDED_WAIT_MIN_NS:
+        return first_start
     # most of the lead-in: a host's own long lead-in stays the step's (HTA's backward-thread
     # sample: 331 ms of host work, then its kernel queued 64 ms; a 2021 ResNet's first step:
     # 46 ms in its loader, then a 5.5 ms wait)
-    lead = r["start_ns"] - first_start
-    unseen = waited > UNRECORDED_WAIT_MIN_NS and waited >= UNRECORDED_LEAD_MIN_RATIO * lead
-    return int(r["start_ns"]) if unseen else first_start
+    if waited < UNRECORDED_LEAD_MIN_RATIO * (start - first_start):
+        return first_start
+    later = firsts.filter(pl.col("_i") > 0).get_column("waited_ns").drop_nulls()
+    if later.len() and (later.median() or 0) > UNRECORDED_WAIT_MIN_NS:
+        return first_start
+    return int(start)
 
 
 def host_ranges(

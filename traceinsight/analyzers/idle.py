@@ -90,7 +90,7 @@ QUEUED_MIN_NS = 50_000
 # uploads: calls of 3.0-3.9 ms for copies of 2.9-3.6 ms on a V100); one that began more than
 # twice that before its copy ran waited on its stream.
 STAGING_RATIO = 2
-# host_sync idle after the syncs returned counts as the host's other work from this long: a
+# host_sync idle outside the syncs counts as the host's other work from this much in a gap: a
 # refill's launch after a sync takes microseconds
 AFTER_RETURN_MIN_NS = 1_000_000
 WARMUP_CALLS_REPORTED = 10
@@ -185,9 +185,10 @@ class IdleResult:
     # whole-step capture replays the step without it (launch_bound's what_if_whole_step);
     # torch.compile traces the model's Python away
     cpu_work_between_launches_ns: int = 0
-    # host_sync idle after the syncs (and the ops around them) had returned, in stretches of at
-    # least AFTER_RETURN_MIN_NS: the host at other work, which removing the syncs does not
-    # shorten (audit 16: a diffusion step's read-back returned 27 us into a 10.83 ms gap)
+    # host_sync idle outside every sync (and the op around it), where that is at least
+    # AFTER_RETURN_MIN_NS of a gap: the host at other work once the sync had returned, which
+    # removing the syncs does not shorten (audit 16: a diffusion step's read-back returned
+    # 27 us into a 10.83 ms gap)
     host_sync_after_return_ns: int = 0
 
     @property
@@ -712,17 +713,19 @@ def _attribute(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> pl.DataF
     # its 44 ms lead-in read as pageable_copy idle). Staging takes about the copy's own time.
     waited_in_call = (
         pl.col("next_copy").fill_null(False)
+        # begun inside the gap: one begun before waited on recorded work until the gap began,
+        # then woke and staged (a synchronous copy called under a kernel starts 150 us after it)
+        & (pl.col("next_launch_ns") >= pl.col("start_ns"))
         & (pl.col("next_launch_end_ns") > pl.col("end_ns"))
         & (pl.col("dur_ns") > QUEUED_MIN_NS)
         & (
-            # the wait inside the gap: before it, recorded work held the stream
-            pl.col("end_ns")
-            - pl.max_horizontal("next_launch_ns", "start_ns")
-            - STAGING_RATIO * pl.col("next_dur_ns")
+            pl.col("end_ns") - pl.col("next_launch_ns") - STAGING_RATIO * pl.col("next_dur_ns")
             > pl.max_horizontal(pl.lit(QUEUED_MIN_NS), pl.col("dur_ns") * MAJORITY)
         )
     )
-    queued_before = queued_before | waited_in_call
+    # one column, not the expression repeated in each branch of the cause below
+    gaps = gaps.with_columns((queued_before | waited_in_call).alias("_queued"))
+    queued_before = pl.col("_queued")
     launched_late = (
         pl.col("next_launch_ns").is_not_null()
         & (pl.col("next_launch_ns") >= pl.col("start_ns"))

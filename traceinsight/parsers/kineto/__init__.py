@@ -70,6 +70,23 @@ GPU_SIDE = ("kernel", "memcpy", "memset", "gpu_sync", "gpu_annotation")
 PROFILER_TOP_KEYS = frozenset(
     {"schemaVersion", "deviceProperties", "baseTimeNanoseconds", "distributedInfo", "traceName"}
 )
+# Categories Kineto writes that no analyzer reads: with a profiler key, a document holding them
+# is a profiler trace, empty for this tool (every capture holds its own "Trace" span, an empty
+# one nothing else; other devices' and plugins' events).
+KINETO_OWN_CATEGORIES = frozenset(
+    {
+        "Trace",
+        "cuda_profiler_range",
+        "cuda_event",
+        "collective_comm",
+        "glow_runtime",
+        "mtia_insight",
+        "hpu_op",
+        "xpu_sync",
+        "xpu_scope_profiler",
+    }
+)
+KINETO_OWN_PREFIXES = ("gcu_",)
 
 _MEM_KIND = {
     "pageable": "pageable",
@@ -271,7 +288,12 @@ def _refuse_foreign(
     ``{"schemaVersion": 1, "traceEvents": [9,600 "Line N" events]}`` read "holds no events")."""
     n_events = df.height + n_other_ph
     keys = sorted(PROFILER_TOP_KEYS & set(top))
-    if n_events == 0 or (keys and df.height == 0) or df.get_column("kind").is_not_null().any():
+    own = any(c in KINETO_OWN_CATEGORIES or c.startswith(KINETO_OWN_PREFIXES) for c in cats)
+    if (
+        n_events == 0
+        or (keys and (df.height == 0 or own))
+        or df.get_column("kind").is_not_null().any()
+    ):
         return
     seen = f" (duration events' categories: {', '.join(sorted(cats)[:5])})" if cats else ""
     has = f" although it has {'/'.join(keys)}" if keys else " and no schemaVersion/deviceProperties"
