@@ -472,12 +472,18 @@ def test_small_gemms_are_not_misaligned() -> None:
     """Padding is the fix only where it adds little work (PAD_WORK_MAX_RATIO 1.25). Audit 5:
     TimeSformer's temporal attention, 8x8x64 batched GEMMs at a fraction of the roofline,
     read "64-unaligned: padding saves 16.40 ms", where padding to 64 multiplies the work
-    64-fold; a GEMV's M of 1 padded to 8, 8-fold. A 4000-row GEMM padded to 4032: 1.008."""
+    64-fold; a GEMV's M of 1 padded to 8, 8-fold. A 4000-row GEMM padded to 4032: 1.008,
+    judged against a 64-aligned GEMM of its size measured faster (4096 rows in 300 us). Without
+    one, a shape aligned to 8 is not judged against the roofline: that cannot tell alignment from
+    a small grid (audit 17: a B200's 888x640x2880, 35 output tiles on 148 SMs, read "off the
+    tensor-core alignment")."""
     from traceinsight.model.devices import lookup
 
     h200 = lookup("NVIDIA H200", 150_000_000_000)
-    slow = _gemms([(8, 8, 64, 50_000), (1, 4096, 4096, 500_000), (4000, 4096, 4096, 900_000)])
+    shapes = [(8, 8, 64, 50_000), (1, 4096, 4096, 500_000), (4000, 4096, 4096, 900_000)]
+    slow = _gemms([*shapes, (4096, 4096, 4096, 300_000)])
     assert [(g.m, g.alignment) for g in unaligned_gemms(slow, None, h200).gemms] == [(4000, "64")]
+    assert unaligned_gemms(_gemms(shapes), None, h200).gemms == ()
 
 
 def test_unaligned_gemms_against_the_roofline_without_aligned_ones() -> None:
