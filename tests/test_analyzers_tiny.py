@@ -1020,3 +1020,19 @@ def test_a_synchronous_copy_called_under_a_kernel_stays_the_hosts():
         ev.kernel("gemm2", c0 + 46, 4_000, launch_us=c0 + 31)
     idle = analyze_trace(ev.trace()).results.idle.idle_by_cause_ns
     assert idle["pageable_copy"] == 4 * 150 * US and idle["gpu_wait"] == 0, idle
+
+
+def test_host_sync_advice_where_every_sync_is_an_input_copys():
+    # audit 17: the 2021 ResNet-50 sample's 12 syncs are all the stream syncs after pageable
+    # .to(device) copies inside aten::to (raw events: each cudaStreamSynchronize under an
+    # aten::to beside its HtoD copy); host_sync told it to remove .item(). Its advice is the
+    # input copies' now: pinned batches and non_blocking=True
+    a = analyzed(
+        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+    )
+    f = next(f for f in a.findings if f.id == "host_sync")
+    assert f.evidence["host_sync_count"] == f.evidence["input_copy_sync_count"] == 12
+    assert f.recommendation.startswith("Copy inputs without waiting") and ".item()" not in (
+        f.recommendation
+    )
+    assert "non_blocking=True" in f.snippet
