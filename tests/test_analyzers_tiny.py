@@ -1036,3 +1036,10 @@ def test_host_sync_advice_where_every_sync_is_an_input_copys():
         f.recommendation
     )
     assert "non_blocking=True" in f.snippet
+
+
+def test_counts_in_titles_agree_with_their_nouns():
+    # audit 17: "1 kernels" (an MI250 toy's optimizer step), "1 tensors" (a batch received)
+    from traceinsight.findings.rules import _kernels
+
+    assert [_kernels(1.0), _kernels(7), _kernels(4.9)] == ["1 kernel", "7 kernels", "4.9 kernels"]

@@ -263,7 +263,7 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         need = (
             # the receive time is modelled (a fixed cost and one a tensor), not the recorded
             # call's: said so (audit 11)
-            f"; mostly receiving each batch ({plan.batch_tensors:.0f} tensors, about "
+            f"; mostly receiving each batch ({plural(round(plan.batch_tensors), 'tensor')}, about "
             f"{fmt_ms(plan.receive_ns or 0)} as modelled) from the workers, not waiting for them: "
             "pin_memory=True moves that to the pin-memory thread"
         )
@@ -503,6 +503,12 @@ def host_sync(x: RuleInput) -> Draft | None:
         },
         **advice,
     )
+
+
+def _kernels(n: float | None) -> str:
+    """``1 kernel``, ``7 kernels``, ``4.9 kernels`` (a mean over steps keeps its decimal)."""
+    n = n or 0
+    return plural(int(n), "kernel") if float(n).is_integer() else f"{fmt_num(n)} kernels"
 
 
 # the costliest site is a call into a library whose own code reads the GPU (torchdiffeq's
@@ -1375,7 +1381,7 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
     host_per_kernel = (opt.host_ns_per_step or 0) / max(1.0, opt.kernels_per_step or 0)
     own_work = host_per_kernel > x.t["optimizer_host_per_kernel_max_ns"]
     title = (
-        f"{opt.optimizer} runs {opt.mode.replace('_', '-')}: {fmt_num(opt.kernels_per_step)} kernels and "
+        f"{opt.optimizer} runs {opt.mode.replace('_', '-')}: {_kernels(opt.kernels_per_step)} and "
         f"{fmt_ms(per_step)} per optimizer step"
     )
     if own_work:
