@@ -160,6 +160,8 @@ def _first_finding(f: dict[str, Any], per: str) -> list[str]:
         out += [f"Predicted: saves {saving} {per} (un-profiled step {step}, {speedup}).", ""]
     elif why := no_prediction(f):
         out += [why, ""]
+    if capped := ev.get("severity_cap_reason"):
+        out += [f"Graded {f['severity']}: {capped}.", ""]
     if facts := finding_evidence(f).facts[:MAX_FACTS]:
         out += ["Evidence: " + "; ".join(f"{k}: {cell(v)}" for k, v in facts) + ".", ""]
     out += [f"**Advice**: {f['recommendation']}", ""]

@@ -297,6 +297,9 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
                     ):
                         name = f"{f['id']}@{key[len('what_if_') :]}"
                         lines.append(f"         or, {label(key)} ({name}): {_saving(v, per)}")
+            if why := f["evidence"].get("severity_cap_reason"):
+                # a grade below its saving's says why (audit 17: LOW beside "2.68x predicted")
+                lines.append(f"         graded {f['severity']}: {why}")
             lines.append(f"         -> {f['recommendation']}")
         combined = (doc.get("details") or {}).get("what_if", {}).get("all_fixes")
         if combined:
