@@ -1050,3 +1050,22 @@ def test_counts_in_titles_agree_with_their_nouns():
     from traceinsight.findings.rules import _kernels
 
     assert [_kernels(1.0), _kernels(7), _kernels(4.9)] == ["1 kernel", "7 kernels", "4.9 kernels"]
+
+
+def test_a_kernel_only_capture_is_told_to_record_the_host():
+    # audit 17: a rocprofv3 kernel trace (no API calls, no ops) read "10888.91 ms of its
+    # 10888.91 ms idle time not explained by the other findings with no more specific cause"
+    # and was told to "look at the host ops named in the idle segments". Here 3 kernels of
+    # 1 ms, 10 ms apart, nothing else recorded: 20 ms idle of a 23 ms window, all of it unexplained
+    ev = Events()
+    for i in range(3):
+        ev._add("kernel", "k", i * 11_000, 1_000, device=0, stream=7, correlation=None)
+    a = analyze_trace(ev.trace())
+    assert a.results.idle.idle_by_cause_ns["host_untraced"] == 20_000 * US
+    f = next(f for f in a.findings if f.id == "gpu_underutilized")
+    assert f.title.endswith(
+        "20.00 ms of its 20.00 ms idle time not explained by the other findings, mostly where "
+        "the capture recorded no host activity (a kernel trace: what the GPU waited for is not "
+        "in it)"
+    ), f.title
+    assert f.recommendation.startswith("The capture holds the GPU's work only")

@@ -1174,7 +1174,16 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
     wait_ratio = comm.peer_wait_ns / comm.sized_comm_ns if comm.sized_comm_ns else None
     title = (
         f"Communication is exposed: {fmt_pct(comm.comm_compute_overlap_ratio)} of it overlaps compute, "
-        f"{fmt_ms(comm.exposed_comm_ns)} exposed" + (f", mostly {worst}" if worst else "")
+        f"{fmt_ms(comm.exposed_comm_ns)} exposed"
+        # "other": a kernel naming no collective (RCCL's ncclDevKernel_Generic) and no host op
+        # saying which (audit 17: a rocprofv3 kernel trace read "mostly other")
+        + (
+            f", mostly {worst}"
+            if worst and worst != "other"
+            else ", of collectives the trace does not name"
+            if worst
+            else ""
+        )
     )
     if waiting:
         title += (
@@ -2146,6 +2155,14 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # more work per step does not shorten a wait for another stream's or process's event
         # (audit 5: an SGLang prefill's 493 ms, the GPU 99.8% busy on either side of it)
         advice = None if one_stream else DEPENDENCY_WAIT_ADVICE
+    if x.idle("host_untraced") >= x.t["underutilized_op_min_ratio"] * max(1, rest):
+        # a kernel-only capture: when the next work was launched is not in it (audit 17: a
+        # rocprofv3 kernel trace of an MI350X job told to "look at the host ops")
+        where = (
+            ", mostly where the capture recorded no host activity (a kernel trace: what the "
+            "GPU waited for is not in it)"
+        )
+        advice = UNTRACED_ADVICE
     os_wait = OS_CALL_SUFFIX in where
     if os_wait:
         advice = OS_WAIT_ADVICE
@@ -2162,8 +2179,10 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
             "top_host_ops_during_idle": top_ops[:5],
         },
         recommendation=advice,
-        snippet=DEPENDENCY_WAIT_SNIPPET if advice and not os_wait else None,
-        advice={"cuda_app": Advice(OS_WAIT_ADVICE, "")} if os_wait else {},
+        snippet=DEPENDENCY_WAIT_SNIPPET if advice == DEPENDENCY_WAIT_ADVICE else None,
+        advice={"cuda_app": Advice(advice, "")}
+        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
+        else {},
     )
 
 
@@ -2175,6 +2194,12 @@ OS_WAIT_ADVICE = (
     "replace sleeps and polling with event waits, and record the phase to optimize without "
     "the program's setup and interactive pauses (nsys --capture-range=cudaProfilerApi or NVTX "
     "ranges around it)."
+)
+UNTRACED_ADVICE = (
+    "The capture holds the GPU's work only, not the host's: record the host side too to see "
+    "what the GPU waited for (rocprofv3 --runtime-trace, or --kernel-trace with --hip-trace; "
+    "torch.profiler with ProfilerActivity.CPU; nsys --trace=cuda,nvtx,osrt). If the kernels "
+    "are mostly collectives, their time is waiting for the slowest rank as much as moving data."
 )
 DEPENDENCY_WAIT_ADVICE = (
     "The GPU had work queued that waited for a dependency: a stream wait "
@@ -2224,7 +2249,7 @@ def _mostly(
     """Where the CPU-work idle went, in words: the host op under most of it, or outside any
     recorded op (Python between ops), where either holds ``min_ratio`` of it."""
     if cpu_work_ns <= 0 or not segs:
-        return " with no more specific cause"
+        return ""
 
     def top(name: Callable[[str | None], str | None]) -> tuple[str | None, int]:
         by_op: dict[str | None, int] = {}
@@ -2237,7 +2262,7 @@ def _mostly(
         # the user's frame alone, where the library calls under it differ gap by gap
         op, ns = top(lambda o: o.split(CALLEE_SEP)[0] if o else o)
     if ns < min_ratio * cpu_work_ns:
-        return " with no more specific cause"
+        return ""
     if op is None:
         return f", mostly outside any recorded op ({OUTSIDE_OPS[framework]})"
     if op.endswith(OS_CALL_SUFFIX):
