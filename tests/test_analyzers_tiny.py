@@ -1069,3 +1069,21 @@ def test_a_kernel_only_capture_is_told_to_record_the_host():
         "in it)"
     ), f.title
     assert f.recommendation.startswith("The capture holds the GPU's work only")
+
+
+def test_a_few_pageable_bytes_beside_pinned_uploads_are_no_finding():
+    # audit 17: a B200 trace's two 8-byte pageable uploads beside 33 kB of pinned ones read
+    # "Host-to-device copies from pageable memory block the host: 0.0% of HtoD bytes"
+    ev = Events()
+    for n in range(3):
+        t = n * 10_000.0
+        ev.step(n, t, 10_000)
+        ev.memcpy("HtoD", t + 100, 300, nbytes=8 << 20, src="pinned", dst="device")
+        ev.runtime("cudaMemcpyAsync", t + 90, 8, correlation=ev._corr)
+        ev.memcpy("HtoD", t + 500, 1, nbytes=8, src="pageable", dst="device")
+        ev.runtime("cudaMemcpyAsync", t + 495, 7, correlation=ev._corr)
+        ev.op("aten::mm", t + 505, 10)
+        ev.kernel("gemm", t + 520, 9_000, launch_us=t + 508)
+    a = analyze_trace(ev.trace())
+    assert a.results.copies.h2d_pageable_bytes == 3 * 8
+    assert "pageable_memcpy" not in {f.id for f in a.findings}
