@@ -320,7 +320,14 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         advice = {**advice, "snippet": workers_snippet}
     return Draft(
         cost,
-        f"GPU waits for the input pipeline: {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window){need}",
+        # receiving, the step thread is held, not the GPU starved (audit 17: "GPU waits for
+        # the input pipeline: 0.02 ms idle" beside a 1.37 ms saving from pinned receiving)
+        (
+            "The input pipeline holds the step thread"
+            if receiving
+            else "GPU waits for the input pipeline"
+        )
+        + f": {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window){need}",
         {
             "idle_ns": cost,
             "idle_inside_calls_ns": inside,
