@@ -573,7 +573,8 @@ _STATIC_SHAPES = (
 )
 _LAUNCH_ADVICE = (
     "Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs), capture "
-    "the step in a CUDA graph, use fused kernels, or give each kernel more work (larger batch)."
+    "the step in a CUDA graph, use fused kernels, or give each kernel more work (larger batch). "
+    "On ROCm the same calls record HIP graphs."
 )
 _FIXED_PATH = (
     "The steps run different ops ({op}: {lo} to {hi} calls a step; {pct} of a step's op calls "
