@@ -144,3 +144,18 @@ def test_an_unnamed_device_is_said_by_its_matched_spec():
         == "2: MI300X (unnamed in the trace, matched by its properties) (304 CUs)"
     )
     assert fmt_devices([{**mi300, "spec": None}]) == "2: unknown GPU (304 SMs)"
+
+
+def test_call_sites_say_how_many_of_the_syncs_they_hold():
+    # audit 17: nsys backtraces only some calls; CloverLeaf's listed sites (244 + 13 + 9 + 6 +
+    # 1) held 273 of its 1,591 syncs and read as the totals ("at 244 syncs in ...")
+    from traceinsight.report.format import sources_coverage
+
+    src = [{"count": c} for c in (244, 13, 9, 6, 1)]
+    f = {"id": "host_sync", "evidence": {"host_sync_count": 1591, "sources": src}}
+    assert sources_coverage(f) == (
+        "the call sites of 273 of the 1,591 syncs: the others have no recorded stack"
+    )
+    f["evidence"]["host_sync_count"] = 273
+    assert sources_coverage(f) is None
+    assert sources_coverage({"id": "launch_bound", "evidence": {"sources": src}}) is None

@@ -27,6 +27,7 @@ from traceinsight.report.format import (
     ranked_idle_causes,
     saved_words,
     saving_text,
+    sources_coverage,
 )
 
 MAX_FINDINGS = 10  # table rows; the rest are counted under the table
@@ -150,9 +151,11 @@ def _first_finding(f: dict[str, Any], per: str) -> list[str]:
     noun = SOURCE_NOUNS.get(f["id"], ("event", "events"))
     sources = ev.get("sources") or []
     for s in sources[:MAX_SOURCES]:
-        out.append(f"- at {fmt_source(s, noun)}")
+        out.append(f"- {fmt_source(s, noun)}")
     if len(sources) > MAX_SOURCES:
         out.append(f"- and {plural(len(sources) - MAX_SOURCES, 'more call site')}")
+    if sources and (coverage := sources_coverage(f)):
+        out.append(f"- ({coverage})")
     if sources:
         out.append("")
     if (w := f.get("what_if")) is not None:

@@ -26,6 +26,7 @@ from traceinsight.report.format import (
     prediction_basis,
     ranked_idle_causes,
     saving_text,
+    sources_coverage,
 )
 
 SEV_MARK = {"high": "HIGH", "medium": "MED ", "low": "LOW ", "info": "INFO"}
@@ -271,10 +272,12 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
             noun = SOURCE_NOUNS.get(f["id"], ("event", "events"))
             sources = f["evidence"].get("sources", [])[:3]
             lines.extend(
-                f"         at {fmt_source(s, noun)}"
+                f"         {fmt_source(s, noun)}"
                 + (f"; fixing it here {_saving(s['what_if'], per)}" if s.get("what_if") else "")
                 for s in sources
             )
+            if coverage := sources_coverage(f):
+                lines.append(f"         ({coverage})")
             if (w := f.get("what_if")) is not None:
                 graded = (
                     ", graded on the range's low end"
