@@ -1087,3 +1087,15 @@ def test_a_few_pageable_bytes_beside_pinned_uploads_are_no_finding():
     a = analyze_trace(ev.trace())
     assert a.results.copies.h2d_pageable_bytes == 3 * 8
     assert "pageable_memcpy" not in {f.id for f in a.findings}
+
+
+def test_an_inference_trace_gets_an_inference_capture_snippet():
+    # audit 17: inference traces (a B200 vLLM step, an MI300X Qwen forward) were told to capture
+    # "the step ... the optimizer made capturable"; a forward-only trace (no backward, no
+    # optimizer: this BERT forward on an H100) gets the forward's capture
+    a = analyzed(
+        ROOT / "fixtures" / "corpus" / "h100_gaunernst_bert-small-uncased__1016001.json.gz"
+    )
+    assert a.results.host_ops.forward_only
+    f = next(f for f in a.findings if f.id == "launch_bound")
+    assert "optimizer" not in f.snippet and "static_out = model(static_x)" in f.snippet

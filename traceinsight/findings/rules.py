@@ -571,6 +571,13 @@ _STATIC_SHAPES = (
     "captured step, or give each kernel more work (larger batch). The prediction assumes the "
     "shapes fixed."
 )
+_INFERENCE_LAUNCH_SNIPPET = (
+    'model = torch.compile(model, mode="reduce-overhead")  # fuses ops and replays CUDA graphs\n'
+    "# or capture the forward by hand on static inputs (one graph per input shape):\n"
+    "# g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): static_out = model(static_x)\n"
+    "# then each call: static_x.copy_(x); g.replay()\n"
+    "# and raise the work per call: a larger batch"
+)
 _LAUNCH_ADVICE = (
     "Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs), capture "
     "the step in a CUDA graph, use fused kernels, or give each kernel more work (larger batch). "
@@ -680,6 +687,10 @@ def launch_bound(x: RuleInput) -> Draft | None:
         advice["recommendation"] = first + advice.get("recommendation", _LAUNCH_ADVICE)
     if launch.rnn_op is not None and x.framework == "pytorch" and not advice:
         advice = {"recommendation": _RNN.format(op=launch.rnn_op), "snippet": _RNN_SNIPPET}
+    if x.r.host_ops.forward_only and x.framework == "pytorch" and "snippet" not in advice:
+        # no backward, no optimizer: the training step's snippet does not fit (audit 17: an
+        # inference trace told to make its optimizer capturable)
+        advice["snippet"] = _INFERENCE_LAUNCH_SNIPPET
     # the host's longer work between the step's launches starved the GPU too: said here, where
     # the whole-step capture prices it, not as a second finding (gpu_underutilized)
     between = x.r.idle.cpu_work_between_launches_ns
