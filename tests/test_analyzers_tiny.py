@@ -1099,3 +1099,14 @@ def test_an_inference_trace_gets_an_inference_capture_snippet():
     assert a.results.host_ops.forward_only
     f = next(f for f in a.findings if f.id == "launch_bound")
     assert "optimizer" not in f.snippet and "static_out = model(static_x)" in f.snippet
+
+
+def test_a_convolutional_network_is_not_advised_attention_and_layer_norms():
+    # audit 17: two ResNet traces' elementwise_heavy advised "fused LayerNorm/RMSNorm, Flash
+    # attention"; their kernels hold convolutions and no attention
+    a = analyzed(
+        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+    )
+    f = next(f for f in a.findings if f.id == "elementwise_heavy")
+    assert "attention" not in f.recommendation.lower() and "LayerNorm" not in f.recommendation
+    assert "batch norm" in f.recommendation and "torch.compile(model)" in f.snippet

@@ -1304,6 +1304,11 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
         c.get("kernel_class") == "attention" and (c.get("total_ns") or 0) > 0 for c in kern.by_class
     )
     advice = {"recommendation": _EW_ADVICE_FUSED_ATTENTION} if fused_attention else {}
+    has = {c.get("kernel_class") for c in kern.by_class if (c.get("total_ns") or 0) > 0}
+    if "conv" in has and "attention" not in has:
+        # a convolutional network: no attention to fuse, its norms batch norms (audit 17: two
+        # ResNets advised Flash attention and fused LayerNorm/RMSNorm)
+        advice = {"recommendation": _EW_ADVICE_CONV, "snippet": _EW_SNIPPET_CONV}
     return Draft(
         ew_ns * x.t["elementwise_fusion_saving_ratio"],
         f"Elementwise kernels: {fmt_pct(time_ratio)} of kernel time, {fmt_pct(count_ratio)} of kernels "
@@ -1319,6 +1324,16 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
     )
 
 
+_EW_ADVICE_CONV = (
+    "Fuse elementwise chains: torch.compile fuses the activations, residual adds and batch "
+    "norm's elementwise work into fewer kernels; a fused (foreach or fused=True) optimizer "
+    "takes the per-parameter updates; each unfused op reads and writes memory again."
+)
+_EW_SNIPPET_CONV = (
+    "model = torch.compile(model)   # fuses activations, adds and norms' elementwise work\n"
+    "# and the optimizer's per-parameter updates in a few kernels: foreach=True, or fused=True\n"
+    "# for Adam/AdamW/SGD: torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"
+)
 _EW_ADVICE_FUSED_ATTENTION = (
     "Fuse elementwise chains: torch.compile, fused LayerNorm/RMSNorm, fused activations and "
     "optimizer (the attention already runs fused kernels); each unfused op reads and writes "
