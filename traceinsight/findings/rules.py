@@ -2134,8 +2134,8 @@ UNDERUTILIZED_REST_MIN_RATIO = 0.01
     },
     no_estimate="no single fix: the other findings' what_if and "
     "details.what_if.all_fixes predict what their fixes save",
-    recommendation="Give the GPU more work per step (batch/sequence) and look at the host ops named in the idle "
-    "segments: they run while the GPU waits.",
+    recommendation="Give the GPU more work at a time (a larger batch or sequence) and look at the host ops named "
+    "in the idle segments: they run while the GPU waits.",
     snippet=(
         "# give the GPU more work per launch: larger batch / sequence, fewer small ops\n"
         "model = torch.compile(model)"
