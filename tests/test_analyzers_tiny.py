@@ -1069,6 +1069,7 @@ def test_a_kernel_only_capture_is_told_to_record_the_host():
         "in it)"
     ), f.title
     assert f.recommendation.startswith("The capture holds the GPU's work only")
+    assert f.snippet == ""  # not the rule's torch.compile snippet under "record the host side"
 
 
 def test_a_few_pageable_bytes_beside_pinned_uploads_are_no_finding():
@@ -1110,3 +1111,41 @@ def test_a_convolutional_network_is_not_advised_attention_and_layer_norms():
     f = next(f for f in a.findings if f.id == "elementwise_heavy")
     assert "attention" not in f.recommendation.lower() and "LayerNorm" not in f.recommendation
     assert "batch norm" in f.recommendation and "torch.compile(model)" in f.snippet
+
+
+def test_a_cap_gives_its_reason_only_where_it_lowered_the_grade():
+    # audit 17's review: "graded low: one slow step with no repeating pattern" printed beside a
+    # 1.05x saving, low anyway. One slow step of six: 16 ms (1.10x, low uncapped: no reason)
+    # and 30 ms (1.33x, medium uncapped: capped low, the reason said)
+    def variance(slow_us: int):
+        ev = Events()
+        t = 0.0
+        for n, d in enumerate((10_000,) * 5 + (slow_us,)):
+            ev.step(n, t, d)
+            ev.op("aten::mm", t + 10, 20)
+            ev.kernel("gemm", t + 40, d - 100, launch_us=t + 15)
+            t += d
+        return next(f for f in analyze_trace(ev.trace()).findings if f.id == "step_time_variance")
+
+    f = variance(16_000)
+    assert f.severity == "low" and "severity_cap_reason" not in f.evidence
+    f = variance(30_000)
+    assert f.severity == "low" and f.what_if.speedup > 1.2
+    assert f.evidence["severity_cap_reason"] == "one slow step with no repeating pattern"
+
+
+def test_cut_call_site_lists_are_not_said_to_lack_stacks():
+    # audit 17's review: 14 call sites of 42 syncs, all with stacks; the 10 kept (TOP_SOURCES)
+    # held 30, and the report said "the others have no recorded stack"
+    from traceinsight.report.format import sources_coverage
+
+    f = {"id": "host_sync", "evidence": {"host_sync_count": 42, "sources": [{"count": 3}] * 10}}
+    assert sources_coverage(f) == "the 10 costliest call sites hold 30 of the 42 syncs"
+
+
+def test_a_transformer_with_a_conv_stem_keeps_its_elementwise_advice():
+    # audit 17's review: a TimeSformer (a conv patch embedding, layer norms, softmax; attention
+    # unfused) read the convolutional network's advice about batch norms and the optimizer
+    a = analyzed(ROOT / "fixtures" / "foreign" / "tl_h100_timesformer.json.gz")
+    f = next(f for f in a.findings if f.id == "elementwise_heavy")
+    assert "batch norm" not in f.recommendation and "LayerNorm" in f.recommendation

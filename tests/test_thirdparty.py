@@ -1616,7 +1616,9 @@ def test_receiving_is_not_waiting() -> None:
         f = next(x for x in analysis(name).findings if x.id == "dataloader_stall")
         assert "mostly receiving each batch" in f.title and "pin_memory=True" in f.title, f.title
         # the step thread held, not the GPU starved (audit 17)
-        assert f.title.startswith("The input pipeline holds the step thread: "), f.title
+        assert f.title.startswith(
+            "The input pipeline holds the step thread, receiving batches: the GPU idles "
+        ), f.title
         assert "current workers" not in f.title
         assert all("loader_bound_ns" not in x.evidence for x in analysis(name).findings)
     lo, hi = band("vit_amp", "pin_memory")

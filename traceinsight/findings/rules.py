@@ -7,6 +7,7 @@ from the cost's share of the window (:func:`make_finding`). docs/FINDINGS.md has
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -323,11 +324,12 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         # receiving, the step thread is held, not the GPU starved (audit 17: "GPU waits for
         # the input pipeline: 0.02 ms idle" beside a 1.37 ms saving from pinned receiving)
         (
-            "The input pipeline holds the step thread"
+            "The input pipeline holds the step thread, receiving batches: the GPU idles "
             if receiving
-            else "GPU waits for the input pipeline"
+            else "GPU waits for the input pipeline: "
         )
-        + f": {fmt_ms(cost)} idle in DataLoader.__next__ ({fmt_pct(cost / x.window_ns)} of the window){need}",
+        + f"{fmt_ms(cost)}{'' if receiving else ' idle'} in DataLoader.__next__ "
+        f"({fmt_pct(cost / x.window_ns)} of the window){need}",
         {
             "idle_ns": cost,
             "idle_inside_calls_ns": inside,
@@ -1305,10 +1307,19 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
     )
     advice = {"recommendation": _EW_ADVICE_FUSED_ATTENTION} if fused_attention else {}
     has = {c.get("kernel_class") for c in kern.by_class if (c.get("total_ns") or 0) > 0}
-    if "conv" in has and "attention" not in has:
+    transformer = any(re.search(TRANSFORMER_KERNELS, k.get("name") or "") for k in kern.top_kernels)
+    if "conv" in has and "attention" not in has and not transformer:
         # a convolutional network: no attention to fuse, its norms batch norms (audit 17: two
-        # ResNets advised Flash attention and fused LayerNorm/RMSNorm)
-        advice = {"recommendation": _EW_ADVICE_CONV, "snippet": _EW_SNIPPET_CONV}
+        # ResNets advised Flash attention and fused LayerNorm/RMSNorm); a transformer with a
+        # conv stem runs layer norms and softmax (a TimeSformer); no optimizer when forward-only
+        advice = {
+            "recommendation": _EW_ADVICE_CONV_INFERENCE
+            if x.r.host_ops.forward_only
+            else _EW_ADVICE_CONV,
+            "snippet": _EW_SNIPPET_CONV.split("\n")[0]
+            if x.r.host_ops.forward_only
+            else _EW_SNIPPET_CONV,
+        }
     return Draft(
         ew_ns * x.t["elementwise_fusion_saving_ratio"],
         f"Elementwise kernels: {fmt_pct(time_ratio)} of kernel time, {fmt_pct(count_ratio)} of kernels "
@@ -1329,6 +1340,12 @@ _EW_ADVICE_CONV = (
     "norm's elementwise work into fewer kernels; a fused (foreach or fused=True) optimizer "
     "takes the per-parameter updates; each unfused op reads and writes memory again."
 )
+_EW_ADVICE_CONV_INFERENCE = (
+    "Fuse elementwise chains: torch.compile fuses the activations, residual adds and batch "
+    "norm's elementwise work into fewer kernels; each unfused op reads and writes memory again."
+)
+# kernels of a transformer's layers: not a convolutional network's
+TRANSFORMER_KERNELS = r"(?i)layer_?norm|rms_?norm|softmax"
 _EW_SNIPPET_CONV = (
     "model = torch.compile(model)   # fuses activations, adds and norms' elementwise work\n"
     "# and the optimizer's per-parameter updates in a few kernels: foreach=True, or fused=True\n"
@@ -2220,7 +2237,13 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
             "top_host_ops_during_idle": top_ops[:5],
         },
         recommendation=advice,
-        snippet=DEPENDENCY_WAIT_SNIPPET if advice == DEPENDENCY_WAIT_ADVICE else None,
+        # the dependency's snippet; none for the OS wait's and the unrecorded host's advice
+        # (the rule's own torch.compile snippet read under "record the host side")
+        snippet=DEPENDENCY_WAIT_SNIPPET
+        if advice == DEPENDENCY_WAIT_ADVICE
+        else ""
+        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
+        else None,
         advice={"cuda_app": Advice(advice, "")}
         if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
         else {},

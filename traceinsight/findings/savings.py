@@ -215,6 +215,8 @@ def with_savings(
             f = replace(f, severity=SEVERITIES[UNPRICED_CAP])
         if w is None:
             evidence = {**f.evidence, "why_no_estimate": why}
+            if capped(t.severity(f.cost_ratio), rule.cap) == f.severity:
+                evidence.pop("severity_cap_reason", None)  # the cap lowered nothing
             lowered = _lowered(t, f.severity, _assured_share(r, f.cost_ratio))
             if lowered is not None:
                 f = replace(f, severity=lowered)
@@ -222,11 +224,16 @@ def with_savings(
             out.append(replace(f, evidence=evidence))
             continue
         ratio = w.saving_ratio
-        sev = capped(t.severity(ratio), rule.cap, f.evidence.get("severity_cap"))
+        uncapped = capped(t.severity(ratio), rule.cap)
+        sev = capped(uncapped, f.evidence.get("severity_cap"))
         floor = f.evidence.get("severity_floor")
         if floor is not None and SEVERITIES.index(sev) > SEVERITIES.index(floor):
             sev = floor
         evidence = {**f.evidence, "attributed_ns": f.cost_ns}
+        if sev == uncapped:
+            # the draft's cap lowered nothing: no reason to give (audit 17's review: "graded
+            # low: one slow step ..." beside a 1.05x saving, low anyway)
+            evidence.pop("severity_cap_reason", None)
         if fix is not None or w.transform is not None:
             # the transform replayed (an estimate's own, where it replayed one)
             evidence["transform"] = fix or w.transform.name

@@ -74,7 +74,7 @@ LABELS = {
     "idle_ns": "GPU idle",
     # the rule's own rough share, not the saving: the replay's what-if prices the fix (audit 17:
     # "6.77 ms" beside "saves 8.49 ms", the fused kernels' launches gone as well)
-    "attributed_ns": "the rule's rough share of the time (the replay's saving prices the fix)",
+    "attributed_ns": "time the rule attributes to the cause (a rough share, not a saving)",
     "dataloader_ns": "waiting for data",
     "dataloader_ratio": "data loading share of step time",
     "per_step_dataloader_ns": "waiting for data, per step",

@@ -374,12 +374,19 @@ def sources_coverage(finding: dict[str, Any]) -> str | None:
     unsaid); None where they hold all, or the finding counts none."""
     ev = finding.get("evidence") or {}
     total = ev.get("host_sync_count") if finding.get("id") == "host_sync" else None
-    located = sum(s.get("count") or 0 for s in ev.get("sources") or [])
+    sources = ev.get("sources") or []
+    located = sum(s.get("count") or 0 for s in sources)
     if not total or not located or located >= total:
         return None
+    if len(sources) >= SOURCES_KEPT:  # the list was cut: the rest may have stacks too
+        return f"the {len(sources)} costliest call sites hold {located:,} of the {total:,} syncs"
     return (
         f"the call sites of {located:,} of the {total:,} syncs: the others have no recorded stack"
     )
+
+
+# the call sites a finding keeps per category (analyzers/sources.py TOP_SOURCES)
+SOURCES_KEPT = 10
 
 
 def fmt_source(src: dict[str, Any], noun: tuple[str, str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from traceinsight.report.evidence import finding_evidence, no_prediction, plain
+from traceinsight.report.evidence import finding_evidence, label, no_prediction, plain
 from traceinsight.report.format import (
     SELECTED_LISTS,
     SOURCE_NOUNS,
@@ -165,7 +165,9 @@ def _first_finding(f: dict[str, Any], per: str) -> list[str]:
         out += [why, ""]
     if capped := ev.get("severity_cap_reason"):
         out += [f"Graded {f['severity']}: {capped}.", ""]
-    if facts := finding_evidence(f).facts[:MAX_FACTS]:
+    # the cap's reason is said above, not again among the facts
+    said = label("severity_cap_reason")
+    if facts := [x for x in finding_evidence(f).facts if x[0] != said][:MAX_FACTS]:
         out += ["Evidence: " + "; ".join(f"{k}: {cell(v)}" for k, v in facts) + ".", ""]
     out += [f"**Advice**: {f['recommendation']}", ""]
     if f.get("snippet"):
