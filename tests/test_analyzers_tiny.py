@@ -1149,3 +1149,24 @@ def test_a_transformer_with_a_conv_stem_keeps_its_elementwise_advice():
     a = analyzed(ROOT / "fixtures" / "foreign" / "tl_h100_timesformer.json.gz")
     f = next(f for f in a.findings if f.id == "elementwise_heavy")
     assert "batch norm" not in f.recommendation and "LayerNorm" in f.recommendation
+
+
+def test_a_forward_only_trace_is_not_advised_a_fused_optimizer():
+    # audit 17: an MI300X Qwen forward's elementwise advice named "fused activations and
+    # optimizer". Three forward steps: a fused attention kernel and ten elementwise ones
+    ev = Events()
+    for n in range(3):
+        t = n * 2_000.0
+        ev.step(n, t, 2_000)
+        ev.op("aten::scaled_dot_product_attention", t + 10, 20)
+        ev.kernel("flash_fwd_kernel", t + 40, 300, launch_us=t + 15)
+        for i in range(10):
+            ev.op("aten::add", t + 400 + 100 * i, 10)
+            ev.kernel(
+                "vectorized_elementwise_kernel", t + 420 + 100 * i, 50, launch_us=t + 402 + 100 * i
+            )
+    a = analyze_trace(ev.trace())
+    assert a.results.host_ops.forward_only
+    f = next(f for f in a.findings if f.id == "elementwise_heavy")
+    assert "attention already runs fused kernels" in f.recommendation
+    assert "optimizer" not in f.recommendation

@@ -1305,7 +1305,13 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
     fused_attention = any(
         c.get("kernel_class") == "attention" and (c.get("total_ns") or 0) > 0 for c in kern.by_class
     )
-    advice = {"recommendation": _EW_ADVICE_FUSED_ATTENTION} if fused_attention else {}
+    # no optimizer in a forward-only trace (audit 17: an MI300X Qwen forward's advice named one)
+    fused_advice = (
+        _EW_ADVICE_FUSED_ATTENTION_INFERENCE
+        if x.r.host_ops.forward_only
+        else _EW_ADVICE_FUSED_ATTENTION
+    )
+    advice = {"recommendation": fused_advice} if fused_attention else {}
     has = {c.get("kernel_class") for c in kern.by_class if (c.get("total_ns") or 0) > 0}
     transformer = any(re.search(TRANSFORMER_KERNELS, k.get("name") or "") for k in kern.top_kernels)
     if "conv" in has and "attention" not in has and not transformer:
@@ -1350,6 +1356,10 @@ _EW_SNIPPET_CONV = (
     "model = torch.compile(model)   # fuses activations, adds and norms' elementwise work\n"
     "# and the optimizer's per-parameter updates in a few kernels: foreach=True, or fused=True\n"
     "# for Adam/AdamW/SGD: torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"
+)
+_EW_ADVICE_FUSED_ATTENTION_INFERENCE = (
+    "Fuse elementwise chains: torch.compile, fused LayerNorm/RMSNorm, fused activations (the "
+    "attention already runs fused kernels); each unfused op reads and writes memory again."
 )
 _EW_ADVICE_FUSED_ATTENTION = (
     "Fuse elementwise chains: torch.compile, fused LayerNorm/RMSNorm, fused activations and "
