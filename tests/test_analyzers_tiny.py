@@ -1135,7 +1135,7 @@ def test_a_cap_gives_its_reason_only_where_it_lowered_the_grade():
 
 
 def test_cut_call_site_lists_are_not_said_to_lack_stacks():
-    # audit 17's review: 14 call sites of 42 syncs, all with stacks; the 10 kept (TOP_SOURCES)
+    # audit 17's review: 14 call sites of 42 syncs, all with stacks; the 10 kept (SOURCES_KEPT)
     # held 30, and the report said "the others have no recorded stack"
     from traceinsight.report.format import sources_coverage
 

@@ -981,13 +981,20 @@ def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         first = (
             calls.filter(pl.col("device").eq_missing(dev))
             .group_by("start_ns", maintain_order=True)
+            # the earliest launching call's row: one sort for its four columns
             .agg(
-                pl.col("launch_start_ns").min().alias("next_launch_ns"),
-                pl.col("launch_end_ns").sort_by("launch_start_ns").first().alias("_end"),
-                pl.col("_copy").sort_by("launch_start_ns").first().alias("_copy"),
-                pl.col("dur_ns").sort_by("launch_start_ns").first().alias("_dur"),
+                pl.col("launch_start_ns", "launch_end_ns", "_copy", "dur_ns")
+                .sort_by("launch_start_ns")
+                .first()
             )
-            .rename({"start_ns": "_at"})
+            .rename(
+                {
+                    "start_ns": "_at",
+                    "launch_start_ns": "next_launch_ns",
+                    "launch_end_ns": "_end",
+                    "dur_ns": "_dur",
+                }
+            )
         )
         hit = iv.in_time_order(g, "end_ns").join_asof(
             iv.in_time_order(first, "_at"), left_on="end_ns", right_on="_at", strategy="forward"

@@ -29,6 +29,7 @@ from traceinsight.model.classify import (
     SYNC_API,
 )
 from traceinsight.records import OMIT_NONE
+from traceinsight.report.format import SOURCES_KEPT
 
 FRAME = r"^(?<file>.+?)\((?<line>\d+)\): (?<func>.+)$"
 # Top-level packages that are libraries. Kineto strips the sys.path entry from a frame's file,
@@ -109,7 +110,6 @@ LIBRARIES = frozenset(
     }
 )
 NON_USER = LIBRARIES | frozenset(sys.stdlib_module_names)
-TOP_SOURCES = 10
 STACK_HINT = (
     "record with with_stack=True (torch.profiler.profile(with_stack=True), or "
     "traceinsight.capture.capture(with_stack=True)) to see which line of your code causes each one"
@@ -288,7 +288,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
                 pl.when(pl.col("library_call").any()).then(True).alias("library_call"),
             )
             .sort(["cost_ns", "location", "trigger"], descending=[True, False, False])
-            .head(TOP_SOURCES)
+            .head(SOURCES_KEPT)
         )
         by_category[cat] = tuple(Source(**row) for row in rows.iter_rows(named=True))
     return SourcesResult(frames.height > 0 or chains.height > 0, by_category, hint, sites)

@@ -1322,9 +1322,7 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
             "recommendation": _EW_ADVICE_CONV_INFERENCE
             if x.r.host_ops.forward_only
             else _EW_ADVICE_CONV,
-            "snippet": _EW_SNIPPET_CONV.split("\n")[0]
-            if x.r.host_ops.forward_only
-            else _EW_SNIPPET_CONV,
+            "snippet": _EW_SNIPPET_COMPILE if x.r.host_ops.forward_only else _EW_SNIPPET_CONV,
         }
     return Draft(
         ew_ns * x.t["elementwise_fusion_saving_ratio"],
@@ -1352,8 +1350,11 @@ _EW_ADVICE_CONV_INFERENCE = (
 )
 # kernels of a transformer's layers: not a convolutional network's
 TRANSFORMER_KERNELS = r"(?i)layer_?norm|rms_?norm|softmax"
+_EW_SNIPPET_COMPILE = (
+    "model = torch.compile(model)   # fuses activations, adds and norms' elementwise work"
+)
 _EW_SNIPPET_CONV = (
-    "model = torch.compile(model)   # fuses activations, adds and norms' elementwise work\n"
+    _EW_SNIPPET_COMPILE + "\n"
     "# and the optimizer's per-parameter updates in a few kernels: foreach=True, or fused=True\n"
     "# for Adam/AdamW/SGD: torch.optim.AdamW(model.parameters(), lr=lr, fused=True)"
 )

@@ -385,7 +385,7 @@ def sources_coverage(finding: dict[str, Any]) -> str | None:
     )
 
 
-# the call sites a finding keeps per category (analyzers/sources.py TOP_SOURCES)
+# the call sites an analysis keeps per category (analyzers/sources.py cuts its list to them)
 SOURCES_KEPT = 10
 
 
