@@ -9,6 +9,7 @@ job.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -94,7 +95,8 @@ def _summary(
     )
 
 
-Ranked = list[tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]]
+RankedRow = tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]
+Ranked = list[RankedRow]
 
 
 def _assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> Ranked:
@@ -252,13 +254,22 @@ def analyze_trace_ranks(
 ) -> JobAnalysis:
     """One parsed trace holding several ranks (an nsys export of several processes)."""
     opts = opts or Options()
-    results = []
-    for rank, events in by_rank(trace.events):
+    runtime = runtime or Runtime.detect(helpers=False)
+
+    def one(part: tuple[int, pl.DataFrame]) -> RankedRow:
+        rank, events = part
         s = _summary(
             trace.meta.source_path, trace.view(events, rank=rank), opts, runtime, rank, detach=False
         )
         a = s.analysis
-        results.append((rank, a.as_rank(rank) if a else None, s.payload, s.devices))
+        return (rank, a.as_rank(rank) if a else None, s.payload, s.devices)
+
+    # ranks side by side, as many as the analyzers' threads: one rank's Python overlaps the
+    # other's polars (the 1 GB two-rank export: 8.2 -> 6.7 s for both analyses, RESULTS.md);
+    # the event table is shared, each rank's working tables are its own
+    parts = by_rank(trace.events)
+    with ThreadPoolExecutor(max_workers=max(1, min(len(parts), runtime.analyzer_threads))) as pool:
+        results = list(pool.map(one, parts))
     warnings = list(trace.meta.warnings)
     ranked = _with_device(results, opts, trace.meta.source_path, warnings)
     return _job(trace.meta.source_path, ranked, opts, warnings)
