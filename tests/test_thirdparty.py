@@ -1194,18 +1194,21 @@ COMPILED_AFTERS = [
     ("vit_amp", "compile", "compile"),  # call 20
     ("lightning", "compile", "compile_call22"),
     ("peft_lora", "compile", "compile"),
+    ("nanogpt", "compile", "compile"),  # session 31, with stacks and memory too
 ]
 
 
 @pytest.mark.parametrize(("loop", "which", "cfg"), COMPILED_AFTERS)
 def test_compiled_code_profiled_with_shapes(loop: str, which: str, cfg: str) -> None:
     """torch.compile'd code profiled with record_shapes=True: inductor records every Triton
-    launch with its arguments' shapes, and most of that cost falls outside the recorded events,
-    so the estimate keeps it (the un-profiled step measured 0.58-0.82x the estimate on five such
-    recordings of four loops; 0.95-1.15 on the eager loops but the HF stacks'). Twice the
-    per-event cost does not reach the measurement (the cost is not per event): the range's low
-    end there is the lowest ratio measured (analyzers/replay.py COMPILED_UNPROFILED_RATIO), the
-    per-event cost found that puts the replayed step on it, and every fix's speedup_low from it."""
+    launch with its arguments' shapes, and much of that cost falls outside the recorded events.
+    The part the trace shows, the Python inductor runs before each launch's op, is capped at
+    an eager launch's gap (causal/transforms.py _compiled_launches_capped: the estimate over
+    the same process's un-profiled step from 0.56-0.82 to 0.70-0.96 on these four); the rest
+    is a range (0.95-1.15 on the eager loops but the HF stacks'). Where twice the per-event
+    cost does not reach it, the range's low end is the lowest ratio measured
+    (analyzers/replay.py COMPILED_UNPROFILED_RATIO), the per-event cost found that puts the
+    replayed step on it, and every fix's speedup_low from it."""
     truth = json.loads((HERE / f"{loop}.truth.json").read_text())["profiled"][cfg]
     own_ms = truth["unprofiled_same_process_step_ms_window_mean"]
     r = analysis(f"{loop}.{which}.after.pt.trace.json.xz").results.replay
@@ -1213,10 +1216,12 @@ def test_compiled_code_profiled_with_shapes(loop: str, which: str, cfg: str) -> 
     assert r.compiled_launches_per_step > 50
     assert lo <= own_ms / (r.unprofiled_step_ns / 1e6) <= hi, (own_ms, r.unprofiled_step_ns)
     twice = analysis(f"{loop}.{which}.after.pt.trace.json.xz").results.replay.model_low
-    assert r.profiler_cost_low_factor > 2 and twice is not None
+    assert r.profiler_cost_low_factor >= 2 and twice is not None
     assert r.unprofiled_step_low_ns <= 1e6 * own_ms <= r.unprofiled_step_ns
-    # the smallest per-event cost found (to 1/16 of a doubling) whose step is at most that
-    assert 0.9 * lo * r.unprofiled_step_ns <= r.unprofiled_step_low_ns <= lo * r.unprofiled_step_ns
+    assert r.unprofiled_step_low_ns <= lo * r.unprofiled_step_ns
+    if r.profiler_cost_low_factor > 2:
+        # the smallest per-event cost found (to 1/16 of a doubling) whose step is at most that
+        assert 0.9 * lo * r.unprofiled_step_ns <= r.unprofiled_step_low_ns
     # eager, and graph replays (reduce-overhead: no Triton launch is recorded): no such note
     for name in (
         f"{loop}.before",
@@ -1249,18 +1254,22 @@ def test_compiled_code_graded_on_the_range(loop: str, which: str, cfg: str) -> N
         w = f["what_if"]
         if w is not None and w.get("speedup_low"):
             share = min(f["cost_ratio"], 1 - 1 / w["speedup_low"])
-            assert f["severity"] == grade(share), (f["id"], share)
+            cap = f["evidence"].get("severity_cap")  # a reason the rule gives lowers it further
+            want = max(grade(share), cap, key=SEVERITIES.index) if cap else grade(share)
+            assert f["severity"] == want, (f["id"], share, cap)
         elif w is None:
             assert SEVERITIES.index(f["severity"]) >= SEVERITIES.index(
                 grade(max(0, f["cost_ratio"] - hidden))
             )
     by_id = {f["id"]: f for f in doc["findings"]}
     if loop == "vit_amp":
-        # launch_bound 1.60x from the estimate (43.45 ms), 1.04x from the low end (25.20 ms),
-        # where the same process's own un-profiled step lay (26.41 ms): low, not high
+        # launch_bound 1.42x from the estimate (37.81 ms), 1.08x from the low end (25.77 ms),
+        # where the same process's own un-profiled step lay (26.45 ms): low, not high
         assert by_id["launch_bound"]["severity"] == "low"
         assert by_id["launch_bound"]["evidence"]["graded_on_range"] is True
-        assert by_id["memory_headroom"]["severity"] == "medium"  # 1.13x at the low end
+        # 1.15x at the low end, but the GPU's work fills the step short of the 2x batch
+        mh = by_id["memory_headroom"]
+        assert mh["severity"] == "low" and "1.97x batch" in mh["evidence"]["severity_cap_reason"]
         assert SEVERITIES.index(by_id["gpu_underutilized"]["severity"]) >= SEVERITIES.index("low")
     # an eager trace's point is the middle of its range: graded on it, as before
     eager = analysis(f"{loop}.before.pt.trace.json.xz").to_json()
@@ -1271,10 +1280,11 @@ def test_the_compiled_vits_launch_bound_measured() -> None:
     """Whether the compiled ViT's launch_bound is a lever (the loop compiled with
     mode="reduce-overhead" against the default mode, each in the same process): process E
     (session 22) 44.09 against 30.12 ms, 1.46x; process G (session 23) 39.75 against 29.59,
-    1.34x. The finding on the compiled after prices 1.60x at the point and 1.04x at the range's
-    low end; both measurements lie inside (0.84-0.91 of the point), and both processes'
-    compiled steps (44.09, 39.75 ms) lay near the point's un-profiled estimate (43.45), not at
-    the low end (25.20), where session 20's profiled process ran (26.41). Graded on the low end
+    1.34x. The finding on the compiled after prices 1.42x at the point and 1.08x at the range's
+    low end: the point 0.97-1.06 of the measurements (1.60x, 0.84-0.91, before inductor's
+    launch Python was capped). The point's un-profiled estimate (37.81 ms; 43.45 before) lies
+    among the four fresh processes' compiled steps (A, B, E, G: 31.70-44.09 ms), not at the
+    low end (25.77), where session 20's profiled process ran (26.45). Graded on the low end
     the finding is low, which understates it in processes like E and G: the range holds all
     three, the grade the one whose step was the fastest."""
     cfg = json.loads((HERE / "vit_amp.truth.json").read_text())["configs"]
@@ -1285,8 +1295,11 @@ def test_the_compiled_vits_launch_bound_measured() -> None:
         own = cfg["compile"][p]["step_ms_window_mean"]
         measured = own / cfg["compile_ro"][p]["step_ms_window_mean"]
         assert lo < measured < hi
-        assert w.speedup_low <= measured <= w.speedup and within(w.speedup, measured, measured)
-        assert own == pytest.approx(rp.unprofiled_step_ns / 1e6, rel=0.1)
+        assert w.speedup_low <= measured and within(w.speedup, measured, measured)
+        assert 0.9 < w.speedup / measured < 1.1
+    fresh = [v["step_ms_window_mean"] for v in cfg["compile"].values()]
+    assert min(fresh) < rp.unprofiled_step_ns / 1e6 < max(fresh)
+    assert rp.unprofiled_step_low_ns / 1e6 < min(fresh)
     assert f.severity == "low" and f.evidence["graded_on_range"]
 
 
@@ -1316,7 +1329,7 @@ def test_record_shapes_costs_compiled_code_more() -> None:
     # the summary says it with the estimate
     basis = prediction_basis(analysis("vit_amp.compile.after.pt.trace.json.xz").to_json())
     assert "record_shapes=True, 366 Triton launches a step" in basis
-    assert "0.58-0.82x the estimate" in basis and "upper ends" in basis
+    assert "0.69-0.97x the estimate" in basis and "upper ends" in basis
     assert "record_shapes" not in prediction_basis(
         analysis("vit_amp.before.pt.trace.json.xz").to_json()
     )
@@ -2383,38 +2396,39 @@ def test_nanogpts_own_default_the_compiled_loop() -> None:
     P's profiled compile: record_shapes, stacks, memory), analyzed as the loop a user starts
     from. Measured from it, per process: reduce-overhead 1.95x (A) and 1.75x (B), the 4x batch
     per sample 2.12x and 1.83x (the recorded all: compile + 4x), so both are levers above 1.5x
-    and both findings read HIGH, first the graphs.
+    and both findings read HIGH, first the batch (the larger lever in both processes' mean).
 
-    Compiled code recorded with its shapes: the estimate, 40.27 ms from a profiled 66.27, is the
-    upper end, its low end 19.99 (the profiler's cost per event at twice the no-work op's 1.84
-    us). launch_bound's range (1.57-4.30x) holds the measured 1.75-1.95x. memory_headroom's
-    (3.16-4.00x) misses 1.83-2.12x by the step it starts from: A/B ran 12.77 / 15.25 ms, below
-    the low end (P's own 22.73, after its first capture's CUPTI residue, is inside): with stacks
-    the profiler took ~3.9 us per recorded event of this compiled step (13,500 a step, 10,800 of
-    them Python frames of inductor's wrappers), 2.1x the no-work op, where the range allows 2x.
-    The 4x step it replays is the estimated host again (40.28 ms: host-bound at both sizes, so
-    the gain is the multiplier), where the 4x step ran 24.13 / 33.29 ms."""
+    Compiled code recorded with its shapes: the estimate, 28.37 ms from a profiled 66.27 (40.27
+    before inductor's launch Python was capped at an eager launch's gap: 176 Triton launches a
+    step at 76.8 us median against 31.9), is the upper end; its low end 13.50 (the profiler's
+    cost per event at twice the no-work op's) lies between A/B's 12.77 and 15.25 ms, and P's
+    own 22.73 (after its first capture's CUPTI residue) inside the range. launch_bound's range
+    (1.73-3.25x) holds the measured 1.75-1.95x; memory_headroom's (2.14-3.99x) starts at the
+    measured 1.83-2.12x (it missed by 1.5x from the uncapped estimate's range, 3.16-4.00x).
+    The 4x step it replays is the estimated host again (28.42 ms: host-bound at both sizes, so
+    the gain is the multiplier), between the 4x step's 24.13 / 33.29 ms (above both before)."""
     truth = json.loads((HERE / "nanogpt.truth.json").read_text())
     cfg = truth["configs"]
     step = {c: [cfg[c][p]["step_ms_window_mean"] for p in "AB"] for c in cfg}
     ro = [c / r for c, r in zip(step["compile"], step["compile_ro"], strict=True)]
     batch = [4 * c / a for c, a in zip(step["compile"], step["all"], strict=True)]
-    assert min(ro) > 1.5 and min(batch) > 1.5
+    assert min(ro) > 1.5 and min(batch) > 1.5 and sum(batch) > sum(ro)
     a = analysis("nanogpt.compile.after.pt.trace.json.xz")
     r = a.results.replay
     assert r.compiled_launches_per_step == 176 and r.compiled_unprofiled_ratio is not None
     own = truth["profiled"]["compile"]["unprofiled_same_process_step_ms_window_mean"]
     low_ms, est_ms = r.unprofiled_step_low_ns / 1e6, r.unprofiled_step_ns / 1e6
-    assert max(step["compile"]) < low_ms < own < est_ms, (step["compile"], low_ms, own, est_ms)
+    assert min(step["compile"]) < low_ms < max(step["compile"]) < own < est_ms, (low_ms, est_ms)
     first, second = a.findings[:2]
-    assert (first.id, second.id) == ("launch_bound", "memory_headroom")
+    assert (first.id, second.id) == ("memory_headroom", "launch_bound")
     assert first.severity == second.severity == "high"
-    lb = first.what_if
+    lb = second.what_if
     assert lb.speedup_low < min(ro) < max(ro) < lb.speedup, (lb, ro)
-    mh = second.what_if
-    assert mh.multiplier == 4 and mh.speedup_low > 1.25 * max(batch), (mh, batch)  # the miss
+    mh = first.what_if
+    assert mh.multiplier == 4 and within(mh.speedup_low, min(batch), max(batch)), (mh, batch)
     big_ms = 4 * mh.step_time_after_ns / 1e6
-    assert big_ms == pytest.approx(est_ms, rel=0.01) and big_ms > max(step["all"])
+    assert big_ms == pytest.approx(est_ms, rel=0.01)
+    assert min(step["all"]) < big_ms < max(step["all"])
 
 
 def test_the_held_out_neural_style_loop() -> None:

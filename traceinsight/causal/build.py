@@ -15,7 +15,12 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceinsight.causal.columns import CPU_ONLY_OP_MIN_NS, RANGES, TENSOR_CORE_ALIGN_ELEMENTS
+from traceinsight.causal.columns import (
+    CPU_ONLY_OP_MIN_NS,
+    RANGES,
+    TENSOR_CORE_ALIGN_ELEMENTS,
+    TRITON_LAUNCH_PATTERN,
+)
 from traceinsight.causal.graph import (
     NEG_NS,
     WAIT_DEVICE,
@@ -387,7 +392,7 @@ def build_model(src: ModelInputs) -> StepModel | None:
     host = _follows(_queue_waits(_waits(host, gpu), gpu), main_tid)
     host = _joins(src, host, main_tid)
     host, gpu = _flags(src, host, gpu)
-    host = host.with_columns(_recorded_events(src, host))
+    host = host.with_columns(_recorded_events(src, host), _compiled_launches(src, host))
     steps = st.select("tid", "host_start_ns", "host_end_ns")
     return StepModel(host=host, gpu=gpu, steps=steps)
 
@@ -480,6 +485,20 @@ def _joins(src: ModelInputs, host: pl.DataFrame, main_tid: int) -> pl.DataFrame:
     return chained.sort("node")
 
 
+def _in_gaps(events: pl.DataFrame, host: pl.DataFrame) -> pl.Series:
+    """Per host node, how many of ``events`` (tid, start_ns) started on its thread in its gap."""
+    counts = pl.Series("n", [0] * host.height, dtype=pl.Int64)
+    parts = []
+    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
+        starts = events.filter(pl.col("tid") == tid).get_column("start_ns").sort()
+        start = rows.get_column("start_ns")
+        n = starts.search_sorted(start) - starts.search_sorted(start - rows.get_column("gap_ns"))
+        parts.append(pl.DataFrame({"_i": rows.get_column("_i"), "n": n.cast(pl.Int64)}))
+    if parts:
+        counts = pl.concat(parts).sort("_i").get_column("n").clip(0)
+    return counts
+
+
 def _recorded_events(src: ModelInputs, host: pl.DataFrame) -> pl.Series:
     """Per host node, the events the profiler recorded on its thread in its gap (ops,
     annotations, Python frames) plus the call itself: what the profiler's per-event cost
@@ -490,17 +509,16 @@ def _recorded_events(src: ModelInputs, host: pl.DataFrame) -> pl.Series:
             src.python_frames.select("tid", "start_ns"),
         ]
     )
-    counts = pl.Series("recorded_events", [1] * host.height, dtype=pl.Int64)
-    parts = []
-    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
-        starts = ops.filter(pl.col("tid") == tid).get_column("start_ns").sort()
-        start = rows.get_column("start_ns")
-        n = starts.search_sorted(start) - starts.search_sorted(start - rows.get_column("gap_ns"))
-        parts.append(pl.DataFrame({"_i": rows.get_column("_i"), "n": n.cast(pl.Int64)}))
-    if parts:
-        got = pl.concat(parts).sort("_i").get_column("n")
-        counts = (got.clip(0) + 1).alias("recorded_events")
-    return counts
+    return (_in_gaps(ops, host) + 1).alias("recorded_events")
+
+
+def _compiled_launches(src: ModelInputs, host: pl.DataFrame) -> pl.Series:
+    """Per host node, whether its gap holds an inductor Triton launch's op (the launch the
+    call makes): see :func:`~traceinsight.causal.transforms.without_profiler`."""
+    if "name" not in src.ops.columns:
+        return pl.Series("compiled_launch", [False] * host.height, dtype=pl.Boolean)
+    triton = src.ops.filter(pl.col("name").str.contains(TRITON_LAUNCH_PATTERN))
+    return (_in_gaps(triton.select("tid", "start_ns"), host) > 0).alias("compiled_launch")
 
 
 def _cross_stream_edges(gpu: pl.DataFrame) -> pl.DataFrame:

@@ -49,6 +49,8 @@ CPU_ONLY_OP_MIN_NS = 1_000_000
 # (the gap's time inside such a range on the call's own thread) and ``in_<name>`` (the call is
 # inside one), and a GPU column ``in_<name>`` (the op was launched inside one).
 RANGES = ("dataloader", "empty_cache", "optimizer", "recompute")
+# Inductor's Triton launch, recorded as an op named for its kernel (compiled code)
+TRITON_LAUNCH_PATTERN = r"^triton_"
 # The columns the build adds for the transforms (a transform declares those it reads).
 HOST_FLAGS = (
     *(f"gap_{r}_ns" for r in RANGES),
@@ -63,6 +65,7 @@ HOST_FLAGS = (
     "is_launch",
     "is_alloc",  # a device allocator call, model/classify.py ALLOCATOR_API
     "recorded_events",  # events the profiler recorded in the gap, plus the call
+    "compiled_launch",  # the gap holds an inductor Triton launch's op (TRITON_LAUNCH_PATTERN)
     "launched_copy",  # the direction of the copy the call launched (HtoD, DtoH, ...), or null
     "after_copy",  # the direction of the copy the thread's previous call launched, or null
 )
