@@ -246,6 +246,9 @@ def test_job_diff_shows_each_ranks_kernel_changes(tmp_path, capsys):
         gone = f" ({fmt_ns(k['disappeared_ns'])} per step)" if k["disappeared_ns"] else ""
         line = f"kernels: {k['appeared_count']} appeared{new}, {k['disappeared_count']} disappeared{gone}"
         assert f"rank {r['rank']}:" in text and line in text
+        # each kernel line says which list it is in (audit 17: the changed ones had no label)
+        c = k["changed"][0]
+        assert f"changed: {fmt_ns(c['total_ns'])} -> {fmt_ns(c['total_ns_after'])} per step" in text
         assert f'id="rank-{r["rank"]}"' in page
         assert k["changed"][0]["name"][:60] in page
     total = sum(r["kernels_per_step"]["appeared_count"] for r in doc["ranks"])

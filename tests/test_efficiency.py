@@ -318,6 +318,17 @@ def test_unknown_device_gives_null_and_one_warning() -> None:
     assert a.source["devices"][0]["peak_tflops"] is None
 
 
+def test_an_unnamed_device_is_said_unnamed() -> None:
+    """audit 17: "device unnamed is not in the spec table" where the trace names no device."""
+    t = _tiny()
+    t.meta.devices = [DeviceInfo(0, None, 2, 1000, "9.0")]
+    got = [w for w in analyze_trace(t).warnings if "spec table" in w]
+    assert got == [
+        "the trace does not name its device, looked up by name in the spec table "
+        "(traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not computed"
+    ]
+
+
 # --- the H200 GPT fixtures ------------------------------------------------------------------------
 
 

@@ -194,3 +194,15 @@ def test_an_os_call_that_held_the_launching_thread_is_named():
         a.source["event_counts"]["os_call"]
         == con.execute("SELECT count(*) FROM OSRT_API WHERE end - start >= 1000000").fetchone()[0]
     )
+
+
+def test_the_words_for_host_time_outside_ops_nest_no_parentheses():
+    """audit 17: an nsys title read "... outside any recorded op (Python between ops: ...
+    (torch.profiler's with_stack=True; ...))": the words go inside the title's parentheses."""
+    from traceinsight.analyzers.idle import IdleSegment
+    from traceinsight.findings.rules import OUTSIDE_OPS, _mostly
+
+    for framework, words in OUTSIDE_OPS.items():
+        assert "(" not in words and ")" not in words, framework
+        where = _mostly([IdleSegment(0, 0, 10, 10, 0, "cpu_work", None)], 10, 0.5, framework)
+        assert where == f", mostly outside any recorded op ({words})"

@@ -216,3 +216,25 @@ def test_the_terminal_names_a_findings_other_priced_fix() -> None:
     text = terminal.render(doc)
     assert line in text and f"{w['speedup']:.2f}x predicted" in text
     assert text.index("fix: saves", text.index("[MED ] launch_bound")) < text.index(line)
+
+
+def test_both_summaries_list_the_same_idle_causes_adding_up(tiny_analysis):
+    """audit 17: the Markdown listed four causes where the terminal showed five, so its list
+    did not add up to the idle it stated; both now show five and sum the rest."""
+    doc = tiny_analysis.to_json()
+    doc["metrics"]["idle_by_cause_ns"] = {
+        "launch_overhead": 5_000_000,
+        "cpu_work": 4_000_000,
+        "dataloader": 3_000_000,
+        "host_sync": 2_000_000,
+        "profiler": 611_000,
+        "gpu_wait": 5_100,
+        "pageable_copy": 2_000,
+        "memcpy": 0,
+    }
+    words = (
+        "launch_overhead 5.00 ms, cpu_work 4.00 ms, dataloader 3.00 ms, host_sync 2.00 ms, "
+        "profiler 611.0 us, 2 more 7.1 us"
+    )
+    assert f": {words}\n" in terminal.render(doc)
+    assert f" ({words})\n" in markdown.render(doc)

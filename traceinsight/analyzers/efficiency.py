@@ -696,10 +696,17 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[tuple[LowOccupancyKernel, ...], int
 def _warnings(ctx: Context, spec: DeviceSpec | None) -> tuple[str, ...]:
     if spec is not None or not ctx.has_gpu:
         return ()
-    names = sorted({d.name or "" for d in ctx.device_info if ctx.devices and d.id in ctx.devices})
+    names = sorted(
+        {d.name for d in ctx.device_info if ctx.devices and d.id in ctx.devices and d.name}
+    )
+    what = (
+        f"device {', '.join(repr(n) for n in names)} is not in the spec table"
+        if names
+        else "the trace does not name its device, looked up by name in the spec table"
+    )
     return (
-        f"device {', '.join(repr(n) for n in names) or 'unnamed'} is not in the spec table "
-        "(traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not computed",
+        f"{what} (traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not "
+        "computed",
     )
 
 

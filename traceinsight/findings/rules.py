@@ -2312,8 +2312,9 @@ def diagnose(
 # The host time outside every recorded op, by framework: what runs there and what names it.
 OUTSIDE_OPS: Mapping[str, str] = {
     # a PyTorch job recorded by nsys too (audit 8: torch.profiler's advice on an nsys export)
-    "pytorch": "Python between ops: Python stacks name the lines (torch.profiler's "
-    "with_stack=True; nsys profile --python-backtrace=cuda --python-sampling=true)",
+    # (no parentheses: the words go inside the title's own; audit 17)
+    "pytorch": "Python between ops, whose lines Python stacks name: torch.profiler's "
+    "with_stack=True, nsys profile --python-backtrace=cuda --python-sampling=true",
     "cuda_app": "host code between CUDA calls: nsys profile --sample=cpu names the functions",
 }
 

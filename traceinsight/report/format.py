@@ -11,6 +11,19 @@ def ranked_idle_causes(idle_by_cause_ns: dict[str, int]) -> list[tuple[str, int]
     return sorted(((k, v) for k, v in idle_by_cause_ns.items() if v), key=lambda kv: -kv[1])
 
 
+IDLE_CAUSES_SHOWN = 5  # in a summary line; the rest summed, so the line adds up to the idle
+
+
+def idle_causes_words(idle_by_cause_ns: dict[str, int]) -> str:
+    """The costliest idle causes for a summary line, and the rest as one sum (audit 17: the
+    Markdown dropped the smallest causes the terminal showed, and no longer added up)."""
+    causes = ranked_idle_causes(idle_by_cause_ns)
+    words = [f"{k} {fmt_ns(v)}" for k, v in causes[:IDLE_CAUSES_SHOWN]]
+    if rest := causes[IDLE_CAUSES_SHOWN:]:
+        words.append(f"{len(rest)} more {fmt_ns(sum(v for _, v in rest))}")
+    return ", ".join(words)
+
+
 def _device_name(d: dict[str, Any]) -> str:
     """A device's recorded name; where the trace leaves it empty, the spec table's row its other
     properties matched (audit 13: ROCm builds that name an MI300X "" read "unknown GPU")."""

@@ -19,12 +19,12 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    idle_causes_words,
     low_end_words,
     mfu_words,
     per_step,
     plural,
     prediction_basis,
-    ranked_idle_causes,
     saved_words,
     saving_text,
     sources_coverage,
@@ -102,8 +102,7 @@ def _headline(doc: dict[str, Any]) -> list[str]:
     if basis := prediction_basis(doc):
         out.append(f"- {basis}")
     if m.get("gpu_busy_ratio") is not None:
-        causes = ranked_idle_causes(m["idle_by_cause_ns"])
-        idle = ", ".join(f"{k} {fmt_ns(v)}" for k, v in causes[:4])
+        idle = idle_causes_words(m["idle_by_cause_ns"])
         out.append(
             f"- **GPU busy**: {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}"
             + (f" ({idle})" if idle else "")

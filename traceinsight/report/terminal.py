@@ -18,13 +18,13 @@ from traceinsight.report.format import (
     fmt_ns,
     fmt_pct,
     fmt_source,
+    idle_causes_words,
     kernel_words,
     low_end_words,
     mfu_words,
     per_step,
     plural,
     prediction_basis,
-    ranked_idle_causes,
     saving_text,
     sources_coverage,
 )
@@ -68,8 +68,7 @@ def render_summary(
     counts = ", ".join(f"{k} {v:,}" for k, v in src["event_counts"].items() if v)
     lines.append(f"  events    {counts or 'none'}")
     if m.get("gpu_busy_ratio") is not None:
-        causes = ranked_idle_causes(m["idle_by_cause_ns"])
-        idle_txt = ", ".join(f"{k} {fmt_ns(v)}" for k, v in causes[:5])
+        idle_txt = idle_causes_words(m["idle_by_cause_ns"])
         lines.append(
             f"  GPU busy  {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}"
             + (f": {idle_txt}" if idle_txt else "")
@@ -388,7 +387,7 @@ def _kernel_lines(k: dict[str, Any], indent: str = "  ") -> list[str]:
         )
     for row in k["changed"][:5]:
         lines.append(
-            f"{indent}  {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} per step  "
+            f"{indent}  changed: {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} per step  "
             f"{kernel_words(row['name'], 70)}"
         )
     return lines
