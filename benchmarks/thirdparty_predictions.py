@@ -106,6 +106,29 @@ def rows(loop: str) -> list[dict]:
             fix = "compile_ro_static"  # compile_ro crashed (varying shapes): padded first
         if fix not in band:
             fix = next((k for k in band if k.startswith(fix or "-")), fix)
+        mult = f.what_if.multiplier if f.what_if else None
+        if mult and fix and fix.startswith("batch_") and fix != f"batch_{mult}x":
+            # a batch recorded at another multiplier than the finding recommends: the finding
+            # against its own (where recorded), and its fix priced at the recorded one
+            # (--what-if ID@K) against that, like with like
+            k = int(fix.removeprefix("batch_").removesuffix("x"))
+            at_k = traceinsight.analyze(
+                HERE / f"{loop}.before.pt.trace.json.xz", what_if=[f"{f.id}@{k}"]
+            ).selected.what_if
+            m = band[fix]
+            out.append(
+                {
+                    "loop": loop,
+                    "finding": f"{f.id}@{k}",
+                    "severity": "",
+                    "predicted": at_k.speedup if at_k else None,
+                    "fix": fix,
+                    "measured": (m["low"], m["high"]),
+                    "unprofiled_ms": at_k.step_time_ns / 1e6 if at_k else None,
+                    "measured_ms": measured_step,
+                }
+            )
+            fix = f"batch_{mult}x"
         m = band.get(fix)
         m = (m["low"], m["high"]) if m else None
         out.append(
