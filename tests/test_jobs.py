@@ -64,6 +64,10 @@ def test_hta_trace_filter_two_ranks():
     job = analyze_job(SHARED / "hta" / "trace_filter")
     assert [r.rank for r in job.ranks] == [0, 1]  # from distributedInfo
     assert job.cross.matched_collectives > 0
+    # rank 1's Shampoo: 209.09 ms of its optimizer step's host time over 26.5 kernels
+    # (audit 17: "7.89 ms of host time a kernel is its own work" did not read)
+    opt = next(f for f in job.findings if f.id == "unfused_optimizer")
+    assert opt.title.endswith("; its 7.89 ms of host time per kernel is its own work, not launches")
 
 
 def test_analyze_dir_cli(tmp_path, capsys):

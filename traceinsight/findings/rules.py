@@ -1463,7 +1463,9 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
         f"{fmt_ms(per_step)} per optimizer step"
     )
     if own_work:
-        title += f"; {fmt_ms(host_per_kernel)} of host time a kernel is its own work, not launches"
+        title += (
+            f"; its {fmt_ms(host_per_kernel)} of host time per kernel is its own work, not launches"
+        )
     return Draft(
         cost,
         title,
