@@ -433,6 +433,51 @@ def test_backward_on_the_autograd_thread_joins_the_step_thread():
     assert step_us(faster) == pytest.approx(245, abs=0.01)
 
 
+NEXT = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+def _loader_loop(pin_thread: bool) -> Events:
+    """Six 7 ms steps: a 1 ms GEMM launched at +100 us, the step thread in DataLoader.__next__
+    from +200 us for 6 ms, then two 300 us GEMMs launched at +6300 and +6400 us; with
+    ``pin_thread`` the DataLoader's pin-memory thread (tid 3) makes a 20 us call at +6150 us,
+    handing the batch over just before __next__ returns."""
+    ev = Events()
+    for i in range(6):
+        s = i * 7000
+        ev.step(i, s, 7000)
+        ev.kernel("ampere_sgemm_128x64_tn", s + 150, 1000, launch_us=s + 100)
+        ev.annotation(NEXT, s + 200, 6000)
+        if pin_thread:
+            ev.runtime("cudaPointerGetAttributes", s + 6150, 20, tid=3)
+        ev.kernel("ampere_sgemm_128x64_tn", s + 6310, 300, launch_us=s + 6300)
+        ev.kernel("ampere_sgemm_128x64_tn", s + 6620, 300, launch_us=s + 6400)
+    return ev
+
+
+def test_a_loader_wait_ended_by_the_pin_memory_thread_stays_the_loaders():
+    """Audit 18 (a T4 loop with workers and pin_memory: 58.22 ms of waits in __next__, its
+    loader fix priced 1.008x, info): the pin-memory thread's call inside the step thread's
+    __next__ joins the step thread's chain (_joins), and its gap, 6045 us since the step
+    thread's launch at +100 us (ending +105), carries most of the wait; counted on its own
+    thread it held no loader time. Now the chain's ranges count: 5950 us of it lie in __next__
+    (+200 to +6150), and 30 us of the step thread's next gap (+6170 to +6200): 5980 us a step,
+    and the loader's what-if prices as the same loop without that thread does."""
+    plain = analyze_trace(_loader_loop(False).trace()).results.replay
+    piped = analyze_trace(_loader_loop(True).trace())
+    r = piped.results.replay
+    h = r.model.host.filter(pl.col("step") == 2)
+    pin = h.filter(pl.col("tid") == 3)
+    assert pin["chain_tid"].to_list() == [1] and pin["in_dataloader"].to_list() == [True]
+    assert pin["gap_ns"].to_list() == [6045 * US]
+    assert pin["gap_dataloader_ns"].to_list() == [5950 * US]
+    assert h["gap_dataloader_ns"].sum() == 5980 * US
+    floor = r.what_if["dataloader_floor"].speedup
+    assert floor == pytest.approx(plain.what_if["dataloader_floor"].speedup, rel=1e-6)
+    assert floor > 4
+    stall = next(f for f in piped.findings if f.id == "dataloader_stall")
+    assert stall.severity == "high"
+
+
 GRAPHED = json.loads((H200 / "pairs" / "graphed.truth.json").read_text())["pairs"]
 
 
