@@ -107,7 +107,7 @@ def rows(loop: str) -> list[dict]:
         if fix not in band:
             fix = next((k for k in band if k.startswith(fix or "-")), fix)
         mult = f.what_if.multiplier if f.what_if else None
-        if mult and fix and fix.startswith("batch_") and fix != f"batch_{mult}x":
+        if mult and fix in band and fix.startswith("batch_") and fix != f"batch_{mult}x":
             # a batch recorded at another multiplier than the finding recommends: the finding
             # against its own (where recorded), and its fix priced at the recorded one
             # (--what-if ID@K) against that, like with like
