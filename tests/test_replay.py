@@ -478,6 +478,56 @@ def test_a_loader_wait_ended_by_the_pin_memory_thread_stays_the_loaders():
     assert stall.severity == "high"
 
 
+def _made_on_the_cpu(op: str) -> Events:
+    """Four 6.2 ms steps inside a ``model_inference`` record_function (audit 18's toy, scaled
+    down): ``op`` on the CPU for 5 ms at +100 us (launching nothing; a randn fills through
+    normal_), the pageable upload of its tensor (cudaMemcpy 500 us, the copy 400 us), then a
+    1 ms kernel launched at +5700 us."""
+    ev = Events()
+    ev.annotation("model_inference", 0, 4 * 6200)
+    for i in range(4):
+        s = i * 6200
+        ev.step(i, s, 6200)
+        ev.op(op, s + 100, 5000)
+        if op == "aten::randn":
+            ev.op("aten::normal_", s + 150, 4900)
+        ev.runtime("cudaMemcpy", s + 5150, 500, correlation=100 + i)
+        ev.memcpy("HtoD", s + 5200, 400, nbytes=40_000_000, src="pageable", dst="device")
+        ev.rows[-1]["correlation"] = 100 + i
+        ev.kernel("ampere_sgemm_128x64_tn", s + 5710, 1000, launch_us=s + 5700)
+    return ev
+
+
+def test_a_batch_made_on_the_cpu_grows_with_the_batch():
+    """Audit 18: torch.randn(10000, 10000) on the CPU (654 of a 742 ms step), then .cuda(),
+    read "a 4x batch would raise throughput 3.1x per sample" (small_batch HIGH): the batch
+    what-if held all host work. A tensor-making op on the CPU (causal/columns.py
+    HOST_INPUT_OPS, >= 1 ms, no launch inside) is the batch made on the host: its 5 ms a step
+    (gap_host_input_ns) grows with it, so 4x the batch is about 4x the step, where the same
+    loop whose 5 ms is other CPU work (aten::sort) keeps it. The idle is named by the op that
+    did the work, not the record_function around the loop, with advice to make it on the GPU."""
+    made = _made_on_the_cpu("aten::randn")
+    r = analyze_trace(made.trace()).results.replay
+    h = r.model.host
+    # (less its share of the profiler's cost, taken out of the un-profiled model)
+    got = h.filter(pl.col("step") == 2)["gap_host_input_ns"].sum()
+    assert got == pytest.approx(5000 * US, rel=0.001)
+    other = analyze_trace(_made_on_the_cpu("aten::sort").trace()).results.replay
+    assert other.model.host["gap_host_input_ns"].sum() == 0
+    four = whatif.gpu_work_scaled(4.0)
+    assert other.predict(four).speedup * 4 > 2.5  # per sample: the host's 5 ms held
+    assert r.predict(four).speedup * 4 < 1.15  # the host's 5 ms four times over
+    a = analyze_trace(made.trace())
+    # the copy call's own 100 us a step is held: 1.11x per sample at 4x, low at most
+    sb = next(f for f in a.findings if f.id == "small_batch")
+    assert sb.what_if.speedup < 1.15 and sb.severity in ("low", "info")
+    gu = next(f for f in a.findings if f.id == "gpu_underutilized")
+    assert gu.title.endswith("mostly while the host ran aten::randn")
+    assert gu.recommendation.startswith(
+        "The host makes the step's tensors on the CPU (aten::randn) while the GPU waits"
+    )
+
+
 GRAPHED = json.loads((H200 / "pairs" / "graphed.truth.json").read_text())["pairs"]
 
 

@@ -17,6 +17,7 @@ import polars as pl
 
 from traceinsight.causal.columns import (
     CPU_ONLY_OP_MIN_NS,
+    HOST_INPUT_OPS,
     RANGES,
     TENSOR_CORE_ALIGN_ELEMENTS,
     TRITON_LAUNCH_PATTERN,
@@ -704,6 +705,12 @@ def _flags(
         src.ops, launches.get_column("tid"), launches.get_column("start_ns")
     )
     h_cols.append(_thread_coverage(dispatching, host)[0].alias("gap_ops_ns"))
+    inputs = host_input_ops(src.ops, launches.get_column("tid"), launches.get_column("start_ns"))
+    loader = src.ranges["dataloader"].select("tid", "start_ns", "end_ns")
+    if inputs.height and loader.height:
+        # a batch collated inside __next__ is the loader's (gap_dataloader_ns), not again here
+        inputs = iv.subtract(iv.union(inputs, by=["tid"]), iv.union(loader, by=["tid"]), by=["tid"])
+    h_cols.append(_thread_coverage(inputs, host)[0].alias("gap_host_input_ns"))
     steps = src.steps.get_column("host_start_ns").sort()
     step = steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1
     h_cols.append(step.alias("step"))
@@ -1093,6 +1100,25 @@ def _capture_extra(src: ModelInputs, gpu: pl.DataFrame, bound: pl.Series) -> pl.
         return none
     marker = inside & gpu.get_column("name").str.contains(_ADAM_PARAM_KERNEL, literal=True)
     return (marker.cast(pl.Int32) * CAPTURABLE_ADAM_EXTRA_KERNELS).alias("capture_extra_kernels")
+
+
+def host_input_ops(
+    ops: pl.DataFrame, launch_tids: pl.Series, launch_starts_ns: pl.Series
+) -> pl.DataFrame:
+    """The torch ops (tid, start_ns, end_ns) that made tensors on the CPU: named in
+    :data:`~traceinsight.causal.columns.HOST_INPUT_OPS`, running for
+    :data:`~traceinsight.causal.columns.CPU_ONLY_OP_MIN_NS` or longer with no launch call
+    starting on their thread while they ran."""
+    made = ops.filter(
+        (pl.col("kind") == "cpu_op")
+        & ((pl.col("end_ns") - pl.col("start_ns")) >= CPU_ONLY_OP_MIN_NS)
+        & pl.col("name").str.contains(HOST_INPUT_OPS)
+    ).select("tid", "start_ns", "end_ns")
+    if made.height == 0:
+        return made
+    return iv.without_points(made, launch_tids, "tid", launch_starts_ns).select(
+        "tid", "start_ns", "end_ns"
+    )
 
 
 def without_cpu_only_ops(

@@ -45,6 +45,14 @@ GPU_GRAPH_COLUMNS = (
 # that were all such ops. The scale at which a launch call is a one-time cost, not a warm
 # launch (analyzers/idle.py WARMUP_LAUNCH_MIN_NS).
 CPU_ONLY_OP_MIN_NS = 1_000_000
+# Torch ops that make tensors (random fills, a batch stacked): one that ran on the CPU (for
+# CPU_ONLY_OP_MIN_NS or longer, launching nothing) made the step's input on the host, work
+# that grows with the batch (audit 18: torch.randn(10000, 10000) on the CPU, 88% of a step,
+# then .cuda(): a 4x batch read 3.1x per sample with that time held)
+HOST_INPUT_OPS = (
+    r"^aten::(rand|randn|randint|randperm|rand_like|randn_like|randint_like|normal_|uniform_"
+    r"|random_|bernoulli_|multinomial|stack|cat)$"
+)
 # The host ranges whose work the transforms move: each gives a host column ``gap_<name>_ns``
 # (the gap's time inside such a range on the call's own thread) and ``in_<name>`` (the call is
 # inside one), and a GPU column ``in_<name>`` (the op was launched inside one).
@@ -58,6 +66,9 @@ HOST_FLAGS = (
     # the gap's time inside the thread's own torch ops: dispatch, launches (not an op that
     # launched nothing for CPU_ONLY_OP_MIN_NS: CPU computation)
     "gap_ops_ns",
+    # the gap's time inside CPU ops that made tensors on the host (HOST_INPUT_OPS): the batch
+    # made on the CPU, work a larger batch scales
+    "gap_host_input_ns",
     "step",  # the step the call is in, -1 before the first
     # what the step thread's loader time would drop to with batches from workers: receiving
     # each of the step's batches (ModelInputs.loader_receive_ns x the batches in the step)
@@ -97,4 +108,4 @@ GPU_FLAGS = (
 # 16 bytes: the 16-bit elements cuBLAS's fastest tensor-core kernels load at a time (align_16bit)
 TENSOR_CORE_ALIGN_ELEMENTS = 8
 # The gap's shares inside kinds of host work: they shrink with the gap (without_profiler).
-SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns")
+SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns", "gap_host_input_ns")

@@ -266,10 +266,12 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
         # captured calls neither the Python nor the ops' own CPU work runs again (a replay is
         # the recorded GPU work alone); only the loader's stays, if its range reaches in. The
         # Python before a step's first captured call, or after an eager call (a wait, the
-        # loader), is the loop's own and stays.
+        # loader), is the loop's own and stays; so does a tensor made on the CPU (a graph
+        # replays GPU work only).
         # (not a step's first call: the thread's previous call is in the same step)
         inside = captured & captured.shift(1).over("tid").fill_null(False) & ~first
-        kept = pl.when(inside).then(pl.col("gap_dataloader_ns")).otherwise(kept)
+        on_host = pl.col("gap_dataloader_ns") + pl.col("gap_host_input_ns")
+        kept = pl.when(inside).then(on_host).otherwise(kept)
     kept = pl.min_horizontal(kept, "gap_ns")
     is_captured = h.select(captured).to_series()
     h = h.with_columns(
@@ -783,6 +785,7 @@ _GRAPH_HOST = frozenset(
         "gap_ops_ns",
         "gap_dataloader_ns",
         "gap_optimizer_ns",
+        "gap_host_input_ns",
     }
 )
 
@@ -997,7 +1000,9 @@ def gpu_work_scaled(factor: float) -> Transform:
     times as long (work linear in the batch: an upper bound for small kernels that leave SMs
     idle), except the optimizer's, which runs over the parameters whatever the batch; the
     loader's host work (a batch's samples read, decoded, collated where the step waits for
-    them) ``factor`` times as long too; other host work and launches per step unchanged."""
+    them) ``factor`` times as long too, and so the CPU ops that made tensors on the host
+    (``gap_host_input_ns``: a batch generated or stacked on the CPU); other host work and
+    launches per step unchanged."""
 
     def scaled(model: StepModel) -> StepModel | None:
         if factor == 1.0 or model.gpu.height == 0:
@@ -1009,9 +1014,11 @@ def gpu_work_scaled(factor: float) -> Transform:
             .alias("dur_ns")
         )
         extra = (pl.col("gap_dataloader_ns") * (factor - 1)).cast(pl.Int64)
+        made = (pl.col("gap_host_input_ns") * (factor - 1)).cast(pl.Int64)
         h = model.host.with_columns(
-            (pl.col("gap_ns") + extra).alias("gap_ns"),
+            (pl.col("gap_ns") + extra + made).alias("gap_ns"),
             (pl.col("gap_dataloader_ns") + extra).alias("gap_dataloader_ns"),
+            (pl.col("gap_host_input_ns") + made).alias("gap_host_input_ns"),
         )
         return StepModel(host=h, gpu=g, steps=model.steps)
 
@@ -1019,7 +1026,7 @@ def gpu_work_scaled(factor: float) -> Transform:
         "gpu_work_scaled",
         scaled,
         gpu_reads=frozenset({"in_optimizer"}),
-        host_reads=frozenset({"gap_dataloader_ns"}),
+        host_reads=frozenset({"gap_dataloader_ns", "gap_host_input_ns"}),
     )
 
 

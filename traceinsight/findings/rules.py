@@ -18,6 +18,7 @@ from traceinsight.analyzers.comm import COMM_FLOOR_BYTES_PER_S
 from traceinsight.analyzers.host_ops import HostOpsResult
 from traceinsight.analyzers.idle import CALLEE_SEP, OS_CALL_SUFFIX, IdleSegment
 from traceinsight.analyzers.sources import Source
+from traceinsight.causal.columns import HOST_INPUT_OPS
 from traceinsight.causal.whatif import LoaderPlan, WhatIf, loader_plan
 from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
 from traceinsight.findings.model import (
@@ -2237,6 +2238,11 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     os_wait = OS_CALL_SUFFIX in where
     if os_wait:
         advice = OS_WAIT_ADVICE
+    made = re.search(r"while the host ran (aten::\w+)$", where)
+    if made and re.match(HOST_INPUT_OPS, made.group(1)):
+        # the host made the step's tensors on the CPU: a larger batch grows that work with
+        # the GPU's (audit 18: torch.randn on the CPU, 88% of a step, then .cuda())
+        advice = HOST_INPUT_ADVICE.format(op=made.group(1))
     return Draft(
         rest,
         f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "
@@ -2255,7 +2261,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         snippet=DEPENDENCY_WAIT_SNIPPET
         if advice == DEPENDENCY_WAIT_ADVICE
         else ""
-        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
+        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE) or made
         else None,
         advice={"cuda_app": Advice(advice, "")}
         if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
@@ -2263,6 +2269,13 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     )
 
 
+# The step thread made its tensors on the CPU (causal/columns.py HOST_INPUT_OPS)
+HOST_INPUT_ADVICE = (
+    "The host makes the step's tensors on the CPU ({op}) while the GPU waits, work that grows "
+    "with the batch as the GPU's does: create them on the GPU (torch.randn(..., "
+    "device='cuda')), or make them ahead in DataLoader workers (num_workers, "
+    "pin_memory=True) so the step thread only receives them."
+)
 # The launching thread sat in the OS (nsys OSRT_API): reading input, a file, a sleep, a lock
 OS_WAIT_ADVICE = (
     "The thread that launches the GPU's work was blocked in the OS call named (input, file "
