@@ -946,6 +946,27 @@ def test_a_first_upload_that_waited_on_unseen_work_starts_the_first_step():
     assert a.results.idle.idle_by_cause_ns["pageable_copy"] == 0
 
 
+def test_the_first_step_starts_at_its_unseen_wait_where_the_gpu_runs_behind():
+    # audit 18: the same V100 worker's next span, where the GPU runs behind the host: each
+    # later step's upload, called 2 ms in, waits 6 ms on the stream for the previous step's
+    # recorded kernel; the first one's 10 ms wait had nothing recorded ahead. The later waits
+    # are on recorded work, not unseen: the first step still starts at its first work (12 ms;
+    # it started at 8 ms, the later steps' lag, its 4 ms before the upload pageable_copy)
+    ev = Events()
+    for n, t in enumerate((0.0, 20_000.0, 40_000.0)):
+        ev.step(n, t, 20_000)
+        start = t + (12_000 if n == 0 else 8_000)
+        ev.memcpy("HtoD", start, 1_500, nbytes=12 << 20, src="pageable", dst="device")
+        ev.runtime("cudaMemcpyAsync", t + 2_000, 100, correlation=ev._corr)
+        k0 = start + 1_600
+        ev.op("aten::mm", t + 2_200, 40)
+        ev.kernel("gemm", k0, t + 28_000 - k0, launch_us=t + 2_210)
+    a = analyze_trace(ev.trace())
+    st = a.results.steps.per_step
+    assert st[0].start_ns == 12_000 * US
+    assert a.results.idle.idle_by_cause_ns["pageable_copy"] == 0
+
+
 def test_host_syncs_idle_after_they_returned_is_in_the_evidence():
     # audit 16: a diffusion step's read-back returned 27 us into a 10.83 ms gap, the host then
     # at untraced work: "8 host syncs ... leave the GPU idle 11.76 ms". Here each step's sync
