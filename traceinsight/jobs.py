@@ -9,7 +9,6 @@ job.
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -95,8 +94,7 @@ def _summary(
     )
 
 
-RankedRow = tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]
-Ranked = list[RankedRow]
+Ranked = list[tuple[int, TraceAnalysis | None, RankPayload | None, tuple[int, ...]]]
 
 
 def _assign_ranks(summaries: list[RankSummary], warnings: list[str]) -> Ranked:
@@ -254,22 +252,13 @@ def analyze_trace_ranks(
 ) -> JobAnalysis:
     """One parsed trace holding several ranks (an nsys export of several processes)."""
     opts = opts or Options()
-    runtime = runtime or Runtime.detect(helpers=False)
-
-    def one(part: tuple[int, pl.DataFrame]) -> RankedRow:
-        rank, events = part
+    results = []
+    for rank, events in by_rank(trace.events):
         s = _summary(
             trace.meta.source_path, trace.view(events, rank=rank), opts, runtime, rank, detach=False
         )
         a = s.analysis
-        return (rank, a.as_rank(rank) if a else None, s.payload, s.devices)
-
-    # ranks side by side, as many as the analyzers' threads: one rank's Python overlaps the
-    # other's polars (the 1 GB two-rank export: 8.2 -> 6.7 s for both analyses, RESULTS.md);
-    # the event table is shared, each rank's working tables are its own
-    parts = by_rank(trace.events)
-    with ThreadPoolExecutor(max_workers=max(1, min(len(parts), runtime.analyzer_threads))) as pool:
-        results = list(pool.map(one, parts))
+        results.append((rank, a.as_rank(rank) if a else None, s.payload, s.devices))
     warnings = list(trace.meta.warnings)
     ranked = _with_device(results, opts, trace.meta.source_path, warnings)
     return _job(trace.meta.source_path, ranked, opts, warnings)
