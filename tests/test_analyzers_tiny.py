@@ -1191,3 +1191,27 @@ def test_a_forward_only_trace_is_not_advised_a_fused_optimizer():
     f = next(f for f in a.findings if f.id == "elementwise_heavy")
     assert "attention already runs fused kernels" in f.recommendation
     assert "optimizer" not in f.recommendation
+
+
+def test_an_idle_gap_is_named_by_the_phase_the_outermost_op_or_the_backward_op():
+    # session 40: of the ops covering most of a gap, the optimizer's or the loader's range is
+    # named (not the foreach op inside it), then the outermost torch op (aten::randn, not the
+    # record_function around the loop nor its normal_), with the autograd engine's wrapper
+    # of a backward op dropped from its name
+    ev = Events()
+    ev.annotation("model_inference", 0, 12_000)
+    ev.kernel("k0", 0, 100, launch_us=0)
+    ev.op("aten::randn", 200, 2_000)
+    ev.op("aten::normal_", 250, 1_900)
+    ev.kernel("k1", 2_300, 100, launch_us=2_290)
+    ev.op("autograd::engine::evaluate_function: NativeLayerNormBackward0", 2_500, 2_000)
+    ev.op("NativeLayerNormBackward0", 2_510, 1_980)
+    ev.kernel("k2", 4_600, 100, launch_us=4_590)
+    ev.annotation("Optimizer.step#SGD.step", 4_800, 2_500)
+    ev.op("aten::_foreach_sqrt", 4_900, 2_200)
+    ev.kernel("k3", 7_400, 100, launch_us=7_390)
+    segs = analyze_trace(ev.trace()).results.idle.top_segments
+    named = {round(s.start_ns / US): s.host_op for s in segs}
+    assert named[100] == "aten::randn"
+    assert named[2_400] == "NativeLayerNormBackward0"
+    assert named[4_700] == "Optimizer.step#SGD.step"

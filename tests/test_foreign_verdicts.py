@@ -481,3 +481,13 @@ def test_healthy_vllm_graph_execution_has_nothing_above_low(ti, raw):
     assert a.metrics["gpu_busy_ratio"] == pytest.approx(r.busy_ratio(), abs=1e-4)
     assert above_low(findings) == []
     assert a.data_quality == [] or all(c["severity"] != "error" for c in a.data_quality)
+
+
+def test_an_op_named_for_the_idle_keeps_the_rules_snippet(ti):
+    """Session 40's review: gpu_underutilized dropped its torch.compile snippet wherever an
+    ``aten::`` op named the idle (here aten::instance_norm, a model's op, not a tensor made on
+    the CPU); only the host-input advice (aten::randn on the CPU) goes without it."""
+    f = next(f for f in ti(NORMALIZATION)[0].findings if f.id == "gpu_underutilized")
+    assert f.title.endswith("mostly while the host ran aten::instance_norm")
+    assert f.recommendation.startswith("Give the GPU more work at a time")
+    assert "torch.compile" in f.snippet

@@ -142,11 +142,11 @@ def test_the_basis_names_one_time_work_it_took_out():
         return {"details": {"replay": replay}, "metrics": {"step_time_median_ns": 9_290_000}}
 
     assert (
-        "(the profiled step as recorded, median 9.29 ms, less the profiler's own cost and "
-        "6.53 ms of one-time work (1 first launch or load))."
+        "(the profiled step as recorded, median 9.29 ms, less the profiler's own cost and the "
+        "one-time work the steps held, 6.53 ms in 1 first launch or load)."
     ) in prediction_basis(doc(6_534_918))
     # 92.9 us is 1% of the step: said; 92.8 us is not
-    assert "92.9 us of one-time work" in prediction_basis(doc(92_900))
+    assert "the one-time work the steps held, 92.9 us in" in prediction_basis(doc(92_900))
     assert "one-time" not in prediction_basis(doc(92_800))
 
 

@@ -681,7 +681,7 @@ def _unrecorded_until(firsts: pl.DataFrame, first_start: int, launches: pl.DataF
         # GPU behind the host) is no wait on unrecorded work (audit 18: the same V100 worker's
         # next span, its later uploads queued 6-10 ms behind the previous step's kernels)
         net = _net_of_recorded(later, launches).drop_nulls()
-        if net.len() and (net.median() or 0) > UNRECORDED_WAIT_MIN_NS:
+        if not net.len() or (net.median() or 0) > UNRECORDED_WAIT_MIN_NS:
             return first_start
     return int(start)
 

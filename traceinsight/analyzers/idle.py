@@ -37,7 +37,7 @@ from traceinsight.analyzers.context import (
     join_beside,
     launched,
 )
-from traceinsight.analyzers.optimizer import optimizer_ranges
+from traceinsight.analyzers.optimizer import OPTIMIZER_PATTERN, optimizer_ranges
 from traceinsight.analyzers.sources import user_frames
 from traceinsight.causal.build import without_cpu_only_ops
 from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
@@ -313,22 +313,31 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     )
     if hits.height == 0:
         return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
-    # of the ops covering most of the gap, the outermost torch op (what the code called),
-    # else the innermost annotation: a record_function around the whole loop covers as much
-    # as the op inside it that did the work (audit 18: "mostly while the host ran
-    # model_inference" where a CPU aten::randn held 654 of its 670 ms)
+    # Of the ops covering most of the gap: the loader's or the optimizer's range (the step's
+    # phases a user knows), else the outermost torch op (what the code called), else the
+    # innermost annotation: a record_function around the whole loop covers as much as the op
+    # inside it that did the work (audit 18: "mostly while the host ran model_inference" where
+    # a CPU aten::randn held 654 of its 670 ms)
     ov = pl.min_horizontal("op_e", "end_ns") - pl.max_horizontal("op_s", "start_ns")
     most = (pl.col("_py") == 0) & (ov >= MAJORITY * (pl.col("end_ns") - pl.col("start_ns")))
+    phase = pl.col("op").str.contains(f"{DATALOADER_PATTERN}|{OPTIMIZER_PATTERN}")
     span = pl.col("op_e") - pl.col("op_s")
     named = (
         hits.with_columns(
             pl.when(pl.col("_py") == 0).then(ov).otherwise(0).alias("ov"),
-            pl.when(most & pl.col("_op")).then(0).when(most).then(1).otherwise(2).alias("_tier"),
+            pl.when(most & phase)
+            .then(0)
+            .when(most & pl.col("_op"))
+            .then(1)
+            .when(most)
+            .then(2)
+            .otherwise(3)
+            .alias("_tier"),
         )
         .with_columns(
-            pl.when(pl.col("_tier") == 0)
+            pl.when(pl.col("_tier") == 1)
             .then(-span)
-            .when(pl.col("_tier") == 1)
+            .when(pl.col("_tier") < 3)
             .then(span)
             .otherwise(-pl.col("ov"))
             .alias("_rank")
@@ -338,6 +347,8 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
             descending=[False, False, False, False, True],
         )
         .unique(subset=["gap_id"], keep="first")
+        # the autograd engine's wrapper of a backward op: the op's own name says it
+        .with_columns(pl.col("op").str.replace(r"^autograd::engine::evaluate_function: ", ""))
     )
     return _with_callee(ctx, _in_closure(ctx, named)).select("gap_id", "op")
 

@@ -706,11 +706,14 @@ def _flags(
     )
     h_cols.append(_thread_coverage(dispatching, host)[0].alias("gap_ops_ns"))
     inputs = host_input_ops(src.ops, launches.get_column("tid"), launches.get_column("start_ns"))
-    loader = src.ranges["dataloader"].select("tid", "start_ns", "end_ns")
-    if inputs.height and loader.height:
-        # a batch collated inside __next__ is the loader's (gap_dataloader_ns), not again here
-        inputs = iv.subtract(iv.union(inputs, by=["tid"]), iv.union(loader, by=["tid"]), by=["tid"])
+    ranged = pl.concat([r.select("tid", "start_ns", "end_ns") for r in src.ranges.values()])
+    if inputs.height and ranged.height:
+        # a batch collated inside __next__ is the loader's (gap_dataloader_ns), a randn in the
+        # optimizer or a recompute theirs: the batch does not scale them
+        inputs = iv.subtract(iv.union(inputs, by=["tid"]), iv.union(ranged, by=["tid"]), by=["tid"])
     h_cols.append(_thread_coverage(inputs, host)[0].alias("gap_host_input_ns"))
+    recorded = _thread_coverage(_leaf_ops(src.ops, host), host)[0]
+    h_cols.append((host.get_column("gap_ns") - recorded).clip(0).alias("gap_outside_ops_ns"))
     steps = src.steps.get_column("host_start_ns").sort()
     step = steps.search_sorted(host.get_column("start_ns"), side="right").cast(pl.Int64) - 1
     h_cols.append(step.alias("step"))
@@ -1100,6 +1103,23 @@ def _capture_extra(src: ModelInputs, gpu: pl.DataFrame, bound: pl.Series) -> pl.
         return none
     marker = inside & gpu.get_column("name").str.contains(_ADAM_PARAM_KERNEL, literal=True)
     return (marker.cast(pl.Int32) * CAPTURABLE_ADAM_EXTRA_KERNELS).alias("capture_extra_kernels")
+
+
+def _leaf_ops(ops: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
+    """The ops and annotations (tid, start_ns, end_ns) holding at most one host call of their
+    thread: an op and its launch, a wait, Dynamo's guards; not the ranges around many calls (a
+    compiled graph's, a module's, the optimizer step's), whose Python between the calls inside
+    is no op's work (``gap_outside_ops_ns``)."""
+    parts = []
+    for (tid,), rows in ops.select("tid", "start_ns", "end_ns").group_by("tid"):
+        calls = host.filter(pl.col("tid") == tid).get_column("start_ns").sort()
+        held = calls.search_sorted(rows.get_column("end_ns")) - calls.search_sorted(
+            rows.get_column("start_ns")
+        )
+        parts.append(rows.filter(held.cast(pl.Int64) <= 1))
+    if not parts:
+        return ops.select("tid", "start_ns", "end_ns").clear()
+    return pl.concat(parts)
 
 
 def host_input_ops(

@@ -45,13 +45,14 @@ GPU_GRAPH_COLUMNS = (
 # that were all such ops. The scale at which a launch call is a one-time cost, not a warm
 # launch (analyzers/idle.py WARMUP_LAUNCH_MIN_NS).
 CPU_ONLY_OP_MIN_NS = 1_000_000
-# Torch ops that make tensors (random fills, a batch stacked): one that ran on the CPU (for
-# CPU_ONLY_OP_MIN_NS or longer, launching nothing) made the step's input on the host, work
-# that grows with the batch (audit 18: torch.randn(10000, 10000) on the CPU, 88% of a step,
-# then .cuda(): a 4x batch read 3.1x per sample with that time held)
+# Torch ops that fill tensors with random data: one that ran on the CPU (for
+# CPU_ONLY_OP_MIN_NS or longer, launching nothing, outside the loader's, the optimizer's and
+# recompute's ranges) made the step's input on the host, work that grows with the batch
+# (audit 18: torch.randn(10000, 10000) on the CPU, 88% of a step, then .cuda(): a 4x batch
+# read 3.1x per sample with that time held). Not stack/cat (a model's forward on the CPU
+# concatenates: an MTIA rank's 14.95 ms a step) nor randperm (a sampler's, per epoch).
 HOST_INPUT_OPS = (
-    r"^aten::(rand|randn|randint|randperm|rand_like|randn_like|randint_like|normal_|uniform_"
-    r"|random_|bernoulli_|multinomial|stack|cat)$"
+    r"^aten::(rand|randn|randint|rand_like|randn_like|randint_like|normal_|uniform_|random_)$"
 )
 # The host ranges whose work the transforms move: each gives a host column ``gap_<name>_ns``
 # (the gap's time inside such a range on the call's own thread) and ``in_<name>`` (the call is
@@ -69,6 +70,9 @@ HOST_FLAGS = (
     # the gap's time inside CPU ops that made tensors on the host (HOST_INPUT_OPS): the batch
     # made on the CPU, work a larger batch scales
     "gap_host_input_ns",
+    # the gap's time outside every recorded op and annotation of the thread (Python between
+    # ops, where stacks are not counted): what the profiler's unrecorded cost can lie in
+    "gap_outside_ops_ns",
     "step",  # the step the call is in, -1 before the first
     # what the step thread's loader time would drop to with batches from workers: receiving
     # each of the step's batches (ModelInputs.loader_receive_ns x the batches in the step)
@@ -108,4 +112,9 @@ GPU_FLAGS = (
 # 16 bytes: the 16-bit elements cuBLAS's fastest tensor-core kernels load at a time (align_16bit)
 TENSOR_CORE_ALIGN_ELEMENTS = 8
 # The gap's shares inside kinds of host work: they shrink with the gap (without_profiler).
-SUBGAPS = (*(f"gap_{r}_ns" for r in RANGES), "gap_ops_ns", "gap_host_input_ns")
+SUBGAPS = (
+    *(f"gap_{r}_ns" for r in RANGES),
+    "gap_ops_ns",
+    "gap_host_input_ns",
+    "gap_outside_ops_ns",
+)

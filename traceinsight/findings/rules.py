@@ -2238,11 +2238,17 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     os_wait = OS_CALL_SUFFIX in where
     if os_wait:
         advice = OS_WAIT_ADVICE
-    made = re.search(r"while the host ran (aten::\w+)$", where)
-    if made and re.match(HOST_INPUT_OPS, made.group(1)):
+    named = re.search(r"while the host ran (aten::\w+)$", where)
+    made = named is not None and re.match(HOST_INPUT_OPS, named.group(1)) is not None
+    model = x.r.replay.model if x.r.replay is not None else None
+    if made and model is not None and "gap_host_input_ns" in model.host.columns:
+        # the step model found that op making the step's input (outside the loader, the
+        # optimizer, recompute), not merely an op of that name
+        made = bool(model.host.get_column("gap_host_input_ns").sum() > 0)
+    if made and named is not None:
         # the host made the step's tensors on the CPU: a larger batch grows that work with
         # the GPU's (audit 18: torch.randn on the CPU, 88% of a step, then .cuda())
-        advice = HOST_INPUT_ADVICE.format(op=made.group(1))
+        advice = HOST_INPUT_ADVICE.format(op=named.group(1))
     return Draft(
         rest,
         f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "

@@ -259,7 +259,7 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
     if profiled and warmed >= WARMED_SAY_MIN_RATIO * profiled:
         # a cold first launch is no profiler cost (audit 17: 6.53 of a toy's 6.94 ms taken out)
         what = plural(calls, "first launch or load", "first launches or loads")
-        less += f" and {fmt_ns(warmed)} of one-time work ({what})"
+        less += f" and the one-time work the steps held, {fmt_ns(warmed)} in {what}"
     text = (
         f"Predicted savings and speedups are {per_step(doc)} and apply to the un-profiled step, "
         f"{fmt_ns(unprofiled)} ({how} {less}{span})."
