@@ -500,3 +500,18 @@ def test_the_diff_gives_the_estimates_other_end_and_flags_one_time_work():
     assert any(
         "the AFTER window holds one-time work (new_shape_setup)" in w for w in doc["warnings"]
     )
+
+
+def test_the_html_headline_says_the_speedup_as_the_terminal_does(tmp_path, capsys):
+    """audit 19: the page read "38.8% faster" where the step took 38.8% less time (17.08 ->
+    10.46 ms: 1.63x faster, as the terminal says)."""
+    before = H200 / "pairs" / "h2d_pinned.before.pt.trace.json.xz"
+    after = H200 / "pairs" / "h2d_pinned.after.pt.trace.json.xz"
+    html, out = tmp_path / "d.html", tmp_path / "d.json"
+    assert main(["diff", str(before), str(after), "-o", str(html), "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    speedup = doc["step_time_before_ns"] / doc["step_time_after_ns"]
+    words = f"{speedup:.2f}x faster, {100 * doc['step_time_change']:+.1f}%"
+    assert words == "1.63x faster, -38.8%"
+    assert f"<strong>{words}</strong>" in html.read_text()
+    assert words in capsys.readouterr().out

@@ -199,3 +199,40 @@ def test_a_larger_batch_reads_as_its_own_step_in_the_html(tmp_path: Path) -> Non
     assert f"-> {fmt_ns(w['step_time_after_ns'])}," not in text  # never as the step itself
     combined = doc["details"]["what_if"]["all_fixes"]
     assert f"-> {fmt_ns(combined['batch_step_time_after_ns'])} at a {k}x batch" in text
+
+
+def test_a_mapping_table_says_rank_over_rank_numbers_only():
+    """audit 19: a job's "by collective kind" table had "rank" over its "all to all" row."""
+    from traceinsight.report.evidence import _mapping_table
+
+    by_kind = _mapping_table("by_kind", {"all_to_all": {"exposed_ns": 1_000_000}}, by_rank=True)
+    by_rank = _mapping_table("exposed_by_rank", {"0": {"exposed_ns": 1_000_000}}, by_rank=True)
+    assert by_kind is not None and by_kind.columns[0] == ""
+    assert by_rank is not None and by_rank.columns[0] == "rank"
+
+
+def test_the_efficiency_section_leaves_out_what_it_cannot_say(tmp_path):
+    """audit 19: "memory-bound bandwidthn/a of HBM" and "roofs.No FLOPs" on a device the spec
+    table lacks (an RTX 3080 here, a builder trace naming no known GPU)."""
+    from tests.builder import Events
+    from traceinsight.api import analyze_trace
+    from traceinsight.report.html import render_html
+
+    ev = Events()
+    for i in range(3):
+        ev.step(i, i * 1000, 1000)
+        ev.kernel("vectorized_elementwise_kernel", i * 1000 + 100, 300, launch_us=i * 1000 + 50)
+    page = render_html(analyze_trace(ev.trace()).to_json())
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "n/a of" not in text and "roofs.No" not in text
+    assert "Device not in the spec table: no peaks, MFU or roofs. " in text
+
+
+def test_a_diff_change_that_rounds_to_zero_has_no_sign():
+    """audit 19: the diff page read "replay error ... -0.0 pts"."""
+    from traceinsight.report.diff_html import diff_change
+
+    share = {"metric": "gpu_busy_ratio", "delta": -0.0004}
+    assert diff_change(share) == "0.0 pts"
+    assert diff_change({**share, "delta": 0.012}) == "+1.2 pts"
+    assert diff_change({"metric": "step_time_median_ns", "change": -0.3881}) == "-38.8%"

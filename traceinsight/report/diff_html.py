@@ -45,8 +45,15 @@ def diff_change(r: dict[str, Any]) -> str:
     the rest relative to before."""
     if is_share(r["metric"]):
         d = r.get("delta")
-        return "" if d is None else f"{100 * d:+.1f} pts"
-    return "" if r.get("change") is None else f"{100 * r['change']:+.1f}%"
+        return "" if d is None else f"{_signed(100 * d)} pts"
+    return "" if r.get("change") is None else f"{_signed(100 * r['change'])}%"
+
+
+def _signed(x: float) -> str:
+    """``x`` to one decimal with its sign, a change that rounds to zero unsigned (audit 19:
+    "-0.0 pts")."""
+    text = f"{x:+.1f}"
+    return "0.0" if text in ("+0.0", "-0.0") else text
 
 
 def metric_rows(rows: list[dict[str, Any]], skip: set[str] = frozenset()) -> list[dict[str, str]]:

@@ -412,7 +412,9 @@ def _mapping_table(key: str, m: dict[str, Any], by_rank: bool = False) -> Table 
             )
             for k, v in items[:MAX_ROWS]
         )
-        first = "rank" if "rank" in key or by_rank else ""
+        # "rank" over rank numbers only (audit 19: over a job's "all to all" row)
+        ranks = all(str(k).lstrip("-").isdigit() for k, _ in items)
+        first = "rank" if ("rank" in key or by_rank) and ranks else ""
         return Table(
             label(key), (first, *cols), (False, *numeric), rows, max(0, len(items) - MAX_ROWS)
         )
