@@ -486,18 +486,29 @@ def _joins(src: ModelInputs, host: pl.DataFrame, main_tid: int) -> pl.DataFrame:
     return chained.sort("node")
 
 
-def _in_gaps(events: pl.DataFrame, host: pl.DataFrame) -> pl.Series:
-    """Per host node, how many of ``events`` (tid, start_ns) started on its thread in its gap."""
-    counts = pl.Series("n", [0] * host.height, dtype=pl.Int64)
+def _starts_within(
+    points: pl.DataFrame, spans: pl.DataFrame, lo: pl.Expr, hi: pl.Expr
+) -> pl.Series:
+    """Per row of ``spans`` (tid, ...), how many of ``points`` (tid, start_ns) started on its
+    thread in [``lo``, ``hi``): per thread (a few), two sorted searches."""
+    counts = pl.Series("n", [0] * spans.height, dtype=pl.Int64)
     parts = []
-    for (tid,), rows in host.with_row_index("_i").group_by("tid"):  # a few threads
-        starts = events.filter(pl.col("tid") == tid).get_column("start_ns").sort()
-        start = rows.get_column("start_ns")
-        n = starts.search_sorted(start) - starts.search_sorted(start - rows.get_column("gap_ns"))
+    bounds = spans.select("tid", lo.alias("_lo"), hi.alias("_hi")).with_row_index("_i")
+    for (tid,), rows in bounds.group_by("tid"):
+        starts = points.filter(pl.col("tid") == tid).get_column("start_ns").sort()
+        n = starts.search_sorted(rows.get_column("_hi")) - starts.search_sorted(
+            rows.get_column("_lo")
+        )
         parts.append(pl.DataFrame({"_i": rows.get_column("_i"), "n": n.cast(pl.Int64)}))
     if parts:
         counts = pl.concat(parts).sort("_i").get_column("n").clip(0)
     return counts
+
+
+def _in_gaps(events: pl.DataFrame, host: pl.DataFrame) -> pl.Series:
+    """Per host node, how many of ``events`` (tid, start_ns) started on its thread in its gap."""
+    start = pl.col("start_ns")
+    return _starts_within(events, host, start - pl.col("gap_ns"), start)
 
 
 def _recorded_events(src: ModelInputs, host: pl.DataFrame) -> pl.Series:
@@ -705,7 +716,9 @@ def _flags(
         src.ops, launches.get_column("tid"), launches.get_column("start_ns")
     )
     h_cols.append(_thread_coverage(dispatching, host)[0].alias("gap_ops_ns"))
-    inputs = host_input_ops(src.ops, launches.get_column("tid"), launches.get_column("start_ns"))
+    inputs = cpu_only_ops(
+        src.ops, launches.get_column("tid"), launches.get_column("start_ns"), HOST_INPUT_OPS
+    )
     ranged = pl.concat([r.select("tid", "start_ns", "end_ns") for r in src.ranges.values()])
     if inputs.height and ranged.height:
         # a batch collated inside __next__ is the loader's (gap_dataloader_ns), a randn in the
@@ -1110,33 +1123,31 @@ def _leaf_ops(ops: pl.DataFrame, host: pl.DataFrame) -> pl.DataFrame:
     thread: an op and its launch, a wait, Dynamo's guards; not the ranges around many calls (a
     compiled graph's, a module's, the optimizer step's), whose Python between the calls inside
     is no op's work (``gap_outside_ops_ns``)."""
-    parts = []
-    for (tid,), rows in ops.select("tid", "start_ns", "end_ns").group_by("tid"):
-        calls = host.filter(pl.col("tid") == tid).get_column("start_ns").sort()
-        held = calls.search_sorted(rows.get_column("end_ns")) - calls.search_sorted(
-            rows.get_column("start_ns")
-        )
-        parts.append(rows.filter(held.cast(pl.Int64) <= 1))
-    if not parts:
-        return ops.select("tid", "start_ns", "end_ns").clear()
-    return pl.concat(parts)
+    spans = ops.select("tid", "start_ns", "end_ns")
+    held = _starts_within(host, spans, pl.col("start_ns"), pl.col("end_ns"))
+    return spans.filter(held <= 1)
 
 
-def host_input_ops(
-    ops: pl.DataFrame, launch_tids: pl.Series, launch_starts_ns: pl.Series
+def cpu_only_ops(
+    ops: pl.DataFrame,
+    launch_tids: pl.Series,
+    launch_starts_ns: pl.Series,
+    named: str | None = None,
 ) -> pl.DataFrame:
-    """The torch ops (tid, start_ns, end_ns) that made tensors on the CPU: named in
-    :data:`~traceinsight.causal.columns.HOST_INPUT_OPS`, running for
+    """The torch ops (tid, start_ns, end_ns) that ran for
     :data:`~traceinsight.causal.columns.CPU_ONLY_OP_MIN_NS` or longer with no launch call
-    starting on their thread while they ran."""
-    made = ops.filter(
-        (pl.col("kind") == "cpu_op")
-        & ((pl.col("end_ns") - pl.col("start_ns")) >= CPU_ONLY_OP_MIN_NS)
-        & pl.col("name").str.contains(HOST_INPUT_OPS)
-    ).select("tid", "start_ns", "end_ns")
-    if made.height == 0:
-        return made
-    return iv.without_points(made, launch_tids, "tid", launch_starts_ns).select(
+    starting on their thread while they ran: CPU computation; with ``named``, only those whose
+    name matches it (:data:`~traceinsight.causal.columns.HOST_INPUT_OPS`: tensors made on the
+    CPU)."""
+    keep = (pl.col("kind") == "cpu_op") & (
+        (pl.col("end_ns") - pl.col("start_ns")) >= CPU_ONLY_OP_MIN_NS
+    )
+    if named is not None:
+        keep = keep & pl.col("name").str.contains(named)
+    long = ops.filter(keep).select("tid", "start_ns", "end_ns")
+    if long.height == 0:
+        return long
+    return iv.without_points(long, launch_tids, "tid", launch_starts_ns).select(
         "tid", "start_ns", "end_ns"
     )
 
@@ -1150,20 +1161,10 @@ def without_cpu_only_ops(
     computation, neither dispatch (the idle's launch overhead) nor what a capture removes (the
     step model's ``gap_ops_ns``)."""
     ranges = ops.select("tid", "start_ns", "end_ns")
-    long = ops.filter(
-        (pl.col("kind") == "cpu_op")
-        & ((pl.col("end_ns") - pl.col("start_ns")) >= CPU_ONLY_OP_MIN_NS)
-    ).select("tid", "start_ns", "end_ns")
-    if long.height == 0 or ranges.height == 0:
-        return ranges
-    cpu = iv.without_points(long, launch_tids, "tid", launch_starts_ns)
+    cpu = cpu_only_ops(ops, launch_tids, launch_starts_ns) if ranges.height else ranges
     if cpu.height == 0:
         return ranges
-    return iv.subtract(
-        iv.union(ranges, by=["tid"]),
-        iv.union(cpu.select("tid", "start_ns", "end_ns"), by=["tid"]),
-        by=["tid"],
-    )
+    return iv.subtract(iv.union(ranges, by=["tid"]), iv.union(cpu, by=["tid"]), by=["tid"])
 
 
 def _thread_coverage(

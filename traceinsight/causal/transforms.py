@@ -1014,7 +1014,7 @@ def gpu_work_scaled(factor: float) -> Transform:
     idle), except the optimizer's, which runs over the parameters whatever the batch; the
     loader's host work (a batch's samples read, decoded, collated where the step waits for
     them) ``factor`` times as long too, and so the CPU ops that made tensors on the host
-    (``gap_host_input_ns``: a batch generated or stacked on the CPU); other host work and
+    (``gap_host_input_ns``: a batch generated on the CPU); other host work and
     launches per step unchanged."""
 
     def scaled(model: StepModel) -> StepModel | None:

@@ -2239,12 +2239,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     if os_wait:
         advice = OS_WAIT_ADVICE
     named = re.search(r"while the host ran (aten::\w+)$", where)
-    made = named is not None and re.match(HOST_INPUT_OPS, named.group(1)) is not None
-    model = x.r.replay.model if x.r.replay is not None else None
-    if made and model is not None and "gap_host_input_ns" in model.host.columns:
-        # the step model found that op making the step's input (outside the loader, the
-        # optimizer, recompute), not merely an op of that name
-        made = bool(model.host.get_column("gap_host_input_ns").sum() > 0)
+    made = named is not None and _made_on_host(x, named.group(1))
     if made and named is not None:
         # the host made the step's tensors on the CPU: a larger batch grows that work with
         # the GPU's (audit 18: torch.randn on the CPU, 88% of a step, then .cuda())
@@ -2273,6 +2268,18 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
         else {},
     )
+
+
+def _made_on_host(x: RuleInput, op: str) -> bool:
+    """Whether ``op`` made the step's tensors on the CPU: named so (causal/columns.py
+    HOST_INPUT_OPS) and, where there is a step model, found by it outside the loader, the
+    optimizer and recompute (``gap_host_input_ns``), not merely an op of that name."""
+    if re.match(HOST_INPUT_OPS, op) is None:
+        return False
+    model = x.r.replay.model if x.r.replay is not None else None
+    if model is None or "gap_host_input_ns" not in model.host.columns:
+        return True
+    return bool(model.host.get_column("gap_host_input_ns").sum() > 0)
 
 
 # The step thread made its tensors on the CPU (causal/columns.py HOST_INPUT_OPS)
