@@ -470,7 +470,9 @@ def test_pageable_copies_both_ways_name_each_direction_in_the_title():
     assert (by_kind["DtoH"], by_kind["HtoD"]) == (142 * US, 100 * US)
     # each direction a large part of it: the title names both (audit 14)
     assert f.title.startswith("Copies to and from pageable memory block the host")
-    assert f.title.endswith("0.24 ms blocked (0.14 ms device-to-host, 0.10 ms host-to-device)")
+    assert f.title.endswith(
+        "0.24 ms blocked beyond waiting for earlier GPU work (0.14 ms device-to-host, 0.10 ms host-to-device)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -489,6 +491,9 @@ def test_optimizer_advice_names_what_exists(name, expected):
     recommendation, snippet = _optimizer_advice(name)
     assert expected in recommendation
     assert ("fused=True" in snippet) == (name == "AdamW")
+    # without a prediction, no word of what it assumes (audit 19)
+    unpriced, _ = _optimizer_advice(name, priced=False)
+    assert "the prediction assumes" not in unpriced
 
 
 def test_copy_bound_when_the_copy_engines_outlast_the_kernels():

@@ -68,6 +68,10 @@ def test_hta_trace_filter_two_ranks():
     # (audit 17: "7.89 ms of host time a kernel is its own work" did not read)
     opt = next(f for f in job.findings if f.id == "unfused_optimizer")
     assert opt.title.endswith("; its 7.89 ms of host time per kernel is its own work, not launches")
+    # audit 19: "Shampoo runs foreach" gave torch.optim's word to another optimizer, and the
+    # advice said what its prediction assumes where it has none
+    assert opt.title.startswith("[rank 1] Shampoo runs multi-tensor kernels: 26.5 kernels")
+    assert opt.what_if is None and "the prediction assumes" not in opt.recommendation
 
 
 def test_analyze_dir_cli(tmp_path, capsys):

@@ -2823,3 +2823,19 @@ def test_pinned_copies_at_the_devices_host_link() -> None:
             pl.min_horizontal("d", "w")
         )
         assert after["dur_ns"].to_list() == expected.to_series().to_list()
+
+
+def test_compiled_code_is_not_told_to_compile():
+    """Audit 19: a compiled nanoGPT (half its kernels Inductor's triton_*) was told
+    "model = torch.compile(model)" by gpu_underutilized and low_occupancy. Compiled code gets
+    reduce-overhead (CUDA graphs) for the idle and max-autotune for Inductor's own
+    low-occupancy kernels; an eager loop keeps the plain advice."""
+    a = analysis("nanogpt.compile.after.pt.trace.json.xz")
+    assert a.results.kernels.compiled_kernel_ratio >= 0.2
+    by_id = {f.id: f for f in a.findings}
+    for fid in ("gpu_underutilized", "low_occupancy"):
+        assert "torch.compile(model)" not in (by_id[fid].snippet or ""), fid
+    assert 'mode="reduce-overhead"' in by_id["gpu_underutilized"].snippet
+    assert "max-autotune" in by_id["low_occupancy"].recommendation
+    eager = analysis("nanogpt.before.pt.trace.json.xz")
+    assert eager.results.kernels.compiled_kernel_ratio == 0

@@ -11,6 +11,7 @@ from traceinsight.analyzers.context import Context
 from traceinsight.model.classify import (
     ATEN_DEPTHWISE_PATTERN,
     EAGER_ELEMENTWISE,
+    INDUCTOR_KERNELS,
     LAYOUT_KERNELS,
     NCHW_BATCH_NORM_KERNELS,
     TRITON_POINTWISE,
@@ -42,6 +43,9 @@ class KernelResult:
     # of math_ns, on TF32 tensor cores (cuDNN's default for fp32 convolutions): bf16 runs it on
     # tensor cores twice as fast at peak
     tf32_math_ns: int = 0
+    # of kernel_count, torch.compile's (Inductor's Triton kernels): compiled code, whose advice
+    # is not "torch.compile" again (audit 19)
+    compiled_kernel_ratio: float | None = None
     tf32_gemm_time_ratio: float | None = None
     # ATen's channels-first depthwise kernels (model/classify.py ATEN_DEPTHWISE_PATTERN): their
     # time and count; channels_last sends those layers to cuDNN's NHWC kernels
@@ -123,6 +127,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         fp32_math_ns=fp32_ns,
         fp32_gemm_time_ratio=(fp32_ns / math_ns) if math_ns else None,
         top_fp32_kernels=tuple(top_fp32.iter_rows(named=True)),
+        compiled_kernel_ratio=(names_matching(k, INDUCTOR_KERNELS).height / n) if n else None,
         tf32_math_ns=tf32_ns,
         aten_depthwise_ns=int(dw["dur_ns"].sum()) if dw.height else 0,
         aten_depthwise_count=dw.height,

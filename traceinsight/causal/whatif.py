@@ -33,6 +33,11 @@ class WhatIf:
     # of the un-profiled step, analyzers/replay.py): the other end of the range the trace
     # leaves; set for the findings' replayed fixes
     speedup_low: float | None = field(default=None, compare=False, metadata=OMIT_NONE)
+    # all fixes together (the loader's loading hidden) where the loader's fix at its stated
+    # assumption, twice its rate, would bound them: the speedup at that rate
+    speedup_loader_assumed: float | None = field(
+        default=None, compare=False, metadata=OMIT_NONE
+    )
     # the change of the model it replayed (causal/transforms.py Transform; None where it came
     # from no replay): what a combined what-if applies together with others
     transform: Any = field(default=None, compare=False, repr=False, metadata={"json": False})
@@ -163,7 +168,10 @@ def loader_plan(
     if hidden_ns <= 0 or step_ns <= hidden_ns:
         return None
     upper = step_ns / hidden_ns
-    receive = receive_ns(batch_tensors)
+    # none recorded in the step thread (a pin-memory thread received them): not known there,
+    # and not received there (audit 19: "tensors a batch carries 0" beside pinned batches)
+    batch_tensors = batch_tensors or None
+    receive = receive_ns(batch_tensors) if batch_tensors else None
     batches = max(1.0, batches_per_step or 1.0)
     if iterator == "single_process":
         loading = step_ns - hidden_ns

@@ -8,7 +8,7 @@ from __future__ import annotations
 from traceinsight.analyzers import Results
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.findings.model import Advice, Draft
-from traceinsight.findings.rules import RuleInput, rule
+from traceinsight.findings.rules import RuleInput, compiled_code, rule
 from traceinsight.report.format import fmt_ms, fmt_pct, fmt_small_pct, kernel_words
 
 
@@ -119,6 +119,11 @@ def low_occupancy(x: RuleInput) -> Draft | None:
             "snippet": "",
             "advice": {"cuda_app": Advice(SERIAL_KERNEL_ADVICE, "")},
         }
+    if not serial and compiled_code(x.r):
+        serial = {
+            "recommendation": COMPILED_OCCUPANCY_ADVICE,
+            "snippet": COMPILED_OCCUPANCY_SNIPPET,
+        }
     return Draft(
         o.low_ns * x.t["low_occupancy_saving_ratio"],
         f"{fmt_pct(ratio)} of kernel time runs below 25% occupancy; the largest, "
@@ -132,6 +137,20 @@ def low_occupancy(x: RuleInput) -> Draft | None:
         **serial,
     )
 
+
+# compiled code (findings/rules.py compiled_code): Inductor chose the kernels' grids and
+# blocks; its autotuning searches more of them (audit 19: torch.compile advised to a compiled
+# nanoGPT whose low-occupancy kernels were already triton_per_fused_*)
+COMPILED_OCCUPANCY_ADVICE = (
+    "The program is already compiled: the low-occupancy kernels are Inductor's, whose launch "
+    "configurations it picked by heuristics. Let it benchmark more of them "
+    "(mode='max-autotune', or max-autotune-no-cudagraphs), and give it more parallel work: a "
+    "larger batch or sequence. A kernel of your own: 128-256 threads per block, fewer "
+    "registers per thread or less shared memory per block."
+)
+COMPILED_OCCUPANCY_SNIPPET = (
+    'model = torch.compile(model, mode="max-autotune")  # autotunes Triton kernels\' launch configs'
+)
 
 SERIAL_KERNEL_ADVICE = (
     "The largest such kernel runs a single block: its time is serial work by design, which "

@@ -19,7 +19,7 @@ from traceinsight.analyzers.host_ops import HostOpsResult
 from traceinsight.analyzers.idle import CALLEE_SEP, OS_CALL_SUFFIX, IdleSegment
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.columns import HOST_INPUT_OPS
-from traceinsight.causal.whatif import LoaderPlan, WhatIf, loader_plan
+from traceinsight.causal.whatif import LoaderPlan, WhatIf
 from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
 from traceinsight.findings.model import (
     Advice,
@@ -32,7 +32,12 @@ from traceinsight.findings.model import (
     make_finding,
     ranked,
 )
-from traceinsight.findings.savings import loader_bound_ns, loader_unverified, loader_waits
+from traceinsight.findings.savings import (
+    loader_bound_ns,
+    loader_plan_of,
+    loader_unverified,
+    loader_waits,
+)
 from traceinsight.report.format import fmt_ms, fmt_ns, fmt_num, fmt_pct, plural
 
 RULES: list[Rule] = []
@@ -124,21 +129,6 @@ def rule(
     return register
 
 
-def loader_plan_of(r: Results) -> LoaderPlan | None:
-    """The loader's plan from the replay's step with its waits hidden (causal/whatif.py)."""
-    rp = r.replay
-    hidden = rp.what_if.get("dataloader_floor") if rp is not None else None
-    if hidden is None:
-        return None
-    return loader_plan(
-        hidden.step_time_ns,
-        hidden.step_time_after_ns,
-        r.steps.loader_iterator,
-        rp.batch_tensors,
-        r.steps.loader_calls_per_step,
-    )
-
-
 # the loading's share in contended CPU copies (analyzers/host_ops.py) from which the advice is
 # to fix the contention first
 CONTENDED_LOADING_RATIO = 0.5
@@ -147,7 +137,7 @@ CONTENDED_LOADING_RATIO = 0.5
 def loader_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     """dataloader_stall's fix at the stated assumption (the loader twice as fast, on free
     cores: :class:`LoaderPlan`); the loading hidden entirely is its upper bound, in the
-    evidence, and what all fixes together assume."""
+    evidence; all fixes together hold the same assumption (findings/savings.py combined)."""
     rp = r.replay
     if rp is None or rp.unprofiled_step_ns is None:
         return None, "no step model: the trace has no steps or no GPU work to replay"
@@ -343,7 +333,9 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "loader_plan": plan,
             # the other priced fix: workers without pin_memory, each batch received in the
             # step thread (the PyG loop: 4 workers measured 1.49-1.61x against 1.79x)
-            "what_if_unpinned": unpinned_what_if(x.r, plan),
+            # (not where the batches already arrive pinned: audit 19, "workers without
+            # pin_memory" beside the advice's "the batches already arrive pinned")
+            "what_if_unpinned": None if _inputs_pinned(x.r) else unpinned_what_if(x.r, plan),
             "contended_in_loader_ns": contended,
             **unverified_evidence,
         },
@@ -808,12 +800,18 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     # both directions a large part: the title names both (audit 14: "Device-to-host copies
     # ... 671.25 ms blocked" summed 348 ms of reads and 323 ms of uploads)
     both = min(dtoh, htod) >= BOTH_DIRECTIONS_RATIO * max(1, dtoh + htod)
+    # the calls' own time, beyond their wait for the GPU work queued before them (a sync's
+    # cost, which pinned memory does not remove; the evidence's calls hold both: audit 19,
+    # "0.26 ms blocked" beside "host blocked in copies 1.27 ms")
+    blocked = f"{fmt_ms(cost)} blocked" + (
+        "" if cost > copies.host_blocking_copy_own_ns else " beyond waiting for earlier GPU work"
+    )
     title = (
-        f"Copies to and from pageable memory block the host: {fmt_ms(cost)} blocked"
+        f"Copies to and from pageable memory block the host: {blocked}"
         if both
-        else f"Device-to-host copies into pageable memory block the host: {fmt_ms(cost)} blocked"
+        else f"Device-to-host copies into pageable memory block the host: {blocked}"
         if readback
-        else f"Host-to-device copies from pageable memory block the host: {fmt_pct(ratio)} of HtoD bytes, {fmt_ms(cost)} blocked"
+        else f"Host-to-device copies from pageable memory block the host: {fmt_pct(ratio)} of HtoD bytes, {blocked}"
     )
     own = copies.host_blocking_copy_own_ns
     if cost > own:
@@ -1459,8 +1457,14 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
     # the fused what-if, which drops the step's host time, cannot price it
     host_per_kernel = (opt.host_ns_per_step or 0) / max(1.0, opt.kernels_per_step or 0)
     own_work = host_per_kernel > x.t["optimizer_host_per_kernel_max_ns"]
+    mode = opt.mode.replace("_", "-")
+    if opt.optimizer not in FUSED_OPTIMIZERS | FOREACH_OPTIMIZERS:
+        # "foreach" is torch.optim's word (audit 19: "Shampoo runs foreach")
+        mode = {"foreach": "multi-tensor kernels", "per_parameter": "per-parameter kernels"}[
+            opt.mode
+        ]
     title = (
-        f"{opt.optimizer} runs {opt.mode.replace('_', '-')}: {_kernels(opt.kernels_per_step)} and "
+        f"{opt.optimizer} runs {mode}: {_kernels(opt.kernels_per_step)} and "
         f"{fmt_ms(per_step)} per optimizer step"
     )
     if own_work:
@@ -1486,7 +1490,7 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
                 else {}
             ),
         },
-        *_optimizer_advice(opt.optimizer),
+        *_optimizer_advice(opt.optimizer, priced=not own_work),
         cap="low" if own_work else None,
         cap_reason="the optimizer's host time is its own work, not launches a fused step removes",
     )
@@ -1498,8 +1502,9 @@ FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
 FOREACH_OPTIMIZERS = frozenset({"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"})
 
 
-def _optimizer_advice(name: str | None) -> tuple[str, str]:
-    """(recommendation, snippet) for the optimizer the trace names."""
+def _optimizer_advice(name: str | None, priced: bool = True) -> tuple[str, str]:
+    """(recommendation, snippet) for the optimizer the trace names; ``priced``: the finding
+    carries a prediction (whose assumption is said)."""
     if name in FUSED_OPTIMIZERS:
         return (
             f"Use the fused implementation: torch.optim.{name}(..., fused=True).",
@@ -1515,7 +1520,8 @@ def _optimizer_advice(name: str | None) -> tuple[str, str]:
     return (
         f"{name or 'This optimizer'} is not one of torch.optim's: use its multi-tensor or fused "
         "variant if it has one, or compile its step (torch.compile(optimizer.step)) so the "
-        "per-parameter math runs as few kernels (the prediction assumes a fused step).",
+        "per-parameter math runs as few kernels"
+        + (" (the prediction assumes a fused step)." if priced else "."),
         "opt_step = torch.compile(optimizer.step)  # then call opt_step() each step",
     )
 
@@ -2263,11 +2269,31 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         if advice == DEPENDENCY_WAIT_ADVICE
         else ""
         if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE) or made
+        else COMPILED_UNDERUTILIZED_SNIPPET
+        if compiled_code(x.r)
         else None,
         advice={"cuda_app": Advice(advice, "")}
         if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
         else {},
     )
+
+
+# of the kernels, torch.compile's (Inductor's) from this share: the program is compiled, and
+# advice that says torch.compile again is replaced (audit 19: a compiled nanoGPT, 288 of its
+# kernels Triton-fused, told "model = torch.compile(model)")
+COMPILED_KERNEL_MIN_RATIO = 0.2
+
+
+def compiled_code(r: Results) -> bool:
+    """Whether the trace's kernels are mostly torch.compile's own."""
+    return (r.kernels.compiled_kernel_ratio or 0) >= COMPILED_KERNEL_MIN_RATIO
+
+
+COMPILED_UNDERUTILIZED_SNIPPET = (
+    "# already compiled: give the GPU more work per launch (a larger batch or sequence), and\n"
+    "# replay the launches as CUDA graphs (fixed shapes):\n"
+    'model = torch.compile(model, mode="reduce-overhead")'
+)
 
 
 def _made_on_host(x: RuleInput, op: str) -> bool:

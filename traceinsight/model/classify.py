@@ -185,6 +185,8 @@ EAGER_ELEMENTWISE = (
     r"vectorized_elementwise_kernel|unrolled_elementwise_kernel|(^|[^_])elementwise_kernel"
 )
 TRITON_POINTWISE = r"^triton_poi_"
+# Inductor's generated kernels (pointwise, persistent and looped reductions, templates, combo)
+INDUCTOR_KERNELS = r"^triton_(poi|per|red|tem|for)_"
 
 # Host ops under which a launched kernel is communication even if its name is not.
 COMM_OP_PATTERN = r"^nccl:|^gloo:|record_param_comms|^c10d::|^c10d_functional::|^_c10d_functional::"
