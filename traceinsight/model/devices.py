@@ -63,6 +63,7 @@ class DeviceSpec:
     source: str = ""  # the datasheet the row names
     # a pinned host-to-device copy's rate over the link to the host (HOST_LINK_GB_S_BY_ARCH)
     host_link_bytes_per_s: float | None = None
+    memory_type: str | None = None  # "HBM3e", "GDDR6", ...: the datasheet's device memory
 
     @property
     def tensor_peak_tflops(self) -> float | None:
@@ -80,6 +81,7 @@ class DeviceSpec:
             "spec": self.id,
             "peak_tflops": dict(self.peak_tflops),
             "memory_bandwidth_bytes_per_s": self.memory_bandwidth_bytes_per_s,
+            "memory_type": self.memory_type,
         }
 
 
@@ -135,6 +137,7 @@ def lookup(
                     * 1e9
                     or None
                 ),
+                memory_type=row.get("memory_type"),
             )
     return None
 

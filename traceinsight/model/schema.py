@@ -369,7 +369,12 @@ class DeviceInfo:
 def device_spec_json(device: DeviceInfo | None) -> dict[str, Any]:
     spec = spec_of(device)
     if spec is None:
-        return {"spec": None, "peak_tflops": None, "memory_bandwidth_bytes_per_s": None}
+        return {
+            "spec": None,
+            "peak_tflops": None,
+            "memory_bandwidth_bytes_per_s": None,
+            "memory_type": None,
+        }
     return spec.to_json()
 
 

@@ -104,3 +104,57 @@ def step_chart(
 
 def bytes_axis(top: float, height_px: float) -> list[dict[str, Any]]:
     return y_axis(top, height_px, lambda b: fmt_bytes(int(b)) if b else "0")
+
+
+# the roofline's viewBox and margins, and its log10 x range (FLOP/byte): the page's script
+# (partials/efficiency.html.j2) draws with the same numbers
+ROOF_W, ROOF_H, ROOF_L, ROOF_R, ROOF_T, ROOF_B = 640, 360, 56, 12, 12, 40
+ROOF_X0, ROOF_X1 = -2, 4
+
+
+def roofline_chart(roof: dict[str, Any]) -> dict[str, Any] | None:
+    """The roofline drawn on the server, so the page shows it without JavaScript (audit 19: an
+    empty ``svg#roofline``): log-log grid, the memory and compute roofs, a dot per point with
+    its tooltip; the script redraws it with labels. None without peaks or points."""
+    peak, bw = roof.get("peak_tflops"), roof.get("bandwidth_bytes_per_s")
+    if not peak or not bw or not roof.get("points"):
+        return None
+    ymax = math.log10(peak) + 0.5
+    ymin = ymax - 6
+
+    def x(v: float) -> float:
+        return ROOF_L + (math.log10(v) - ROOF_X0) / (ROOF_X1 - ROOF_X0) * (ROOF_W - ROOF_L - ROOF_R)
+
+    def y(v: float) -> float:
+        return ROOF_T + (ymax - math.log10(v)) / (ymax - ymin) * (ROOF_H - ROOF_T - ROOF_B)
+
+    lo, hi = 10.0**ROOF_X0, 10.0**ROOF_X1
+    knee = peak * 1e12 / bw
+    roof_line = [(x(lo), y(bw * lo / 1e12)), (x(knee), y(peak)), (x(hi), y(peak))]
+    colors = roof.get("colors") or {}
+    dots = [
+        {
+            "x": x(min(max(p["intensity"], lo), hi)),
+            "y": y(max(p["tflops"], 10.0**ymin)),
+            "r": 6 if p["kind"] == "class" else 3.5,
+            "color": colors.get(p["kernel_class"], "#999"),
+            "opacity": 0.9 if p["kind"] == "class" else 0.6,
+            "title": f"{p['label']}: {p['tflops']:.2f} TFLOP/s at {p['intensity']:.1f} FLOP/byte",
+        }
+        for p in sorted(roof["points"], key=lambda p: p["kind"] != "class")
+        if p.get("intensity") and p["intensity"] > 0 and p.get("tflops") and p["tflops"] > 0
+    ]
+    return {
+        "width": ROOF_W,
+        "height": ROOF_H,
+        "left": ROOF_L,
+        "right": ROOF_W - ROOF_R,
+        "top": ROOF_T,
+        "bottom": ROOF_H - ROOF_B,
+        "xgrid": [(x(10.0**i), f"1e{i}") for i in range(ROOF_X0, ROOF_X1 + 1)],
+        "ygrid": [(y(10.0**j), f"1e{j}") for j in range(math.ceil(ymin), math.floor(ymax) + 1)],
+        "roof": " ".join(f"{a:.1f},{b:.1f}" for a, b in roof_line),
+        "peak_label": f"peak {peak:.0f} TFLOP/s",
+        "peak_y": y(peak),
+        "dots": dots,
+    }

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.report.evidence import label
-from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct
+from traceinsight.report.format import fmt_bytes, fmt_ns, fmt_pct, fmt_signed
 from traceinsight.report.html import environment
 
 # metrics that are shares without the _ratio suffix
@@ -52,8 +52,14 @@ def diff_change(r: dict[str, Any]) -> str:
 def _signed(x: float) -> str:
     """``x`` to one decimal with its sign, a change that rounds to zero unsigned (audit 19:
     "-0.0 pts")."""
-    text = f"{x:+.1f}"
-    return "0.0" if text in ("+0.0", "-0.0") else text
+    return fmt_signed(x)
+
+
+# labels the diff says otherwise than a finding's evidence: a diff does not carry the devices'
+# memory type, so a bandwidth share is of the memory's peak, HBM or not (audit 19: "(of HBM)")
+DIFF_LABELS = {
+    "memory_bound_bandwidth_ratio": "memory-bound kernels' bandwidth (of the memory's peak)",
+}
 
 
 def metric_rows(rows: list[dict[str, Any]], skip: set[str] = frozenset()) -> list[dict[str, str]]:
@@ -62,7 +68,7 @@ def metric_rows(rows: list[dict[str, Any]], skip: set[str] = frozenset()) -> lis
     return [
         {
             "metric": r["metric"],
-            "label": label(r["metric"]),
+            "label": DIFF_LABELS.get(r["metric"]) or label(r["metric"]),
             "before": diff_value(r["metric"], r["before"]),
             "after": diff_value(r["metric"], r["after"]),
             "change": diff_change(r),

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import jinja2
 
 from traceinsight.constants import SEVERITIES
-from traceinsight.report.charts import step_chart, time_axis, y_axis
+from traceinsight.report.charts import roofline_chart, step_chart, time_axis, y_axis
 from traceinsight.report.evidence import (
     finding_evidence,
     no_prediction,
@@ -28,8 +28,11 @@ from traceinsight.report.format import (
     fmt_bytes,
     fmt_ns,
     fmt_pct,
+    fmt_signed,
     fmt_signed_bytes,
+    fmt_signed_ns,
     low_end_words,
+    memory_peak_words,
     per_step,
     plural,
     prediction_basis,
@@ -38,6 +41,7 @@ from traceinsight.report.format import (
     saving_per_step_ns,
     saving_share,
     saving_text,
+    tensor_peak_dtypes,
 )
 from traceinsight.report.memory_view import MEMORY_FINDINGS, job_memory, memory_charts
 from traceinsight.report.regions_view import icicle, region_rows
@@ -102,6 +106,8 @@ def environment() -> jinja2.Environment:
         pct=fmt_pct,
         bytes=fmt_bytes,
         sbytes=fmt_signed_bytes,
+        sns=fmt_signed_ns,
+        signed=fmt_signed,
         saving=saving_per_step_ns,
         saved=lambda w: saved_words(w, fmt_ns),
         saving_text=lambda w, per="per step", low=None: saving_text(
@@ -120,6 +126,8 @@ def environment() -> jinja2.Environment:
         finding_evidence=finding_evidence,
         source_lines=source_lines,
         no_prediction=no_prediction,
+        memory_peak_words=memory_peak_words,
+        tensor_peak_dtypes=tensor_peak_dtypes,
     )
     return env
 
@@ -148,6 +156,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
     verdict_cost = top[0] if top else None
     command = doc.get("command") or f"traceinsight analyze {shlex.quote(doc['source']['path'])}"
     n_dev = len(idle.get("devices") or [])
+    roof = roofline(d.get("efficiency") or {})
     return {
         "doc": doc,
         "src": doc["source"],
@@ -184,7 +193,8 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "region_boxes": icicle(d.get("regions") or {}),
         "memory_charts": memory_charts(doc),
         "memory_findings": MEMORY_FINDINGS,
-        "roofline": roofline(d.get("efficiency") or {}),
+        "roofline": roof,
+        "roofline_chart": roofline_chart(roof),
         "data": {
             "top_segments": idle.get("top_segments", []),
             "memory": [dev.get("timeline") for dev in (d.get("memory") or {}).get("devices") or []],
@@ -207,6 +217,7 @@ def roofline(e: dict[str, Any]) -> dict[str, Any]:
             "kernel_class": r["kernel_class"],
             "intensity": r["arithmetic_intensity"],
             "tflops": r.get("roofline_tflops"),
+            "bandwidth_bytes_per_s": r.get("bandwidth_bytes_per_s"),
         }
         for kind, rows in (
             ("class", roof.get("classes") or []),
@@ -240,6 +251,9 @@ def job_context(doc: dict[str, Any]) -> dict[str, Any]:
         "findings": doc["findings"],
         "verdict": top[0] if top else None,
         "cost_scope": "over the ranks' windows summed",
+        "job_costs": True,  # an unpriced finding's cost line says it is summed over the ranks
+        "median_step_label": median_step_label(doc),
+        "tops": top_findings(doc),
         "step_rows": steps,
         "memory": memory,
         "command": doc.get("command")
@@ -251,6 +265,29 @@ def job_context(doc: dict[str, Any]) -> dict[str, Any]:
             ],
             "memory": memory["rows"],
         },
+    }
+
+
+def median_step_label(doc: dict[str, Any]) -> str:
+    """What the job's ``step_time_median_ns`` is (analysis.py: the middle rank's median step,
+    the upper middle for an even count), said so (audit 19: "median step" over 2 ranks was the
+    slower rank's)."""
+    n = sum(r["metrics"].get("step_time_median_ns") is not None for r in doc["ranks"])
+    if n <= 1:
+        return "median step"
+    return "median step (middle rank)" if n % 2 else "median step (slower middle rank)"
+
+
+def top_findings(doc: dict[str, Any]) -> dict[str, Any]:
+    """The ranks' top findings: ``split`` where none is on more than half the ranks (audit 19:
+    2 ranks split 1:1 read "differs from the majority"), then the ranks of each finding."""
+    tops: dict[str | None, list[int]] = {}
+    for r in doc["ranks"]:
+        tops.setdefault(r["findings"][0]["id"] if r["findings"] else None, []).append(r["rank"])
+    most = max((len(v) for v in tops.values()), default=0)
+    return {
+        "split": len(tops) > 1 and 2 * most <= len(doc["ranks"]),
+        "by_finding": list(tops.items()),
     }
 
 

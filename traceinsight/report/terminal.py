@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from traceinsight.constants import HEADLINE_METRICS
@@ -17,10 +18,12 @@ from traceinsight.report.format import (
     fmt_metric,
     fmt_ns,
     fmt_pct,
+    fmt_signed,
     fmt_source,
     idle_causes_words,
     kernel_words,
     low_end_words,
+    memory_peak_words,
     mfu_words,
     per_step,
     plural,
@@ -76,7 +79,7 @@ def render_summary(
     else:
         lines.append("  GPU busy  n/a (no GPU activity)")
     lines += _bound_line(doc)
-    lines += _efficiency_line(m)
+    lines += _efficiency_line(m, src.get("devices") or [])
     lines += _region_lines(doc)
     lines += _memory_line(m)
     return "\n".join(lines + _tail(doc, report_path, max_findings))
@@ -128,8 +131,9 @@ def _memory_line(m: dict[str, Any], label: str = "") -> list[str]:
     return [text]
 
 
-def _efficiency_line(m: dict[str, Any]) -> list[str]:
-    """MFU/HFU, GEMM TFLOP/s, bandwidth and occupancy where the trace gives any of them."""
+def _efficiency_line(m: dict[str, Any], devices: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """MFU/HFU, GEMM TFLOP/s, bandwidth and occupancy where the trace gives any of them; the
+    bandwidth of the devices' peak HBM or DRAM bandwidth, by their spec's memory type."""
     parts = []
     if m.get("mfu") is not None:
         parts.append(mfu_words(m))
@@ -139,9 +143,11 @@ def _efficiency_line(m: dict[str, Any]) -> list[str]:
         per = "per step" if m.get("steps") else "in the window"
         parts.append(f"{m['flops_per_step'] / 1e12:.3g} TFLOP {per}")
     if m.get("gemm_tflops") is not None:
-        parts.append(f"GEMM/attention {m['gemm_tflops']:.0f} TFLOP/s")
+        # to the HTML's precision (audit 19: "2 TFLOP/s" here, "2.5" on the page)
+        parts.append(f"GEMM/attention {m['gemm_tflops']:.1f} TFLOP/s")
     if m.get("memory_bound_bandwidth_ratio") is not None:
-        parts.append(f"elementwise at {fmt_pct(m['memory_bound_bandwidth_ratio'])} of HBM")
+        share = fmt_pct(m["memory_bound_bandwidth_ratio"])
+        parts.append(f"elementwise at {share} {memory_peak_words(devices)}")
     if m.get("occupancy_median") is not None:
         parts.append(f"occupancy {fmt_pct(m['occupancy_median'])}")
     # nsys GPU_METRICS: the hardware's own counters, beside the FLOPs-based figures
@@ -359,7 +365,7 @@ DIFF_METRICS = (*HEADLINE_METRICS, "kernels_per_step", "gpu_busy_ratio_mean", "s
 
 
 def _signed_pct(x: float) -> str:
-    return f"{100 * x:+.1f}%"
+    return f"{fmt_signed(100 * x)}%"
 
 
 # kernels listed per kind of change in a diff's summary (the JSON and HTML keep more)
