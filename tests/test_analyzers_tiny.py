@@ -468,6 +468,9 @@ def test_pageable_copies_both_ways_name_each_direction_in_the_title():
     # whole call, staging included, its stream idle when it began (95-195 us; audit 11)
     by_kind = f.evidence["own_ns_by_kind"]
     assert (by_kind["DtoH"], by_kind["HtoD"]) == (142 * US, 100 * US)
+    # in the kinds' order, whatever the hash's: the JSON is the same from run to run (audit 20)
+    assert list(by_kind) == ["DtoH", "HtoD"]
+    assert list(f.evidence["blocked_ns_by_kind"]) == ["DtoH", "HtoD"]
     # each direction a large part of it: the title names both (audit 14)
     assert f.title.startswith("Copies to and from pageable memory block the host")
     assert f.title.endswith(

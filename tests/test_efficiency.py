@@ -188,7 +188,8 @@ def test_attention_flops_causal_halves() -> None:
         ("NVIDIA H800 PCIe", 85e9, 114, "9.0", "H800-PCIE", 756.5),
         ("NVIDIA A800-SXM4-80GB", 85e9, 108, "8.0", "A800-SXM4-80GB", 312.0),
         ("NVIDIA A800 80GB PCIe", 85e9, 108, "8.0", "A800-PCIE-80GB", 312.0),
-        ("NVIDIA GeForce RTX 3080", 10736893952, 68, "8.6", None, None),
+        ("NVIDIA GeForce RTX 3080", 10736893952, 68, "8.6", "RTX-3080", 59.5),
+        ("NVIDIA GeForce RTX 3080 Ti", 12e9, 80, "8.6", None, None),
     ],
 )
 def test_spec_table_matches_corpus_names(name, memory, sms, cc, spec, bf16) -> None:

@@ -142,7 +142,7 @@ def test_the_basis_names_one_time_work_it_took_out():
         return {"details": {"replay": replay}, "metrics": {"step_time_median_ns": 9_290_000}}
 
     assert (
-        "(the profiled step as recorded, median 9.29 ms, less the profiler's own cost and the "
+        "(the profiled step to the end of its GPU work, median 9.29 ms, less the profiler's own cost and the "
         "one-time work the steps held, 6.53 ms in 1 first launch or load)."
     ) in prediction_basis(doc(6_534_918))
     # 92.9 us is 1% of the step: said; 92.8 us is not
@@ -157,10 +157,10 @@ def test_reporters_say_what_a_prediction_applies_to(tiny_analysis):
     doc = tiny_analysis.to_json()
     basis = (
         "Predicted savings and speedups are per step and apply to the un-profiled step, "
-        "994.0 us (the profiled step as recorded, median 1.00 ms, less the profiler's own cost)."
+        "994.0 us (the profiled step to the end of its GPU work, median 1.00 ms, less the profiler's own cost)."
     )
     text = terminal.render(doc)
-    assert "(1 step; profiled step as recorded: median 1.00 ms, CV" in text
+    assert "(1 step; profiled step (to the end of its GPU work): median 1.00 ms, CV" in text
     assert f"  {basis}" in text
     assert (
         "fix: saves 0.25 ms per step (un-profiled step 0.99 ms -> 0.75 ms, 1.33x predicted)" in text
@@ -168,7 +168,7 @@ def test_reporters_say_what_a_prediction_applies_to(tiny_analysis):
 
     md = markdown.render(doc)
     assert f"- {basis}" in md
-    assert "profiled step as recorded: median 1.00 ms" in md
+    assert "profiled step (to the end of its GPU work): median 1.00 ms" in md
     assert "Predicted: saves 0.25 ms per step (un-profiled step 0.99 ms → 0.75 ms, 1.33x)." in md
 
     html = render_html(doc)
@@ -179,7 +179,7 @@ def test_reporters_say_what_a_prediction_applies_to(tiny_analysis):
     )
     assert "24.8% of the un-profiled step, 247.6 us in all over the window." in html
     assert "its fix saves 246.1 us per step (un-profiled step 994.0 us -&gt; 747.9 us" in html
-    assert "profiled step as recorded, median (1 step)" in html
+    assert "profiled step to the end of its GPU work, median (1 step)" in html
     for mixed in ("of the step)", "without the profiler,", "over the window ("):
         assert mixed not in html
 

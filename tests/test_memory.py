@@ -640,3 +640,17 @@ def test_job_summary_has_the_memory_line(tmp_path: Path, capsys) -> None:
     assert main(["analyze", str(tmp_path), "--no-html"]) == 0
     (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("  memory ")]
     assert "rank 1: peak 748.6 MB allocated" in line  # the rank with the highest peak
+
+
+def test_headroom_gaining_under_its_minimum_is_no_finding(analyses) -> None:
+    """Audit 20: "a 2x batch fits ... and would raise throughput 1.0x" on a GH200 loop, counted
+    in all fixes. The small-batch loop's batch gains well over the minimum (headroom_min_speedup,
+    1.10 by default); a minimum just above its gain leaves no finding."""
+    a = analyses["mem_small_batch"]
+    f = next(f for f in a.findings if f.id == "memory_headroom")
+    gain = f.what_if.speedup
+    assert gain >= 1.10 and f"{gain:.2f}x" in f.title
+    above = traceinsight.analyze(
+        FIX / "mem_small_batch.pt.trace.json.xz", thresholds={"headroom_min_speedup": gain + 0.01}
+    )
+    assert "memory_headroom" not in {f.id for f in above.findings}

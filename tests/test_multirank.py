@@ -116,9 +116,11 @@ def test_waiting_rank_comm_findings_use_transfer_only():
     alone = analyze_trace(Trace(trace.events.filter(pl.col("rank") == 0), trace.meta))
     solo = {f.id: f for f in alone.findings}
     # (the time each rule attributes, kept in the evidence beside the model's predicted saving)
-    # communication is 950 of 2000 us (47.5% >= comm_heavy_ratio 30%): communicate less, too
+    # communication is 950 of 2000 us (47.5% >= comm_heavy_ratio 30%), but all-to-all: not
+    # gradient reduction, whose levers "communicate less" names (audit 20)
     assert solo["comm_not_overlapped"].evidence["attributed_ns"] == 850 * US
-    assert COMM_LESS_ADVICE in solo["comm_not_overlapped"].recommendation
+    assert solo["comm_not_overlapped"].evidence["most_exposed_kind"] == "all_to_all"
+    assert COMM_LESS_ADVICE not in solo["comm_not_overlapped"].recommendation
     # In the job: 950 - 650 waiting = 300 us of transfer, none hidden; 15% < 30%: no such advice.
     job = analyze_trace_ranks(trace)
     rank0 = {f.id: f for f in job.ranks[0].findings}
@@ -441,3 +443,76 @@ def test_a_batch_lever_of_one_rank_is_no_job_lever():
     assert "small_batch" in per_rank[1] and "small_batch" not in per_rank[0]
     assert batch.severity == "low" and batch.evidence["severity_cap"] == "low"
     assert batch.evidence["severity_cap_reason"].startswith("only 1 of the job's 2 ranks")
+
+
+MOE_COMBINE = "void dpsk::ep::internode::combine<false, 8, __nv_bfloat16>(int4*, float*)"
+EXPERT_GEMM = "void cutlass::device_kernel<dpsk::grouped_gemm_kernel>(Params)"
+
+
+def _overlapped_moe_step(comm_name: str = MOE_COMBINE) -> Events:
+    """Four 1000 us steps of one rank (audit 20's DeepSeek-V3 shape): the compute stream's GEMM
+    [0, 900) us; the all-to-all kernel on stream 20 [100, 950) (850 us, 50 exposed after the
+    GEMM); an expert GEMM on stream 23 launched at +10 but started at +600 (590 us the trace
+    does not explain), [600, 800)."""
+    ev = Events()
+    for i in range(4):
+        s = i * 1000
+        ev.step(i, s, 1000)
+        ev.kernel(GEMM, s, 900, launch_us=s)
+        _collective(ev, comm_name, s + 100, 850, s + 20, "nccl:all_to_all")
+        ev.kernel(EXPERT_GEMM, s + 600, 200, launch_us=s + 10, stream=23)
+    return ev
+
+
+def test_overlapping_communication_frees_no_compute_stream():
+    """Audit 20 (DeepSeek-V3's rank 0: 4.16 ms of communication exposed, priced at 6.27 ms):
+    comm_overlapped started every side stream's work at its launch, the expert GEMMs' own
+    stream too. Only chains that communicate or copy are side work: the expert GEMM keeps its
+    590 us delay and the saving stays within the exposed communication."""
+    from traceinsight.causal import transforms
+
+    from .test_replay import model_of
+
+    m = model_of(_overlapped_moe_step())
+    changed = transforms.comm_overlapped(m)
+    assert changed is not None
+    g = changed.gpu.with_columns(pl.col("name").cast(pl.String))
+    expert = g.filter(pl.col("name") == EXPERT_GEMM)
+    before = m.gpu.with_columns(pl.col("name").cast(pl.String)).filter(
+        pl.col("name") == EXPERT_GEMM
+    )
+    assert expert["gap_ns"].to_list() == before["gap_ns"].to_list()
+    assert (expert["gap_ns"] > 500 * US).all()
+    comm = g.filter(pl.col("name") == MOE_COMBINE)
+    assert (comm["gap_ns"] == 0).all()
+    a = analyze_trace(_overlapped_moe_step().trace())
+    f = next(f for f in a.findings if f.id == "comm_not_overlapped")
+    assert f.evidence["exposed_comm_ns"] == 4 * 50 * US
+    assert f.what_if.step_time_ns - f.what_if.step_time_after_ns <= 50 * US
+
+
+def test_expert_all_to_all_gets_moe_advice_not_gradient_levers():
+    """Audit 20: DeepEP's dispatch and combine (85% of the window, 94% overlapped) were told
+    to "communicate less (gradient accumulation, ZeRO-2, bf16 gradient reduction)" beside a DDP
+    snippet. An all-to-all named for expert parallelism gets MoE's levers and snippet; a
+    gradient all-reduce exposed over a tenth of the window still gets "communicate less"."""
+    from traceinsight.findings.rules import MOE_ALL_TO_ALL_ADVICE
+
+    a = analyze_trace(_overlapped_moe_step().trace())
+    f = next(f for f in a.findings if f.id == "comm_not_overlapped")
+    assert f.evidence["comm_time_ratio"] >= 0.3
+    assert f.recommendation.startswith(MOE_ALL_TO_ALL_ADVICE)
+    assert COMM_LESS_ADVICE not in f.recommendation and "DDP(" not in f.snippet
+    # the same shape, a gradient all-reduce, its last 300 us exposed (30% of the window)
+    ev = Events()
+    for i in range(4):
+        s = i * 1000
+        ev.step(i, s, 1000)
+        ev.kernel(GEMM, s, 600, launch_us=s)
+        # launched in backward (DDP's buckets): gradient reduction, not a forward's TP
+        ev.op("autograd::engine::evaluate_function: AddmmBackward0", s + 10, 40)
+        _collective(ev, ALL_REDUCE, s + 300, 600, s + 20, "nccl:all_reduce")
+    g = next(f for f in analyze_trace(ev.trace()).findings if f.id == "comm_not_overlapped")
+    assert g.evidence["most_exposed_kind"] == "all_reduce"
+    assert g.evidence["exposed_comm_ratio"] == pytest.approx(0.3, abs=0.01)
+    assert COMM_LESS_ADVICE in g.recommendation and "DDP(" in g.snippet

@@ -110,17 +110,22 @@ def test_graph_replays_keep_launch_order_between_streams_that_never_ran_together
     assert step_us(whatif.cuda_graphs(together)) == pytest.approx(12 + 5 * 60, abs=2)
 
 
+# side work that comm_overlapped moves: collectives (a side stream of compute keeps its waits)
+NCCL_A = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+NCCL_B = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+
+
 def test_cross_stream_wait_follows_the_other_stream():
-    # k1 on stream 8 was launched at 5 us but started 2 us after k0 (stream 7) ended: a wait
+    # k1 (a collective) on stream 8 was launched at 5 us but started 2 us after k0 (stream 7) ended: a wait
     ev = Events().step(0, 0, 500)
     ev.kernel("k0", 10, 100, launch_us=0)
-    ev.kernel("ka", 4, 2, launch_us=1, stream=8)
-    ev.kernel("k1", 112, 50, launch_us=5, stream=8)
+    ev.kernel(NCCL_A, 4, 2, launch_us=1, stream=8)
+    ev.kernel(NCCL_B, 112, 50, launch_us=5, stream=8)
     for t in (200, 300, 400):  # launch-bound kernels: the launch latency is 3 us
         ev.kernel(f"late{t}", t + 3, 1, launch_us=t)
     m = model_of(ev)
     k0 = m.gpu.filter(pl.col("name") == "k0")["op"][0]
-    k1 = m.gpu.filter(pl.col("name") == "k1")["op"][0]
+    k1 = m.gpu.filter(pl.col("name") == NCCL_B)["op"][0]
     assert m.gpu["after_op"][k1] == k0
 
     def k1_end_us(model) -> float:
@@ -150,11 +155,11 @@ def test_overlap_saves_at_most_the_compute_it_hides_behind(side_us, after_us):
     # 150 us -> 50 us + the lag (d 162-262).
     ev = Events().step(0, 0, 50)
     ev.kernel("c", 10, 100, launch_us=0)
-    ev.kernel("s", 110, side_us, launch_us=1, stream=8)
+    ev.kernel(NCCL_B, 110, side_us, launch_us=1, stream=8)
     ev.kernel("d", 112 + side_us, 100, launch_us=2)
     m = model_of(ev)
     d = m.gpu.filter(pl.col("name") == "d")["op"][0]
-    assert m.gpu["after_op"][d] == m.gpu.filter(pl.col("name") == "s")["op"][0]
+    assert m.gpu["after_op"][d] == m.gpu.filter(pl.col("name") == NCCL_B)["op"][0]
     assert replay(m).gpu_end_ns[d] / US == 212 + side_us
     assert replay(whatif.comm_overlapped(m)).gpu_end_ns[d] / US == after_us
 
@@ -988,3 +993,38 @@ def test_a_larger_batch_gaining_under_a_tenth_is_no_finding():
     assert f"{sb.what_if.speedup:.2f}x per sample" in sb.title
     high = analyze_trace(trace, Options(thresholds={"small_batch_min_speedup": 1.2}))
     assert "small_batch" not in {f.id for f in high.findings}
+
+
+def test_tensors_made_on_the_cpu_are_a_lever_on_a_busy_enough_gpu():
+    """Audit 20 (a T4 loop, GPU 61.9% busy, torch.randn on the CPU 9.7 ms a step): no finding
+    named the host's random fills, the largest lever (the header: host-bound, 1.40x), since
+    gpu_underutilized asks for a GPU under 60% busy. Here 7 ms steps: aten::randn 2.5 ms on
+    the CPU, a blocking 400 us upload, a 4.4 ms kernel running into the next step's randn: the
+    GPU is over 60% busy and making the tensors on the GPU (the replay's inputs_on_device:
+    the randn's host time gone) is priced by the finding, with its advice."""
+    ev = Events()
+    for i in range(5):
+        s = i * 7000
+        ev.step(i, s, 7000)
+        ev.op("aten::randn", s + 100, 2500)
+        ev.op("aten::normal_", s + 150, 2400)
+        ev.runtime("cudaMemcpy", s + 2650, 500, correlation=100 + i)
+        ev.memcpy("HtoD", s + 2700, 400, nbytes=4_000_000, src="pageable", dst="device")
+        ev.rows[-1]["correlation"] = 100 + i
+        ev.kernel("ampere_sgemm_128x64_tn", s + 3210, 4400, launch_us=s + 3200)
+    a = analyze_trace(ev.trace())
+    assert a.results.idle.gpu_busy_ratio >= 0.6
+    w = a.results.replay.what_if["inputs_on_device"]
+    assert w.speedup > 1.2
+    f = next(f for f in a.findings if f.id == "gpu_underutilized")
+    assert f.title.startswith("GPU busy ") and not f.title.startswith("GPU busy only")
+    assert f.title.endswith("mostly while the host ran aten::randn")
+    assert f.evidence["priced_by"] == "inputs_on_device" and f.what_if == w
+    assert "device='cuda'" in f.recommendation
+    # the same step whose 2.5 ms is other CPU work (aten::sort) is no such lever
+    for row in ev.rows:
+        if row["name"] in ("aten::randn", "aten::normal_"):
+            row["name"] = "aten::sort" if row["name"] == "aten::randn" else "aten::copy_"
+    b = analyze_trace(ev.trace())
+    assert "inputs_on_device" not in b.results.replay.what_if
+    assert "gpu_underutilized" not in {f.id for f in b.findings}

@@ -147,7 +147,10 @@ def test_every_spec_row_names_its_memory_type() -> None:
         r["id"] for r in rows if r.get("memory_type") not in HBM | GDDR
     ]
     gddr = {r["id"] for r in rows if r["memory_type"] in GDDR}
-    assert gddr == {"T4", "A10", "L4", "L40S", "RTX-4090"}
+    assert gddr == {"T4", "A10", "L4", "L40S", "RTX-4090", "RTX-3090", "RTX-3080", "RTX-A6000"}
+    # a name of the table matches its card, not the Ti beside it (82 and 84 SMs, other clocks)
+    assert lookup("NVIDIA GeForce RTX 3090").sm_count == 82
+    assert lookup("NVIDIA GeForce RTX 3090 Ti") is None
     assert lookup("Tesla T4").memory_type == "GDDR6"
     assert lookup("NVIDIA GeForce RTX 4090").to_json()["memory_type"] == "GDDR6X"
     assert lookup("NVIDIA H200", 150109880320, 132, "9.0").to_json()["memory_type"] == "HBM3e"
@@ -197,7 +200,10 @@ def test_memory_and_dtype_words() -> None:
 def test_no_value_no_unit() -> None:
     """audit 19: "memory-bound bandwidthn/a of HBM" and "roofs.No FLOPs" (an unknown device)."""
     doc = traceinsight.analyze(FIXTURES / "nsys" / "nsys-ai__mock.sqlite", replay=False).to_json()
-    assert doc["metrics"]["memory_bound_bandwidth_ratio"] is None
+    # its RTX 3080 as a device the spec table lacks (the table has it since audit 20)
+    dev = doc["details"]["efficiency"]["device"]
+    doc["details"]["efficiency"]["device"] = dict.fromkeys(dev)
+    doc["metrics"]["memory_bound_bandwidth_ratio"] = None
     text = _text(_section(render_html(doc), "efficiency"))
     assert "n/a of" not in text and "roofs.No" not in text
     assert "roofs. No FLOPs" in text

@@ -379,6 +379,9 @@ SATURATION_NAMED_RATIO = 1.5
         # the smallest batch multiplier worth recommending (the multipliers are powers of 2:
         # 1 is the batch as it is)
         "headroom_min_multiplier": 2,
+        # as small_batch's: a larger batch gaining less per sample is no lever (audit 20: a GH200
+        # loop "would raise throughput 1.0x", counted in all fixes)
+        "headroom_min_speedup": 1.10,
     },
 )
 def memory_headroom(x: RuleInput) -> Draft | None:
@@ -405,6 +408,8 @@ def memory_headroom(x: RuleInput) -> Draft | None:
         step = mem.step_time_median_ns or 0
         gpu = mem.gpu_busy_ns_per_step or 0
         gain = m * step / max(step, gpu * m) if step else 1.0
+    if gain < x.t["headroom_min_speedup"]:
+        return None
     # attributed: the time per sample the larger batch saves (the model's saving replaces it)
     cost = x.window_ns * max(0.0, 1 - 1 / gain) if gain > 0 else 0
     fits = (d.base_allocated_bytes or 0) + m * (d.step_span_bytes or 0)
@@ -412,7 +417,7 @@ def memory_headroom(x: RuleInput) -> Draft | None:
     return Draft(
         cost,
         f"GPU {fmt_pct(busy)} busy with {fmt_pct(d.headroom_ratio)} of its memory unused: a {m}x batch fits "
-        f"(about {_mib(fits)}) and would raise throughput {gain:.1f}x"
+        f"(about {_mib(fits)}) and would raise throughput {gain:.2f}x"
         # where the GPU's work would fill the step only at a much larger batch, say so: the
         # recommended power of two moves in steps (audit 14: two recordings of one script,
         # saturating at 3.65x and 4.14x, read "2x ... 2.0x" and "4x ... 3.7x")

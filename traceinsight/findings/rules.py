@@ -1075,7 +1075,21 @@ TP_ADVICE = (
     "Megatron's --tp-comm-overlap), keep the tensor-parallel group within one NVLink domain, "
     "or lower the tensor-parallel degree where the model fits."
 )
-# comm_time_ratio at which communicating less becomes the advice too (it was comm_heavy)
+# expert parallelism's dispatch and combine (DeepEP's dpsk::ep kernels, MoE libraries'): the
+# all-to-all advice leads with MoE's levers, not TorchRec's (audit 20: DeepSeek-V3's trace)
+MOE_COMM_PATTERN = r"(?i)\bep::|deep_?ep|\bmoe|_moe|dispatch|combine"
+MOE_ALL_TO_ALL_ADVICE = (
+    "All-to-all is exposed (expert parallelism: token dispatch and combine): overlap it with "
+    "expert and shared-expert compute (chunked or two-micro-batch overlap, as DualPipe or "
+    "DeepEP's hook-based overlap do), keep dispatch within a node's NVLink domain where the "
+    "routing allows (node-limited routing), and cap tokens per expert (capacity factor)."
+)
+# the collectives that gradient reduction issues: what "communicate less" levers shrink
+GRADIENT_KINDS = frozenset({"all_reduce", "reduce_scatter", "all_gather"})
+# comm_time_ratio at which communicating less becomes the advice too (it was comm_heavy), where
+# gradient collectives are the exposed kind and this share of the window is exposed (audit 20:
+# an expert-parallel all-to-all 96% overlapped told to use ZeRO-2 and bf16 gradients)
+COMM_LESS_MIN_EXPOSED_RATIO = 0.1
 COMM_LESS_ADVICE = (
     " Communication is a large share of the window: communicate less often or less "
     "(gradient accumulation, a larger per-GPU batch, ZeRO-2/SHARD_GRAD_OP instead of full "
@@ -1130,6 +1144,20 @@ def one_shot(results: Results) -> bool:
     return results.steps.steps == 0 and results.kernels.kernel_count < ONE_SHOT_MAX_KERNELS
 
 
+# the snippet by the most exposed kind (the rule's own: the data-parallel buckets)
+COMM_SNIPPET_BY_KIND: Mapping[str, str] = {
+    "all_to_all": "# pipeline the sparse stage (TorchRec): the next batch's all-to-all runs under\n"
+    "# this batch's dense compute\n"
+    "pipeline = TrainPipelineSparseDist(model, optimizer, device)",
+    "moe": "# MoE: overlap dispatch/combine with expert compute, e.g. two micro-batches in\n"
+    "# flight (one's all-to-all under the other's experts); cap tokens per expert\n"
+    "capacity_factor = 1.25",
+    "send_recv": "# pipeline parallelism: more micro-batches, interleaved stages\n"
+    "schedule = ScheduleInterleaved1F1B(stages, n_microbatches=4 * n_stages, loss_fn=loss_fn)",
+    "broadcast": "model = DDP(model, device_ids=[rank], broadcast_buffers=False)",
+}
+
+
 @rule(
     "comm_not_overlapped",
     advice={
@@ -1182,13 +1210,19 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         comm.backward_comm_ratio is not None
         and comm.backward_comm_ratio < x.t["comm_forward_max_backward_ratio"]
     )
-    if worst in COMM_ADVICE_BY_KIND:
+    moe = worst == "all_to_all" and any(
+        re.search(MOE_COMM_PATTERN, str(c.get("name") or "")) for c in comm.top_collectives[:5]
+    )
+    if moe:
+        advice = MOE_ALL_TO_ALL_ADVICE
+    elif worst in COMM_ADVICE_BY_KIND:
         advice = COMM_ADVICE_BY_KIND[worst]
-    elif forward_only and worst in ("all_gather", "reduce_scatter", "all_reduce"):
+    elif forward_only and worst in GRADIENT_KINDS:
         advice = TP_ADVICE
     else:
         advice = DDP_FSDP_ADVICE
-    if heavy:
+    gradients = worst in GRADIENT_KINDS and not forward_only
+    if heavy and gradients and (comm.exposed_comm_ratio or 0) >= COMM_LESS_MIN_EXPOSED_RATIO:
         advice += COMM_LESS_ADVICE
     # the collectives whose messages the trace records, where they cover most of the time
     # (not in a one-pass window: a process's first collectives also wait for the others to
@@ -1240,8 +1274,11 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
             **({"unpriced_because": PEER_WAIT_UNPRICED} if waiting else {}),
         },
         advice,
-        # the bucket settings' snippet does not apply to a wait for another rank
-        snippet=PEER_WAIT_SNIPPET if waiting else None,
+        # the bucket settings' snippet does not apply to a wait for another rank, nor to
+        # collectives of another kind
+        snippet=PEER_WAIT_SNIPPET
+        if waiting
+        else COMM_SNIPPET_BY_KIND.get("moe" if moe else worst or "", None),
         advice={"cuda_app": PEER_WAIT_CUDA_APP} if waiting else {},
         # overlap on this rank saves at most what moving the data takes: the rest is another
         # rank's doing (a one-rank trace cannot say which, nor what it would save)
@@ -2185,10 +2222,18 @@ UNDERUTILIZED_REST_MIN_RATIO = 0.01
 )
 def gpu_underutilized(x: RuleInput) -> Draft | None:
     idle = x.r.idle
-    if idle.gpu_busy_ratio is None or idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"]:
+    if idle.gpu_busy_ratio is None:
+        return None
+    on_device = _inputs_on_device(x)
+    if idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"] and on_device is None:
+        # (busy enough, unless the host makes the step's tensors on the CPU and making them on
+        # the GPU is a lever: audit 20, a T4 loop 61.9% busy whose torch.randn took 9.7 ms a step)
         return None
     unprofiled_busy = unprofiled_busy_ratio(x.r)
-    if unprofiled_busy is not None and unprofiled_busy >= x.t["underutilized_busy_ratio"]:
+    busy_unprofiled = (
+        unprofiled_busy is not None and unprofiled_busy >= x.t["underutilized_busy_ratio"]
+    )
+    if busy_unprofiled and on_device is None:
         # the profiler's own host cost starved the GPU: the step as it runs keeps it busy
         # (nanoGPT under CUDA graphs: 28% busy profiled, 89% of its 6.52 ms un-profiled step)
         return None
@@ -2250,9 +2295,16 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # the host made the step's tensors on the CPU: a larger batch grows that work with
         # the GPU's (audit 18: torch.randn on the CPU, 88% of a step, then .cuda())
         advice = HOST_INPUT_ADVICE.format(op=named.group(1))
+    elif idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"] or busy_unprofiled:
+        return None  # raised for the tensors made on the host, which are not what idles it
+    busy_words = (
+        f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}"
+        if idle.gpu_busy_ratio < x.t["underutilized_busy_ratio"]
+        else f"GPU busy {fmt_pct(idle.gpu_busy_ratio)}"
+    )
     return Draft(
         rest,
-        f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "
+        f"{busy_words}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "
         f"time not explained by the other findings{where}",
         {
             "gpu_busy_ratio": idle.gpu_busy_ratio,
@@ -2261,6 +2313,8 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
             "unexplained_idle_ns": rest,
             "cpu_work_idle_ns": x.idle("cpu_work"),
             "top_host_ops_during_idle": top_ops[:5],
+            # the tensors made on the GPU instead: the replay prices that change
+            **({"priced_by": "inputs_on_device"} if made and on_device is not None else {}),
         },
         recommendation=advice,
         # the dependency's snippet; none for the OS wait's and the unrecorded host's advice
@@ -2294,6 +2348,20 @@ COMPILED_UNDERUTILIZED_SNIPPET = (
     "# replay the launches as CUDA graphs (fixed shapes):\n"
     'model = torch.compile(model, mode="reduce-overhead")'
 )
+
+
+# making the step's tensors on the GPU is a lever from this speedup (the replay's
+# inputs_on_device), which raises gpu_underutilized on a GPU otherwise busy enough
+INPUTS_ON_DEVICE_MIN_SPEEDUP = 1.10
+
+
+def _inputs_on_device(x: RuleInput) -> WhatIf | None:
+    """The replay's tensors-made-on-the-GPU what-if, where it is a lever; None elsewhere."""
+    rp = x.r.replay
+    w = rp.what_if.get("inputs_on_device") if rp is not None else None
+    if w is None or (w.speedup or 0) < INPUTS_ON_DEVICE_MIN_SPEEDUP:
+        return None
+    return w
 
 
 def _made_on_host(x: RuleInput, op: str) -> bool:

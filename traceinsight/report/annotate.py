@@ -164,7 +164,7 @@ def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
     base = int(ev.get_column("start_ns").min() or 0)
     gpu = pl.col("device").is_not_null()
     # Kineto's categories and args, so the file reads back as the same table
-    rows = ev.select(
+    head = [
         "name",
         pl.col("kind").cast(pl.String).replace(KINETO_CATEGORY).alias("cat"),
         pl.lit("X").alias("ph"),
@@ -172,23 +172,83 @@ def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
         (pl.col("dur_ns") / 1000).round(3).alias("dur"),
         pl.when(gpu).then(pl.col("device")).otherwise(pl.col("pid")).cast(pl.Int64).alias("pid"),
         pl.when(gpu).then(pl.col("stream")).otherwise(pl.col("tid")).fill_null(0).alias("tid"),
-        pl.struct(
-            "device",
-            "stream",
-            "correlation",
-            pl.col("external_id").alias("External id"),
-            "bytes",
-        ).alias("args"),
-    )
+    ]
+    args = [
+        "device",
+        "stream",
+        "correlation",
+        pl.col("external_id").alias("External id"),
+        "bytes",
+    ]
+    # kernels with a launch configuration (an nsys export's grid, block, registers and shared
+    # memory) carry it as Kineto's kernel args do, so occupancy reads back the same
+    configured = _kernel_configs(analysis, ev.with_row_index("_row"))
+    rest = ev
+    if configured is not None:
+        done = configured.get_column("_row").implode()
+        rest = ev.with_row_index("_row").filter(~pl.col("_row").is_in(done))
+    rows = [rest.select(*head, pl.struct(*args).alias("args"))]
+    if configured is not None:
+        rows.append(configured.select(*head, pl.struct(*args, *KERNEL_CONFIG_ARGS).alias("args")))
     write(b'{"traceEvents": [\n')
     first = True
-    for part in rows.iter_slices(200_000):
+    for part in (p for r in rows for p in r.iter_slices(200_000)):
         lines = part.write_ndjson().rstrip("\n").replace("\n", ",\n")
         write(("" if first else ",\n").encode() + lines.encode())
         first = False
     n = _write_annotations(analysis, base, write, first=first)
-    write(b'\n], "displayTimeUnit": "ms", "baseTimeNanoseconds": %d}\n' % base)
+    # the devices as Kineto names them: the spec table's peaks and limits read back the same
+    props = orjson.dumps([_device_properties(d) for d in analysis.trace.meta.devices])
+    write(
+        b'\n], "displayTimeUnit": "ms", "baseTimeNanoseconds": %d, "deviceProperties": %s}\n'
+        % (base, props)
+    )
     return n
+
+
+def _device_properties(d: Any) -> dict[str, Any]:
+    """A device as a Kineto trace's ``deviceProperties`` entry (parsers/kineto reads it)."""
+    out: dict[str, Any] = {"id": d.id}
+    if d.name is not None:
+        out["name"] = d.name
+    if d.sm_count is not None:
+        out["numSms"] = d.sm_count
+    if d.memory_bytes is not None:
+        out["totalGlobalMem"] = d.memory_bytes
+    if d.compute_capability and "." in d.compute_capability:
+        major, minor = d.compute_capability.split(".", 1)
+        if major.isdigit() and minor.isdigit():
+            out["computeMajor"], out["computeMinor"] = int(major), int(minor)
+    return out
+
+
+# Kineto's kernel arg names for a launch configuration (parsers/kineto/decode.py reads them)
+KERNEL_CONFIG_ARGS = (
+    pl.concat_list("grid_x", "grid_y", "grid_z").alias("grid"),
+    pl.concat_list("block_x", "block_y", "block_z").alias("block"),
+    pl.col("registers_per_thread").alias("registers per thread"),
+    pl.col("shared_memory_bytes").alias("shared memory"),
+)
+
+
+def _kernel_configs(analysis: TraceAnalysis, ev: pl.DataFrame) -> pl.DataFrame | None:
+    """The kernels of ``ev`` with their launch configuration (the trace's kernel args, by
+    device and correlation), in ``ev``'s columns and the configuration's. None where the
+    trace has none."""
+    ka = analysis.trace.kernel_args.filter(pl.col("grid_x").is_not_null())
+    if ka.height == 0:
+        return None
+    keys = ka.select(
+        "device",
+        "correlation",
+        *(f"{d}_{a}" for d in ("grid", "block") for a in "xyz"),
+        "registers_per_thread",
+        "shared_memory_bytes",
+    ).unique(subset=["device", "correlation"], keep="first")
+    kernels = ev.filter(pl.col("kind") == "kernel").join(
+        keys, on=["device", "correlation"], how="inner"
+    )
+    return kernels if kernels.height else None
 
 
 def _write_annotations(

@@ -255,7 +255,7 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
     how = (
         "the mean over the steps, whose loader waits repeat,"
         if replay.get("step_statistic") == "mean"
-        else f"the profiled step as recorded, median {fmt_ns(profiled)},"
+        else f"the profiled step to the end of its GPU work, median {fmt_ns(profiled)},"
     )
     low = replay.get("unprofiled_step_low_ns")
     ratio = replay.get("compiled_unprofiled_ratio")
