@@ -1223,3 +1223,17 @@ def test_an_idle_gap_is_named_by_the_phase_the_outermost_op_or_the_backward_op()
     assert named[100] == "aten::randn"
     assert named[2_400] == "NativeLayerNormBackward0"
     assert named[4_700] == "Optimizer.step#SGD.step"
+
+
+def test_recorded_shapes_and_outlier_steps_read_as_words():
+    """Audit 19: the advice read "input dims [[], [300, 2048], [], [], []]" and a title
+    "outlier steps [4]": Python's lists in the user's text."""
+    from traceinsight.findings.rules import shape_words
+    from traceinsight.report.evidence import value_text
+
+    assert shape_words("[[], [300, 2048], [], [], []]") == "300x2048"
+    assert shape_words("[[8, 128, 768], [768, 768]]") == "8x128x768, 768x768"
+    assert shape_words("[[], []]") == "scalars"
+    assert shape_words("not json") == "not json"
+    # bytes named inside a key are bytes (audit 19: "activation bytes per step 1,558,215,168")
+    assert value_text("activation_bytes_per_step", 1_558_215_168) == "1.6 GB"

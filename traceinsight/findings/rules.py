@@ -7,6 +7,7 @@ from the cost's share of the window (:func:`make_finding`). docs/FINDINGS.md has
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
@@ -652,6 +653,19 @@ LAUNCH_MORE_MIN_RATIO = 0.1
         "# and raise the per-step work: a larger batch or sequence length"
     ),
 )
+def shape_words(dims: str) -> str:
+    """Recorded input dims (``[[], [300, 2048], []]``: Kineto's text) as shapes in words
+    (``300x2048``), the dimensionless inputs left out (audit 19: Python lists in the advice)."""
+    try:
+        parsed = json.loads(dims)
+    except ValueError:
+        return dims
+    if not isinstance(parsed, list):
+        return dims
+    shapes = ["x".join(str(n) for n in d) for d in parsed if isinstance(d, list) and d]
+    return ", ".join(shapes) or "scalars"
+
+
 def launch_bound(x: RuleInput) -> Draft | None:
     cost = x.idle("launch_overhead")
     if cost <= 0:
@@ -663,7 +677,7 @@ def launch_bound(x: RuleInput) -> Draft | None:
         advice = {
             "recommendation": _STATIC_SHAPES.format(
                 op=shapes.op,
-                dims=" and ".join(shapes.input_dims),
+                dims=" and ".join(shape_words(d) for d in shapes.input_dims),
                 ops=shapes.ops,
                 steps=shapes.steps,
             ),
@@ -1821,7 +1835,7 @@ def step_time_variance(x: RuleInput) -> Draft | None:
     one_off = len(steps.outlier_steps) == 1 and not periodic
     return Draft(
         excess,
-        f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {list(steps.outlier_steps) or 'none'}"
+        f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {', '.join(map(str, steps.outlier_steps)) or 'none'}"
         + (f"; the {cause} idle varies with it" if cause else ""),
         {
             "step_time_cv": steps.step_time_cv,

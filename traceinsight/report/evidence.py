@@ -226,7 +226,7 @@ LABELS = {
     "step_time_cv": "step time CV",
     "replay_error_ratio": "replay error",
     "h2d_overlap_ratio": "host-to-device copy time overlapping compute",
-    "memory_bound_bandwidth_ratio": "memory-bound kernels' bandwidth (of HBM)",
+    "memory_bound_bandwidth_ratio": "memory-bound kernels' bandwidth (of the peak)",
     "gemm_tflops": "GEMM/attention TFLOP/s",
     "flops_per_step": "FLOPs per step",
 }
@@ -287,7 +287,7 @@ def value_text(key: str, v: Any) -> str | None:
             return fmt_ns(v)
         if key.endswith("_ratio") or key in ("occupancy", "occupancy_median"):
             return fmt_pct(v)
-        if key.endswith("_bytes") or key == "bytes":
+        if key.endswith("_bytes") or key == "bytes" or "_bytes_" in key:
             return fmt_bytes(int(v))
         if key == "speedup" or key.endswith("_speedup"):
             return f"{v:.2f}×"
@@ -366,6 +366,17 @@ def _cell(key: str, v: Any, unit_key: str | None = None) -> Cell:
     return Cell(text, name=key in NAME_COLUMNS)
 
 
+# columns whose meaning a table's key changes (audit 19: a larger batch's gains read "un-profiled
+# step | after the fix", the second the larger batch's own step)
+COLUMN_LABELS_BY_KEY = {
+    "gain_by_multiplier": {
+        "step_time_ns": "un-profiled step now",
+        "step_time_after_ns": "step at that batch",
+        "throughput_gain": "throughput gain per sample",
+    }
+}
+
+
 def _records_table(key: str, rows: list[dict[str, Any]]) -> Table | None:
     """A list of records: one row each, the columns every record has a value in at least once."""
     cols: list[str] = []
@@ -380,7 +391,9 @@ def _records_table(key: str, rows: list[dict[str, Any]]) -> Table | None:
         for c in cols
     )
     body = tuple(tuple(_cell(c, r.get(c)) for c in cols) for r in shown)
-    return Table(label(key), tuple(label(c) for c in cols), numeric, body, len(rows) - len(shown))
+    named = COLUMN_LABELS_BY_KEY.get(key, {})
+    heads = tuple(named.get(c) or label(c) for c in cols)
+    return Table(label(key), heads, numeric, body, len(rows) - len(shown))
 
 
 def _key_label(parent: str, k: str, by_rank: bool = False) -> str:
