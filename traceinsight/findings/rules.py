@@ -110,6 +110,9 @@ def rule(
     or ``no_estimate`` (findings/model.py :class:`Rule`)."""
 
     def register(check: Callable[[RuleInput], Draft | None]) -> Callable[[RuleInput], Draft | None]:
+        if check.__name__ != rule_id:
+            # a helper put between a rule's decorator and its check would run as the check
+            raise TypeError(f"rule {rule_id!r} decorates {check.__name__!r}, not its check")
         RULES.append(
             Rule(
                 rule_id,
@@ -626,6 +629,19 @@ _STATIC_SNIPPET = (
 LAUNCH_MORE_MIN_RATIO = 0.1
 
 
+def shape_words(dims: str) -> str:
+    """Recorded input dims (``[[], [300, 2048], []]``: Kineto's text) as shapes in words
+    (``300x2048``), the dimensionless inputs left out (audit 19: Python lists in the advice)."""
+    try:
+        parsed = json.loads(dims)
+    except ValueError:
+        return dims
+    if not isinstance(parsed, list):
+        return dims
+    shapes = ["x".join(str(n) for n in d) for d in parsed if isinstance(d, list) and d]
+    return ", ".join(shapes) or "scalars"
+
+
 @rule(
     "launch_bound",
     advice={
@@ -653,19 +669,6 @@ LAUNCH_MORE_MIN_RATIO = 0.1
         "# and raise the per-step work: a larger batch or sequence length"
     ),
 )
-def shape_words(dims: str) -> str:
-    """Recorded input dims (``[[], [300, 2048], []]``: Kineto's text) as shapes in words
-    (``300x2048``), the dimensionless inputs left out (audit 19: Python lists in the advice)."""
-    try:
-        parsed = json.loads(dims)
-    except ValueError:
-        return dims
-    if not isinstance(parsed, list):
-        return dims
-    shapes = ["x".join(str(n) for n in d) for d in parsed if isinstance(d, list) and d]
-    return ", ".join(shapes) or "scalars"
-
-
 def launch_bound(x: RuleInput) -> Draft | None:
     cost = x.idle("launch_overhead")
     if cost <= 0:
