@@ -1,5 +1,6 @@
 """Predicted vs measured speedups on the third-party loops recorded on the H200
-(fixtures/h200/thirdparty, fixtures/generate/thirdparty): for each loop, every finding with a
+(fixtures/h200/thirdparty) and on the H100 (fixtures/h100/thirdparty: RAFT, the H200s not lent),
+by fixtures/generate/thirdparty: for each loop, every finding with a
 prediction, the fix it maps to in the recording (FIX_OF) and its measured band (processes A
 and B, per sample), their ratio, and the un-profiled step the model starts from against the
 measured one. Prints a Markdown table (benchmarks/RESULTS.md)."""
@@ -12,7 +13,16 @@ from pathlib import Path
 
 import traceinsight
 
-HERE = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "thirdparty"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+# where the recordings lie, by device: a loop's truth and traces are in one of them
+DIRS = (FIXTURES / "h200" / "thirdparty", FIXTURES / "h100" / "thirdparty")
+
+
+def here(loop: str) -> Path:
+    """The directory holding the loop's truth (the H200's first)."""
+    return next((d for d in DIRS if (d / f"{loop}.truth.json").exists()), DIRS[0])
+
+
 # finding id -> the recorded fix that applies its advice, per loop
 FIX_OF = {
     "host_sync": "remove_syncs",
@@ -49,6 +59,9 @@ APPLIED = {
     "neural_style": ["dataloader_stall,host_sync,fp32_compute,memory_headroom@4"],
     # the numpy rows and the workers: one stall's two fixes; the 2x batch priced, not raised
     "whisper": ["dataloader_stall,recompute_overhead,host_sync,memory_headroom@2"],
+    # the H100 (fixtures/h100): workers (14, non_blocking: the pinned copies' fix; no loader
+    # finding), remove_syncs, bf16, the 2x batch, fused AdamW
+    "raft": ["small_batch@2,host_sync,fp32_compute,unfused_optimizer,pageable_memcpy"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -79,12 +92,27 @@ FIX_NAMES = {
     },
     # launch_bound's advice: labels padded to a fixed length, then reduce-overhead (session 38)
     "whisper": {"memory_headroom": "batch_2x", "launch_bound": "pad_compile_ro"},
+    # the H100 (fixtures/h100/thirdparty): compile has no band (its processes' baselines ran
+    # slowed: the truth's not_recorded), so launch_bound's row says "not measured"
+    "raft": {
+        "unfused_optimizer": "fused_adamw",
+        "launch_bound": "compile",
+        "memory_headroom": "batch_2x",
+        "small_batch": "batch_2x",
+        "dataloader_stall": "workers",
+        "sync_input_copy": "workers",
+        "pageable_memcpy": "workers",
+        "h2d_not_overlapped": "workers",  # the workers fix copies with non_blocking=True
+        "host_sync": "remove_syncs",
+        "fp32_compute": "bf16",
+    },
 }
 
 
 def rows(loop: str) -> list[dict]:
-    truth = json.loads((HERE / f"{loop}.truth.json").read_text())
-    a = traceinsight.analyze(HERE / f"{loop}.before.pt.trace.json.xz")
+    src = here(loop)
+    truth = json.loads((src / f"{loop}.truth.json").read_text())
+    a = traceinsight.analyze(src / f"{loop}.before.pt.trace.json.xz")
     band = truth["speedup_band"]
     base = truth["configs"]["baseline"]
     ms = [v["step_ms_window_mean"] for v in base.values() if "step_ms_window_mean" in v]
@@ -113,7 +141,7 @@ def rows(loop: str) -> list[dict]:
             # (--what-if ID@K) against that, like with like
             k = int(fix.removeprefix("batch_").removesuffix("x"))
             at_k = traceinsight.analyze(
-                HERE / f"{loop}.before.pt.trace.json.xz", what_if=[f"{f.id}@{k}"]
+                src / f"{loop}.before.pt.trace.json.xz", what_if=[f"{f.id}@{k}"]
             ).selected.what_if
             m = band[fix]
             out.append(
@@ -193,6 +221,7 @@ def main() -> None:
         "t5_course",
         "video_r2p1d",
         "whisper",
+        "raft",  # the H100
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")
@@ -208,12 +237,13 @@ def main() -> None:
                 if p
                 else f"| {loop} | {r['finding']} | {r['severity']} | - | {r['fix'] or '-'} | {band} | |"
             )
+        src = here(loop)
         for ids in APPLIED.get(loop, ()):
             a = traceinsight.analyze(
-                HERE / f"{loop}.before.pt.trace.json.xz", what_if=ids.split(",")
+                src / f"{loop}.before.pt.trace.json.xz", what_if=ids.split(",")
             )
             w = a.selected.what_if
-            b = json.loads((HERE / f"{loop}.truth.json").read_text())["speedup_band"].get("all")
+            b = json.loads((src / f"{loop}.truth.json").read_text())["speedup_band"].get("all")
             band = f"{b['low']:.2f}-{b['high']:.2f}" if b else "not measured"
             ratio = f"{w.speedup / ((b['low'] + b['high']) / 2):.2f}" if b and w else ""
             print(f"| {loop} | --what-if {ids} | | {w.speedup:.2f} | all | {band} | {ratio} |")

@@ -3,7 +3,8 @@ own process ran un-profiled just before the capture (issue 37 item 2: within 10%
 
     python benchmarks/unprofiled_estimates.py
 
-For every ``*.truth.json`` under fixtures/h200/thirdparty and each profiled configuration whose
+For every ``*.truth.json`` under fixtures/h200/thirdparty and fixtures/h100/thirdparty (RAFT,
+recorded on an H100: the H200s were not lent) and each profiled configuration whose
 trace is kept (``LOOP.before`` for the baseline, ``LOOP.CONFIG.after`` for the others): the
 estimate (``details.replay.unprofiled_step_ns``) and its low end, the same process's un-profiled
 window mean, the fresh processes' range (A/B, ...) and estimate / own. Prints a count within 10%.
@@ -15,7 +16,8 @@ import json
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "thirdparty"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+DIRS = (FIXTURES / "h200" / "thirdparty", FIXTURES / "h100" / "thirdparty")
 
 
 def estimate(trace: str) -> tuple[float | None, float | None]:
@@ -28,7 +30,8 @@ def estimate(trace: str) -> tuple[float | None, float | None]:
 
 def recordings() -> list[tuple[Path, float, tuple[float, float] | None]]:
     out = []
-    for t in sorted(HERE.glob("*.truth.json")):
+    for t in [t for d in DIRS for t in sorted(d.glob("*.truth.json"))]:
+        src = t.parent
         truth = json.loads(t.read_text())
         # the kept trace of each profiled configuration, by the truth's own record (Lightning's
         # compile.after is the profiled compile_call22, not the earlier compile that recompiled
@@ -44,9 +47,9 @@ def recordings() -> list[tuple[Path, float, tuple[float, float] | None]]:
                 else None
             )
             which = "before" if cfg == "baseline" else f"{cfg}.after"
-            path = HERE / kept.get(cfg, f"{truth['loop']}.{which}.pt.trace.json.xz")
+            path = src / kept.get(cfg, f"{truth['loop']}.{which}.pt.trace.json.xz")
             if kept and cfg not in kept:
-                path = HERE / "-"  # its trace was not kept (another configuration's file)
+                path = src / "-"  # its trace was not kept (another configuration's file)
             if own is None or not path.exists():
                 continue
             runs = truth["configs"].get(cfg.split("_call")[0], {}).values()
