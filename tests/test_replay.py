@@ -971,6 +971,11 @@ def test_all_fixes_say_what_the_loaders_assumed_rate_leaves():
     assert w.speedup > 3
     assert w.speedup_loader_assumed == pytest.approx(LOADER_ASSUMED_THROUGHPUT, rel=1e-6)
     assert jsonable(w)["speedup_loader_assumed"] == pytest.approx(2.0, rel=1e-6)
+    from traceinsight.report.format import saving_text
+
+    assert "that hides the data loading entirely: 2.00x with the loader only twice as fast" in (
+        saving_text(jsonable(w))
+    )
     stall = next(f for f in a.findings if f.id == "dataloader_stall")
     assert stall.evidence["loader_plan"].batch_tensors is None
     assert stall.evidence["loader_plan"].receive_ns is None

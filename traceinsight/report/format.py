@@ -172,7 +172,10 @@ def saving_text(
     if assumed := w.get("speedup_loader_assumed"):
         # all fixes hide the loading; the loader fix's own assumption is the other end (audit
         # 19: 4.82 ms beside the loader fix's 11.22)
-        other += f"; the loading hidden entirely: {assumed:.2f}x with the loader twice as fast"
+        other += (
+            f"; that hides the data loading entirely: {assumed:.2f}x with the loader only "
+            "twice as fast"
+        )
     if w.get("multiplier") and w.get("batch_step_time_after_ns"):
         k = w["multiplier"]
         return (
