@@ -1234,6 +1234,8 @@ def test_recorded_shapes_and_outlier_steps_read_as_words():
     assert shape_words("[[], [300, 2048], [], [], []]") == "300x2048"
     assert shape_words("[[8, 128, 768], [768, 768]]") == "8x128x768, 768x768"
     assert shape_words("[[], []]") == "scalars"
+    # a list of tensors (torch.cat's inputs), as Kineto records it
+    assert shape_words("[[[2, 3], [4, 5]], [8]]") == "(2x3 + 4x5), 8"
     assert shape_words("not json") == "not json"
     # bytes named inside a key are bytes (audit 19: "activation bytes per step 1,558,215,168")
     assert value_text("activation_bytes_per_step", 1_558_215_168) == "1.6 GB"

@@ -10,6 +10,7 @@ amount before its first collective of every step."""
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 import pytest
@@ -496,12 +497,15 @@ def test_expert_all_to_all_gets_moe_advice_not_gradient_levers():
     to "communicate less (gradient accumulation, ZeRO-2, bf16 gradient reduction)" beside a DDP
     snippet. An all-to-all named for expert parallelism gets MoE's levers and snippet; a
     gradient all-reduce exposed over a tenth of the window still gets "communicate less"."""
-    from traceinsight.findings.rules import MOE_ALL_TO_ALL_ADVICE
+    from traceinsight.findings.rules import MOE_ALL_TO_ALL_ADVICE, MOE_COMM_PATTERN
 
     a = analyze_trace(_overlapped_moe_step().trace())
     f = next(f for f in a.findings if f.id == "comm_not_overlapped")
     assert f.evidence["comm_time_ratio"] >= 0.3
     assert f.recommendation.startswith(MOE_ALL_TO_ALL_ADVICE)
+    # expert parallelism by its kernels' names, not any "dispatch" (an embedding's)
+    names = {MOE_COMBINE: True, "fused_moe_kernel": True, "embedding_dispatch_kernel": False}
+    assert {n: bool(re.search(MOE_COMM_PATTERN, n)) for n in names} == names
     assert COMM_LESS_ADVICE not in f.recommendation and "DDP(" not in f.snippet
     # the same shape, a gradient all-reduce, its last 300 us exposed (30% of the window)
     ev = Events()
@@ -512,6 +516,12 @@ def test_expert_all_to_all_gets_moe_advice_not_gradient_levers():
         # launched in backward (DDP's buckets): gradient reduction, not a forward's TP
         ev.op("autograd::engine::evaluate_function: AddmmBackward0", s + 10, 40)
         _collective(ev, ALL_REDUCE, s + 300, 600, s + 20, "nccl:all_reduce")
+    # launched outside backward: a forward's collectives, tensor parallelism's advice and
+    # snippet, not the DDP buckets' (session 41's review)
+    fwd = Events(rows=[r for r in ev.rows if not str(r["name"]).startswith("autograd::")])
+    tp = next(f for f in analyze_trace(fwd.trace()).findings if f.id == "comm_not_overlapped")
+    assert "tensor/sequence parallelism" in tp.recommendation
+    assert "_micro_pipeline_tp" in tp.snippet and "DDP(" not in tp.snippet
     g = next(f for f in analyze_trace(ev.trace()).findings if f.id == "comm_not_overlapped")
     assert g.evidence["most_exposed_kind"] == "all_reduce"
     assert g.evidence["exposed_comm_ratio"] == pytest.approx(0.3, abs=0.01)

@@ -638,8 +638,15 @@ def shape_words(dims: str) -> str:
         return dims
     if not isinstance(parsed, list):
         return dims
-    shapes = ["x".join(str(n) for n in d) for d in parsed if isinstance(d, list) and d]
+    shapes = [_shape(d) for d in parsed if isinstance(d, list) and d]
     return ", ".join(shapes) or "scalars"
+
+
+def _shape(d: list[Any]) -> str:
+    """One input's dims: ``2x3``; a list of tensors (``torch.cat``'s) as ``(2x3 + 4x5)``."""
+    if all(isinstance(n, list) for n in d):
+        return "(" + " + ".join(_shape(n) if n else "scalar" for n in d) + ")"
+    return "x".join(str(n) for n in d)
 
 
 @rule(
@@ -1094,7 +1101,7 @@ TP_ADVICE = (
 )
 # expert parallelism's dispatch and combine (DeepEP's dpsk::ep kernels, MoE libraries'): the
 # all-to-all advice leads with MoE's levers, not TorchRec's (audit 20: DeepSeek-V3's trace)
-MOE_COMM_PATTERN = r"(?i)\bep::|deep_?ep|\bmoe|_moe|dispatch|combine"
+MOE_COMM_PATTERN = r"(?i)\bep::|deep_?ep|moe|expert\w*(dispatch|combine)"
 MOE_ALL_TO_ALL_ADVICE = (
     "All-to-all is exposed (expert parallelism: token dispatch and combine): overlap it with "
     "expert and shared-expert compute (chunked or two-micro-batch overlap, as DualPipe or "
@@ -1172,6 +1179,10 @@ COMM_SNIPPET_BY_KIND: Mapping[str, str] = {
     "send_recv": "# pipeline parallelism: more micro-batches, interleaved stages\n"
     "schedule = ScheduleInterleaved1F1B(stages, n_microbatches=4 * n_stages, loss_fn=loss_fn)",
     "broadcast": "model = DDP(model, device_ids=[rank], broadcast_buffers=False)",
+    # a forward's collectives (tensor/sequence parallelism): TP_ADVICE's
+    "tensor_parallel": "# async tensor parallelism: matmuls overlap their all-gather/reduce-scatter\n"
+    "torch._inductor.config._micro_pipeline_tp = True\n"
+    "model = torch.compile(model)",
 }
 
 
@@ -1295,7 +1306,9 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         # collectives of another kind
         snippet=PEER_WAIT_SNIPPET
         if waiting
-        else COMM_SNIPPET_BY_KIND.get("moe" if moe else worst or "", None),
+        else COMM_SNIPPET_BY_KIND.get(
+            "moe" if moe else "tensor_parallel" if advice == TP_ADVICE else worst or "", None
+        ),
         advice={"cuda_app": PEER_WAIT_CUDA_APP} if waiting else {},
         # overlap on this rank saves at most what moving the data takes: the rest is another
         # rank's doing (a one-rank trace cannot say which, nor what it would save)
