@@ -2839,3 +2839,21 @@ def test_compiled_code_is_not_told_to_compile():
     assert "max-autotune" in by_id["low_occupancy"].recommendation
     eager = analysis("nanogpt.before.pt.trace.json.xz")
     assert eager.results.kernels.compiled_kernel_ratio == 0
+
+
+def test_launch_gaps_the_unprofiled_step_does_not_have_say_so():
+    """Audit 20: a GH200 loop's launch_bound said the CPU starves the GPU beside a header that
+    said the kernels bound the step (host 2x faster: 1.00x). nanoGPT under reduce-overhead is
+    the same: its profiled launch gaps are the profiler's, and the title says what a graph
+    saves there. Where the host moves the step (sync_item_print's loop), no such words."""
+    a = analysis("nanogpt.compile_ro.after.pt.trace.json.xz")
+    rp = a.results.replay
+    assert rp.step_bound_by == "kernels" and rp.engine_speedups["host"] < 1.02
+    f = next(f for f in a.findings if f.id == "launch_bound")
+    assert f.title.endswith(
+        "without the profiler the kernels bound the step: a graph saves the gaps between them, not host time)"
+    )
+    other = traceinsight.analyze(H200 / "sync_item_print.pt.trace.json.xz")
+    g = next(f for f in other.findings if f.id == "launch_bound")
+    assert other.results.replay.engine_speedups["host"] >= 1.02
+    assert "without the profiler" not in g.title

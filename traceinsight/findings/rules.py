@@ -624,6 +624,8 @@ _STATIC_SNIPPET = (
 )
 
 
+# the host twice as fast moves the un-profiled step by less than this: it does not bound it
+HOST_MOOT_SPEEDUP = 1.02
 # the host's other work between a step's launches is named in launch_bound's title from this
 # share of its launch idle
 LAUNCH_MORE_MIN_RATIO = 0.1
@@ -718,6 +720,16 @@ def launch_bound(x: RuleInput) -> Draft | None:
         if between >= LAUNCH_MORE_MIN_RATIO * cost
         else ""
     )
+    rp = x.r.replay
+    host_alone = rp.engine_speedups.get("host") if rp is not None else None
+    if rp is not None and rp.step_bound_by == "kernels" and (host_alone or 2.0) < HOST_MOOT_SPEEDUP:
+        # the profiled trace's launch gaps, which the un-profiled step does not have: there the
+        # kernels bound it (audit 20: a GH200 loop, host 2x faster 1.00x, kernels 1.87x), and
+        # a graph saves the device's gaps between its kernels, not host time
+        more += (
+            "; without the profiler the kernels bound the step: a graph saves the gaps between "
+            "them, not host time"
+        )
     return Draft(
         cost,
         f"Launch-bound: the GPU drains faster than the CPU issues kernels ({fmt_ms(cost)} idle "
