@@ -16,7 +16,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import polars as pl
 import pytest
 
 import traceinsight
@@ -24,7 +23,7 @@ from traceinsight.api import analyze_trace
 from traceinsight.cli import main
 from traceinsight.jobs import analyze_job
 from traceinsight.model.devices import _table, lookup
-from traceinsight.model.schema import OP_ARGS_SCHEMA, DeviceInfo, Trace, conform_side
+from traceinsight.model.schema import DeviceInfo, Trace
 from traceinsight.report.format import (
     fmt_ms,
     fmt_ns,
@@ -44,8 +43,8 @@ from traceinsight.report.html import (
 from traceinsight.report.terminal import render_summary
 from traceinsight.runtime import Runtime
 
-from .builder import Events
 from .conftest import FIXTURES, H200, TINY
+from .test_efficiency import _tiny
 
 BF16 = '"c10::BFloat16"'
 T4 = DeviceInfo(0, "Tesla T4", 40, 15637086208, "7.5")
@@ -64,61 +63,10 @@ def _section(page: str, sid: str) -> str:
 
 
 def _trace(device: DeviceInfo, add_us: float = 100) -> Trace:
-    """One step: a bf16 GEMM (its FLOPs from the recorded shapes) and a memory-bound add that
-    moves 6 MiB in ``add_us`` (63 GB/s at 100 us: 19.7% of a T4's 320 GB/s, 1.3% of an H200's
-    4.8 TB/s)."""
-    e = Events()
-    e.step(1, 0, 1000)
-    e.op("aten::linear", 10, 100)
-    e.op("aten::addmm", 20, 80)
-    e.runtime("cudaLaunchKernel", 30, 5, correlation=1)
-    e._add(
-        "kernel",
-        "sm90_xmma_gemm_bf16bf16_bf16f32",
-        100,
-        100,
-        device=0,
-        stream=7,
-        correlation=1,
-        external_id=2,
-    )
-    e.op("aten::add", 200, 20)
-    e.runtime("cudaLaunchKernel", 205, 5, correlation=2)
-    e._add(
-        "kernel",
-        "vectorized_elementwise_kernel",
-        300,
-        add_us,
-        device=0,
-        stream=7,
-        correlation=2,
-        external_id=3,
-    )
-    t = e.trace()
-    t.op_args = conform_side(
-        pl.DataFrame(
-            {
-                "rank": [0, 0, 0],
-                "pid": [1, 1, 1],
-                "tid": [1, 1, 1],
-                "start_ns": [10_000, 20_000, 200_000],
-                "name": ["aten::linear", "aten::addmm", "aten::add"],
-                "external_id": [1, 2, 3],
-                "input_dims": [
-                    "[[1024, 1024], [1024, 1024], [1024]]",
-                    "[[1024], [1024, 1024], [1024, 1024], [], []]",
-                    "[[1024, 1024], [1024, 1024], []]",
-                ],
-                "input_types": [
-                    f"[{BF16}, {BF16}, {BF16}]",
-                    f'[{BF16}, {BF16}, {BF16}, "Scalar", "Scalar"]',
-                    f'[{BF16}, {BF16}, "Scalar"]',
-                ],
-                "concrete_inputs": ['["", "", ""]', '["", "", "", "1", "1"]', '["", "", "1"]'],
-            }
-        ),
-        OP_ARGS_SCHEMA,
-    )
+    """test_efficiency's one-step trace (a bf16 GEMM with its recorded shapes, a memory-bound
+    add moving 6 MiB in ``add_us``: 63 GB/s at 100 us, 19.7% of a T4's 320 GB/s, 1.3% of an
+    H200's 4.8 TB/s) on ``device``."""
+    t = _tiny(add_us)
     t.meta.devices = [device]
     return t
 
