@@ -526,3 +526,17 @@ def test_expert_all_to_all_gets_moe_advice_not_gradient_levers():
     assert g.evidence["most_exposed_kind"] == "all_reduce"
     assert g.evidence["exposed_comm_ratio"] == pytest.approx(0.3, abs=0.01)
     assert COMM_LESS_ADVICE in g.recommendation and "DDP(" in g.snippet
+
+
+def test_a_manual_all_reduce_after_backward_is_gradient_reduction():
+    """The DDP fixture without overlap all-reduces the gradients by hand after backward: none
+    launched inside a backward op, so it read as a forward's tensor parallelism (its advice,
+    and since session 41's review its snippet). Launched after the step's backward began, it
+    is gradient reduction: DDP's buckets."""
+    from traceinsight.findings.rules import DDP_FSDP_ADVICE
+
+    a = analyze_trace(load_trace(H200 / "ddp_no_overlap" / "rank0.pt.trace.json.xz"))
+    c = a.results.comm
+    assert c.backward_comm_ratio == 0.0 and c.after_backward_comm_ratio == 1.0
+    f = next(f for f in a.findings if f.id == "comm_not_overlapped")
+    assert f.recommendation.startswith(DDP_FSDP_ADVICE) and "DDP(" in f.snippet

@@ -162,6 +162,9 @@ class CommResult:
     # share of the communication kernels' time launched inside backward (autograd) ops: data
     # parallel's gradient reduction; near 0 in a forward-only (inference, tensor-parallel) run
     backward_comm_ratio: float | None = None
+    # launched inside or after the first backward op of its step (a manual all-reduce after
+    # backward is gradient reduction too, not a forward's tensor parallelism)
+    after_backward_comm_ratio: float | None = None
 
 
 def analyze_comm(ctx: Context) -> CommResult:
@@ -207,6 +210,7 @@ def analyze_comm(ctx: Context) -> CommResult:
         top_collectives=tuple(top.iter_rows(named=True)),
         by_kind=_by_kind(kinds, pu),
         backward_comm_ratio=_backward_ratio(ctx),
+        after_backward_comm_ratio=_after_backward_ratio(ctx),
         **_peer_wait(kinds, ctx),
     )
 
@@ -310,6 +314,38 @@ def _backward_ratio(ctx: Context) -> float | None:
         same=("b_tid", "tid"),
     ).unique(subset=["tid", "t"])
     return float(inside.get_column("dur_ns").sum()) / total
+
+
+def _after_backward_ratio(ctx: Context) -> float | None:
+    """Communication kernel time launched once a backward op began in the same step (the
+    whole window where there are no steps), over all of it."""
+    comm = launched(
+        ctx.launches,
+        ["launch_start_ns", "dur_ns"],
+        (pl.col("kind") == "kernel") & (pl.col("kernel_class") == "communication"),
+    )
+    total = int(comm.get_column("dur_ns").sum()) if comm.height else 0
+    if total == 0 or ctx.rows(HOST_OP_KINDS).height == 0:
+        return None
+    bw = ctx.rows(HOST_OP_KINDS, BACKWARD_PATTERN)
+    if bw.height == 0:
+        return 0.0
+    starts = (
+        ctx.steps.get_column("host_start_ns") if ctx.steps.height else pl.Series([], dtype=pl.Int64)
+    )
+    t = comm.select(pl.col("launch_start_ns").alias("t"), "dur_ns").sort("t")
+    # the latest backward start and the latest step start before each launch
+    t = t.join_asof(
+        bw.select(pl.col("start_ns").alias("t"), pl.col("start_ns").alias("bw")).sort("t"),
+        on="t",
+        strategy="backward",
+    )
+    step = pl.DataFrame({"t": starts.sort(), "step_start": starts.sort()})
+    t = t.join_asof(step, on="t", strategy="backward")
+    after = pl.col("bw").is_not_null() & (
+        pl.col("step_start").is_null() | (pl.col("bw") >= pl.col("step_start"))
+    )
+    return float(t.filter(after).get_column("dur_ns").sum()) / total
 
 
 def _by_kind(comm: pl.DataFrame, compute: pl.DataFrame) -> dict[str, dict[str, int]]:

@@ -1246,9 +1246,12 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         return None
     by_kind = comm.by_kind
     worst = max(by_kind, key=lambda k: (by_kind[k]["exposed_ns"], k)) if by_kind else None
+    # (and not launched after the step's backward began either: a manual all-reduce of the
+    # gradients after backward read as tensor parallelism on the DDP fixture)
     forward_only = (
         comm.backward_comm_ratio is not None
         and comm.backward_comm_ratio < x.t["comm_forward_max_backward_ratio"]
+        and (comm.after_backward_comm_ratio or 0) < x.t["comm_forward_max_backward_ratio"]
     )
     moe = worst == "all_to_all" and any(
         re.search(MOE_COMM_PATTERN, str(c.get("name") or "")) for c in comm.top_collectives[:5]
