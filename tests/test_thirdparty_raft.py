@@ -9,6 +9,7 @@ that name their mechanism, so fixing one turns its test red until the expectatio
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 from functools import cache
@@ -20,7 +21,7 @@ import traceinsight
 from traceinsight.options import Options
 from traceinsight.pipeline import graded, selected_fixes
 
-from .conftest import FIXTURES, raw_json
+from .conftest import FIXTURES, ROOT, raw_json
 
 HERE = FIXTURES / "h100" / "thirdparty"
 BEFORE = "raft.before.pt.trace.json.xz"
@@ -67,19 +68,18 @@ def within(predicted: float, lo: float, hi: float, tolerance: float = TOLERANCE)
     return (1 - tolerance) * lo <= predicted <= (1 + tolerance) * hi
 
 
-# finding -> the recorded fix its advice makes (benchmarks/thirdparty_predictions.py FIX_NAMES)
-MEASURED = {
-    "unfused_optimizer": "fused_adamw",
-    "launch_bound": "compile",  # no band: test_compile_has_no_band
-    "memory_headroom": "batch_2x",
-    "small_batch": "batch_2x",
-    "dataloader_stall": "workers",
-    "sync_input_copy": "workers",
-    "pageable_memcpy": "workers",
-    "h2d_not_overlapped": "workers",  # the workers fix copies with non_blocking=True
-    "host_sync": "remove_syncs",
-    "fp32_compute": "bf16",
-}
+def _fix_names() -> dict[str, str]:
+    """The recorded fix each finding's advice makes: benchmarks/thirdparty_predictions.py's
+    FIX_NAMES["raft"] (the table and the tests read one mapping)."""
+    spec = importlib.util.spec_from_file_location(
+        "thirdparty_predictions", ROOT / "benchmarks" / "thirdparty_predictions.py"
+    )
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.FIX_NAMES["raft"]
+
+
+MEASURED = _fix_names()  # launch_bound's compile has no band: test_compile_has_no_band
 
 HOLDS = [
     ("small_batch", "batch_2x"),  # 1.99 against 2.11-2.14 per sample (the 2x it recommends)

@@ -199,6 +199,7 @@ def analyze_comm(ctx: Context) -> CommResult:
         .sort(["total_ns", "name"], descending=[True, False])
         .head(10)
     )
+    in_backward, after_backward = _backward_ratios(ctx)
     return CommResult(
         comm_kernel_count=comm.height,
         comm_ns=tot_c,
@@ -209,8 +210,8 @@ def analyze_comm(ctx: Context) -> CommResult:
         per_device=tuple(per_device),
         top_collectives=tuple(top.iter_rows(named=True)),
         by_kind=_by_kind(kinds, pu),
-        backward_comm_ratio=_backward_ratio(ctx),
-        after_backward_comm_ratio=_after_backward_ratio(ctx),
+        backward_comm_ratio=in_backward,
+        after_backward_comm_ratio=after_backward,
         **_peer_wait(kinds, ctx),
     )
 
@@ -283,21 +284,21 @@ def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict[str, int]:
     return {k: int(v or 0) for k, v in got.row(0, named=True).items()}
 
 
-def _backward_ratio(ctx: Context) -> float | None:
-    """Communication kernel time launched inside a backward op, over all of it."""
+def _backward_ratios(ctx: Context) -> tuple[float | None, float | None]:
+    """Communication kernel time launched inside a backward op, and launched once a backward
+    op began in the same step (the whole window where there are no steps), each over all of
+    it; None without communication or host ops (nsys: the phase is unknown)."""
     comm = launched(
         ctx.launches,
         ["launch_tid", "launch_start_ns", "dur_ns"],
         (pl.col("kind") == "kernel") & (pl.col("kernel_class") == "communication"),
     )
     total = int(comm.get_column("dur_ns").sum()) if comm.height else 0
-    if total == 0:
-        return None
-    if ctx.rows(HOST_OP_KINDS).height == 0:
-        return None  # no host ops recorded (nsys): the phase is unknown
+    if total == 0 or ctx.rows(HOST_OP_KINDS).height == 0:
+        return None, None
     bw = ctx.rows(HOST_OP_KINDS, BACKWARD_PATTERN)
     if bw.height == 0:
-        return 0.0
+        return 0.0, 0.0
     inside = iv.containing(
         comm.rename({"launch_tid": "tid", "launch_start_ns": "t"}).with_columns(
             (pl.col("t") + 1).alias("t_end")
@@ -313,39 +314,26 @@ def _backward_ratio(ctx: Context) -> float | None:
         outer_end="b_e",
         same=("b_tid", "tid"),
     ).unique(subset=["tid", "t"])
-    return float(inside.get_column("dur_ns").sum()) / total
-
-
-def _after_backward_ratio(ctx: Context) -> float | None:
-    """Communication kernel time launched once a backward op began in the same step (the
-    whole window where there are no steps), over all of it."""
-    comm = launched(
-        ctx.launches,
-        ["launch_start_ns", "dur_ns"],
-        (pl.col("kind") == "kernel") & (pl.col("kernel_class") == "communication"),
-    )
-    total = int(comm.get_column("dur_ns").sum()) if comm.height else 0
-    if total == 0 or ctx.rows(HOST_OP_KINDS).height == 0:
-        return None
-    bw = ctx.rows(HOST_OP_KINDS, BACKWARD_PATTERN)
-    if bw.height == 0:
-        return 0.0
-    starts = (
-        ctx.steps.get_column("host_start_ns") if ctx.steps.height else pl.Series([], dtype=pl.Int64)
-    )
-    t = comm.select(pl.col("launch_start_ns").alias("t"), "dur_ns").sort("t")
     # the latest backward start and the latest step start before each launch
-    t = t.join_asof(
-        bw.select(pl.col("start_ns").alias("t"), pl.col("start_ns").alias("bw")).sort("t"),
-        on="t",
-        strategy="backward",
+    starts = ctx.steps.get_column("host_start_ns").sort() if ctx.steps.height else None
+    t = (
+        comm.select(pl.col("launch_start_ns").alias("t"), "dur_ns")
+        .sort("t")
+        .join_asof(
+            bw.select(pl.col("start_ns").alias("t"), pl.col("start_ns").alias("bw")).sort("t"),
+            on="t",
+            strategy="backward",
+        )
     )
-    step = pl.DataFrame({"t": starts.sort(), "step_start": starts.sort()})
-    t = t.join_asof(step, on="t", strategy="backward")
-    after = pl.col("bw").is_not_null() & (
-        pl.col("step_start").is_null() | (pl.col("bw") >= pl.col("step_start"))
+    after = pl.col("bw").is_not_null()
+    if starts is not None:
+        step = pl.DataFrame({"t": starts, "step_start": starts})
+        t = t.join_asof(step, on="t", strategy="backward")
+        after &= pl.col("step_start").is_null() | (pl.col("bw") >= pl.col("step_start"))
+    return (
+        float(inside.get_column("dur_ns").sum()) / total,
+        float(t.filter(after).get_column("dur_ns").sum()) / total,
     )
-    return float(t.filter(after).get_column("dur_ns").sum()) / total
 
 
 def _by_kind(comm: pl.DataFrame, compute: pl.DataFrame) -> dict[str, dict[str, int]]:

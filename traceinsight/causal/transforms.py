@@ -379,16 +379,23 @@ def _in_launch_order(h: pl.DataFrame, g: pl.DataFrame, captured: pl.Series) -> p
     )
 
 
-def _drop_host(h: pl.DataFrame, gap_col: str, in_col: str) -> pl.DataFrame:
-    """Host work in the ranges gone: the gap's share of them and the calls inside them; the
-    gap's other parts no longer than what is left of it (a later transform, a larger batch,
-    scales them)."""
+def _drop_gap(h: pl.DataFrame, gap_col: str) -> list[pl.Expr]:
+    """The gap's ``gap_col`` part gone: the gap less it, the column zeroed and the gap's other
+    parts no longer than what is left of it (a later transform, a larger batch, scales them)."""
     left = (pl.col("gap_ns") - pl.col(gap_col)).clip(0)
     others = [c for c in SUBGAPS if c in h.columns and c != gap_col]
-    return h.with_columns(
+    return [
         left.alias("gap_ns"),
         pl.lit(0, h.schema[gap_col]).alias(gap_col),
         *(pl.min_horizontal(c, left).alias(c) for c in others),
+    ]
+
+
+def _drop_host(h: pl.DataFrame, gap_col: str, in_col: str) -> pl.DataFrame:
+    """Host work in the ranges gone: the gap's share of them (:func:`_drop_gap`) and the calls
+    inside them."""
+    return h.with_columns(
+        *_drop_gap(h, gap_col),
         pl.when(pl.col(in_col)).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
         pl.when(pl.col(in_col))
         .then(pl.lit(WAIT_NONE, pl.Int8))
@@ -405,15 +412,7 @@ def inputs_on_device(model: StepModel) -> StepModel | None:
     h = model.host
     if not h.select((pl.col("gap_host_input_ns") > 0).any()).item():
         return None
-    others = [c for c in SUBGAPS if c in h.columns and c != "gap_host_input_ns"]
-    left = (pl.col("gap_ns") - pl.col("gap_host_input_ns")).clip(0)
-    return model.with_host(
-        h.with_columns(
-            left.alias("gap_ns"),
-            pl.lit(0, h.schema["gap_host_input_ns"]).alias("gap_host_input_ns"),
-            *(pl.min_horizontal(c, left).alias(c) for c in others),
-        )
-    )
+    return model.with_host(h.with_columns(_drop_gap(h, "gap_host_input_ns")))
 
 
 def fused_optimizer(model: StepModel) -> StepModel | None:
@@ -617,12 +616,12 @@ def no_empty_cache(model: StepModel) -> StepModel | None:
 def comm_overlapped(model: StepModel) -> StepModel | None:
     """Side-stream work overlapped with compute (DDP buckets, FSDP prefetch, a copy stream):
     on every stream but the compute one that communicates or copies, the delays no edge
-    explains go, so the work starts
-    when launched (work queued before the window at the window's start). Where the compute
-    stream waited for side work (``after_op``), it still waits, but only for what the compute
-    since its previous such wait could not hide: an overlap saves at most the compute time it
-    hides behind. Assumes the engines do not slow each other down (measured on the H200 comm
-    pair: 10.71 ms overlapped against 10.46 ms of compute alone)."""
+    explains go, so the work starts when launched (work queued before the window at the
+    window's start). Where the compute stream waited for side work (``after_op``), it still
+    waits, but only for what the compute since its previous such wait could not hide: an
+    overlap saves at most the compute time it hides behind. Assumes the engines do not slow
+    each other down (measured on the H200 comm pair: 10.71 ms overlapped against 10.46 ms of
+    compute alone)."""
     g = model.gpu
     if g.get_column("chain").n_unique() < 2:
         return None

@@ -2270,17 +2270,16 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     if idle.gpu_busy_ratio is None:
         return None
     on_device = _inputs_on_device(x)
-    if idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"] and on_device is None:
-        # (busy enough, unless the host makes the step's tensors on the CPU and making them on
-        # the GPU is a lever: audit 20, a T4 loop 61.9% busy whose torch.randn took 9.7 ms a step)
-        return None
     unprofiled_busy = unprofiled_busy_ratio(x.r)
-    busy_unprofiled = (
+    # busy enough as profiled, or as it runs where only the profiler's own host cost starved
+    # the GPU (nanoGPT under CUDA graphs: 28% busy profiled, 89% of its 6.52 ms un-profiled
+    # step); raised then only where the host makes the step's tensors on the CPU and making
+    # them on the GPU is a lever (audit 20: a T4 loop 61.9% busy, torch.randn 9.7 ms a step)
+    profiled_busy = idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"]
+    busy = profiled_busy or (
         unprofiled_busy is not None and unprofiled_busy >= x.t["underutilized_busy_ratio"]
     )
-    if busy_unprofiled and on_device is None:
-        # the profiler's own host cost starved the GPU: the step as it runs keeps it busy
-        # (nanoGPT under CUDA graphs: 28% busy profiled, 89% of its 6.52 ms un-profiled step)
+    if busy and on_device is None:
         return None
     # the idle of every cause whose finding was raised (or is checked later) is explained
     raised = {f.id for f in x.found}
@@ -2340,13 +2339,9 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # the host made the step's tensors on the CPU: a larger batch grows that work with
         # the GPU's (audit 18: torch.randn on the CPU, 88% of a step, then .cuda())
         advice = HOST_INPUT_ADVICE.format(op=named.group(1))
-    elif idle.gpu_busy_ratio >= x.t["underutilized_busy_ratio"] or busy_unprofiled:
+    elif busy:
         return None  # raised for the tensors made on the host, which are not what idles it
-    busy_words = (
-        f"GPU busy only {fmt_pct(idle.gpu_busy_ratio)}"
-        if idle.gpu_busy_ratio < x.t["underutilized_busy_ratio"]
-        else f"GPU busy {fmt_pct(idle.gpu_busy_ratio)}"
-    )
+    busy_words = f"GPU busy {'' if profiled_busy else 'only '}{fmt_pct(idle.gpu_busy_ratio)}"
     return Draft(
         rest,
         f"{busy_words}; {fmt_ms(rest)} of its {fmt_ms(idle.idle_ns)} idle "

@@ -182,14 +182,17 @@ def _from_table(analysis: TraceAnalysis, write: Callable[[bytes], Any]) -> int:
     ]
     # kernels with a launch configuration (an nsys export's grid, block, registers and shared
     # memory) carry it as Kineto's kernel args do, so occupancy reads back the same
-    configured = _kernel_configs(analysis, ev.with_row_index("_row"))
-    rest = ev
+    indexed = ev.with_row_index("_row")
+    configured = _kernel_configs(analysis, indexed)
+    rows = [ev.select(*head, pl.struct(*args).alias("args"))]
     if configured is not None:
         done = configured.get_column("_row").implode()
-        rest = ev.with_row_index("_row").filter(~pl.col("_row").is_in(done))
-    rows = [rest.select(*head, pl.struct(*args).alias("args"))]
-    if configured is not None:
-        rows.append(configured.select(*head, pl.struct(*args, *KERNEL_CONFIG_ARGS).alias("args")))
+        rows = [
+            indexed.filter(~pl.col("_row").is_in(done)).select(
+                *head, pl.struct(*args).alias("args")
+            ),
+            configured.select(*head, pl.struct(*args, *KERNEL_CONFIG_ARGS).alias("args")),
+        ]
     write(b'{"traceEvents": [\n')
     first = True
     for part in (p for r in rows for p in r.iter_slices(200_000)):

@@ -329,10 +329,15 @@ def plural(n: float, noun: str, many: str | None = None) -> str:
     return f"{text} {noun if text in ('1', '-1') else many or noun + 's'}"
 
 
+def _rounds_to_zero(number: str) -> bool:
+    """Whether a formatted number shows no nonzero digit ("-0.0", "0 ns")."""
+    return not any(c in "123456789" for c in number)
+
+
 def unsigned_zero(text: str) -> str:
     """A formatted number that rounds to zero without its minus sign (audit 19: "-0.0" read as
     a loss): "-0.0%" is "0.0%", "-0 ns" "0 ns"; any other text as it is."""
-    if text.startswith("-") and not any(c in "123456789" for c in text.split(" ")[0]):
+    if text.startswith("-") and _rounds_to_zero(text.split(" ")[0]):
         return text[1:]
     return text
 
@@ -357,8 +362,7 @@ def fmt_signed_ns(ns: float | int | None) -> str:
     if ns is None:
         return "n/a"
     text = fmt_ns(ns)
-    rounds_to_zero = not any(c in "123456789" for c in text)
-    return "+" + text if ns > 0 and not rounds_to_zero else text
+    return "+" + text if ns > 0 and not _rounds_to_zero(text) else text
 
 
 def fmt_signed(x: float, digits: int = 1) -> str:
