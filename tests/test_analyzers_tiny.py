@@ -474,8 +474,12 @@ def test_pageable_copies_both_ways_name_each_direction_in_the_title():
     # each direction a large part of it: the title names both (audit 14)
     assert f.title.startswith("Copies to and from pageable memory block the host")
     assert f.title.endswith(
-        "0.24 ms blocked beyond waiting for earlier GPU work (0.14 ms device-to-host, 0.10 ms host-to-device)"
+        "0.24 ms blocked beyond waiting for earlier GPU work (0.14 ms device-to-host, 0.10 ms "
+        "host-to-device); from pinned memory they would still take 0.09 ms (25 GB/s)"
     )
+    # pinned, each MiB still crosses the link: 1,048,576 B at 25 B/ns (no spec: PCIe 4.0's)
+    # plus 1 us, twice (audit 21)
+    assert f.evidence["pageable_copy_pinned_ns"] == 2 * (1_048_576 // 25 + 1_000)
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ from traceinsight.jobs import analyze_job
 from traceinsight.model.devices import _table, lookup
 from traceinsight.model.schema import DeviceInfo, Trace
 from traceinsight.report.format import (
+    a_times,
     fmt_ms,
     fmt_ns,
     fmt_num,
@@ -359,3 +360,36 @@ def test_reference_rate_column_has_its_unit(h200_doc: dict[str, Any]) -> None:
     assert ">reference TFLOP/s</th>" in table and ">aligned similar</th>" not in table
     text = _text(table)
     assert "133 (roofline)" in text and "300 (aligned similar)" in text
+
+
+def test_title_durations_read_in_seconds_from_one_second() -> None:
+    """Audit 17 D8: a title read "7345.86 ms idle in DataLoader.__next__" where the header of
+    the same report said "dataloader 7.35 s"."""
+    assert fmt_ms(7_345_860_000) == "7.35 s"
+    assert fmt_ms(999_994_999) == "999.99 ms"
+    assert fmt_ms(1_000_000_000) == "1.00 s" and fmt_ms(-2_500_000_000) == "-2.50 s"
+
+
+def test_the_article_follows_the_number() -> None:
+    assert [a_times(k) for k in (2, 4, 8, 11, 16, 18, 64, 80)] == [
+        "a 2x",
+        "a 4x",
+        "an 8x",
+        "an 11x",
+        "a 16x",
+        "an 18x",
+        "a 64x",
+        "an 80x",
+    ]
+
+
+def test_memory_titles_use_the_reports_bytes() -> None:
+    """Audit 19: memory_headroom's "a 8x batch fits (about 541 MiB)" beside the memory
+    section's decimal "GB"/"MB". The predicted peak is the base allocation plus eight steps'
+    activations: 285,391,872 + 8 x 35,183,616 = 566,860,800 B, "566.9 MB"."""
+    doc = traceinsight.analyze(H200 / "memory" / "mem_small_batch.pt.trace.json.xz").to_json()
+    (f,) = [f for f in doc["findings"] if f["id"] == "memory_headroom"]
+    ev = f["evidence"]
+    assert ev["base_allocated_bytes"] + 8 * ev["activation_bytes_per_step"] == 566_860_800
+    assert ev["predicted_peak_allocated_bytes"] == 566_860_800
+    assert "an 8x batch fits (about 566.9 MB)" in f["title"] and "MiB" not in f["title"]

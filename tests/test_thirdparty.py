@@ -852,7 +852,8 @@ def test_host_thread_contention_on_a_warm_inductor_cache() -> None:
     measured 34-41x of OMP_NUM_THREADS=1 / TORCHINDUCTOR_COMPILE_THREADS=1: the step after it
     is the rest of the profiled step less the profiler's cost the estimate takes out, and the
     profiled after (OMP_NUM_THREADS=1) shows the same over-estimate: its own un-profiled
-    estimate 15.9 ms against 10.2 ms measured in its process (test_unprofiled_step_estimate)."""
+    estimate 14.0 ms against 10.2 ms measured in its process (test_unprofiled_step_estimate;
+    15.9 ms before its CUDA graph launches were priced at their un-profiled cost)."""
     name = "lightning.compile_ro_warm.after.pt.trace.json.xz"
     ev = [e for e in raw_events(name) if e.get("ph") == "X"]
     stacks = [e for e in ev if e["name"] == "aten::stack" and e["dur"] > 1000]
@@ -878,7 +879,7 @@ def test_host_thread_contention_on_a_warm_inductor_cache() -> None:
     after_est = fixed.results.replay.unprofiled_step_ns
     assert f.what_if.step_time_after_ns == pytest.approx(after_est, rel=TOLERANCE)
     own = truth["runs"]["warm_omp_1_profiled"]["call11.N2"]["step_ms_window_mean"]
-    assert after_est / 1e6 > 1.4 * own
+    assert after_est / 1e6 > 1.3 * own
     # the fixed cause gone in the profiled after; none on the loop's eager trace
     assert "host_thread_contention" not in [x.id for x in fixed.findings]
     assert fixed.results.host_ops.contended == ()

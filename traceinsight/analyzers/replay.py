@@ -35,7 +35,7 @@ from traceinsight.causal.graph import (
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, HOST_OP_KINDS
-from traceinsight.model.devices import spec_of, tensor_time_ratio
+from traceinsight.model.devices import host_links, spec_of, tensor_time_ratio
 
 EMPTY_CACHE_PATTERN = r"empty_cache"
 # Host time the profiler adds per event it records (op, annotation, Python frame, runtime
@@ -533,9 +533,5 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             for d in ctx.device_info
             if (spec := spec_of(d)) is not None and spec.memory_bandwidth_bytes_per_s
         },
-        host_links={
-            d.id: spec.host_link_bytes_per_s
-            for d in ctx.device_info
-            if (spec := spec_of(d)) is not None and spec.host_link_bytes_per_s
-        },
+        host_links=host_links(ctx.device_info),
     )

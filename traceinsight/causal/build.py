@@ -759,7 +759,7 @@ def _flags(
         },
     )
     gpu = gpu.join(ratios, on="device", how="left", maintain_order="left")
-    gpu = gpu.with_columns(_pinned_rate(src, gpu).alias("pinned_bytes_per_ns"))
+    gpu = gpu.with_columns(pinned_rate(gpu, src.host_links).alias("pinned_bytes_per_ns"))
     first, align = _math_ops(src, host, gpu)
     return host, gpu.with_columns(
         _capture_extra(src, gpu, bound).alias("capture_extra_kernels"),
@@ -776,10 +776,14 @@ PINNED_RATE_MIN_BYTES = 1 << 20
 PINNED_RATE_MIN_COPIES = 3
 # the rate where neither the trace nor the spec table tells it: PCIe 4.0's
 PINNED_RATE_DEFAULT_BYTES_PER_NS = 25.0
+# a pinned copy's fixed cost beside its bytes at the link's rate
+PINNED_LATENCY_NS = 1_000
 
 
-def _pinned_rate(src: ModelInputs, gpu: pl.DataFrame) -> pl.Series:
-    """Per GPU op: the rate (bytes/ns) a pinned host-to-device copy runs at on its device: the
+def pinned_rate(gpu: pl.DataFrame, links: Mapping[int, float]) -> pl.Series:
+    """Per GPU op (``gpu``: device, kind, copy_kind, src_kind, bytes, dur_ns; ``links``: the
+    spec table's host link per device, bytes/s): the rate (bytes/ns) a pinned host-to-device
+    copy runs at on its device: the
     median of the trace's own pinned uploads of a MiB or more where it holds
     :data:`PINNED_RATE_MIN_COPIES` (this host's link, measured), else the device's host link
     from the spec table, else PCIe 4.0's (audit 14: every GPU at the H200's 50 GB/s priced an
@@ -801,7 +805,7 @@ def _pinned_rate(src: ModelInputs, gpu: pl.DataFrame) -> pl.Series:
         .select("device", "_own")
     )
     table = pl.DataFrame(
-        {"device": list(src.host_links), "_spec": [v / 1e9 for v in src.host_links.values()]},
+        {"device": list(links), "_spec": [v / 1e9 for v in links.values()]},
         schema={"device": gpu.schema["device"], "_spec": pl.Float64},
     )
     return (

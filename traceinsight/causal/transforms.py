@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from traceinsight.causal.build import PINNED_LATENCY_NS
 from traceinsight.causal.columns import SUBGAPS, TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
@@ -36,6 +37,12 @@ GRAPH_LAUNCH_NS = 10_000  # one cudaGraphLaunch per step
 # optimizer, 507 nodes), ~0.4 us (a chain of tiny kernels; benchmarks/graph_step_cost.py and
 # graph_replay_cost.py)
 GRAPH_GAP_NS = 400
+# A recorded CUDA graph launch un-profiled: the replay() call took 2.9-29.2 us for graphs of
+# 50-3,000 nodes (benchmarks/graph_replay_cost.py, H200), where profiled calls of RAFT's
+# reduce-overhead graphs took 1.9-8.1 ms and its graphs' first kernels started 0.7 ms after
+# the call began: CUPTI's per-node work, done only under the profiler.
+GRAPH_LAUNCH_UNPROFILED_MAX_NS = 30_000
+GRAPH_LAUNCH_CALL = r"^(cuda|hip|cu)GraphLaunch"
 # A GPU op that started this long after everything the model knows let it start waited for
 # something the trace does not hold (an event another process or an untraced stream records):
 # a graph replays that wait too. The device's own gaps between queued kernels are microseconds;
@@ -198,7 +205,7 @@ def _pinned(model: StepModel, which_copies: pl.Expr) -> StepModel | None:
             pl.min_horizontal(
                 "dur_ns",
                 (pl.col("bytes").fill_null(0) / pl.col("pinned_bytes_per_ns")).cast(pl.Int64)
-                + 1_000,
+                + PINNED_LATENCY_NS,
             )
         )
         .otherwise(pl.col("dur_ns"))
@@ -950,7 +957,36 @@ def without_profiler(model: StepModel, ns_per_event: float) -> StepModel:
         (pl.col("gap_ns") - (free * pl.col("_share"))).cast(pl.Int64).alias("gap_ns"),
         *((pl.col(c) * cut).cast(pl.Int64).alias(c) for c in SUBGAPS if c != loader),
     )
-    return model.with_host(_compiled_launches_capped(h.drop("_short", "_share")))
+    return _graph_launches_unprofiled(
+        model.with_host(_compiled_launches_capped(h.drop("_short", "_share")))
+    )
+
+
+def _graph_launches_unprofiled(model: StepModel) -> StepModel:
+    """Recorded CUDA graph launches at their un-profiled cost: each call at most
+    :data:`GRAPH_LAUNCH_UNPROFILED_MAX_NS`, and each graph's first kernel on a stream no later
+    after the call than a replayed node after the previous one (:data:`GRAPH_GAP_NS`)."""
+    h, g = model.host, model.gpu
+    graph = pl.col("name").str.contains(GRAPH_LAUNCH_CALL)
+    if not h.select(graph.any()).item():
+        return model
+    rows = h.select(graph.arg_true()).to_series().implode()
+    h = h.with_columns(
+        pl.when(graph)
+        .then(pl.min_horizontal("dur_ns", pl.lit(GRAPH_LAUNCH_UNPROFILED_MAX_NS)))
+        .otherwise(pl.col("dur_ns"))
+        .alias("dur_ns")
+    )
+    first = pl.col("launch").is_in(rows) & (
+        pl.col("launch") != pl.col("launch").shift(1).over("chain")
+    ).fill_null(True)
+    g = g.with_columns(
+        pl.when(first)
+        .then(pl.min_horizontal("gap_ns", pl.lit(GRAPH_GAP_NS)))
+        .otherwise(pl.col("gap_ns"))
+        .alias("gap_ns")
+    )
+    return model.with_host(h).with_gpu(g)
 
 
 def _compiled_launches_capped(h: pl.DataFrame) -> pl.DataFrame:

@@ -12,7 +12,7 @@ from traceinsight.causal import transforms as whatif
 from traceinsight.causal.whatif import WhatIf, power_of_two_at_most
 from traceinsight.findings.model import Advice, Draft
 from traceinsight.findings.rules import RuleInput, rule
-from traceinsight.report.format import fmt_ms, fmt_num, fmt_pct, plural
+from traceinsight.report.format import a_times, fmt_bytes, fmt_ms, fmt_num, fmt_pct, plural
 
 # Host-bound idle causes: the GPU waits for the host to launch work, not for data or peers.
 HOST_BOUND_CAUSES = ("launch_overhead", "cpu_work")
@@ -20,8 +20,10 @@ HOST_BOUND_CAUSES = ("launch_overhead", "cpu_work")
 ACTIVATION_CATEGORIES = ("activation", "temporary", "autograd_detail")
 
 
-def _mib(n: float | None) -> str:
-    return "?" if n is None else f"{n / 2**20:,.0f} MiB"
+def _bytes(n: float | None) -> str:
+    """Bytes as the reports write them (decimal GB/MB): a title's "about 6,135 MiB" stood
+    beside the memory section's "6.4 GB" (audit 19)."""
+    return "?" if n is None else fmt_bytes(int(n))
 
 
 def _worst(x: RuleInput, key: str) -> DeviceMemory | None:
@@ -124,7 +126,7 @@ def memory_growth(x: RuleInput) -> Draft | None:
     top = d.never_freed[0] if d.never_freed else None
     return Draft(
         ratio * x.window_ns,
-        f"Allocated memory grows {_mib(d.growth_bytes_per_step)} per step on GPU {d.device}"
+        f"Allocated memory grows {_bytes(d.growth_bytes_per_step)} per step on GPU {d.device}"
         + (f" (device full in {plural(until, 'step')})" if until is not None else "")
         + (f"; never freed: {top.op}" if top else ""),
         {
@@ -175,9 +177,9 @@ def memory_fragmentation(x: RuleInput) -> Draft | None:
         cost,
         # the allocated figure is the one at the reserved peak, not the allocated peak (audit
         # 15: "reserved for at most 1,325 MiB allocated" beside a 1.8 GB peak)
-        f"Fragmented allocator on GPU {d.device}: {_mib(d.peak_reserved_bytes)} reserved while "
-        f"{_mib(d.peak_reserved_bytes * (1 - d.fragmentation_ratio))} was allocated (peak "
-        f"allocated {_mib(d.peak_allocated_bytes)}), and still {fmt_num(allocs)} cudaMalloc per step",
+        f"Fragmented allocator on GPU {d.device}: {_bytes(d.peak_reserved_bytes)} reserved while "
+        f"{_bytes(d.peak_reserved_bytes * (1 - d.fragmentation_ratio))} was allocated (peak "
+        f"allocated {_bytes(d.peak_allocated_bytes)}), and still {fmt_num(allocs)} cudaMalloc per step",
         {
             "device": d.device,
             "fragmentation_ratio": d.fragmentation_ratio,
@@ -416,8 +418,8 @@ def memory_headroom(x: RuleInput) -> Draft | None:
     share, act_bytes, share_source = activation_share(d)
     return Draft(
         cost,
-        f"GPU {fmt_pct(busy)} busy with {fmt_pct(d.headroom_ratio)} of its memory unused: a {m}x batch fits "
-        f"(about {_mib(fits)}) and would raise throughput {gain:.2f}x"
+        f"GPU {fmt_pct(busy)} busy with {fmt_pct(d.headroom_ratio)} of its memory unused: {a_times(m)} batch fits "
+        f"(about {_bytes(fits)}) and would raise throughput {gain:.2f}x"
         # where the GPU's work would fill the step only at a much larger batch, say so: the
         # recommended power of two moves in steps (audit 14: two recordings of one script,
         # saturating at 3.65x and 4.14x, read "2x ... 2.0x" and "4x ... 3.7x")
@@ -553,7 +555,7 @@ def small_batch(x: RuleInput) -> Draft | None:
         return None
     return Draft(
         x.window_ns * max(0.0, 1 - 1 / gain),
-        f"GPU {fmt_pct(busy)} busy while the host bounds the step: a {m}x batch would raise "
+        f"GPU {fmt_pct(busy)} busy while the host bounds the step: {a_times(m)} batch would raise "
         f"throughput {gain:.2f}x per sample if it fits (no memory events: not known)",
         {
             "gpu_busy_ratio": busy,

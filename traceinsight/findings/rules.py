@@ -785,6 +785,11 @@ PART_MIN_RATIO = 0.01
 BOTH_DIRECTIONS_RATIO = 0.25
 
 
+# the pageable copies' time at the pinned rate from this share of the blocked time on: the title
+# says what pinning leaves
+PINNED_STILL_MIN_RATIO = 0.05
+
+
 @rule(
     "pageable_memcpy",
     advice={
@@ -861,11 +866,19 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
             if readback
             else f" ({fmt_ms(htod)} host-to-device, {fmt_ms(dtoh)} device-to-host)"
         )
+    # pinned, the bytes still cross the link: the saving is the copies' time beyond that
+    # (audit 21: 102 GB of offload copies, 26.13 s, priced as if pinned ones took none)
+    pinned = copies.pageable_copy_pinned_ns
+    if copies.pinned_bytes_per_s and pinned >= PINNED_STILL_MIN_RATIO * cost:
+        title += (
+            f"; from pinned memory they would still take {fmt_ms(pinned)} "
+            f"({copies.pinned_bytes_per_s / 1e9:.0f} GB/s)"
+        )
     shared = not readback and "dataloader_stall" in {f.id for f in x.found}
     if shared:
         title += "; the same fix as dataloader_stall's pin_memory=True, not an extra saving"
     return Draft(
-        cost,
+        max(0, cost - pinned),
         title,
         {
             "h2d_bytes": copies.h2d_bytes,
@@ -878,6 +891,9 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
             "top_copies": list(copies.pageable_calls[:5]),
             "blocked_ns_by_kind": dict(copies.host_blocking_copy_ns_by_kind),
             "own_ns_by_kind": dict(by_kind),
+            "pageable_copy_ns": copies.pageable_copy_ns,
+            "pageable_copy_pinned_ns": pinned,
+            "pinned_bytes_per_s": copies.pinned_bytes_per_s,
             "sources": x.sources("blocking_copy"),
             # the loader's fix (pin_memory=True) pins the uploads too: the two savings overlap
             # (audit 15: 14.33 and 12.94 ms a step claimed, 14.33 together)
@@ -1022,7 +1038,9 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
             "The copy engines bound the run: move fewer bytes between host and device. Keep the "
             "data resident on the GPU across iterations (copy it once, not every iteration), "
             "exchange only halos or boundaries, send compact types and convert on the GPU; with "
-            "MPI use CUDA-aware MPI (GPUDirect) so device buffers need no host staging.",
+            "MPI use CUDA-aware MPI (GPUDirect) so device buffers need no host staging. OpenMP "
+            "offload: one `target data` region (or `target enter data`/`exit data`) around the "
+            "loop instead of `map` clauses on each `target`; OpenACC: a `data` region.",
             (
                 "cudaMemcpy(d_field, h_field, bytes, cudaMemcpyHostToDevice);  // once, before the loop\n"
                 "for (int it = 0; it < n; ++it) step<<<g, b>>>(d_field);      // copy back halos or results only"
@@ -1062,20 +1080,38 @@ def copy_bound(x: RuleInput) -> Draft | None:
         or copy < x.t["copy_bound_kernel_factor"] * kern
     ):
         return None
+    window = idle.device_window_ns
+    pinned = ""
     if (copies.h2d_pageable_bytes_ratio or 0) >= x.t["copy_bound_pageable_max_ratio"]:
-        return None
+        # pageable_memcpy names pinning; the copies still bound the run at the pinned rate only
+        # where the bytes themselves are the problem (audit 21: an OpenMP offload mapping two
+        # 512 MB arrays both ways around every kernel, 8.5 s of copies pinned, 1.1 s of kernels)
+        # (pinned copies can run beside kernels: the window after, with the copies' time taken
+        # out serially, is an upper bound, so the copies' share of it a lower bound; h2d_pinned
+        # ran its 67 MB a step beside its 1.2 ms of kernels)
+        shrink = max(0, copies.gpu_pageable_copy_ns - copies.gpu_pageable_copy_pinned_ns)
+        if not copies.pinned_bytes_per_s or shrink >= window:
+            return None
+        copy = max(0.0, copy * window - shrink) / (window - shrink)
+        kern = kern * window / (window - shrink)
+        window -= shrink
+        if copy < x.t["copy_bound_min_ratio"] or copy < x.t["copy_bound_kernel_factor"] * kern:
+            return None
+        pinned = " even from pinned memory"
     # the copy time no kernel runs beside, at least (the unions' difference)
-    exposed = (copy - kern) * idle.device_window_ns
+    exposed = (copy - kern) * window
     if exposed < x.t["copy_bound_min_ns"]:
         return None
     rate = copies.h2d_bytes / (copies.h2d_dur_ns / 1e9) if copies.h2d_dur_ns else None  # B/s
     return Draft(
         exposed,
-        f"Copies bound the run: the copy engines are busy {fmt_pct(copy)} of the window, kernels "
-        f"{fmt_pct(kern)}"
+        f"Copies bound the run{pinned}: the copy engines are busy {fmt_pct(copy)} of the window"
+        f"{' at the pinned rate' if pinned else ''}, kernels {fmt_pct(kern)}"
         + (
             f"; {copies.h2d_bytes / 1e9:.1f} GB host-to-device at {rate / 1e9:.1f} GB/s"
-            if rate
+            if rate and not pinned
+            else f"; {copies.h2d_bytes / 1e9:.1f} GB host-to-device"
+            if pinned
             else ""
         ),
         {
@@ -1085,6 +1121,8 @@ def copy_bound(x: RuleInput) -> Draft | None:
             "h2d_dur_ns": copies.h2d_dur_ns,
             "h2d_bytes_per_s": rate,
             "by_kind": list(copies.by_kind),
+            # from pageable memory: the shares above are at the pinned rate
+            "at_pinned_rate": bool(pinned),
         },
     )
 
@@ -1929,6 +1967,14 @@ def _in_every_outlier(r: Results, per: Sequence[Any], durs: dict[int, int], caus
     ) >= 0.5 * sum(max(0.0, e) for _, e in rise)
 
 
+# cold_start's advice where the window is steady but holds some one-time idle
+ONE_TIME_IN_STEADY_WINDOW = (
+    "Part of this window's idle is one-time cost (a first allocation, a module load, a kernel's "
+    "first launch): later steps do not pay it. The other findings describe the steady loop; "
+    "record after a warm-up to leave these costs out."
+)
+
+
 @rule(
     "cold_start",
     advice={
@@ -1986,7 +2032,13 @@ def cold_start(x: RuleInput) -> Draft | None:
     )
     return Draft(
         cost,
-        f"A cold first pass: {fmt_ms(cost)} of GPU idle is one-time cost ({calls_text})"
+        # a steady window with some one-time idle is no first pass: its other findings stand
+        # (audit 21: "a cold first pass" beside an uncapped HIGH finding)
+        (
+            f"A cold first pass: {fmt_ms(cost)} of GPU idle is one-time cost ({calls_text})"
+            if idle.cold_window
+            else f"One-time costs in the window: {fmt_ms(cost)} of GPU idle ({calls_text})"
+        )
         if cost >= x.t["cold_start_min_ratio"] * x.window_ns
         else f"The window is part of a first pass ({what}): its costs are not all a steady step's",
         {
@@ -1996,6 +2048,7 @@ def cold_start(x: RuleInput) -> Draft | None:
             "warmup_calls": list(calls),
             "top_segments": x.segments("warmup"),
         },
+        None if idle.cold_window else ONE_TIME_IN_STEADY_WINDOW,
     )
 
 

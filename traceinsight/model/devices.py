@@ -142,6 +142,15 @@ def lookup(
     return None
 
 
+def host_links(devices: Any) -> dict[int, float]:
+    """Each known device's host link (bytes/s, pinned host-to-device) from the spec table."""
+    return {
+        d.id: spec.host_link_bytes_per_s
+        for d in devices
+        if (spec := spec_of(d)) is not None and spec.host_link_bytes_per_s
+    }
+
+
 def spec_of(device: Any) -> DeviceSpec | None:
     """The spec of a :class:`~traceinsight.model.schema.DeviceInfo` (None if unknown)."""
     if device is None:

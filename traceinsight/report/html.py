@@ -25,6 +25,7 @@ from traceinsight.report.evidence import (
 )
 from traceinsight.report.format import (
     LOW_END_WORDS,
+    busy_words,
     fmt_bytes,
     fmt_ns,
     fmt_pct,
@@ -104,6 +105,7 @@ def environment() -> jinja2.Environment:
     env.filters.update(
         ns=fmt_ns,
         pct=fmt_pct,
+        busy=busy_words,
         bytes=fmt_bytes,
         sbytes=fmt_signed_bytes,
         sns=fmt_signed_ns,

@@ -14,6 +14,8 @@ from traceinsight.report.evidence import finding_evidence, label, no_prediction,
 from traceinsight.report.format import (
     SELECTED_LISTS,
     SOURCE_NOUNS,
+    a_times,
+    busy_words,
     fmt_bytes,
     fmt_ms,
     fmt_ns,
@@ -65,7 +67,7 @@ def _saving(w: dict[str, Any] | None) -> tuple[str, str, str]:
         # a larger batch's own step, and the time per original batch the saving is of
         k = w["multiplier"]
         step = (
-            f"{fmt_ms(before)} → {fmt_ms(w['batch_step_time_after_ns'])} at a {k}x batch "
+            f"{fmt_ms(before)} → {fmt_ms(w['batch_step_time_after_ns'])} at {a_times(k)} batch "
             f"({fmt_ms(after)} per original batch)"
         )
         return saved_words(w), step, f"{speedup} per sample"
@@ -104,7 +106,7 @@ def _headline(doc: dict[str, Any]) -> list[str]:
     if m.get("gpu_busy_ratio") is not None:
         idle = idle_causes_words(m["idle_by_cause_ns"])
         out.append(
-            f"- **GPU busy**: {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}"
+            f"- **GPU busy**: {busy_words(m)}; idle {fmt_pct(m['gpu_idle_ratio'])}"
             + (f" ({idle})" if idle else "")
         )
     else:

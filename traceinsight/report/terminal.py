@@ -12,6 +12,7 @@ from traceinsight.report.format import (
     LOW_END_WORDS,
     SELECTED_LISTS,
     SOURCE_NOUNS,
+    busy_words,
     combined_fixes_words,
     fmt_bytes,
     fmt_devices,
@@ -73,7 +74,7 @@ def render_summary(
     if m.get("gpu_busy_ratio") is not None:
         idle_txt = idle_causes_words(m["idle_by_cause_ns"])
         lines.append(
-            f"  GPU busy  {fmt_pct(m['gpu_busy_ratio'])}; idle {fmt_pct(m['gpu_idle_ratio'])}"
+            f"  GPU busy  {busy_words(m)}; idle {fmt_pct(m['gpu_idle_ratio'])}"
             + (f": {idle_txt}" if idle_txt else "")
         )
     else:

@@ -1,0 +1,96 @@
+"""Audit 21's defects, on traces built to the pattern the public traces showed (the traces'
+repositories carry no licence, so they are not fixtures).
+
+D1: an OpenMP target-offload program (nsys, Tesla T4) mapped two 512 MB arrays to the device and
+back around each of its 50 kernels: 200 pageable copies, 95.8% of the window, kernels 3.9%. It
+read "GPU busy 99.7%", and pageable_memcpy priced pinning at the copies' whole 26.13 s, as if
+pinned copies took no time; the lever that remains at the pinned rate (keep the data on the
+device) went unnamed because the copies were pageable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from traceinsight.api import analyze_trace
+from traceinsight.model.schema import DeviceInfo
+from traceinsight.report.terminal import render_summary
+
+from .builder import Events
+
+T4 = DeviceInfo(0, "Tesla T4", 40, 15637086208, "7.5")
+ITERATIONS = 10
+COPY_BYTES = 12_000_000  # 3 ms each way at 4 GB/s as recorded; 1 ms at the T4's 12 GB/s pinned
+COPY_US, KERNEL_US, PERIOD_US = 3000, 200, 7000
+
+
+def _offload(copy_bytes: int = COPY_BYTES, copy_us: float = COPY_US) -> Any:
+    """Each iteration: a blocking pageable upload, one kernel, a blocking pageable read-back
+    (the offload runtime's copies around each `target` region), then 0.77 ms of host work."""
+    e = Events()
+    for i in range(ITERATIONS):
+        t = i * PERIOD_US
+        e.memcpy("HtoD", t + 5, copy_us, nbytes=copy_bytes, src="pageable", dst="device")
+        e.runtime("cudaMemcpy", t, copy_us + 10, correlation=e._corr)
+        e.kernel("solve_kernel", t + 3020, KERNEL_US, launch_us=t + 3012)
+        e.memcpy("DtoH", t + 3225, copy_us, nbytes=copy_bytes, src="device", dst="pageable")
+        e.runtime("cudaMemcpy", t + 3018, copy_us + 210, correlation=e._corr)
+    trace = e.trace("offload")
+    trace.meta.devices = [T4]
+    return trace
+
+
+@pytest.fixture(scope="module")
+def offload() -> Any:
+    return analyze_trace(_offload())
+
+
+def test_the_busy_figure_splits_kernels_and_copies(offload: Any) -> None:
+    """Window: the first copy's start (5 us) to the last read-back's end (63,000 + 3,225 +
+    3,000 us): 69,220 us. Kernels 10 x 200 us = 2.9%, copies 20 x 3,000 us = 86.7%, busy
+    62,000 us = 89.6%."""
+    doc = offload.to_json()
+    m = doc["metrics"]
+    assert m["window_ns"] == 69_220_000
+    assert m["kernel_busy_ratio"] == pytest.approx(2_000 / 69_220)
+    assert m["copy_busy_ratio"] == pytest.approx(60_000 / 69_220)
+    assert "GPU busy  89.6% (kernels 2.9%, copies 86.7%)" in render_summary(doc)
+
+
+def test_pinning_is_priced_net_of_the_copies_at_the_pinned_rate(offload: Any) -> None:
+    """Pinned, each 12 MB copy takes 12e6 B / 12 B/ns + 1 us = 1,001,000 ns (the T4's PCIe 3.0
+    x16 link, the replay's transform's price). 19 copies count: the first upload's call began
+    before the GPU span the window covers. Their recorded time is 19 x 3 ms."""
+    (f,) = [f for f in offload.findings if f.id == "pageable_memcpy"]
+    ev = f.evidence
+    assert ev["pageable_copy_ns"] == 19 * 3_000_000
+    assert ev["pageable_copy_pinned_ns"] == 19 * 1_001_000
+    assert ev["pinned_bytes_per_s"] == 12e9
+    blocked = max(
+        ev["host_blocking_copy_own_ns"],
+        offload.results.idle.idle_by_cause_ns.get("pageable_copy", 0),
+    )
+    assert f.cost_ns == blocked - 19 * 1_001_000
+    assert "from pinned memory they would still take 19.02 ms (12 GB/s)" in f.title
+
+
+def test_copies_that_bound_the_run_when_pinned_are_named(offload: Any) -> None:
+    """All 20 copies on the GPU count here (the copy engines hold them whenever their calls
+    began): at the pinned rate they shrink by 20 x 1,999,000 ns = 39.98 ms, so copies (60 -
+    39.98) ms of a (69.22 - 39.98) ms window = 68.5%, kernels 2 ms = 6.8%: still copy-bound
+    (over half the window, over twice the kernels), exposed (20.02 - 2) ms."""
+    (f,) = [f for f in offload.findings if f.id == "copy_bound"]
+    shrink = 20 * 1_999_000
+    assert f.evidence["at_pinned_rate"] is True
+    assert f.cost_ns == pytest.approx((60_000_000 - shrink) - 2_000_000, rel=1e-9)
+    assert "Copies bound the run even from pinned memory" in f.title
+    assert "busy 68.5% of the window at the pinned rate, kernels 6.8%" in f.title
+
+
+def test_small_pageable_uploads_beside_kernels_are_not_copy_bound() -> None:
+    """The same loop with 100x fewer bytes: pinning leaves 30 us a copy beside 200 us kernels,
+    no copy-bound run."""
+    a = analyze_trace(_offload(copy_bytes=120_000, copy_us=30))
+    assert "copy_bound" not in {f.id for f in a.findings}
