@@ -94,3 +94,50 @@ def test_small_pageable_uploads_beside_kernels_are_not_copy_bound() -> None:
     no copy-bound run."""
     a = analyze_trace(_offload(copy_bytes=120_000, copy_us=30))
     assert "copy_bound" not in {f.id for f in a.findings}
+
+
+def test_layout_transposes_are_not_matrix_math() -> None:
+    """Audit 21 D3: fp32_compute's shares counted cuDNN's layout transposes in their
+    denominator ("TF32 and fp32: 71.2% and 10.5%", 18.3% unexplained). Here 600 us of a TF32
+    convolution, 200 us of an fp32 one and 200 us of transposes: 75% and 25%."""
+    e = Events()
+    e.step(1, 0, 2000)
+    names = [
+        ("sm86_xmma_fprop_implicit_gemm_tf32f32_tf32f32_f32_nhwckrsc_nhwc_tilesize128x64x32", 600),
+        (
+            "void implicit_convolve_sgemm<float, float, 1024, 5, 5, 3, 3, 3, 1, false, false, true>"
+            "(int, int, int, float const*, int, float*)",
+            200,
+        ),
+        (
+            "void cudnn::ops::nchwToNhwcKernel<float, float, float, false, true, "
+            "(cudnnKernelDataType_t)2>(cudnn::ops::nchw2nhwc_params_t<float>, float const*)",
+            100,
+        ),
+        (
+            "void cudnn::ops::nhwcToNchwKernel<float, float, float, true, false, "
+            "(cudnnKernelDataType_t)0>(cudnn::ops::nhwc2nchw_params_t<float>, float const*)",
+            100,
+        ),
+    ]
+    t = 10
+    for name, dur in names:
+        e.kernel(name, t, dur, launch_us=t - 5)
+        t += dur + 10
+    k = analyze_trace(e.trace()).results.kernels
+    assert k.math_ns == 800_000
+    assert k.tf32_gemm_time_ratio == pytest.approx(0.75)
+    assert k.fp32_gemm_time_ratio == pytest.approx(0.25)
+
+
+def test_the_format_era_from_the_categories() -> None:
+    """Audit 21 D4: cpu_op beside Kernel/Runtime (a Kineto between the two namings; the trace
+    held aten::_reshape_alias, torch 1.11 on) read "legacy categories (<= torch 1.9)"."""
+    from traceinsight.parsers.kineto import _era
+
+    mixed = _era({"schemaVersion": 1}, {"cpu_op", "Kernel", "Runtime"}, False, False, "")
+    assert "transitional" in mixed and "<= torch 1.9" not in mixed
+    old = _era({"schemaVersion": 1}, {"Operator", "Kernel", "Runtime"}, False, False, "")
+    assert "legacy categories (<= torch 1.9)" in old
+    new = _era({"schemaVersion": 1}, {"cpu_op", "kernel", "cuda_runtime"}, False, False, "")
+    assert "legacy" not in new and "transitional" not in new
