@@ -141,3 +141,46 @@ def test_the_format_era_from_the_categories() -> None:
     assert "legacy categories (<= torch 1.9)" in old
     new = _era({"schemaVersion": 1}, {"cpu_op", "kernel", "cuda_runtime"}, False, False, "")
     assert "legacy" not in new and "transitional" not in new
+
+
+LOADER = "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__"
+
+
+def _loader_loop(first_us: float) -> Any:
+    """A kernel, then five loader calls each followed by a kernel: the first call ``first_us``
+    long (the GPU idle from 10 us to first_us + 30), the others 300, 200, 250 and 300 us, each
+    inside a gap 20 us longer."""
+    e = Events()
+    e.kernel("k0", 0, 10, launch_us=0)
+    t = 20.0
+    for dur in (first_us, 300, 200, 250, 300):
+        e.op(LOADER, t, dur)
+        launch = t + dur + 5
+        e.op("aten::add", launch - 1, 4)  # a torch op launching it: a PyTorch trace
+        e.kernel("k", launch + 5, 100, launch_us=launch)
+        t = launch + 5 + 100 + 10
+    return analyze_trace(e.trace())
+
+
+def test_the_workers_start_is_not_the_steady_loader_stall() -> None:
+    """Audit 17 D8b: a cold ResNet's "7345.86 ms idle in DataLoader.__next__" held the first
+    batch's 2.25 s (its __next__ 1,938.9 ms, the others 0.1-747.6 ms), and the "why" line was that
+    gap. Here the first call is 2,000 us against at most 300 for the others (over twice): its gap
+    (10 -> 2,030 us) is the workers' start, 2,020 us; the steady stall is the other four gaps,
+    320 + 220 + 270 + 320 = 1,130 us."""
+    a = _loader_loop(2000)
+    assert a.results.idle.idle_by_cause_ns["dataloader"] == 3_150_000
+    assert a.results.idle.dataloader_first_batch_idle_ns == 2_020_000
+    (f,) = [f for f in a.findings if f.id == "dataloader_stall"]
+    assert f.evidence["first_batch_idle_ns"] == 2_020_000
+    assert "1.13 ms idle in DataLoader.__next__" in f.title
+    assert "besides, 2.02 ms for the first batch while the workers started" in f.title
+    assert "at 0.00 ms" not in f.evidence["causal_chain"]
+
+
+def test_a_first_call_like_the_others_is_no_start() -> None:
+    """500 us against the others' longest 300: under twice, so the stall is all five gaps."""
+    a = _loader_loop(500)
+    assert a.results.idle.dataloader_first_batch_idle_ns == 0
+    (f,) = [f for f in a.findings if f.id == "dataloader_stall"]
+    assert "first batch" not in f.title

@@ -175,6 +175,10 @@ class IdleResult:
     # to the cause covering most of it, so a loader wait inside a longer gap of other host work
     # counts there (the 2021 ResNet sample: 2.8 ms a step inside the loader, 0.02 ms attributed)
     dataloader_idle_ns: int = 0
+    # the GPU idle (cause dataloader) of the gaps around the window's first loader call where
+    # that call is the iterator's first batch, the workers starting (first_batch_start_ns)
+    dataloader_first_batch_idle_ns: int = 0
+    dataloader_first_batch_start_ns: int | None = None
     # the most streams any device's work ran on in the window (0: unknown) and the calls that
     # made a stream wait on an event: on one stream without them no work waits on another's,
     # so gpu_wait there is the device's own gap between queued work
@@ -540,11 +544,54 @@ def analyze_idle(ctx: Context) -> IdleResult:
         warmup_call_count=once.height,
         cold_window=cold,
         dataloader_idle_ns=in_loader,
+        **_first_batch(ctx, gaps),
         max_streams_per_device=_max_streams(ctx),
         stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
         cpu_work_between_launches_ns=_between_launches(ctx, gaps, "cpu_work"),
         host_sync_after_return_ns=_after_return(gaps),
     )
+
+
+# The window's first loader call is the iterator's first batch, its workers starting (processes
+# spawned, the dataset sent to each), where it took this many times the longest of the window's
+# other loader calls, of which there are at least FIRST_BATCH_MIN_CALLS (audit 17: a cold
+# ResNet's first __next__ 1,938.9 ms, the others 0.1-747.6 ms): a one-time cost per iterator.
+FIRST_BATCH_FACTOR = 2.0
+FIRST_BATCH_MIN_CALLS = 3
+
+
+def _first_batch(ctx: Context, gaps: pl.DataFrame) -> dict[str, Any]:
+    """The dataloader idle of the gaps overlapping the window's first loader call where that
+    call is the workers' start (:data:`FIRST_BATCH_FACTOR`); its start."""
+    calls = (
+        ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN, columns=("start_ns", "end_ns", "tid"))
+        .filter((pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns))
+        .sort("start_ns")
+    )
+    if calls.height <= FIRST_BATCH_MIN_CALLS or "cause" not in gaps.columns:
+        return {}
+    first = calls.row(0, named=True)
+    # the first call's thread, its outermost calls (a range nested in another is the same call)
+    rest = calls.slice(1).filter(
+        (pl.col("tid") == first["tid"]) & (pl.col("start_ns") >= first["end_ns"])
+    )
+    dur = pl.col("end_ns") - pl.col("start_ns")
+    longest = rest.select(dur.max()).item()
+    if rest.height < FIRST_BATCH_MIN_CALLS or (
+        first["end_ns"] - first["start_ns"] < FIRST_BATCH_FACTOR * (longest or 0)
+    ):
+        return {}
+    idle = gaps.filter(
+        (pl.col("cause") == "dataloader")
+        & (pl.col("end_ns") > first["start_ns"])
+        & (pl.col("start_ns") < first["end_ns"])
+    ).select(dur.sum()).item()
+    if not idle:
+        return {}
+    return {
+        "dataloader_first_batch_idle_ns": int(idle),
+        "dataloader_first_batch_start_ns": int(first["start_ns"]),
+    }
 
 
 def _after_return(gaps: pl.DataFrame) -> int:

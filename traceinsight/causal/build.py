@@ -495,7 +495,8 @@ def _starts_within(
     parts = []
     bounds = spans.select("tid", lo.alias("_lo"), hi.alias("_hi")).with_row_index("_i")
     for (tid,), rows in bounds.group_by("tid"):
-        starts = points.filter(pl.col("tid") == tid).get_column("start_ns").sort()
+        # eq_missing: a mutated trace's null thread id matches its own rows, without a warning
+        starts = points.filter(pl.col("tid").eq_missing(tid)).get_column("start_ns").sort()
         n = starts.search_sorted(rows.get_column("_hi")) - starts.search_sorted(
             rows.get_column("_lo")
         )

@@ -79,10 +79,14 @@ class RuleInput:
     def segments(self, cause: str, n: int = 5) -> list[IdleSegment]:
         return [s for s in self.r.idle.top_segments if s.cause == cause][:n]
 
-    def chain(self, cause: str, what: str) -> str | None:
-        """The causal chain at the largest idle segment of ``cause``, in words: what the host
-        did, and how long the GPU then waited for work (None without such a segment)."""
-        seg = next(iter(self.segments(cause, 1)), None)
+    def chain(self, cause: str, what: str, skip_start_ns: int | None = None) -> str | None:
+        """The causal chain at the largest idle segment of ``cause`` (not one holding
+        ``skip_start_ns``: a one-time wait), in words: what the host did, and how long the GPU
+        then waited for work (None without such a segment)."""
+        segs = self.segments(cause, 2)
+        if skip_start_ns is not None:
+            segs = [s for s in segs if not s.start_ns <= skip_start_ns < s.end_ns]
+        seg = next(iter(segs), None)
         if seg is None:
             return None
         op = f" in {seg.host_op}" if seg.host_op else ""
@@ -314,6 +318,16 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         )
     if workers_snippet and "snippet" not in advice:
         advice = {**advice, "snippet": workers_snippet}
+    # the iterator's first batch, its workers starting, is a one-time cost (per epoch without
+    # persistent_workers): out of the steady cost, named, and not the example (audit 17 D8b: a
+    # cold ResNet's 7.35 s held a 2.25 s first batch, and the "why" line was that gap)
+    first = x.r.idle.dataloader_first_batch_idle_ns
+    if first and cost - first > 0:
+        cost -= first
+        need += (
+            f"; besides, {fmt_ms(first)} for the first batch while the workers started (once "
+            "per iterator: persistent_workers=True keeps them across epochs)"
+        )
     return Draft(
         cost,
         # receiving, the step thread is held, not the GPU starved (audit 17: "GPU waits for
@@ -332,7 +346,12 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "dataloader_ns": steps.dataloader_ns,
             "per_step_dataloader_ns": [s.dataloader_ns for s in steps.per_step],
             "top_segments": x.segments("dataloader"),
-            "causal_chain": x.chain("dataloader", "the main thread waited for the next batch"),
+            "causal_chain": x.chain(
+                "dataloader",
+                "the main thread waited for the next batch",
+                skip_start_ns=x.r.idle.dataloader_first_batch_start_ns if first else None,
+            ),
+            "first_batch_idle_ns": first,
             "sources": x.sources("dataloader"),
             "loader_plan": plan,
             # the other priced fix: workers without pin_memory, each batch received in the
