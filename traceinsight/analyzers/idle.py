@@ -581,11 +581,15 @@ def _first_batch(ctx: Context, gaps: pl.DataFrame) -> dict[str, Any]:
         first["end_ns"] - first["start_ns"] < FIRST_BATCH_FACTOR * (longest or 0)
     ):
         return {}
-    idle = gaps.filter(
-        (pl.col("cause") == "dataloader")
-        & (pl.col("end_ns") > first["start_ns"])
-        & (pl.col("start_ns") < first["end_ns"])
-    ).select(dur.sum()).item()
+    idle = (
+        gaps.filter(
+            (pl.col("cause") == "dataloader")
+            & (pl.col("end_ns") > first["start_ns"])
+            & (pl.col("start_ns") < first["end_ns"])
+        )
+        .select(dur.sum())
+        .item()
+    )
     if not idle:
         return {}
     return {
