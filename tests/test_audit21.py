@@ -184,3 +184,43 @@ def test_a_first_call_like_the_others_is_no_start() -> None:
     assert a.results.idle.dataloader_first_batch_idle_ns == 0
     (f,) = [f for f in a.findings if f.id == "dataloader_stall"]
     assert "first batch" not in f.title
+
+
+SEND_RECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+
+
+@pytest.mark.parametrize(
+    ("outer", "kind"), [("c10d::alltoall_base_", "all_to_all"), (None, "send_recv")]
+)
+def test_send_recv_inside_an_all_to_all_is_the_all_to_all(outer: str | None, kind: str) -> None:
+    """Audit 22 D2: NCCL runs an all-to-all as grouped sends and receives; an FSDP job's
+    Ulysses all-to-all (``c10d::alltoall_base_`` around the launch) read as pipeline
+    parallelism's send/recv. Outside any all-to-all range a SendRecv kernel stays send_recv."""
+    from traceinsight.analyzers.comm import with_kinds
+
+    e = Events()
+    if outer:
+        e.op(outer, 0, 50)
+    e.kernel(SEND_RECV, 60, 100, launch_us=10)
+    events = e.trace().events
+    comm = events.filter(events["kind"] == "kernel").select(
+        "name", "correlation", "device", "start_ns"
+    )
+    assert with_kinds(comm, events).get_column("kind").to_list() == [kind]
+
+
+def test_a_costly_low_finding_keeps_the_page_from_healthy(offload: Any) -> None:
+    """Audit 22 D3: "No high or medium finding: this trace looks healthy" on a DDP rank whose
+    exposed all-reduce, graded low (its rank waits for the others), cost 62% of the window."""
+    import copy
+
+    from traceinsight.report.html import render_html
+
+    doc = copy.deepcopy(offload.to_json())
+    for f in doc["findings"]:
+        f["severity"], f["cost_ratio"] = "low", 0.05
+    assert "this trace looks healthy" in render_html(doc)
+    doc["findings"][1]["cost_ratio"] = 0.62
+    page = render_html(doc)
+    assert "this trace looks healthy" not in page
+    assert "No high or medium finding, but" in page and "62.0% of the window" in page

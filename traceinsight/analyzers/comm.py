@@ -102,6 +102,7 @@ def with_kinds(
             )
             .drop("_named")
         )
+    comm = _send_recv_in_all_to_all(comm, events)
     ambiguous = comm.filter(
         pl.col("kind").is_in(HOST_DECIDES) & pl.col("correlation").is_not_null()
     )
@@ -241,6 +242,45 @@ def _messages(comm: pl.DataFrame, ctx: Context) -> pl.DataFrame:
         out.join(by_launch, on="correlation", how="left")
         .with_columns(pl.coalesce(c, f"_{c}").alias(c) for c in cols)
         .drop([f"_{c}" for c in cols])
+    )
+
+
+# a host range of an all-to-all (c10d::alltoall_base_, an all_to_all_single, a model's own
+# "AllToAll4D"), its name lower-cased
+ALL_TO_ALL_RANGE = r"(?i)all_?to_?all"
+
+
+def _send_recv_in_all_to_all(comm: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+    """SendRecv kernels launched inside a host range of an all-to-all are the all-to-all: NCCL
+    runs one as grouped sends and receives to every peer (audit 22: an FSDP job's Ulysses
+    sequence parallelism, ``c10d::alltoall_base_`` around ``ncclSend``/``ncclRecv``, read as
+    pipeline parallelism's point-to-point)."""
+    sr = comm.filter((pl.col("kind") == "send_recv") & pl.col("correlation").is_not_null())
+    if sr.height == 0:
+        return comm
+    ranges = names_matching(
+        events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])), ALL_TO_ALL_RANGE
+    ).select(pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid")
+    if ranges.height == 0:
+        return comm
+    calls = events.filter(
+        pl.col("kind").is_in(["runtime", "driver"])
+        & pl.col("correlation").is_in(sr.get_column("correlation").unique().implode())
+    ).select("correlation", "start_ns", "end_ns", pl.col("tid").alias("c_tid"))
+    inside = iv.containing(
+        calls,
+        ranges,
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="o_s",
+        outer_end="o_e",
+        same=("tid", "c_tid"),
+    ).get_column("correlation")
+    return comm.with_columns(
+        pl.when((pl.col("kind") == "send_recv") & pl.col("correlation").is_in(inside.implode()))
+        .then(pl.lit("all_to_all"))
+        .otherwise(pl.col("kind"))
+        .alias("kind")
     )
 
 

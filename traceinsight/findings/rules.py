@@ -1149,10 +1149,12 @@ def copy_bound(x: RuleInput) -> Draft | None:
 # Advice by the collective kind whose time is most exposed: what overlaps it depends on the
 # parallelism that issues it (the rule's own recommendation is the data-parallel one).
 COMM_ADVICE_BY_KIND: Mapping[str, str] = {
-    "all_to_all": "All-to-all is exposed (embedding or expert parallelism): pipeline the sparse "
-    "stage so the next batch's all-to-all runs under this batch's dense compute (TorchRec "
-    "TrainPipelineSparseDist), or for MoE overlap token dispatch/combine with expert compute "
-    "(chunked all-to-all, shared-expert overlap), and cap tokens per expert (capacity factor).",
+    "all_to_all": "All-to-all is exposed (embedding, expert or sequence parallelism): pipeline "
+    "the sparse stage so the next batch's all-to-all runs under this batch's dense compute "
+    "(TorchRec TrainPipelineSparseDist); for MoE overlap token dispatch/combine with expert "
+    "compute (chunked all-to-all, shared-expert overlap) and cap tokens per expert (capacity "
+    "factor); for Ulysses-style sequence parallelism split the heads into chunks so one chunk's "
+    "all-to-all runs under another's attention.",
     "send_recv": "Point-to-point send/recv is exposed (pipeline parallelism): more micro-batches "
     "per step, an interleaved 1F1B schedule (virtual pipeline stages) and batched, asynchronous "
     "P2P (batch_isend_irecv) shrink the bubbles in which stages wait for activations.",

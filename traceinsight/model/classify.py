@@ -195,7 +195,9 @@ COMM_OP_PATTERN = r"^nccl:|^gloo:|record_param_comms|^c10d::|^c10d_functional::|
 # the lower-cased name). A name also matching TENSOR_CORE_PATTERN is never fp32.
 FP32_RULES: list[tuple[str, str]] = [
     # cuBLAS/CUTLASS SIMT kernels: sgemm, dgemm, complex cgemm (cuDNN's FFT convolutions), FFMA math
-    ("simt_gemm", r"simt|sgemm|dgemm|_g?cgemm|ffma|gemmsn"),
+    # (sgemm/dgemm as a token, or after "blas": not inside "batchedgemm", "groupedgemm" or
+    # "fusedgemm": audit 22, CK's fp16 BatchedGemmKernel read as fp32 "dgemm")
+    ("simt_gemm", r"simt|(^|[^a-z]|blas)[sd]gemm|_g?cgemm|ffma|gemmsn"),
     # xmma with fp32 inputs and outputs: "f32f32_f32f32_f32" but not "tf32f32_tf32f32_f32"
     ("xmma_f32", r"(^|[^t])f32f32_f32f32_f32"),
     # PyTorch's memory-efficient attention in fp32
@@ -226,7 +228,7 @@ FP32_RULES: list[tuple[str, str]] = [
 ]
 FP32_MATH_PATTERN = "|".join(f"(?:{p})" for _, p in FP32_RULES)
 TENSOR_CORE_PATTERN = (
-    r"tensorop|wmma|hmma|tf32|bf16|f16|fp16|half|bfloat16|e4m3|e5m2|e2m1|fp8|int8|s884|h884"
+    r"tensorop|wmma|hmma|tf32|bf16|f16|fp16|float16|half|bfloat16|e4m3|e5m2|e2m1|fp8|int8|s884|h884"
     r"|s1688|h1688|i8816|s16816|h16816|s161616|wgmma|nvjet|mfma|xdl"
 )
 

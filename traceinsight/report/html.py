@@ -148,6 +148,11 @@ def shorten_middle(path: str, n: int = 44) -> str:
     return path[:head] + "…" + path[len(path) - (n - 1 - head) :]
 
 
+# a finding costing this share of the window or more keeps a page without high or medium
+# findings from being called healthy
+HEALTHY_MAX_COST_RATIO = 0.2
+
+
 def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
     doc = analysis if isinstance(analysis, dict) else analysis.to_json()
     d = doc["details"]
@@ -156,6 +161,13 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
     devices = list((tl.get("devices") or {}).items())[:MAX_TIMELINE_DEVICES]
     top = [f for f in doc["findings"] if f["severity"] in SEVERITIES[:2]]
     verdict_cost = top[0] if top else None
+    # without a high or medium finding, the costliest low one where it costs a large share:
+    # not "healthy" (audit 22: a DDP rank 62% of its window in exposed all-reduce, graded low)
+    costly = max(
+        (f for f in doc["findings"] if (f.get("cost_ratio") or 0) >= HEALTHY_MAX_COST_RATIO),
+        key=lambda f: f.get("cost_ratio") or 0,
+        default=None,
+    )
     command = doc.get("command") or f"traceinsight analyze {shlex.quote(doc['source']['path'])}"
     n_dev = len(idle.get("devices") or [])
     roof = roofline(d.get("efficiency") or {})
@@ -167,6 +179,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "findings": doc["findings"],
         "all_fixes": (d.get("what_if") or {}).get("all_fixes"),
         "verdict": verdict_cost,
+        "costly_low": None if verdict_cost else costly,
         "basis": prediction_basis(doc),
         "per": per_step(doc),  # "per step", "per iteration" (an application), "over the window"
         "low_words": low_end_words(d.get("replay")),
