@@ -224,3 +224,21 @@ def test_a_costly_low_finding_keeps_the_page_from_healthy(offload: Any) -> None:
     page = render_html(doc)
     assert "this trace looks healthy" not in page
     assert "No high or medium finding, but" in page and "62.0% of the window" in page
+
+
+def test_a_wait_on_an_unrecorded_event_is_no_high_underutilization() -> None:
+    """Audit 22 D5: an SGLang decode read "GPU busy only 2.1%" (HIGH) on one 463 ms wait for an
+    event recorded outside the trace (hipStreamWaitEvent, then a kernel queued at 0.02 ms ran
+    at 463.3 ms), the GPU 93.5% busy after it. Here a kernel queued at 30 us runs 100 ms later,
+    after a stream wait; the idle is gpu_wait and the finding is capped at low."""
+    e = Events()
+    e.kernel("k0", 10, 5, launch_us=2)
+    e.runtime("cudaStreamWaitEvent", 20, 3)
+    e.kernel("k1", 100_030, 50, launch_us=25)
+    for i in range(5):
+        e.kernel("k", 100_090 + 60 * i, 50, launch_us=100_085 + 60 * i)
+    a = analyze_trace(e.trace())
+    assert a.results.idle.idle_by_cause_ns["gpu_wait"] >= 100_000_000 - 20_000
+    (f,) = [f for f in a.findings if f.id == "gpu_underutilized"]
+    assert f.severity == "low"
+    assert "not in the trace" in f.evidence["severity_cap_reason"]

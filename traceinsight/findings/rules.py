@@ -2443,6 +2443,14 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         advice={"cuda_app": Advice(advice, "")}
         if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
         else {},
+        # what the queued work waited for is not in the trace: its saving rests on the idle
+        # alone, and the first change is a recording (audit 22: an SGLang decode "GPU busy only
+        # 2.1%" HIGH on one 463 ms wait for an event recorded outside it, 93.5% busy after)
+        **(
+            {"cap": "low", "cap_reason": DEPENDENCY_WAIT_CAP_REASON}
+            if advice == DEPENDENCY_WAIT_ADVICE
+            else {}
+        ),
     )
 
 
@@ -2511,6 +2519,10 @@ UNTRACED_ADVICE = (
     "what the GPU waited for (rocprofv3 --runtime-trace, or --kernel-trace with --hip-trace; "
     "torch.profiler with ProfilerActivity.CPU; nsys --trace=cuda,nvtx,osrt). If the kernels "
     "are mostly collectives, their time is waiting for the slowest rank as much as moving data."
+)
+DEPENDENCY_WAIT_CAP_REASON = (
+    "the GPU waited on work the trace does not hold (an event another stream or process "
+    "records): what it waited for, and what would shorten it, is not in the trace"
 )
 DEPENDENCY_WAIT_ADVICE = (
     "The GPU had work queued that waited for a dependency: a stream wait "
