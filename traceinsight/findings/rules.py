@@ -17,9 +17,10 @@ from typing import Any
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.comm import COMM_FLOOR_BYTES_PER_S
 from traceinsight.analyzers.host_ops import HostOpsResult
-from traceinsight.analyzers.idle import CALLEE_SEP, OS_CALL_SUFFIX, IdleSegment
+from traceinsight.analyzers.idle import CALLEE_SEP, MAJORITY, OS_CALL_SUFFIX, IdleSegment
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.columns import HOST_INPUT_OPS
+from traceinsight.causal.transforms import UNTRACED_WAIT_MIN_NS
 from traceinsight.causal.whatif import LoaderPlan, WhatIf
 from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
 from traceinsight.findings.model import (
@@ -2396,6 +2397,14 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # more work per step does not shorten a wait for another stream's or process's event
         # (audit 5: an SGLang prefill's 493 ms, the GPU 99.8% busy on either side of it)
         advice = None if one_stream else DEPENDENCY_WAIT_ADVICE
+        # long waits with nothing recorded running (an event another process records) hold
+        # most of it; a loop's short waits between its own streams (cuDNN's LSTM on 11
+        # streams) are no such wait
+        waits = x.segments("gpu_wait", 10)
+        untraced = sum(s.dur_ns for s in waits if s.dur_ns >= UNTRACED_WAIT_MIN_NS)
+        untraced_wait = not one_stream and untraced >= MAJORITY * x.idle("gpu_wait")
+    else:
+        untraced_wait = False
     if x.idle("host_untraced") >= x.t["underutilized_op_min_ratio"] * max(1, rest):
         # a kernel-only capture: when the next work was launched is not in it (audit 17: a
         # rocprofv3 kernel trace of an MI350X job told to "look at the host ops")
@@ -2448,7 +2457,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # 2.1%" HIGH on one 463 ms wait for an event recorded outside it, 93.5% busy after)
         **(
             {"cap": "low", "cap_reason": DEPENDENCY_WAIT_CAP_REASON}
-            if advice == DEPENDENCY_WAIT_ADVICE
+            if advice == DEPENDENCY_WAIT_ADVICE and untraced_wait
             else {}
         ),
     )
