@@ -242,3 +242,18 @@ def test_a_wait_on_an_unrecorded_event_is_no_high_underutilization() -> None:
     (f,) = [f for f in a.findings if f.id == "gpu_underutilized"]
     assert f.severity == "low"
     assert "not in the trace" in f.evidence["severity_cap_reason"]
+
+
+@pytest.mark.parametrize(
+    ("names", "forward_only"), [(["aten::mm"], True), (["aten::mm", "MmBackward0"], False)]
+)
+def test_an_nsys_exports_nvtx_ops_tell_a_forward_only_window(
+    names: list[str], forward_only: bool
+) -> None:
+    """Audit 22 D6: an nsys export (ops as emit_nvtx ranges, no cpu_op rows) of FSDP inference
+    was told to "train in bf16": its forward-only window is told from the NVTX ops too."""
+    e = Events()
+    for i, name in enumerate(names):
+        e.annotation(name, 100 * i, 50)
+        e.kernel("k", 100 * i + 20, 10, launch_us=100 * i + 5)
+    assert analyze_trace(e.trace()).results.host_ops.forward_only is forward_only

@@ -350,11 +350,16 @@ def _new_shape_ops(calls: pl.DataFrame) -> tuple[NewShapeOp, ...]:
 def _forward_only(ctx: Context) -> bool:
     """Torch ops in the window and none of them autograd's backward or an optimizer step; no
     graph launched either (a captured training step records neither)."""
-    if ctx.rows(("cpu_op",), columns=("start_ns",)).height == 0:
-        return False
+    kinds: tuple[str, ...] = ("cpu_op",)
+    if ctx.rows(kinds, columns=("start_ns",)).height == 0:
+        # an nsys export of a PyTorch program records its ops as NVTX ranges (emit_nvtx), the
+        # backward's among them (audit 22: an FSDP inference export told to "train in bf16")
+        kinds = ("user_annotation",)
+        if ctx.rows(kinds, r"^aten::", columns=("start_ns",)).height == 0:
+            return False
     if ctx.rows(API_KINDS, r"^(cuda|hip)GraphLaunch", columns=("start_ns",)).height:
         return False
-    backward = ctx.rows(("cpu_op",), BACKWARD_PATTERN, columns=("start_ns",)).height
+    backward = ctx.rows(kinds, BACKWARD_PATTERN, columns=("start_ns",)).height
     stepping = ctx.rows(
         ("cpu_op", "user_annotation"), r"^Optimizer\.(step|zero_grad)", columns=("start_ns",)
     ).height
