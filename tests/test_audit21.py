@@ -257,3 +257,15 @@ def test_an_nsys_exports_nvtx_ops_tell_a_forward_only_window(
         e.annotation(name, 100 * i, 50)
         e.kernel("k", 100 * i + 20, 10, launch_us=100 * i + 5)
     assert analyze_trace(e.trace()).results.host_ops.forward_only is forward_only
+
+
+def test_the_busy_words_name_copies_and_exposed_communication() -> None:
+    """Audit 21 D1 and audit 22 D3: copies and exposed collectives count as busy; where either
+    is 5% of the window or more the busy figure says so."""
+    from traceinsight.report.format import busy_words
+
+    m = {"gpu_busy_ratio": 0.997, "kernel_busy_ratio": 0.039, "copy_busy_ratio": 0.958}
+    assert busy_words(m) == "99.7% (kernels 3.9%, copies 95.8%)"
+    ddp = {"gpu_busy_ratio": 0.995, "kernel_busy_ratio": 0.99, "copy_busy_ratio": 0.01}
+    assert busy_words({**ddp, "exposed_comm_ratio": 0.624}) == "99.5% (exposed communication 62.4%)"
+    assert busy_words({**ddp, "exposed_comm_ratio": 0.01}) == "99.5%"

@@ -21,12 +21,19 @@ BUSY_SPLIT_MIN_COPY_RATIO = 0.05
 
 def busy_words(m: Mapping[str, Any]) -> str:
     """The GPU's busy share, split into kernels and copies where copies are a notable part:
-    "99.7% (kernels 3.9%, copies 95.8%)"; the two overlap where copies run beside kernels."""
+    "99.7% (kernels 3.9%, copies 95.8%)"; the two overlap where copies run beside kernels.
+    Exposed communication is named where it is as notable: collective kernels waiting for
+    other ranks count as busy (audit 22: a DDP rank "99.5% busy", 62.4% of it exposed
+    all-reduce)."""
     busy = fmt_pct(m.get("gpu_busy_ratio"))
     kern, copy = m.get("kernel_busy_ratio"), m.get("copy_busy_ratio")
-    if kern is None or copy is None or copy < BUSY_SPLIT_MIN_COPY_RATIO:
-        return busy
-    return f"{busy} (kernels {fmt_pct(kern)}, copies {fmt_pct(copy)})"
+    comm = m.get("exposed_comm_ratio")
+    parts = []
+    if kern is not None and copy is not None and copy >= BUSY_SPLIT_MIN_COPY_RATIO:
+        parts += [f"kernels {fmt_pct(kern)}", f"copies {fmt_pct(copy)}"]
+    if comm is not None and comm >= BUSY_SPLIT_MIN_COPY_RATIO:
+        parts.append(f"exposed communication {fmt_pct(comm)}")
+    return f"{busy} ({', '.join(parts)})" if parts else busy
 
 
 def idle_causes_words(idle_by_cause_ns: dict[str, int]) -> str:
