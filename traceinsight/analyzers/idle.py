@@ -981,7 +981,12 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
         if slow.height:
             # its kernel's first launch in the trace (a launch whose work is unknown counts)
             firsts = _first_launches(ctx)
-            known = launched(ctx.launches, ["launch_start_ns", "launch_tid"])
+            # the launches at the slow calls' starts only (a few), not every launch's key
+            # deduplicated (0.37 s a rank of the 1 GB nsys export)
+            at = slow.get_column("start_ns").unique().implode()
+            known = launched(ctx.launches, ["launch_start_ns", "launch_tid"]).filter(
+                pl.col("launch_start_ns").is_in(at)
+            )
             is_first = slow.join(
                 firsts.select(
                     pl.col("launch_start_ns").alias("start_ns"),
