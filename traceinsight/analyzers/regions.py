@@ -377,11 +377,15 @@ def _idle_by_path(spans: pl.DataFrame, idle: IdleResult) -> pl.DataFrame:
     for _dev, part in segs.partition_by("device", as_dict=True).items():
         part = part.sort("start_ns").with_row_index("g")
         length = pl.col("end_ns") - pl.col("start_ns")
+        # the causes the device's segments have (a few of the 13: each running total is a
+        # pass over hundreds of thousands of segments on a 1 GB export); the others sum to 0
+        present = set(part.get_column("cause").unique().to_list())
+        causes = [(c, n) for c, n in zip(CAUSES, names, strict=True) if c in present]
         through = part.select(  # c-time of the segments up to and including each
             "g",
             *[
                 pl.when(pl.col("cause") == c).then(length).otherwise(0).cum_sum().alias(n)
-                for c, n in zip(CAUSES, names, strict=True)
+                for c, n in causes
             ],
         )
         right = part.select(
@@ -399,25 +403,25 @@ def _idle_by_path(spans: pl.DataFrame, idle: IdleResult) -> pl.DataFrame:
         whole = (
             hits.select(
                 "path_id",
-                *[(pl.col("sign") * through.get_column(n).gather(g)).alias(n) for n in names],
+                *[(pl.col("sign") * through.get_column(n).gather(g)).alias(n) for _, n in causes],
             )
             .group_by("path_id")
-            .agg(pl.col(names).sum())
+            .agg(pl.col([n for _, n in causes]).sum())
         )
         # an instant inside its segment has only the part up to it: take back the rest
         inside = (pl.col("t") - pl.col("le")) * pl.col("sign")
         partial = (
             hits.filter(pl.col("t") < pl.col("le"))
             .group_by("path_id")
-            .agg(
-                [
-                    inside.filter(pl.col("cause") == c).sum().alias(n)
-                    for c, n in zip(CAUSES, names, strict=True)
-                ]
-            )
+            .agg([inside.filter(pl.col("cause") == c).sum().alias(n) for c, n in causes])
         )
         parts += [whole, partial]
-    both = pl.concat(parts, how="diagonal_relaxed").group_by("path_id").agg(pl.col(names).sum())
+    both = pl.concat(parts, how="diagonal_relaxed")
+    both = (
+        both.with_columns(pl.lit(0, pl.Int64).alias(n) for n in names if n not in both.columns)
+        .group_by("path_id")
+        .agg(pl.col(names).sum())
+    )
     return paths.join(both, on="path_id", how="left").with_columns(pl.col(names).fill_null(0))
 
 
