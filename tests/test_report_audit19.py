@@ -366,7 +366,7 @@ def test_title_durations_read_in_seconds_from_one_second() -> None:
     """Audit 17 D8: a title read "7345.86 ms idle in DataLoader.__next__" where the header of
     the same report said "dataloader 7.35 s"."""
     assert fmt_ms(7_345_860_000) == "7.35 s"
-    assert fmt_ms(999_994_999) == "999.99 ms"
+    assert fmt_ms(999_994_999) == "999.99 ms" and fmt_ms(999_995_000) == "1.00 s"
     assert fmt_ms(1_000_000_000) == "1.00 s" and fmt_ms(-2_500_000_000) == "-2.50 s"
 
 

@@ -40,7 +40,11 @@ from traceinsight.analyzers.context import (
 from traceinsight.analyzers.optimizer import OPTIMIZER_PATTERN, optimizer_ranges
 from traceinsight.analyzers.sources import user_frames
 from traceinsight.causal.build import without_cpu_only_ops
-from traceinsight.causal.transforms import DISPATCH_CAP_RATIO, MIN_DISPATCH_CAP_NS
+from traceinsight.causal.transforms import (
+    DISPATCH_CAP_RATIO,
+    MIN_DISPATCH_CAP_NS,
+    UNTRACED_WAIT_MIN_NS,
+)
 from traceinsight.constants import IDLE_CAUSES
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import (
@@ -54,6 +58,7 @@ from traceinsight.model.classify import (
     COMPILE_PATTERN,
     COPY_LAUNCH_API,
     DATALOADER_PATTERN,
+    DEVICE_ALLOC_API,
     FUNC_ATTRIBUTE_API,
     HOST_OP_KINDS,
     LAUNCH_API,
@@ -179,6 +184,10 @@ class IdleResult:
     # that call is the iterator's first batch, the workers starting (first_batch_start_ns)
     dataloader_first_batch_idle_ns: int = 0
     dataloader_first_batch_start_ns: int | None = None
+    dataloader_first_batch_end_ns: int | None = None
+    # the queued-work idle (gpu_wait) in gaps of UNTRACED_WAIT_MIN_NS or more: waits on
+    # something the trace does not hold (an event another process records)
+    gpu_wait_long_ns: int = 0
     # the most streams any device's work ran on in the window (0: unknown) and the calls that
     # made a stream wait on an event: on one stream without them no work waits on another's,
     # so gpu_wait there is the device's own gap between queued work
@@ -471,22 +480,23 @@ def analyze_idle(ctx: Context) -> IdleResult:
         )
 
     every_once = warmup_calls(ctx)
+    # the one-time calls the idle's attribution counts: with the allocator's calls where the
+    # cache fills (not churning), the frees too (a cudaFree(0) creating the context)
+    attributed = every_once
     allocs = ctx.rows(API_KINDS, f"{ALLOCATOR_API}|{PINNED_HOST_ALLOC_API}")
     if not churning(ctx, allocs):
-        # the cache filling: first allocations are one-time, and counted with the other
-        # one-time calls (audit 21: "a cold first pass ... (0 one-time calls)" where the warm-up
-        # idle was a first cudaMalloc's)
-        every_once = pl.concat(
-            [
-                every_once,
-                allocs.select(every_once.columns[:-1]).with_columns(
-                    pl.lit("first_alloc").alias("kind")
-                ),
-            ]
-        ).sort("start_ns")
+        first = allocs.select(every_once.columns[:-1]).with_columns(
+            pl.lit("first_alloc").alias("kind")
+        )
+        attributed = pl.concat([every_once, first]).sort("start_ns")
+        # the first allocations are counted and listed with the other one-time calls (audit
+        # 21: "a cold first pass ... (0 one-time calls)" where the warm-up idle was a first
+        # cudaMalloc's); a free is no allocation (the review: "the longest cudaFree 6.01 s")
+        mallocs = first.filter(pl.col("name").str.contains(DEVICE_ALLOC_API))
+        every_once = pl.concat([every_once, mallocs]).sort("start_ns")
         allocs = allocs.clear()
     if gaps.height:
-        gaps = _attribute(ctx, gaps, every_once, allocs)
+        gaps = _attribute(ctx, gaps, attributed, allocs)
     else:
         gaps = gaps.with_columns(
             pl.lit("gpu_wait").alias("cause"), pl.lit(None, pl.String).alias("op")
@@ -545,6 +555,15 @@ def analyze_idle(ctx: Context) -> IdleResult:
         cold_window=cold,
         dataloader_idle_ns=in_loader,
         **_first_batch(ctx, gaps),
+        gpu_wait_long_ns=int(
+            gaps.filter(
+                (pl.col("cause") == "gpu_wait") & (pl.col("dur_ns") >= UNTRACED_WAIT_MIN_NS)
+            )
+            .get_column("dur_ns")
+            .sum()
+        )
+        if "cause" in gaps.columns
+        else 0,
         max_streams_per_device=_max_streams(ctx),
         stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
         cpu_work_between_launches_ns=_between_launches(ctx, gaps, "cpu_work"),
@@ -595,6 +614,7 @@ def _first_batch(ctx: Context, gaps: pl.DataFrame) -> dict[str, Any]:
     return {
         "dataloader_first_batch_idle_ns": int(idle),
         "dataloader_first_batch_start_ns": int(first["start_ns"]),
+        "dataloader_first_batch_end_ns": int(first["end_ns"]),
     }
 
 

@@ -20,7 +20,6 @@ from traceinsight.analyzers.host_ops import HostOpsResult
 from traceinsight.analyzers.idle import CALLEE_SEP, MAJORITY, OS_CALL_SUFFIX, IdleSegment
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.columns import HOST_INPUT_OPS
-from traceinsight.causal.transforms import UNTRACED_WAIT_MIN_NS
 from traceinsight.causal.whatif import LoaderPlan, WhatIf
 from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
 from traceinsight.findings.model import (
@@ -80,13 +79,16 @@ class RuleInput:
     def segments(self, cause: str, n: int = 5) -> list[IdleSegment]:
         return [s for s in self.r.idle.top_segments if s.cause == cause][:n]
 
-    def chain(self, cause: str, what: str, skip_start_ns: int | None = None) -> str | None:
-        """The causal chain at the largest idle segment of ``cause`` (not one holding
-        ``skip_start_ns``: a one-time wait), in words: what the host did, and how long the GPU
-        then waited for work (None without such a segment)."""
+    def chain(
+        self, cause: str, what: str, skip: tuple[int | None, int | None] | None = None
+    ) -> str | None:
+        """The causal chain at the largest idle segment of ``cause`` (not one overlapping
+        ``skip``, a one-time wait's start and end), in words: what the host did, and how long
+        the GPU then waited for work (None without such a segment)."""
         segs = self.segments(cause, 2)
-        if skip_start_ns is not None:
-            segs = [s for s in segs if not s.start_ns <= skip_start_ns < s.end_ns]
+        if skip is not None and skip[0] is not None and skip[1] is not None:
+            lo, hi = skip
+            segs = [s for s in segs if not (s.start_ns < hi and s.end_ns > lo)]
         seg = next(iter(segs), None)
         if seg is None:
             return None
@@ -178,6 +180,11 @@ RECEIVE_NAMED_RATIO = 0.05
 # more than, the idle whose gaps it covers most of
 LOADER_INSIDE_NAMED_RATIO = 2.0
 LOADER_INSIDE_NAMED_NS = 1_000_000
+FIRST_BATCH_ADVICE = (
+    "The wait is the DataLoader's workers starting (processes spawned, the dataset sent to each): "
+    "once per iterator. persistent_workers=True keeps them across epochs; a profile of later "
+    "steps shows the steady loop."
+)
 
 
 @rule(
@@ -323,12 +330,23 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
     # persistent_workers): out of the steady cost, named, and not the example (audit 17 D8b: a
     # cold ResNet's 7.35 s held a 2.25 s first batch, and the "why" line was that gap)
     first = x.r.idle.dataloader_first_batch_idle_ns
-    if first and cost - first > 0:
-        cost -= first
-        need += (
-            f"; besides, {fmt_ms(first)} for the first batch while the workers started (once "
-            "per iterator: persistent_workers=True keeps them across epochs)"
+    once = (
+        "for the first batch while the workers started (once per iterator: "
+        "persistent_workers=True keeps them across epochs)"
+    )
+    if first and cost - first <= 0:
+        # nothing steady is left: the finding is the workers' start alone (the review: a
+        # first-batch-only stall read HIGH "GPU waits for the input pipeline")
+        return Draft(
+            0,
+            f"The DataLoader's first batch kept the GPU idle {fmt_ms(first)} {once}; no steady "
+            "wait for batches",
+            {"idle_ns": 0, "first_batch_idle_ns": first, "dataloader_ns": steps.dataloader_ns},
+            recommendation=FIRST_BATCH_ADVICE,
         )
+    if first:
+        cost -= first
+        need += f"; besides, {fmt_ms(first)} {once}"
     return Draft(
         cost,
         # receiving, the step thread is held, not the GPU starved (audit 17: "GPU waits for
@@ -350,7 +368,14 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             "causal_chain": x.chain(
                 "dataloader",
                 "the main thread waited for the next batch",
-                skip_start_ns=x.r.idle.dataloader_first_batch_start_ns if first else None,
+                skip=(
+                    (
+                        x.r.idle.dataloader_first_batch_start_ns,
+                        x.r.idle.dataloader_first_batch_end_ns,
+                    )
+                    if first
+                    else None
+                ),
             ),
             "first_batch_idle_ns": first,
             "sources": x.sources("dataloader"),
@@ -808,6 +833,7 @@ BOTH_DIRECTIONS_RATIO = 0.25
 # the pageable copies' time at the pinned rate from this share of the blocked time on: the title
 # says what pinning leaves
 PINNED_STILL_MIN_RATIO = 0.05
+PINNED_STILL_MIN_NS = 10_000  # and at least this: "would still take 0.00 ms" says nothing
 
 
 @rule(
@@ -889,7 +915,16 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     # pinned, the bytes still cross the link: the saving is the copies' time beyond that
     # (audit 21: 102 GB of offload copies, 26.13 s, priced as if pinned ones took none)
     pinned = copies.pageable_copy_pinned_ns
-    if copies.pinned_bytes_per_s and pinned >= PINNED_STILL_MIN_RATIO * cost:
+    # the saving: the host's blocked time less the copies at the pinned rate; where the cost is
+    # the GPU's idle under the calls (longer than the calls' own time), that idle held no copy
+    # (a copy is busy time) and goes whole
+    saving = own - pinned if cost <= own else cost
+    if (
+        copies.pinned_bytes_per_s
+        and PINNED_STILL_MIN_RATIO * cost <= pinned < cost
+        and pinned >= PINNED_STILL_MIN_NS
+        and cost <= own
+    ):
         title += (
             f"; from pinned memory they would still take {fmt_ms(pinned)} "
             f"({copies.pinned_bytes_per_s / 1e9:.0f} GB/s)"
@@ -898,7 +933,7 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     if shared:
         title += "; the same fix as dataloader_stall's pin_memory=True, not an extra saving"
     return Draft(
-        max(0, cost - pinned),
+        max(0, saving),
         title,
         {
             "h2d_bytes": copies.h2d_bytes,
@@ -2071,6 +2106,8 @@ def cold_start(x: RuleInput) -> Draft | None:
             "top_segments": x.segments("warmup"),
         },
         None if idle.cold_window else ONE_TIME_IN_STEADY_WINDOW,
+        # a CUDA application's declared advice says "first pass" too (the review)
+        advice={} if idle.cold_window else {"cuda_app": Advice(ONE_TIME_IN_STEADY_WINDOW, "")},
     )
 
 
@@ -2400,8 +2437,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # long waits with nothing recorded running (an event another process records) hold
         # most of it; a loop's short waits between its own streams (cuDNN's LSTM on 11
         # streams) are no such wait
-        waits = x.segments("gpu_wait", 10)
-        untraced = sum(s.dur_ns for s in waits if s.dur_ns >= UNTRACED_WAIT_MIN_NS)
+        untraced = idle.gpu_wait_long_ns
         untraced_wait = not one_stream and untraced >= MAJORITY * x.idle("gpu_wait")
     else:
         untraced_wait = False

@@ -406,7 +406,7 @@ def fmt_ms(ns: float | int | None) -> str:
     ("7.35 s", not "7345.86 ms": audit 17)."""
     if ns is None:
         return "n/a"
-    if abs(ns) >= 1e9:
+    if abs(ns) >= 999_995_000:  # what rounds to 1000.00 ms reads "1.00 s"
         return f"{ns / 1e9:.2f} s"
     return unsigned_zero(f"{ns / 1e6:.2f} ms")
 

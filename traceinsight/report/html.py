@@ -164,7 +164,12 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
     # without a high or medium finding, the costliest low one where it costs a large share:
     # not "healthy" (audit 22: a DDP rank 62% of its window in exposed all-reduce, graded low)
     costly = max(
-        (f for f in doc["findings"] if (f.get("cost_ratio") or 0) >= HEALTHY_MAX_COST_RATIO),
+        (
+            f
+            for f in doc["findings"]
+            # info findings are no lever (a graph capture's window, one-time costs)
+            if f["severity"] == "low" and (f.get("cost_ratio") or 0) >= HEALTHY_MAX_COST_RATIO
+        ),
         key=lambda f: f.get("cost_ratio") or 0,
         default=None,
     )
