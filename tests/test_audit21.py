@@ -292,3 +292,20 @@ def test_the_busy_words_name_copies_and_exposed_communication() -> None:
     ddp = {"gpu_busy_ratio": 0.995, "kernel_busy_ratio": 0.99, "copy_busy_ratio": 0.01}
     assert busy_words({**ddp, "exposed_comm_ratio": 0.624}) == "99.5% (exposed communication 62.4%)"
     assert busy_words({**ddp, "exposed_comm_ratio": 0.01}) == "99.5%"
+
+
+def test_the_backward_split_is_the_host_steps_own() -> None:
+    """Audit 22 D7: a DDP rank's host ran 30 ms ahead of its GPU; the per-step backward,
+    clipped to the GPU-aligned window, read 0, 1.75 and 9.22 ms where each host step held
+    8.3-9.2 ms. Here each host step (1,000 us) holds a 300 us backward node at +500 us, and its
+    kernel runs 900 us after its launch: each step's backward is 300 us."""
+    e = Events()
+    for i in range(3):
+        t = 1000.0 * i
+        e.step(i + 1, t, 1000)
+        e.op("aten::mm", t + 10, 20)
+        e.kernel("gemm_fwd", t + 920, 400, launch_us=t + 15)
+        e.op("autograd::engine::evaluate_function: MmBackward0", t + 500, 300)
+        e.kernel("gemm_bwd", t + 1330, 400, launch_us=t + 510)
+    st = analyze_trace(e.trace()).results.steps
+    assert [s.backward_ns for s in st.per_step] == [300_000, 300_000, 300_000]
