@@ -309,3 +309,24 @@ def test_the_backward_split_is_the_host_steps_own() -> None:
         e.kernel("gemm_bwd", t + 1330, 400, launch_us=t + 510)
     st = analyze_trace(e.trace()).results.steps
     assert [s.backward_ns for s in st.per_step] == [300_000, 300_000, 300_000]
+
+
+def test_fsdp_offload_copies_are_named_as_parameters() -> None:
+    """Audit 22 D6: an FSDP CPU-offload export's 28.8 GB of uploads, all launched inside
+    ``FSDP::pre_forward`` ranges, were told "prefetch the next batch". Here 9 of 10 uploads of
+    100 MB (pinned, 4 ms each) are launched inside FSDP's hook: 90% of the bytes."""
+    e = Events()
+    e.kernel("k0", 0, 5, launch_us=0)  # the window from 0: every upload's launch inside it
+    for i in range(10):
+        t = 5000.0 * i
+        if i:
+            e.annotation("FSDP::pre_forward (layer)", t, 100)
+        e.op("aten::copy_", t + 8, 10)  # a PyTorch program's copy
+        e.memcpy("HtoD", t + 50, 4000, nbytes=100_000_000, src="pinned", dst="device")
+        e.runtime("cudaMemcpyAsync", t + 10, 5, correlation=e._corr)
+        e.kernel("k", t + 4100, 100, launch_us=t + 20)
+    a = analyze_trace(e.trace())
+    assert a.results.copies.h2d_fsdp_bytes_ratio == pytest.approx(0.9)
+    (f,) = [f for f in a.findings if f.id == "copy_bound"]
+    assert f.title.startswith("FSDP's CPU offload: copies bound the run")
+    assert "FSDP's hooks" in f.recommendation and "offload_params=False" in f.snippet

@@ -10,7 +10,7 @@ import polars as pl
 from traceinsight.analyzers.context import Context
 from traceinsight.causal.build import PINNED_LATENCY_NS, pinned_rate
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import BLOCKING_COPY_API
+from traceinsight.model.classify import BLOCKING_COPY_API, HOST_OP_KINDS
 from traceinsight.model.devices import host_links
 
 
@@ -45,6 +45,9 @@ class CopyResult:
     # before it too), as recorded and at the pinned rate: what the copy engines would hold
     gpu_pageable_copy_ns: int = 0
     gpu_pageable_copy_pinned_ns: int = 0
+    # the share of host-to-device bytes launched inside FSDP's hooks (``FSDP::...`` ranges):
+    # parameters FSDP's CPU offload brings back to the GPU, not batches
+    h2d_fsdp_bytes_ratio: float | None = None
 
 
 def analyze_copies(ctx: Context) -> CopyResult:
@@ -123,6 +126,7 @@ def analyze_copies(ctx: Context) -> CopyResult:
         pinned_bytes_per_s=rate,
         gpu_pageable_copy_ns=gpu_pageable_ns,
         gpu_pageable_copy_pinned_ns=gpu_pinned_ns,
+        h2d_fsdp_bytes_ratio=_fsdp_share(ctx, h2d_bytes),
         pageable_calls=tuple(
             {
                 "name": r["name"],
@@ -163,6 +167,37 @@ def _at_pinned_rate(
         int(timed.get_column("_pinned").sum()),
         float(rate[0]) * 1e9 if rate.len() else None,
     )
+
+
+# FSDP's hooks (FSDP1 and FSDP2 name their ranges "FSDP::pre_forward (layer)", ...)
+FSDP_RANGE = r"^FSDP::"
+
+
+def _fsdp_share(ctx: Context, h2d_bytes: int) -> float | None:
+    """The share of the window's host-to-device bytes (of the copies whose launch is known)
+    whose copy was launched inside one of
+    FSDP's hook ranges on its thread (audit 22: an FSDP CPU-offload inference export, 28.8 GB of
+    parameters a window read as batches to prefetch); None without such ranges."""
+    ranges = ctx.rows(HOST_OP_KINDS, FSDP_RANGE, columns=("start_ns", "end_ns", "tid"))
+    if ranges.height == 0 or h2d_bytes <= 0:
+        return None
+    ups = ctx.launches.filter(
+        (pl.col("kind") == "memcpy")
+        & (pl.col("copy_kind") == "HtoD")
+        & pl.col("launch_start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns)
+    ).select("launch_start_ns", "launch_end_ns", "launch_tid", pl.col("bytes").fill_null(0))
+    inside = iv.containing(
+        ups.with_row_index("_u"),
+        ranges.select(pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid"),
+        inner_start="launch_start_ns",
+        inner_end="launch_end_ns",
+        outer_start="o_s",
+        outer_end="o_e",
+        same=("tid", "launch_tid"),
+    ).unique("_u")
+    # of the copies whose launch the trace links (an unlinked one's caller is unknown)
+    linked = int(ups.get_column("bytes").sum())
+    return int(inside.get_column("bytes").sum()) / linked if linked else None
 
 
 def _by_kind(blocking: pl.DataFrame, col: str) -> dict[str, int]:

@@ -1073,17 +1073,39 @@ def h2d_not_overlapped(x: RuleInput) -> Draft | None:
     idle = x.r.idle
     kernel_ns = (idle.kernel_busy_ratio or 0.0) * idle.device_window_ns
     hideable = max(0.0, kernel_ns - copies.h2d_dur_ns * overlap)
+    fsdp = (copies.h2d_fsdp_bytes_ratio or 0) >= FSDP_OFFLOAD_MIN_RATIO
     return Draft(
         min(exposed, hideable),
-        f"Host-to-device copies run alone: only {fmt_pct(overlap)} of copy time overlaps compute",
+        ("FSDP's CPU offload: host-to-device" if fsdp else "Host-to-device")
+        + f" copies run alone: only {fmt_pct(overlap)} of copy time overlaps compute",
         {
             "h2d_dur_ns": copies.h2d_dur_ns,
             "h2d_overlap_ratio": overlap,
             "exposed_copy_ns": int(exposed),
             "hideable_ns": int(hideable),
             "by_kind": list(copies.by_kind),
+            "h2d_fsdp_bytes_ratio": copies.h2d_fsdp_bytes_ratio,
         },
+        # parameters, not batches: FSDP's prefetch, not the loader's (audit 22)
+        recommendation=FSDP_OFFLOAD_ADVICE if fsdp else None,
+        snippet=FSDP_OFFLOAD_SNIPPET if fsdp else None,
     )
+
+
+# the share of host-to-device bytes launched inside FSDP's hooks from which the copies are its
+# CPU offload's parameters (analyzers/copies.py h2d_fsdp_bytes_ratio)
+FSDP_OFFLOAD_MIN_RATIO = 0.5
+FSDP_OFFLOAD_ADVICE = (
+    "The host-to-device copies are launched inside FSDP's hooks: its CPU offload bringing the "
+    "parameters to the GPU for each forward (and backward), not batches. Where the GPU's memory "
+    "allows, keep the parameters on it (no CPU offload; shard over more GPUs if one does not "
+    "hold its shard); else let FSDP prefetch the next layer's parameters under the current "
+    "layer's compute (forward_prefetch=True, backward_prefetch) from pinned memory."
+)
+FSDP_OFFLOAD_SNIPPET = (
+    "model = FSDP(model, cpu_offload=CPUOffload(offload_params=False),  # where memory allows\n"
+    "             forward_prefetch=True, backward_prefetch=BackwardPrefetch.BACKWARD_PRE)"
+)
 
 
 @rule(
@@ -1158,9 +1180,11 @@ def copy_bound(x: RuleInput) -> Draft | None:
     if exposed < x.t["copy_bound_min_ns"]:
         return None
     rate = copies.h2d_bytes / (copies.h2d_dur_ns / 1e9) if copies.h2d_dur_ns else None  # B/s
+    fsdp = (copies.h2d_fsdp_bytes_ratio or 0) >= FSDP_OFFLOAD_MIN_RATIO
     return Draft(
         exposed,
-        f"Copies bound the run{pinned}: the copy engines are busy {fmt_pct(copy)} of the window"
+        ("FSDP's CPU offload: copies" if fsdp else "Copies")
+        + f" bound the run{pinned}: the copy engines are busy {fmt_pct(copy)} of the window"
         f"{' at the pinned rate' if pinned else ''}, kernels {fmt_pct(kern)}"
         + (
             f"; {copies.h2d_bytes / 1e9:.1f} GB host-to-device at {rate / 1e9:.1f} GB/s"
@@ -1178,7 +1202,10 @@ def copy_bound(x: RuleInput) -> Draft | None:
             "by_kind": list(copies.by_kind),
             # from pageable memory: the shares above are at the pinned rate
             "at_pinned_rate": bool(pinned),
+            "h2d_fsdp_bytes_ratio": copies.h2d_fsdp_bytes_ratio,
         },
+        recommendation=FSDP_OFFLOAD_ADVICE if fsdp else None,
+        snippet=FSDP_OFFLOAD_SNIPPET if fsdp else None,
     )
 
 
