@@ -8,7 +8,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import Context
-from traceinsight.causal.build import PINNED_LATENCY_NS, pinned_rate
+from traceinsight.causal.build import PAGEABLE_COPY, pinned_copy_ns, pinned_rate
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import BLOCKING_COPY_API, HOST_OP_KINDS
 from traceinsight.model.devices import host_links
@@ -103,8 +103,14 @@ def analyze_copies(ctx: Context) -> CopyResult:
         .clip(0)
         .alias("own_ns"),
     )
-    pageable_ns, pinned_ns, rate = _at_pinned_rate(ctx, copies, blocking)
-    gpu_pageable_ns, gpu_pinned_ns, _ = _at_pinned_rate(ctx, copies, copies)
+    # each device's pinned rate, once: the trace's own pinned uploads, else the spec's link
+    rates = (
+        copies.select("device")
+        .with_columns(pinned_rate(copies, host_links(ctx.device_info)).alias("_rate"))
+        .unique("device", keep="first")
+    )
+    pageable_ns, pinned_ns, rate = _at_pinned_rate(blocking, rates)
+    gpu_pageable_ns, gpu_pinned_ns, _ = _at_pinned_rate(copies, rates)
     top_pageable = blocking.sort(["blocked_ns", "launch_start_ns"], descending=[True, False]).head(
         10
     )
@@ -142,24 +148,14 @@ def analyze_copies(ctx: Context) -> CopyResult:
     )
 
 
-def _at_pinned_rate(
-    ctx: Context, copies: pl.DataFrame, rows: pl.DataFrame
-) -> tuple[int, int, float | None]:
-    """The pageable copies among ``rows``: their time as recorded and at the pinned rate (as the
-    replay's transform prices them: causal/transforms.py _pinned), and that rate in bytes/s."""
-    pageable = rows.filter((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable"))
+def _at_pinned_rate(rows: pl.DataFrame, rates: pl.DataFrame) -> tuple[int, int, float | None]:
+    """The pageable copies among ``rows``: their time as recorded and at their device's pinned
+    rate (``rates``: device, _rate in bytes/ns), and that rate in bytes/s (the first device's)."""
+    pageable = rows.filter(PAGEABLE_COPY)
     if pageable.height == 0:
         return 0, 0, None
-    rates = (
-        copies.select("device")
-        .with_columns(pinned_rate(copies, host_links(ctx.device_info)).alias("_rate"))
-        .unique("device", keep="first")
-    )
     timed = pageable.join(rates, on="device", how="left").with_columns(
-        pl.min_horizontal(
-            "dur_ns",
-            (pl.col("bytes").fill_null(0) / pl.col("_rate")).cast(pl.Int64) + PINNED_LATENCY_NS,
-        ).alias("_pinned")
+        pinned_copy_ns("_rate").alias("_pinned")
     )
     rate = timed.get_column("_rate").drop_nulls()
     return (

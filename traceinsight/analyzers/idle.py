@@ -561,9 +561,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
             )
             .get_column("dur_ns")
             .sum()
-        )
-        if "cause" in gaps.columns
-        else 0,
+        ),
         max_streams_per_device=_max_streams(ctx),
         stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
         cpu_work_between_launches_ns=_between_launches(ctx, gaps, "cpu_work"),
@@ -587,7 +585,7 @@ def _first_batch(ctx: Context, gaps: pl.DataFrame) -> dict[str, Any]:
         .filter((pl.col("end_ns") > ctx.window_start_ns) & (pl.col("start_ns") < ctx.window_end_ns))
         .sort("start_ns")
     )
-    if calls.height <= FIRST_BATCH_MIN_CALLS or "cause" not in gaps.columns:
+    if calls.height <= FIRST_BATCH_MIN_CALLS:
         return {}
     first = calls.row(0, named=True)
     # the first call's thread, its outermost calls (a range nested in another is the same call)

@@ -779,6 +779,18 @@ PINNED_RATE_MIN_COPIES = 3
 PINNED_RATE_DEFAULT_BYTES_PER_NS = 25.0
 # a pinned copy's fixed cost beside its bytes at the link's rate
 PINNED_LATENCY_NS = 1_000
+# a copy to or from pageable memory
+PAGEABLE_COPY = (pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable")
+
+
+def pinned_copy_ns(rate: str) -> pl.Expr:
+    """A copy's time from pinned memory: its bytes at the ``rate`` column (bytes/ns) plus
+    :data:`PINNED_LATENCY_NS`, no longer than it took (the replay's transform and the copies'
+    analyzer price pinning alike)."""
+    return pl.min_horizontal(
+        "dur_ns",
+        (pl.col("bytes").fill_null(0) / pl.col(rate)).cast(pl.Int64) + PINNED_LATENCY_NS,
+    )
 
 
 def pinned_rate(gpu: pl.DataFrame, links: Mapping[int, float]) -> pl.Series:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.causal.build import PINNED_LATENCY_NS
+from traceinsight.causal.build import PAGEABLE_COPY, pinned_copy_ns
 from traceinsight.causal.columns import SUBGAPS, TENSOR_CORE_ALIGN_ELEMENTS
 from traceinsight.causal.graph import WAIT_DEVICE, WAIT_NONE, WAIT_OWN_OP, StepModel
 from traceinsight.causal.whatif import DATALOADER_FLOOR_NS
@@ -191,23 +191,13 @@ def pinned_copies(model: StepModel) -> StepModel | None:
 def _pinned(model: StepModel, which_copies: pl.Expr) -> StepModel | None:
     """:func:`pinned_copies` for the copies ``which_copies`` selects."""
     g = model.gpu
-    pageable = (
-        (pl.col("kind") == "memcpy")
-        & ((pl.col("src_kind") == "pageable") | (pl.col("dst_kind") == "pageable"))
-        & which_copies
-    )
+    pageable = (pl.col("kind") == "memcpy") & PAGEABLE_COPY & which_copies
     ops = g.filter(pageable)
     if ops.height == 0:
         return None
     g = g.with_columns(
         pl.when(pageable)
-        .then(
-            pl.min_horizontal(
-                "dur_ns",
-                (pl.col("bytes").fill_null(0) / pl.col("pinned_bytes_per_ns")).cast(pl.Int64)
-                + PINNED_LATENCY_NS,
-            )
-        )
+        .then(pinned_copy_ns("pinned_bytes_per_ns"))
         .otherwise(pl.col("dur_ns"))
         .alias("dur_ns")
     )

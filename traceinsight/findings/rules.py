@@ -2461,13 +2461,6 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # more work per step does not shorten a wait for another stream's or process's event
         # (audit 5: an SGLang prefill's 493 ms, the GPU 99.8% busy on either side of it)
         advice = None if one_stream else DEPENDENCY_WAIT_ADVICE
-        # long waits with nothing recorded running (an event another process records) hold
-        # most of it; a loop's short waits between its own streams (cuDNN's LSTM on 11
-        # streams) are no such wait
-        untraced = idle.gpu_wait_long_ns
-        untraced_wait = not one_stream and untraced >= MAJORITY * x.idle("gpu_wait")
-    else:
-        untraced_wait = False
     if x.idle("host_untraced") >= x.t["underutilized_op_min_ratio"] * max(1, rest):
         # a kernel-only capture: when the next work was launched is not in it (audit 17: a
         # rocprofv3 kernel trace of an MI350X job told to "look at the host ops")
@@ -2517,10 +2510,13 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         else {},
         # what the queued work waited for is not in the trace: its saving rests on the idle
         # alone, and the first change is a recording (audit 22: an SGLang decode "GPU busy only
-        # 2.1%" HIGH on one 463 ms wait for an event recorded outside it, 93.5% busy after)
+        # 2.1%" HIGH on one 463 ms wait for an event recorded outside it, 93.5% busy after),
+        # where long waits hold most of it (a loop's short waits between its own streams,
+        # cuDNN's LSTM on 11, are no such wait)
         **(
             {"cap": "low", "cap_reason": DEPENDENCY_WAIT_CAP_REASON}
-            if advice == DEPENDENCY_WAIT_ADVICE and untraced_wait
+            if advice == DEPENDENCY_WAIT_ADVICE
+            and idle.gpu_wait_long_ns >= MAJORITY * x.idle("gpu_wait")
             else {}
         ),
     )
