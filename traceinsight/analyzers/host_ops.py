@@ -357,7 +357,7 @@ def _forward_only(ctx: Context) -> bool:
         kinds = ("user_annotation",)
         if ctx.rows(kinds, r"^aten::", columns=("start_ns",)).height == 0:
             return False
-    if ctx.rows(API_KINDS, r"^(cuda|hip)GraphLaunch", columns=("start_ns",)).height:
+    if ctx.rows(API_KINDS, tf.GRAPH_LAUNCH_CALL, columns=("start_ns",)).height:
         return False
     backward = ctx.rows(kinds, BACKWARD_PATTERN, columns=("start_ns",)).height
     stepping = ctx.rows(
