@@ -8,6 +8,7 @@ measured one. Prints a Markdown table (benchmarks/RESULTS.md)."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -159,6 +160,28 @@ def rows(loop: str) -> list[dict]:
             fix = f"batch_{mult}x"
         m = band.get(fix)
         m = (m["low"], m["high"]) if m else None
+        if mult and fix == f"batch_{mult}x":
+            # every other batch multiplier recorded (RAFT's 4x beside its 2x, session 43):
+            # the finding's fix priced there (--what-if ID@K), like with like
+            for k in sorted(int(x[6:-1]) for x in band if re.fullmatch(r"batch_\d+x", x)):
+                if k == mult:
+                    continue
+                at_k = traceinsight.analyze(
+                    src / f"{loop}.before.pt.trace.json.xz", what_if=[f"{f.id}@{k}"]
+                ).selected.what_if
+                mk = band[f"batch_{k}x"]
+                out.append(
+                    {
+                        "loop": loop,
+                        "finding": f"{f.id}@{k}",
+                        "severity": "",
+                        "predicted": at_k.speedup if at_k else None,
+                        "fix": f"batch_{k}x",
+                        "measured": (mk["low"], mk["high"]),
+                        "unprofiled_ms": at_k.step_time_ns / 1e6 if at_k else None,
+                        "measured_ms": measured_step,
+                    }
+                )
         out.append(
             {
                 "loop": loop,
