@@ -26,7 +26,12 @@ from traceinsight.api import analyze_trace
 from traceinsight.findings import default_thresholds
 from traceinsight.findings.job_rules import RankFindings, worst_per_rank
 from traceinsight.findings.model import Finding
-from traceinsight.findings.rules import COMM_ADVICE_BY_KIND, COMM_LESS_ADVICE, PEER_WAIT_ADVICE
+from traceinsight.findings.rules import (
+    COMM_ADVICE_BY_KIND,
+    COMM_ITSELF_ADVICE,
+    COMM_LESS_ADVICE,
+    PEER_WAIT_ADVICE,
+)
 from traceinsight.jobs import analyze_job, analyze_trace_ranks
 from traceinsight.model.classify import names_matching
 from traceinsight.model.schema import GPU_KINDS, Trace
@@ -119,7 +124,12 @@ def test_waiting_rank_comm_findings_use_transfer_only():
     # (the time each rule attributes, kept in the evidence beside the model's predicted saving)
     # communication is 950 of 2000 us (47.5% >= comm_heavy_ratio 30%), but all-to-all: not
     # gradient reduction, whose levers "communicate less" names (audit 20)
-    assert solo["comm_not_overlapped"].evidence["attributed_ns"] == 850 * US
+    # overlap hides at most the compute not yet under communication: 400 us of compute, 100
+    # of it under communication already, so 300 us of the 850 exposed (audit 23)
+    solo_comm = solo["comm_not_overlapped"]
+    assert solo_comm.evidence["attributed_ns"] == 300 * US
+    assert solo_comm.evidence["hideable_ns"] == 300 * US
+    assert solo_comm.recommendation == COMM_ITSELF_ADVICE
     assert solo["comm_not_overlapped"].evidence["most_exposed_kind"] == "all_to_all"
     assert COMM_LESS_ADVICE not in solo["comm_not_overlapped"].recommendation
     # In the job: 950 - 650 waiting = 300 us of transfer, none hidden; 15% < 30%: no such advice.

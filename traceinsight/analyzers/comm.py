@@ -166,6 +166,13 @@ class CommResult:
     # launched inside or after the first backward op of its step (a manual all-reduce after
     # backward is gradient reduction too, not a forward's tensor parallelism)
     after_backward_comm_ratio: float | None = None
+    # the compute kernels' union (summed over devices): what communication can hide behind
+    compute_ns: int = 0
+
+    @property
+    def hideable_ns(self) -> int:
+        """The compute not yet under communication: the most an overlap can hide of it."""
+        return max(0, self.compute_ns - (self.comm_ns - self.exposed_comm_ns))
 
 
 def analyze_comm(ctx: Context) -> CommResult:
@@ -213,6 +220,7 @@ def analyze_comm(ctx: Context) -> CommResult:
         by_kind=_by_kind(kinds, pu),
         backward_comm_ratio=in_backward,
         after_backward_comm_ratio=after_backward,
+        compute_ns=iv.total(pu),
         **_peer_wait(kinds, ctx),
     )
 

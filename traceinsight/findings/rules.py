@@ -1279,6 +1279,18 @@ PEER_WAIT_CUDA_APP = Advice(
     "traceinsight analyze JOB_DIR/",
     language="bash",
 )
+# Overlap hides communication behind the compute a rank has: where that is under half of
+# what is exposed, the collectives themselves are the cost (audit 23: a rocprofv3 rank with
+# 0.28 s of kernels beside 4.16 s of RCCL in 15.1 s, told to bucket DDP for 3.95 s)
+COMM_HIDEABLE_MIN_RATIO = 0.5
+COMM_ITSELF_ADVICE = (
+    "This rank has too little compute to hide its communication behind, so overlap cannot "
+    "help much: the collectives' own time is the cost. Either this rank waits for the others "
+    "to reach each collective (analyze every rank's trace together, traceinsight analyze "
+    "JOB_DIR, to find the one that arrives last and what holds it) or it moves too much too "
+    "often (communicate less: gradient accumulation, a larger per-GPU batch, bf16 gradient "
+    "reduction, fewer ranks for a small model)."
+)
 PEER_WAIT_UNPRICED = (
     "the exposed time is mostly this rank waiting for others: what removing it saves depends on "
     "the slowest rank, which a one-rank trace does not hold"
@@ -1398,6 +1410,10 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
         and comm.peer_wait_ns >= x.t["comm_peer_wait_min_ratio"] * comm.sized_comm_ns
     )
     wait_ratio = comm.peer_wait_ns / comm.sized_comm_ns if comm.sized_comm_ns else None
+    # overlap saves at most the compute not yet under communication (the replay's transform
+    # bounds it the same way where there are steps)
+    hideable = comm.hideable_ns
+    itself = not waiting and hideable < COMM_HIDEABLE_MIN_RATIO * comm.exposed_comm_ns
     title = (
         f"Communication is exposed: {fmt_pct(comm.comm_compute_overlap_ratio)} of it overlaps compute, "
         f"{fmt_ms(comm.exposed_comm_ns)} exposed"
@@ -1418,8 +1434,15 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
             f"{fmt_ms(comm.transfer_bound_ns)}, even at {COMM_FLOOR_BYTES_PER_S / 1e9:g} GB/s)"
         )
         advice = PEER_WAIT_ADVICE
+    elif itself:
+        title += (
+            f"; overlap can hide at most {fmt_ms(hideable)} of it: the rank computes for "
+            f"{fmt_ms(comm.compute_ns)} in all"
+        )
+        advice = COMM_ITSELF_ADVICE
     return Draft(
-        comm.exposed_comm_ns,
+        # (a wait for another rank is not hidden by overlap but by that rank: kept whole)
+        comm.exposed_comm_ns if waiting else min(comm.exposed_comm_ns, hideable),
         title,
         {
             "comm_ns": comm.comm_ns,
@@ -1436,17 +1459,19 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
             "transfer_bound_ns": comm.transfer_bound_ns,
             "peer_wait_ns": comm.peer_wait_ns,
             "peer_wait_ratio": wait_ratio,
+            "compute_ns": comm.compute_ns,
+            "hideable_ns": hideable,
             **({"unpriced_because": PEER_WAIT_UNPRICED} if waiting else {}),
         },
         advice,
         # the bucket settings' snippet does not apply to a wait for another rank, nor to
         # collectives of another kind
         snippet=PEER_WAIT_SNIPPET
-        if waiting
+        if waiting or itself
         else COMM_SNIPPET_BY_KIND.get(
             "moe" if moe else "tensor_parallel" if advice == TP_ADVICE else worst or "", None
         ),
-        advice={"cuda_app": PEER_WAIT_CUDA_APP} if waiting else {},
+        advice={"cuda_app": PEER_WAIT_CUDA_APP} if waiting or itself else {},
         # overlap on this rank saves at most what moving the data takes: the rest is another
         # rank's doing (a one-rank trace cannot say which, nor what it would save)
         cap="low" if waiting else None,
