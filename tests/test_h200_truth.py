@@ -212,7 +212,9 @@ def test_sync_cost_matches_the_control():
     # The control has no host_sync, launch_overhead or cpu_work idle: all of it here is the
     # syncs' doing, so together it is at most their cost, the extra step time measured by CUDA
     # events (truth files: 43.65 - 33.71 ms a step, 4 steps), and most of it (the rest is the
-    # gradient-norm kernels' own busy time). 95% measured; at least 85%.
+    # gradient-norm kernels' own busy time). 100.0% measured (95% before the launches the
+    # device waited for while their calls ran were launch overhead, audit 23); at least 85%,
+    # and at most 2% over: the two means are of two processes' CUDA-event step times.
     assert all(
         h.metrics["idle_by_cause_ns"][c] == 0 for c in ("host_sync", "launch_overhead", "cpu_work")
     )
@@ -220,7 +222,7 @@ def test_sync_cost_matches_the_control():
     mean = lambda t: sum(t["step_time_ms"][:COMPARED_STEPS]) / COMPARED_STEPS  # noqa: E731
     extra_ns = (mean(truth) - mean(control)) * 1e6 * steps
     caused = idle["host_sync"] + idle["launch_overhead"] + idle["cpu_work"]
-    assert 0.85 * extra_ns <= caused <= extra_ns
+    assert 0.85 * extra_ns <= caused <= 1.02 * extra_ns
 
 
 @pytest.mark.parametrize(

@@ -830,10 +830,20 @@ def _attribute(
     # one column, not the expression repeated in each branch of the cause below
     gaps = gaps.with_columns((queued_before | waited_in_call).alias("_queued"))
     queued_before = pl.col("_queued")
-    launched_late = (
+    # the next work's launch call still running when the GPU ran dry, through most of the
+    # gap: the device waited for that call (audit 23: an MTIA rank's ~320 us submit calls,
+    # each kernel starting 65 us before its call returned, 603 ms of such gaps read as a
+    # dependency's wait); a call that returned early in the gap left the rest to the device
+    in_call = (pl.col("next_launch_ns") < pl.col("start_ns")) & (
+        pl.col("next_launch_end_ns") - pl.col("start_ns") >= MAJORITY * pl.col("dur_ns")
+    )
+    begun_in_gap = (
         pl.col("next_launch_ns").is_not_null()
         & (pl.col("next_launch_ns") >= pl.col("start_ns"))
         & ~queued_before
+    )
+    launched_late = begun_in_gap | (
+        pl.col("next_launch_ns").is_not_null() & in_call & ~queued_before
     )
     # queued work whose launch was its kernel's slow first one (the module loaded lazily): the
     # device waited for that load, a one-time cost, not for another stream (a vecAdd's only
@@ -855,7 +865,8 @@ def _attribute(
     )
     in_launch = pl.col("f_launch") >= MAJORITY
     if torch_ops.height:
-        in_ops = launched_late & (pl.col("f_ops") >= MAJORITY)
+        # (the dispatch cap from gaps whose launch began in them, as measured)
+        in_ops = begun_in_gap & (pl.col("f_ops") >= MAJORITY)
         typical = gaps.filter(in_ops).get_column("dur_ns").median()
         cap = max(MIN_DISPATCH_CAP_NS, DISPATCH_CAP_RATIO * float(typical or 0))
         dispatching = in_launch | ((pl.col("f_ops") >= MAJORITY) & (pl.col("dur_ns") <= cap))
