@@ -12,7 +12,9 @@ from functools import cache
 import pytest
 
 import traceinsight
+from traceinsight.cli import main
 from traceinsight.findings.rules import COMM_ITSELF_ADVICE
+from traceinsight.report.format import no_findings_words
 
 from .conftest import shared_or_skip
 
@@ -113,3 +115,18 @@ def test_a_running_submit_call_is_launch_overhead_not_a_dependency() -> None:
     assert idle["launch_overhead"] >= 0.95 * in_call
     under = next((f for f in a.findings if f.id == "gpu_underutilized"), None)
     assert under is None or under.severity in ("info", "low")
+
+
+def test_no_gpu_activity_is_not_a_clean_bill(capsys: pytest.CaptureFixture[str]) -> None:
+    """D11: nsys exports of NVTX ranges and OS calls only (ICON's rank_ export,
+    EfficientCenterFormer's) read "nothing measurable stands out", the words of a healthy run."""
+    idle = {
+        "source": {"devices": [{"id": 0, "active": False}]},
+        "metrics": {"gpu_busy_ratio": None},
+    }
+    assert "no GPU activity" in no_findings_words(idle)
+    busy = {"source": {"devices": [{"id": 0, "active": True}]}, "metrics": {"gpu_busy_ratio": 0.9}}
+    assert no_findings_words(busy) == "No findings: nothing measurable stands out."
+    path = shared_or_skip() / "nsys" / "ISC25-ICON-C__rank_.sqlite"
+    assert main(["analyze", str(path), "--no-html", "--format", "markdown"]) == 0
+    assert "the trace records no GPU activity" in capsys.readouterr().out

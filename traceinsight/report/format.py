@@ -6,6 +6,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 
+def no_findings_words(doc: Mapping[str, Any]) -> str:
+    """The line where there are no findings: a capture without GPU activity has nothing to
+    diagnose, which is not a healthy run (audit 23: two nsys exports of NVTX and OS calls only
+    read "nothing measurable stands out")."""
+    devices = (doc.get("source") or {}).get("devices") or []
+    m = doc.get("metrics") or {}
+    active = any(d.get("active", True) for d in devices)
+    if not active and m.get("gpu_busy_ratio") is None:
+        return "No findings: the trace records no GPU activity, so there is nothing to diagnose."
+    return "No findings: nothing measurable stands out."
+
+
 def ranked_idle_causes(idle_by_cause_ns: dict[str, int]) -> list[tuple[str, int]]:
     """The idle causes that cost time, costliest first (ties keep the table's order)."""
     return sorted(((k, v) for k, v in idle_by_cause_ns.items() if v), key=lambda kv: -kv[1])

@@ -34,6 +34,7 @@ from traceinsight.report.format import (
     fmt_signed_ns,
     low_end_words,
     memory_peak_words,
+    no_findings_words,
     per_step,
     plural,
     prediction_basis,
@@ -182,6 +183,7 @@ def context(analysis: TraceAnalysis | dict[str, Any]) -> dict[str, Any]:
         "m": doc["metrics"],
         "d": d,
         "findings": doc["findings"],
+        "no_findings": no_findings_words(doc),
         "all_fixes": (d.get("what_if") or {}).get("all_fixes"),
         "verdict": verdict_cost,
         "costly_low": None if verdict_cost else costly,
@@ -269,6 +271,7 @@ def job_context(doc: dict[str, Any]) -> dict[str, Any]:
         "m": doc["metrics"],
         "cross": cross,
         "findings": doc["findings"],
+        "no_findings": no_findings_words(doc),
         "verdict": top[0] if top else None,
         "cost_scope": "over the ranks' windows summed",
         "job_costs": True,  # an unpriced finding's cost line says it is summed over the ranks

@@ -24,6 +24,7 @@ from traceinsight.report.format import (
     idle_causes_words,
     low_end_words,
     mfu_words,
+    no_findings_words,
     per_step,
     plural,
     prediction_basis,
@@ -214,7 +215,7 @@ def render(doc: dict[str, Any]) -> str:
     findings = doc["findings"]
     out += [f"## Findings ({len(findings)})", ""]
     if not findings:
-        out += ["No findings: nothing measurable stands out.", ""]
+        out += [no_findings_words(doc), ""]
     else:
         out += [*_findings_table(findings, per_step(doc)), ""]
         combined = ((doc.get("details") or {}).get("what_if") or {}).get("all_fixes")

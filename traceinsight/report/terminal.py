@@ -26,6 +26,7 @@ from traceinsight.report.format import (
     low_end_words,
     memory_peak_words,
     mfu_words,
+    no_findings_words,
     per_step,
     plural,
     prediction_basis,
@@ -270,7 +271,7 @@ def _tail(doc: dict[str, Any], report_path: str | None, max_findings: int) -> li
             f"No findings, but the trace failed {', '.join(failed)} (below): not a clean bill."
         )
     elif not findings:
-        lines.append("No findings: nothing measurable stands out.")
+        lines.append(no_findings_words(doc))
     else:
         lines.append(f"Findings ({len(findings)}, {min(len(shown), max_findings)} shown):")
         for f in shown[:max_findings]:
