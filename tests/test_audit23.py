@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from functools import cache
 
@@ -14,6 +15,7 @@ import pytest
 import traceinsight
 from traceinsight.cli import main
 from traceinsight.findings.rules import COMM_ITSELF_ADVICE
+from traceinsight.model.flops import op_cost
 from traceinsight.report.format import no_findings_words
 
 from .conftest import shared_or_skip
@@ -130,3 +132,32 @@ def test_no_gpu_activity_is_not_a_clean_bill(capsys: pytest.CaptureFixture[str])
     path = shared_or_skip() / "nsys" / "ISC25-ICON-C__rank_.sqlite"
     assert main(["analyze", str(path), "--no-html", "--format", "markdown"]) == 0
     assert "the trace records no GPU activity" in capsys.readouterr().out
+
+
+def test_a_cast_and_a_gather_move_what_they_touch() -> None:
+    """D7: on an H100 Qwen inference trace the fp32 -> bf16 casts (aten::copy_ into a bf16
+    tensor) read 4 bytes and write 2 an element, 2.69 GB over their 51 copies, at 2.99 TB/s
+    under the 3.35 TB/s peak; they were counted as 10 bytes an element (4.98 TB/s). The
+    embedding reads the 8,944 rows its indices pick, not the 311 MB table (12.0 TB/s read)."""
+    path = shared_or_skip() / "tracelens" / "h100_Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    cast_bytes = 0
+    for e in ev:
+        args = e.get("args") or {}
+        if e.get("name") == "aten::copy_" and (args.get("Input type") or [])[:2] == [
+            "c10::BFloat16",
+            "float",
+        ]:
+            dst, src = args["Input Dims"][:2]
+            cast_bytes += math.prod(dst) * 2 + math.prod(src) * 4
+    assert cast_bytes == 2_693_074_176
+    top = traceinsight.analyze(path).results.efficiency.roofline.top_kernels
+    cast = next(k for k in top if "bfloat16_copy_kernel" in k.name)
+    assert cast.bytes == pytest.approx(cast_bytes, rel=0.001)
+    assert cast.bandwidth_bytes_per_s < 3.35e12
+    # the embedding as recorded: a [151936, 1024] bf16 table, [16, 559] int64 indices
+    emb = next(e for e in ev if e.get("name") == "aten::embedding")["args"]
+    cost = op_cost(
+        "aten::embedding", json.dumps(emb["Input Dims"]), json.dumps(emb["Input type"]), None
+    )
+    assert cost.bytes == 8944 * 8 + 2 * 8944 * 1024 * 2
