@@ -15,7 +15,9 @@ import pytest
 import traceinsight
 from traceinsight.cli import main
 from traceinsight.findings.rules import COMM_ITSELF_ADVICE
+from traceinsight.model.devices import HOST_LINK_GB_S_BY_ARCH, arch_of_kernels, host_links
 from traceinsight.model.flops import op_cost
+from traceinsight.model.schema import DeviceInfo
 from traceinsight.report.format import no_findings_words
 
 from .conftest import shared_or_skip
@@ -161,3 +163,24 @@ def test_a_cast_and_a_gather_move_what_they_touch() -> None:
         "aten::embedding", json.dumps(emb["Input Dims"]), json.dumps(emb["Input type"]), None
     )
     assert cost.bytes == 8944 * 8 + 2 * 8944 * 1024 * 2
+
+
+def test_an_unlisted_gpu_gets_its_architecture_pcie_link() -> None:
+    """D9: a Quadro RTX 6000 (compute capability 7.5, not in the spec table) and a 2021
+    trace's V100 that names no device (volta_sgemm_* kernels) were priced at PCIe 4.0's 25 GB/s
+    pinned rate, twice their PCIe 3.0 link's 12."""
+    assert arch_of_kernels(["volta_sgemm_128x64_nt", "void at::native::foo"]) == "sm70"
+    # cuBLAS ships older kernels too: the newest named is the floor of the device's
+    assert arch_of_kernels(["sm80_xmma_gemm_f32f32", "sm90_xmma_gemm_bf16bf16"]) == "sm90"
+    assert arch_of_kernels(["void at::native::foo"]) is None
+    quadro = DeviceInfo(id=0, name="Quadro RTX 6000", compute_capability="7.5")
+    assert host_links([quadro]) == {0: HOST_LINK_GB_S_BY_ARCH["sm75"] * 1e9}
+    # no properties at all: the kernels say which architecture
+    assert host_links([], lambda: ["volta_sgemm_128x64_nt"], active=(0,)) == {0: 12e9}
+    assert host_links([], lambda: ["void k"], active=(0,)) == {}
+    for name in (
+        "kineto-samples/plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",
+        "nsys/Mordred__report1.sqlite",
+    ):
+        copies = traceinsight.analyze(shared_or_skip() / name).results.copies
+        assert copies.pinned_bytes_per_s == 12e9, name

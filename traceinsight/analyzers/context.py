@@ -189,6 +189,12 @@ class Context:
         return self.host.rows(kinds, pattern, negate=negate, where=where, columns=columns)
 
 
+def kernel_names(ctx: Context) -> list[str]:
+    """The window's distinct kernel names."""
+    k = ctx.gpu.filter(pl.col("kind") == "kernel").get_column("name").unique().drop_nulls()
+    return k.cast(pl.String).to_list()
+
+
 def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     compute = gpu.filter((pl.col("kind") == "kernel") & (pl.col("kernel_class") != "communication"))
     return iv.union(gpu, by=["device"]), iv.union(compute, by=["device"])

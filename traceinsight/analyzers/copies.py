@@ -7,7 +7,7 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, kernel_names
 from traceinsight.causal.build import PAGEABLE_COPY, pinned_copy_ns, pinned_rate
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import BLOCKING_COPY_API, HOST_OP_KINDS
@@ -106,7 +106,11 @@ def analyze_copies(ctx: Context) -> CopyResult:
     # each device's pinned rate, once: the trace's own pinned uploads, else the spec's link
     rates = (
         copies.select("device")
-        .with_columns(pinned_rate(copies, host_links(ctx.device_info)).alias("_rate"))
+        .with_columns(
+            pinned_rate(
+                copies, host_links(ctx.device_info, lambda: kernel_names(ctx), ctx.devices)
+            ).alias("_rate")
+        )
         .unique("device", keep="first")
     )
     pageable_ns, pinned_ns, rate = _at_pinned_rate(blocking, rates)

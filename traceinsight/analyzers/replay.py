@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, kernel_names
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
@@ -533,5 +533,5 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             for d in ctx.device_info
             if (spec := spec_of(d)) is not None and spec.memory_bandwidth_bytes_per_s
         },
-        host_links=host_links(ctx.device_info),
+        host_links=host_links(ctx.device_info, lambda: kernel_names(ctx), ctx.devices),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -142,13 +143,77 @@ def lookup(
     return None
 
 
-def host_links(devices: Any) -> dict[int, float]:
-    """Each known device's host link (bytes/s, pinned host-to-device) from the spec table."""
-    return {
-        d.id: spec.host_link_bytes_per_s
-        for d in devices
-        if (spec := spec_of(d)) is not None and spec.host_link_bytes_per_s
-    }
+@dataclass(frozen=True)
+class _Undescribed:
+    """A device with activity the trace gives no properties for."""
+
+    id: int
+    name: str | None = None
+    memory_bytes: int | None = None
+    sm_count: int | None = None
+    compute_capability: str | None = None
+
+
+# A device the table lacks still has an architecture: its compute capability, or else the
+# newest one its kernels were built for (cuBLAS and cuDNN name theirs: volta_sgemm_*,
+# sm80_xmma_*), which sets its PCIe generation (audit 23: a Quadro RTX 6000 and a 2021 trace's
+# unnamed V100 priced at PCIe 4.0's 25 GB/s, twice their link)
+ARCH_OF_CAPABILITY = {
+    "7.0": "sm70",
+    "7.5": "sm75",
+    "8.0": "sm80",
+    "8.6": "sm86",
+    "8.9": "sm89",
+    "9.0": "sm90",
+    "10.0": "sm100",
+}
+KERNEL_ARCH_PATTERNS = (
+    (r"^(volta|sm70)_", "sm70"),
+    (r"^(turing|sm75)_", "sm75"),
+    (r"^(ampere|sm80)_", "sm80"),
+    (r"^sm86_", "sm86"),
+    (r"^sm89_", "sm89"),
+    (r"^sm90a?_", "sm90"),
+    (r"^sm100a?_", "sm100"),
+)
+
+
+def arch_of_kernels(names: Iterable[str]) -> str | None:
+    """The newest architecture the kernel names were built for (None: none names one)."""
+    found = None
+    for name in names:
+        for i, (pattern, _) in enumerate(KERNEL_ARCH_PATTERNS):
+            if re.match(pattern, name) and (found is None or i > found):
+                found = i
+    return KERNEL_ARCH_PATTERNS[found][1] if found is not None else None
+
+
+def host_links(
+    devices: Any,
+    kernel_names: Callable[[], Iterable[str]] | None = None,
+    active: Iterable[int] = (),
+) -> dict[int, float]:
+    """Each device's host link (bytes/s, pinned host-to-device): the spec table's, else its
+    architecture's PCIe generation (:data:`ARCH_OF_CAPABILITY`, else the kernels' names,
+    ``kernel_names`` called only where a device needs it); absent where neither is known.
+    ``active``: devices with activity, those the trace describes nowhere included."""
+    out: dict[int, float] = {}
+    guessed: list[str | None] = []
+    described = {d.id for d in devices}
+    bare = [_Undescribed(i) for i in active if i not in described]
+    for d in [*devices, *bare]:
+        spec = spec_of(d)
+        if spec is not None and spec.host_link_bytes_per_s:
+            out[d.id] = spec.host_link_bytes_per_s
+            continue
+        arch = ARCH_OF_CAPABILITY.get(str(getattr(d, "compute_capability", None) or ""))
+        if arch is None and kernel_names is not None:
+            if not guessed:
+                guessed.append(arch_of_kernels(kernel_names()))
+            arch = guessed[0]
+        if arch in HOST_LINK_GB_S_BY_ARCH:
+            out[d.id] = HOST_LINK_GB_S_BY_ARCH[arch] * 1e9
+    return out
 
 
 def spec_of(device: Any) -> DeviceSpec | None:
