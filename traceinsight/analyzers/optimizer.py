@@ -28,6 +28,9 @@ FUSED_OPS = r"^aten::_fused_"
 # an optimizer class that says it is fused (apex.optimizers.FusedAdam, FusedLAMB)
 FUSED_OPTIMIZER_CLASS = r"(?i)^fused"
 OPTIMIZER_PATTERN = r"^Optimizer\.step#"
+# optimizer.zero_grad(): with set_to_none=False (the default before PyTorch 2.0) it launches a
+# fill kernel per gradient; with None it launches nothing
+ZERO_GRAD_PATTERN = r"^Optimizer\.zero_grad#"
 # The autograd engine's work: a backward pass. Inside an optimizer step it is the closure's
 # (Lightning, LBFGS: ``optimizer.step(closure)`` runs forward and backward inside the range).
 BACKWARD_PATTERN = r"^autograd::engine::evaluate_function"
@@ -73,9 +76,61 @@ class OptimizerResult:
     kernels_per_step: float | None
     gpu_ns_per_step: float | None
     host_ns_per_step: float | None
+    # optimizer.zero_grad() calls in the window, and per call the kernels they launched (fills
+    # of the gradients: set_to_none=False), those kernels' GPU time and the calls' host time
+    zero_grad_calls: int = 0
+    zero_grad_kernels_per_call: float = 0.0
+    zero_grad_gpu_ns_per_call: float = 0.0
+    zero_grad_host_ns_per_call: float = 0.0
+
+
+def zero_grad_ranges(ctx: Context) -> pl.DataFrame:
+    """The outermost ``Optimizer.zero_grad#`` host ranges (name, tid, start_ns, end_ns)."""
+    r = ctx.rows(HOST_OP_KINDS, ZERO_GRAD_PATTERN).select("name", "tid", "start_ns", "end_ns")
+    if r.height == 0:
+        return r
+    out = _outermost(r.rename({"start_ns": "o_s", "end_ns": "o_e", "tid": "o_tid"}))
+    return out.rename({"o_s": "start_ns", "o_e": "end_ns", "o_tid": "tid"})
+
+
+def _kernels_inside(ctx: Context, ranges: pl.DataFrame) -> pl.DataFrame:
+    """The kernels launched inside ``ranges`` (o_s, o_e, o_tid) on the range's thread."""
+    k = launched(
+        ctx.launches,
+        ["name", "dur_ns", "launch_start_ns", "launch_tid"],
+        pl.col("kind") == "kernel",
+    )
+    return iv.containing(
+        k.with_columns(pl.col("launch_start_ns").alias("_ls")),
+        ranges,
+        inner_start="launch_start_ns",
+        inner_end="_ls",
+        outer_start="o_s",
+        outer_end="o_e",
+        same=("o_tid", "launch_tid"),
+    )
+
+
+def _zero_grad(ctx: Context) -> dict[str, float | int]:
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    r = zero_grad_ranges(ctx).filter(pl.col("start_ns").is_between(lo, hi))
+    if r.height == 0:
+        return {}
+    ranges = r.select(
+        pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), pl.col("tid").alias("o_tid")
+    )
+    inside = _kernels_inside(ctx, ranges)
+    n = ranges.height
+    return {
+        "zero_grad_calls": n,
+        "zero_grad_kernels_per_call": inside.height / n,
+        "zero_grad_gpu_ns_per_call": float(inside["dur_ns"].sum() or 0) / n,
+        "zero_grad_host_ns_per_call": float((ranges["o_e"] - ranges["o_s"]).sum()) / n,
+    }
 
 
 def analyze_optimizer(ctx: Context) -> OptimizerResult:
+    zero = _zero_grad(ctx)
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     ranges = optimizer_ranges(ctx).filter(pl.col("start_ns").is_between(lo, hi))
     ranges = ranges.select(
@@ -85,23 +140,10 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
         pl.col("tid").alias("o_tid"),
     )
     if ranges.height == 0:
-        return OptimizerResult(0, None, None, None, None, None)
+        return OptimizerResult(0, None, None, None, None, None, **zero)
     ranges = _one_class(_outermost(ranges))
     name = ranges["name"][0].split("#", 1)[1].split(".")[0]
-    k = launched(
-        ctx.launches,
-        ["name", "dur_ns", "launch_start_ns", "launch_tid"],
-        pl.col("kind") == "kernel",
-    )
-    inside = iv.containing(
-        k.with_columns(pl.col("launch_start_ns").alias("_ls")),
-        ranges,
-        inner_start="launch_start_ns",
-        inner_end="_ls",
-        outer_start="o_s",
-        outer_end="o_e",
-        same=("o_tid", "launch_tid"),
-    )
+    inside = _kernels_inside(ctx, ranges)
     n = ranges.height
     ops = _ops_inside(ctx, ranges)
     if inside.height == 0:
@@ -126,6 +168,7 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
         kernels_per_step=inside.height / n,
         gpu_ns_per_step=float(inside["dur_ns"].sum()) / n if inside.height else 0.0,
         host_ns_per_step=float((ranges["o_e"] - ranges["o_s"]).sum()) / n,
+        **zero,
     )
 
 

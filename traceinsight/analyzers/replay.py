@@ -15,7 +15,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context, kernel_names
 from traceinsight.analyzers.idle import warmup_calls
-from traceinsight.analyzers.optimizer import optimizer_ranges
+from traceinsight.analyzers.optimizer import optimizer_ranges, zero_grad_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
 from traceinsight.analyzers.steps import batch_tensors, context_loader_iterator
 from traceinsight.causal import transforms as whatif
@@ -520,6 +520,7 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             "dataloader": ranges,
             "empty_cache": ctx.rows(HOST_OP_KINDS, EMPTY_CACHE_PATTERN),
             "optimizer": optimizer_ranges(ctx),
+            "zero_grad": zero_grad_ranges(ctx),
             "recompute": recompute_ranges(ctx),
         },
         time_ratios={

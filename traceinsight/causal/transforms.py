@@ -431,6 +431,23 @@ def fused_optimizer(model: StepModel) -> StepModel | None:
     return StepModel(host=h, gpu=g, steps=model.steps)
 
 
+def grads_set_to_none(model: StepModel) -> StepModel | None:
+    """``optimizer.zero_grad(set_to_none=True)`` (PyTorch 2's default): the gradients are
+    dropped rather than filled with zeros, so zero_grad's fill kernels, their launches and the
+    host work of its range go (setting ``.grad = None`` takes well under a microsecond a
+    parameter). The next backward then writes each gradient instead of adding to zeros: that
+    saving is not counted."""
+    g = model.gpu
+    if not g.select(pl.col("in_zero_grad").any()).item():
+        return None
+    g = g.with_columns(
+        pl.when(pl.col("in_zero_grad")).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+        pl.when(pl.col("in_zero_grad")).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+    )
+    h = _drop_host(model.host, "gap_zero_grad_ns", "in_zero_grad")
+    return StepModel(host=h, gpu=g, steps=model.steps)
+
+
 def dataloader_floor(model: StepModel) -> StepModel | None:
     """The advised loader: batches prefetched by worker processes into pinned memory. The
     pin-memory thread receives each batch from the workers, so each wait in the step thread
@@ -829,6 +846,7 @@ TRANSFORMS: dict[str, Transform] = {
             gpu={"in_optimizer", "kind", "capture_extra_kernels", "alone", "device"},
         ),
         _t(fused_optimizer, host={"gap_optimizer_ns", "in_optimizer"}, gpu={"in_optimizer"}),
+        _t(grads_set_to_none, host={"gap_zero_grad_ns", "in_zero_grad"}, gpu={"in_zero_grad"}),
         _t(inputs_on_device, host={"gap_host_input_ns"}),
         _t(dataloader_floor, host={"gap_dataloader_ns"}, gpu=_PAGEABLE),
         _t(dataloader_unpinned, host={"gap_dataloader_ns", "dataloader_floor_ns", "step"}),

@@ -1725,6 +1725,42 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
     )
 
 
+@rule(
+    "zero_grad_fills",
+    advice={"cuda_app": None},  # torch.optim's zero_grad
+    fix="grads_set_to_none",
+    recommendation="Drop the gradients instead of zeroing them: optimizer.zero_grad(set_to_none=True) "
+    "(the default from PyTorch 2.0; model.zero_grad() likewise). Each gradient then skips its fill "
+    "kernel and launch, and the next backward writes it instead of adding to zeros. Keep "
+    "set_to_none=False only where code reads .grad before backward refills it.",
+    snippet="optimizer.zero_grad(set_to_none=True)  # no fill kernel per parameter",
+)
+def zero_grad_fills(x: RuleInput) -> Draft | None:
+    """optimizer.zero_grad() that zeroes each gradient with a kernel (set_to_none=False, the
+    default before PyTorch 2.0): a launch per parameter a step (audit 23: a 2021 ResNet-50's
+    SGD.zero_grad launched 161 fills in 12.6 ms of host time a step, the GPU idle)."""
+    opt = x.r.optimizer
+    if not opt.zero_grad_calls or opt.zero_grad_kernels_per_call < 1:
+        return None
+    calls = opt.zero_grad_calls
+    title = (
+        f"optimizer.zero_grad() zeroes the gradients with kernels: "
+        f"{_kernels(opt.zero_grad_kernels_per_call)} and {fmt_ms(opt.zero_grad_host_ns_per_call)} "
+        f"of host time a call"
+    )
+    return Draft(
+        opt.zero_grad_host_ns_per_call * calls,
+        title,
+        {
+            "optimizer": opt.optimizer,
+            "zero_grad_calls": calls,
+            "kernels_per_call": opt.zero_grad_kernels_per_call,
+            "gpu_ns_per_call": opt.zero_grad_gpu_ns_per_call,
+            "host_ns_per_call": opt.zero_grad_host_ns_per_call,
+        },
+    )
+
+
 # torch.optim's optimizers with a fused (single-kernel, CUDA) implementation; most others have
 # foreach=True (multi-tensor kernels)
 FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
