@@ -259,3 +259,16 @@ def test_zero_grad_fills_on_the_2021_samples() -> None:
         )
         f = next(f for f in a.findings if f.id == "zero_grad_fills")
         assert 1.02 < f.what_if.speedup < 1.08
+
+
+def test_a_class_rate_says_which_time_it_is_over(capsys: pytest.CaptureFixture[str]) -> None:
+    """D8: a B200 eager trace's GEMM row read 300.5 TFLOP/s beside 0.236 TFLOP and 6.25 ms of
+    kernels (37.7 TFLOP/s): the rate is over the 0.78 ms of the three nvjet kernels whose
+    FLOPs are known (11.4% of the math time). The row and the header now say so."""
+    path = shared_or_skip() / "tracelens" / "b200_eager_trace.json.gz"
+    a = traceinsight.analyze(path)
+    gemm = next(c for c in a.results.efficiency.roofline.classes if c.kernel_class == "gemm")
+    assert gemm.flops_time_ns < 0.2 * gemm.time_ns
+    assert gemm.achieved_tflops == pytest.approx(gemm.flops / gemm.flops_time_ns / 1e3)
+    assert main(["analyze", str(path), "--no-html"]) == 0
+    assert "TFLOP/s where FLOPs are known (11.4% of the time)" in capsys.readouterr().out

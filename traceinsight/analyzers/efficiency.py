@@ -91,6 +91,9 @@ class ClassPoint:
     bandwidth_bytes_per_s: float | None
     roofline_tflops: float | None  # elementwise/reduction work counted 1 FLOP per element
     arithmetic_intensity: float | None  # work per byte
+    # the time of the class's kernels whose FLOPs are known: achieved_tflops' denominator
+    # (audit 23: a B200 GEMM row at 300.5 TFLOP/s over 0.78 of its 6.25 ms)
+    flops_time_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -539,6 +542,7 @@ def _roofline(k: pl.DataFrame) -> Roofline:
             achieved_tflops=r["flops"] / r["flops_time_ns"] / 1e3
             if r["flops"] and r["flops_time_ns"]
             else None,
+            flops_time_ns=int(r["flops_time_ns"] or 0),
             bandwidth_bytes_per_s=r["bytes"] / r["bytes_time_ns"] * 1e9
             if r["bytes"] and r["bytes_time_ns"]
             else None,

@@ -34,6 +34,7 @@ TRANSFORM_WORDS = {
     "cuda_graphs": "CUDA graphs",
     "cuda_graphs_whole_step": "CUDA graphs over the whole step",
     "fused_optimizer": "a fused optimizer",
+    "grads_set_to_none": "gradients set to None, not zeroed",
     "inputs_on_device": "the step's tensors made on the GPU",
     "dataloader_floor": "data loading hidden behind compute",
     "dataloader_unpinned": "data loading in workers, batches received in the step thread",

@@ -25,6 +25,7 @@ from traceinsight.report.evidence import (
 )
 from traceinsight.report.format import (
     LOW_END_WORDS,
+    MFU_COVERAGE_MIN_RATIO,
     busy_words,
     fmt_bytes,
     fmt_ns,
@@ -131,6 +132,7 @@ def environment() -> jinja2.Environment:
         no_prediction=no_prediction,
         memory_peak_words=memory_peak_words,
         tensor_peak_dtypes=tensor_peak_dtypes,
+        mfu_coverage_min=MFU_COVERAGE_MIN_RATIO,
     )
     return env
 

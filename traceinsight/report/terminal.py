@@ -10,6 +10,7 @@ from traceinsight.report.evidence import label
 from traceinsight.report.format import (
     FRAMEWORK_WORDS,
     LOW_END_WORDS,
+    MFU_COVERAGE_MIN_RATIO,
     SELECTED_LISTS,
     SOURCE_NOUNS,
     busy_words,
@@ -146,7 +147,13 @@ def _efficiency_line(m: dict[str, Any], devices: Sequence[dict[str, Any]] = ()) 
         parts.append(f"{m['flops_per_step'] / 1e12:.3g} TFLOP {per}")
     if m.get("gemm_tflops") is not None:
         # to the HTML's precision (audit 19: "2 TFLOP/s" here, "2.5" on the page)
-        parts.append(f"GEMM/attention {m['gemm_tflops']:.1f} TFLOP/s")
+        cover = m.get("math_flops_coverage_ratio")
+        known = (
+            f" where FLOPs are known ({fmt_pct(cover)} of the time)"
+            if cover is not None and cover < MFU_COVERAGE_MIN_RATIO
+            else ""
+        )
+        parts.append(f"GEMM/attention {m['gemm_tflops']:.1f} TFLOP/s{known}")
     if m.get("memory_bound_bandwidth_ratio") is not None:
         share = fmt_pct(m["memory_bound_bandwidth_ratio"])
         parts.append(f"elementwise at {share} {memory_peak_words(devices)}")
