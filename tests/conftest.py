@@ -13,6 +13,13 @@ import pytest
 # CPU). Set before polars is imported; a developer's own setting wins.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("POLARS_MAX_THREADS", "1")
+    # and each worker owns one core: an analysis detects one (Runtime.detect), so a job's ranks
+    # are analyzed in the worker, not by processes spawned beside the other worker's (each
+    # paying the imports); the tests of the process pools ask for their workers explicitly
+    _cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    _n = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw") or 0)
+    if len(_cores) >= 2:
+        os.sched_setaffinity(0, {_cores[_n % len(_cores)]})
 
 # The files that take longest (seconds of test time on the 2-core machine, session 41), run
 # first: pytest-xdist's loadfile hands whole files to the workers in collection order, and a

@@ -10,6 +10,7 @@ import math
 import re
 from functools import cache
 
+import orjson
 import pytest
 
 import traceinsight
@@ -86,7 +87,7 @@ def _mtia_in_call_gaps_ns() -> int:
     compute event whose submit call (mtia_runtime, by correlation) began before the gap and
     was still running at its start: the device waited for that call."""
     path = shared_or_skip() / "hta" / "mtia_trace_single_rank" / "mtia_rank_0.json.gz"
-    ev = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]]
+    ev = [e for e in orjson.loads(gzip.decompress(path.read_bytes()))["traceEvents"]]
     ev = [e for e in ev if e.get("ph") == "X"]
     device = sorted((e for e in ev if e.get("cat") == "mtia_ccp_events"), key=lambda e: e["ts"])
     calls = {
@@ -247,11 +248,13 @@ def test_zero_grad_fills_on_the_2021_samples() -> None:
         ("worker0.1623143089861.pt.trace.json.gz", 6.02),
     ):
         path = shared_or_skip() / "kineto-samples" / name
-        ev = json.loads(gzip.decompress(path.read_bytes()))
+        ev = orjson.loads(gzip.decompress(path.read_bytes()))
         ev = ev if isinstance(ev, list) else ev["traceEvents"]
         ranges = [e for e in ev if e.get("name", "").startswith("Optimizer.zero_grad#")]
         raw_ms = sum(e["dur"] for e in ranges) / len(ranges) / 1000
         assert raw_ms == pytest.approx(host_ms, abs=0.01)
+        if "nw4" in name:
+            continue  # nw0 with 4 workers: its range checked above, one analysis of the pair
         a = traceinsight.analyze(path)
         assert a.results.optimizer.zero_grad_kernels_per_call == 161
         assert a.results.optimizer.zero_grad_host_ns_per_call / 1e6 == pytest.approx(
