@@ -437,14 +437,21 @@ def grads_set_to_none(model: StepModel) -> StepModel | None:
     host work of its range go (setting ``.grad = None`` takes well under a microsecond a
     parameter). The next backward then writes each gradient instead of adding to zeros: that
     saving is not counted."""
+    return _range_removed(model, "zero_grad")
+
+
+def _range_removed(model: StepModel, name: str) -> StepModel | None:
+    """The work of the ``name`` ranges (causal/columns.py RANGES) gone: their host work and
+    calls, and the GPU ops launched inside them (None: they launched none)."""
     g = model.gpu
-    if not g.select(pl.col("in_zero_grad").any()).item():
+    inside = pl.col(f"in_{name}")
+    if not g.select(inside.any()).item():
         return None
     g = g.with_columns(
-        pl.when(pl.col("in_zero_grad")).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
-        pl.when(pl.col("in_zero_grad")).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+        pl.when(inside).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+        pl.when(inside).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
     )
-    h = _drop_host(model.host, "gap_zero_grad_ns", "in_zero_grad")
+    h = _drop_host(model.host, f"gap_{name}_ns", f"in_{name}")
     return StepModel(host=h, gpu=g, steps=model.steps)
 
 
@@ -496,15 +503,7 @@ def dataloader_unpinned(model: StepModel) -> StepModel | None:
 def recompute_removed(model: StepModel) -> StepModel | None:
     """No activation checkpointing: the forward ops re-run inside backward disappear (host
     work, launches and their kernels)."""
-    g = model.gpu
-    if not g.select(pl.col("in_recompute").any()).item():
-        return None
-    g = g.with_columns(
-        pl.when(pl.col("in_recompute")).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
-        pl.when(pl.col("in_recompute")).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
-    )
-    h = _drop_host(model.host, "gap_recompute_ns", "in_recompute")
-    return StepModel(host=h, gpu=g, steps=model.steps)
+    return _range_removed(model, "recompute")
 
 
 def bf16_gemms(model: StepModel) -> StepModel | None:

@@ -143,17 +143,6 @@ def lookup(
     return None
 
 
-@dataclass(frozen=True)
-class _Undescribed:
-    """A device with activity the trace gives no properties for."""
-
-    id: int
-    name: str | None = None
-    memory_bytes: int | None = None
-    sm_count: int | None = None
-    compute_capability: str | None = None
-
-
 # A device the table lacks still has an architecture: its compute capability, or else the
 # newest one its kernels were built for (cuBLAS and cuDNN name theirs: volta_sgemm_*,
 # sm80_xmma_*), which sets its PCIe generation (audit 23: a Quadro RTX 6000 and a 2021 trace's
@@ -199,20 +188,20 @@ def host_links(
     ``active``: devices with activity, those the trace describes nowhere included."""
     out: dict[int, float] = {}
     guessed: list[str | None] = []
-    described = {d.id for d in devices}
-    bare = [_Undescribed(i) for i in active if i not in described]
-    for d in [*devices, *bare]:
-        spec = spec_of(d)
+    # (id, compute capability, spec) of each device, those with activity only (no properties)
+    known = [(d.id, d.compute_capability, spec_of(d)) for d in devices]
+    described = {i for i, _, _ in known}
+    for i, capability, spec in [*known, *((i, None, None) for i in active if i not in described)]:
         if spec is not None and spec.host_link_bytes_per_s:
-            out[d.id] = spec.host_link_bytes_per_s
+            out[i] = spec.host_link_bytes_per_s
             continue
-        arch = ARCH_OF_CAPABILITY.get(str(getattr(d, "compute_capability", None) or ""))
+        arch = ARCH_OF_CAPABILITY.get(str(capability or ""))
         if arch is None and kernel_names is not None:
             if not guessed:
                 guessed.append(arch_of_kernels(kernel_names()))
             arch = guessed[0]
         if arch in HOST_LINK_GB_S_BY_ARCH:
-            out[d.id] = HOST_LINK_GB_S_BY_ARCH[arch] * 1e9
+            out[i] = HOST_LINK_GB_S_BY_ARCH[arch] * 1e9
     return out
 
 
