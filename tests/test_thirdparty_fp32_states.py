@@ -47,7 +47,7 @@ def band(loop: str, key: str) -> tuple[float, float]:
 def test_the_bands_are_the_processes_own_ratios() -> None:
     """Each band is its processes' step before over after, recomputed from the raw steps."""
     w = truth()["word_lm"]["configs"]
-    for lab in ("E", "F"):
+    for lab in ("E", "F", "G", "H"):
         got = (
             w[lab]["cudagraph"]["step_ms_window_mean"]
             / w[lab]["cudagraph_bf16"]["step_ms_window_mean"]
@@ -70,12 +70,12 @@ def test_the_bands_are_the_processes_own_ratios() -> None:
 
 
 def test_word_lm_graphed_bf16_within_the_band() -> None:
-    """The graphed LSTM step: measured 1.55-1.60x (2.53-2.57 -> 1.61-1.63 ms a step); the
-    H100 trace predicts 1.33x (0.85 of the band's middle), MEDIUM."""
+    """The graphed LSTM step: measured 1.43-1.60x in four processes (2.43-2.57 -> 1.61-1.70 ms
+    a step); the H100 trace predicts 1.33x (0.88 of the band's middle), MEDIUM."""
     f = fp32_finding("word_lm.cudagraph.after.pt.trace.json.xz")
     assert f is not None and f.what_if is not None
     lo, hi = band("word_lm", "cudagraph_bf16_from_cudagraph")
-    assert lo > 1.5
+    assert lo > 1.4
     assert (1 - BF16_TOLERANCE) * lo <= f.what_if.speedup <= (1 + BF16_TOLERANCE) * hi
     assert f.severity in ("medium", "high")
 
