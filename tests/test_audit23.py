@@ -8,6 +8,7 @@ import gzip
 import json
 import math
 import re
+import sqlite3
 from functools import cache
 
 import orjson
@@ -275,3 +276,43 @@ def test_a_class_rate_says_which_time_it_is_over(capsys: pytest.CaptureFixture[s
     assert gemm.achieved_tflops == pytest.approx(gemm.flops / gemm.flops_time_ns / 1e3)
     assert main(["analyze", str(path), "--no-html"]) == 0
     assert "TFLOP/s where FLOPs are known (11.4% of the time)" in capsys.readouterr().out
+
+
+def _mordred_after_return_ns() -> int:
+    """Idle that begins while a blocking call (cudaMemcpy, cudaMemset, a synchronize) runs,
+    after that call returned (+1 ms): the host at work on what it read back. Raw SQLite."""
+    path = shared_or_skip() / "nsys" / "Mordred__report1.sqlite"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        names = dict(db.execute("select id, value from StringIds"))
+        gpu = db.execute(
+            "select start, end from CUPTI_ACTIVITY_KIND_KERNEL union all "
+            "select start, end from CUPTI_ACTIVITY_KIND_MEMCPY union all "
+            "select start, end from CUPTI_ACTIVITY_KIND_MEMSET"
+        ).fetchall()
+        calls = [
+            (s, e)
+            for s, e, n in db.execute("select start, end, nameId from CUPTI_ACTIVITY_KIND_RUNTIME")
+            if any(k in names.get(n, "") for k in ("cudaMemcpy_", "cudaMemset_", "Synchronize"))
+        ]
+    busy = _union(gpu)
+    after = 0
+    for (_, a), (b, _) in zip(busy, busy[1:], strict=False):
+        ends = [e for s, e in calls if s <= a < e]
+        if ends:
+            after += (b - a) - (min(b, max(ends) + 1_000_000) - a)
+    return after
+
+
+def test_read_back_processing_is_said_without_a_replay() -> None:
+    """D3: a CUDA app's (Mordred's nsys export, no steps) "205 host syncs leave the GPU idle
+    171.37 ms" held 161.6 ms (raw) of the host working on its read-back data after the calls
+    returned, which removing the syncs does not give back. Without a replay the title says so
+    and only the rest is graded."""
+    raw = _mordred_after_return_ns()
+    assert 155e6 < raw < 170e6
+    a = traceinsight.analyze(shared_or_skip() / "nsys" / "Mordred__report1.sqlite")
+    f = next(f for f in a.findings if f.id == "host_sync")
+    after = f.evidence["idle_after_return_ns"]
+    assert after == pytest.approx(raw, rel=0.10)
+    assert "after the calls returned" in f.title
+    assert f.cost_ns == f.evidence["idle_ns"] - after
