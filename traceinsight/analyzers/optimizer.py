@@ -1,4 +1,5 @@
-"""Optimizer step: kernels and GPU time inside ``Optimizer.step#...``; fused/foreach/per-parameter."""
+"""Optimizer step: kernels and GPU time inside ``Optimizer.step#...``; fused/foreach/per-parameter;
+and what ``Optimizer.zero_grad#...`` launches (fills where the gradients are zeroed, not dropped)."""
 
 from __future__ import annotations
 
