@@ -1757,18 +1757,24 @@ def zero_grad_fills(x: RuleInput) -> Draft | None:
     opt = x.r.optimizer
     if not opt.zero_grad_calls or opt.zero_grad_kernels_per_call < 1:
         return None
-    calls = opt.zero_grad_calls
+    calls = opt.zero_grad_filling_calls
     title = (
         f"optimizer.zero_grad() zeroes the gradients with kernels: "
         f"{_kernels(opt.zero_grad_kernels_per_call)} and {fmt_ms(opt.zero_grad_host_ns_per_call)} "
         f"of host time a call"
+        + (
+            f" ({calls} of {opt.zero_grad_calls} calls launched any)"
+            if calls < opt.zero_grad_calls
+            else ""
+        )
     )
     return Draft(
         opt.zero_grad_host_ns_per_call * calls,
         title,
         {
             "optimizer": opt.optimizer,
-            "zero_grad_calls": calls,
+            "zero_grad_calls": opt.zero_grad_calls,
+            "zero_grad_filling_calls": calls,
             "kernels_per_call": opt.zero_grad_kernels_per_call,
             "gpu_ns_per_call": opt.zero_grad_gpu_ns_per_call,
             "host_ns_per_call": opt.zero_grad_host_ns_per_call,
