@@ -338,3 +338,32 @@ def test_zero_grad_per_call_counts_the_calls_that_filled() -> None:
     assert o.zero_grad_kernels_per_call == 161
     later_ms = sum(e["dur"] for e in ranges[1:]) / (len(ranges) - 1) / 1000
     assert o.zero_grad_host_ns_per_call / 1e6 == pytest.approx(later_ms, rel=0.001)
+
+
+def test_cudnn_benchmark_timing_syncs_are_tuning_not_the_loops() -> None:
+    """Audit 24: a 2021 ResNet-50 without step markers read "373 host syncs ... 131 ms; most
+    from CudnnConvolutionBackward", advising to remove .item(): 357 are cudaEventSynchronize
+    inside cuDNN convolution ops, cudnn.benchmark timing its candidate algorithms once per
+    shape. They are one-time tuning now, not host syncs."""
+    path = (
+        shared_or_skip()
+        / "kineto-samples"
+        / "tbplugin_2021-01_resnet50_autograd_nw0_worker0.pt.trace.json.gz"
+    )
+    ev = orjson.loads(gzip.decompress(path.read_bytes()))
+    ev = ev if isinstance(ev, list) else ev["traceEvents"]
+    convs = [
+        (e["tid"], e["ts"], e["ts"] + e["dur"])
+        for e in ev
+        if e.get("ph") == "X"
+        and re.search(r"cudnn_convolution|CudnnConvolution", e.get("name", ""))
+    ]
+    syncs = [e for e in ev if e.get("name") == "cudaEventSynchronize"]
+    inside = [e for e in syncs if any(t == e["tid"] and s <= e["ts"] <= x for t, s, x in convs)]
+    assert len(inside) == 357
+    a = traceinsight.analyze(path)
+    assert a.results.syncs.autotune_syncs == len(inside)
+    f = next(f for f in a.findings if f.id == "host_sync")
+    assert f.evidence["host_sync_count"] == 373 - 357
+    assert "CudnnConvolution" not in f.title
+    assert a.metrics["idle_by_cause_ns"]["host_sync"] < 10e6  # 131 ms before

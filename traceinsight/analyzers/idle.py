@@ -736,10 +736,17 @@ def _attribute(
 ) -> pl.DataFrame:
     host = ("runtime", "driver")
     dataloader = host_ranges(ctx, DATALOADER_PATTERN)
+    # cudnn.benchmark's timing syncs are one-time tuning (in ``once``), not the loop's syncs
+    tuning = once.filter(pl.col("kind") == "autotune").select("tid", "start_ns")
+    sync_calls = (
+        ctx.sync_calls.join(tuning, on=["tid", "start_ns"], how="anti")
+        if tuning.height
+        else ctx.sync_calls
+    )
     syncs = (
-        iv.clip(iv.union(ctx.sync_calls), ctx.window_start_ns, ctx.window_end_ns)
-        if ctx.sync_calls.height
-        else ctx.sync_calls.select("start_ns", "end_ns")
+        iv.clip(iv.union(sync_calls), ctx.window_start_ns, ctx.window_end_ns)
+        if sync_calls.height
+        else sync_calls.select("start_ns", "end_ns")
     )
     not_setup = ~pl.col("name").str.contains(COMM_SETUP_PATTERN)
     comm_rows = ctx.rows(
@@ -782,7 +789,7 @@ def _attribute(
     )
     # Was a blocking sync (or an op that performs one, like aten::item launching its copy) in
     # progress when the GPU ran dry? Then the queue was empty because of the sync.
-    sync_scope = _sync_op_ranges(ctx, syncs)
+    sync_scope = _sync_op_ranges(ctx, syncs, sync_calls)
     at_start = gaps.select(pl.col("start_ns"), (pl.col("start_ns") + 1).alias("end_ns"))
     gaps = gaps.with_columns(
         (iv.overlap_with(at_start, sync_scope) > 0).alias("sync_at_start")
@@ -980,6 +987,40 @@ def _first_launches(ctx: Context) -> pl.DataFrame:
     )
 
 
+# cudnn.benchmark's algorithm search times each candidate with CUDA events inside the
+# convolution op the first time a shape is seen: event syncs there are its one-time tuning,
+# not the loop's syncs (audit 24: a 2021 ResNet-50's 357 cudaEventSynchronize calls in its
+# first iteration's cudnn_convolution ops read as 131 ms of host_sync, "remove .item()")
+AUTOTUNE_SYNC_API = r"^(cuda|hip)EventSynchronize"
+CUDNN_CONV_OPS = r"cudnn_convolution|CudnnConvolution|miopen_convolution|MiopenConvolution"
+
+
+def autotune_syncs(ctx: Context) -> pl.DataFrame:
+    """Event syncs inside cuDNN/MIOpen convolution ops on their thread (name, start_ns,
+    end_ns, dur_ns, tid): cudnn.benchmark timing its candidate algorithms."""
+    cols = ["name", "start_ns", "end_ns", "dur_ns", "tid"]
+    syncs = ctx.rows(API_KINDS, AUTOTUNE_SYNC_API, columns=tuple(cols))
+    if syncs.height == 0:
+        return syncs.select(cols)
+    convs = ctx.rows(HOST_OP_KINDS, CUDNN_CONV_OPS, columns=("start_ns", "end_ns", "tid"))
+    if convs.height == 0:
+        return syncs.head(0).select(cols)
+    pairs = iv.containing(
+        syncs,
+        convs.select(
+            pl.col("start_ns").alias("c_s"),
+            pl.col("end_ns").alias("c_e"),
+            pl.col("tid").alias("c_tid"),
+        ),
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="c_s",
+        outer_end="c_e",
+        same=("c_tid", "tid"),
+    )
+    return pairs.select(cols).unique(["tid", "start_ns"])
+
+
 def warmup_calls(ctx: Context) -> pl.DataFrame:
     """The host's one-time calls (name, start_ns, end_ns, dur_ns, kind): each kernel's first
     launch where it is far slower than its thread's usual launch (:data:`WARMUP_LAUNCH_MIN_NS`,
@@ -1042,9 +1083,12 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
         usual = calls.group_by("tid").agg(pl.col("dur_ns").median().alias("_med"))
         queries = queries.join(usual, on="tid", how="left").filter(_as_slow_as_a_load("_med"))
     queries = queries.select(*cols, pl.lit("load").alias("kind"))
+    tuning = autotune_syncs(ctx).select(*cols, pl.lit("autotune").alias("kind"))
     # nsys may record a call twice, nested (cudaLaunchKernel around cudaLaunchKernel_v7000)
     return (
-        pl.concat([loads, compiling, first, queries]).unique(["tid", "start_ns"]).sort("start_ns")
+        pl.concat([loads, compiling, first, queries, tuning])
+        .unique(["tid", "start_ns"])
+        .sort("start_ns")
     )
 
 
@@ -1141,9 +1185,10 @@ def _next_launch(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     return out.select(names)
 
 
-def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame) -> pl.DataFrame:
-    """Sync calls plus the innermost host op around each (``aten::_local_scalar_dense``...)."""
-    calls = ctx.sync_calls.select(
+def _sync_op_ranges(ctx: Context, syncs: pl.DataFrame, sync_calls: pl.DataFrame) -> pl.DataFrame:
+    """Sync calls plus the innermost host op around each (``aten::_local_scalar_dense``...);
+    ``syncs``: the calls' union, ``sync_calls``: the calls."""
+    calls = sync_calls.select(
         pl.col("start_ns").alias("c_s"), pl.col("end_ns").alias("c_e"), pl.col("tid").alias("c_tid")
     )
     if calls.height == 0:

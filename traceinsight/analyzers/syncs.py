@@ -8,6 +8,7 @@ from typing import Any
 import polars as pl
 
 from traceinsight.analyzers.context import Context, closing_profiler_sync, launched
+from traceinsight.analyzers.idle import autotune_syncs
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import API_KINDS
 
@@ -25,6 +26,9 @@ class SyncResult:
     input_copy_blocked_ns: int = 0
     # the part of that blocked time the GPU sat idle (the rest it ran queued work)
     input_copy_idle_ns: int = 0
+    # cudnn.benchmark's timing syncs inside convolution ops (idle.py autotune_syncs): one-time
+    # tuning, left out of the counts above
+    autotune_syncs: int = 0
 
 
 def analyze_syncs(ctx: Context) -> SyncResult:
@@ -40,6 +44,10 @@ def analyze_syncs(ctx: Context) -> SyncResult:
         is_prof = closing & pl.col("op").is_null()
         profiler = calls.filter(is_prof).height
         calls = calls.filter(~is_prof)
+    tuning = autotune_syncs(ctx).select("tid", "start_ns")
+    before = calls.height
+    if tuning.height:
+        calls = calls.join(tuning, on=["tid", "start_ns"], how="anti")
     by_op = (
         calls.with_columns(pl.coalesce(pl.col("op"), pl.lit("(no enclosing op)")).alias("op"))
         .group_by("op", "name")
@@ -59,6 +67,7 @@ def analyze_syncs(ctx: Context) -> SyncResult:
         input_copy_sync_count=inputs.height,
         input_copy_blocked_ns=int(inputs["dur_ns"].sum()) if inputs.height else 0,
         input_copy_idle_ns=_idle_during(ctx, inputs),
+        autotune_syncs=before - calls.height,
     )
 
 
