@@ -367,3 +367,20 @@ def test_cudnn_benchmark_timing_syncs_are_tuning_not_the_loops() -> None:
     assert f.evidence["host_sync_count"] == 373 - 357
     assert "CudnnConvolution" not in f.title
     assert a.metrics["idle_by_cause_ns"]["host_sync"] < 10e6  # 131 ms before
+
+
+def test_cuda_module_loading_is_warm_up_not_the_profiler() -> None:
+    """Audit 24: nsys-ai's mock export read "idle: profiler 18.25 ms, warmup 4.20 ms": every
+    CUPTI overhead row was "profiler overhead", though 14.36 ms of the gap lay under rows of
+    type "Runtime module loading (CUDA)", which CUDA pays without a profiler too. The types
+    are read now: loading is one-time warm-up."""
+    path = shared_or_skip() / "nsys" / "nsys-ai__mock.sqlite"
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        loading = db.execute(
+            "select start, end from CUPTI_ACTIVITY_KIND_OVERHEAD where overheadType in (6, 7)"
+        ).fetchall()
+    loading_ns = sum(e - s for s, e in _union(loading))
+    assert loading_ns > 14e6
+    idle = traceinsight.analyze(path).metrics["idle_by_cause_ns"]
+    assert idle["profiler"] == 0
+    assert idle["warmup"] >= 4.20e6 + 14.36e6

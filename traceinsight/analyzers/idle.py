@@ -57,6 +57,8 @@ from traceinsight.model.classify import (
     COMM_SETUP_PATTERN,
     COMPILE_PATTERN,
     COPY_LAUNCH_API,
+    CUDA_LOADING_OVERHEAD,
+    CUDA_OWN_OVERHEAD,
     DATALOADER_PATTERN,
     DEVICE_ALLOC_API,
     FUNC_ATTRIBUTE_API,
@@ -237,7 +239,7 @@ def _launching_ops(ctx: Context) -> pl.DataFrame:
 
 
 def _profiler_ranges(ctx: Context) -> pl.DataFrame:
-    rows = ctx.rows(("overhead",))
+    rows = ctx.rows(("overhead",), CUDA_OWN_OVERHEAD, negate=True)
     closing = closing_profiler_sync(ctx)
     if closing is not None:
         tail = ctx.sync_calls.filter(closing)
@@ -1084,9 +1086,12 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
         queries = queries.join(usual, on="tid", how="left").filter(_as_slow_as_a_load("_med"))
     queries = queries.select(*cols, pl.lit("load").alias("kind"))
     tuning = autotune_syncs(ctx).select(*cols, pl.lit("autotune").alias("kind"))
+    # the driver loading a module or function on first use (its overhead rows)
+    loading = ctx.rows(("overhead",), CUDA_LOADING_OVERHEAD, columns=tuple(cols))
+    loading = loading.select(*cols, pl.lit("load").alias("kind"))
     # nsys may record a call twice, nested (cudaLaunchKernel around cudaLaunchKernel_v7000)
     return (
-        pl.concat([loads, compiling, first, queries, tuning])
+        pl.concat([loads, compiling, first, queries, tuning, loading])
         .unique(["tid", "start_ns"])
         .sort("start_ns")
     )

@@ -68,6 +68,10 @@ WARMUP_API = (
     r"|^(cuda|hip)(StreamCreate|EventCreate)\w*|^cu(StreamCreate|EventCreate|CtxCreate)\w*"
     r"|^cuDevicePrimaryCtxRetain"
 )
+# Overhead rows that are the CUDA driver's own work, paid with or without a profiler (nsys's
+# CUPTI overhead types, Kineto's "Lazy Function Loading"): loading is one-time warm-up
+CUDA_OWN_OVERHEAD = r"(?i)\(CUDA\)$|^lazy function loading"
+CUDA_LOADING_OVERHEAD = r"(?i)module loading|function loading|JIT compiler"
 # A stream made to wait on an event (recorded on another stream, maybe one the trace lacks).
 STREAM_WAIT_API = r"^(cuda|hip|cu)StreamWaitEvent\w*"
 # Queries and settings of a kernel function's attributes: with CUDA's lazy loading (the

@@ -361,17 +361,42 @@ def host_rows(db: Db, strings: pl.DataFrame) -> list[Rows]:
     for table in ("CUPTI_ACTIVITY_KIND_OVERHEAD", "PROFILER_OVERHEAD"):
         ot = db.table(table)
         if ot and {"start", "end", "globalTid"} <= db.columns(ot):
+            typed = "overheadType" in db.columns(ot)
             out.append(
                 db.query(
-                    HOST_COLS,
+                    [*HOST_COLS, "overheadType"] if typed else HOST_COLS,
                     ot,
-                    HOST_SCHEMA,
-                    to_events=lambda df: df.with_columns(
-                        pl.lit("overhead").alias("kind"), pl.lit("profiler overhead").alias("name")
-                    ),
+                    {**HOST_SCHEMA, "overhead_type": pl.Int64} if typed else HOST_SCHEMA,
+                    to_events=_overhead_rows,
                 )
             )
     return out
+
+
+# CUPTI's overhead rows by ENUM_CUPTI_OVERHEAD_TYPE: the CUDA driver's own work (loading a
+# module or function on first use, JIT compiling, a full command buffer) is paid with or
+# without a profiler, so it keeps its name (model/classify.py CUDA_OWN_OVERHEAD) and is not the
+# profiler's (audit 24: nsys-ai's mock export, 14.36 ms of lazy module loading read as
+# "profiler" idle); the rest is the profiler's
+OVERHEAD_TYPE_NAMES = {
+    2: "Driver JIT compiler (CUDA)",
+    6: "Runtime module loading (CUDA)",
+    7: "Lazy function loading (CUDA)",
+    8: "Command buffer full (CUDA)",
+}
+
+
+def _overhead_rows(df: pl.DataFrame) -> pl.DataFrame:
+    name = pl.lit("profiler overhead")
+    if "overhead_type" in df.columns:
+        name = (
+            pl.col("overhead_type")
+            .replace_strict(OVERHEAD_TYPE_NAMES, default=None, return_dtype=pl.String)
+            .fill_null("profiler overhead")
+        )
+    return df.with_columns(pl.lit("overhead").alias("kind"), name.alias("name")).drop(
+        "overhead_type", strict=False
+    )
 
 
 def _without_echoes(df: pl.DataFrame) -> pl.DataFrame:
