@@ -1785,6 +1785,9 @@ def zero_grad_fills(x: RuleInput) -> Draft | None:
 # torch.optim's optimizers with a fused (single-kernel, CUDA) implementation; most others have
 # foreach=True (multi-tensor kernels)
 FUSED_OPTIMIZERS = frozenset({"Adam", "AdamW", "SGD", "Adagrad"})
+# the PyTorch release whose torch.optim first took fused=True for each (audit 24: fused SGD
+# advised on a 2021 trace; it came in 2.3); an older install has foreach=True (from 1.12)
+FUSED_SINCE = {"Adam": "1.13", "AdamW": "2.0", "SGD": "2.3"}
 FOREACH_OPTIMIZERS = frozenset({"Adadelta", "Adamax", "ASGD", "NAdam", "RAdam", "RMSprop", "Rprop"})
 
 
@@ -1792,8 +1795,14 @@ def _optimizer_advice(name: str | None, priced: bool = True) -> tuple[str, str]:
     """(recommendation, snippet) for the optimizer the trace names; ``priced``: the finding
     carries a prediction (whose assumption is said)."""
     if name in FUSED_OPTIMIZERS:
+        since = FUSED_SINCE.get(name)
+        older = (
+            f" (fused=True from PyTorch {since}; on an older release, foreach=True)"
+            if since
+            else " (fused=True in recent PyTorch releases; on an older one, foreach=True)"
+        )
         return (
-            f"Use the fused implementation: torch.optim.{name}(..., fused=True).",
+            f"Use the fused implementation: torch.optim.{name}(..., fused=True){older}.",
             f"optimizer = torch.optim.{name}(model.parameters(), lr=lr, fused=True)",
         )
     if name in FOREACH_OPTIMIZERS:
