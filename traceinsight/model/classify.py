@@ -69,9 +69,11 @@ WARMUP_API = (
     r"|^cuDevicePrimaryCtxRetain"
 )
 # Overhead rows that are the CUDA driver's own work, paid with or without a profiler (nsys's
-# CUPTI overhead types, Kineto's "Lazy Function Loading"): loading is one-time warm-up
+# CUPTI overhead types, Kineto's "Lazy Function Loading"): not the profiler's idle. A module's
+# load or JIT compile is one-time warm-up; a function's lazy load recurs wherever new kernels
+# keep appearing (new shapes: the memory fixtures' dynamic batches read as a cold window)
 CUDA_OWN_OVERHEAD = r"(?i)\(CUDA\)$|^lazy function loading"
-CUDA_LOADING_OVERHEAD = r"(?i)module loading|function loading|JIT compiler"
+CUDA_LOADING_OVERHEAD = r"(?i)module loading|JIT compiler"
 # A stream made to wait on an event (recorded on another stream, maybe one the trace lacks).
 STREAM_WAIT_API = r"^(cuda|hip|cu)StreamWaitEvent\w*"
 # Queries and settings of a kernel function's attributes: with CUDA's lazy loading (the
