@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 import traceinsight
+from traceinsight.analyzers.health import SAMPLED_CORRELATION_STEP
 from traceinsight.cli import main
 from traceinsight.findings.rules import COMM_ITSELF_ADVICE
 from traceinsight.model.devices import HOST_LINK_GB_S_BY_ARCH, arch_of_kernels, host_links
@@ -384,3 +385,36 @@ def test_cuda_module_loading_is_warm_up_not_the_profiler() -> None:
     idle = traceinsight.analyze(path).metrics["idle_by_cause_ns"]
     assert idle["profiler"] == 0
     assert idle["warmup"] >= 4.20e6 + 14.36e6
+
+
+def _launches(step: int, extra: str | None = None) -> Events:
+    """600 kernels, each launched by a cudaLaunchKernel whose correlation id is ``step`` past
+    the last one's (one step of 600 ms); ``extra``: one more runtime call of that name."""
+    e = Events()
+    e.step(1, 0, 700_000)
+    for i in range(600):
+        e._corr = i * step  # the next kernel's correlation: i * step + 1
+        e.kernel("void gemm_kernel", i * 1000 + 10, 500, launch_us=i * 1000)
+    if extra:
+        e.runtime(extra, 650_000, 10, correlation=600 * step + 1)
+    return e
+
+
+def test_a_trace_whose_runtime_calls_were_filtered_is_said() -> None:
+    """Audit 24: HTA's sampled ranks (its trace filter kept only launches and copies, the
+    correlation ids 36-37 apart at the median; 6-15 in complete traces) read gpu_underutilized
+    HIGH on "work queued that waited on a dependency". The check says the calls were filtered,
+    and the idle findings are graded on that."""
+
+    def checks(e: Events) -> list[str]:
+        return [q["check"] for q in analyze_trace(e.trace()).to_json()["data_quality"]]
+
+    assert "runtime_calls_filtered" in checks(_launches(SAMPLED_CORRELATION_STEP + 12))
+    assert "runtime_calls_filtered" not in checks(_launches(15))
+    # one sync among them: the calls were not filtered to launches
+    assert "runtime_calls_filtered" not in checks(_launches(40, "cudaStreamSynchronize"))
+    path = shared_or_skip() / "hta" / "trace_filter" / "sampled_rank-0.json.gz"
+    a = traceinsight.analyze(path)
+    assert [q["check"] for q in a.to_json()["data_quality"]] == ["runtime_calls_filtered"]
+    under = next((f for f in a.findings if f.id == "gpu_underutilized"), None)
+    assert under is None or under.severity in ("info", "low")

@@ -73,6 +73,14 @@ QUANTILE_SAMPLE = 200_000  # rows the median end is taken from (every k-th row)
 # Calls that load device code (module or library loading): kernels are coming. Only the
 # health check reads it, so it lives here, not in model/classify.py's shared name tables.
 MODULE_LOAD_API = r"^(cuModuleLoad|cuLibraryLoad|cudaLibraryLoad|hipModuleLoad)"
+# A trace whose runtime calls were filtered to the launches and copies (HTA's trace filter, a
+# sampled capture): no sync, event or stream call among many calls, and consecutive correlation
+# ids this far apart at the median (complete Kineto traces: 6-15 over the corpus and fixtures;
+# HTA's sampled ranks 36-37). Without the calls that order the work, idle cannot be attributed
+# (audit 24: gpu_underutilized HIGH on "dependency waits" the filtered calls had made).
+SAMPLED_CORRELATION_STEP = 25
+SAMPLED_MIN_CALLS = 500
+LAUNCH_OR_COPY_API = r"^cuda(LaunchKernel\w*|Memcpy\w*|Memset\w*)$"
 # GPU activity that a launch call produces (gpu_sync and GPU annotations are not launched work).
 GPU_WORK_KINDS = ("kernel", "memcpy", "memset")
 
@@ -107,11 +115,41 @@ def analyze_health(ctx: Context) -> HealthResult:
             _device_activity_missing(ev, api, len(ctx.device_info)),
             _truncated(ctx),
             _rows_out_of_order(ctx),
+            _runtime_calls_filtered(api),
             _empty(ev),
         )
         if c is not None
     ]
     return HealthResult(tuple(checks))
+
+
+def _runtime_calls_filtered(api: pl.DataFrame) -> dict[str, Any] | None:
+    """CUDA runtime calls that are only launches and copies, their correlation ids far apart
+    (:data:`SAMPLED_CORRELATION_STEP`): the other calls were filtered out of the trace."""
+    calls = api.filter(pl.col("correlation").is_not_null() & pl.col("name").str.starts_with("cuda"))
+    if calls.height < SAMPLED_MIN_CALLS:
+        return None
+    if not calls.select(pl.col("name").str.contains(LAUNCH_OR_COPY_API).all()).item():
+        return None
+    step = (
+        calls.sort("rank", "pid", "correlation")
+        .select(pl.col("correlation").diff().over("rank", "pid").alias("d"))
+        .filter(pl.col("d") > 0)
+        .get_column("d")
+        .median()
+    )
+    if step is None or step < SAMPLED_CORRELATION_STEP:
+        return None
+    return _check(
+        "runtime_calls_filtered",
+        "error",
+        calls.height,
+        f"the trace's {calls.height} CUDA runtime calls are all launches and copies, their "
+        f"correlation ids {step:.0f} apart at the median: the syncs, event and stream calls "
+        "were filtered out (a sampled or filtered trace), so what the GPU waited for cannot be "
+        "told; record the full trace for the idle-time findings.",
+        (*IDLE_RULES, "small_batch"),  # whether the host bounds the step: from the same calls
+    )
 
 
 def _empty(ev: pl.DataFrame) -> dict[str, Any] | None:
