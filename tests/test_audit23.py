@@ -1,6 +1,7 @@
-"""Audit 23 (/work/audit23 in session 43: 18 corpus traces not examined by audits 16-22),
-each defect held by a test: on the corpus's trace where the corpus is present (skipped with a
-message otherwise), with the figures from independent sums over the raw records."""
+"""Audits 23 and 24 (session 43: /work/audit23 and /work/audit24, 36 corpus traces not
+examined by audits 16-22), each defect fixed held by a test: on the corpus's trace where the
+corpus is present (skipped with a message otherwise), with the figures from independent sums
+over the raw records, and by hand-made traces where the pattern can be built."""
 
 from __future__ import annotations
 
