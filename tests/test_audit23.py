@@ -320,17 +320,22 @@ def test_read_back_processing_is_said_without_a_replay() -> None:
     assert f.cost_ns == f.evidence["idle_ns"] - after
 
 
+AUTOGRAD_NW0 = "kineto-samples/tbplugin_2021-01_resnet50_autograd_nw0_worker0.pt.trace.json.gz"
+
+
+@cache
+def _raw_events(rel: str) -> list[dict]:
+    """A corpus Kineto trace's events, decoded once per test process (read only)."""
+    doc = orjson.loads(gzip.decompress((shared_or_skip() / rel).read_bytes()))
+    return doc if isinstance(doc, list) else doc["traceEvents"]
+
+
 def test_zero_grad_per_call_counts_the_calls_that_filled() -> None:
     """Audit 24: the first zero_grad() of a run without steps (no gradients yet) launched
     nothing, and the mean read "134.2 kernels and 8.83 ms a call" where the other 5 calls
     launched 161 fills in 10.49 ms each (the raw ranges below)."""
-    path = (
-        shared_or_skip()
-        / "kineto-samples"
-        / "tbplugin_2021-01_resnet50_autograd_nw0_worker0.pt.trace.json.gz"
-    )
-    ev = orjson.loads(gzip.decompress(path.read_bytes()))
-    ev = ev if isinstance(ev, list) else ev["traceEvents"]
+    path = shared_or_skip() / AUTOGRAD_NW0
+    ev = _raw_events(AUTOGRAD_NW0)
     ranges = sorted(
         (e for e in ev if e.get("name", "").startswith("Optimizer.zero_grad#")),
         key=lambda e: e["ts"],
@@ -347,13 +352,8 @@ def test_cudnn_benchmark_timing_syncs_are_tuning_not_the_loops() -> None:
     from CudnnConvolutionBackward", advising to remove .item(): 357 are cudaEventSynchronize
     inside cuDNN convolution ops, cudnn.benchmark timing its candidate algorithms once per
     shape. They are one-time tuning now, not host syncs."""
-    path = (
-        shared_or_skip()
-        / "kineto-samples"
-        / "tbplugin_2021-01_resnet50_autograd_nw0_worker0.pt.trace.json.gz"
-    )
-    ev = orjson.loads(gzip.decompress(path.read_bytes()))
-    ev = ev if isinstance(ev, list) else ev["traceEvents"]
+    path = shared_or_skip() / AUTOGRAD_NW0
+    ev = _raw_events(AUTOGRAD_NW0)
     convs = [
         (e["tid"], e["ts"], e["ts"] + e["dur"])
         for e in ev
