@@ -419,3 +419,16 @@ def test_a_trace_whose_runtime_calls_were_filtered_is_said() -> None:
     assert [q["check"] for q in a.to_json()["data_quality"]] == ["runtime_calls_filtered"]
     under = next((f for f in a.findings if f.id == "gpu_underutilized"), None)
     assert under is None or under.severity in ("info", "low")
+
+
+def test_the_range_profiler_mode_is_named_not_called_lost() -> None:
+    """Audit 24: HTA's cupti_profiler trace (Kineto with profiler metrics, 2023) holds one
+    cuda_profiler_range event per kernel, replayed for its counters, and no kernel activity:
+    it read "the device side was lost". The mode is named and the re-record says how."""
+    rel = "hta/cupti_profiler/benchmark_result_924719_1679055439_trace.json.gz"
+    ranges = [e for e in _raw_events(rel) if e.get("cat") == "cuda_profiler_range"]
+    assert len(ranges) == 77
+    a = traceinsight.analyze(shared_or_skip() / rel)
+    (q,) = [q for q in a.to_json()["data_quality"] if q["check"] == "device_activity_missing"]
+    assert "range-profiler mode" in q["message"] and "77 cuda_profiler_range events" in q["message"]
+    assert "was lost" not in q["message"]

@@ -112,7 +112,12 @@ def analyze_health(ctx: Context) -> HealthResult:
             _collisions(api),
             _launched_before_recording(ctx, absurd),
             _events_dropped(ctx),
-            _device_activity_missing(ev, api, len(ctx.device_info)),
+            _device_activity_missing(
+                ev,
+                api,
+                len(ctx.device_info),
+                int(ctx.source_extra.get("range_profiler_events") or 0),
+            ),
             _truncated(ctx),
             _rows_out_of_order(ctx),
             _runtime_calls_filtered(api),
@@ -355,7 +360,7 @@ def _events_dropped(ctx: Context) -> dict[str, Any] | None:
 
 
 def _device_activity_missing(
-    ev: pl.DataFrame, api: pl.DataFrame, named_gpus: int = 0
+    ev: pl.DataFrame, api: pl.DataFrame, named_gpus: int = 0, range_events: int = 0
 ) -> dict[str, Any] | None:
     """Launch calls (or module loads) but no GPU work of the kind they make; or GPUs named
     (``named_gpus``: the trace's device properties) and torch ops run, with no CUDA call at all
@@ -378,6 +383,14 @@ def _device_activity_missing(
             "copy or memset): the device side was lost (CUPTI/roctracer buffers not flushed, or "
             "the GPU activity not enabled). This is not a CPU-only job: re-record it."
         )
+        if range_events:
+            message = (
+                f"{plural(launches, 'launch call')} traced but no kernel activity: the trace was "
+                f"recorded in Kineto's range-profiler mode (profiler metrics), its "
+                f"{plural(range_events, 'cuda_profiler_range event')} standing for the kernels, "
+                "their durations the counters' replays, not the kernels' time. Re-record without "
+                "profiler metrics to time the GPU."
+            )
         n = launches
     elif not other and api.height == 0 and named_gpus:
         ops = ev.lazy().filter(pl.col("kind") == "cpu_op").select(pl.len()).collect().item()

@@ -186,6 +186,13 @@ def parse_kineto(
     if side.height:  # the side rows find their event by its row in the raw frame
         df = df.with_row_index("_row")
     cat_set = set(df["cat"].drop_nulls().unique().to_list())
+    # Kineto's range-profiler mode (profiler metrics): one range per kernel, replayed for its
+    # counters, instead of the kernels' activity (audit 24: read as a lost device side)
+    ranges = (
+        df.filter(pl.col("cat") == "cuda_profiler_range").height
+        if ("cuda_profiler_range" in cat_set)
+        else 0
+    )
 
     base_raw = top.get("baseTimeNanoseconds")
     base_ns = base_raw if type(base_raw) is int and 0 <= base_raw < MAX_BASE_NS else 0
@@ -271,6 +278,8 @@ def parse_kineto(
         table = empty_events()
     table = mark_comm_by_launcher(add_kernel_class(table))
     meta.extra["non_duration_events"] = n_other_ph
+    if ranges:
+        meta.extra["range_profiler_events"] = ranges
     if exact is None and needs_exact:
         meta.warnings.append(
             "absolute timestamps with sub-microsecond digits exceed float precision; "
