@@ -189,10 +189,10 @@ class Context:
         return self.host.rows(kinds, pattern, negate=negate, where=where, columns=columns)
 
 
-def kernel_names(ctx: Context) -> list[str]:
+def kernel_names(ctx: Context) -> pl.Series:
     """The window's distinct kernel names."""
     k = ctx.gpu.filter(pl.col("kind") == "kernel").get_column("name").unique().drop_nulls()
-    return k.cast(pl.String).to_list()
+    return k.cast(pl.String)
 
 
 def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:

@@ -1086,7 +1086,8 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
         queries = queries.join(usual, on="tid", how="left").filter(_as_slow_as_a_load("_med"))
     queries = queries.select(*cols, pl.lit("load").alias("kind"))
     tuning = autotune_syncs(ctx).select(*cols, pl.lit("autotune").alias("kind"))
-    # the driver loading a module or function on first use (its overhead rows)
+    # the driver loading a module or JIT compiling (its overhead rows; a function's lazy load
+    # recurs with new kernels: not one-time)
     loading = ctx.rows(("overhead",), CUDA_LOADING_OVERHEAD, columns=tuple(cols))
     loading = loading.select(*cols, pl.lit("load").alias("kind"))
     # nsys may record a call twice, nested (cudaLaunchKernel around cudaLaunchKernel_v7000)

@@ -14,6 +14,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import polars as pl
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 reads it with the tomli backport
@@ -169,12 +171,9 @@ KERNEL_ARCH_PATTERNS = (
 
 def arch_of_kernels(names: Iterable[str]) -> str | None:
     """The newest architecture the kernel names were built for (None: none names one)."""
-    found = None
-    for name in names:
-        for i, (pattern, _) in enumerate(KERNEL_ARCH_PATTERNS):
-            if re.match(pattern, name) and (found is None or i > found):
-                found = i
-    return KERNEL_ARCH_PATTERNS[found][1] if found is not None else None
+    s = names if isinstance(names, pl.Series) else pl.Series(list(names), dtype=pl.String)
+    named = [arch for pattern, arch in KERNEL_ARCH_PATTERNS if s.str.contains(pattern).any()]
+    return named[-1] if named else None
 
 
 def host_links(
