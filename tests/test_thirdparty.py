@@ -722,13 +722,18 @@ def test_lightning_closure_is_not_the_optimizers() -> None:
 
 
 def test_the_loader_plan() -> None:
-    """timm with 3 workers: the loader delivers one batch per step as run, so about 1.6x the
-    workers keep up (measured: 6 workers gave what 12 gave, 1.74-1.90 and 1.76-1.91); the
-    Trainer loads in the step's thread (num_workers=0): its loading per batch is the wait,
-    one worker hides it (4 workers measured 1.00-1.27)."""
+    """timm with 3 workers: the loader delivers one batch per step as run (98.6 ms over the
+    recorded period), the step with its waits hidden takes 39.0 ms, so 2.53x the workers keep
+    up. Measured: 6 workers (2x) ran 49.0-51.5 ms a step, the 49.3 ms that twice the rate
+    gives; 12 (4x) 44.6-45.6 ms, near the hidden step (they share the host's 16 cores with the
+    step thread). The Trainer loads in the step's thread (num_workers=0): its loading per batch
+    is the wait, one worker hides it (4 workers measured 1.00-1.27)."""
     timm = finding("timm_jpeg", "dataloader_stall").evidence["loader_plan"]
     assert timm.iterator == "multi_process" and timm.workers_needed is None
-    assert 1.0 < timm.workers_factor <= 2.0  # 3 -> 6 workers was enough
+    assert 2.0 < timm.workers_factor < 3.0  # twice the workers not quite enough, 4x more than
+    cfg = json.loads((HERE / "timm_jpeg.truth.json").read_text())["configs"]
+    six = [cfg["workers_6"][p]["step_ms_window_mean"] for p in "CD"]
+    assert all(m == pytest.approx(timm.batch_interval_ns / 2e6, rel=0.05) for m in six), six
     lo, hi = band("timm_jpeg", "workers_6")
     assert within(timm.assumed_speedup, lo, hi)
     assert timm.assumed_speedup <= timm.upper_bound_speedup
@@ -782,9 +787,10 @@ def test_unprofiled_step_estimate_against_the_measured_one() -> None:
     assert all(0.95 < same[x] < 1.15 for x in ("peft_lora", "lightning", "launch_bound")), same
     # the HF stacks keep a third more than the estimate takes out: accelerate 1.41, Trainer 1.34
     assert all(1.25 < same[x] < 1.5 for x in ("accelerate", "hf_trainer")), same
-    # data-bound: the mean over 3 steps, one the loader's long wait, against 8 steps with three
-    # (0.74); against the fresh processes' 40 steps 0.82: how often it comes 3 steps cannot say
-    assert 0.7 < same["timm_jpeg"] < 0.8 and 0.8 < fresh["timm_jpeg"] < 1.1
+    # data-bound: the workers' interval as recorded (98.6 ms a step over the period) against
+    # 96.1 in its process (1.03; 0.74 while the profiler's cost was taken out of every step
+    # instead of moving into the wait for the workers); the fresh processes' 80.3-93.0: 1.13
+    assert 0.95 < same["timm_jpeg"] < 1.1 and 1.0 < fresh["timm_jpeg"] < 1.2
     host_bound = ("hf_trainer", "launch_bound", "peft_lora", "lightning", "accelerate")
     # 1.08-1.42 over every fresh process; 1.17-1.58 over A and B alone (C and D, call 5, ran
     # the launch-bound, Trainer and accelerate baselines at 23.5-37.6 ms, A and B at 19.3-32.2)
@@ -1538,10 +1544,10 @@ def _pinned_call(loop: str) -> dict[str, list[float]]:
 
 @pytest.mark.parametrize(
     "loop, headline_holds",
-    [("gnn", False), ("sbert", True), ("timm_jpeg", None)],
+    [("gnn", False), ("sbert", True), ("timm_jpeg", True)],
 )
 def test_the_advised_loader_measured_with_its_profiled_before(
-    loop: str, headline_holds: bool | None
+    loop: str, headline_holds: bool
 ) -> None:
     """The advised loader (workers with pin_memory=True, non-blocking copies) and workers alone,
     measured in the same call as the profiled before they are predicted from (a third machine;
@@ -1553,10 +1559,11 @@ def test_the_advised_loader_measured_with_its_profiled_before(
     (@unpinned: 1.90 against 1.63-1.64, 1.26 against 1.01-1.38, 1.30 against 1.47-1.75). The
     headline holds on sbert (1.33 against 1.37-1.51); on gnn (2.75 against 1.94-1.96) it misses
     by the step it starts from, not the step after: gnn's un-profiled estimate 21.24 ms against
-    15.47-18.71 (the profiler's cost per op on this host-heavy loop, issue 37 item 2); timm's
-    (1.51 against 2.01-2.29, 0.75 of the band's low end: at the tolerance's edge, None below)
-    starts from 53.92 ms against 69.16-78.75 in A and B, where three workers stall the loop on
-    some steps only and P's own un-profiled window ran 55.74."""
+    15.47-18.71 (the profiler's cost per op on this host-heavy loop, issue 37 item 2). On timm
+    (1.77 against 2.01-2.29) it holds since the estimate starts from the workers' interval as
+    recorded, 63.2 ms (53.9 while the profiler's cost was taken out of every step, not moved
+    into the wait for the next batch), against 69.2-78.8 in A and B and 59.1 in P's own two
+    whole periods (its 8 un-profiled steps, 55.7 ms a step, hold 2.7 periods of three)."""
     m = _pinned_call(loop)
     a = analysis(f"pinned/{loop}.before.pt.trace.json.xz")
     f = next(x for x in a.findings if x.id == "dataloader_stall")
@@ -1569,16 +1576,14 @@ def test_the_advised_loader_measured_with_its_profiled_before(
     }
     unpinned = f.evidence["what_if_unpinned"].speedup
     assert within(unpinned, min(speedup["workers"]), max(speedup["workers"])), unpinned
-    if headline_holds is None:  # at the tolerance's edge
-        ratio = f.what_if.speedup / min(speedup["all"])
-        assert 1 - TOLERANCE - 0.02 < ratio < 1 - TOLERANCE + 0.02, ratio
-    else:
-        holds = within(f.what_if.speedup, min(speedup["all"]), max(speedup["all"]))
-        assert holds == headline_holds
+    holds = within(f.what_if.speedup, min(speedup["all"]), max(speedup["all"]))
+    assert holds == headline_holds
     assert f.what_if.speedup > unpinned  # pinning takes the receiving off the step thread
     est = a.results.replay.unprofiled_step_ns / 1e6
-    if loop == "timm_jpeg":  # the estimate holds against its own process
-        assert abs(est / own_p["step_ms_window_mean"] - 1) < 0.05
+    if loop == "timm_jpeg":  # the estimate holds against its own process's whole periods
+        periods = own_p["step_ms_host"][1:7]  # two of three steps each, a long wait ending each
+        assert [ms > 80 for ms in periods] == [False, False, True] * 2, periods
+        assert est == pytest.approx(sum(periods) / len(periods), rel=0.10)
 
 
 def test_workers_that_bound_the_step_take_the_other_fixes_savings() -> None:
@@ -2858,3 +2863,31 @@ def test_launch_gaps_the_unprofiled_step_does_not_have_say_so():
     g = next(f for f in other.findings if f.id == "launch_bound")
     assert other.results.replay.engine_speedups["host"] >= 1.02
     assert "without the profiler" not in g.title
+
+
+def test_workers_that_bound_the_recorded_steps_set_the_unprofiled_one() -> None:
+    """timm with 3 workers waits for them in the recorded steps: the un-profiled step is the
+    interval they delivered at, the raw ProfilerStep ranges' mean (73.71, 70.96 and 151.25 ms:
+    98.64), not that less the profiler's cost (71.4); measured 96.06 in its process. Where the
+    workers kept up (12 of them, the after) or the step thread loads (gnn), there is none."""
+    steps = [
+        e["dur"]
+        for e in raw_events("timm_jpeg.before.pt.trace.json.xz")
+        if e.get("ph") == "X"
+        and e["name"].startswith("ProfilerStep#")
+        and e.get("cat") != "gpu_user_annotation"
+    ]
+    a = analysis("timm_jpeg.before.pt.trace.json.xz")
+    r = a.results.replay
+    assert len(steps) == 3 and r.step_statistic == "mean"
+    assert r.loader_interval_ns == pytest.approx(1000 * sum(steps) / 3, rel=0.005)
+    assert r.unprofiled_step_ns == r.loader_interval_ns
+    own = json.loads((HERE / "timm_jpeg.truth.json").read_text())["profiled"]["baseline"]
+    assert r.unprofiled_step_ns / 1e6 == pytest.approx(
+        own["unprofiled_same_process_step_ms_window_mean"], rel=0.05
+    )
+    assert "the interval the DataLoader's workers delivered batches at" in prediction_basis(
+        a.to_json()
+    )
+    for name in ("timm_jpeg.workers.after.pt.trace.json.xz", "gnn.before.pt.trace.json.xz"):
+        assert analysis(name).results.replay.loader_interval_ns is None

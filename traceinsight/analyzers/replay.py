@@ -32,7 +32,7 @@ from traceinsight.causal.graph import (
     step_ns,
     step_times_ns,
 )
-from traceinsight.causal.whatif import WhatIf
+from traceinsight.causal.whatif import LOADER_BOUND_MIN_SPEEDUP, WhatIf
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, HOST_OP_KINDS
 from traceinsight.model.devices import host_links, spec_of, tensor_time_ratio
@@ -152,6 +152,9 @@ class ReplayResult:
     # low end of the range the trace leaves for the un-profiled step (None where nothing was
     # taken out: nsys, or no model)
     unprofiled_step_low_ns: float | None = None
+    # where DataLoader workers bound the recorded steps (:func:`loader_interval_ns`): the
+    # interval they delivered batches at, the least the un-profiled step can take
+    loader_interval_ns: float | None = None
     # how that step is taken over the modelled steps: "median", or "mean" where a loader
     # pattern repeats (step_statistic); every what-if's after-step the same way
     step_statistic: str = "median"
@@ -335,6 +338,38 @@ def step_statistic(model: StepModel, d: pl.Series, iterator: str | None = None) 
     return "mean" if float(rest.max() - rest.min()) <= PERIODIC_EXPLAINED_MAX * spread else "median"
 
 
+def loader_interval_ns(
+    bare: StepModel,
+    unprofiled: float | None,
+    steps: pl.DataFrame,
+    statistic: str,
+    iterator: str | None,
+) -> float | None:
+    """Where DataLoader workers bound the recorded steps (the step with their waits beyond
+    receiving each batch hidden is at least :data:`LOADER_BOUND_MIN_SPEEDUP` faster), the
+    interval they delivered batches at: the recorded steps' ``statistic``. The workers run
+    in processes the profiler does not record, so they deliver at that interval without it
+    too, and the host time the profiler cost the step thread moves into its wait for the next
+    batch: the un-profiled step is no shorter (timm fed by 3 JPEG-decoding workers: recorded
+    71-151 ms steps, 98.6 ms a step over the period; un-profiled 53-58 ms steps and a 161-174
+    ms one, 96.1 ms a step, where taking the profiler's cost out of every step read 71.4).
+    None elsewhere: a step thread that loads (its loading is on the step's path, slowed by
+    the profiler like the rest), or workers that kept up."""
+    if iterator != "multi_process" or not unprofiled or steps.height == 0:
+        return None
+    hidden = whatif.dataloader_unpinned(bare)
+    if hidden is None:
+        return None
+    # no faster than the GPU's busy time, as the loader's what-if itself (:func:`floored`)
+    busy = gpu_busy_per_step_ns(bare, statistic)
+    after = floored(
+        "dataloader_unpinned", step_ns(hidden, replay(hidden), statistic), busy, bare, hidden
+    )
+    if not after or unprofiled / after < LOADER_BOUND_MIN_SPEEDUP:
+        return None
+    return statistic_of(steps.get_column("dur_ns"), statistic)
+
+
 def analyze_replay(ctx: Context) -> ReplayResult:
     src = model_inputs(ctx)
     model = build_model(src) if src is not None else None
@@ -351,15 +386,20 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     bare, warmed_calls, warmed_ns = whatif.warmed(bare, once)
     bare_replay = replay(bare) if per_event or warmed_calls else base
     durations = step_times_ns(bare, bare_replay)
-    statistic = step_statistic(bare, durations, context_loader_iterator(ctx))
+    iterator = context_loader_iterator(ctx)
+    statistic = step_statistic(bare, durations, iterator)
     unprofiled = statistic_of(steady_step_times_ns(bare, bare_replay), statistic)
+    loader = loader_interval_ns(bare, unprofiled, st, statistic, iterator)
+    if unprofiled is not None and loader is not None:
+        unprofiled = max(unprofiled, loader)
     low, dearer, low_factor = None, None, 0.0
     compiled = _compiled_launches(ctx, st)
     if per_event and unprofiled is not None:
 
         def at(factor: float) -> tuple[StepModel, float | None]:
             m = whatif.warmed(whatif.without_profiler(model, factor * per_event), once)[0]
-            return m, statistic_of(steady_step_times_ns(m, replay(m)), statistic)
+            step = statistic_of(steady_step_times_ns(m, replay(m)), statistic)
+            return m, max(step, loader) if step is not None and loader is not None else step
 
         low_factor = PROFILER_COST_HIGH_FACTOR
         dearer, low = at(low_factor)
@@ -418,6 +458,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         what_if=what_if,
         unprofiled_step_ns=unprofiled,
         unprofiled_step_low_ns=low,
+        loader_interval_ns=loader,
         step_statistic=statistic,
         profiler_ns_per_event=per_event,
         warmed_calls=warmed_calls,

@@ -120,6 +120,10 @@ def receive_ns(tensors: float | None) -> int:
 # The stated assumption of the loader's what-if: the loader delivers batches twice as fast
 # (twice the workers, or two workers where the step thread loaded alone), on free host cores.
 LOADER_ASSUMED_THROUGHPUT = 2.0
+# Workers bound the step where hiding their waits (beyond receiving each batch) would speed it
+# up by this much: below it the waits are the workers' jitter, which the prefetched batches
+# absorb once the step is faster
+LOADER_BOUND_MIN_SPEEDUP = 1.10
 
 
 @dataclass(frozen=True)

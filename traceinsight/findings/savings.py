@@ -25,6 +25,7 @@ from traceinsight.analyzers.sources import Source
 from traceinsight.causal import transforms
 from traceinsight.causal.whatif import (
     LOADER_ASSUMED_THROUGHPUT,
+    LOADER_BOUND_MIN_SPEEDUP,
     LoaderPlan,
     WhatIf,
     loader_plan,
@@ -36,9 +37,6 @@ PER_SITE_MAX = 3  # the costliest call sites only: each is one more replay
 UNPRICED_CAP = SEVERITIES.index("low")  # a fix the replay cannot price: at most this
 # The fixes of the loader itself: every other one leaves a loader that bounds the step bounding it
 LOADER_TRANSFORMS = frozenset({"dataloader_floor", "dataloader_unpinned"})
-# Workers bound the step where hiding their waits would speed it up by this much: below it the
-# waits are the workers' jitter, which the prefetched batches absorb once the step is faster
-LOADER_BOUND_MIN_SPEEDUP = 1.10
 
 
 def loader_bound_ns(r: Results) -> int | None:

@@ -296,6 +296,15 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
     )
     low = replay.get("unprofiled_step_low_ns")
     ratio = replay.get("compiled_unprofiled_ratio")
+    loader = replay.get("loader_interval_ns")
+    if loader is not None and loader >= unprofiled:
+        # analyzers/replay.py loader_interval_ns: the workers set the step, as recorded
+        return (
+            f"Predicted savings and speedups are {per_step(doc)} and apply to the un-profiled "
+            f"step, {fmt_ns(unprofiled)}: the interval the DataLoader's workers delivered "
+            "batches at, as recorded (the step waited for them); the profiler does not run in "
+            "their processes, so the host time it cost the step moves into that wait."
+        )
     # the profiler's cost per event varies between processes: the trace cannot pin the step
     # closer than this (analyzers/replay.py PROFILER_COST_HIGH_FACTOR); on compiled code with
     # recorded shapes, the lowest measured on such recordings (COMPILED_UNPROFILED_RATIO)
