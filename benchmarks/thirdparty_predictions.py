@@ -63,6 +63,8 @@ APPLIED = {
     # the H100 (fixtures/h100): workers (14, non_blocking: the pinned copies' fix; no loader
     # finding), remove_syncs, bf16, the 2x batch, fused AdamW
     "raft": ["small_batch@2,host_sync,fp32_compute,unfused_optimizer,pageable_memcpy"],
+    # the H100: the recorded "all" held 8 workers too, whose fix has no replay (their rate)
+    "metrics": ["host_sync,fp32_compute,memory_headroom@4"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -81,6 +83,7 @@ FIX_NAMES = {
         "dataloader_stall": "workers_8",
     },
     "word_lm": {"launch_bound": "cudagraph"},
+    "metrics": {"dataloader_stall": "workers_8", "launch_bound": "compile"},
     # reduce-overhead, its advice; the 2x batch it recommends was not recorded: the 4x was
     "nanogpt": {"launch_bound": "compile_ro", "memory_headroom": "batch_4x"},
     "neural_style": {"launch_bound": "compile_ro"},
@@ -245,6 +248,7 @@ def main() -> None:
         "video_r2p1d",
         "whisper",
         "raft",  # the H100
+        "metrics",  # the H100, session 44
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")

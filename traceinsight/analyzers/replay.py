@@ -58,6 +58,9 @@ PROFILER_NS_PER_EVENT_RANGE = (500, 5_000)
 # varying as much between processes of one loop as between loops (benchmarks/RESULTS.md,
 # session 18); the step at twice the cost is the low end of the un-profiled step's range.
 PROFILER_COST_HIGH_FACTOR = 2.0
+# A step waited for its DataLoader batch where its loader calls took this much longer than the
+# window's shortest (:func:`loader_paced_steps`)
+LOADER_PACED_MIN_NS = 1_000_000
 # Compiled code profiled with record_shapes=True: inductor records each Triton launch with its
 # arguments' shapes, and most of that cost falls outside the recorded events (the profiler's
 # cost by part, call 22: record_shapes added 16.9 ms a step to the compiled ViT against 4.8 ms
@@ -338,12 +341,36 @@ def step_statistic(model: StepModel, d: pl.Series, iterator: str | None = None) 
     return "mean" if float(rest.max() - rest.min()) <= PERIODIC_EXPLAINED_MAX * spread else "median"
 
 
+def loader_paced_steps(loader: pl.DataFrame, steps: pl.DataFrame) -> int:
+    """How many of the modelled ``steps`` (host_start_ns) waited for their batch: their
+    DataLoader ranges (``loader``: tid, start_ns, end_ns) took at least
+    :data:`LOADER_PACED_MIN_NS` longer than the window's shortest step's (a step that found
+    its batch waiting: receiving it, and the profiler's cost of the frames recorded in the
+    call, 0.2-0.5 ms on the third-party recordings)."""
+    if loader.height == 0 or steps.height == 0:
+        return 0
+    u = iv.union(loader.select("tid", "start_ns", "end_ns"), by=["tid"])
+    starts = steps.get_column("host_start_ns").sort()
+    idx = starts.search_sorted(u.get_column("start_ns"), side="right").cast(pl.Int64) - 1
+    per = (
+        pl.DataFrame({"i": idx, "ns": u.get_column("end_ns") - u.get_column("start_ns")})
+        .filter(pl.col("i") >= 0)
+        .group_by("i")
+        .agg(pl.col("ns").sum())
+        .join(pl.DataFrame({"i": range(steps.height)}, schema={"i": pl.Int64}), on="i", how="right")
+        .get_column("ns")
+        .fill_null(0)
+    )
+    return int((per - per.min() >= LOADER_PACED_MIN_NS).sum())
+
+
 def loader_interval_ns(
     bare: StepModel,
     unprofiled: float | None,
     steps: pl.DataFrame,
     statistic: str,
     iterator: str | None,
+    loader: pl.DataFrame,
 ) -> float | None:
     """Where DataLoader workers bound the recorded steps (the step with their waits beyond
     receiving each batch hidden is at least :data:`LOADER_BOUND_MIN_SPEEDUP` faster), the
@@ -353,9 +380,16 @@ def loader_interval_ns(
     batch: the un-profiled step is no shorter (timm fed by 3 JPEG-decoding workers: recorded
     71-151 ms steps, 98.6 ms a step over the period; un-profiled 53-58 ms steps and a 161-174
     ms one, 96.1 ms a step, where taking the profiler's cost out of every step read 71.4).
-    None elsewhere: a step thread that loads (its loading is on the step's path, slowed by
-    the profiler like the rest), or workers that kept up."""
+    Only where at least half the modelled steps waited for their batch
+    (:func:`loader_paced_steps`): a single wait among steps that found their batches waiting
+    is a burst of workers in phase, and steps fewer than the workers hold part of its period,
+    whose mean is not the interval (torchmetrics' loop with 4 and 8 workers: one wait in 3
+    steps, recorded 32.8-49.4 ms a step against 17.7-37.6 measured). None elsewhere: a step
+    thread that loads (its loading is on the step's path, slowed by the profiler like the
+    rest), or workers that kept up."""
     if iterator != "multi_process" or not unprofiled or steps.height == 0:
+        return None
+    if 2 * loader_paced_steps(loader, bare.steps) < bare.steps.height:
         return None
     hidden = whatif.dataloader_unpinned(bare)
     if hidden is None:
@@ -389,7 +423,14 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     iterator = context_loader_iterator(ctx)
     statistic = step_statistic(bare, durations, iterator)
     unprofiled = statistic_of(steady_step_times_ns(bare, bare_replay), statistic)
-    loader = loader_interval_ns(bare, unprofiled, st, statistic, iterator)
+    loader = loader_interval_ns(
+        bare,
+        unprofiled,
+        st,
+        statistic,
+        iterator,
+        src.ranges["dataloader"] if src else pl.DataFrame(),
+    )
     if unprofiled is not None and loader is not None:
         unprofiled = max(unprofiled, loader)
     low, dearer, low_factor = None, None, 0.0

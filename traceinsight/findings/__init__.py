@@ -96,10 +96,8 @@ def _symptom_after_cause(findings: list[Finding]) -> list[Finding]:
         return findings
     top = by_id[cause]
     sev = SEVERITIES[max(SEVERITIES.index(var.severity), SEVERITIES.index(top.severity))]
-    var = replace(var, severity=sev)
-    out = [f for f in findings if f.id != "step_time_variance"]
-    i = out.index(top)
-    return out[: i + 1] + [var] + out[i + 1 :]
+    # placed right after its cause by ranked(), as every later re-ranking keeps it
+    return ranked([replace(var, severity=sev) if f is var else f for f in findings])
 
 
 def _capped(findings: list[Finding], tag: str) -> list[Finding]:
