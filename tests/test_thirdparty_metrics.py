@@ -113,3 +113,99 @@ def test_paced_steps_count_the_waits() -> None:
     assert loader_paced_steps(loader([210_000, 85_110_000, 250_000]), steps) == 1
     # timm with 3 workers: 0.26, 2.34, 79.49 ms
     assert loader_paced_steps(loader([260_000, 2_340_000, 79_490_000]), steps) == 2
+
+
+FAST = "metrics.fast_data.after.pt.trace.json.xz"
+
+
+@cache
+def fast_runs() -> dict:
+    """The same loop with its images drawn once as tensors (the workers only index and collate),
+    each other fix on top of it, in four processes on two H100 hosts
+    (fixtures/h100/thirdparty/metrics_fast_data.json)."""
+    return json.loads((HERE / "metrics_fast_data.json").read_text())["processes"]
+
+
+def fast_band(fix: str) -> tuple[float, float]:
+    """Per-sample speedup of ``fast_data+fix`` over ``fast_data`` in each process that ran both."""
+    out = []
+    for runs in fast_runs().values():
+        base, cfg = runs.get("fast_data"), runs.get(f"fast_data+{fix}")
+        if base and cfg and "samples_per_step" in cfg:
+            per = lambda r: r["step_ms_window_mean"] / r["samples_per_step"]  # noqa: E731
+            out.append(per(base) / per(cfg))
+    return min(out), max(out)
+
+
+def pin_arrivals_raw(name: str) -> tuple[list[float], list[float]]:
+    """From the raw events: the step thread's DataLoader calls' ends, and the pin-memory
+    thread's batch arrivals (the first runtime call of each burst, bursts 1 ms apart, on the
+    one thread that checks pointers and launches nothing), in us."""
+    ev = [e for e in orjson.loads(raw_json(HERE / name))["traceEvents"] if e.get("ph") == "X"]
+    calls = [e for e in ev if "DataLoader" in e["name"] and e.get("cat") == "user_annotation"]
+    step_tid = calls[0]["tid"]
+    ends = sorted(e["ts"] + e["dur"] for e in calls)
+    by_tid: dict = {}
+    for e in ev:
+        if e.get("cat") == "cuda_runtime" and e["tid"] != step_tid:
+            by_tid.setdefault(e["tid"], []).append(e)
+    pin = [
+        sorted(es, key=lambda e: e["ts"])
+        for es in by_tid.values()
+        if any(e["name"] == "cudaPointerGetAttributes" for e in es)
+        and not any("Launch" in e["name"] for e in es)
+    ]
+    assert len(pin) == 1
+    arrivals, last_end = [], None
+    for e in pin[0]:
+        if last_end is None or e["ts"] - last_end >= 1000:
+            arrivals.append(e["ts"])
+        last_end = e["ts"] + e["dur"]
+    return ends, arrivals
+
+
+def test_a_pin_memory_thread_shows_the_workers_rate() -> None:
+    """With pin_memory the pin-memory thread's runtime calls are recorded: each batch's arrival
+    from the workers. Fed tensors, each of the 3 steps' requests was followed by one arrival
+    4.3-4.7 ms later (the raw events), less than the 9.3 ms un-profiled step: the workers keep
+    up, so the loader is not the check to make first (8 workers measured 0.89-1.02x) and the
+    other findings are graded on their savings. Decoding images, the pin-memory thread's bursts
+    came 2.2-29.1 ms after a request, more of them than steps: no rate shown."""
+    ends, arrivals = pin_arrivals_raw(FAST)
+    lags = [min(a for a in arrivals if a > end) - end for end in ends]
+    assert len(ends) == 3 and all(4000 < lag < 5000 for lag in lags), lags
+    a = analysis(FAST)
+    assert a.results.steps.loader_arrival_lag_ns == pytest.approx(1000 * max(lags), abs=1000)
+    assert a.results.steps.loader_arrival_lag_ns < a.results.replay.unprofiled_step_ns
+    assert all("loader_unverified_speedup" not in f.evidence for f in a.findings)
+    assert a.findings[0].id != "dataloader_stall"
+    lo, hi = fast_band("workers_8")
+    assert lo < hi < 1.05
+    ends, arrivals = pin_arrivals_raw(BEFORE)
+    assert (
+        len(arrivals) > len(ends) and analysis(BEFORE).results.steps.loader_arrival_lag_ns is None
+    )
+
+
+def test_the_fast_loops_batch_within_the_band() -> None:
+    """memory_headroom's 2x batch: 1.93x predicted against 2.08-2.48x per sample."""
+    f = next(f for f in analysis(FAST).findings if f.id == "memory_headroom")
+    lo, hi = fast_band("batch_2x")
+    assert f.what_if.multiplier == 2 and 0.75 * lo <= f.what_if.speedup <= 1.25 * hi, (
+        f.what_if.speedup,
+        lo,
+        hi,
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="launch_bound's reduce-overhead predicted 2.47x (3.76 ms after) against 1.85-1.90x "
+    "measured (7.30-7.31 ms after, on another host): the graph of the model leaves torchmetrics' "
+    "eager update and compute, the optimizer and the syncs, about 7 ms a step un-profiled, where "
+    "the replay leaves 3.8",
+)
+def test_the_fast_loops_graph_within_the_band() -> None:
+    f = next(f for f in analysis(FAST).findings if f.id == "launch_bound")
+    lo, hi = fast_band("compile_ro")
+    assert 0.75 * lo <= f.what_if.speedup <= 1.25 * hi, (f.what_if.speedup, lo, hi)

@@ -8,7 +8,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context, host_ranges
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import DATALOADER_PATTERN, HOST_OP_KINDS
+from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, HOST_OP_KINDS, LAUNCH_API
 
 # A step is an outlier when it is this much slower than the median (and beyond 3 robust sigmas).
 OUTLIER_FACTOR = 1.25
@@ -49,6 +49,11 @@ class StepResult:
     # batches the loader delivers in a step (median over the steps): several where a step
     # accumulates gradients over micro-batches or iterates a dataset; None without a loader
     loader_calls_per_step: float | None = None
+    # where workers hand their batches to a pin-memory thread: the longest time, over the
+    # window's steps, from the step thread's request for a batch (a DataLoader call's end) to
+    # the next batch reaching the pin-memory thread, where each step's request was followed by
+    # exactly one (:func:`loader_arrival_lag_ns`); None elsewhere
+    loader_arrival_lag_ns: int | None = None
 
 
 def context_loader_iterator(ctx: Context) -> str | None:
@@ -238,7 +243,60 @@ def analyze_steps(ctx: Context) -> StepResult:
         ),
         loader_iterator=iterator,
         loader_calls_per_step=calls,
+        loader_arrival_lag_ns=loader_arrival_lag_ns(ctx) if iterator == "multi_process" else None,
     )
+
+
+# the runtime call that pinning a batch's tensor makes first (Tensor.pin_memory's is_pinned
+# check), on a thread that launches nothing: DataLoader's pin-memory thread
+PIN_CHECK_CALL = r"^(cuda|hip)PointerGetAttributes$"
+# calls of the pin-memory thread this far apart belong to different batches
+ARRIVAL_GAP_NS = 1_000_000
+
+
+def loader_arrival_lag_ns(ctx: Context) -> int | None:
+    """Where DataLoader workers hand their batches to a pin-memory thread (pin_memory=True):
+    the profiler records that thread's runtime calls, so each batch's arrival from the workers
+    is in the trace (the first call of a burst of its calls, bursts ARRIVAL_GAP_NS apart),
+    though the workers' processes are not. Each DataLoader call of the step thread asks the
+    workers for one more batch as it returns. Where every step's request was followed by
+    exactly one arrival before the next request, the longest time from a request to its
+    arrival: a worker given a batch to load delivered it that soon (a torchvision ResNet fed
+    tensors: 4.3-4.7 ms, one arrival a step). Workers that load slower than the step asks
+    deliver on their own clock, not after each request (the same loop decoding images: bursts
+    2.2-29.1 ms after a request, more of them than steps): None, as where no pin-memory thread
+    was recorded."""
+    loader = ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN, columns=("tid", "start_ns", "end_ns"))
+    calls = ctx.rows(API_KINDS, columns=("tid", "name", "start_ns", "end_ns"))
+    if loader.height < 2 or calls.height == 0:
+        return None
+    step_tids = loader.get_column("tid").unique().implode()
+    threads = (
+        calls.filter(~pl.col("tid").is_in(step_tids))
+        .group_by("tid")
+        .agg(
+            pl.col("name").str.contains(PIN_CHECK_CALL).any().alias("pins"),
+            pl.col("name").str.contains(LAUNCH_API).any().alias("launches"),
+        )
+        .filter(pl.col("pins") & ~pl.col("launches"))
+    )
+    if threads.height != 1:
+        return None
+    pin = calls.filter(pl.col("tid") == threads.item(0, "tid")).sort("start_ns")
+    arrivals = pin.filter(
+        (pl.col("start_ns") - pl.col("end_ns").shift(1)).fill_null(ARRIVAL_GAP_NS) >= ARRIVAL_GAP_NS
+    ).get_column("start_ns")
+    # the outermost calls' ends: a name pattern may match a call and a range inside it
+    requests = (
+        iv.union(loader.select("tid", "start_ns", "end_ns"), by=["tid"]).get_column("end_ns").sort()
+    )
+    after = arrivals.search_sorted(requests, side="right").cast(pl.Int64)
+    # arrivals before each request's next one (the last request: up to the window's end)
+    got = after.shift(-1).fill_null(arrivals.len()) - after
+    if not (got == 1).all():
+        return None
+    lags = arrivals.gather(after) - requests
+    return int(lags.max())
 
 
 # a loader call this much shorter than the median one is no batch (the StopIteration that ends
