@@ -205,7 +205,9 @@ def _advice(rule: Rule, draft: Draft, framework: Framework) -> Advice:
 # severity. Workers that kept up with the profiled step only (findings/rules.py): each other
 # fix's saving needs them to deliver faster than the trace shows (held-out DCGAN and the
 # torchmetrics loop: more workers measured the largest lever, 1.13-1.89x and 1.90-2.26x, where
-# this finding's own point is 1.00x and its upper end 2.78x and 3.08x)
+# this finding's own point is 1.00x and its upper end 2.78x and 3.08x). Not where a pin-memory
+# thread shows the workers fast (findings/savings.py workers_shown_fast: the same loop fed
+# tensors, where more workers measured 0.89-1.02x)
 CHECK_FIRST = "loader_unverified_speedup"
 
 
