@@ -198,14 +198,14 @@ def test_the_fast_loops_batch_within_the_band() -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="launch_bound's reduce-overhead predicted 2.47x (3.76 ms after) against 1.85-1.90x "
-    "measured (7.30-7.31 ms after, on another host): the graph of the model leaves torchmetrics' "
-    "eager update and compute, the optimizer and the syncs, about 7 ms a step un-profiled, where "
-    "the replay leaves 3.8",
-)
 def test_the_fast_loops_graph_within_the_band() -> None:
+    """launch_bound's reduce-overhead: 2.03x predicted against 1.85-1.90x measured (on another
+    host). The graph captures the model's forward and backward (its ``nn.Module`` frames and
+    the backward ops); torchmetrics' update and compute, the loss, the optimizer and the syncs
+    stay eager. Taking every op of the step outside the loader, the optimizer and the waits as
+    captured had priced 2.47x (3.76 ms after against 7.30 measured)."""
+    r = analysis(FAST).results.replay
+    assert r.model.host.get_column("in_model").any()
     f = next(f for f in analysis(FAST).findings if f.id == "launch_bound")
     lo, hi = fast_band("compile_ro")
     assert 0.75 * lo <= f.what_if.speedup <= 1.25 * hi, (f.what_if.speedup, lo, hi)

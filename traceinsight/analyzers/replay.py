@@ -584,6 +584,33 @@ def _bound_by(engines: dict[str, float], cross: float | None, unconverged: list[
     return best if engines[best] >= BOUND_MIN_SPEEDUP else None
 
 
+MODULE_FRAME = r"^nn\.Module: "
+BACKWARD_OP = r"^autograd::engine::evaluate_function"
+
+
+def model_ranges(ctx: Context) -> pl.DataFrame:
+    """What torch.compile(model) captures (tid, start_ns, end_ns): the forward calls of the
+    step's model, the outermost ``nn.Module`` frame whose name holds the most time (Python
+    stacks; a loss module called beside it is not the model), and every backward op's range.
+    Empty without module frames. (A torchmetrics loop: its MetricCollection's update and
+    compute, outside the model, stay eager under reduce-overhead.)"""
+    cols = ("tid", "start_ns", "end_ns")
+    mods = ctx.rows(("python_function",), MODULE_FRAME, columns=("name", *cols))
+    if mods.height == 0:
+        return mods.select(cols)
+    mods = mods.sort("tid", "start_ns")
+    nested = (pl.col("end_ns") <= pl.col("end_ns").cum_max().shift(1).over("tid")).fill_null(False)
+    top = mods.filter(~nested)
+    name = (
+        top.group_by("name")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_d"))
+        .sort("_d", "name", descending=[True, False])
+        .item(0, "name")
+    )
+    backward = ctx.rows(HOST_OP_KINDS, BACKWARD_OP, columns=cols)
+    return pl.concat([top.filter(pl.col("name") == name).select(cols), backward.select(cols)])
+
+
 def model_inputs(ctx: Context) -> ModelInputs | None:
     """The context's tables the step model is built from (None without steps or GPU work)."""
     if ctx.steps.height == 0 or not ctx.has_gpu:
@@ -604,6 +631,7 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             "optimizer": optimizer_ranges(ctx),
             "zero_grad": zero_grad_ranges(ctx),
             "recompute": recompute_ranges(ctx),
+            "model": model_ranges(ctx),
         },
         time_ratios={
             d.id: (tensor_time_ratio(spec_of(d), "fp32"), tensor_time_ratio(spec_of(d), "tf32"))

@@ -57,7 +57,9 @@ HOST_INPUT_OPS = (
 # The host ranges whose work the transforms move: each gives a host column ``gap_<name>_ns``
 # (the gap's time inside such a range on the call's own thread) and ``in_<name>`` (the call is
 # inside one), and a GPU column ``in_<name>`` (the op was launched inside one).
-RANGES = ("dataloader", "empty_cache", "optimizer", "zero_grad", "recompute")
+# "model": what torch.compile(model) captures, the top-level module's forward calls and the
+# backward ops (analyzers/replay.py model_ranges; none without Python stacks)
+RANGES = ("dataloader", "empty_cache", "optimizer", "zero_grad", "recompute", "model")
 # Inductor's Triton launch, recorded as an op named for its kernel (compiled code)
 TRITON_LAUNCH_PATTERN = r"^triton_"
 # The columns the build adds for the transforms (a transform declares those it reads).

@@ -242,6 +242,12 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
         eager = eager | pl.col("in_optimizer")
     outside = eager & ~(pl.col("is_alloc") | pl.col("in_empty_cache"))
     captured = (pl.col("step") >= 0) & ~outside
+    # torch.compile(model) captures the model's forward and backward, not the loop's other ops
+    # (a loss outside the model, metrics, logging): where the trace names the model's calls
+    # (Python stacks), only theirs are captured, and only their dispatch goes
+    model_only = not optimizer_captured and h.select(pl.col("in_model").any()).item()
+    if model_only:
+        captured = captured & pl.col("in_model")
     if not h.select((captured & pl.col("is_launch")).any()).item():
         return None
     first = pl.int_range(pl.len()).over("tid", "step") == 0
@@ -251,6 +257,8 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
     typical = h.filter(captured & pl.col("is_launch")).get_column("gap_ops_ns").median()
     cap = max(MIN_DISPATCH_CAP_NS, DISPATCH_CAP_RATIO * float(typical or 0))
     dispatch = pl.min_horizontal("gap_ops_ns", pl.lit(int(cap)))
+    if model_only:
+        dispatch = pl.min_horizontal(dispatch, "gap_model_ns")
     # the gap's host work a capture keeps: outside any op or beyond the dispatch, or in the
     # ranges it leaves eager
     kept = (
@@ -829,6 +837,8 @@ _GRAPH_HOST = frozenset(
         "gap_dataloader_ns",
         "gap_optimizer_ns",
         "gap_host_input_ns",
+        "in_model",
+        "gap_model_ns",
     }
 )
 
