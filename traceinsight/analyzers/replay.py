@@ -593,7 +593,8 @@ def model_ranges(ctx: Context) -> pl.DataFrame:
     step's model, the outermost ``nn.Module`` frame whose name holds the most time (Python
     stacks; a loss module called beside it is not the model), and every backward op's range.
     Empty without module frames. (A torchmetrics loop: its MetricCollection's update and
-    compute, outside the model, stay eager under reduce-overhead.)"""
+    compute, outside the model, stay eager under reduce-overhead.) A second model (a GAN's
+    generator beside its discriminator) is left eager too: the saving is then a lower bound."""
     cols = ("tid", "start_ns", "end_ns")
     mods = ctx.rows(("python_function",), MODULE_FRAME, columns=("name", *cols))
     if mods.height == 0:
