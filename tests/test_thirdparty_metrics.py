@@ -209,3 +209,37 @@ def test_the_fast_loops_graph_within_the_band() -> None:
     f = next(f for f in analysis(FAST).findings if f.id == "launch_bound")
     lo, hi = fast_band("compile_ro")
     assert 0.75 * lo <= f.what_if.speedup <= 1.25 * hi, (f.what_if.speedup, lo, hi)
+
+
+def _pin_trace(arrivals_us: list[float], next_dur_us: float = 300) -> object:
+    """Three 10 ms steps, each starting with a multi-process DataLoader call on the step thread
+    (tid 1), a kernel a step, and a pin-memory thread (tid 3) pinning a batch (two calls each)
+    at ``arrivals_us``."""
+    from traceinsight.analyzers.context import build_context
+
+    from .builder import Events
+
+    ev = Events()
+    for k in range(3):
+        t = 10_000 * k
+        ev.step(k, t, 10_000)
+        ev.annotation(
+            "enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", t + 10, next_dur_us
+        )
+        ev.kernel("k", t + 2_000, 500, launch_us=t + 1_000)
+    for a in arrivals_us:
+        ev.runtime("cudaPointerGetAttributes", a, 5, tid=3)
+        ev.runtime("cudaEventQuery", a + 50, 2, tid=3)
+    return build_context(ev.trace())
+
+
+def test_the_arrival_lag_by_hand() -> None:
+    """Requests end at 0.31, 10.31 and 20.31 ms; one batch pinned 4.0, 4.5 and 3.0 ms after
+    each: the longest lag, 4.5 ms. Two batches after one request, or requests of no length: no
+    rate shown."""
+    from traceinsight.analyzers.steps import loader_arrival_lag_ns
+
+    ctx = _pin_trace([4_310, 14_810, 23_310])
+    assert loader_arrival_lag_ns(ctx) == 4_500_000
+    assert loader_arrival_lag_ns(_pin_trace([4_310, 6_310, 14_810, 23_310])) is None
+    assert loader_arrival_lag_ns(_pin_trace([4_310, 14_810, 23_310], next_dur_us=0)) is None

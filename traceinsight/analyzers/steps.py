@@ -290,6 +290,8 @@ def loader_arrival_lag_ns(ctx: Context) -> int | None:
     requests = (
         iv.union(loader.select("tid", "start_ns", "end_ns"), by=["tid"]).get_column("end_ns").sort()
     )
+    if requests.len() < 2 or arrivals.len() == 0:  # zero-length calls hold no request
+        return None
     after = arrivals.search_sorted(requests, side="right").cast(pl.Int64)
     # arrivals before each request's next one (the last request: up to the window's end)
     got = after.shift(-1).fill_null(arrivals.len()) - after
