@@ -243,3 +243,27 @@ def test_the_arrival_lag_by_hand() -> None:
     assert loader_arrival_lag_ns(ctx) == 4_500_000
     assert loader_arrival_lag_ns(_pin_trace([4_310, 6_310, 14_810, 23_310])) is None
     assert loader_arrival_lag_ns(_pin_trace([4_310, 14_810, 23_310], next_dur_us=0)) is None
+
+
+NOSTACK = "metrics.before_nostack.pt.trace.json.xz"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="recorded without Python stacks (session 44, process P4 on another H100 host: 37.04 ms "
+    "a step un-profiled, 22.8-26.8 ms profiled), the profiled window drew on batches the workers "
+    "had queued while the profiler started: no step waited, and the step ran faster than the "
+    "workers deliver. The estimate (17.5 ms) is under 2x faster than the profiled step, so the "
+    "loader is not flagged, and memory_headroom (6.44x) and launch_bound (2.15x) read HIGH where "
+    "the 4x batch (priced 3.95x) measured 1.07-1.11x and compile 0.99-1.65x. The pin-memory thread shows it: "
+    "one batch arrived while the step took three. Not built: counting a batch's arrivals needs "
+    "its tensors, which the step thread does not receive where a pin-memory thread does",
+)
+def test_workers_falling_behind_the_profiled_step() -> None:
+    P4 = json.loads((HERE / "metrics.P4.json").read_text())["configs"]["baseline"]
+    a = analysis(NOSTACK)
+    assert a.results.replay.trace_step_median_ns / 1e6 < 0.75 * P4["step_ms_window_mean"]
+    f = next(f for f in a.findings if f.id == "memory_headroom")
+    gains = {g.multiplier: g.throughput_gain for g in f.evidence["gain_by_multiplier"]}
+    lo, hi = band("batch_4x")
+    assert 0.75 * lo <= gains[4] <= 1.25 * hi, (gains, lo, hi)
