@@ -54,6 +54,12 @@ class StepResult:
     # the next batch reaching the pin-memory thread, where each step's request was followed by
     # exactly one (:func:`loader_arrival_lag_ns`); None elsewhere
     loader_arrival_lag_ns: int | None = None
+    # where a pin-memory thread is recorded: the batches that reached it between the step
+    # thread's first and last requests, and the batches the step took meanwhile (one a
+    # request); fewer reached it than were taken where the workers fall behind the profiled
+    # step, its batches drawn from those queued before (:func:`loader_arrivals`)
+    loader_batches_arrived: int | None = None
+    loader_batches_taken: int | None = None
 
 
 def context_loader_iterator(ctx: Context) -> str | None:
@@ -226,6 +232,8 @@ def analyze_steps(ctx: Context) -> StepResult:
     std = float(d.std()) if st.height > 1 else 0.0
     total = int(spans["dur_ns"].sum())
     dl_total = int(spans["dataloader_ns"].sum())
+    pinned = iterator == "multi_process"
+    arrived, taken = loader_arrivals(ctx) if pinned else (None, None)
     return StepResult(
         steps=st.height,
         step_time_mean_ns=mean,
@@ -243,7 +251,9 @@ def analyze_steps(ctx: Context) -> StepResult:
         ),
         loader_iterator=iterator,
         loader_calls_per_step=calls,
-        loader_arrival_lag_ns=loader_arrival_lag_ns(ctx) if iterator == "multi_process" else None,
+        loader_arrival_lag_ns=loader_arrival_lag_ns(ctx) if pinned else None,
+        loader_batches_arrived=arrived,
+        loader_batches_taken=taken,
     )
 
 
@@ -254,18 +264,10 @@ PIN_CHECK_CALL = r"^(cuda|hip)PointerGetAttributes$"
 ARRIVAL_GAP_NS = 1_000_000
 
 
-def loader_arrival_lag_ns(ctx: Context) -> int | None:
-    """Where DataLoader workers hand their batches to a pin-memory thread (pin_memory=True):
-    the profiler records that thread's runtime calls, so each batch's arrival from the workers
-    is in the trace (the first call of a burst of its calls, bursts ARRIVAL_GAP_NS apart),
-    though the workers' processes are not. Each DataLoader call of the step thread asks the
-    workers for one more batch as it returns. Where every step's request was followed by
-    exactly one arrival before the next request, the longest time from a request to its
-    arrival: a worker given a batch to load delivered it that soon (a torchvision ResNet fed
-    tensors: 4.3-4.7 ms, one arrival a step). Workers that load slower than the step asks
-    deliver on their own clock, not after each request (the same loop decoding images: bursts
-    2.2-29.1 ms after a request, more of them than steps): None, as where no pin-memory thread
-    was recorded."""
+def _pin_thread_and_requests(ctx: Context) -> tuple[pl.DataFrame, pl.Series] | None:
+    """The pin-memory thread's runtime calls (name, start_ns, end_ns, by start) and the step
+    thread's batch requests (its outermost DataLoader calls' ends, sorted); None where no
+    single pin-memory thread or fewer than two requests are recorded."""
     loader = ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN, columns=("tid", "start_ns", "end_ns"))
     calls = ctx.rows(API_KINDS, columns=("tid", "name", "start_ns", "end_ns"))
     if loader.height < 2 or calls.height == 0:
@@ -283,14 +285,60 @@ def loader_arrival_lag_ns(ctx: Context) -> int | None:
     if threads.height != 1:
         return None
     pin = calls.filter(pl.col("tid") == threads.item(0, "tid")).sort("start_ns")
-    arrivals = pin.filter(
-        (pl.col("start_ns") - pl.col("end_ns").shift(1)).fill_null(ARRIVAL_GAP_NS) >= ARRIVAL_GAP_NS
-    ).get_column("start_ns")
     # the outermost calls' ends: a name pattern may match a call and a range inside it
     requests = (
         iv.union(loader.select("tid", "start_ns", "end_ns"), by=["tid"]).get_column("end_ns").sort()
     )
-    if requests.len() < 2 or arrivals.len() == 0:  # zero-length calls hold no request
+    if requests.len() < 2:  # zero-length calls hold no request
+        return None
+    return pin, requests
+
+
+def loader_arrivals(ctx: Context) -> tuple[int | None, int | None]:
+    """The batches that reached the pin-memory thread between the step thread's first and last
+    requests, and the batches the step took meanwhile (one each request): each batch's
+    tensors are checked as pinned one call each (:data:`PIN_CHECK_CALL`), as many as the
+    fewest such calls between two requests that saw any. Fewer arrived than were taken where
+    the workers fell behind the profiled step and it drew on batches they had queued while the
+    profiler started (a torchmetrics loop profiled without stacks: one batch in three steps;
+    37.0 ms a step un-profiled, 22.8-26.8 profiled). (None, None) without a pin-memory
+    thread."""
+    found = _pin_thread_and_requests(ctx)
+    if found is None:
+        return None, None
+    pin, requests = found
+    checks = pin.filter(pl.col("name").str.contains(PIN_CHECK_CALL)).get_column("start_ns")
+    # the checks after each request, up to the next (the last: to the window's end)
+    at = checks.search_sorted(requests, side="right").cast(pl.Int64)
+    per = at.shift(-1).fill_null(checks.len()) - at
+    seen = per.filter(per > 0)
+    if seen.len() == 0:
+        return 0, requests.len() - 1
+    tensors = int(seen.min())
+    inside = int(at[-1] - at[0])
+    return inside // tensors, requests.len() - 1
+
+
+def loader_arrival_lag_ns(ctx: Context) -> int | None:
+    """Where DataLoader workers hand their batches to a pin-memory thread (pin_memory=True):
+    the profiler records that thread's runtime calls, so each batch's arrival from the workers
+    is in the trace (the first call of a burst of its calls, bursts ARRIVAL_GAP_NS apart),
+    though the workers' processes are not. Each DataLoader call of the step thread asks the
+    workers for one more batch as it returns. Where every step's request was followed by
+    exactly one arrival before the next request, the longest time from a request to its
+    arrival: a worker given a batch to load delivered it that soon (a torchvision ResNet fed
+    tensors: 4.3-4.7 ms, one arrival a step). Workers that load slower than the step asks
+    deliver on their own clock, not after each request (the same loop decoding images: bursts
+    2.2-29.1 ms after a request, more of them than steps): None, as where no pin-memory thread
+    was recorded."""
+    found = _pin_thread_and_requests(ctx)
+    if found is None:
+        return None
+    pin, requests = found
+    arrivals = pin.filter(
+        (pl.col("start_ns") - pl.col("end_ns").shift(1)).fill_null(ARRIVAL_GAP_NS) >= ARRIVAL_GAP_NS
+    ).get_column("start_ns")
+    if arrivals.len() == 0:
         return None
     after = arrivals.search_sorted(requests, side="right").cast(pl.Int64)
     # arrivals before each request's next one (the last request: up to the window's end)
