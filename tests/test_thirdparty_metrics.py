@@ -237,12 +237,18 @@ def test_the_arrival_lag_by_hand() -> None:
     """Requests end at 0.31, 10.31 and 20.31 ms; one batch pinned 4.0, 4.5 and 3.0 ms after
     each: the longest lag, 4.5 ms. Two batches after one request, or requests of no length: no
     rate shown."""
-    from traceinsight.analyzers.steps import loader_arrival_lag_ns
+    from traceinsight.analyzers.steps import loader_arrival_lag_ns, loader_arrivals, pin_thread_view
 
-    ctx = _pin_trace([4_310, 14_810, 23_310])
-    assert loader_arrival_lag_ns(ctx) == 4_500_000
-    assert loader_arrival_lag_ns(_pin_trace([4_310, 6_310, 14_810, 23_310])) is None
-    assert loader_arrival_lag_ns(_pin_trace([4_310, 14_810, 23_310], next_dur_us=0)) is None
+    def lag(arrivals: list[float], **kw: float) -> int | None:
+        return loader_arrival_lag_ns(pin_thread_view(_pin_trace(arrivals, **kw)))
+
+    assert lag([4_310, 14_810, 23_310]) == 4_500_000
+    assert lag([4_310, 6_310, 14_810, 23_310]) is None
+    assert lag([4_310, 14_810, 23_310], next_dur_us=0) is None
+    # one pin check a batch here: two batches between the first and last requests, two taken
+    assert loader_arrivals(pin_thread_view(_pin_trace([4_310, 14_810, 23_310]))) == (2, 2)
+    # one batch while two were taken: behind
+    assert loader_arrivals(pin_thread_view(_pin_trace([14_810, 23_310]))) == (1, 2)
 
 
 NOSTACK = "metrics.before_nostack.pt.trace.json.xz"

@@ -232,8 +232,9 @@ def analyze_steps(ctx: Context) -> StepResult:
     std = float(d.std()) if st.height > 1 else 0.0
     total = int(spans["dur_ns"].sum())
     dl_total = int(spans["dataloader_ns"].sum())
-    pinned = iterator == "multi_process"
-    arrived, taken = loader_arrivals(ctx) if pinned else (None, None)
+    # one pass over the runtime calls for both (a pin-memory thread only with workers)
+    pin = pin_thread_view(ctx) if iterator == "multi_process" else None
+    arrived, taken = loader_arrivals(pin)
     return StepResult(
         steps=st.height,
         step_time_mean_ns=mean,
@@ -251,7 +252,7 @@ def analyze_steps(ctx: Context) -> StepResult:
         ),
         loader_iterator=iterator,
         loader_calls_per_step=calls,
-        loader_arrival_lag_ns=loader_arrival_lag_ns(ctx) if pinned else None,
+        loader_arrival_lag_ns=loader_arrival_lag_ns(pin),
         loader_batches_arrived=arrived,
         loader_batches_taken=taken,
     )
@@ -264,7 +265,7 @@ PIN_CHECK_CALL = r"^(cuda|hip)PointerGetAttributes$"
 ARRIVAL_GAP_NS = 1_000_000
 
 
-def _pin_thread_and_requests(ctx: Context) -> tuple[pl.DataFrame, pl.Series] | None:
+def pin_thread_view(ctx: Context) -> tuple[pl.DataFrame, pl.Series] | None:
     """The pin-memory thread's runtime calls (name, start_ns, end_ns, by start) and the step
     thread's batch requests (its outermost DataLoader calls' ends, sorted); None where no
     single pin-memory thread or fewer than two requests are recorded."""
@@ -294,7 +295,9 @@ def _pin_thread_and_requests(ctx: Context) -> tuple[pl.DataFrame, pl.Series] | N
     return pin, requests
 
 
-def loader_arrivals(ctx: Context) -> tuple[int | None, int | None]:
+def loader_arrivals(
+    found: tuple[pl.DataFrame, pl.Series] | None,
+) -> tuple[int | None, int | None]:
     """The batches that reached the pin-memory thread between the step thread's first and last
     requests, and the batches the step took meanwhile (one each request): each batch's
     tensors are checked as pinned one call each (:data:`PIN_CHECK_CALL`), as many as the
@@ -302,8 +305,7 @@ def loader_arrivals(ctx: Context) -> tuple[int | None, int | None]:
     the workers fell behind the profiled step and it drew on batches they had queued while the
     profiler started (a torchmetrics loop profiled without stacks: one batch in three steps;
     37.0 ms a step un-profiled, 22.8-26.8 profiled). (None, None) without a pin-memory
-    thread."""
-    found = _pin_thread_and_requests(ctx)
+    thread (``found``: :func:`pin_thread_view`)."""
     if found is None:
         return None, None
     pin, requests = found
@@ -319,7 +321,7 @@ def loader_arrivals(ctx: Context) -> tuple[int | None, int | None]:
     return inside // tensors, requests.len() - 1
 
 
-def loader_arrival_lag_ns(ctx: Context) -> int | None:
+def loader_arrival_lag_ns(found: tuple[pl.DataFrame, pl.Series] | None) -> int | None:
     """Where DataLoader workers hand their batches to a pin-memory thread (pin_memory=True):
     the profiler records that thread's runtime calls, so each batch's arrival from the workers
     is in the trace (the first call of a burst of its calls, bursts ARRIVAL_GAP_NS apart),
@@ -330,8 +332,7 @@ def loader_arrival_lag_ns(ctx: Context) -> int | None:
     tensors: 4.3-4.7 ms, one arrival a step). Workers that load slower than the step asks
     deliver on their own clock, not after each request (the same loop decoding images: bursts
     2.2-29.1 ms after a request, more of them than steps): None, as where no pin-memory thread
-    was recorded."""
-    found = _pin_thread_and_requests(ctx)
+    was recorded (``found``: :func:`pin_thread_view`)."""
     if found is None:
         return None
     pin, requests = found
