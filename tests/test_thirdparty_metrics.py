@@ -237,7 +237,7 @@ def test_the_arrival_lag_by_hand() -> None:
     """Requests end at 0.31, 10.31 and 20.31 ms; one batch pinned 4.0, 4.5 and 3.0 ms after
     each: the longest lag, 4.5 ms. Two batches after one request, or requests of no length: no
     rate shown."""
-    from traceinsight.analyzers.steps import loader_arrival_lag_ns, loader_arrivals, pin_thread_view
+    from traceinsight.analyzers.steps import loader_arrival_lag_ns, pin_thread_view
 
     def lag(arrivals: list[float], **kw: float) -> int | None:
         return loader_arrival_lag_ns(pin_thread_view(_pin_trace(arrivals, **kw)))
@@ -245,42 +245,26 @@ def test_the_arrival_lag_by_hand() -> None:
     assert lag([4_310, 14_810, 23_310]) == 4_500_000
     assert lag([4_310, 6_310, 14_810, 23_310]) is None
     assert lag([4_310, 14_810, 23_310], next_dur_us=0) is None
-    # one pin check a batch here: two batches between the first and last requests, two taken
-    assert loader_arrivals(pin_thread_view(_pin_trace([4_310, 14_810, 23_310]))) == (2, 2)
-    # one batch while two were taken: behind
-    assert loader_arrivals(pin_thread_view(_pin_trace([14_810, 23_310]))) == (1, 2)
 
 
 NOSTACK = "metrics.before_nostack.pt.trace.json.xz"
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="recorded without Python stacks (process P4 on another H100 host: 37.04 ms a step "
+    "un-profiled, 22.8-26.8 ms profiled), the window drew on batches the workers had queued "
+    "while the profiler started: no step waited and the step ran faster than the workers "
+    "deliver. The estimate (17.5 ms) is under twice faster than the profiled step, so the "
+    "loader is not flagged, and memory_headroom (3.95x at 4x) and launch_bound (2.15x) read HIGH "
+    "where the 4x batch measured 1.07-1.11x. The pin-memory thread shows one batch arriving "
+    "while the step took two, but so does RAFT's reduce-overhead after, whose process ran faster "
+    "un-profiled (32.9 ms) than profiled (43.2): a window of 3 steps counts arrivals only to "
+    "within a batch where workers deliver in bursts",
+)
 def test_workers_falling_behind_the_profiled_step() -> None:
-    """Recorded without Python stacks (process P4 on another H100 host: 37.04 ms a step
-    un-profiled, 22.8-26.8 ms profiled): the window drew on the batches the workers had queued
-    while the profiler started, so no step waited and the step ran faster than the workers
-    deliver. The estimate (17.5 ms) is under twice faster than the profiled step, and
-    memory_headroom (6.44x at 8x, 3.95x at 4x) and launch_bound (2.15x) had read HIGH where the
-    4x batch measured 1.07-1.11x. The pin-memory thread shows it (the raw events: two pin
-    checks, one batch of two tensors, between the first and last of three requests): the
-    workers fell behind even the profiled step, every other finding is low and the loader's
-    check comes first."""
-    ev = [e for e in orjson.loads(raw_json(HERE / NOSTACK))["traceEvents"] if e.get("ph") == "X"]
-    ends = sorted(
-        e["ts"] + e["dur"]
-        for e in ev
-        if e.get("cat") == "user_annotation" and "DataLoader" in e["name"]
-    )
-    checks = [e["ts"] for e in ev if e["name"] == "cudaPointerGetAttributes"]
-    assert len(ends) == 3 and sum(ends[0] < t < ends[-1] for t in checks) == 2
-    P4 = json.loads((HERE / "metrics.P4.json").read_text())["configs"]["baseline"]
     a = analysis(NOSTACK)
-    s = a.results.steps
-    assert (s.loader_batches_arrived, s.loader_batches_taken) == (1, 2)
-    assert a.results.replay.trace_step_median_ns / 1e6 < 0.75 * P4["step_ms_window_mean"]
-    first = a.findings[0]
-    assert first.id == "dataloader_stall" and first.evidence["loader_workers_behind"]
-    assert all(f.severity in ("low", "info") for f in a.findings)
-    lo, hi = band("batch_4x")
     f = next(f for f in a.findings if f.id == "memory_headroom")
-    assert hi < 1.12 and f.severity == "low" and f.evidence["loader_headroom_needed"] > 1
-    assert "fell behind even the profiled step" in prediction_basis(a.to_json())
+    gains = {g.multiplier: g.throughput_gain for g in f.evidence["gain_by_multiplier"]}
+    lo, hi = band("batch_4x")
+    assert 0.75 * lo <= gains[4] <= 1.25 * hi, (gains, lo, hi)

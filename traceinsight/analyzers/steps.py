@@ -54,12 +54,6 @@ class StepResult:
     # the next batch reaching the pin-memory thread, where each step's request was followed by
     # exactly one (:func:`loader_arrival_lag_ns`); None elsewhere
     loader_arrival_lag_ns: int | None = None
-    # where a pin-memory thread is recorded: the batches that reached it between the step
-    # thread's first and last requests, and the batches the step took meanwhile (one a
-    # request); fewer reached it than were taken where the workers fall behind the profiled
-    # step, its batches drawn from those queued before (:func:`loader_arrivals`)
-    loader_batches_arrived: int | None = None
-    loader_batches_taken: int | None = None
 
 
 def context_loader_iterator(ctx: Context) -> str | None:
@@ -232,9 +226,8 @@ def analyze_steps(ctx: Context) -> StepResult:
     std = float(d.std()) if st.height > 1 else 0.0
     total = int(spans["dur_ns"].sum())
     dl_total = int(spans["dataloader_ns"].sum())
-    # one pass over the runtime calls for both (a pin-memory thread only with workers)
+    # a pin-memory thread only with workers
     pin = pin_thread_view(ctx) if iterator == "multi_process" else None
-    arrived, taken = loader_arrivals(pin)
     return StepResult(
         steps=st.height,
         step_time_mean_ns=mean,
@@ -253,8 +246,6 @@ def analyze_steps(ctx: Context) -> StepResult:
         loader_iterator=iterator,
         loader_calls_per_step=calls,
         loader_arrival_lag_ns=loader_arrival_lag_ns(pin),
-        loader_batches_arrived=arrived,
-        loader_batches_taken=taken,
     )
 
 
@@ -293,32 +284,6 @@ def pin_thread_view(ctx: Context) -> tuple[pl.DataFrame, pl.Series] | None:
     if requests.len() < 2:  # zero-length calls hold no request
         return None
     return pin, requests
-
-
-def loader_arrivals(
-    found: tuple[pl.DataFrame, pl.Series] | None,
-) -> tuple[int | None, int | None]:
-    """The batches that reached the pin-memory thread between the step thread's first and last
-    requests, and the batches the step took meanwhile (one each request): each batch's
-    tensors are checked as pinned one call each (:data:`PIN_CHECK_CALL`), as many as the
-    fewest such calls between two requests that saw any. Fewer arrived than were taken where
-    the workers fell behind the profiled step and it drew on batches they had queued while the
-    profiler started (a torchmetrics loop profiled without stacks: one batch in three steps;
-    37.0 ms a step un-profiled, 22.8-26.8 profiled). (None, None) without a pin-memory
-    thread (``found``: :func:`pin_thread_view`)."""
-    if found is None:
-        return None, None
-    pin, requests = found
-    checks = pin.filter(pl.col("name").str.contains(PIN_CHECK_CALL)).get_column("start_ns")
-    # the checks after each request, up to the next (the last: to the window's end)
-    at = checks.search_sorted(requests, side="right").cast(pl.Int64)
-    per = at.shift(-1).fill_null(checks.len()) - at
-    seen = per.filter(per > 0)
-    if seen.len() == 0:
-        return 0, requests.len() - 1
-    tensors = int(seen.min())
-    inside = int(at[-1] - at[0])
-    return inside // tensors, requests.len() - 1
 
 
 def loader_arrival_lag_ns(found: tuple[pl.DataFrame, pl.Series] | None) -> int | None:

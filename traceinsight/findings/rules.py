@@ -38,7 +38,6 @@ from traceinsight.findings.savings import (
     loader_plan_of,
     loader_unverified,
     loader_waits,
-    workers_behind,
 )
 from traceinsight.report.format import fmt_ms, fmt_ns, fmt_num, fmt_pct, plural
 
@@ -288,28 +287,15 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
     if unverified is not None and not advice:
         shown, speedup = unverified
         rp = x.r.replay
-        s = x.r.steps
-        if workers_behind(x.r):
-            need += (
-                f"; the workers fell behind even the profiled step ({fmt_ms(shown)}): "
-                f"{plural(s.loader_batches_arrived or 0, 'batch', 'batches')} reached the "
-                f"pin-memory thread while the step took {s.loader_batches_taken} (queued "
-                f"before), so they bound the step without the profiler too (its own work "
-                f"about {fmt_ms(rp.unprofiled_step_ns or 0)}: {speedup:.2f}x or more from the "
-                "workers)"
-            )
-        else:
-            need += (
-                f"; the workers kept up with the profiled step ({fmt_ms(shown)}), but without the "
-                f"profiler the step takes about {fmt_ms(rp.unprofiled_step_ns or 0)}: their rate "
-                f"is not in the trace, so they may bound it (up to {speedup:.2f}x from them)"
-            )
+        need += (
+            f"; the workers kept up with the profiled step ({fmt_ms(shown)}), but without the "
+            f"profiler the step takes about {fmt_ms(rp.unprofiled_step_ns or 0)}: their rate is "
+            f"not in the trace, so they may bound it (up to {speedup:.2f}x from them)"
+        )
         advice = {"recommendation": _UNVERIFIED_LOADER_ADVICE}
         unverified_evidence = {
             "loader_shown_interval_ns": shown,
             "loader_unverified_speedup": speedup,
-            # fewer batches reached the pin-memory thread than the step took (None: not shown)
-            "loader_workers_behind": workers_behind(x.r),
             # a check worth making first, whose saving rests on an upper bound alone (and capped
             # there: the Draft's cap)
             "severity_floor": "low",

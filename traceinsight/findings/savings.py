@@ -140,29 +140,7 @@ def loader_unverified(r: Results) -> tuple[int, float] | None:
     if shown is None or rp is None or not rp.unprofiled_step_ns:
         return None
     speedup = shown / rp.unprofiled_step_ns
-    # a window's arrivals are a batch short by chance where workers in phase deliver in bursts
-    # (Whisper's 4 workers: one in two requests, its step 1.02x faster un-profiled, its
-    # syncs' fix measured 1.03-1.13x): below the loader-bound line that is the noise
-    if speedup > LOADER_ASSUMED_THROUGHPUT or (
-        workers_behind(r) and speedup >= LOADER_BOUND_MIN_SPEEDUP
-    ):
-        return shown, speedup
-    return None
-
-
-def workers_behind(r: Results) -> bool:
-    """Whether fewer batches reached the pin-memory thread than the step took over the window
-    (analyzers/steps.py loader_arrivals): the workers fell behind even the profiled step, which
-    drew on batches they had queued before, so they may bound the un-profiled step however
-    little faster it is (a torchmetrics loop profiled without stacks: 17.5 ms estimated, 22.8-
-    26.8 ms profiled, 37.0 ms measured; memory_headroom and launch_bound had read HIGH where
-    the 4x batch measured 1.07-1.11x)."""
-    s = r.steps
-    return (
-        s.loader_batches_arrived is not None
-        and bool(s.loader_batches_taken)
-        and s.loader_batches_arrived < s.loader_batches_taken
-    )
+    return (shown, speedup) if speedup > LOADER_ASSUMED_THROUGHPUT else None
 
 
 def _bounded(w: WhatIf | None, bound: int | None, loader_too: bool = False) -> WhatIf | None:

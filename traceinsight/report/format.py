@@ -340,15 +340,7 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
         ),
         None,
     )
-    if unverified is not None and unverified.get("loader_workers_behind"):
-        # findings/savings.py workers_behind: fewer batches reached the pin-memory thread
-        text += (
-            " The DataLoader's workers fell behind even the profiled step (fewer batches "
-            "reached the pin-memory thread than it took): without the profiler the step is "
-            f"at least {fmt_ns(unverified['loader_shown_interval_ns'])}, and the other fixes "
-            "save less (dataloader_stall)."
-        )
-    elif unverified is not None:
+    if unverified is not None:
         # findings/rules.py loader_unverified: the workers' rate is not in the trace
         text += (
             " The DataLoader's workers kept up with the profiled step only: where they cannot "
