@@ -202,10 +202,10 @@ def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 def _host_subsets(host: HostIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
     syncs = host.rows(API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}")
-    return host.rows(HOST_OP_KINDS, STEP_MARKER, negate=True), _outermost(syncs)
+    return host.rows(HOST_OP_KINDS, STEP_MARKER, negate=True), outermost(syncs)
 
 
-def _outermost(calls: pl.DataFrame) -> pl.DataFrame:
+def outermost(calls: pl.DataFrame) -> pl.DataFrame:
     """The calls not inside another of them on the same thread: nsys records some API calls
     twice, nested (``cudaMemcpy`` around ``cudaMemcpy_v3020``), and one wait is one sync."""
     if calls.height < 2:

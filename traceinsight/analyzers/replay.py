@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, kernel_names
+from traceinsight.analyzers.context import Context, kernel_names, outermost
 from traceinsight.analyzers.idle import warmup_calls
-from traceinsight.analyzers.optimizer import optimizer_ranges, zero_grad_ranges
+from traceinsight.analyzers.optimizer import BACKWARD_PATTERN, optimizer_ranges, zero_grad_ranges
 from traceinsight.analyzers.recompute import recompute_ranges
+from traceinsight.analyzers.regions import MODULE_PATTERN
 from traceinsight.analyzers.steps import batch_tensors, context_loader_iterator
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
@@ -310,6 +311,22 @@ def profiler_ns_per_event(ctx: Context) -> int:
     return int(min(high, max(low, float(median))))
 
 
+def per_step_sum(step_starts: pl.Series, at: pl.Series, ns: pl.Series, steps: int) -> pl.Series:
+    """``ns`` summed over the steps each value's time ``at`` falls in (steps by their starts,
+    ``steps`` of them, 0 where none falls), in step order; before the first step: none's."""
+    idx = step_starts.sort().search_sorted(at, side="right").cast(pl.Int64) - 1
+    return (
+        pl.DataFrame({"i": idx, "ns": ns})
+        .filter(pl.col("i") >= 0)
+        .group_by("i")
+        .agg(pl.col("ns").sum())
+        .join(pl.DataFrame({"i": range(steps)}, schema={"i": pl.Int64}), on="i", how="right")
+        .sort("i")
+        .get_column("ns")
+        .fill_null(0)
+    )
+
+
 def step_statistic(model: StepModel, d: pl.Series, iterator: str | None = None) -> str:
     """How the prediction's step is taken over the modelled steps: the mean where the steps
     repeat a pattern set by the loader (workers that keep up on some steps only: a long wait
@@ -325,17 +342,11 @@ def step_statistic(model: StepModel, d: pl.Series, iterator: str | None = None) 
     spread = float(d.max() - d.min())
     if spread <= PERIODIC_SPREAD_MIN_RATIO * float(d.median()):
         return "median"
-    starts = model.steps.get_column("host_start_ns").sort()
-    idx = starts.search_sorted(h.get_column("start_ns"), side="right").cast(pl.Int64) - 1
-    loader = (
-        pl.DataFrame({"i": idx, "ns": h.get_column("gap_dataloader_ns")})
-        .filter(pl.col("i") >= 0)
-        .group_by("i")
-        .agg(pl.col("ns").sum())
-        .join(pl.DataFrame({"i": range(d.len())}, schema={"i": pl.Int64}), on="i", how="right")
-        .sort("i")
-        .get_column("ns")
-        .fill_null(0)
+    loader = per_step_sum(
+        model.steps.get_column("host_start_ns"),
+        h.get_column("start_ns"),
+        h.get_column("gap_dataloader_ns"),
+        d.len(),
     )
     rest = d.cast(pl.Float64) - loader.cast(pl.Float64)
     return "mean" if float(rest.max() - rest.min()) <= PERIODIC_EXPLAINED_MAX * spread else "median"
@@ -350,16 +361,11 @@ def loader_paced_steps(loader: pl.DataFrame, steps: pl.DataFrame) -> int:
     if loader.height == 0 or steps.height == 0:
         return 0
     u = iv.union(loader.select("tid", "start_ns", "end_ns"), by=["tid"])
-    starts = steps.get_column("host_start_ns").sort()
-    idx = starts.search_sorted(u.get_column("start_ns"), side="right").cast(pl.Int64) - 1
-    per = (
-        pl.DataFrame({"i": idx, "ns": u.get_column("end_ns") - u.get_column("start_ns")})
-        .filter(pl.col("i") >= 0)
-        .group_by("i")
-        .agg(pl.col("ns").sum())
-        .join(pl.DataFrame({"i": range(steps.height)}, schema={"i": pl.Int64}), on="i", how="right")
-        .get_column("ns")
-        .fill_null(0)
+    per = per_step_sum(
+        steps.get_column("host_start_ns"),
+        u.get_column("start_ns"),
+        u.get_column("end_ns") - u.get_column("start_ns"),
+        steps.height,
     )
     return int((per - per.min() >= LOADER_PACED_MIN_NS).sum())
 
@@ -409,7 +415,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     model = build_model(src) if src is not None else None
     st = modelled_steps(ctx.steps)
     trace_median = float(st["dur_ns"].median()) if st.height else None
-    if model is None or trace_median is None or trace_median <= 0:
+    if src is None or model is None or trace_median is None or trace_median <= 0:
         return ReplayResult(trace_median, None, None, 0, True, 0, 0, 0, None, {})
     base = replay(model)
     replayed = median_step_ns(model, base)
@@ -429,7 +435,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         st,
         statistic,
         iterator,
-        src.ranges["dataloader"] if src else pl.DataFrame(),
+        src.ranges["dataloader"],
     )
     if unprofiled is not None and loader is not None:
         unprofiled = max(unprofiled, loader)
@@ -516,7 +522,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         profiler_cost_low_factor=low_factor,
         model=bare,
         model_low=dearer,
-        batch_tensors=src.batch_tensors if src is not None else None,
+        batch_tensors=src.batch_tensors,
     )
 
 
@@ -584,10 +590,6 @@ def _bound_by(engines: dict[str, float], cross: float | None, unconverged: list[
     return best if engines[best] >= BOUND_MIN_SPEEDUP else None
 
 
-MODULE_FRAME = r"^nn\.Module: "
-BACKWARD_OP = r"^autograd::engine::evaluate_function"
-
-
 def model_ranges(ctx: Context) -> pl.DataFrame:
     """What torch.compile(model) captures (tid, start_ns, end_ns): the forward calls of the
     step's model, the outermost ``nn.Module`` frame whose name holds the most time (Python
@@ -596,19 +598,17 @@ def model_ranges(ctx: Context) -> pl.DataFrame:
     compute, outside the model, stay eager under reduce-overhead.) A second model (a GAN's
     generator beside its discriminator) is left eager too: the saving is then a lower bound."""
     cols = ("tid", "start_ns", "end_ns")
-    mods = ctx.rows(("python_function",), MODULE_FRAME, columns=("name", *cols))
+    mods = ctx.rows(("python_function",), MODULE_PATTERN, columns=("name", *cols))
     if mods.height == 0:
         return mods.select(cols)
-    mods = mods.sort("tid", "start_ns")
-    nested = (pl.col("end_ns") <= pl.col("end_ns").cum_max().shift(1).over("tid")).fill_null(False)
-    top = mods.filter(~nested)
+    top = outermost(mods)
     name = (
         top.group_by("name")
         .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_d"))
         .sort("_d", "name", descending=[True, False])
         .item(0, "name")
     )
-    backward = ctx.rows(HOST_OP_KINDS, BACKWARD_OP, columns=cols)
+    backward = ctx.rows(HOST_OP_KINDS, BACKWARD_PATTERN, columns=cols)
     return pl.concat([top.filter(pl.col("name") == name).select(cols), backward.select(cols)])
 
 
