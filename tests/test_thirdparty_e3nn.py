@@ -110,7 +110,7 @@ def test_the_all_after_prices_the_next_doubling() -> None:
         for lab in ("C", "D")
     }
     lo, hi = min(per.values()), max(per.values())
-    assert 1.5 < lo and hi < 1.8, per
+    assert lo > 1.5 and hi < 1.8, per
     assert within(w.speedup, lo, hi), (w.speedup, per)
 
 
