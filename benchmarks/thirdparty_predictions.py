@@ -65,6 +65,8 @@ APPLIED = {
     "raft": ["small_batch@2,host_sync,fp32_compute,unfused_optimizer,pageable_memcpy"],
     # the H100: the recorded "all" held 8 workers too, whose fix has no replay (their rate)
     "metrics": ["host_sync,fp32_compute,memory_headroom@4"],
+    # the H100: the recorded "all" held TF32, which has no finding there (fp32_compute info)
+    "e3nn": ["memory_headroom@4,host_sync,dataloader_stall"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -84,6 +86,8 @@ FIX_NAMES = {
     },
     "word_lm": {"launch_bound": "cudagraph"},
     "metrics": {"dataloader_stall": "workers_8", "launch_bound": "compile"},
+    # the H100: TF32 is the fp32 fix recorded (compile failed in inductor: no launch_bound band)
+    "e3nn": {"dataloader_stall": "workers_4", "fp32_compute": "tf32"},
     # reduce-overhead, its advice; the 2x batch it recommends was not recorded: the 4x was
     "nanogpt": {"launch_bound": "compile_ro", "memory_headroom": "batch_4x"},
     "neural_style": {"launch_bound": "compile_ro"},
