@@ -614,6 +614,7 @@ def compare_docs(
             "after": quality_errors(after),
         },
         "unprofiled": _unprofiled(before, after),
+        "input_copies": input_copies(before["metrics"], after["metrics"], sb, sa),
         # --what-if: each side's chosen fixes replayed (audit 12: accepted, never shown)
         "what_if_selected": {
             side: sel
@@ -634,6 +635,15 @@ def compare_docs(
                 f"estimate by {100 * estimated:+.1f}%: the profiler's cost differs between the "
                 "sides; time both without the profiler before acting on the gate"
             )
+    if (c := doc["input_copies"]) and (change := c["step_time_per_byte_change"]) is not None:
+        # a batch (or sequence) grown or shrunk between the sides: the step's time alone reads
+        # a loop that quadrupled its batch as slower (e3nn's 4x batch: +19.7% a step, 3.4-4.4x
+        # faster a sample measured)
+        doc["warnings"].append(
+            f"host-to-device bytes a step changed {c['ratio']:.2f}x (a batch, sequence or "
+            "padding changed?): the steps may hold unequal work; where the samples a step "
+            f"changed as much, the time a sample changes by {100 * change:+.1f}%"
+        )
     for side, d in (("BEFORE", before), ("AFTER", after)):
         passing = [
             f["id"]
@@ -650,6 +660,33 @@ def compare_docs(
             )
     doc["gate"] = _gate(doc)
     return doc
+
+
+# host-to-device bytes a step changed by at least this factor either way: the batch may have
+INPUT_BYTES_CHANGE_MIN = 1.5
+
+
+def input_copies(
+    mb: dict[str, Any], ma: dict[str, Any], sb: float | None, sa: float | None
+) -> dict[str, Any] | None:
+    """Each side's host-to-device bytes a step and their ratio; where it is at least
+    :data:`INPUT_BYTES_CHANGE_MIN` either way, the time per byte's change (the time per sample's
+    where the batch moved with the copies), else None there. None without steps or copies on
+    either side (data made on the GPU has no copies to count)."""
+    per = [
+        m.get("h2d_bytes") / m["steps"] if m.get("steps") and m.get("h2d_bytes") else None
+        for m in (mb, ma)
+    ]
+    if per[0] is None or per[1] is None:
+        return None
+    ratio = per[1] / per[0]
+    moved = max(ratio, 1 / ratio) >= INPUT_BYTES_CHANGE_MIN
+    return {
+        "h2d_bytes_per_step_before": per[0],
+        "h2d_bytes_per_step_after": per[1],
+        "ratio": ratio,
+        "step_time_per_byte_change": (sa / ratio) / sb - 1 if moved and sb and sa else None,
+    }
 
 
 # findings whose cost is one-time or fades as a run goes on
