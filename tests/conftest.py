@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import gzip
+import json
 import lzma
 import os
 from functools import cache
 from pathlib import Path
 
+import orjson
 import pytest
 
 # Each pytest-xdist worker (two on two cores) gives polars one thread: the workers already fill
@@ -118,3 +120,23 @@ def analyzed(path: str | Path, **opts: object):
 
         return analyze(p, **opts)
     return _analyzed(str(p), key)
+
+
+@cache
+def raw_events(path: Path) -> list[dict]:
+    """A fixture's raw Chrome-trace events, decoded once per test process (read only)."""
+    return orjson.loads(raw_json(path))["traceEvents"]
+
+
+@cache
+def recorded_truth(path: Path) -> dict:
+    """A recorded loop's truth (fixtures/generate/thirdparty/make_truth.py), read once."""
+    return json.loads(path.read_text())
+
+
+# issue 37: a fix's predicted speedup within 25% of its measured band
+BAND_TOLERANCE = 0.25
+
+
+def within_band(predicted: float, lo: float, hi: float, tolerance: float = BAND_TOLERANCE) -> bool:
+    return (1 - tolerance) * lo <= predicted <= (1 + tolerance) * hi

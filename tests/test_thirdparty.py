@@ -14,7 +14,6 @@ import math
 import re
 from functools import cache
 
-import orjson
 import polars as pl
 import pytest
 
@@ -27,7 +26,8 @@ from traceinsight.options import Options
 from traceinsight.pipeline import graded, selected_fixes
 from traceinsight.report.format import prediction_basis
 
-from .conftest import H200, raw_json
+from .conftest import H200, within_band
+from .conftest import raw_events as raw_events_at
 
 HERE = H200 / "thirdparty"
 TOLERANCE = 0.25  # a prediction within 25% of the measured band
@@ -47,10 +47,8 @@ def chosen(name: str, ids: list[str]):
     return selected_fixes(a.results, a.findings, tuple(ids))
 
 
-@cache
 def raw_events(name: str) -> list[dict]:
-    """A fixture's raw Chrome-trace events, decoded once per test process (read only)."""
-    return orjson.loads(raw_json(HERE / name))["traceEvents"]
+    return raw_events_at(HERE / name)
 
 
 def band(loop: str, fix: str) -> tuple[float, float]:
@@ -64,7 +62,7 @@ def finding(loop: str, fid: str, which: str = "before"):
 
 
 def within(predicted: float, lo: float, hi: float) -> bool:
-    return (1 - TOLERANCE) * lo <= predicted <= (1 + TOLERANCE) * hi
+    return within_band(predicted, lo, hi, TOLERANCE)
 
 
 # loops whose replays need more rounds than an install without the C replay takes

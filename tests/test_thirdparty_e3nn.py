@@ -10,10 +10,8 @@ failed in inductor in both modes. Two more processes (C, D) ran the "all" set at
 
 from __future__ import annotations
 
-import json
 from functools import cache
 
-import orjson
 import pytest
 
 import traceinsight
@@ -21,12 +19,11 @@ from traceinsight.diff import compare
 from traceinsight.options import Options
 from traceinsight.pipeline import graded, selected_fixes
 
-from .conftest import FIXTURES, raw_json
+from .conftest import FIXTURES, raw_events, recorded_truth, within_band
 
 HERE = FIXTURES / "h100" / "thirdparty"
 BEFORE = "e3nn.before.pt.trace.json.xz"
 ALL_AFTER = "e3nn.all.after.pt.trace.json.xz"
-TOLERANCE = 0.25  # issue 37: each fix's prediction within 25% of its measured band
 ALL_AT_8X = "remove_syncs+batch_8x+workers_4+tf32"
 
 
@@ -35,18 +32,13 @@ def analysis(name: str):
     return traceinsight.analyze(HERE / name)
 
 
-@cache
 def truth() -> dict:
-    return json.loads((HERE / "e3nn.truth.json").read_text())
+    return recorded_truth(HERE / "e3nn.truth.json")
 
 
 def band(fix: str) -> tuple[float, float]:
     b = truth()["speedup_band"][fix]
     return b["low"], b["high"]
-
-
-def within(predicted: float, lo: float, hi: float) -> bool:
-    return (1 - TOLERANCE) * lo <= predicted <= (1 + TOLERANCE) * hi
 
 
 def finding(name: str, fid: str):
@@ -62,7 +54,7 @@ def test_the_batch_is_the_first_finding_and_its_prediction_holds() -> None:
     w = first.what_if
     assert w is not None and w.multiplier == 4
     lo, hi = band("batch_4x")
-    assert within(w.speedup, lo, hi), (w.speedup, lo, hi)  # 3.72 against 3.17-3.47
+    assert within_band(w.speedup, lo, hi), (w.speedup, lo, hi)  # 3.72 against 3.17-3.47
     measured = {f: band(f)[1] for f in ("remove_syncs", "batch_4x", "workers_4", "tf32")}
     assert max(measured, key=measured.get) == "batch_4x"
 
@@ -85,7 +77,7 @@ def test_what_if_of_the_applied_set_within_the_measured_all() -> None:
     sel = selected_fixes(a.results, a.findings, ids)
     w = sel.what_if
     lo, hi = band("all")
-    assert w is not None and w.multiplier == 4 and within(w.speedup, lo, hi), (w, lo, hi)
+    assert w is not None and w.multiplier == 4 and within_band(w.speedup, lo, hi), (w, lo, hi)
 
 
 def test_the_unprofiled_step_estimate() -> None:
@@ -112,12 +104,12 @@ def test_the_all_after_prices_the_next_doubling() -> None:
     }
     lo, hi = min(per.values()), max(per.values())
     assert lo > 1.5 and hi < 1.8, per
-    assert within(w.speedup, lo, hi), (w.speedup, per)
+    assert within_band(w.speedup, lo, hi), (w.speedup, per)
 
 
 def cdist_rows_by_step() -> list[set[int]]:
     """Each profiled step's ``aten::cdist`` input rows (the batch's atoms) in the raw events."""
-    ev = orjson.loads(raw_json(HERE / BEFORE))["traceEvents"]
+    ev = raw_events(HERE / BEFORE)
     steps = sorted(
         (e["ts"], e["ts"] + e["dur"])
         for e in ev
@@ -148,7 +140,7 @@ def test_the_graph_advice_says_the_shapes_change(fid: str) -> None:
 
 def h2d_bytes_per_step(name: str) -> float:
     """Host-to-device copy bytes over the profiled steps, in the raw events."""
-    ev = orjson.loads(raw_json(HERE / name))["traceEvents"]
+    ev = raw_events(HERE / name)
     steps = sum(
         1
         for e in ev

@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 from functools import cache
 
-import orjson
 import pytest
 
 import traceinsight
 from traceinsight.analyzers.replay import loader_paced_steps
 from traceinsight.report.format import prediction_basis
 
-from .conftest import FIXTURES, raw_json
+from .conftest import FIXTURES, raw_events, recorded_truth
 
 HERE = FIXTURES / "h100" / "thirdparty"
 BEFORE = "metrics.before.pt.trace.json.xz"
@@ -30,9 +29,8 @@ def analysis(name: str):
     return traceinsight.analyze(HERE / name)
 
 
-@cache
 def truth() -> dict:
-    return json.loads((HERE / "metrics.truth.json").read_text())
+    return recorded_truth(HERE / "metrics.truth.json")
 
 
 def band(fix: str) -> tuple[float, float]:
@@ -46,7 +44,7 @@ def own_ms(config: str) -> float:
 
 def loader_calls_ms(name: str) -> list[float]:
     """The step thread's DataLoader ``__next__`` ranges in the raw events, in ms."""
-    ev = orjson.loads(raw_json(HERE / name))["traceEvents"]
+    ev = raw_events(HERE / name)
     return [
         e["dur"] / 1000
         for e in sorted(ev, key=lambda e: e.get("ts", 0))
@@ -141,7 +139,7 @@ def pin_arrivals_raw(name: str) -> tuple[list[float], list[float]]:
     """From the raw events: the step thread's DataLoader calls' ends, and the pin-memory
     thread's batch arrivals (the first runtime call of each burst, bursts 1 ms apart, on the
     one thread that checks pointers and launches nothing), in us."""
-    ev = [e for e in orjson.loads(raw_json(HERE / name))["traceEvents"] if e.get("ph") == "X"]
+    ev = [e for e in raw_events(HERE / name) if e.get("ph") == "X"]
     calls = [e for e in ev if "DataLoader" in e["name"] and e.get("cat") == "user_annotation"]
     step_tid = calls[0]["tid"]
     ends = sorted(e["ts"] + e["dur"] for e in calls)

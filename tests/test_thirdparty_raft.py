@@ -11,18 +11,17 @@ that name their mechanism, so fixing one turns its test red until the expectatio
 from __future__ import annotations
 
 import importlib.util
-import json
 import statistics
 from functools import cache
 
-import orjson
 import pytest
 
 import traceinsight
 from traceinsight.options import Options
 from traceinsight.pipeline import graded, selected_fixes
 
-from .conftest import FIXTURES, ROOT, raw_json
+from .conftest import FIXTURES, ROOT, recorded_truth, within_band
+from .conftest import raw_events as raw_events_at
 
 HERE = FIXTURES / "h100" / "thirdparty"
 BEFORE = "raft.before.pt.trace.json.xz"
@@ -36,15 +35,12 @@ def analysis(name: str):
     return traceinsight.analyze(HERE / name)
 
 
-@cache
 def truth() -> dict:
-    return json.loads((HERE / "raft.truth.json").read_text())
+    return recorded_truth(HERE / "raft.truth.json")
 
 
-@cache
 def raw_events(name: str) -> list[dict]:
-    """A fixture's raw Chrome-trace events, decoded once per test process (read only)."""
-    return orjson.loads(raw_json(HERE / name))["traceEvents"]
+    return raw_events_at(HERE / name)
 
 
 def chosen(name: str, ids: list[str]):
@@ -66,7 +62,7 @@ def finding(fid: str, which: str = "before"):
 
 
 def within(predicted: float, lo: float, hi: float, tolerance: float = TOLERANCE) -> bool:
-    return (1 - tolerance) * lo <= predicted <= (1 + tolerance) * hi
+    return within_band(predicted, lo, hi, tolerance)
 
 
 def _fix_names() -> dict[str, str]:
