@@ -444,9 +444,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     if per_event and unprofiled is not None:
 
         def at(factor: float) -> tuple[StepModel, float | None]:
-            m = whatif.warmed(whatif.without_profiler(model, factor * per_event), once)[0]
-            step = statistic_of(steady_step_times_ns(m, replay(m)), statistic)
-            return m, max(step, loader) if step is not None and loader is not None else step
+            return unprofiled_step_at(model, factor * per_event, once, statistic, loader)
 
         low_factor = PROFILER_COST_HIGH_FACTOR
         dearer, low = at(low_factor)
@@ -524,6 +522,23 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         model_low=dearer,
         batch_tensors=src.batch_tensors,
     )
+
+
+def unprofiled_step_at(
+    model: StepModel,
+    ns_per_event: float,
+    once: pl.DataFrame,
+    statistic: str,
+    loader_ns: float | None,
+) -> tuple[StepModel, float | None]:
+    """The recorded ``model`` with the profiler's cost at ``ns_per_event`` taken out and the
+    first calls (``once``, :func:`warmup_calls`) warmed, and its steady step taken by
+    ``statistic``, no shorter than the loader's interval (``loader_ns``, where the workers
+    bound the steps): the un-profiled step at that cost. :func:`analyze_replay` takes its range
+    from it; ``benchmarks/profiler_cost_factor.py`` sweeps the cost with it."""
+    m = whatif.warmed(whatif.without_profiler(model, ns_per_event), once)[0]
+    step = statistic_of(steady_step_times_ns(m, replay(m)), statistic)
+    return m, max(step, loader_ns) if step is not None and loader_ns is not None else step
 
 
 # the per-event cost factors tried for compiled code's low end: doublings from
