@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 
 import traceinsight
+from traceinsight.analyzers.replay import PROFILER_COST_HIGH_FACTOR
 from traceinsight.causal import transforms
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.constants import SEVERITIES
@@ -1211,8 +1212,8 @@ def test_compiled_code_profiled_with_shapes(loop: str, which: str, cfg: str) -> 
     is capped at an eager launch's (causal/transforms.py _compiled_launches_capped: the
     same process's un-profiled step over the estimate from 0.56-0.82 to 0.70-0.97 on these
     four); the rest
-    is a range (0.95-1.15 on the eager loops but the HF stacks'). Where twice the per-event
-    cost does not reach it, the range's low end is the lowest ratio measured
+    is a range (0.95-1.15 on the eager loops but the HF stacks'). Where the eager low end
+    (PROFILER_COST_HIGH_FACTOR times the per-event cost) does not reach it, the range's low end is the lowest ratio measured
     (analyzers/replay.py COMPILED_UNPROFILED_RATIO), the per-event cost found that puts the
     replayed step on it, and every fix's speedup_low from it."""
     truth = json.loads((HERE / f"{loop}.truth.json").read_text())["profiled"][cfg]
@@ -1222,11 +1223,11 @@ def test_compiled_code_profiled_with_shapes(loop: str, which: str, cfg: str) -> 
     assert r.compiled_launches_per_step > 50
     assert lo <= own_ms / (r.unprofiled_step_ns / 1e6) <= hi, (own_ms, r.unprofiled_step_ns)
     twice = analysis(f"{loop}.{which}.after.pt.trace.json.xz").results.replay.model_low
-    assert r.profiler_cost_low_factor >= 2 and twice is not None
+    assert r.profiler_cost_low_factor >= PROFILER_COST_HIGH_FACTOR and twice is not None
     assert r.unprofiled_step_low_ns <= 1e6 * own_ms <= r.unprofiled_step_ns
     assert r.unprofiled_step_low_ns <= lo * r.unprofiled_step_ns
-    if r.profiler_cost_low_factor > 2:
-        # the smallest per-event cost found (to 1/16 of a doubling) whose step is at most that
+    if r.profiler_cost_low_factor > PROFILER_COST_HIGH_FACTOR:
+        # the search went past the eager low end: the smallest per-event cost found (to 1/16 of a doubling) whose step is at most that
         assert 0.9 * lo * r.unprofiled_step_ns <= r.unprofiled_step_low_ns
     # eager, and graph replays (reduce-overhead: no Triton launch is recorded): no such note
     for name in (

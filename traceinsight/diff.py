@@ -710,7 +710,7 @@ def _unprofiled(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
         for d in (before, after)
     )
     if lb and la:
-        # the same change at both sides' low ends (the profiler's cost per event twice)
+        # the same change at both sides' low ends (the profiler's cost per event PROFILER_COST_HIGH_FACTOR times the trace's)
         out["change_low"] = (la - lb) / lb
     return out
 

@@ -724,7 +724,7 @@ def _doublings(
     replay: ReplayResult, rec: int | None, fit: int | None, gains: tuple[BatchGain, ...]
 ) -> tuple[int | None, tuple[BatchGain, ...]]:
     """The recommended multiplier raised by each doubling that fits and that, replayed from the
-    un-profiled step's low end (the profiler's cost twice what the trace shows), still gains
+    un-profiled step's low end (the profiler's cost 2.5 times what the trace shows), still gains
     :data:`DOUBLING_MIN_GAIN` over the one before: the saturation point assumes GPU work
     linear in the batch, and where the GPU runs many streams side by side or small kernels
     the larger batch gains past it (the word-level LSTM, saturation 2.49: 4x measured

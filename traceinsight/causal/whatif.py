@@ -29,7 +29,7 @@ class WhatIf:
     transforms: tuple[str, ...] | None = field(default=None, metadata=OMIT_NONE)
     multiplier: int | None = field(default=None, metadata=OMIT_NONE)
     batch_step_time_after_ns: int | None = field(default=None, metadata=OMIT_NONE)
-    # the speedup with the profiler's cost per event twice what the trace shows (the low end
+    # the speedup with the profiler's cost per event 2.5 times what the trace shows (the low end
     # of the un-profiled step, analyzers/replay.py): the other end of the range the trace
     # leaves; set for the findings' replayed fixes
     speedup_low: float | None = field(default=None, compare=False, metadata=OMIT_NONE)

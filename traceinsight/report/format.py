@@ -169,7 +169,7 @@ def saved_words(w: dict[str, Any], fmt: Callable[[int], str] | None = None) -> s
 # what a what-if's ``speedup_low`` assumes (analyzers/replay.py ReplayResult.speedup_low): the
 # un-profiled model with the profiler's cost per event at its largest, whose host work is
 # lighter, so a fix of the GPU's work can save more before the host bounds the step
-LOW_END_WORDS = "if the profiler cost twice what its no-work ops show, leaving less host work"
+LOW_END_WORDS = "if the profiler cost 2.5 times what its no-work ops show, leaving less host work"
 LOW_END_COMPILED_WORDS = (
     "at the un-profiled step's low end (compiled code's profiler cost as measured on such "
     "recordings)"
@@ -319,7 +319,7 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
         )
     else:
         span = (
-            f"; as low as {fmt_ns(low)} where the profiler cost this process twice what the "
+            f"; as low as {fmt_ns(low)} where the profiler cost this process 2.5 times what the "
             "trace's no-work ops show"
         )
     less = "less the profiler's own cost"
