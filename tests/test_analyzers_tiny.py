@@ -1243,3 +1243,26 @@ def test_recorded_shapes_and_outlier_steps_read_as_words():
     assert shape_words("not json") == "not json"
     # bytes named inside a key are bytes (audit 19: "activation bytes per step 1,558,215,168")
     assert value_text("activation_bytes_per_step", 1_558_215_168) == "1.6 GB"
+
+
+def _backward_node_holding(*ops: str):
+    """One step whose backward node (on the autograd thread) holds ``ops``, each 20 us, and
+    launches a kernel after them."""
+    ev = Events()
+    ev.step(1, 0, 1000)
+    ev.op("autograd::engine::evaluate_function: LinalgCholeskyExBackward0", 100, 400, tid=2)
+    for i, name in enumerate(ops):
+        ev.op(name, 120 + 30 * i, 20, tid=2)
+    ev.kernel("k", 460, 10, launch_us=440, launch_dur_us=5, tid=2)
+    return analyze_trace(ev.trace()).results.recompute
+
+
+def test_a_backward_formulas_own_matmul_is_no_recompute():
+    """Backward formulas multiply matrices themselves: linalg's Cholesky, QR and triangular
+    solve backward, and GPyTorch's InvQuadLogdetBackward, call aten::matmul (a GPyTorch GP
+    regression with no checkpointing read as recompute_overhead, session 46). A recomputed block
+    re-runs a layer, so a node holding a layer's op alongside is recompute: 40 us of host time
+    (two ops of 20 us), and none where it holds matrix products only."""
+    assert _backward_node_holding("aten::matmul", "aten::addmm").recompute_host_ns == 0
+    r = _backward_node_holding("aten::layer_norm", "aten::matmul")
+    assert (r.recomputed_ops, r.recompute_host_ns) == (2, 40 * US)

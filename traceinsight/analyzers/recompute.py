@@ -20,6 +20,13 @@ FORWARD_OPS = (
     r"|layer_norm|group_norm|batch_norm|gelu|relu|silu|softmax|_softmax|dropout|embedding|matmul|addmm)$"
 )
 BACKWARD_NODE = r"^autograd::engine::evaluate_function: "
+# Backward formulas multiply matrices themselves: linalg's (LinalgCholeskyExBackward0,
+# LinalgQrBackward0, LinalgSolveTriangularBackward0) and custom Functions' (GPyTorch's
+# InvQuadLogdetBackward) call aten::matmul, which read as checkpointing's recompute on a GPyTorch
+# GP regression with no checkpointing (session 46). A recomputed block re-runs a layer (a linear,
+# a norm, an activation, dropout...), so a backward node recomputes only where it holds a forward
+# op other than these.
+PRODUCTS_ONLY = r"^aten::(matmul|addmm)$"
 
 
 @dataclass(frozen=True)
@@ -43,16 +50,19 @@ def recomputed_forward(ctx: Context, where: pl.Expr | None = None) -> pl.DataFra
     bw = bw.select(
         pl.col("start_ns").alias("b_s"), pl.col("end_ns").alias("b_e"), pl.col("tid").alias("b_tid")
     )
+    inside = iv.containing(
+        fw.select("name", "start_ns", "end_ns", "tid"),
+        bw,
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="b_s",
+        outer_end="b_e",
+        same=("b_tid", "tid"),
+    )
+    layer_op = ~pl.col("name").str.contains(PRODUCTS_ONLY)
+    recomputing = inside.group_by("b_tid", "b_s").agg(layer_op.any().alias("_layer"))
     return (
-        iv.containing(
-            fw.select("name", "start_ns", "end_ns", "tid"),
-            bw,
-            inner_start="start_ns",
-            inner_end="end_ns",
-            outer_start="b_s",
-            outer_end="b_e",
-            same=("b_tid", "tid"),
-        )
+        inside.join(recomputing.filter(pl.col("_layer")), on=["b_tid", "b_s"], how="semi")
         .select("start_ns", "end_ns", "tid")
         .unique()
     )
