@@ -24,32 +24,20 @@ FACTORS = (0.8, 1.0, 1.2, 1.4, 1.6, 2.0, 2.5)
 def sweep(trace: str) -> tuple[int, bool, list[float | None]]:
     """The no-work op's cost, whether Python frames were recorded, and the step (ms) at each of
     :data:`FACTORS`."""
-    import polars as pl
-
     from traceinsight.analyzers.context import build_context
-    from traceinsight.analyzers.idle import warmup_calls
     from traceinsight.analyzers.replay import (
         analyze_replay,
         model_inputs,
         profiler_ns_per_event,
-        unprofiled_step_at,
+        unprofiled_steps_at,
     )
-    from traceinsight.causal.build import build_model
     from traceinsight.parsers import load_trace
 
     ctx = build_context(load_trace(trace))
     src = model_inputs(ctx)
-    model = build_model(src) if src is not None else None
-    per_event = profiler_ns_per_event(ctx)
-    r = analyze_replay(ctx)
-    if model is None or not per_event or r.step_statistic is None:
-        return per_event, False, [None] * len(FACTORS)
-    once = warmup_calls(ctx).filter(pl.col("kind") != "compile")
-    steps = [
-        unprofiled_step_at(model, f * per_event, once, r.step_statistic, r.loader_interval_ns)[1]
-        for f in FACTORS
-    ]
-    return per_event, src.python_frames.height > 0, [s / 1e6 if s else None for s in steps]
+    steps = unprofiled_steps_at(ctx, analyze_replay(ctx), FACTORS)
+    frames = src is not None and src.python_frames.height > 0
+    return profiler_ns_per_event(ctx), frames, [s / 1e6 if s else None for s in steps]
 
 
 def landing(steps: list[float | None], measured: float) -> float | None:

@@ -10,8 +10,7 @@ import pytest
 
 from traceinsight import analyze
 from traceinsight.analyzers.context import build_context
-from traceinsight.analyzers.idle import warmup_calls
-from traceinsight.analyzers.replay import analyze_replay, model_inputs, unprofiled_step_at
+from traceinsight.analyzers.replay import analyze_replay, model_inputs, unprofiled_steps_at
 from traceinsight.api import analyze_trace
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import build_model
@@ -910,16 +909,11 @@ def test_a_cold_first_launch_is_not_priced_as_a_saving():
 def test_the_unprofiled_step_at_another_cost_per_event():
     """The step the cost sweep reads (benchmarks/profiler_cost_factor.py) is the analysis's
     own: at the trace's 2 us per event, 988 us as above; at twice that, each 8 us call keeps 4 us
-    and 10 x 4 us go: 2500 - 1492 - 40 = 968 us, the range's low end."""
-    trace = _cold_loop(stub=False).trace()
-    ctx = build_context(trace)
+    and 10 x 4 us go: 2500 - 1492 - 40 = 968 us, the range's low end (at 2.5 times too: a call
+    keeps at least half its recorded time)."""
+    ctx = build_context(_cold_loop(stub=False).trace())
     r = analyze_replay(ctx)
-    model = build_model(model_inputs(ctx))
-    once = warmup_calls(ctx).filter(pl.col("kind") != "compile")
-    at = [
-        unprofiled_step_at(model, ns, once, r.step_statistic, r.loader_interval_ns)[1]
-        for ns in (2000, 4000)
-    ]
+    at = unprofiled_steps_at(ctx, r, (1.0, 2.0))  # the trace's 2 us per event, and twice it
     assert at == [988 * US, 968 * US] == [r.unprofiled_step_ns, r.unprofiled_step_low_ns]
 
 

@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import json
 
-import polars as pl
-
 from traceinsight.analyzers.context import build_context
-from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.replay import (
     analyze_replay,
-    model_inputs,
     profiler_ns_per_event,
-    unprofiled_step_at,
+    unprofiled_steps_at,
 )
-from traceinsight.causal.build import build_model
 from traceinsight.parsers import load_trace
 
 from .conftest import FIXTURES
@@ -34,18 +29,12 @@ def _multiple_and_range(label: str, own_ms: float) -> tuple[float, float, float,
     no-work op's cost (us), and the analysis's range (low end, estimate) in ms."""
     ctx = build_context(load_trace(HERE / f"peft_lora.process_{label}.pt.trace.json.xz"))
     r = analyze_replay(ctx)
-    model = build_model(model_inputs(ctx))
-    per_event = profiler_ns_per_event(ctx)
-    once = warmup_calls(ctx).filter(pl.col("kind") != "compile")
-    steps = [
-        unprofiled_step_at(model, f * per_event, once, r.step_statistic, r.loader_interval_ns)[1]
-        / 1e6
-        for f in FACTORS
-    ]
+    steps = [s / 1e6 for s in unprofiled_steps_at(ctx, r, FACTORS)]
     assert steps == sorted(steps, reverse=True)  # a dearer profiler leaves a shorter step
     hit = next(i for i, s in enumerate(steps) if s <= own_ms)
     (fa, sa), (fb, sb) = (FACTORS[hit - 1], steps[hit - 1]), (FACTORS[hit], steps[hit])
     multiple = fa + (sa - own_ms) * (fb - fa) / (sa - sb)
+    per_event = profiler_ns_per_event(ctx)
     return multiple, per_event / 1e3, r.unprofiled_step_low_ns / 1e6, r.unprofiled_step_ns / 1e6
 
 

@@ -8,7 +8,7 @@ before any prediction, so every what-if is for the loop as it runs un-profiled.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -426,7 +426,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     error = abs(replayed - trace_median) / trace_median if replayed is not None else None
     per_event = profiler_ns_per_event(ctx)
     bare = whatif.without_profiler(model, per_event) if per_event else model
-    once = warmup_calls(ctx).filter(pl.col("kind") != "compile")
+    once = first_calls(ctx)
     bare, warmed_calls, warmed_ns = whatif.warmed(bare, once)
     bare_replay = replay(bare) if per_event or warmed_calls else base
     durations = step_times_ns(bare, bare_replay)
@@ -526,6 +526,30 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         model_low=dearer,
         batch_tensors=src.batch_tensors,
     )
+
+
+def first_calls(ctx: Context) -> pl.DataFrame:
+    """The window's one-time calls the un-profiled step is warmed of (compiles stay: the
+    compiled-code range prices them)."""
+    return warmup_calls(ctx).filter(pl.col("kind") != "compile")
+
+
+def unprofiled_steps_at(
+    ctx: Context, r: ReplayResult, factors: Sequence[float]
+) -> list[float | None]:
+    """The un-profiled step (ns) at each of ``factors`` times the trace's no-work op cost per
+    event, taken as :func:`analyze_replay` (``r``, its result on ``ctx``) takes it: for studies
+    of the profiler's cost (benchmarks/profiler_cost_factor.py). None each where nothing is
+    modelled or taken out (no model, nsys)."""
+    src = model_inputs(ctx)
+    model = build_model(src) if src is not None else None
+    per_event = profiler_ns_per_event(ctx)
+    if model is None or not per_event:
+        return [None] * len(factors)
+    once, loader = first_calls(ctx), r.loader_interval_ns
+    return [
+        unprofiled_step_at(model, f * per_event, once, r.step_statistic, loader)[1] for f in factors
+    ]
 
 
 def unprofiled_step_at(
