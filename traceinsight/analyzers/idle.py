@@ -1027,7 +1027,11 @@ def warmup_calls(ctx: Context) -> pl.DataFrame:
     """The host's one-time calls (name, start_ns, end_ns, dur_ns, kind): each kernel's first
     launch where it is far slower than its thread's usual launch (:data:`WARMUP_LAUNCH_MIN_NS`,
     :data:`WARMUP_LAUNCH_FACTOR`), module and library loads, stream, event and context
-    creation, and torch.compile's compilation ranges."""
+    creation, and torch.compile's compilation ranges. Worked out once per trace."""
+    return ctx.host.derived("warmup_calls", lambda: _warmup_calls(ctx))
+
+
+def _warmup_calls(ctx: Context) -> pl.DataFrame:
     cols = ["name", "start_ns", "end_ns", "dur_ns", "tid"]
     calls = ctx.rows(API_KINDS)
     once = ctx.rows(API_KINDS, WARMUP_API)
