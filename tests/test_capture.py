@@ -84,3 +84,42 @@ def test_profile_redirects_a_scripts_own_capture(tmp_path, monkeypatch, capsys):
     import json
 
     assert json.loads(js.read_text())["metrics"]["steps"] == 3
+
+
+def test_capture_times_the_steps_without_the_profiler(tmp_path):
+    """The capture times ``measure`` steps after ``wait`` ones without the profiler, from a
+    synchronize to a synchronize, and writes their mean into the trace; the analysis reports it.
+    The timed steps sleep 20 ms and every other step 80 ms: a window shifted by one step holds
+    an 80 ms step (a mean of at least 40 ms), a wrong count divides to 15 or 30 ms."""
+    import gzip
+    import json
+    import time
+
+    import traceinsight
+    from traceinsight import capture
+
+    with capture.capture(out_dir=tmp_path, steps=2, wait=1, measure=3, warmup=1, name="t") as c:
+        for i in range(8):
+            time.sleep(0.020 if 1 <= i <= 3 else 0.080)
+            c.step()
+    assert c.unprofiled_step_ns is not None
+    assert 20_000_000 <= c.unprofiled_step_ns <= 28_000_000
+    doc = json.loads(gzip.decompress(c.trace_path.read_bytes()))
+    assert doc[capture.MEASURED_KEY] == {
+        "unprofiled_step_ns": c.unprofiled_step_ns,
+        "unprofiled_steps": 3,
+    }
+    r = traceinsight.analyze(c.trace_path).results.replay
+    assert r is not None and r.measured_step_ns == c.unprofiled_step_ns
+
+
+def test_no_measurement_without_measured_steps(tmp_path):
+    from traceinsight import capture
+    from traceinsight.parsers import load_trace
+
+    with capture.capture(out_dir=tmp_path, steps=2, wait=1, measure=0, warmup=1, name="n") as c:
+        for _ in range(5):
+            torch.randn(8, 8).sum()
+            c.step()
+    assert c.unprofiled_step_ns is None
+    assert "unprofiled_measured_step_ns" not in load_trace(c.trace_path).meta.extra

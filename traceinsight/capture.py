@@ -35,12 +35,20 @@ ENV_MANIFEST = "TRACEINSIGHT_CAPTURE_MANIFEST"  # a file: one JSON line per trac
 ENV_STEPS = "TRACEINSIGHT_CAPTURE_STEPS"
 ENV_WAIT = "TRACEINSIGHT_CAPTURE_WAIT"
 ENV_WARMUP = "TRACEINSIGHT_CAPTURE_WARMUP"
+ENV_MEASURE = "TRACEINSIGHT_CAPTURE_MEASURE"
 
 # Defaults chosen so that compilation, autotuning and allocator warm-up stay out of the window:
-# the first step is skipped, two more warm the profiler up, five are recorded.
+# the first step is skipped, three are timed without the profiler, two more warm the profiler
+# up, five are recorded.
 DEFAULT_WAIT = 1
+DEFAULT_MEASURE = 3
 DEFAULT_WARMUP = 2
 DEFAULT_STEPS = 5
+# The top-level key of the trace that holds the un-profiled step measured just before the
+# profiler started (parsers/kineto: TraceMeta.extra["unprofiled_measured_step_ns"]). The
+# profiler's cost belongs to the process as much as to the loop (benchmarks/RESULTS.md,
+# sessions 46-47): no trace can tell it, so the capture measures it.
+MEASURED_KEY = "traceinsight"
 
 
 class CaptureError(RuntimeError):
@@ -91,6 +99,7 @@ class Capture:
     steps: int = DEFAULT_STEPS
     wait: int = DEFAULT_WAIT
     warmup: int = DEFAULT_WARMUP
+    measure: int = DEFAULT_MEASURE
     name: str | None = None
     record_shapes: bool = True
     profile_memory: bool = False
@@ -101,14 +110,19 @@ class Capture:
     trace_path: Path | None = None
     step_count: int = 0
     requested_dir: Path | None = None  # the out_dir asked for, where an override replaced it
+    # the un-profiled step (ns): the wall time of ``measure`` steps after ``wait`` ones, from a
+    # synchronize to a synchronize, over their count; None until measured
+    unprofiled_step_ns: int | None = None
+    _measure_start_ns: int = field(default=0, repr=False)
+    _use_cuda: bool = field(default=False, repr=False)
     _prof: Any = field(default=None, repr=False)
     _nvtx: Any = field(default=None, repr=False)
     _torch: Any = field(default=None, repr=False)
     _range_open: bool = field(default=False, repr=False)
 
     def start(self) -> Capture:
-        if self.steps < 1 or self.wait < 0 or self.warmup < 0:
-            raise CaptureError("steps must be >= 1, wait and warmup >= 0")
+        if self.steps < 1 or self.wait < 0 or self.warmup < 0 or self.measure < 0:
+            raise CaptureError("steps must be >= 1, wait, measure and warmup >= 0")
         torch = _import_torch()
         self._torch = torch
         override = os.environ.get(ENV_DIR)
@@ -122,6 +136,7 @@ class Capture:
         from torch.profiler import ProfilerActivity, profile, schedule
 
         use_cuda = torch.cuda.is_available() if self.cuda is None else self.cuda
+        self._use_cuda = bool(use_cuda)
         activities = [ProfilerActivity.CPU]
         if use_cuda:
             activities.append(ProfilerActivity.CUDA)
@@ -129,7 +144,10 @@ class Capture:
         self._nvtx = _Nvtx(torch)
         self._prof = profile(
             activities=activities,
-            schedule=schedule(wait=self.wait, warmup=self.warmup, active=self.steps, repeat=1),
+            # the measured steps are the profiler's "wait" too: it records nothing in them
+            schedule=schedule(
+                wait=self.wait + self.measure, warmup=self.warmup, active=self.steps, repeat=1
+            ),
             on_trace_ready=self._write_trace,
             record_shapes=self.record_shapes,
             profile_memory=self.profile_memory,
@@ -137,7 +155,26 @@ class Capture:
         )
         self._prof.__enter__()
         self._open_range()
+        if self.wait == 0:
+            self._mark_measure()
         return self
+
+    def _now_ns(self) -> int:
+        """The host clock once the GPU has finished what was queued (a window's edges)."""
+        if self._use_cuda:
+            self._torch.cuda.synchronize()
+        return time.perf_counter_ns()
+
+    def _mark_measure(self) -> None:
+        """At the un-profiled window's edges: its start after ``wait`` steps, its end after
+        ``measure`` more, written into the trace as it starts recording (metadata added later,
+        when the trace is written, does not reach the file)."""
+        if self.measure == 0:
+            return
+        if self.step_count == self.wait:
+            self._measure_start_ns = self._now_ns()
+        elif self.step_count == self.wait + self.measure:
+            self.unprofiled_step_ns = (self._now_ns() - self._measure_start_ns) // self.measure
 
     def _open_range(self) -> None:
         self._nvtx.push(f"train_step#{self.step_count}")
@@ -168,8 +205,20 @@ class Capture:
         if self._prof is None:
             return
         self._close_range()
-        self._prof.step()
         self.step_count += 1
+        end = self.step_count == self.wait + self.measure
+        self._mark_measure()
+        self._prof.step()
+        if end and self.unprofiled_step_ns is not None:
+            self._prof.add_metadata_json(
+                MEASURED_KEY,
+                json.dumps(
+                    {
+                        "unprofiled_step_ns": self.unprofiled_step_ns,
+                        "unprofiled_steps": self.measure,
+                    }
+                ),
+            )
         self._open_range()
 
     def stop(self) -> None:
@@ -210,6 +259,7 @@ def capture(
     *,
     wait: int = DEFAULT_WAIT,
     warmup: int = DEFAULT_WARMUP,
+    measure: int = DEFAULT_MEASURE,
     name: str | None = None,
     record_shapes: bool = True,
     profile_memory: bool = False,
@@ -220,7 +270,9 @@ def capture(
 ) -> Capture:
     """Start a capture; use as ``with capture(...) as c:`` and call ``c.step()`` per iteration.
 
-    The profiler skips ``wait`` steps, warms up for ``warmup`` and records ``steps`` iterations;
+    The profiler skips ``wait`` steps, times ``measure`` steps without itself (the un-profiled
+    step, written into the trace: the analysis starts its predictions from it), warms up for
+    ``warmup`` and records ``steps`` iterations;
     each iteration is also an NVTX range ``train_step#N`` so the same loop profiles well under
     ``nsys profile``. With ``analyze=True`` the HTML diagnosis is written next to the trace.
     """
@@ -229,6 +281,7 @@ def capture(
         steps=steps,
         wait=wait,
         warmup=warmup,
+        measure=measure,
         name=name,
         record_shapes=record_shapes,
         profile_memory=profile_memory,
@@ -259,6 +312,7 @@ def step() -> None:
             steps=int(os.environ.get(ENV_STEPS, DEFAULT_STEPS)),
             wait=int(os.environ.get(ENV_WAIT, DEFAULT_WAIT)),
             warmup=int(os.environ.get(ENV_WARMUP, DEFAULT_WARMUP)),
+            measure=int(os.environ.get(ENV_MEASURE, DEFAULT_MEASURE)),
         )
         atexit.register(_finish_global)
         return  # this call opens the first step; the next one ends it

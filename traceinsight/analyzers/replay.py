@@ -199,6 +199,12 @@ class ReplayResult:
     # PROFILER_COST_HIGH_FACTOR, or where compiled_unprofiled_ratio is set the factor whose
     # step is its low end (0: no low end)
     profiler_cost_low_factor: float = 0.0
+    # the un-profiled step traceinsight.capture measured in the recording's own process just
+    # before it recorded (TraceMeta.extra, capture.MEASURED_KEY): reported beside the model's,
+    # not fitted to (benchmarks/RESULTS.md, session 47: the profiler's cost fitted per event to
+    # land on it moved 7 of 30 loops' first predictions away from their measured fix and
+    # raised two false alarms); None where the trace does not carry it
+    measured_step_ns: int | None = None
     # where host_sync's fix moves the host's waiting (see :func:`wait_moves`)
     wait_moves: tuple[WaitMove, ...] = ()
     # the modelled steps' GPU busy time a step (the profiler's cost moves host work only): the
@@ -420,7 +426,19 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     st = modelled_steps(ctx.steps)
     trace_median = float(st["dur_ns"].median()) if st.height else None
     if src is None or model is None or trace_median is None or trace_median <= 0:
-        return ReplayResult(trace_median, None, None, 0, True, 0, 0, 0, None, {})
+        return ReplayResult(
+            trace_median,
+            None,
+            None,
+            0,
+            True,
+            0,
+            0,
+            0,
+            None,
+            {},
+            measured_step_ns=measured_step(ctx),
+        )
     base = replay(model)
     replayed = median_step_ns(model, base)
     error = abs(replayed - trace_median) / trace_median if replayed is not None else None
@@ -445,6 +463,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         unprofiled = max(unprofiled, loader)
     low, dearer, low_factor = None, None, 0.0
     compiled = _compiled_launches(ctx, st)
+
     if per_event and unprofiled is not None:
 
         def at(factor: float) -> tuple[StepModel, float | None]:
@@ -520,12 +539,20 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         gpu_busy_per_step_ns=gpu_floor,
         unpriced=unpriced,
         compiled_launches_per_step=compiled,
-        compiled_unprofiled_ratio=COMPILED_UNPROFILED_RATIO if compiled and per_event else None,
+        compiled_unprofiled_ratio=(COMPILED_UNPROFILED_RATIO if compiled and per_event else None),
         profiler_cost_low_factor=low_factor,
+        measured_step_ns=measured_step(ctx),
         model=bare,
         model_low=dearer,
         batch_tensors=src.batch_tensors,
     )
+
+
+def measured_step(ctx: Context) -> int | None:
+    """The un-profiled step (ns) the capture measured before recording, where the trace holds
+    it."""
+    v = ctx.source_extra.get("unprofiled_measured_step_ns")
+    return v if type(v) is int and v > 0 else None
 
 
 def first_calls(ctx: Context) -> pl.DataFrame:

@@ -13,7 +13,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from traceinsight.capture import ENV_DIR, ENV_MANIFEST, ENV_STEPS
+from traceinsight.capture import (
+    DEFAULT_MEASURE,
+    DEFAULT_WAIT,
+    DEFAULT_WARMUP,
+    ENV_DIR,
+    ENV_MANIFEST,
+    ENV_STEPS,
+)
 from traceinsight.errors import EXIT_OK, AnalysisError, InputError
 from traceinsight.options import Options
 
@@ -63,7 +70,7 @@ def run(
     if not trace.exists():
         raise AnalysisError(
             "no trace was written; the script must call traceinsight.capture.step() once per iteration "
-            f"(and run at least {steps + 3} iterations) or record with traceinsight.capture.capture()",
+            f"(and run at least {steps + DEFAULT_WAIT + DEFAULT_MEASURE + DEFAULT_WARMUP} iterations) or record with traceinsight.capture.capture()",
             str(out_dir),
         )
     print(f"trace: {trace} ({how})")

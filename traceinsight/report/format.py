@@ -281,6 +281,30 @@ def saving_share(w: dict[str, Any]) -> float | None:
 WARMED_SAY_MIN_RATIO = 0.01
 
 
+# the measured un-profiled step within this share of the model's: the two agree
+MEASURED_AGREE_RATIO = 0.10
+
+
+def measured_words(measured: int | None, unprofiled: float) -> str:
+    """What the capture measured of the un-profiled step, beside the model's (empty where the
+    trace does not carry it: analyzers/replay.py measured_step)."""
+    if not measured or unprofiled <= 0:
+        return ""
+    r = measured / unprofiled
+    said = (
+        f" traceinsight.capture timed the step without the profiler in the same process just "
+        f"before recording: {fmt_ns(measured)}"
+    )
+    if abs(r - 1) <= MEASURED_AGREE_RATIO:
+        return said + f", {r:.2f}x the model's."
+    return said + (
+        f", {r:.2f}x the model's. The process ran at a pace the recorded events do not show "
+        "(what the profiler costs, and what loader workers and other processes take of the "
+        "host, vary between processes): the predictions are priced on the model's step and "
+        "may differ on the step you run."
+    )
+
+
 def prediction_basis(doc: dict[str, Any]) -> str | None:
     """The one sentence every reporter puts near its headline: what a predicted saving or
     speedup applies to (None without a step model)."""
@@ -297,13 +321,14 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
     low = replay.get("unprofiled_step_low_ns")
     ratio = replay.get("compiled_unprofiled_ratio")
     loader = replay.get("loader_interval_ns")
+    measured = measured_words(replay.get("measured_step_ns"), unprofiled)
     if loader is not None and loader >= unprofiled:
         # analyzers/replay.py loader_interval_ns: the workers set the step, as recorded
         return (
             f"Predicted savings and speedups are {per_step(doc)} and apply to the un-profiled "
             f"step, {fmt_ns(unprofiled)}: the interval the DataLoader's workers delivered "
             "batches at, as recorded (the step waited for them); the profiler does not run in "
-            "their processes, so the host time it cost the step moves into that wait."
+            "their processes, so the host time it cost the step moves into that wait." + measured
         )
     # the profiler's cost per event varies between processes: the trace cannot pin the step
     # closer than this (analyzers/replay.py PROFILER_COST_HIGH_FACTOR); on compiled code with
@@ -330,7 +355,7 @@ def prediction_basis(doc: dict[str, Any]) -> str | None:
         less += f" and the one-time work the steps held, {fmt_ns(warmed)} in {what}"
     text = (
         f"Predicted savings and speedups are {per_step(doc)} and apply to the un-profiled step, "
-        f"{fmt_ns(unprofiled)} ({how} {less}{span})."
+        f"{fmt_ns(unprofiled)} ({how} {less}{span})." + measured
     )
     unverified = next(
         (

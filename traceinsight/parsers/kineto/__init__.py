@@ -467,6 +467,23 @@ def _with_copy_kinds(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns(*out.values())
 
 
+def _measured_step(value: Any) -> tuple[int, int] | None:
+    """traceinsight.capture's measurement (capture.MEASURED_KEY): the un-profiled step (ns)
+    and the steps it was timed over; None where absent or not a positive integer pair (a JSON
+    string, as Kineto writes metadata, or an object)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, dict):
+        return None
+    step, n = value.get("unprofiled_step_ns"), value.get("unprofiled_steps")
+    if type(step) is not int or type(n) is not int or step <= 0 or n <= 0:
+        return None
+    return step, n
+
+
 def _fill_meta(meta: TraceMeta, top: dict[str, Any], path: Path) -> None:
     dist = top.get("distributedInfo")
     if isinstance(dist, dict):
@@ -503,6 +520,10 @@ def _fill_meta(meta: TraceMeta, top: dict[str, Any], path: Path) -> None:
     ):
         if key in top and isinstance(top[key], (int, str)):
             meta.extra[key] = top[key]
+    if (measured := _measured_step(top.get("traceinsight"))) is not None:
+        meta.extra["unprofiled_measured_step_ns"], meta.extra["unprofiled_measured_steps"] = (
+            measured
+        )
     logged = [m for k in ("ERROR", "WARNING") for m in _lines(top.get(k))]
     if dropped := [m for m in logged if re.search(DROPPED_EVENTS_PATTERN, m)][:5]:
         meta.extra["profiler_dropped"] = dropped

@@ -103,6 +103,8 @@ class _Top(msgspec.Struct):
     cuda_driver_version: Any = None
     hip_runtime_version: Any = None
     cupti_version: Any = None
+    # traceinsight.capture's own: the un-profiled step it measured before recording
+    traceinsight: Any = None
     # libkineto's collected log lines by level (its LoggerCollector): dropped records, a
     # collection CUPTI stopped early
     WARNING: Any = None
