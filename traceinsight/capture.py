@@ -210,15 +210,17 @@ class Capture:
         self._mark_measure()
         self._prof.step()
         if end and self.unprofiled_step_ns is not None:
-            self._prof.add_metadata_json(
-                MEASURED_KEY,
-                json.dumps(
-                    {
-                        "unprofiled_step_ns": self.unprofiled_step_ns,
-                        "unprofiled_steps": self.measure,
-                    }
-                ),
-            )
+            # a profiler that cannot take metadata loses the number, never the training run
+            with contextlib.suppress(AttributeError, RuntimeError):
+                self._prof.add_metadata_json(
+                    MEASURED_KEY,
+                    json.dumps(
+                        {
+                            "unprofiled_step_ns": self.unprofiled_step_ns,
+                            "unprofiled_steps": self.measure,
+                        }
+                    ),
+                )
         self._open_range()
 
     def stop(self) -> None:
