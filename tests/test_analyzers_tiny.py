@@ -622,6 +622,35 @@ def test_host_rows_by_kind_pattern_where_and_columns():
     assert host.rows(("runtime", "driver"), "Launch").get_column("start_ns").to_list() == [12_000]
 
 
+def test_a_derived_table_is_made_once_for_racing_threads():
+    """Two analyzer threads asking for one derived table at once: one makes it, the other
+    waits and reads the same object (the idle attribution and the replay both read the
+    window's one-time calls)."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    from traceinsight.analyzers.context import HostIndex
+
+    host = HostIndex(Events().step(1, 0, 100).trace().events, {})
+    made, started = [], threading.Barrier(2)
+
+    def make() -> pl.DataFrame:
+        made.append(1)
+        time.sleep(0.05)  # long enough for the other thread to ask meanwhile
+        return pl.DataFrame({"a": [len(made)]})
+
+    def ask(_: int) -> pl.DataFrame:
+        started.wait()
+        return host.derived("t", make)
+
+    with ThreadPoolExecutor(2) as pool:
+        a, b = pool.map(ask, range(2))
+    assert made == [1] and a is b
+    assert host.derived("t", make) is a and made == [1]
+    assert host.derived("u", make) is not a and made == [1, 1]
+
+
 def test_a_one_kernel_program_is_no_launch_bound_loop():
     # audit 6: a CUDA test program's one kernel behind its 108 us first launch (the module's
     # lazy load), a 132 us window, read launch_bound HIGH 3.92x: one pass, nothing repeats
