@@ -273,8 +273,8 @@ def capture(
     """Start a capture; use as ``with capture(...) as c:`` and call ``c.step()`` per iteration.
 
     The profiler skips ``wait`` steps, times ``measure`` steps without itself (the un-profiled
-    step, written into the trace: the analysis starts its predictions from it), warms up for
-    ``warmup`` and records ``steps`` iterations;
+    step, written into the trace: the analysis reports it beside its own estimate), warms up
+    for ``warmup`` and records ``steps`` iterations;
     each iteration is also an NVTX range ``train_step#N`` so the same loop profiles well under
     ``nsys profile``. With ``analyze=True`` the HTML diagnosis is written next to the trace.
     """

@@ -201,9 +201,9 @@ class ReplayResult:
     profiler_cost_low_factor: float = 0.0
     # the un-profiled step traceinsight.capture measured in the recording's own process just
     # before it recorded (TraceMeta.extra, capture.MEASURED_KEY): reported beside the model's,
-    # not fitted to (benchmarks/RESULTS.md, session 47: the profiler's cost fitted per event to
-    # land on it moved 7 of 30 loops' first predictions away from their measured fix and
-    # raised two false alarms); None where the trace does not carry it
+    # not fitted to (benchmarks/RESULTS.md, session 47: the profiler's cost per event fitted to
+    # land on it changed the first finding on 9 of 30 loops and raised two false alarms); None
+    # where the trace does not carry it
     measured_step_ns: int | None = None
     # where host_sync's fix moves the host's waiting (see :func:`wait_moves`)
     wait_moves: tuple[WaitMove, ...] = ()
@@ -463,7 +463,6 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         unprofiled = max(unprofiled, loader)
     low, dearer, low_factor = None, None, 0.0
     compiled = _compiled_launches(ctx, st)
-
     if per_event and unprofiled is not None:
 
         def at(factor: float) -> tuple[StepModel, float | None]:
@@ -539,7 +538,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         gpu_busy_per_step_ns=gpu_floor,
         unpriced=unpriced,
         compiled_launches_per_step=compiled,
-        compiled_unprofiled_ratio=(COMPILED_UNPROFILED_RATIO if compiled and per_event else None),
+        compiled_unprofiled_ratio=COMPILED_UNPROFILED_RATIO if compiled and per_event else None,
         profiler_cost_low_factor=low_factor,
         measured_step_ns=measured_step(ctx),
         model=bare,
