@@ -84,3 +84,33 @@ def test_the_measured_step_is_said_and_moves_no_prediction(tmp_path, loop, measu
     said = prediction_basis(b.to_json())
     assert words in said and "traceinsight.capture timed the step" in said
     assert "traceinsight.capture" not in prediction_basis(a.to_json())
+
+
+def test_the_diff_gives_the_measured_change_where_both_sides_carry_it(tmp_path):
+    """gnn's loader fix (8 workers): each side injected with its own process's un-profiled
+    window (24.91 ms before, 13.86 ms after: -44.4%); the diff reports it beside the model's
+    estimate, and only where both sides carry one."""
+    sides = {"before": "baseline", "workers.after": "workers"}
+    truth = json.loads((THIRDPARTY / "gnn.truth.json").read_text())["profiled"]
+    own = {w: truth[cfg]["unprofiled_same_process_step_ms_window_mean"] for w, cfg in sides.items()}
+    assert own == pytest.approx({"before": 24.9099, "workers.after": 13.8592})
+    got = {
+        w: _with_key(
+            THIRDPARTY / f"gnn.{w}.pt.trace.json.xz",
+            tmp_path / f"gnn.{w}.pt.trace.json",
+            {"unprofiled_step_ns": round(ms * 1e6), "unprofiled_steps": 20},
+        )
+        for w, ms in own.items()
+    }
+    from traceinsight.diff import compare
+
+    u = compare(traceinsight.analyze(got["before"]), traceinsight.analyze(got["workers.after"]))[
+        "unprofiled"
+    ]
+    assert u["measured_before_ns"] == 24_909_900 and u["measured_after_ns"] == 13_859_200
+    assert u["measured_change"] == pytest.approx(13.8592 / 24.9099 - 1)  # -44.4%
+    one = compare(
+        traceinsight.analyze(got["before"]),
+        traceinsight.analyze(THIRDPARTY / "gnn.workers.after.pt.trace.json.xz"),
+    )["unprofiled"]
+    assert "measured_change" not in one and one["change"] == pytest.approx(u["change"])

@@ -623,7 +623,8 @@ def compare_docs(
         },
     }
     if (u := doc["unprofiled"]) and doc["step_time_change"] is not None:
-        profiled, estimated = doc["step_time_change"], u["change"]
+        # the measured change where both sides carry it, else the model's estimate
+        profiled, estimated = doc["step_time_change"], u.get("measured_change", u["change"])
         if (profiled > 0) != (estimated > 0) and max(
             abs(profiled), abs(estimated)
         ) >= UNPROFILED_DISAGREE:
@@ -632,8 +633,14 @@ def compare_docs(
             # measured band on 12 of 32 pairs, the un-profiled estimates' on 21)
             doc["warnings"].append(
                 f"the profiled step time changes by {100 * profiled:+.1f}% but the un-profiled "
-                f"estimate by {100 * estimated:+.1f}%: the profiler's cost differs between the "
-                "sides; time both without the profiler before acting on the gate"
+                + (
+                    f"step measured by the capture by {100 * estimated:+.1f}%: the profiler's "
+                    "cost differs between the sides, and the gate reads the profiled steps; "
+                    "the measured change is what the runs without the profiler see"
+                    if "measured_change" in u
+                    else f"estimate by {100 * estimated:+.1f}%: the profiler's cost differs "
+                    "between the sides; time both without the profiler before acting on the gate"
+                )
             )
     if (c := doc["input_copies"]) and (change := c["step_time_per_byte_change"]) is not None:
         # a batch (or sequence) grown or shrunk between the sides: the step's time alone reads
@@ -712,6 +719,15 @@ def _unprofiled(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
     if lb and la:
         # the same change at both sides' low ends (the profiler's cost per event PROFILER_COST_HIGH_FACTOR times the trace's)
         out["change_low"] = (la - lb) / lb
+    mb, ma = (
+        ((d.get("details") or {}).get("replay") or {}).get("measured_step_ns")
+        for d in (before, after)
+    )
+    if mb and ma:
+        # both recorded by traceinsight.capture: the step each process ran without the
+        # profiler, measured (what the disagreement warning below asks for)
+        out["measured_before_ns"], out["measured_after_ns"] = mb, ma
+        out["measured_change"] = (ma - mb) / mb
     return out
 
 

@@ -444,6 +444,12 @@ def _timing_lines(doc: dict[str, Any]) -> list[str]:
                 f"  un-profiled step (the step model's estimate) {fmt_ns(u['before_ns'])} -> "
                 f"{fmt_ns(u['after_ns'])} ({_signed_pct(u['change'])}{low})"
             )
+            if u.get("measured_change") is not None:
+                lines.append(
+                    f"  un-profiled step (measured by traceinsight.capture) "
+                    f"{fmt_ns(u['measured_before_ns'])} -> {fmt_ns(u['measured_after_ns'])} "
+                    f"({_signed_pct(u['measured_change'])})"
+                )
         if doc.get("iterations"):
             ib, ia = doc["iterations"]["before"], doc["iterations"]["after"]
             how = (
