@@ -206,10 +206,9 @@ class Capture:
             return
         self._close_range()
         self.step_count += 1
-        end = self.step_count == self.wait + self.measure
         self._mark_measure()
         self._prof.step()
-        if end and self.unprofiled_step_ns is not None:
+        if self.step_count == self.wait + self.measure and self.unprofiled_step_ns is not None:
             # a profiler that cannot take metadata loses the number, never the training run
             with contextlib.suppress(AttributeError, RuntimeError):
                 self._prof.add_metadata_json(

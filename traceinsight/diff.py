@@ -631,16 +631,19 @@ def compare_docs(
             # the profiler's own cost differs between the sides (a compiled AFTER records
             # more events a step; audit 12: the profiled change was within 10% of the
             # measured band on 12 of 32 pairs, the un-profiled estimates' on 21)
+            what, advice = (
+                (
+                    "step measured by the capture",
+                    "and the gate reads the profiled steps; the measured change is what the "
+                    "runs without the profiler see",
+                )
+                if "measured_change" in u
+                else ("estimate", "time both without the profiler before acting on the gate")
+            )
             doc["warnings"].append(
                 f"the profiled step time changes by {100 * profiled:+.1f}% but the un-profiled "
-                + (
-                    f"step measured by the capture by {100 * estimated:+.1f}%: the profiler's "
-                    "cost differs between the sides, and the gate reads the profiled steps; "
-                    "the measured change is what the runs without the profiler see"
-                    if "measured_change" in u
-                    else f"estimate by {100 * estimated:+.1f}%: the profiler's cost differs "
-                    "between the sides; time both without the profiler before acting on the gate"
-                )
+                f"{what} by {100 * estimated:+.1f}%: the profiler's cost differs between the "
+                f"sides; {advice}"
             )
     if (c := doc["input_copies"]) and (change := c["step_time_per_byte_change"]) is not None:
         # a batch (or sequence) grown or shrunk between the sides: the step's time alone reads
@@ -705,24 +708,20 @@ UNPROFILED_DISAGREE = 0.05
 def _unprofiled(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
     """Each side's un-profiled step as the step model estimates it, and its change (None
     where either side has no step model)."""
-    ub, ua = (
-        ((d.get("details") or {}).get("replay") or {}).get("unprofiled_step_ns")
-        for d in (before, after)
-    )
+
+    def both(key: str) -> tuple[Any, Any]:
+        b, a = (((d.get("details") or {}).get("replay") or {}).get(key) for d in (before, after))
+        return b, a
+
+    ub, ua = both("unprofiled_step_ns")
     if not ub or not ua:
         return None
     out = {"before_ns": ub, "after_ns": ua, "change": (ua - ub) / ub}
-    lb, la = (
-        ((d.get("details") or {}).get("replay") or {}).get("unprofiled_step_low_ns")
-        for d in (before, after)
-    )
+    lb, la = both("unprofiled_step_low_ns")
     if lb and la:
         # the same change at both sides' low ends (the profiler's cost per event PROFILER_COST_HIGH_FACTOR times the trace's)
         out["change_low"] = (la - lb) / lb
-    mb, ma = (
-        ((d.get("details") or {}).get("replay") or {}).get("measured_step_ns")
-        for d in (before, after)
-    )
+    mb, ma = both("measured_step_ns")
     if mb and ma:
         # both recorded by traceinsight.capture: the step each process ran without the
         # profiler, measured (what the disagreement warning below asks for)

@@ -425,19 +425,10 @@ def analyze_replay(ctx: Context) -> ReplayResult:
     model = build_model(src) if src is not None else None
     st = modelled_steps(ctx.steps)
     trace_median = float(st["dur_ns"].median()) if st.height else None
+    measured = measured_step(ctx)
     if src is None or model is None or trace_median is None or trace_median <= 0:
         return ReplayResult(
-            trace_median,
-            None,
-            None,
-            0,
-            True,
-            0,
-            0,
-            0,
-            None,
-            {},
-            measured_step_ns=measured_step(ctx),
+            trace_median, None, None, 0, True, 0, 0, 0, None, {}, measured_step_ns=measured
         )
     base = replay(model)
     replayed = median_step_ns(model, base)
@@ -540,7 +531,7 @@ def analyze_replay(ctx: Context) -> ReplayResult:
         compiled_launches_per_step=compiled,
         compiled_unprofiled_ratio=COMPILED_UNPROFILED_RATIO if compiled and per_event else None,
         profiler_cost_low_factor=low_factor,
-        measured_step_ns=measured_step(ctx),
+        measured_step_ns=measured,
         model=bare,
         model_low=dearer,
         batch_tensors=src.batch_tensors,
@@ -549,9 +540,8 @@ def analyze_replay(ctx: Context) -> ReplayResult:
 
 def measured_step(ctx: Context) -> int | None:
     """The un-profiled step (ns) the capture measured before recording, where the trace holds
-    it."""
-    v = ctx.source_extra.get("unprofiled_measured_step_ns")
-    return v if type(v) is int and v > 0 else None
+    it (the parser keeps only a positive integer)."""
+    return ctx.source_extra.get("unprofiled_measured_step_ns")
 
 
 def first_calls(ctx: Context) -> pl.DataFrame:
