@@ -123,3 +123,28 @@ def test_no_measurement_without_measured_steps(tmp_path):
             c.step()
     assert c.unprofiled_step_ns is None
     assert "unprofiled_measured_step_ns" not in load_trace(c.trace_path).meta.extra
+
+
+def test_a_loop_that_ends_inside_the_recording_is_told(tmp_path, capsys):
+    """A loop written for wait + warmup + steps iterations (before the capture measured the
+    un-profiled step) ends one step into the recording: the capture says how many of its steps
+    the trace holds and how many iterations it needs (session 48: the recording harness lost two
+    of three steps a trace, silently)."""
+    from traceinsight import capture
+
+    with capture.capture(out_dir=tmp_path, steps=3, wait=1, measure=3, warmup=1, name="s") as c:
+        for _ in range(1 + 1 + 3):  # wait + warmup + steps
+            torch.randn(8, 8).sum()
+            c.step()
+    assert (c.step_count, c.iterations_needed, c.recorded_steps) == (5, 8, 0)
+    err = capsys.readouterr().err
+    assert "ended after 5 iterations, so the trace holds 0 of its 3 steps; it needs 8" in err
+    with capture.capture(out_dir=tmp_path, steps=3, wait=1, measure=3, warmup=1, name="w") as c:
+        for _ in range(7):
+            c.step()
+    assert c.recorded_steps == 2
+    assert "the trace holds 2 of its 3 steps" in capsys.readouterr().err
+    with capture.capture(out_dir=tmp_path, steps=3, wait=1, measure=3, warmup=1, name="x") as c:
+        for _ in range(8):
+            c.step()
+    assert c.recorded_steps == 3 and "traceinsight.capture" not in capsys.readouterr().err

@@ -222,12 +222,32 @@ class Capture:
                 )
         self._open_range()
 
+    @property
+    def iterations_needed(self) -> int:
+        """The loop's iterations for a whole trace: ``wait + measure + warmup + steps``."""
+        return self.wait + self.measure + self.warmup + self.steps
+
+    @property
+    def recorded_steps(self) -> int:
+        """The steps the profiler recorded whole (``steps`` once the loop ran long enough)."""
+        return max(0, min(self.steps, self.step_count - self.wait - self.measure - self.warmup))
+
     def stop(self) -> None:
         if self._prof is None:
             return
         self._close_range()
         prof, self._prof = self._prof, None
         prof.__exit__(None, None, None)
+        if self.step_count < self.iterations_needed:
+            # a loop written for fewer iterations (before the measured steps were added, session
+            # 47) ends inside the recording: the trace is cut short and nothing else says so
+            print(
+                f"traceinsight.capture: the loop ended after {self.step_count} iterations, so "
+                f"the trace holds {self.recorded_steps} of its {self.steps} steps; it needs "
+                f"{self.iterations_needed} (wait {self.wait} + measure {self.measure} + warmup "
+                f"{self.warmup} + steps {self.steps}): run more, or pass measure=0",
+                file=sys.stderr,
+            )
         if self.analyze and self.trace_path is not None:
             self.report_path = _analyze(self.trace_path, self.report_path)
 
