@@ -4,6 +4,7 @@ import gzip
 import json
 import lzma
 import os
+from collections import OrderedDict
 from functools import cache
 from pathlib import Path
 
@@ -22,6 +23,9 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     _n = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw") or 0)
     if len(_cores) >= 2:
         os.sched_setaffinity(0, {_cores[_n % len(_cores)]})
+
+import traceinsight.api  # noqa: E402  (after polars' thread setting above)
+import traceinsight.diff  # noqa: E402
 
 # The files that take longest (seconds of test time on the 2-core machine, session 41), run
 # first: pytest-xdist's loadfile hands whole files to the workers in collection order, and a
@@ -120,6 +124,55 @@ def analyzed(path: str | Path, **opts: object):
 
         return analyze(p, **opts)
     return _analyzed(str(p), key)
+
+
+# Every analysis of a file (traceinsight.api.analyze_with: analyze, the commands, diff's two
+# sides) is shared by the tests of one worker process that ask for the same file, unchanged on
+# disk, with the same options and runtime: 130 repeats cost 83 s of the suite's analyses
+# (session 48). Not shared where a test may change what an analysis reads or does (it takes
+# `monkeypatch`, or is marked `fresh_analysis`: concurrency and determinism tests), nor a job's
+# directory, nor an input over CACHED_INPUT_MAX_BYTES. Held per worker, the newest
+# SHARED_ANALYSES_MAX of them. A test must not change an analysis it is given.
+SHARED_ANALYSES_MAX = 24
+_shared: OrderedDict[tuple[object, ...], object] = OrderedDict()
+_sharing = {"on": False}
+
+
+def _shared_analyze_with(path, opts, runtime):  # type: ignore[no-untyped-def]
+    if not _sharing["on"] or not path.is_file():
+        return _analyze_with(path, opts, runtime)
+    st = path.stat()
+    if st.st_size > CACHED_INPUT_MAX_BYTES:
+        return _analyze_with(path, opts, runtime)
+    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, repr(opts), repr(runtime))
+    if key in _shared:
+        _shared.move_to_end(key)
+        return _shared[key]
+    out = _shared[key] = _analyze_with(path, opts, runtime)
+    if len(_shared) > SHARED_ANALYSES_MAX:
+        _shared.popitem(last=False)
+    return out
+
+
+_analyze_with = traceinsight.api.analyze_with
+for _module in (traceinsight.api, traceinsight.diff):
+    _module.analyze_with = _shared_analyze_with  # type: ignore[attr-defined]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "fresh_analysis: every analysis in the test runs afresh (tests/conftest.py)"
+    )
+
+
+@pytest.fixture(autouse=True)
+def _share_analyses(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    _sharing["on"] = (
+        "monkeypatch" not in request.fixturenames
+        and request.node.get_closest_marker("fresh_analysis") is None
+    )
+    yield
+    _sharing["on"] = False
 
 
 @cache

@@ -481,6 +481,7 @@ def test_random_memory_timelines(doc, tmp_path_factory, capsys):
     run(p, capsys)
 
 
+@pytest.mark.fresh_analysis  # four writers each analyze, as users' processes would
 def test_concurrent_analyses_do_not_interfere(tmp_path, capsys):
     """Outputs are written atomically (a temp file renamed over the target): while four writers
     keep rewriting the same ~70 KB HTML and ~60 KB JSON (the tiny trace: the
