@@ -446,6 +446,7 @@ def memory_headroom(x: RuleInput) -> Draft | None:
             "saturation_multiplier": mem.saturation_multiplier,
             "predicted_peak_allocated_bytes": fits,
             "gain_by_multiplier": mem.batch_gains,
+            "assumes": BATCH_ASSUMES,
         },
         recommendation=(
             f"The GPU waits for the host while {fmt_pct(d.headroom_ratio)} of its memory is unused: use a "
@@ -462,6 +463,16 @@ def memory_headroom(x: RuleInput) -> Draft | None:
             "short of 2x: the gain rests on the GPU work scaling no worse than linearly past it"
         ),
     )
+
+
+# What the larger batch's prediction takes as given (both rules' evidence): the trace does not
+# say which dimension is the batch, so the GPU's work is scaled linearly (session 48: an exact GP
+# over its whole training set, whose kernel matrix is N x N, read 3.88x at 4x the points against
+# 2.25-2.40x measured; its GEMMs took 13.3x as long)
+BATCH_ASSUMES = (
+    "the GPU's work grows linearly with the batch (its optimizer's not at all): work that grows "
+    "faster, such as a matrix over pairs of samples, gains less"
+)
 
 
 # Without memory events the fit is unknown: the batch multiplier where the GPU's busy time
@@ -564,5 +575,6 @@ def small_batch(x: RuleInput) -> Draft | None:
             "multiplier": m,
             "fits": None,
             "fit_unknown_because": "the trace has no memory events (profile_memory=False)",
+            "assumes": BATCH_ASSUMES,
         },
     )
