@@ -700,7 +700,7 @@ def test_the_batch_lever_without_memory_events() -> None:
     ids = [f.id for f in analysis("peft_lora.before.pt.trace.json.xz").findings]
     assert "memory_headroom" in ids and "small_batch" not in ids
     # both say what the prediction takes as given (an exact GP's N x N kernel matrix broke it:
-    # 3.88x predicted at 4x the points, 2.25-2.40x measured, benchmarks/RESULTS.md session 48)
+    # 6.12x predicted at 8x the points, 1.65-1.72x measured, benchmarks/RESULTS.md session 48)
     headroom = finding("peft_lora", "memory_headroom")
     for g in (f, headroom):
         assert g.evidence["assumes"].startswith("the GPU's work grows linearly with the batch")

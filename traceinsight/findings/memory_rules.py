@@ -467,8 +467,8 @@ def memory_headroom(x: RuleInput) -> Draft | None:
 
 # What the larger batch's prediction takes as given (both rules' evidence): the trace does not
 # say which dimension is the batch, so the GPU's work is scaled linearly (session 48: an exact GP
-# over its whole training set, whose kernel matrix is N x N, read 3.88x at 4x the points against
-# 2.25-2.40x measured; its GEMMs took 13.3x as long)
+# over its whole training set, whose kernel matrix is N x N, read 6.12x at 8x the points against
+# 1.65-1.72x measured; its GEMMs took 13.3x as long at 4x)
 BATCH_ASSUMES = (
     "the GPU's work grows linearly with the batch (its optimizer's not at all): work that grows "
     "faster, such as a matrix over pairs of samples, gains less"
