@@ -706,6 +706,42 @@ def test_the_batch_lever_without_memory_events() -> None:
         assert g.evidence["assumes"].startswith("the GPU's work grows linearly with the batch")
 
 
+def test_a_model_the_frames_do_not_hold_leaves_its_backward_eager() -> None:
+    """What torch.compile(model) captures is the model's forward frames and their backward.
+    Where the frames found hold little of the step's forward launches, the backward is not
+    taken as the model's either. torchdiffeq's solver runs the ODE function (_PerturbFunc,
+    6% of the 3,170 launches outside backward ops, counted from the runtime launch calls by
+    a script of its own):
+    compile_ro measured 0.19-0.25x, and launch_bound read 2.01x from every backward op
+    captured, now 1.06x (GPyTorch, session 48: 1.12x, measured 0.98-1.00x)."""
+    from traceinsight.analyzers.context import build_context
+    from traceinsight.analyzers.optimizer import BACKWARD_PATTERN
+    from traceinsight.analyzers.replay import (
+        MODEL_FRAMES_MIN_LAUNCH_SHARE,
+        _launch_share,
+        model_ranges,
+    )
+    from traceinsight.model.classify import HOST_OP_KINDS
+    from traceinsight.parsers import load_trace
+
+    ctx = build_context(load_trace(HERE / "node.before.pt.trace.json.xz"))
+    ranges = model_ranges(ctx)
+    cols = ("tid", "start_ns", "end_ns")
+    backward = ctx.rows(HOST_OP_KINDS, BACKWARD_PATTERN, columns=cols).select(cols)
+    assert backward.height > 0 and ranges.join(backward, on=list(cols)).height == 0
+    share = _launch_share(ctx, ranges, backward)
+    assert share < MODEL_FRAMES_MIN_LAUNCH_SHARE and share == pytest.approx(200 / 3170, abs=0.01)
+    f = finding("node", "launch_bound")
+    assert f.severity == "low" and f.what_if.speedup < 1.10
+    # a model the frames hold keeps its backward: e3nn's SimpleNetwork holds 99% of them
+    e3nn = build_context(
+        load_trace(HERE.parent.parent / "h100" / "thirdparty" / "e3nn.before.pt.trace.json.xz")
+    )
+    e3nn_ranges = model_ranges(e3nn)
+    e3nn_backward = e3nn.rows(HOST_OP_KINDS, BACKWARD_PATTERN, columns=cols).select(cols)
+    assert e3nn_ranges.join(e3nn_backward, on=list(cols)).height == e3nn_backward.height
+
+
 def test_lightning_closure_is_not_the_optimizers() -> None:
     """Lightning runs forward and backward inside optimizer.step(closure): the optimizer's
     own part starts where the closure's backward ends. Against the raw events: each
