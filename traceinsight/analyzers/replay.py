@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, kernel_names, outermost
+from traceinsight.analyzers.context import Context, kernel_names, launched, outermost
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.optimizer import BACKWARD_PATTERN, optimizer_ranges, zero_grad_ranges
-from traceinsight.analyzers.recompute import recompute_ranges
+from traceinsight.analyzers.recompute import launched_inside, recompute_ranges
 from traceinsight.analyzers.regions import MODULE_PATTERN
 from traceinsight.analyzers.steps import batch_tensors, context_loader_iterator
 from traceinsight.causal import transforms as whatif
@@ -684,28 +684,30 @@ MODEL_FRAMES_MIN_LAUNCH_SHARE = 0.25
 
 
 def _launch_share(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame) -> float:
-    """Of the window's launches (the calls, by their start) outside ``backward`` ranges, the
-    share inside ``model`` ranges (both: tid, start_ns, end_ns); 1.0 where there are none."""
-    calls = ctx.launches.select(
-        pl.col("launch_tid").alias("tid"), pl.col("launch_start_ns").alias("t")
-    ).filter(pl.col("t").is_between(ctx.window_start_ns, ctx.window_end_ns))
-
-    def inside(ranges: pl.DataFrame) -> pl.Series:
-        if ranges.height == 0 or calls.height == 0:
-            return pl.repeat(False, calls.height, eager=True)
-        u = iv.union(ranges, by=["tid"]).rename({"start_ns": "_s", "end_ns": "_e"})
-        return (
-            calls.with_row_index("_i")
-            .sort("t")
-            .join_asof(u.sort("_s"), left_on="t", right_on="_s", by="tid", check_sortedness=False)
-            .sort("_i")
-            .select((pl.col("t") < pl.col("_e")).fill_null(False))
-            .to_series()
-        )
-
-    forward = ~inside(backward)
-    n = int(forward.sum())
-    return float((inside(model) & forward).sum()) / n if n else 1.0
+    """Of the window's GPU ops launched outside ``backward`` ranges (their launch calls, on the
+    range's thread), the share launched inside ``model`` ranges (both: tid, start_ns, end_ns);
+    1.0 where there are none."""
+    keys = ["correlation", "start_ns"]
+    k = launched(
+        ctx.launches,
+        ["launch_start_ns", "launch_tid", *keys],
+        pl.col("launch_start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns),
+    )
+    if k.height == 0:
+        return 1.0
+    forward = (
+        k.join(launched_inside(k, backward).select(keys), on=keys, how="anti")
+        if backward.height
+        else k
+    )
+    if forward.height == 0:
+        return 1.0
+    if model.height == 0:
+        return 0.0
+    return (
+        forward.join(launched_inside(forward, model).select(keys), on=keys, how="semi").height
+        / forward.height
+    )
 
 
 def model_inputs(ctx: Context) -> ModelInputs | None:

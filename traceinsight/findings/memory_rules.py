@@ -353,6 +353,16 @@ def _churn_in_window(x: RuleInput) -> Draft | None:
 SATURATION_NAMED_RATIO = 1.5
 
 
+# What the larger batch's prediction takes as given (both rules' evidence): the trace does not
+# say which dimension is the batch, so the GPU's work is scaled linearly (session 48: an exact GP
+# over its whole training set, whose kernel matrix is N x N, read 6.12x at 8x the points against
+# 1.65-1.72x measured; its GEMMs took 13.3x as long at 4x)
+BATCH_ASSUMES = (
+    "the GPU's work grows linearly with the batch (its optimizer's not at all): work that grows "
+    "faster, such as a matrix over pairs of samples, gains less"
+)
+
+
 @rule(
     "memory_headroom",
     advice={
@@ -463,16 +473,6 @@ def memory_headroom(x: RuleInput) -> Draft | None:
             "short of 2x: the gain rests on the GPU work scaling no worse than linearly past it"
         ),
     )
-
-
-# What the larger batch's prediction takes as given (both rules' evidence): the trace does not
-# say which dimension is the batch, so the GPU's work is scaled linearly (session 48: an exact GP
-# over its whole training set, whose kernel matrix is N x N, read 6.12x at 8x the points against
-# 1.65-1.72x measured; its GEMMs took 13.3x as long at 4x)
-BATCH_ASSUMES = (
-    "the GPU's work grows linearly with the batch (its optimizer's not at all): work that grows "
-    "faster, such as a matrix over pairs of samples, gains less"
-)
 
 
 # Without memory events the fit is unknown: the batch multiplier where the GPU's busy time
