@@ -1,13 +1,25 @@
 """A real trace captured on the CPU-only torch goes through the whole pipeline."""
 
+import importlib.util
+
 import pytest
 
 from traceinsight.cli import main
 
-torch = pytest.importorskip("torch", reason="capture tests need torch (pip install torch==2.13.0)")
+if importlib.util.find_spec("torch") is None:
+    pytest.skip("capture tests need torch (pip install torch==2.13.0)", allow_module_level=True)
 
 
-def test_capture_then_analyze(tmp_path):
+@pytest.fixture(scope="module")
+def torch():  # type: ignore[no-untyped-def]
+    """Imported by the worker that runs these tests only: both workers collect every file, and
+    torch's import is ~3 s of CPU."""
+    import torch
+
+    return torch
+
+
+def test_capture_then_analyze(tmp_path, torch):
     from traceinsight import capture
 
     model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
@@ -113,7 +125,7 @@ def test_capture_times_the_steps_without_the_profiler(tmp_path):
     assert r is not None and r.measured_step_ns == c.unprofiled_step_ns
 
 
-def test_no_measurement_without_measured_steps(tmp_path):
+def test_no_measurement_without_measured_steps(tmp_path, torch):
     from traceinsight import capture
     from traceinsight.parsers import load_trace
 
@@ -125,7 +137,7 @@ def test_no_measurement_without_measured_steps(tmp_path):
     assert "unprofiled_measured_step_ns" not in load_trace(c.trace_path).meta.extra
 
 
-def test_a_loop_that_ends_inside_the_recording_is_told(tmp_path, capsys):
+def test_a_loop_that_ends_inside_the_recording_is_told(tmp_path, capsys, torch):
     """A loop written for wait + warmup + steps iterations (before the capture measured the
     un-profiled step) ends one step into the recording: the capture says how many of its steps
     the trace holds and how many iterations it needs (session 48: the recording harness lost two

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -25,8 +26,11 @@ from traceinsight.mcp_server import Session, Tools, View, Workspace
 
 from .conftest import CORPUS, FIXTURES, H200, ROOT, analyzed, raw_json
 
-mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed")
-anyio = pytest.importorskip("anyio")
+# found, not imported: both workers collect every file, and the SDK's import is ~2 s of CPU that
+# only the worker running these tests needs (serve imports it)
+for _name in ("mcp", "anyio"):
+    if importlib.util.find_spec(_name) is None:
+        pytest.skip(f"{_name} is not installed (the mcp extra)", allow_module_level=True)
 
 SYNC = H200 / "stack" / "sync_sites.pt.trace.json.xz"  # with_stack=True; truth names its lines
 SYNC_REL = "h200/stack/sync_sites.pt.trace.json.xz"  # relative to the first --allow (fixtures/)
@@ -45,6 +49,7 @@ def serve(
 ) -> tuple[list[Any], list[Any]]:
     """Start ``traceinsight mcp`` as a subprocess, list its tools and make ``calls`` through the
     SDK's ClientSession over stdio; the server's stderr goes to ``errlog``."""
+    import anyio
     from mcp import ClientSession, StdioServerParameters, stdio_client
 
     args = ["-m", "traceinsight", "mcp"]
