@@ -22,6 +22,7 @@ the unchanged model reproduces the trace wherever the edges are right; where the
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import polars as pl
 
@@ -64,6 +65,26 @@ class StepModel:
 
     def with_host(self, host: pl.DataFrame) -> StepModel:
         return replace(self, host=host)
+
+    # What every replay of one model reads the same way, made once per model: an analysis
+    # replays each model a dozen times or more, and each query costs its overhead again.
+    @cached_property
+    def steps_in_order(self) -> pl.DataFrame:
+        return self.steps.sort("host_start_ns")
+
+    @cached_property
+    def step_thread_calls(self) -> tuple[pl.Series, pl.Series]:
+        """The step thread's calls in end order (of equal ends, in host order) as row indices
+        into ``host``, and their ends: what moves a timestamp on that thread's clock."""
+        calls = (
+            self.host.select("tid", "end_ns")
+            .with_row_index("_row")
+            .filter(
+                (pl.col("tid") == step_thread(self.steps_in_order)) & pl.col("end_ns").is_not_null()
+            )
+            .sort("end_ns", maintain_order=True)
+        )
+        return calls.get_column("_row"), calls.get_column("end_ns")
 
     def with_gpu(self, gpu: pl.DataFrame) -> StepModel:
         return replace(self, gpu=gpu)
@@ -267,7 +288,12 @@ def replay(model: StepModel, max_rounds: int | None = None) -> Replayed:
 
 def _streams(df: pl.DataFrame) -> tuple[object, ...]:
     """Each column as an int64 Arrow stream (the C loop reads a single chunk without a copy)."""
-    return tuple(s.cast(pl.Int64).__arrow_c_stream__() for s in df.iter_columns())
+    return _series_streams(*df.iter_columns())
+
+
+def _series_streams(*columns: pl.Series) -> tuple[object, ...]:
+    """:func:`_streams` of columns as they are (no frame built for them: a query each)."""
+    return tuple(s.cast(pl.Int64).__arrow_c_stream__() for s in columns)
 
 
 def _replay_native(
@@ -401,18 +427,16 @@ def step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
     """Each step's duration on the replayed times, by the rule the analysis uses for the trace
     (``context._device_aligned_steps``): a step ends when the host leaves it and the GPU work
     launched in it is done; it starts when the previous one ended."""
-    st = model.steps.sort("host_start_ns")
+    st = model.steps_in_order
     if st.height == 0:
         return pl.Series("dur_ns", [], dtype=pl.Int64)
     h, g = model.host, model.gpu
     tid = step_thread(st)
     if _kreplay is not None:  # the same rule in C (kreplay.c); None: a null, decided below
         out = _kreplay.step_times(
-            _streams(st.select("host_start_ns", "host_end_ns")),
-            _streams(h.select("tid", "end_ns").with_columns(r.host_end_ns.alias("replayed"))),
-            _streams(
-                g.select("launched", "launch_key_ns").with_columns(r.gpu_end_ns.alias("replayed"))
-            ),
+            _series_streams(st.get_column("host_start_ns"), st.get_column("host_end_ns")),
+            _series_streams(h.get_column("tid"), h.get_column("end_ns"), r.host_end_ns),
+            _series_streams(g.get_column("launched"), g.get_column("launch_key_ns"), r.gpu_end_ns),
             tid,
         )
         if out is not None:
@@ -478,22 +502,14 @@ def host_step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
     """Each step but the last on the step thread's replayed clock: from its start to the next
     step's start (whole steps only: the last one's end is where the host stopped, not where
     the next step would begin)."""
-    st = model.steps.sort("host_start_ns")
-    shifts = (
-        model.host.select("tid", "end_ns", (r.host_end_ns - pl.col("end_ns")).alias("shift"))
-        .filter(pl.col("tid") == step_thread(st))
-        .sort("end_ns", maintain_order=True)
-        .select("end_ns", "shift")
-    )
-    starts = (
-        st.select(pl.col("host_start_ns").alias("t"))
-        .with_row_index("_i")
-        .sort("t")
-        .join_asof(shifts, left_on="t", right_on="end_ns")
-        .sort("_i")
-        .select(pl.col("t") + pl.col("shift").fill_null(0))
-        .to_series()
-    )
+    starts = model.steps_in_order.get_column("host_start_ns")
+    rows, ends = model.step_thread_calls
+    if ends.len():
+        # the last call that ended at or before each start (of equal ends, the last), in
+        # Series operations: this runs once per replay
+        last = ends.search_sorted(starts, side="right").cast(pl.Int64) - 1
+        shift = (r.host_end_ns.gather(rows) - ends).fill_null(0).gather(last.clip(0))
+        starts = starts + shift * (last >= 0).cast(pl.Int64)
     return starts.diff().slice(1).alias("dur_ns")
 
 
