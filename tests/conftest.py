@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import gzip
 import json
 import lzma
@@ -37,6 +38,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import traceinsight.api  # noqa: E402  (after polars' thread setting above)
 import traceinsight.diff  # noqa: E402
+
+# The tests hold millions of small Python objects (fixtures' raw events decoded once per worker,
+# parsed JSON results): at the default thresholds the cyclic collector ran ~22,000 times per
+# worker and scanned them all in each full pass, 16-20 s of CPU per worker (session 49). The
+# imports' objects are frozen out of its passes and it runs after 100,000 allocations, not 700.
+gc.freeze()
+gc.set_threshold(100_000, 50, 100)
 
 # The files that take longest (seconds of test time on the 2-core machine, session 41), run
 # first: pytest-xdist's loadfile hands whole files to the workers in collection order, and a
