@@ -66,8 +66,12 @@ class StepModel:
     def with_host(self, host: pl.DataFrame) -> StepModel:
         return replace(self, host=host)
 
-    # What every replay of one model reads the same way, made once per model: an analysis
-    # replays each model a dozen times or more, and each query costs its overhead again.
+    def with_gpu(self, gpu: pl.DataFrame) -> StepModel:
+        return replace(self, gpu=gpu)
+
+    # What the step times read the same way on each replay of one model (the device-aligned,
+    # host and steady times of a replay each read them), made once per model: each query
+    # costs its overhead again.
     @cached_property
     def steps_in_order(self) -> pl.DataFrame:
         return self.steps.sort("host_start_ns")
@@ -85,9 +89,6 @@ class StepModel:
             .sort("end_ns", maintain_order=True)
         )
         return calls.get_column("_row"), calls.get_column("end_ns")
-
-    def with_gpu(self, gpu: pl.DataFrame) -> StepModel:
-        return replace(self, gpu=gpu)
 
 
 @dataclass(frozen=True)
@@ -441,29 +442,8 @@ def step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
         )
         if out is not None:
             return pl.DataFrame(ArrowTable(out)).to_series()
-    # A host timestamp moves with the last call on its thread that ended before it (of equal
-    # ends, the last: the as-of join's choice).
-    shifts = (
-        h.select("tid", "end_ns", (r.host_end_ns - pl.col("end_ns")).alias("shift"))
-        .filter(pl.col("tid") == tid)
-        .sort("end_ns", maintain_order=True)
-    )
-
-    def moved(col: str) -> pl.Expr:
-        return (pl.col(col) + pl.col("shift").fill_null(0)).alias(col)
-
-    def mapped(col: str) -> pl.Series:
-        return (
-            st.select(col)
-            .with_row_index("_i")
-            .sort(col)
-            .join_asof(shifts.select("end_ns", "shift"), left_on=col, right_on="end_ns")
-            .sort("_i")
-            .select(moved(col))
-            .to_series()
-        )
-
-    hs, he = mapped("host_start_ns"), mapped("host_end_ns")
+    hs = on_step_thread_clock(model, r, st.get_column("host_start_ns"))
+    he = on_step_thread_clock(model, r, st.get_column("host_end_ns"))
     spans = pl.DataFrame({"_i": range(st.height), "s": st["host_start_ns"], "e": st["host_end_ns"]})
     ops = (
         g.select("launched", "launch_key_ns", r.gpu_end_ns.alias("g_end"))
@@ -502,15 +482,20 @@ def host_step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
     """Each step but the last on the step thread's replayed clock: from its start to the next
     step's start (whole steps only: the last one's end is where the host stopped, not where
     the next step would begin)."""
-    starts = model.steps_in_order.get_column("host_start_ns")
-    rows, ends = model.step_thread_calls
-    if ends.len():
-        # the last call that ended at or before each start (of equal ends, the last), in
-        # Series operations: this runs once per replay
-        last = ends.search_sorted(starts, side="right").cast(pl.Int64) - 1
-        shift = (r.host_end_ns.gather(rows) - ends).fill_null(0).gather(last.clip(0))
-        starts = starts + shift * (last >= 0).cast(pl.Int64)
+    starts = on_step_thread_clock(model, r, model.steps_in_order.get_column("host_start_ns"))
     return starts.diff().slice(1).alias("dur_ns")
+
+
+def on_step_thread_clock(model: StepModel, r: Replayed, t: pl.Series) -> pl.Series:
+    """Trace times ``t`` on the step thread moved to the replayed clock: each moves with the
+    last call there that ended at or before it (of equal ends, the last), none before it: not
+    at all. Series operations over the model's calls in end order (this runs once per replay)."""
+    rows, ends = model.step_thread_calls
+    if ends.len() == 0:
+        return t
+    last = ends.search_sorted(t, side="right").cast(pl.Int64) - 1
+    shift = (r.host_end_ns.gather(rows) - ends).fill_null(0).gather(last.clip(0))
+    return t + shift * (last >= 0).cast(pl.Int64)
 
 
 def steady_step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
