@@ -38,6 +38,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import traceinsight.api  # noqa: E402  (after polars' thread setting above)
 import traceinsight.diff  # noqa: E402
+import traceinsight.jobs  # noqa: E402
 
 # The tests hold millions of small Python objects (fixtures' raw events decoded once per worker,
 # parsed JSON results): at the default thresholds the cyclic collector ran ~22,000 times per
@@ -150,11 +151,26 @@ def analyzed(path: str | Path, **opts: object):
 # disk, with the same options and runtime: 130 repeats cost 83 s of the suite's analyses
 # (session 48). Not shared where a test may change what an analysis reads or does (it takes
 # `monkeypatch`, or is marked `fresh_analysis`: concurrency and determinism tests), nor a job's
-# directory, nor an input over CACHED_INPUT_MAX_BYTES. Held per worker, the newest
-# SHARED_ANALYSES_MAX of them. A test must not change an analysis it is given.
-SHARED_ANALYSES_MAX = 24
+# directory, nor an input over CACHED_INPUT_MAX_BYTES. Held per worker, the newest of them up
+# to SHARED_ANALYSES_MAX analyses or SHARED_INPUT_BYTES_MAX of their inputs on disk (about 8
+# bytes held per byte of an xz fixture: ~0.5 GB a worker; 24 held evicted 18 s of analyses that
+# were asked for again, session 49). A test must not change an analysis it is given.
+SHARED_ANALYSES_MAX = 128
+SHARED_INPUT_BYTES_MAX = 64 << 20
 _shared: OrderedDict[tuple[object, ...], object] = OrderedDict()
+_shared_bytes: dict[tuple[object, ...], int] = {}
 _sharing = {"on": False}
+
+
+def _hold(key: tuple[object, ...], n_bytes: int, out: object) -> object:
+    """``out`` held under ``key``, the oldest let go while over either bound."""
+    _shared[key], _shared_bytes[key] = out, n_bytes
+    while len(_shared) > 1 and (
+        len(_shared) > SHARED_ANALYSES_MAX or sum(_shared_bytes.values()) > SHARED_INPUT_BYTES_MAX
+    ):
+        old, _ = _shared.popitem(last=False)
+        del _shared_bytes[old]
+    return out
 
 
 def _shared_analyze_with(path, opts, runtime):  # type: ignore[no-untyped-def]
@@ -167,15 +183,43 @@ def _shared_analyze_with(path, opts, runtime):  # type: ignore[no-untyped-def]
     if key in _shared:
         _shared.move_to_end(key)
         return _shared[key]
-    out = _shared[key] = _analyze_with(path, opts, runtime)
-    if len(_shared) > SHARED_ANALYSES_MAX:
-        _shared.popitem(last=False)
-    return out
+    return _hold(key, st.st_size, _analyze_with(path, opts, runtime))
 
 
 _analyze_with = traceinsight.api.analyze_with
 for _module in (traceinsight.api, traceinsight.diff):
     _module.analyze_with = _shared_analyze_with  # type: ignore[attr-defined]
+
+
+def _shared_summarize_rank(path, opts, runtime):  # type: ignore[no-untyped-def]
+    """A job's rank summary (traceinsight.jobs.summarize_rank: one rank file's analysis and
+    cross-rank tables) shared as the analyses above are: the job tests analyze the same few
+    rank directories again and again (8% of the suite's CPU, session 50)."""
+    p = Path(path)
+    if not _sharing["on"] or not p.is_file() or p.stat().st_size > CACHED_INPUT_MAX_BYTES:
+        return _summarize_rank(path, opts, runtime)
+    st = p.stat()
+    key = (
+        "rank",
+        str(p.resolve()),
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        repr(opts),
+        repr(runtime),
+    )
+    if key in _shared:
+        _shared.move_to_end(key)
+        return _shared[key]
+    return _hold(key, st.st_size, _summarize_rank(path, opts, runtime))
+
+
+# Named as the function it stands for: a process pool or a Dask task pickles it by that name
+# and so runs the package's own in the child (where no conftest is loaded).
+_summarize_rank = traceinsight.jobs.summarize_rank
+_shared_summarize_rank.__module__ = _summarize_rank.__module__
+_shared_summarize_rank.__qualname__ = _summarize_rank.__qualname__
+traceinsight.jobs.summarize_rank = _shared_summarize_rank  # type: ignore[assignment]
 
 
 def pytest_configure(config: pytest.Config) -> None:

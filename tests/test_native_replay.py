@@ -36,10 +36,17 @@ def _polars(model: R.StepModel, max_rounds: int = R.MAX_ROUNDS) -> R.Replayed:
         R._kreplay = native
 
 
-def _native(model: R.StepModel, max_rounds: int = R.MAX_ROUNDS) -> R.Replayed:
-    """The C loop's result; fails where it declined (it may only for nulls)."""
+def _native(
+    model: R.StepModel,
+    max_rounds: int = R.MAX_ROUNDS,
+    *,
+    warm: bool = False,
+    converged_ns: int = R.CONVERGED_NS,
+) -> R.Replayed:
+    """The C loop's result; fails where it declined (it may only for nulls). Cold (``warm``
+    off) its rounds start from the trace's times, as the polars loop's do."""
     seen: list[object] = []
-    real = R._replay_native
+    real, saved = R._replay_native, (R.WARM_START, R.CONVERGED_NS)
 
     def spy(*args: object) -> object:
         out = real(*args)
@@ -47,12 +54,55 @@ def _native(model: R.StepModel, max_rounds: int = R.MAX_ROUNDS) -> R.Replayed:
         return out
 
     R._replay_native = spy
+    R.WARM_START, R.CONVERGED_NS = warm, converged_ns
     try:
         r = R.replay(model, max_rounds)
     finally:
         R._replay_native = real
+        R.WARM_START, R.CONVERGED_NS = saved
     assert seen and seen[0] is not None, "the C loop declined"
     return r
+
+
+# rounds enough for the generated models' and the fixtures' chains of blocking calls to settle
+# from the trace's times without any tolerance (the torchdiffeq loop's 457 syncs: 433 rounds)
+EXACT_ROUNDS = 5_000
+
+
+def exact(model: R.StepModel) -> R.Replayed:
+    """The rounds from the trace's times until no time moves at all."""
+    return _native(model, EXACT_ROUNDS, converged_ns=0)
+
+
+def in_trace_order(model: R.StepModel) -> bool:
+    """Every edge points back in trace time: each thread's calls and each stream's ops (by
+    launch) in time order, each op launched no earlier than its launch call began. (A
+    generated model may break that; a real one's clocks rarely do.)"""
+    h, g = model.host, model.gpu
+    thread_ordered = h.select((pl.col("start_ns").diff().over("tid") >= 0).all()).item()
+    if not g.height or not h.height:
+        return bool(thread_ordered)
+    launch = g.get_column("launch")
+    launch_start = h.get_column("start_ns").gather(launch.clip(0, h.height - 1))
+    return bool(
+        thread_ordered
+        and g.select((pl.col("launch_key_ns").diff().over("chain") >= 0).all()).item()
+        and ((launch < 0) | (g.get_column("launch_key_ns") >= launch_start)).all()
+    )
+
+
+def warm_is_the_fixed_point(model: R.StepModel) -> None:
+    """The warm start's replay (what analyses run) is the rounds' own fixed point, reached in
+    two rounds: the cold rounds run to no movement at all end on the same times. Where an edge
+    points forward in time the equations may hold at more than one point (the rounds may also
+    cycle): there the warm start's replay need only settle."""
+    w, e = _native(model, warm=True), exact(model)
+    if not in_trace_order(model):
+        return
+    if e.converged:
+        assert w.converged and w.rounds <= 2, (w.rounds, e.rounds)
+        for name in ("host_start_ns", "host_end_ns", "gpu_start_ns", "gpu_end_ns"):
+            assert getattr(w, name).to_list() == getattr(e, name).to_list(), name
 
 
 def same(a: R.Replayed, b: R.Replayed) -> None:
@@ -80,6 +130,7 @@ def check(model: R.StepModel, max_rounds: int = R.MAX_ROUNDS) -> None:
     r = _native(model, max_rounds)
     same(r, _polars(model, max_rounds))
     same_steps(model, r)
+    warm_is_the_fixed_point(model)
 
 
 def models_of(path: Path) -> dict[str, R.StepModel]:
@@ -121,7 +172,7 @@ def test_the_fixtures_exercise_every_branch() -> None:
         seen["own"] += int((wait == R.WAIT_OWN_OP).any())
         chain = m.host.get_column("chain_tid")
         seen["reordered"] += int(not chain.equals(m.host.get_column("tid")))
-        seen["rounds>2"] += int(R.replay(m).rounds > 2)
+        seen["rounds>2"] += int(_native(m).rounds > 2)  # cold: from the trace's times
     assert all(seen.values()), seen
 
 
@@ -306,6 +357,64 @@ def test_a_sync_waits_for_its_kernel_by_hand() -> None:
     slow = slow.with_gpu(slow.gpu.with_columns(pl.col("dur_ns") * 2))
     assert _native(slow).host_end_ns.to_list() == [5, 25]
     same(_native(slow), _polars(slow))
+
+
+def _syncing_loop(n: int, us: int = 1_000) -> R.StepModel:
+    """``_tiny``'s launch and sync ``n`` times, in microseconds (a round that moves no time
+    by over CONVERGED_NS ends the rounds): launch i at 100 i (5 us), its kernel at 100 i + 8
+    (10 us), the sync at 100 i + 10 (its return 2 us)."""
+    t = [100 * i for i in range(n)]
+    host = pl.DataFrame(
+        {
+            "tid": [1] * (2 * n),
+            "start_ns": [(x + d) * us for x in t for d in (0, 10)],
+            "end_ns": [(x + d) * us for x in t for d in (5, 20)],
+            "gap_ns": [g * us for i in range(n) for g in (0 if i == 0 else 80, 5)],
+            "dur_ns": [d * us for _ in t for d in (5, 2)],
+            "wait": pl.Series([w for _ in t for w in (R.WAIT_NONE, R.WAIT_DEVICE)], dtype=pl.Int8),
+            "own_op": [-1] * (2 * n),
+            "follows_main": [False] * (2 * n),
+        }
+    )
+    gpu = pl.DataFrame(
+        {
+            "chain": [7] * n,
+            "start_ns": [(x + 8) * us for x in t],
+            "end_ns": [(x + 18) * us for x in t],
+            "gap_ns": [0] * n,
+            "dur_ns": [10 * us] * n,
+            "launch": [2 * i for i in range(n)],
+            "launched": [True] * n,
+            "launch_offset_ns": [3 * us] * n,
+            "latency_ns": [0] * n,
+            "launch_key_ns": [x * us for x in t],
+        }
+    )
+    steps = pl.DataFrame({"tid": [1], "host_start_ns": [0], "host_end_ns": [(t[-1] + 20) * us]})
+    return R.StepModel(host=host, gpu=gpu, steps=steps)
+
+
+def test_a_chain_of_syncs_settles_in_two_rounds_from_the_warm_start() -> None:
+    """50 syncs, each waiting for the kernel launched just before it, the kernels twice as
+    long: launch i starts when sync i - 1 returns plus 80 us of host work, its kernel runs from
+    3 us after the launch for 20 us, the sync returns 2 us after it. So launch i starts at
+    105 i us and sync i returns at 105 i + 25 (by hand). From the trace's times each round
+    settles one more sync: 51 rounds, and cut at 10 the later syncs are still where the trace
+    had them. The warm start's sweep settles them all at once."""
+    n = 50
+    m = _syncing_loop(n)
+    m = m.with_gpu(m.gpu.with_columns(pl.col("dur_ns") * 2))
+    launch = [105_000 * i for i in range(n)]
+    want_host_end = [x + d for x in launch for d in (5_000, 25_000)]
+    cold, warm = _native(m, EXACT_ROUNDS), _native(m, warm=True)
+    assert warm.host_end_ns.to_list() == cold.host_end_ns.to_list() == want_host_end
+    assert warm.gpu_end_ns.to_list() == [x + 23_000 for x in launch]
+    assert (warm.rounds, warm.converged) == (2, True)
+    assert cold.rounds > n and cold.converged
+    cut, cut_warm = _native(m, 10), _native(m, 10, warm=True)
+    assert not cut.converged and cut.host_end_ns.to_list()[-1] < want_host_end[-1]
+    assert cut_warm.converged and cut_warm.host_end_ns.to_list() == want_host_end
+    same(cold, _polars(m, EXACT_ROUNDS))
 
 
 def test_a_follower_moves_with_the_step_thread_by_hand() -> None:

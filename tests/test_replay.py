@@ -704,6 +704,9 @@ def test_a_replay_cut_short_says_its_saving_is_a_lower_bound(monkeypatch):
     assert settled.converged and settled.unconverged == ()
     monkeypatch.setattr(graph, "REPLAY_WORK_MAX", 0)  # as if the model were too large
     monkeypatch.setattr(graph, "REPLAY_WORK_MAX_POLARS", 0)
+    # and its rounds start from the trace's times (the polars loop's; the C loop's warm start
+    # settles these syncs in two rounds)
+    monkeypatch.setattr(graph, "WARM_START", False)
     a = fresh(path)
     r = a.results.replay
     assert r.converged  # the trace's own replay settles at once
@@ -946,6 +949,7 @@ def test_an_unsettled_unprofiled_step_grades_nothing_above_low(monkeypatch):
 
     monkeypatch.setattr(graph, "REPLAY_WORK_MAX", 0)
     monkeypatch.setattr(graph, "REPLAY_WORK_MAX_POLARS", 0)
+    monkeypatch.setattr(graph, "WARM_START", False)  # as the polars loop starts its rounds
     a = fresh(H200 / "thirdparty" / "node.before.pt.trace.json.xz")
     assert "unprofiled" in a.results.replay.unconverged
     priced = [f for f in a.findings if f.what_if is not None]

@@ -281,7 +281,7 @@ typedef struct {
     vec_t h[H_N], g[G_N], order, node_order;
     int has_node_order, has_main;
     int64_t main_tid, neg_ns, converged_ns;
-    int blocking, max_rounds;
+    int blocking, max_rounds, warm;
     /* work: one block (fresh pages cost more than the passes) */
     int64_t *block;
     int64_t *floor_h, *h_start, *h_end, *drained, *ready, *floor_g, *g_cur, *new_end, *before;
@@ -392,6 +392,224 @@ static int job_alloc(job_t *j) {
     return 0;
 }
 
+/* ---- the warm start ------------------------------------------------------------------- */
+
+/* The rounds above settle one more blocking call each: a loop that syncs 432 times in its
+ * window took 432 rounds (and a large one more than REPLAY_WORK_MAX allows, cut unsettled).
+ * Before them, one sweep takes every host call and GPU op in trace order (a call at its start,
+ * an op at its launch; each chain in its own order) and computes it from what its edges read
+ * at that point: the same arithmetic as a round, but a sync reads the ends of the ops launched
+ * before it as this sweep computed them. Where every edge points back in trace time, that is
+ * the replay's fixed point and the rounds only confirm it (two); where one does not, the
+ * rounds go on from there as they would have from the trace's own times. */
+
+typedef struct {
+    int64_t key;
+    int64_t chain; /* host chains first, then the GPU's */
+    int cls;       /* at one time: a call's start, then the ops it launched, then its end */
+} ev_t;
+
+static int ev_before(const ev_t *a, const ev_t *b) {
+    if (a->key != b->key) return a->key < b->key;
+    if (a->cls != b->cls) return a->cls < b->cls;
+    return a->chain < b->chain;
+}
+
+static void heap_push(ev_t *h, int64_t *n, ev_t e) {
+    int64_t i = (*n)++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (!ev_before(&e, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = e;
+}
+
+static ev_t heap_pop(ev_t *h, int64_t *n) {
+    ev_t top = h[0], last = h[--(*n)];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && ev_before(&h[c + 1], &h[c])) c++;
+        if (!ev_before(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = last;
+    return top;
+}
+
+/* Rows 0..n-1 grouped by ``key`` into dense chains, each in row order: rows[first[c] ..
+ * first[c + 1]) are chain c's; returns the number of chains, -1 out of memory. */
+static int64_t group_rows(const int64_t *key, int64_t n, int64_t *chain_of, int64_t *rows,
+                          int64_t **first_out) {
+    chains_t c;
+    memset(&c, 0, sizeof c);
+    if (chains_reset(&c)) return -1;
+    int64_t n_chains = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (2 * (c.n + 1) > c.cap && chains_grow(&c)) {
+            chains_free(&c);
+            return -1;
+        }
+        size_t s = chains_slot(&c, key[i]);
+        if (!c.used[s]) {
+            c.used[s] = 1;
+            c.keys[s] = key[i];
+            c.ends[s] = n_chains++;
+            c.n++;
+        }
+        chain_of[i] = c.ends[s];
+    }
+    chains_free(&c);
+    int64_t *first = calloc((size_t)n_chains + 1, sizeof(int64_t));
+    if (!first) return -1;
+    for (int64_t i = 0; i < n; i++) first[chain_of[i] + 1]++;
+    for (int64_t k = 0; k < n_chains; k++) first[k + 1] += first[k];
+    int64_t *fill = malloc(((size_t)n_chains + 1) * sizeof(int64_t));
+    if (!fill) {
+        free(first);
+        return -1;
+    }
+    memcpy(fill, first, ((size_t)n_chains + 1) * sizeof(int64_t));
+    for (int64_t i = 0; i < n; i++) rows[fill[chain_of[i]]++] = i;
+    free(fill);
+    *first_out = first;
+    return n_chains;
+}
+
+/* The sweep; the GPU ops' ends into ``g_out``. 0, or -1 out of memory. */
+static int warm_start(job_t *j, int64_t *g_out) {
+    int64_t nh = j->h[H_TID].n, ng = j->g[G_CHAIN].n, neg = j->neg_ns;
+    const int64_t *tid = j->h[H_TID].v, *gap = j->h[H_GAP].v, *dur = j->h[H_DUR].v;
+    const int64_t *anchor = j->h[H_ANCHOR].v, *wait = j->h[H_WAIT].v, *own = j->h[H_OWN].v;
+    const int64_t *queue = j->h[H_QUEUE].v, *follows = j->h[H_FOLLOWS].v;
+    const int64_t *orig_end = j->h[H_ORIG_END].v, *h_key = j->h[H_START].v;
+    const int64_t *launch = j->g[G_LAUNCH].v, *offset = j->g[G_OFFSET].v;
+    const int64_t *g_anchor = j->g[G_ANCHOR].v, *g_gap = j->g[G_GAP].v, *g_dur = j->g[G_DUR].v;
+    const int64_t *g_key = j->g[G_KEY].v, *order = j->order.v, *node = j->node_order.v;
+    int fmode = 0;
+    for (int64_t i = 0; i < nh && j->has_main && !fmode; i++) fmode = follows[i] != 0;
+    int64_t size = 1;
+    while (size < ng) size *= 2;
+    int rc = -1;
+    int64_t *hs = alloc_n(nh), *he = alloc_n(nh), *h_chain = alloc_n(nh), *h_rows = alloc_n(nh);
+    int64_t *g_chain = alloc_n(ng), *g_rows = alloc_n(ng), *pos_of = alloc_n(ng);
+    int64_t *tree = alloc_n(2 * size), *h_first = NULL, *g_first = NULL, *prev = NULL, *at = NULL;
+    ev_t *heap = NULL;
+    if (!hs || !he || !h_chain || !h_rows || !g_chain || !g_rows || !pos_of || !tree) goto out;
+    int64_t nhc = group_rows(tid, nh, h_chain, h_rows, &h_first);
+    if (nhc < 0) goto out;
+    int64_t ngc = group_rows(j->g[G_CHAIN].v, ng, g_chain, g_rows, &g_first);
+    if (ngc < 0) goto out;
+    int64_t n_chains = nhc + ngc, n_heap = 0;
+    prev = alloc_n(n_chains);
+    at = alloc_n(n_chains); /* each chain's next row (an index into its rows) */
+    heap = malloc((size_t)(n_chains > 0 ? n_chains : 1) * sizeof(ev_t));
+    if (!prev || !at || !heap) goto out;
+    memcpy(hs, h_key, (size_t)nh * sizeof(int64_t));
+    memcpy(he, orig_end, (size_t)nh * sizeof(int64_t));
+    if (ng) memcpy(g_out, j->g[G_END].v, (size_t)ng * sizeof(int64_t));
+    /* the ends of the ops in launch order, for a sync's "everything launched before me" */
+    for (int64_t p = 0; p < 2 * size; p++) tree[p] = neg;
+    for (int64_t p = 0; p < ng; p++) {
+        pos_of[order[p]] = p;
+        tree[size + p] = g_out[order[p]];
+    }
+    for (int64_t p = size - 1; p >= 1; p--) tree[p] = max64(tree[2 * p], tree[2 * p + 1]);
+    for (int64_t c = 0; c < nhc; c++) {
+        at[c] = h_first[c];
+        heap_push(heap, &n_heap, (ev_t){h_key[h_rows[at[c]]], c, 0});
+    }
+    for (int64_t c = 0; c < ngc; c++) {
+        at[nhc + c] = g_first[c];
+        heap_push(heap, &n_heap, (ev_t){g_key[g_rows[at[nhc + c]]], nhc + c, 1});
+    }
+    while (n_heap) {
+        ev_t e = heap_pop(heap, &n_heap);
+        if (e.chain >= nhc) { /* a GPU op, ready when its launch call began */
+            int64_t c = e.chain - nhc, k = g_rows[at[e.chain]];
+            int64_t ready = g_anchor[k];
+            if (nh && launch[k] >= 0) {
+                int64_t n = j->has_node_order ? node[launch[k]] : launch[k];
+                ready = hs[n] + offset[k];
+            }
+            int first = at[e.chain] == g_first[c];
+            int64_t end = ready + g_gap[k] + g_dur[k];
+            if (!first) end = max64(prev[e.chain] + g_gap[k] + g_dur[k], end);
+            g_out[k] = prev[e.chain] = end;
+            int64_t p = size + pos_of[k];
+            for (tree[p] = end, p /= 2; p >= 1; p /= 2) tree[p] = max64(tree[2 * p], tree[2 * p + 1]);
+            if (++at[e.chain] < g_first[c + 1])
+                heap_push(heap, &n_heap, (ev_t){g_key[g_rows[at[e.chain]]], e.chain, 1});
+            continue;
+        }
+        int64_t c = e.chain, i = h_rows[at[c]];
+        int main_row = j->has_main && tid[i] == j->main_tid;
+        int follower = fmode && !main_row && follows[i] != 0;
+        if (e.cls == 0) { /* its start: the thread's previous end and the host work between */
+            int64_t g = follower ? 0 : gap[i];
+            hs[i] = (at[c] == h_first[c] ? anchor[i] : prev[c]) + g;
+            if (wait[i] != WAIT_NONE && ng) { /* its end once the ops launched by then ran */
+                heap_push(heap, &n_heap, (ev_t){e.key, c, 2});
+                continue;
+            }
+        }
+        int64_t floor = neg;
+        if (ng) {
+            if (wait[i] == WAIT_DEVICE) {
+                int64_t lo = size, hi = size + j->drain[i]; /* max over positions [0, drain) */
+                int64_t m = neg;
+                for (; lo < hi; lo /= 2, hi /= 2) {
+                    if (lo & 1) m = max64(m, tree[lo++]);
+                    if (hi & 1) m = max64(m, tree[--hi]);
+                }
+                floor = m + dur[i];
+            } else if (wait[i] == WAIT_OWN_OP)
+                floor = g_out[own[i]] + dur[i];
+            else if (wait[i] == WAIT_QUEUE)
+                floor = g_out[queue[i]] + dur[i];
+        }
+        if (follower) { /* on the step thread's clock: as host_chains */
+            int64_t lead = 0, nm = j->n_main, lo = 0, hi = nm;
+            while (lo < hi) {
+                int64_t mid = lo + (hi - lo) / 2;
+                if (j->shift_val[mid] <= anchor[i])
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            if (lo > 0) {
+                int64_t m = j->main_idx[j->shift_key[lo - 1]];
+                lead = he[m] - orig_end[m];
+            }
+            floor = max64(floor, anchor[i] + lead + dur[i]);
+        }
+        int64_t end = max64(hs[i] + dur[i], floor);
+        if (follower && wait[i] == WAIT_NONE) hs[i] = max64(hs[i], end - dur[i]);
+        he[i] = prev[c] = end;
+        if (++at[c] < h_first[c + 1]) heap_push(heap, &n_heap, (ev_t){h_key[h_rows[at[c]]], c, 0});
+    }
+    rc = 0;
+out:
+    free(hs);
+    free(he);
+    free(h_chain);
+    free(h_rows);
+    free(g_chain);
+    free(g_rows);
+    free(pos_of);
+    free(tree);
+    free(h_first);
+    free(g_first);
+    free(prev);
+    free(at);
+    free(heap);
+    return rc;
+}
+
 /* Runs the loop; 0, -1 (out of memory) or -2 (an index out of range: a broken model). */
 static int run(job_t *j, int *rounds_out, int *converged_out) {
     int64_t nh = j->h[H_TID].n, ng = j->g[G_CHAIN].n, neg = j->neg_ns;
@@ -462,7 +680,10 @@ static int run(job_t *j, int *rounds_out, int *converged_out) {
         }
     }
     int64_t *g_end = j->g_cur, *node_start = j->has_node_order ? j->node_start : j->h_start;
-    if (ng) memcpy(g_end, j->g[G_END].v, (size_t)ng * sizeof(int64_t));
+    if (j->warm && j->blocking && ng) {
+        if (warm_start(j, g_end)) return -1;
+    } else if (ng)
+        memcpy(g_end, j->g[G_END].v, (size_t)ng * sizeof(int64_t));
     int have_before = 0, rounds = 0, converged = 0;
     for (rounds = 1; rounds <= j->max_rounds; rounds++) {
         j->drained[0] = neg;
@@ -560,15 +781,16 @@ static int read_all(PyObject *tuple, vec_t *out, int n, const char *what) {
 static PyObject *kreplay_replay(PyObject *self, PyObject *args) {
     (void)self;
     PyObject *host, *gpu, *order, *node_order, *main_tid;
-    int blocking, max_rounds;
+    int blocking, max_rounds, warm = 1;
     long long neg_ns, converged_ns;
-    if (!PyArg_ParseTuple(args, "OOOOOpiLL", &host, &gpu, &order, &node_order, &main_tid,
-                          &blocking, &max_rounds, &neg_ns, &converged_ns))
+    if (!PyArg_ParseTuple(args, "OOOOOpiLL|p", &host, &gpu, &order, &node_order, &main_tid,
+                          &blocking, &max_rounds, &neg_ns, &converged_ns, &warm))
         return NULL;
     job_t j;
     memset(&j, 0, sizeof j);
     j.blocking = blocking;
     j.max_rounds = max_rounds;
+    j.warm = warm;
     j.neg_ns = neg_ns;
     j.converged_ns = converged_ns;
     if (main_tid != Py_None) {
@@ -786,13 +1008,14 @@ done:
 
 static PyMethodDef methods[] = {
     {"replay", kreplay_replay, METH_VARARGS,
-     "replay(host, gpu, order, node_order, main_tid, blocking, max_rounds, neg_ns, converged_ns)\n"
-     "-> (host_times, gpu_times, rounds, converged) | None\n\n"
+     "replay(host, gpu, order, node_order, main_tid, blocking, max_rounds, neg_ns, converged_ns,\n"
+     "       warm=True) -> (host_times, gpu_times, rounds, converged) | None\n\n"
      "The step model's replay loop (causal/graph.py) on int64 Arrow streams: host columns in\n"
      "chain order (tid gap dur anchor wait own queue follows orig_end start), GPU columns\n"
      "(chain gap dur anchor launch offset end launch_key), the GPU rows in launch order (the\n"
      "launch keys sorted by it), the chain->node\n"
-     "order (or None). Times come as Arrow struct arrays (start, end); None where a null is."},
+     "order (or None). Times come as Arrow struct arrays (start, end); None where a null is.\n"
+     "warm: the rounds start from one sweep in trace order (blocking models), not the trace."},
     {"step_times", kreplay_step_times, METH_VARARGS,
      "step_times(steps, host, gpu, tid) -> dur_ns table | None\n\n"
      "causal/graph.py's step_times_ns: steps (host_start host_end, by start), host calls (tid\n"

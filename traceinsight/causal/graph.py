@@ -10,7 +10,10 @@ blocking copy waits for its own copy).
 Every chain is ``end_i = max(end_{i-1} + gap_i + dur_i, floor_i)``, with ``floor_i`` the earliest
 end its other edges allow. Its closed form ``end_i = S_i + cummax_{j<=i}(floor_j - S_j)`` (``S``
 the cumulative gap + dur) makes one chain one cumulative max; host and GPU chains are iterated
-only through the blocking floors, a few rounds until nothing moves.
+only through the blocking floors, a few rounds until nothing moves. Each round settles one more
+blocking call of a dependent sequence, so the C loop starts its rounds from one sweep over the
+calls and ops in trace order (WARM_START): where every edge points back in time that sweep is
+the fixed point, and two rounds confirm it.
 
 Delays the edges do not explain (a GPU op starting later than both its stream and its launch
 allow: a cross-stream wait, a throttled clock) are kept as the op's ``gap_ns``, so the replay of
@@ -41,6 +44,11 @@ REPLAY_WORK_MAX = 40_000_000
 # The polars loop (an install without a C compiler) takes about 100x as long a node-round (3.8 s
 # for that loop's 432 rounds against 0.03 s): its replays stop sooner, and say so (unconverged).
 REPLAY_WORK_MAX_POLARS = 2_000_000
+# The C loop's rounds start from one sweep over the calls and ops in trace order (kreplay.c,
+# warm_start), which settles the blocking calls whose edges point back in time at once: that
+# torchdiffeq loop's replays take 2 rounds, not 432. Off, they start from the trace's times as
+# the polars loop's do (tests compare the two that way).
+WARM_START = True
 
 # What a host call waits for before it may return: nothing, the device's queue to drain (a
 # sync), its own copy (a blocking copy), a slot in the full launch queue (queue_op ending).
@@ -335,6 +343,7 @@ def _replay_native(
         max_rounds,
         NEG_NS,
         CONVERGED_NS,
+        WARM_START,
     )
     if out is None:
         return None
