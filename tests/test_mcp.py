@@ -94,8 +94,51 @@ def sync_analysis():
     return traceinsight.analyze(SYNC)
 
 
-def test_tools_listed_with_schemas(tmp_path):
-    tools, _ = serve([], [FIXTURES], tmp_path / "err.log")
+JOB = H200 / "ddp_straggler"
+PINNED_PAIR = (
+    PAIR / "h2d_pinned.before.pt.trace.json.xz",
+    PAIR / "h2d_pinned.after.pt.trace.json.xz",
+)
+# The calls of the tests below that ask ``--allow fixtures/`` and nothing else, by name: made in
+# one server's session (a server per test started the package and the SDK again each time, and
+# analyzed the same recording again: 9 servers, ~15 s of the suite's CPU).
+SHARED_CALLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "analyze_rel": ("analyze", {"path": SYNC_REL}),
+    "analyze_abs": ("analyze", {"path": str(SYNC)}),
+    "analyze_top": ("analyze", {"path": SYNC_REL, "top": 2}),
+    "explain_bare": ("explain", {"path": SYNC_REL, "finding_id": "host_sync"}),
+    "what_if_two": ("what_if", {"path": SYNC_REL, "fixes": ["launch_bound", "host_sync"]}),
+    "what_if_unknown": ("what_if", {"path": SYNC_REL, "fixes": ["no_such_finding"]}),
+    "what_if_none": ("what_if", {"path": SYNC_REL, "fixes": ["gpu_underutilized"]}),
+    "top_vllm": ("top_kernels", {"path": str(VLLM), "n": 5}),
+    "top_mi210": ("top_kernels", {"path": str(MI210), "n": 25}),
+    "regions": ("regions", {"path": SYNC_REL, "n": 4}),
+    "diff": ("diff", {"before": str(PINNED_PAIR[0]), "after": str(PINNED_PAIR[1])}),
+    "job": ("analyze", {"path": str(JOB)}),
+    "job_explain_no_rank": ("explain", {"path": str(JOB), "finding_id": "launch_bound"}),
+    "job_explain_rank": ("explain", {"path": str(JOB), "finding_id": "launch_bound", "rank": 1}),
+    "job_what_if_rank": ("what_if", {"path": str(JOB), "fixes": ["launch_bound"], "rank": 1}),
+    "job_what_if_file": (
+        "what_if",
+        {"path": str(JOB / "rank1.pt.trace.json.xz"), "fixes": ["launch_bound"]},
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory, sync_analysis) -> tuple[list[Any], dict[str, Any]]:
+    """One ``traceinsight mcp --allow fixtures/``: its tools, and the answer to each of
+    :data:`SHARED_CALLS` (the what-if of every fix is the analysis's own, so asked here)."""
+    every = [f.id for f in sync_analysis.findings if "transform" in f.evidence and f.cost_ns > 0]
+    calls = {**SHARED_CALLS, "what_if_all": ("what_if", {"path": SYNC_REL, "fixes": every})}
+    err = tmp_path_factory.mktemp("mcp") / "err.log"
+    tools, results = serve(list(calls.values()), [FIXTURES], err)
+    assert "Traceback" not in err.read_text()
+    return tools, dict(zip(calls, results, strict=True))
+
+
+def test_tools_listed_with_schemas(answers):
+    tools, _ = answers
     by = {t.name: t for t in tools}
     assert set(by) == TOOLS
     for t in tools:
@@ -118,14 +161,10 @@ def test_tools_listed_with_schemas(tmp_path):
     assert by["annotate"].annotations.read_only_hint is False
 
 
-def test_analyze_is_the_library_result(tmp_path, sync_analysis):
+def test_analyze_is_the_library_result(answers, sync_analysis):
     """The answer's findings, savings and headline are the library's on the same file; an
     absolute and a relative path are the same input (one analysis, from the cache)."""
-    _, (rel, absolute) = serve(
-        [("analyze", {"path": SYNC_REL}), ("analyze", {"path": str(SYNC)})],
-        [FIXTURES],
-        tmp_path / "err.log",
-    )
+    rel, absolute = answers[1]["analyze_rel"], answers[1]["analyze_abs"]
     a = ok(rel)
     assert ok(absolute) == a
     lib = sync_analysis
@@ -152,14 +191,13 @@ def test_analyze_is_the_library_result(tmp_path, sync_analysis):
     assert a["findings_left_out"] == 0 and a["data_quality"] == []
 
 
-def test_analyze_top_counts_what_it_leaves_out(tmp_path, sync_analysis):
-    _, (res,) = serve([("analyze", {"path": SYNC_REL, "top": 2})], [FIXTURES], tmp_path / "e")
-    a = ok(res)
+def test_analyze_top_counts_what_it_leaves_out(answers, sync_analysis):
+    a = ok(answers[1]["analyze_top"])
     assert [f["id"] for f in a["findings"]] == [f.id for f in sync_analysis.findings[:2]]
     assert a["findings_left_out"] == len(sync_analysis.findings) - 2 == 4
 
 
-def test_explain_shows_the_code_of_each_sync_site(tmp_path, sync_analysis):
+def test_explain_shows_the_code_of_each_sync_site(tmp_path, sync_analysis, answers):
     """host_sync's call sites carry the user's code: the recording's truth names each sync's
     function and line of code; the file has moved on since, and the excerpt follows the
     function to where it is now (found here by an independent scan of the file)."""
@@ -188,27 +226,17 @@ def test_explain_shows_the_code_of_each_sync_site(tmp_path, sync_analysis):
         assert src["line_now"] == now != want["def_line"]
         assert any(want["code"] in line for line in src["lines"]), (want, src["lines"])
     # without a --source-dir the file is not beside the trace: no code, and a hint says why
-    _, (bare,) = serve(
-        [("explain", {"path": SYNC_REL, "finding_id": "host_sync"})], [FIXTURES], tmp_path / "e2"
-    )
-    b = ok(bare)
+    b = ok(answers[1]["explain_bare"])
     assert all(c["source"] is None for c in b["call_sites"]) and "--source-dir" in b["source_hint"]
 
 
-def test_what_if_replays_the_chosen_fixes_together(tmp_path, sync_analysis):
+def test_what_if_replays_the_chosen_fixes_together(answers, sync_analysis):
     lib = sync_analysis
     chosen = ["launch_bound", "host_sync"]
-    every = [f.id for f in lib.findings if "transform" in f.evidence and f.cost_ns > 0]
-    _, (two, allfx, unknown, none) = serve(
-        [
-            ("what_if", {"path": SYNC_REL, "fixes": chosen}),
-            ("what_if", {"path": SYNC_REL, "fixes": every}),
-            ("what_if", {"path": SYNC_REL, "fixes": ["no_such_finding"]}),
-            ("what_if", {"path": SYNC_REL, "fixes": ["gpu_underutilized"]}),
-        ],
-        [FIXTURES],
-        tmp_path / "err.log",
-    )
+    assert SHARED_CALLS["what_if_two"][1]["fixes"] == chosen
+    got = answers[1]
+    two, allfx = got["what_if_two"], got["what_if_all"]
+    unknown, none = got["what_if_unknown"], got["what_if_none"]
     w = ok(two)
     rec = predict_fixes(lib, chosen)
     assert w["combined"]["step_time_after_ns"] == rec.step_time_after_ns
@@ -266,17 +294,10 @@ def _raw_kernel_totals(path: Path) -> list[tuple[str, int, int]]:
     return sorted(((n, c, t) for n, (c, t) in tot.items()), key=lambda r: (-r[2], r[0]))
 
 
-def test_top_kernels_equal_a_raw_sum(tmp_path):
+def test_top_kernels_equal_a_raw_sum(answers):
     """Two traces without step markers (the whole GPU span is analyzed): the top kernels are
     the raw events' sums by name; what is cut is counted."""
-    _, (vllm, mi210) = serve(
-        [
-            ("top_kernels", {"path": str(VLLM), "n": 5}),
-            ("top_kernels", {"path": str(MI210), "n": 25}),
-        ],
-        [FIXTURES],
-        tmp_path / "err.log",
-    )
+    vllm, mi210 = answers[1]["top_vllm"], answers[1]["top_mi210"]
     for res, path, n in ((vllm, VLLM, 5), (mi210, MI210, 25)):
         k = ok(res)
         raw = _raw_kernel_totals(path)
@@ -294,9 +315,8 @@ def test_top_kernels_equal_a_raw_sum(tmp_path):
     assert ok(vllm)["kernel_count"] == 425 and ok(mi210)["kernel_count"] == 562
 
 
-def test_regions_are_the_region_tree(tmp_path, sync_analysis):
-    _, (res,) = serve([("regions", {"path": SYNC_REL, "n": 4})], [FIXTURES], tmp_path / "e")
-    r = ok(res)
+def test_regions_are_the_region_tree(answers, sync_analysis):
+    r = ok(answers[1]["regions"])
     tree = sync_analysis.to_json()["details"]["regions"]
     rows = sorted(tree["regions"], key=lambda x: -x["gpu_ns"])
     assert [x["path"] for x in r["regions"]] == [x["path"] for x in rows[:4]]
@@ -306,17 +326,11 @@ def test_regions_are_the_region_tree(tmp_path, sync_analysis):
     assert r["regions"][1]["findings"] == ["host_sync"]
 
 
-def test_diff_of_the_pinned_copy_pair(tmp_path):
+def test_diff_of_the_pinned_copy_pair(answers):
     """The h2d_pinned pair (pageable -> pinned copy): the answer is traceinsight.diff.compare
     on the same two files; measured un-profiled, the step went 16.95 -> 11.14 ms."""
-    before, after = (
-        PAIR / "h2d_pinned.before.pt.trace.json.xz",
-        PAIR / "h2d_pinned.after.pt.trace.json.xz",
-    )
-    _, (res,) = serve(
-        [("diff", {"before": str(before), "after": str(after)})], [FIXTURES], tmp_path / "e"
-    )
-    d = ok(res)
+    before, after = PINNED_PAIR
+    d = ok(answers[1]["diff"])
     lib = compare(traceinsight.analyze(before), traceinsight.analyze(after))
     assert d["step_time_before_ns"] == lib["step_time_before_ns"]
     assert d["step_time_after_ns"] == lib["step_time_after_ns"]
@@ -442,20 +456,14 @@ def test_session_caches_per_input_and_view(tmp_path):
     assert session.analyses_run == 3
 
 
-def test_job_directory_and_its_ranks(tmp_path):
+def test_job_directory_and_its_ranks(answers):
     """A directory of rank traces is a job: the straggler is the library's; one rank's
     questions need rank=N, and a rank's what-if needs the rank's own file (its step model)."""
-    job = H200 / "ddp_straggler"
-    _, (a, no_rank, one, wi_rank, wi_file) = serve(
-        [
-            ("analyze", {"path": str(job)}),
-            ("explain", {"path": str(job), "finding_id": "launch_bound"}),
-            ("explain", {"path": str(job), "finding_id": "launch_bound", "rank": 1}),
-            ("what_if", {"path": str(job), "fixes": ["launch_bound"], "rank": 1}),
-            ("what_if", {"path": str(job / "rank1.pt.trace.json.xz"), "fixes": ["launch_bound"]}),
-        ],
-        [FIXTURES],
-        tmp_path / "err.log",
+    job = JOB
+    a, no_rank, one, wi_rank, wi_file = (
+        answers[1][k]
+        for k in ("job", "job_explain_no_rank", "job_explain_rank", "job_what_if_rank")
+        + ("job_what_if_file",)
     )
     lib = analyzed(job)
     j = ok(a)

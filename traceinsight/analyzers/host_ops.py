@@ -204,7 +204,8 @@ def _with_bytes(ctx: Context, ops: pl.DataFrame) -> pl.DataFrame:
         n = _tensor_bytes(*p) if p else None
         if n is None:  # a TensorList: the largest tensor its nested ops read (the output)
             kids = inside.filter(
-                (pl.col("tid") == row["tid"])
+                # a row without a thread (a damaged trace) matches the others without one
+                pl.col("tid").eq_missing(row["tid"])
                 & (pl.col("start_ns") > row["start_ns"])
                 & (pl.col("start_ns") < row["end_ns"])
             )
