@@ -504,6 +504,9 @@ static int warm_start(job_t *j, int64_t *g_out) {
     if (nhc < 0) goto out;
     int64_t ngc = group_rows(j->g[G_CHAIN].v, ng, g_chain, g_rows, &g_first);
     if (ngc < 0) goto out;
+    free(h_chain); /* read by the grouping only: freed before the sweep */
+    free(g_chain);
+    h_chain = g_chain = NULL;
     int64_t n_chains = nhc + ngc, n_heap = 0;
     prev = alloc_n(n_chains);
     at = alloc_n(n_chains); /* each chain's next row (an index into its rows) */
