@@ -47,25 +47,51 @@ import traceinsight.jobs  # noqa: E402
 gc.freeze()
 gc.set_threshold(100_000, 50, 100)
 
-# The files that take longest (seconds of test time on the 2-core machine, session 41), run
+
+def _exit_without_freeing() -> None:  # pragma: no cover - runs at the worker's exit
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+# A worker's last act: its reports are sent by then (pytest-xdist reads no exit code). Freeing
+# the millions of objects the tests held (raw events, shared analyses) one by one kept the run
+# waiting ~5 s for the last worker's process to end (session 50). Registered first, it runs
+# after every other exit handler (LIFO: the pools', Dask's, logging's still run).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    import atexit
+
+    atexit.register(_exit_without_freeing)
+
+# The files that take longest (seconds of test time on the 2-core machine, session 50), run
 # first: pytest-xdist's loadfile hands whole files to the workers in collection order, and a
-# long file handed out last leaves the other worker idle (the suite's 4-minute budget)
+# long file handed out last leaves the other worker idle (the suite's 4-minute budget; a worker
+# sat idle ~9 s at the end with only the 15 longest listed)
 LONG_FILES = (
     "test_thirdparty.py",
     "test_replay.py",
-    "test_mcp.py",
-    "test_diff.py",
-    "test_jobs.py",
     "test_native_scan.py",
     "test_corpus.py",
-    "test_layouts.py",
+    "test_jobs.py",
     "test_native_replay.py",
     "test_hostile.py",
-    "test_multirank.py",
+    "test_mcp.py",
     "test_evidence.py",
-    "test_fast_path.py",
+    "test_multirank.py",
+    "test_diff.py",
+    "test_layouts.py",
+    "test_analyzers_tiny.py",
+    "test_audit23.py",
     "test_cli_safety.py",
+    "test_fuzz_new_inputs.py",
+    "test_memory.py",
+    "test_intervals.py",
+    "test_capture.py",
+    "test_fast_path.py",
+    "test_nsys.py",
+    "test_html_render.py",
     "test_thirdparty_raft.py",
+    "test_foreign_verdicts.py",
 )
 
 
