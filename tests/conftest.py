@@ -199,17 +199,33 @@ def _hold(key: tuple[object, ...], n_bytes: int, out: object) -> object:
     return out
 
 
-def _shared_analyze_with(path, opts, runtime):  # type: ignore[no-untyped-def]
+def _shared_or_made(what: str, path: Path, opts: object, runtime: object, make):  # type: ignore[no-untyped-def]
+    """``make()``'s result for ``what`` of ``path`` (unchanged on disk) with these options and
+    runtime, held for the next test that asks (see above), or made afresh where not shared."""
     if not _sharing["on"] or not path.is_file():
-        return _analyze_with(path, opts, runtime)
+        return make()
     st = path.stat()
     if st.st_size > CACHED_INPUT_MAX_BYTES:
-        return _analyze_with(path, opts, runtime)
-    key = (str(path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns, repr(opts), repr(runtime))
+        return make()
+    key = (
+        what,
+        str(path.resolve()),
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        repr(opts),
+        repr(runtime),
+    )
     if key in _shared:
         _shared.move_to_end(key)
         return _shared[key]
-    return _hold(key, st.st_size, _analyze_with(path, opts, runtime))
+    return _hold(key, st.st_size, make())
+
+
+def _shared_analyze_with(path, opts, runtime):  # type: ignore[no-untyped-def]
+    return _shared_or_made(
+        "analysis", path, opts, runtime, lambda: _analyze_with(path, opts, runtime)
+    )
 
 
 _analyze_with = traceinsight.api.analyze_with
@@ -221,23 +237,9 @@ def _shared_summarize_rank(path, opts, runtime):  # type: ignore[no-untyped-def]
     """A job's rank summary (traceinsight.jobs.summarize_rank: one rank file's analysis and
     cross-rank tables) shared as the analyses above are: the job tests analyze the same few
     rank directories again and again (8% of the suite's CPU, session 50)."""
-    p = Path(path)
-    if not _sharing["on"] or not p.is_file() or p.stat().st_size > CACHED_INPUT_MAX_BYTES:
-        return _summarize_rank(path, opts, runtime)
-    st = p.stat()
-    key = (
-        "rank",
-        str(p.resolve()),
-        st.st_ino,
-        st.st_size,
-        st.st_mtime_ns,
-        repr(opts),
-        repr(runtime),
+    return _shared_or_made(
+        "rank", Path(path), opts, runtime, lambda: _summarize_rank(path, opts, runtime)
     )
-    if key in _shared:
-        _shared.move_to_end(key)
-        return _shared[key]
-    return _hold(key, st.st_size, _summarize_rank(path, opts, runtime))
 
 
 # Named as the function it stands for: a process pool or a Dask task pickles it by that name

@@ -312,6 +312,21 @@ static void sort_by_key(int64_t *idx, int64_t *tmp, int64_t n, const int64_t *ke
     }
 }
 
+/* The step thread's last call (its index among that thread's rows) that ended in the trace at
+ * or before ``t``, -1 if none: a follower's clock moves with it (run() sorts them by end). */
+static int64_t main_call_before(const job_t *j, int64_t t) {
+    const int64_t *by_end = j->shift_key, *end_sorted = j->shift_val;
+    int64_t lo = 0, hi = j->n_main;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if (end_sorted[mid] <= t)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo > 0 ? by_end[lo - 1] : -1;
+}
+
 /* replay.py's _host_chains on the chain-ordered host rows: h_start, h_end. */
 static int host_chains(job_t *j) {
     int64_t n = j->h[H_TID].n;
@@ -328,24 +343,10 @@ static int host_chains(job_t *j) {
     if (chain_pass(&j->chains, nm, j->main_idx, tid, gap, dur, j->floor_h, anchor, j->m_start,
                    j->m_end))
         return -1;
-    const int64_t *by_end = j->shift_key, *end_sorted = j->shift_val; /* see run() */
     for (int64_t q = 0; q < nr; q++) {
         int64_t i = j->rest_idx[q];
-        int64_t lead = 0;
-        if (nm) { /* the last step-thread call that ended at or before this row's anchor */
-            int64_t lo = 0, hi = nm;
-            while (lo < hi) {
-                int64_t mid = lo + (hi - lo) / 2;
-                if (end_sorted[mid] <= anchor[i])
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            if (lo > 0) {
-                int64_t p = by_end[lo - 1];
-                lead = j->m_end[p] - orig_end[j->main_idx[p]];
-            }
-        }
+        int64_t p = main_call_before(j, anchor[i]);
+        int64_t lead = p < 0 ? 0 : j->m_end[p] - orig_end[j->main_idx[p]];
         int f = follows[i] != 0;
         j->r_floor[i] = f ? max64(j->floor_h[i], anchor[i] + lead + dur[i]) : j->floor_h[i];
         j->r_gap[i] = f ? 0 : gap[i];
@@ -576,18 +577,8 @@ static int warm_start(job_t *j, int64_t *g_out) {
                 floor = g_out[queue[i]] + dur[i];
         }
         if (follower) { /* on the step thread's clock: as host_chains */
-            int64_t lead = 0, nm = j->n_main, lo = 0, hi = nm;
-            while (lo < hi) {
-                int64_t mid = lo + (hi - lo) / 2;
-                if (j->shift_val[mid] <= anchor[i])
-                    lo = mid + 1;
-                else
-                    hi = mid;
-            }
-            if (lo > 0) {
-                int64_t m = j->main_idx[j->shift_key[lo - 1]];
-                lead = he[m] - orig_end[m];
-            }
+            int64_t p = main_call_before(j, anchor[i]), m = p < 0 ? 0 : j->main_idx[p];
+            int64_t lead = p < 0 ? 0 : he[m] - orig_end[m];
             floor = max64(floor, anchor[i] + lead + dur[i]);
         }
         int64_t end = max64(hs[i] + dur[i], floor);
