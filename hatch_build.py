@@ -1,6 +1,7 @@
 """Build hook: compile the C extensions (traceinsight/_native/) into the package: the native
 scanner of Kineto events (kscan.c), the step model's replay loop (kreplay.c) and the reader of
-SQLite rows for Nsight Systems exports (ksqlite.c, where SQLite's header and library are).
+SQLite rows for Nsight Systems exports (ksqlite.c, where SQLite's header and library are;
+kbtree.c reads the tables' B-tree pages itself, without SQLite).
 
 Optional by design: without a C compiler (or with TRACEINSIGHT_NO_NATIVE_BUILD=1) the wheel is
 pure Python: the typed msgspec path decodes everything, polars runs the replay and ADBC (or
@@ -24,6 +25,7 @@ EXTENSIONS = {
     "_kscan": "kscan.c",
     "_kreplay": "kreplay.c",
     "_ksqlite": "ksqlite.c",
+    "_kbtree": "kbtree.c",
 }  # module -> source
 LIBRARIES = {"_ksqlite": ["-lsqlite3"]}  # the system's SQLite (Python's sqlite3 links it too)
 

@@ -127,7 +127,7 @@ LAYERS: dict[str, set[str]] = {
     "traceinsight": {"constants"},  # the facade: the rest loads on first use (__getattr__)
 }
 # the C extensions' modules
-COMPILED = {"_kscan": "native", "_kreplay": "native", "_ksqlite": "native"}
+COMPILED = {"_kscan": "native", "_kreplay": "native", "_ksqlite": "native", "_kbtree": "native"}
 
 
 def modules() -> dict[str, Path]:

@@ -269,13 +269,13 @@ def test_ts_normalized_export_is_not_shifted_again(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"])
-def test_native_adbc_and_sqlite3_fetch_agree(name, monkeypatch):
-    """Each fetch path is taken in turn (the native reader where it is built, ADBC, sqlite3)
-    and all give the same table."""
+def test_page_native_adbc_and_sqlite3_fetch_agree(name, monkeypatch):
+    """Each fetch path is taken in turn (the page reader and the native row reader where they
+    are built, ADBC, sqlite3) and all give the same table."""
     import traceinsight.parsers.nsys.db as nsys
 
     path = NSYS / name
-    taken = {"native": [], "adbc": []}
+    taken = {"pages": [], "native": [], "adbc": []}
 
     def spying(key, real):
         def spy(*args):
@@ -285,18 +285,56 @@ def test_native_adbc_and_sqlite3_fetch_agree(name, monkeypatch):
 
         return spy
 
+    monkeypatch.setattr(nsys, "read_pages", spying("pages", nsys.read_pages))
     monkeypatch.setattr(nsys, "fetch_native", spying("native", nsys.fetch_native))
     monkeypatch.setattr(nsys, "fetch_adbc", spying("adbc", nsys.fetch_adbc))
+    pages = load_trace(path).events
+    if nsys.kbtree is not None:  # the activity tables and names are plain columns: page-read
+        assert taken["pages"] and all(taken["pages"]) and not taken["adbc"]
+        assert len(taken["native"]) < len(taken["pages"])  # only the queries with SQL in them
+    monkeypatch.setattr(nsys, "kbtree", None)
+    taken["native"].clear()
     native = load_trace(path).events
-    if nsys.ksqlite is not None:  # every fetch went through the native reader
+    if nsys.ksqlite is not None:  # every fetch went through the native row reader
         assert taken["native"] and all(taken["native"]) and not taken["adbc"]
     monkeypatch.setattr(nsys, "ksqlite", None)
     adbc = load_trace(path).events
     assert taken["adbc"] and all(taken["adbc"])  # every fetch then went through ADBC
     monkeypatch.setattr(nsys, "fetch_adbc", lambda uri, q: None)
     slow = load_trace(path).events
+    assert pages.equals(native)
     assert native.equals(adbc)
     assert adbc.equals(slow)
+
+
+def test_pages_are_read_only_under_sqlites_shared_lock(tmp_path, monkeypatch):
+    """While an export is being read, no writer commits to it (the reader holds SQLite's
+    shared lock); with a rollback journal beside it (a writer died mid-commit: SQLite would roll
+    it back first) the pages are not read at all, SQLite reads every query."""
+    import shutil
+
+    import traceinsight.parsers.nsys.db as nsys
+
+    path = tmp_path / "held.sqlite"
+    shutil.copy(NSYS / "nsys-ai__mock.sqlite", path)
+    db = nsys.Db(path, lambda df, offset: df)
+    try:
+        assert db.pages_readable == (nsys.kbtree is not None)
+        writer = sqlite3.connect(path, timeout=0)
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            writer.execute("DELETE FROM StringIds")
+            writer.commit()
+        writer.close()
+    finally:
+        db.close()
+    whole = load_trace(path).events
+    (tmp_path / "held.sqlite-journal").write_bytes(b"\0" * 512)
+    db = nsys.Db(path, lambda df, offset: df)
+    assert not db.pages_readable
+    db.close()
+    read = []
+    monkeypatch.setattr(nsys, "read_pages", lambda *a: read.append(a))
+    assert load_trace(path).events.equals(whole) and not read
 
 
 def test_rowid_range_parts_give_the_same_table(monkeypatch):

@@ -3,8 +3,9 @@
 Each is a fast path with a polars, msgspec or ADBC reference that gives the same result:
 ``kscan`` decodes Kineto event spans (parsers/kineto/decode.py), ``kreplay`` runs the step
 model's replay loop (causal/graph.py), ``ksqlite`` reads the rows of Nsight Systems exports
-(parsers/nsys/db.py). A pure-Python install (no C compiler) has none of them, and
-``TRACEINSIGHT_NO_NATIVE=1`` turns them all off to compare.
+through SQLite and ``kbtree`` straight from their tables' B-tree pages (parsers/nsys/db.py). A
+pure-Python install (no C compiler) has none of them, and ``TRACEINSIGHT_NO_NATIVE=1`` turns
+them all off to compare.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from types import ModuleType
 kscan: ModuleType | None
 kreplay: ModuleType | None
 ksqlite: ModuleType | None
+kbtree: ModuleType | None
 try:
     from traceinsight import _kscan as kscan
 except ImportError:
@@ -27,8 +29,12 @@ try:
     from traceinsight import _ksqlite as ksqlite
 except ImportError:  # not built, or the system's SQLite library is missing
     ksqlite = None
+try:
+    from traceinsight import _kbtree as kbtree
+except ImportError:
+    kbtree = None
 if os.environ.get("TRACEINSIGHT_NO_NATIVE") == "1":
-    kscan = kreplay = ksqlite = None
+    kscan = kreplay = ksqlite = kbtree = None
 
 
 class ArrowTable:

@@ -181,4 +181,27 @@ static int utf8_len(const unsigned char *p, const unsigned char *end) {
     return 0;
 }
 
+/* All of [p, p + n) valid UTF-8; ASCII eight bytes at a time (most names are ASCII). */
+static inline int utf8_valid(const unsigned char *p, size_t n) {
+    const unsigned char *end = p + n;
+    while (p < end) {
+        if (end - p >= 8) {
+            uint64_t w;
+            memcpy(&w, p, 8);
+            if (!(w & 0x8080808080808080ULL)) {
+                p += 8;
+                continue;
+            }
+        }
+        if (*p < 0x80) {
+            p++;
+            continue;
+        }
+        int k = utf8_len(p, end);
+        if (!k) return 0;
+        p += k;
+    }
+    return 1;
+}
+
 #endif

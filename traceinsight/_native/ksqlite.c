@@ -21,29 +21,6 @@
 
 #define MAX_COLUMNS 64
 
-/* All of [p, p + n) valid UTF-8; ASCII eight bytes at a time (most names are ASCII). */
-static int utf8_valid(const unsigned char *p, size_t n) {
-    const unsigned char *end = p + n;
-    while (p < end) {
-        if (end - p >= 8) {
-            uint64_t w;
-            memcpy(&w, p, 8);
-            if (!(w & 0x8080808080808080ULL)) {
-                p += 8;
-                continue;
-            }
-        }
-        if (*p < 0x80) {
-            p++;
-            continue;
-        }
-        int k = utf8_len(p, end);
-        if (!k) return 0;
-        p += k;
-    }
-    return 1;
-}
-
 enum { READ_OK = 0, READ_NOMEM = -1, READ_DECLINED = -2 };
 
 /* Every row of the prepared statement into the columns. Each value is taken once as an

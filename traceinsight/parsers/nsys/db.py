@@ -1,23 +1,28 @@
-"""Reading an export: probing tables and columns through sqlite3, fetching rows through the
-native reader (``_ksqlite``, where it is built), else ADBC, else sqlite3.
+"""Reading an export: probing tables and columns through sqlite3, fetching rows from the
+tables' B-tree pages (``_kbtree``) where a query is plain columns, else through SQLite with the
+native row reader (``_ksqlite``), else ADBC, else sqlite3.
 
 The file is opened read-only (SQLite URI ``mode=ro``, ``query_only``) and nothing is written to it:
-no temp tables, no indexes.
+no temp tables, no indexes. A read transaction stays open while the rows are fetched (SQLite's
+shared lock), so no writer commits under the page reader.
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sqlite3
 import urllib.parse
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import polars as pl
 
 from traceinsight.errors import InputError
-from traceinsight.native import ArrowTable, ksqlite
+from traceinsight.native import ArrowTable, kbtree, ksqlite
 from traceinsight.parsers.source import SQLITE_LOCK_WAIT_S
 
 FETCH_ROWS = 200_000
@@ -40,6 +45,24 @@ def connect(uri: str, *, replacing: bool = True) -> sqlite3.Connection:
         con.text_factory = text_replacing
     con.execute("PRAGMA query_only = ON")
     return con
+
+
+ROWID = -1  # a page-read term: the row's rowid (an INTEGER PRIMARY KEY column reads it)
+ALL_ROWIDS = (-(1 << 63), (1 << 63) - 1)
+_INT_LITERAL = re.compile(r"-?\d{1,18}")
+
+
+@dataclass(frozen=True, slots=True)
+class PageRead:
+    """A query the page reader runs itself: each output column's record columns (summed for
+    integers; ``ROWID`` for the rowid) or a constant (None: NULL), rows kept where the column
+    ``keep_col`` (-1: none) holds one of ``keep_vals``."""
+
+    root_page: int
+    terms: tuple[tuple[int, ...] | None, ...]
+    constants: tuple[int | None, ...]
+    keep_col: int
+    keep_vals: tuple[int, ...]
 
 
 class Rows:
@@ -80,6 +103,12 @@ class Db:
             raise InputError(f"corrupt or not a SQLite database: {exc}", str(path)) from None
         self.tables = {r[0] for r in rows}
         self.path = path
+        self.pages_readable = kbtree is not None and _settled(path)
+        if self.pages_readable:
+            # SQLite's shared lock until close: a writer cannot commit under the page reader
+            self.con.execute("BEGIN")
+            self.con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        self._layouts: dict[str, dict[str, int] | None] = {}
         self.offset_ns = 0  # added to every event time (the session start, once known)
         self.pool = ThreadPoolExecutor(max_workers=FETCH_THREADS)
 
@@ -100,21 +129,103 @@ class Db:
         schema: dict[str, pl.DataType],
         where: str = "",
         to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+        keep_in: tuple[str, tuple[int, ...]] | None = None,
     ) -> Rows:
-        """``SELECT cols FROM table [WHERE where]`` as a frame with ``schema`` (one name and type
-        per column, each column aliased to its name), fetched on the pool and, with ``to_events``,
-        turned into event rows there (``finish``). A large table is read as several
-        rowid ranges so both threads stay busy until the end (polars releases the GIL, so the
-        conversion of one part runs beside the fetch of the next)."""
+        """``SELECT cols FROM table [WHERE where] [AND keep_in[0] IN keep_in[1]]`` as a frame
+        with ``schema`` (one name and type per column, each column aliased to its name), fetched
+        on the pool and, with ``to_events``, turned into event rows there (``finish``). A large
+        table is read as several rowid ranges so both threads stay busy until the end (polars
+        releases the GIL, so the conversion of one part runs beside the fetch of the next).
+        Plain columns, integer constants and sums of columns without a ``where`` are read from
+        the table's pages (:func:`read_pages`); anything else, or what that reader declines,
+        through SQLite."""
+        # the page reader filters on keep_in itself; any other condition is SQL's
+        pages = None if where else self._page_read(table, cols, schema, keep_in)
+        if keep_in is not None:
+            in_list = f"{keep_in[0]} IN ({', '.join(str(int(v)) for v in keep_in[1])})"
+            where = f"({where}) AND {in_list}" if where else in_list
         exprs = ", ".join(f'{c} AS "{n}"' for c, n in zip(cols, schema, strict=True))
         sql = f"SELECT {exprs} FROM {table}"
         ranges = self._rowid_ranges(table)
         if not ranges:
-            sqls = [sql + (f" WHERE {where}" if where else "")]
+            parts = [(sql + (f" WHERE {where}" if where else ""), ALL_ROWIDS)]
         else:
             cond = f"({where}) AND " if where else ""
-            sqls = [f"{sql} WHERE {cond}rowid BETWEEN {lo} AND {hi}" for lo, hi in ranges]
-        return Rows([self.pool.submit(self._fetch, q, schema, to_events) for q in sqls])
+            parts = [
+                (f"{sql} WHERE {cond}rowid BETWEEN {lo} AND {hi}", (lo, hi)) for lo, hi in ranges
+            ]
+        return Rows(
+            [
+                self.pool.submit(self._fetch, q, schema, to_events, pages, rowids)
+                for q, rowids in parts
+            ]
+        )
+
+    def _layout(self, table: str) -> dict[str, int] | None:
+        """Each column's place in the table's records (``ROWID`` for an INTEGER PRIMARY KEY,
+        which SQLite keeps as the rowid), columns with a DEFAULT left out (a record written
+        before ALTER TABLE added one reads as that default, not NULL); None where the records
+        are not plain (generated columns)."""
+        if table not in self._layouts:
+            info = self.con.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
+            pk = [r for r in info if r[5]]
+            alias = pk[0][1] if len(pk) == 1 and str(pk[0][2]).upper() == "INTEGER" else None
+            plain = all(r[6] == 0 for r in info)
+            self._layouts[table] = (
+                {r[1]: ROWID if r[1] == alias else r[0] for r in info if r[4] is None}
+                if plain
+                else None
+            )
+        return self._layouts[table]
+
+    def _page_read(
+        self,
+        table: str,
+        cols: list[str],
+        schema: dict[str, pl.DataType],
+        keep_in: tuple[str, tuple[int, ...]] | None,
+    ) -> PageRead | None:
+        """The query as a :class:`PageRead`, or None where SQLite must run it."""
+        if not self.pages_readable or table not in self.tables:
+            return None
+        layout = self._layout(table)
+        row = self.con.execute(
+            "SELECT rootpage, sql FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)
+        ).fetchone()
+        if layout is None or row is None or not row[0] or "WITHOUT ROWID" in (row[1] or "").upper():
+            return None
+        terms: list[tuple[int, ...] | None] = []
+        constants: list[int | None] = []
+        for expr, dtype in zip(cols, schema.values(), strict=True):
+            names = [c.strip() for c in expr.split("+")]
+            if all(n in layout for n in names) and (dtype.is_integer() or len(names) == 1):
+                if dtype != pl.String and not dtype.is_integer():
+                    return None
+                if dtype == pl.String and layout[names[0]] == ROWID:
+                    return None
+                terms.append(tuple(layout[n] for n in names))
+                constants.append(None)
+            elif expr.strip().upper() == "NULL" or (
+                _INT_LITERAL.fullmatch(expr.strip()) and dtype.is_integer()
+            ):
+                terms.append(None)
+                constants.append(None if expr.strip().upper() == "NULL" else int(expr))
+            else:
+                return None
+        if all(t is None for t in terms):
+            return None
+        keep_col = -1
+        if keep_in is not None:
+            keep_col = layout.get(keep_in[0], ROWID)
+            if keep_col == ROWID or len(keep_in[1]) > 64:
+                return None
+        return PageRead(
+            int(row[0]),
+            tuple(terms),
+            tuple(constants),
+            keep_col,
+            tuple(int(v) for v in keep_in[1]) if keep_in else (),
+        )
 
     def _rowid_ranges(self, table: str) -> list[tuple[int, int]]:
         try:  # one B-tree descent each; asked together, SQLite would scan the table
@@ -133,8 +244,12 @@ class Db:
         sql: str,
         schema: dict[str, pl.DataType],
         to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
+        pages: PageRead | None = None,
+        rowids: tuple[int, int] = ALL_ROWIDS,
     ) -> pl.DataFrame:
-        df = fetch_native(self.uri, sql, schema)
+        df = read_pages(self.path, pages, rowids, schema) if pages is not None else None
+        if df is None:
+            df = fetch_native(self.uri, sql, schema)
         if df is None:
             df = fetch_adbc(self.uri, sql)
         if df is None:
@@ -209,6 +324,56 @@ def rows_frame(rows: list[tuple[Any, ...]], schema: dict[str, pl.DataType]) -> p
         cols = zip(*rows, strict=True)
         named = zip(schema.items(), cols, strict=True)
         return pl.DataFrame([pl.Series(n, c, dtype=t, strict=False) for (n, t), c in named])
+
+
+def _settled(path: Path) -> bool:
+    """Whether every page of the database is in the file itself: no rollback journal (a crashed
+    writer's, SQLite would roll it back) and no WAL holding newer pages."""
+    for suffix in ("-journal", "-wal"):
+        try:
+            if os.path.getsize(str(path) + suffix) > 0:
+                return False
+        except OSError:
+            continue
+    return True
+
+
+def read_pages(
+    path: Path, read: PageRead, rowids: tuple[int, int], schema: dict[str, pl.DataType]
+) -> pl.DataFrame | None:
+    """The rows read from the table's B-tree pages by ``_kbtree``: no SQL engine, half the
+    CPU of SQLite's own row step on the 1 GB export (benchmarks/RESULTS.md, issue 33). None
+    where it declines (a value of another storage class than the schema's, a sum past int64,
+    invalid UTF-8, anything in the file it does not expect); SQLite then reads the query."""
+    if kbtree is None:
+        return None
+    names = tuple(schema)
+    read_cols = [i for i, t in enumerate(read.terms) if t is not None]
+    kinds = "".join("s" if schema[names[i]] == pl.String else "i" for i in read_cols)
+    columns = kbtree.scan(
+        str(path),
+        read.root_page,
+        rowids[0],
+        rowids[1],
+        tuple(read.terms[i] for i in read_cols),
+        tuple(names[i] for i in read_cols),
+        kinds,
+        read.keep_col,
+        read.keep_vals,
+    )
+    if columns is None:
+        return None
+    # one Series per column, each owning its buffers (freed as soon as it is dropped)
+    got = {names[i]: pl.Series(ArrowTable(c)) for i, c in zip(read_cols, columns, strict=True)}
+    n = len(next(iter(got.values())))
+    return pl.DataFrame(
+        [
+            got[c]
+            if c in got
+            else pl.repeat(read.constants[i], n, dtype=schema[c], eager=True).alias(c)
+            for i, c in enumerate(names)
+        ]
+    )
 
 
 def fetch_native(uri: str, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:

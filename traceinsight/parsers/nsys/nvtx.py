@@ -9,9 +9,6 @@ from traceinsight.parsers.nsys.tables import HOST_COLS, HOST_SCHEMA, keep_rows, 
 
 NVTX_RANGE_TYPES = (59, 60)  # PushPopRange, StartEndRange
 NVTX_DOMAIN_CREATE = 75
-# SQL transport only (see nvtx_query): a registered string's id rides in the text column
-# behind this marker; decode() turns it into the real ``text_id`` column.
-REGISTERED = "\x01"
 
 
 def nvtx_query(db: Db, strings: pl.DataFrame) -> Rows | None:
@@ -20,23 +17,25 @@ def nvtx_query(db: Db, strings: pl.DataFrame) -> Rows | None:
     if not nt:
         return None
     cols = db.columns(nt)
-    cols = db.columns(nt)
-    dom = pick(cols, "domainId")
-    # Ranges and domain names in one scan of the (largest) table, in as few columns as
-    # possible: each integer column costs the driver about as much as SQLite's whole row
-    # step. A registered string's id rides in the text column (REGISTERED + id; the text is
-    # NULL on those rows) and the event type in the domain column (DomainCreate rows get
-    # -1 - domainId): 20% less time on the NVTX scan than the four columns fetched apart.
-    text_id = f"char({ord(REGISTERED)}) || textId" if "textId" in cols else "NULL"
+    # The raw columns: read from the table's pages (db.Db.query) each costs little; packing
+    # them in SQL made SQLite's row step the cost (issue 33).
     return db.query(
         [
             *HOST_COLS,
-            f"ifnull(text, {text_id})",
-            f"CASE eventType WHEN {NVTX_DOMAIN_CREATE} THEN -1 - ifnull({dom}, 0) ELSE {dom} END",
+            "text",
+            pick(cols, "textId"),
+            "eventType",
+            pick(cols, "domainId"),
         ],
         nt,
-        {**HOST_SCHEMA, "name": pl.String, "packed_domain": pl.Int64},
-        f"eventType IN {(*NVTX_RANGE_TYPES, NVTX_DOMAIN_CREATE)}",
+        {
+            **HOST_SCHEMA,
+            "name": pl.String,
+            "text_id": pl.Int64,
+            "event_type": pl.Int64,
+            "domain_id": pl.Int64,
+        },
+        keep_in=("eventType", (*NVTX_RANGE_TYPES, NVTX_DOMAIN_CREATE)),
         to_events=lambda df: nvtx_rows(decode(df), strings),
     )
 
@@ -56,28 +55,15 @@ def strip_emit_nvtx(name: pl.Expr) -> pl.Expr:
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
-    """The transport packing undone at once, into real columns: ``text_id`` (the StringIds id
-    of a registered string, where ``name`` is null), ``domain_id`` and ``domain_create`` (the
-    row is a DomainCreate event naming its domain). Only the few marked rows' names are
-    touched: rebuilding a column of millions of names cost 0.3 s per 4M ranges."""
-    packed = pl.col("packed_domain")
-    df = df.with_columns(
-        pl.when(packed < 0).then(-1 - packed).otherwise(packed).alias("domain_id"),
-        (packed < 0).fill_null(False).alias("domain_create"),
-        pl.lit(None, pl.Int64).alias("text_id"),
-    ).drop("packed_domain")
-    name = df.get_column("name")
-    marked = name.str.starts_with(REGISTERED).fill_null(False).arg_true()
-    if marked.len() == 0:
-        return df
-    ids = name.gather(marked).str.slice(1).cast(pl.Int64, strict=False)
-    # A text of its own that merely starts with the marker (no id after it) stays as it is.
-    hit = marked.filter(ids.is_not_null())
-    if hit.len() == 0:
-        return df
+    """``domain_create`` (the row is a DomainCreate event naming its domain, whose id is then
+    0 where the export left it NULL) and ``text_id`` kept only where the row has no inline
+    text (its name is that registered string's)."""
+    create = (pl.col("event_type") == NVTX_DOMAIN_CREATE).fill_null(False)
     return df.with_columns(
-        name.scatter(hit, None), df.get_column("text_id").scatter(hit, ids.drop_nulls())
-    )
+        pl.when(create).then(pl.col("domain_id").fill_null(0)).otherwise(pl.col("domain_id")),
+        create.alias("domain_create"),
+        pl.when(pl.col("name").is_null()).then(pl.col("text_id")),
+    ).drop("event_type")
 
 
 def registered_names(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:

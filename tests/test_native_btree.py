@@ -1,0 +1,274 @@
+"""The page reader of SQLite tables (traceinsight/_native/kbtree.c) against SQLite itself: the
+same rows, values and nulls as ``SELECT ... ORDER BY rowid`` on tables built to reach every part
+of the file format it reads (interior pages several levels deep, records spilled to overflow
+pages, every integer width, rowid aliases, columns added by ALTER TABLE, rowid ranges and
+gaps); and None (SQLite then reads the query, parsers/nsys/db.py) for every value, page or
+file it does not read exactly as SQLite would. Damaged files never crash it."""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+
+import polars as pl
+import pytest
+
+from traceinsight.native import ArrowTable, kbtree
+
+from .conftest import FIXTURES, require_native
+
+require_native(kbtree, "traceinsight._kbtree (the SQLite page reader)")
+
+ALL = (-(1 << 63), (1 << 63) - 1)
+# one value per serial type's width, both signs, at each width's edge (1, 2, 3, 4, 6, 8 bytes
+# and the constants 0 and 1)
+EDGES = [0, 1, -1, 2, 127, -128, 128, 32767, -32768, 32768, 2**23 - 1, -(2**23), 2**23]
+EDGES += [2**31 - 1, -(2**31), 2**31, 2**47 - 1, -(2**47), 2**47, 2**63 - 1, -(2**63)]
+
+
+def _root(path, table: str) -> int:
+    con = sqlite3.connect(path)
+    (root,) = con.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+    con.close()
+    return root
+
+
+def _scan(path, table, terms, names, kinds, rowids=ALL, keep=(-1, ())) -> pl.DataFrame | None:
+    out = kbtree.scan(str(path), _root(path, table), *rowids, terms, names, kinds, *keep)
+    return None if out is None else pl.DataFrame([pl.Series(ArrowTable(c)) for c in out])
+
+
+def _sqlite(path, sql: str) -> list[tuple[object, ...]]:
+    con = sqlite3.connect(path)
+    rows = con.execute(sql).fetchall()
+    con.close()
+    return rows
+
+
+def _build(tmp_path, page_size: int, rows: int, seed: int = 0):
+    """A table with every integer width, NULLs, short and long text (long enough to spill to
+    one or more overflow pages at this page size), rows deleted here and there (gaps in the
+    rowids) and one column added after some rows were written."""
+    rng = random.Random(seed)
+    path = tmp_path / f"t{page_size}.sqlite"
+    con = sqlite3.connect(path)
+    con.execute(f"PRAGMA page_size = {page_size}")
+    con.execute("CREATE TABLE t (a INTEGER, b TEXT, c INTEGER, d)")
+    words = ["aten::mm", "ünïcödé ✓ 𝄞", "", "cudaLaunchKernel"]
+
+    def row(i: int) -> tuple[object, ...]:
+        text = rng.choice(words) if i % 7 else "x" * rng.choice([page_size, 3 * page_size, 40])
+        return (
+            rng.choice(EDGES) if i % 5 else None,
+            None if i % 11 == 0 else f"{text}{i}",
+            i * 1000 + rng.randrange(1000),
+            rng.choice(EDGES),
+        )
+
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?)", [row(i) for i in range(rows // 2)])
+    con.execute("ALTER TABLE t ADD COLUMN e INTEGER")  # the rows before read e as NULL
+    con.executemany(
+        "INSERT INTO t VALUES (?, ?, ?, ?, ?)",
+        [(*row(i), rng.choice([None, *EDGES])) for i in range(rows // 2, rows)],
+    )
+    con.execute("DELETE FROM t WHERE rowid % 13 = 0")
+    con.commit()
+    con.close()
+    return path
+
+
+@pytest.mark.parametrize("page_size", [512, 4096])
+def test_every_row_and_value_as_sqlite_reads_them(tmp_path, page_size):
+    path = _build(tmp_path, page_size, 6000)
+    names = ("rowid", "a", "b", "c", "d", "e")
+    terms = ((-1,), (0,), (1,), (2,), (3,), (4,))
+    df = _scan(path, "t", terms, names, "iisiii")
+    want = _sqlite(path, "SELECT rowid, a, b, c, d, e FROM t ORDER BY rowid")
+    assert df is not None and df.schema == dict.fromkeys(names, pl.Int64) | {"b": pl.String}
+    assert df.rows() == want
+    # the table reaches past one interior level and has spilled records
+    assert _sqlite(path, "PRAGMA page_count")[0][0] > 100
+    assert max(len(r[2] or "") for r in want) > 2 * page_size
+
+
+def test_rowid_ranges_select_exactly_their_rows(tmp_path):
+    path = _build(tmp_path, 512, 3000, seed=1)
+    rng = random.Random(2)
+    bounds = [(1, 1), (0, 0), (13, 13), (-5, 40), (2990, 5000), (1, 3000)]
+    bounds += [tuple(sorted(rng.sample(range(-10, 3100), 2))) for _ in range(20)]
+    for lo, hi in bounds:
+        df = _scan(path, "t", ((-1,), (1,)), ("rowid", "b"), "is", (lo, hi))
+        want = _sqlite(path, f"SELECT rowid, b FROM t WHERE rowid BETWEEN {lo} AND {hi}")
+        assert df is not None and df.rows() == want, (lo, hi)
+    assert _scan(path, "t", ((-1,),), ("r",), "i", (10, 5)).height == 0
+
+
+def test_sparse_and_negative_rowids(tmp_path):
+    path = tmp_path / "s.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA page_size = 512")
+    con.execute("CREATE TABLE s (id INTEGER PRIMARY KEY, v TEXT)")  # id is the rowid
+    rng = random.Random(3)
+    ids = sorted({rng.randrange(-(2**62), 2**62) for _ in range(4000)} | {2**63 - 1, -(2**63)})
+    con.executemany("INSERT INTO s VALUES (?, ?)", [(i, f"v{i}") for i in ids])
+    con.commit()
+    con.close()
+    df = _scan(path, "s", ((-1,), (1,)), ("id", "v"), "is")
+    assert df is not None and df.rows() == _sqlite(path, "SELECT id, v FROM s ORDER BY id")
+    assert df["id"].to_list() == ids
+    lo, hi = ids[100], ids[2000]
+    part = _scan(path, "s", ((-1,),), ("id",), "i", (lo, hi))
+    assert part is not None and part["id"].to_list() == ids[100:2001]
+
+
+def test_sums_and_the_in_filter_as_sql_computes_them(tmp_path):
+    path = _build(tmp_path, 4096, 2000, seed=4)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE t SET d = NULL WHERE rowid % 3 = 0")
+    con.execute("UPDATE t SET a = 7 WHERE rowid % 4 = 0")
+    con.execute("UPDATE t SET a = a % 1000, c = c % 1000")  # sums within int64
+    con.commit()
+    con.close()
+    df = _scan(path, "t", ((0, 2), (2, 0, 2)), ("ac", "cac"), "ii")
+    assert df is not None
+    assert df.rows() == _sqlite(path, "SELECT a + c, c + a + c FROM t ORDER BY rowid")
+    keep = (0, (7, 2**63 - 1, -1))
+    df = _scan(path, "t", ((-1,), (2,)), ("rowid", "c"), "ii", keep=keep)
+    want = _sqlite(path, "SELECT rowid, c FROM t WHERE a IN (7, 9223372036854775807, -1)")
+    assert df is not None and df.rows() == want and df.height > 100
+
+
+@pytest.mark.parametrize(
+    ("update", "terms", "kinds", "read"),
+    [
+        ("SET a = 1.5", ((0,),), "i", False),  # a REAL among integers
+        ("SET d = '12'", ((3,),), "i", False),  # d has no type: the text stays text
+        ("SET a = '12'", ((0,),), "i", True),  # INTEGER affinity stored it as 12
+        ("SET d = x'00'", ((3,),), "i", False),  # a BLOB among integers
+        ("SET b = x'6869'", ((1,),), "s", False),  # a BLOB among text
+        ("SET b = 12", ((1,),), "s", True),  # TEXT affinity stored it as '12'
+        ("SET b = CAST(x'c328' AS TEXT)", ((1,),), "s", False),  # invalid UTF-8
+        ("SET a = 9223372036854775807, c = 1", ((0, 2),), "i", False),  # SQL: a REAL
+    ],
+)
+def test_values_it_does_not_read_as_sql_would_are_declined(tmp_path, update, terms, kinds, read):
+    path = _build(tmp_path, 4096, 100, seed=5)
+    con = sqlite3.connect(path)
+    con.execute("UPDATE t SET a = a % 1000 WHERE rowid != 40")  # only row 40 overflows a sum
+    con.execute(f"UPDATE t {update} WHERE rowid = 40")
+    con.commit()
+    con.close()
+    df = _scan(path, "t", terms, ("x",), kinds)
+    if read:
+        assert df is not None
+        assert df.rows() == _sqlite(
+            path,
+            "SELECT a FROM t ORDER BY rowid" if kinds == "i" else "SELECT b FROM t ORDER BY rowid",
+        )
+    else:
+        assert df is None
+    assert _scan(path, "t", terms, ("x",), kinds, (1, 39)) is not None  # the rows before it
+
+
+def test_files_it_does_not_read_are_declined(tmp_path):
+    path = _build(tmp_path, 4096, 500, seed=6)
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE w (k INTEGER PRIMARY KEY, v TEXT) WITHOUT ROWID")
+    con.execute("INSERT INTO w VALUES (1, 'a')")
+    con.commit()
+    con.close()
+    assert _scan(path, "w", ((0,),), ("k",), "i") is None  # an index B-tree
+    assert kbtree.scan(str(path), 10**6, *ALL, ((0,),), ("a",), "i", -1, ()) is None
+    assert kbtree.scan(str(tmp_path / "missing"), 2, *ALL, ((0,),), ("a",), "i", -1, ()) is None
+    utf16 = tmp_path / "u16.sqlite"
+    con = sqlite3.connect(utf16)
+    con.execute("PRAGMA encoding = 'UTF-16le'")
+    con.execute("CREATE TABLE t (b TEXT)")
+    con.execute("INSERT INTO t VALUES ('x')")
+    con.commit()
+    con.close()
+    assert _scan(utf16, "t", ((0,),), ("b",), "s") is None
+    cut = tmp_path / "cut.sqlite"
+    data = path.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    root = _root(path, "t")
+    out = kbtree.scan(str(cut), root, *ALL, ((0,), (1,)), ("a", "b"), "is", -1, ())
+    assert out is None  # pages past the end
+
+
+def test_damaged_pages_never_crash_it(tmp_path):
+    """Random bytes over the table's pages: each scan returns a frame or declines, never
+    crashes or loops (page numbers checked, the depth and the pages read bounded)."""
+    path = _build(tmp_path, 512, 1500, seed=7)
+    data = bytearray(path.read_bytes())
+    root = _root(path, "t")
+    rng = random.Random(8)
+    declined = 0
+    for k in range(60):
+        bad = bytearray(data)
+        for _ in range(1 + k % 8):
+            at = rng.randrange(512, len(bad))
+            bad[at] = rng.randrange(256)
+        damaged = tmp_path / f"bad{k}.sqlite"
+        damaged.write_bytes(bytes(bad))
+        out = kbtree.scan(str(damaged), root, *ALL, ((0,), (1,)), ("a", "b"), "is", -1, ())
+        declined += out is None
+        damaged.unlink()
+    assert declined > 0
+
+
+def test_arguments_are_checked():
+    with pytest.raises(ValueError, match="kind"):
+        kbtree.scan("x", 2, *ALL, ((0,),), ("a",), "f", -1, ())
+    with pytest.raises(ValueError, match="term"):
+        kbtree.scan("x", 2, *ALL, ((-1,),), ("a",), "s", -1, ())  # the rowid is no text
+    with pytest.raises(ValueError, match="term"):
+        kbtree.scan("x", 2, *ALL, ((300,),), ("a",), "i", -1, ())
+    with pytest.raises(ValueError):
+        kbtree.scan("x", 2, *ALL, ((0,), (1,)), ("a",), "i", -1, ())
+    with pytest.raises(TypeError):
+        kbtree.scan("x", 2, *ALL, [(0,)], ("a",), "i", -1, ())
+
+
+def test_the_corpus_exports_tables_read_as_sqlite_reads_them(nsys_dir):
+    """Every integer and text column of the activity tables of two real exports, page-read
+    and as SQLite returns them."""
+    for name in ("nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"):
+        path = nsys_dir / name
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        tables = [
+            t
+            for (t,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            if t.startswith(("CUPTI_ACTIVITY_KIND_", "NVTX_EVENTS", "StringIds"))
+        ]
+        for table in tables:
+            info = con.execute(f'PRAGMA table_info("{table}")').fetchall()
+            types = dict(con.execute(_typeof(table, info)).fetchall())
+            cols = [r for r in info if types.get(r[1]) in ("integer", "text")]
+            if not cols:
+                continue
+            kinds = "".join("s" if types[r[1]] == "text" else "i" for r in cols)
+            terms = tuple((-1,) if r[5] and r[2].upper() == "INTEGER" else (r[0],) for r in cols)
+            names = tuple(r[1] for r in cols)
+            df = _scan(path, table, terms, names, kinds)
+            sel = ", ".join(f'"{n}"' for n in names)
+            want = con.execute(f'SELECT {sel} FROM "{table}" ORDER BY rowid').fetchall()
+            assert df is not None and df.rows() == want, (name, table)
+        con.close()
+
+
+def _typeof(table: str, info) -> str:
+    """One storage class per column: its non-NULL values' only class (integer or text)."""
+    parts = " UNION ALL ".join(
+        f"SELECT '{r[1]}', (SELECT CASE WHEN count(DISTINCT typeof(\"{r[1]}\")) = 1 "
+        f'THEN max(typeof("{r[1]}")) END FROM "{table}" WHERE "{r[1]}" IS NOT NULL)'
+        for r in info
+    )
+    return f"SELECT * FROM ({parts})"
+
+
+@pytest.fixture
+def nsys_dir():
+    if not (FIXTURES / "nsys").exists():
+        pytest.skip("fixtures/nsys is missing")
+    return FIXTURES / "nsys"
