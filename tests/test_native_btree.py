@@ -272,3 +272,28 @@ def nsys_dir():
     if not (FIXTURES / "nsys").exists():
         pytest.skip("fixtures/nsys is missing")
     return FIXTURES / "nsys"
+
+
+def test_columns_read_otherwise_by_sql_are_not_page_read(tmp_path):
+    """A whole float in a REAL column is stored as an integer and SQLite returns it as a float;
+    a column with a DEFAULT reads that default in records older than the column: the export
+    reader leaves both to SQL (parsers/nsys/db.py ``Db._layout``)."""
+    from traceinsight.parsers.nsys.db import ROWID, Db
+
+    path = tmp_path / "r.sqlite"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, r REAL, x DOUBLE, i INTEGER, s TEXT)")
+    con.execute("INSERT INTO t VALUES (5, 3.0, 2.0, 1, 'a')")
+    con.execute("ALTER TABLE t ADD COLUMN d INTEGER DEFAULT 7")
+    con.commit()
+    con.close()
+    assert _sqlite(path, "SELECT r, d FROM t") == [(3.0, 7)]
+    raw = _scan(path, "t", ((1,),), ("r",), "i")
+    assert raw is not None and raw.rows() == [(3,)]  # on disk: the integer 3
+    db = Db(path, lambda df, offset: df)
+    try:
+        assert db._layout("t") == {"id": ROWID, "i": 3, "s": 4}
+        frame = db.query(["id", "r", "d"], "t", {"a": pl.Int64, "b": pl.Int64, "c": pl.Int64})
+        assert frame.result().rows() == [(5, 3, 7)]
+    finally:
+        db.close()

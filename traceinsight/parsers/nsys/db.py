@@ -50,6 +50,8 @@ def connect(uri: str, *, replacing: bool = True) -> sqlite3.Connection:
 ROWID = -1  # a page-read term: the row's rowid (an INTEGER PRIMARY KEY column reads it)
 ALL_ROWIDS = (-(1 << 63), (1 << 63) - 1)
 _INT_LITERAL = re.compile(r"-?\d{1,18}")
+# SQLite's rule for a declared type's affinity: INT first (INTEGER), then text, BLOB, then these
+_REAL_AFFINITY = re.compile(r"^(?!.*INT)(?!.*(?:CHAR|CLOB|TEXT)).*(?:REAL|FLOA|DOUB)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,16 +165,21 @@ class Db:
 
     def _layout(self, table: str) -> dict[str, int] | None:
         """Each column's place in the table's records (``ROWID`` for an INTEGER PRIMARY KEY,
-        which SQLite keeps as the rowid), columns with a DEFAULT left out (a record written
-        before ALTER TABLE added one reads as that default, not NULL); None where the records
-        are not plain (generated columns)."""
+        which SQLite keeps as the rowid); left out: columns with a DEFAULT (a record written
+        before ALTER TABLE added one reads as that default, not NULL) and columns of REAL
+        affinity (SQLite stores a whole float as an integer there and returns it as a float).
+        None where the records are not plain (generated columns)."""
         if table not in self._layouts:
             info = self.con.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
             pk = [r for r in info if r[5]]
             alias = pk[0][1] if len(pk) == 1 and str(pk[0][2]).upper() == "INTEGER" else None
             plain = all(r[6] == 0 for r in info)
             self._layouts[table] = (
-                {r[1]: ROWID if r[1] == alias else r[0] for r in info if r[4] is None}
+                {
+                    r[1]: ROWID if r[1] == alias else r[0]
+                    for r in info
+                    if r[4] is None and not _REAL_AFFINITY.search(str(r[2]).upper())
+                }
                 if plain
                 else None
             )
