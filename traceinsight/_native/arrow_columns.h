@@ -36,11 +36,31 @@ typedef struct {
     const char *name;
     buf_t data;    /* int64 / double values, or string bytes */
     buf_t offs;    /* strings: int64 offsets, n + 1 of them */
-    buf_t valid;   /* validity bitmap */
+    buf_t valid;   /* validity bitmap, from the first null on (has_bitmap) */
     int64_t n, nulls;
+    int has_bitmap;
 } col_t;
 
+/* The validity bitmap is written from a column's first null on (all bits before it set): a
+ * column without nulls has none, which Arrow allows, and its values skip the bit writes. */
+static int col_first_null(col_t *c) {
+    size_t bytes = (size_t)(c->n + 7) / 8;
+    if (buf_reserve(&c->valid, bytes + 1)) return -1;
+    memset(c->valid.p, 0xFF, (size_t)c->n / 8);
+    if (c->n & 7) c->valid.p[c->n / 8] = (char)((1 << (c->n & 7)) - 1);
+    c->valid.len = bytes;
+    c->has_bitmap = 1;
+    return 0;
+}
+
 static int col_valid(col_t *c, int ok) {
+    if (!c->has_bitmap) {
+        if (ok) {
+            c->n++;
+            return 0;
+        }
+        if (col_first_null(c)) return -1;
+    }
     if ((c->n & 7) == 0) {
         if (buf_reserve(&c->valid, 1)) return -1;
         c->valid.p[c->valid.len++] = 0;
@@ -124,7 +144,8 @@ static int export_col(col_t *c, struct ArrowSchema *s, struct ArrowArray *a) {
     memset(a, 0, sizeof *a);
     a->length = c->n;
     a->null_count = c->nulls;
-    pr->bufs[0] = c->valid.p;
+    pr->bufs[0] = c->has_bitmap ? c->valid.p : NULL; /* no nulls: no bitmap (Arrow allows it) */
+    if (!c->has_bitmap) free(c->valid.p);
     if (c->kind == K_STR) {
         pr->bufs[1] = c->offs.p;
         pr->bufs[2] = c->data.p;
@@ -135,7 +156,6 @@ static int export_col(col_t *c, struct ArrowSchema *s, struct ArrowArray *a) {
         if (!pr->bufs[1]) pr->bufs[1] = malloc(8);
         a->n_buffers = 2;
     }
-    if (!pr->bufs[0]) pr->bufs[0] = calloc(1, 1);
     for (int i = 0; i < 3; i++) pr->ptrs[i] = pr->bufs[i];
     a->buffers = pr->ptrs;
     a->private_data = pr;
