@@ -45,6 +45,14 @@ def _sqlite(path, sql: str) -> list[tuple[object, ...]]:
     return rows
 
 
+def _execute(path, *statements: str) -> None:
+    con = sqlite3.connect(path)
+    for sql in statements:
+        con.execute(sql)
+    con.commit()
+    con.close()
+
+
 def _build(tmp_path, page_size: int, rows: int, seed: int = 0):
     """A table with every integer width, NULLs, short and long text (long enough to spill to
     one or more overflow pages at this page size), rows deleted here and there (gaps in the
@@ -123,12 +131,12 @@ def test_sparse_and_negative_rowids(tmp_path):
 
 def test_sums_and_the_in_filter_as_sql_computes_them(tmp_path):
     path = _build(tmp_path, 4096, 2000, seed=4)
-    con = sqlite3.connect(path)
-    con.execute("UPDATE t SET d = NULL WHERE rowid % 3 = 0")
-    con.execute("UPDATE t SET a = 7 WHERE rowid % 4 = 0")
-    con.execute("UPDATE t SET a = a % 1000, c = c % 1000")  # sums within int64
-    con.commit()
-    con.close()
+    _execute(
+        path,
+        "UPDATE t SET d = NULL WHERE rowid % 3 = 0",
+        "UPDATE t SET a = 7 WHERE rowid % 4 = 0",
+        "UPDATE t SET a = a % 1000, c = c % 1000",  # sums within int64
+    )
     df = _scan(path, "t", ((0, 2), (2, 0, 2)), ("ac", "cac"), "ii")
     assert df is not None
     assert df.rows() == _sqlite(path, "SELECT a + c, c + a + c FROM t ORDER BY rowid")
@@ -153,11 +161,10 @@ def test_sums_and_the_in_filter_as_sql_computes_them(tmp_path):
 )
 def test_values_it_does_not_read_as_sql_would_are_declined(tmp_path, update, terms, kinds, read):
     path = _build(tmp_path, 4096, 100, seed=5)
-    con = sqlite3.connect(path)
-    con.execute("UPDATE t SET a = a % 1000 WHERE rowid != 40")  # only row 40 overflows a sum
-    con.execute(f"UPDATE t {update} WHERE rowid = 40")
-    con.commit()
-    con.close()
+    # only row 40 can overflow a sum
+    _execute(
+        path, "UPDATE t SET a = a % 1000 WHERE rowid != 40", f"UPDATE t {update} WHERE rowid = 40"
+    )
     df = _scan(path, "t", terms, ("x",), kinds)
     if read:
         assert df is not None
@@ -172,21 +179,21 @@ def test_values_it_does_not_read_as_sql_would_are_declined(tmp_path, update, ter
 
 def test_files_it_does_not_read_are_declined(tmp_path):
     path = _build(tmp_path, 4096, 500, seed=6)
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE w (k INTEGER PRIMARY KEY, v TEXT) WITHOUT ROWID")
-    con.execute("INSERT INTO w VALUES (1, 'a')")
-    con.commit()
-    con.close()
+    _execute(
+        path,
+        "CREATE TABLE w (k INTEGER PRIMARY KEY, v TEXT) WITHOUT ROWID",
+        "INSERT INTO w VALUES (1, 'a')",
+    )
     assert _scan(path, "w", ((0,),), ("k",), "i") is None  # an index B-tree
     assert kbtree.scan(str(path), 10**6, *ALL, ((0,),), ("a",), "i", -1, ()) is None
     assert kbtree.scan(str(tmp_path / "missing"), 2, *ALL, ((0,),), ("a",), "i", -1, ()) is None
     utf16 = tmp_path / "u16.sqlite"
-    con = sqlite3.connect(utf16)
-    con.execute("PRAGMA encoding = 'UTF-16le'")
-    con.execute("CREATE TABLE t (b TEXT)")
-    con.execute("INSERT INTO t VALUES ('x')")
-    con.commit()
-    con.close()
+    _execute(
+        utf16,
+        "PRAGMA encoding = 'UTF-16le'",
+        "CREATE TABLE t (b TEXT)",
+        "INSERT INTO t VALUES ('x')",
+    )
     assert _scan(utf16, "t", ((0,),), ("b",), "s") is None
     cut = tmp_path / "cut.sqlite"
     data = path.read_bytes()
@@ -304,12 +311,12 @@ def test_columns_read_otherwise_by_sql_are_not_page_read(tmp_path):
     from traceinsight.parsers.nsys.db import ROWID, Db
 
     path = tmp_path / "r.sqlite"
-    con = sqlite3.connect(path)
-    con.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, r REAL, x DOUBLE, i INTEGER, s TEXT)")
-    con.execute("INSERT INTO t VALUES (5, 3.0, 2.0, 1, 'a')")
-    con.execute("ALTER TABLE t ADD COLUMN d INTEGER DEFAULT 7")
-    con.commit()
-    con.close()
+    _execute(
+        path,
+        "CREATE TABLE t (id INTEGER PRIMARY KEY, r REAL, x DOUBLE, i INTEGER, s TEXT)",
+        "INSERT INTO t VALUES (5, 3.0, 2.0, 1, 'a')",
+        "ALTER TABLE t ADD COLUMN d INTEGER DEFAULT 7",
+    )
     assert _sqlite(path, "SELECT r, d FROM t") == [(3.0, 7)]
     raw = _scan(path, "t", ((1,),), ("r",), "i")
     assert raw is not None and raw.rows() == [(3,)]  # on disk: the integer 3

@@ -1,5 +1,5 @@
-/* Growable column buffers and their export as one Arrow struct array (a pair of PyCapsules):
- * the columns the native readers write (kscan.c: Kineto events; ksqlite.c: SQLite rows).
+/* Growable column buffers and their export as Arrow arrays (pairs of PyCapsules): the columns
+ * the native readers write (kscan.c: Kineto events; ksqlite.c, kbtree.c: SQLite rows).
  * Every function is static (each module has its copy). */
 #ifndef TRACEINSIGHT_ARROW_COLUMNS_H
 #define TRACEINSIGHT_ARROW_COLUMNS_H
@@ -162,6 +162,50 @@ static int export_col(col_t *c, struct ArrowSchema *s, struct ArrowArray *a) {
     a->release = release_array;
     c->valid.p = c->offs.p = c->data.p = NULL;
     return 0;
+}
+
+/* Each column as an array of its own, a tuple of (schema, array) pairs of PyCapsules (the SQLite
+ * readers): one struct array of them all would keep every column's buffers alive while any one
+ * column lives (the text column's buffer does, under the names' views), 0.8 GB on a 1 GB export. */
+static inline PyObject *export_columns(col_t *cols, int n) {
+    PyObject *out = PyTuple_New(n);
+    if (!out) return NULL;
+    for (int i = 0; i < n; i++) {
+        struct ArrowSchema *s = calloc(1, sizeof *s);
+        struct ArrowArray *a = calloc(1, sizeof *a);
+        if (!s || !a || export_col(&cols[i], s, a)) {
+            free(s);
+            free(a);
+            Py_DECREF(out);
+            return PyErr_NoMemory();
+        }
+        PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
+        if (!sc) {
+            s->release(s);
+            free(s);
+            a->release(a);
+            free(a);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
+        if (!ac) {
+            Py_DECREF(sc);
+            a->release(a);
+            free(a);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *pair = PyTuple_Pack(2, sc, ac);
+        Py_DECREF(sc);
+        Py_DECREF(ac);
+        if (!pair) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, pair);
+    }
+    return out;
 }
 
 /* A table -> (schema capsule, array capsule) of one struct array. */

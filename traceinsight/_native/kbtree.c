@@ -320,48 +320,6 @@ done:
     return res;
 }
 
-/* Each column as an Arrow array of its own (as ksqlite.c: a column's buffers die with it). */
-static PyObject *export_columns(col_t *cols, int n) {
-    PyObject *out = PyTuple_New(n);
-    if (!out) return NULL;
-    for (int i = 0; i < n; i++) {
-        struct ArrowSchema *sc = calloc(1, sizeof *sc);
-        struct ArrowArray *a = calloc(1, sizeof *a);
-        if (!sc || !a || export_col(&cols[i], sc, a)) {
-            free(sc);
-            free(a);
-            Py_DECREF(out);
-            return PyErr_NoMemory();
-        }
-        PyObject *cs = PyCapsule_New(sc, "arrow_schema", schema_capsule_free);
-        if (!cs) {
-            sc->release(sc);
-            free(sc);
-            a->release(a);
-            free(a);
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyObject *ca = PyCapsule_New(a, "arrow_array", array_capsule_free);
-        if (!ca) {
-            Py_DECREF(cs);
-            a->release(a);
-            free(a);
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyObject *pair = PyTuple_Pack(2, cs, ca);
-        Py_DECREF(cs);
-        Py_DECREF(ca);
-        if (!pair) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, i, pair);
-    }
-    return out;
-}
-
 static int int_tuple(PyObject *t, int64_t *vals, int max, int *n, const char *what) {
     if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) > max) {
         PyErr_Format(PyExc_ValueError, "scan: %s is a tuple of at most %d ints", what, max);

@@ -68,50 +68,6 @@ static int run_query(const char *uri, const char *sql, col_t *cols, int n) {
     return res;
 }
 
-/* Each column as an array of its own, a (schema, array) pair of PyCapsules: one struct array
- * of them all would keep every column's buffers alive while any one column lives (the text
- * column's buffer does, under the names' views), 0.8 GB on a 1 GB export. */
-static PyObject *export_columns(col_t *cols, int n) {
-    PyObject *out = PyTuple_New(n);
-    if (!out) return NULL;
-    for (int i = 0; i < n; i++) {
-        struct ArrowSchema *s = calloc(1, sizeof *s);
-        struct ArrowArray *a = calloc(1, sizeof *a);
-        if (!s || !a || export_col(&cols[i], s, a)) {
-            free(s);
-            free(a);
-            Py_DECREF(out);
-            return PyErr_NoMemory();
-        }
-        PyObject *sc = PyCapsule_New(s, "arrow_schema", schema_capsule_free);
-        if (!sc) {
-            s->release(s);
-            free(s);
-            a->release(a);
-            free(a);
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyObject *ac = PyCapsule_New(a, "arrow_array", array_capsule_free);
-        if (!ac) {
-            Py_DECREF(sc);
-            a->release(a);
-            free(a);
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyObject *pair = PyTuple_Pack(2, sc, ac);
-        Py_DECREF(sc);
-        Py_DECREF(ac);
-        if (!pair) {
-            Py_DECREF(out);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(out, i, pair);
-    }
-    return out;
-}
-
 static PyObject *ksqlite_fetch(PyObject *self, PyObject *args) {
     (void)self;
     const char *uri, *sql, *kinds;
