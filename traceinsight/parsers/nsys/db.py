@@ -132,6 +132,7 @@ class Db:
         where: str = "",
         to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
         keep_in: tuple[str, tuple[int, ...]] | None = None,
+        plain: tuple[list[str], dict[str, pl.DataType]] | None = None,
     ) -> Rows:
         """``SELECT cols FROM table [WHERE where] [AND keep_in[0] IN keep_in[1]]`` as a frame
         with ``schema`` (one name and type per column, each column aliased to its name), fetched
@@ -140,9 +141,13 @@ class Db:
         releases the GIL, so the conversion of one part runs beside the fetch of the next).
         Plain columns, integer constants and sums of columns without a ``where`` are read from
         the table's pages (:func:`read_pages`); anything else, or what that reader declines,
-        through SQLite."""
+        through SQLite. ``plain``: the same rows as plain columns and their schema, for the page
+        reader, where ``cols`` pack several into one for SQL (each column fetched costs ADBC
+        about as much as SQLite's whole row step; the page reader, little): ``to_events`` then
+        takes a frame of either schema."""
         # the page reader filters on keep_in itself; any other condition is SQL's
-        pages = None if where else self._page_read(table, cols, schema, keep_in)
+        page_cols, page_schema = plain or (cols, schema)
+        pages = None if where else self._page_read(table, page_cols, page_schema, keep_in)
         if keep_in is not None:
             in_list = f"{keep_in[0]} IN ({', '.join(str(int(v)) for v in keep_in[1])})"
             where = f"({where}) AND {in_list}" if where else in_list
@@ -158,7 +163,7 @@ class Db:
             ]
         return Rows(
             [
-                self.pool.submit(self._fetch, q, schema, to_events, pages, rowids)
+                self.pool.submit(self._fetch, q, schema, to_events, pages, page_schema, rowids)
                 for q, rowids in parts
             ]
         )
@@ -252,9 +257,14 @@ class Db:
         schema: dict[str, pl.DataType],
         to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
         pages: PageRead | None = None,
+        page_schema: dict[str, pl.DataType] | None = None,
         rowids: tuple[int, int] = ALL_ROWIDS,
     ) -> pl.DataFrame:
-        df = read_pages(self.path, pages, rowids, schema) if pages is not None else None
+        df = None
+        if pages is not None:
+            df = read_pages(self.path, pages, rowids, page_schema or schema)
+            if df is not None:
+                schema = page_schema or schema
         if df is None:
             df = fetch_native(self.uri, sql, schema)
         if df is None:
