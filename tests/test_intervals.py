@@ -126,13 +126,49 @@ def test_overlap_with_points_in_sorted_runs_matches_brute_force(rows, b):
         len(cover([(s, e)]) & cover(b))
         for s, e in zip(points["start_ns"], points["end_ns"], strict=True)
     ]
-    assert iv.overlap_with(points, u).to_list() == want
     shuffled = points.sample(fraction=1.0, shuffle=True, seed=3) if points.height else points
     want_shuffled = [
         len(cover([(s, e)]) & cover(b))
         for s, e in zip(shuffled["start_ns"], shuffled["end_ns"], strict=True)
     ]
-    assert iv.overlap_with(shuffled, u).to_list() == want_shuffled
+    for _ in overlap_paths():
+        assert iv.overlap_with(points, u).to_list() == want
+        assert iv.overlap_with(shuffled, u).to_list() == want_shuffled
+
+
+def overlap_paths():
+    """Run the caller's loop body with the C sweep (kreplay.c, where built), then polars."""
+    native = iv._kreplay
+    try:
+        for path in ([native] if native is not None else []) + [None]:
+            iv._kreplay = path
+            yield path
+    finally:
+        iv._kreplay = native
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-5, 90), st.integers(-5, 90)), max_size=40),
+    intervals,
+)
+def test_overlap_with_any_points_is_the_same_on_both_paths(pairs, b):
+    """Points in any order, empty and backwards ones (end before start) included: the C sweep
+    gives the polars arithmetic exactly (the union's coverage up to the end less up to the
+    start)."""
+    points = frame(pairs)
+    u = iv.union(frame(b))
+    got = [iv.overlap_with(points, u).to_list() for _ in overlap_paths()]
+    assert all(g == got[-1] for g in got)
+    want = [len(cover([(s, e)]) & cover(b)) for s, e in pairs if e >= s]
+    assert [g for g, (s, e) in zip(got[-1], pairs, strict=True) if e >= s] == want
+
+
+def test_overlap_with_nulls_is_left_to_polars():
+    points = frame([(1, 5), (2, 8)]).with_columns(pl.Series("end_ns", [5, None], dtype=pl.Int64))
+    u = iv.union(frame([(0, 3), (4, 10)]))
+    got = [iv.overlap_with(points, u).to_list() for _ in overlap_paths()]
+    assert all(g == got[-1] for g in got) and got[-1][0] == 3
 
 
 def test_overlap_with_many_runs_sorts_once():
@@ -140,7 +176,8 @@ def test_overlap_with_many_runs_sorts_once():
     n = iv.MAX_SORTED_RUNS + 5
     points = frame([(10 * (n - i), 10 * (n - i) + 4) for i in range(n)])
     u = iv.union(frame([(0, 10 * n + 10)]))
-    assert iv.overlap_with(points, u).to_list() == [4] * n
+    for _ in overlap_paths():
+        assert iv.overlap_with(points, u).to_list() == [4] * n
 
 
 @settings(max_examples=200, deadline=None)

@@ -1,4 +1,5 @@
-/* The step model's replay loop (traceinsight/causal/graph.py, ``replay``) over int64 arrays.
+/* The step model's replay loop (traceinsight/causal/graph.py, ``replay``) over int64 arrays,
+ * and two sweeps beside it: the replayed steps' durations and the intervals' coverage.
  *
  * Why native: one replay is a few rounds of chain passes over ~100k nodes; in polars each
  * round is ~30 small queries (a fifth of a second of CPU per analysis of the 10x benchmark
@@ -1000,6 +1001,94 @@ done:
     return result;
 }
 
+/* ---- interval coverage (model/intervals.py overlap_with) ------------------------------ */
+
+/* The union's length covered up to t: the intervals before the last one starting at or before
+ * t whole, that one up to t. Its index is found from the previous point's (*j): a gallop
+ * forward, a bisection back, so points in a few ascending runs cost a merge, in any order
+ * log(m) each. */
+static int64_t covered_until(const int64_t *us, const int64_t *ue, const int64_t *full, int64_t m,
+                             int64_t t, int64_t *j) {
+    int64_t k = *j;
+    if (k >= 0 && us[k] > t) { /* stepped back: the last start <= t by binary search */
+        int64_t lo = 0, hi = k; /* us[hi] > t */
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (us[mid] > t)
+                hi = mid;
+            else
+                lo = mid + 1;
+        }
+        k = lo - 1;
+    }
+    if (k + 1 < m && us[k + 1] <= t) { /* forward: gallop, then bisect (points in any order) */
+        int64_t lo = k + 1, step = 1;   /* us[lo] <= t */
+        while (lo + step < m && us[lo + step] <= t) {
+            lo += step;
+            step <<= 1;
+        }
+        int64_t hi = lo + step < m ? lo + step : m; /* hi == m or us[hi] > t */
+        while (hi - lo > 1) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (us[mid] <= t)
+                lo = mid;
+            else
+                hi = mid;
+        }
+        k = lo;
+    }
+    *j = k;
+    if (k < 0) return 0;
+    int64_t reach = (t < ue[k] ? t : ue[k]) - us[k];
+    return full[k] + (reach > 0 ? reach : 0);
+}
+
+static PyObject *kreplay_overlap(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *caps[4];
+    if (!PyArg_ParseTuple(args, "OOOO", &caps[0], &caps[1], &caps[2], &caps[3])) return NULL;
+    vec_t v[4];
+    memset(v, 0, sizeof v);
+    PyObject *result = NULL;
+    int rc = READ_OK;
+    for (int i = 0; i < 4 && rc == READ_OK; i++) rc = read_i64(caps[i], &v[i]);
+    int64_t n = v[0].n, m = v[2].n;
+    int64_t *full = NULL, *out = NULL;
+    if (rc == READ_NULLS || (rc == READ_OK && (v[1].n != n || v[3].n != m))) {
+        if (rc == READ_OK) PyErr_SetString(PyExc_ValueError, "overlap: columns of unequal length");
+        else {
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+        goto done;
+    }
+    if (rc != READ_OK) goto done;
+    full = malloc((size_t)(m ? m : 1) * sizeof *full);
+    out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    if (!full || !out) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t acc = 0;
+    for (int64_t k = 0; k < m; k++) {
+        full[k] = acc;
+        acc += v[3].v[k] - v[2].v[k];
+    }
+    int64_t js = -1, je = -1; /* the start and end points each walk the union once */
+    for (int64_t i = 0; i < n; i++)
+        out[i] = covered_until(v[2].v, v[3].v, full, m, v[1].v[i], &je) -
+                 covered_until(v[2].v, v[3].v, full, m, v[0].v[i], &js);
+    static const char *const names[1] = {"overlap_ns"};
+    int64_t *cols[1] = {out};
+    out = NULL;
+    result = export_i64_table(names, cols, 1, n);
+done:
+    free(full);
+    free(out);
+    for (int i = 0; i < 4; i++) vec_free(&v[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"replay", kreplay_replay, METH_VARARGS,
      "replay(host, gpu, order, node_order, main_tid, blocking, max_rounds, neg_ns, converged_ns,\n"
@@ -1015,6 +1104,11 @@ static PyMethodDef methods[] = {
      "causal/graph.py's step_times_ns: steps (host_start host_end, by start), host calls (tid\n"
      "end_ns replayed_end), GPU ops (launched launch_key_ns replayed_end), the step thread (or\n"
      "None): each step's duration as an Arrow struct array (dur_ns); None where a null is."},
+    {"overlap", kreplay_overlap, METH_VARARGS,
+     "overlap(starts, ends, union_starts, union_ends) -> overlap_ns table | None\n\n"
+     "model/intervals.py's overlap_with: for each interval [starts, ends) the length of it the\n"
+     "union (sorted, disjoint) covers, as an Arrow struct array (overlap_ns); None where a\n"
+     "null is."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kreplay",

@@ -78,6 +78,17 @@ def collective_kind(name: pl.Expr) -> pl.Expr:
     return out
 
 
+def kinds_of(df: pl.DataFrame, col: str, alias: str) -> pl.DataFrame:
+    """``df`` with :func:`collective_kind` of ``col`` as ``alias``, the patterns run once per
+    distinct name (a job's tens of thousands of kernels repeat a handful of names)."""
+    names = df.select(pl.col(col).unique())
+    kinds = names.with_columns(collective_kind(pl.col(col)).alias(alias))
+    rows = df.drop(alias, strict=False)  # replaced, as with_columns would
+    return rows.join(kinds, on=col, how="left", nulls_equal=True, maintain_order="left").select(
+        df.columns + ([] if alias in df.columns else [alias])
+    )
+
+
 def with_kinds(
     comm: pl.DataFrame, events: pl.DataFrame, kernel_args: pl.DataFrame | None = None
 ) -> pl.DataFrame:
@@ -85,7 +96,7 @@ def with_kinds(
     where the name is ambiguous (``ncclDevKernel_Generic``) from the kernel's own ``Collective
     name`` (Kineto's kernel args, in ``kernel_args``), else from the launching host op (runtime
     call -> op on external id)."""
-    comm = comm.with_columns(collective_kind(pl.col("name")).alias("kind"))
+    comm = kinds_of(comm, "name", "kind")
     if kernel_args is not None and kernel_args.get_column("collective").drop_nulls().len():
         named = (
             kernel_args.filter(pl.col("collective").is_not_null())
@@ -116,7 +127,8 @@ def with_kinds(
             & pl.col("external_id").is_not_null()
         ),
         NCCL_HOST_OP,
-    ).select("external_id", collective_kind(pl.col("name")).alias("host_kind"))
+    )
+    ops = kinds_of(ops.select("external_id", "name"), "name", "host_kind").drop("name")
     host = (
         calls.join(ops.unique("external_id"), on="external_id")
         .filter(pl.col("host_kind") != "other")
@@ -266,15 +278,27 @@ def _send_recv_in_all_to_all(comm: pl.DataFrame, events: pl.DataFrame) -> pl.Dat
     sr = comm.filter((pl.col("kind") == "send_recv") & pl.col("correlation").is_not_null())
     if sr.height == 0:
         return comm
-    ranges = names_matching(
-        events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])), ALL_TO_ALL_RANGE
-    ).select(pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid")
+    # each filter copies only the columns it keeps (the host ranges: millions of rows on nsys)
+    host = (
+        events.lazy()
+        .filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]))
+        .select("name", "start_ns", "end_ns", "tid")
+        .collect()
+    )
+    ranges = names_matching(host, ALL_TO_ALL_RANGE).select(
+        pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid"
+    )
     if ranges.height == 0:
         return comm
-    calls = events.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
-        & pl.col("correlation").is_in(sr.get_column("correlation").unique().implode())
-    ).select("correlation", "start_ns", "end_ns", pl.col("tid").alias("c_tid"))
+    calls = (
+        events.lazy()
+        .filter(
+            pl.col("kind").is_in(["runtime", "driver"])
+            & pl.col("correlation").is_in(sr.get_column("correlation").unique().implode())
+        )
+        .select("correlation", "start_ns", "end_ns", pl.col("tid").alias("c_tid"))
+        .collect()
+    )
     inside = iv.containing(
         calls,
         ranges,
@@ -295,11 +319,16 @@ def _send_recv_in_all_to_all(comm: pl.DataFrame, events: pl.DataFrame) -> pl.Dat
 def _launch_ids(events: pl.DataFrame, correlations: pl.Series) -> pl.DataFrame:
     """(correlation, external_id) of the runtime/driver calls that launched ``correlations``:
     the external id names the host op around the launch."""
-    return events.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
-        & pl.col("correlation").is_in(correlations.unique().implode())
-        & pl.col("external_id").is_not_null()
-    ).select("correlation", "external_id")
+    return (
+        events.lazy()
+        .filter(
+            pl.col("kind").is_in(["runtime", "driver"])
+            & pl.col("correlation").is_in(correlations.unique().implode())
+            & pl.col("external_id").is_not_null()
+        )
+        .select("correlation", "external_id")
+        .collect()
+    )
 
 
 def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict[str, int]:

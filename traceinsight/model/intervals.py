@@ -11,6 +11,9 @@ from collections.abc import Sequence
 
 import polars as pl
 
+from traceinsight.native import ArrowTable
+from traceinsight.native import kreplay as _kreplay  # None: overlap_with in polars alone
+
 S, E = "start_ns", "end_ns"
 MAX_SORTED_RUNS = 64  # overlap_with: beyond this many sorted runs, one sort is cheaper
 
@@ -187,6 +190,12 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
     """
     if u.height == 0 or points.height == 0:
         return pl.Series("overlap_ns", [0] * points.height, dtype=pl.Int64)
+    if _kreplay is not None:  # the same arithmetic in one pass (kreplay.c): 10-20x less CPU
+        out = _kreplay.overlap(
+            *(c.cast(pl.Int64).__arrow_c_stream__() for c in (points[S], points[E], u[S], u[E]))
+        )
+        if out is not None:  # None: a null somewhere, decided below
+            return pl.DataFrame(ArrowTable(out)).get_column("overlap_ns")
     length = u[E] - u[S]
     # per union interval: its bounds and the covered length of all intervals before it
     right = pl.DataFrame({"ls": u[S], "le": u[E], "full": length.cum_sum() - length}).with_columns(
