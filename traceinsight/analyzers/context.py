@@ -99,11 +99,7 @@ class HostIndex:
         (:func:`names_matching`'s rule: null never matches). ``where``: only the rows it
         keeps; ``columns``: only these of :data:`HOST_COLUMNS` (both cut before the copy)."""
         want = _kinds_key(kinds)
-        bases = [*self._bases, *BASE_KINDS, want]  # kinds of no base: a base of their own
-        base_kinds = next(k for k in bases if set(want) <= set(k))
-        base = self._bases.get(base_kinds)
-        if base is None:
-            base = self._bases[base_kinds] = host_rows(self._events, base_kinds)
+        base_kinds, base = self._base(want)
         mask = (
             None
             if pattern is None and want == base_kinds
@@ -120,6 +116,29 @@ class HostIndex:
             rows = rows.filter(where)
         return rows.select(columns or HOST_COLUMNS).collect()
 
+    def _base(self, want: tuple[str, ...]) -> tuple[tuple[str, ...], pl.DataFrame]:
+        """The smallest kept kind set holding ``want`` and its rows (made on first use)."""
+        bases = [*self._bases, *BASE_KINDS, want]  # kinds of no base: a base of their own
+        base_kinds = next(k for k in bases if set(want) <= set(k))
+        base = self._bases.get(base_kinds)
+        if base is None:
+            base = self._bases[base_kinds] = host_rows(self._events, base_kinds)
+        return base_kinds, base
+
+    def _distinct(self, base_kinds: tuple[str, ...], base: pl.DataFrame) -> pl.Series:
+        names = self._names.get(base_kinds)
+        if names is None:
+            names = self._names[base_kinds] = base.get_column("name").unique()
+        return names
+
+    def name_matches(self, kinds: tuple[str, ...], pattern: str) -> pl.Expr:
+        """``pl.col("name").str.contains(pattern)`` for rows of ``kinds`` (null where the name
+        is), the regex run once per distinct name of their base instead of once per row (a
+        rank of a 1 GB nsys export: 0.9M launch calls, 4.4M NVTX ranges)."""
+        base_kinds, base = self._base(_kinds_key(kinds))
+        names = self._distinct(base_kinds, base)
+        return pl.col("name").is_in(names.filter(names.str.contains(pattern)).implode())
+
     def _mask(
         self,
         base_kinds: tuple[str, ...],
@@ -134,9 +153,7 @@ class HostIndex:
         if mask is None:
             keep = pl.lit(True) if want == base_kinds else pl.col("kind").is_in(list(want))
             if pattern is not None:
-                names = self._names.get(base_kinds)
-                if names is None:
-                    names = self._names[base_kinds] = base.get_column("name").unique()
+                names = self._distinct(base_kinds, base)
                 member = pl.col("name").is_in(names.filter(names.str.contains(pattern)).implode())
                 keep &= pl.col("name").is_not_null() & (~member if negate else member)
             mask = self._masks[key] = base.select(keep.alias("keep")).to_series()
@@ -205,6 +222,10 @@ class Context:
         columns: tuple[str, ...] | None = None,
     ) -> pl.DataFrame:
         return self.host.rows(kinds, pattern, negate=negate, where=where, columns=columns)
+
+    def name_matches(self, kinds: tuple[str, ...], pattern: str) -> pl.Expr:
+        """:meth:`HostIndex.name_matches`: a name pattern as an expression over those rows."""
+        return self.host.name_matches(kinds, pattern)
 
 
 def kernel_names(ctx: Context) -> pl.Series:

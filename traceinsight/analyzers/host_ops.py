@@ -287,8 +287,7 @@ def _with_runtime_inside(ctx: Context, calls: pl.DataFrame) -> pl.DataFrame:
         "tid",
         pl.col("start_ns").alias("_at"),
         pl.col("dur_ns").cum_sum().over("tid").alias("_ns_cum"),
-        pl.col("name")
-        .str.contains(LAUNCH_API)
+        ctx.name_matches(API_KINDS, LAUNCH_API)
         .cast(pl.Int64)
         .cum_sum()
         .over("tid")

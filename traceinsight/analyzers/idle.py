@@ -1047,7 +1047,7 @@ def _warmup_calls(ctx: Context) -> pl.DataFrame:
     launches = ctx.rows(
         API_KINDS,
         LAUNCH_API,
-        where=~pl.col("name").str.contains(COPY_LAUNCH_API),
+        where=~ctx.name_matches(API_KINDS, COPY_LAUNCH_API),
         columns=tuple(cols),
     )
     first = pl.DataFrame(schema={**{c: calls.schema[c] for c in cols}, "kind": pl.String})

@@ -251,7 +251,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
         parts.append(_locate_native(left, chains))
         left = left.join(parts[-1].select("target"), on="target", how="anti")
     if nvtx and left.height:
-        parts.append(_locate_nvtx(left, ctx.ops))
+        parts.append(_locate_nvtx(left, ctx.ops, ctx.name_matches(HOST_OP_KINDS, OP_RANGE)))
     cols = ["category", "dur_ns", *LOCATED]
     located = (
         pl.concat(
@@ -445,13 +445,14 @@ def _innermost(targets: pl.DataFrame, places: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _locate_nvtx(targets: pl.DataFrame, ops: pl.DataFrame) -> pl.DataFrame:
+def _locate_nvtx(targets: pl.DataFrame, ops: pl.DataFrame, op_range: pl.Expr) -> pl.DataFrame:
     """nsys without a backtrace: the innermost NVTX range around the target that is not an op
     (its trailing ``#N`` dropped, so one place across iterations) is the location; the
-    outermost op range beneath it (not for launches), else the API call, the trigger."""
-    # the op test once per range (a regex over millions of emit_nvtx names: 0.25 s per pass)
+    outermost op range beneath it (not for launches), else the API call, the trigger.
+    ``op_range``: whether a range's name is an op's (:data:`OP_RANGE`, matched once per
+    distinct name: a regex over millions of emit_nvtx names cost 0.25 s a pass)."""
     ranges = ops.filter(pl.col("kind") == "user_annotation").select(
-        "name", "start_ns", "end_ns", "tid", pl.col("name").str.contains(OP_RANGE).alias("_op")
+        "name", "start_ns", "end_ns", "tid", op_range.alias("_op")
     )
     is_op = pl.col("_op")
     places = ranges.filter(~is_op).select(
