@@ -343,7 +343,7 @@ def _recomputed(ctx: Context, k: pl.DataFrame) -> pl.Series:
     analyzer's definition)."""
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     nested = recomputed_forward(ctx, pl.col("start_ns").is_between(lo, hi))
-    flag = pl.Series("recomputed", [False] * k.height, dtype=pl.Boolean)
+    flag = pl.repeat(False, k.height, dtype=pl.Boolean, eager=True).alias("recomputed")
     if nested is None or nested.height == 0 or k.height == 0:
         return flag
     ki = k.with_row_index("_i").filter(pl.col("launch_start_ns").is_not_null())

@@ -214,7 +214,7 @@ class IdleResult:
 
 def _overlap_frac(gaps: pl.DataFrame, u: pl.DataFrame, name: str) -> pl.Series:
     if u.height == 0:
-        return pl.Series(name, [0.0] * gaps.height)
+        return pl.repeat(0.0, gaps.height, dtype=pl.Float64, eager=True).alias(name)
     ov = iv.overlap_with(gaps, u)
     return (ov / gaps["dur_ns"].cast(pl.Float64)).alias(name)
 
