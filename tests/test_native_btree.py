@@ -327,3 +327,21 @@ def test_columns_read_otherwise_by_sql_are_not_page_read(tmp_path):
         assert frame.result().rows() == [(5, 3, 7)]
     finally:
         db.close()
+
+
+def test_a_query_past_the_readers_bounds_is_left_to_sql(tmp_path):
+    """Record columns past the 256th (the reader's bound) are read through SQL, never an error."""
+    from traceinsight.parsers.nsys.db import Db
+
+    path = tmp_path / "wide.sqlite"
+    cols = ", ".join(f"c{i} INTEGER" for i in range(300))
+    _execute(path, f"CREATE TABLE t ({cols})", "INSERT INTO t (c0, c299) VALUES (1, 299)")
+    db = Db(path, lambda df, offset: df)
+    try:
+        assert db._page_read("t", ["c0"], {"a": pl.Int64}, None) is not None
+        assert db._page_read("t", ["c299"], {"a": pl.Int64}, None) is None
+        assert db._page_read("t", ["c0"], {"a": pl.Int64}, ("c299", (1,))) is None
+        rows = db.query(["c0", "c299"], "t", {"a": pl.Int64, "b": pl.Int64}).result()
+        assert rows.rows() == [(1, 299)]
+    finally:
+        db.close()

@@ -224,12 +224,14 @@ class Db:
                 constants.append(None if expr.strip().upper() == "NULL" else int(expr))
             else:
                 return None
-        if all(t is None for t in terms):
+        read = [t for t in terms if t is not None]
+        # the reader's bounds (kbtree.c): 64 outputs of up to 4 terms, record columns 0-255
+        if not read or len(read) > 64 or any(len(t) > 4 or max(t) >= 256 for t in read):
             return None
         keep_col = -1
         if keep_in is not None:
             keep_col = layout.get(keep_in[0], ROWID)
-            if keep_col == ROWID or len(keep_in[1]) > 64:
+            if keep_col == ROWID or keep_col >= 256 or len(keep_in[1]) > 64:
                 return None
         return PageRead(
             int(row[0]),
