@@ -105,14 +105,23 @@ class Db:
             raise InputError(f"corrupt or not a SQLite database: {exc}", str(path)) from None
         self.tables = {r[0] for r in rows}
         self.path = path
-        self.pages_readable = kbtree is not None and _settled(path)
-        if self.pages_readable:
-            # SQLite's shared lock until close: a writer cannot commit under the page reader
-            self.con.execute("BEGIN")
-            self.con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        self.pages_readable = kbtree is not None and _settled(path) and self._hold_shared_lock()
         self._layouts: dict[str, dict[str, int] | None] = {}
         self.offset_ns = 0  # added to every event time (the session start, once known)
         self.pool = ThreadPoolExecutor(max_workers=FETCH_THREADS)
+
+    def _hold_shared_lock(self) -> bool:
+        """SQLite's shared lock until close (a read transaction): no writer commits under the
+        page reader. False where it cannot be had (a writer holds the file): SQLite then reads
+        every query and reports the lock as it would."""
+        try:
+            self.con.execute("BEGIN")
+            self.con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.Error:
+            if self.con.in_transaction:
+                self.con.rollback()
+            return False
+        return True
 
     def table(self, prefix: str) -> str | None:
         """The table named ``prefix`` or a versioned variant (``PREFIX_V2``)."""
