@@ -171,6 +171,36 @@ def test_overlap_with_nulls_is_left_to_polars():
     assert all(g == got[-1] for g in got) and got[-1][0] == 3
 
 
+@settings(max_examples=300, deadline=None)
+@given(tagged)
+def test_parents_are_the_last_listed_range_holding_each(rows):
+    """Nesting (sources' NVTX places): for rows in (tid, start, end descending) order, each
+    row's parent is the last row before it on its thread whose closed range holds it; the C
+    stack sweep and the containing join agree with brute force, duplicates and partial overlaps
+    included."""
+    df = tagged_frame(rows, tag="tid").sort(
+        "tid", "start_ns", "end_ns", descending=[False, False, True], maintain_order=True
+    )
+    t, s, e = (df.get_column(c).to_list() for c in ("tid", "start_ns", "end_ns"))
+    want = [
+        max(
+            (j for j in range(i) if t[j] == t[i] and s[j] <= s[i] and e[j] >= e[i]),
+            default=None,
+        )
+        for i in range(df.height)
+    ]
+    for _ in overlap_paths():
+        assert iv.parents(df, tid="tid", start="start_ns", end="end_ns").to_list() == want
+
+
+def test_parents_out_of_order_are_left_to_the_join():
+    df = frame([(0, 10), (2, 5), (1, 8)]).with_columns(pl.lit(1).alias("tid"))  # starts 0, 2, 1
+    got = [
+        iv.parents(df, tid="tid", start="start_ns", end="end_ns").to_list() for _ in overlap_paths()
+    ]
+    assert all(g == [None, 0, 0] for g in got)
+
+
 def test_overlap_with_many_runs_sorts_once():
     # more runs than MAX_SORTED_RUNS: the sort path, same answer
     n = iv.MAX_SORTED_RUNS + 5

@@ -1,5 +1,6 @@
 /* The step model's replay loop (traceinsight/causal/graph.py, ``replay``) over int64 arrays,
- * and two sweeps beside it: the replayed steps' durations and the intervals' coverage.
+ * and three sweeps beside it: the replayed steps' durations, the intervals' coverage and
+ * their nesting.
  *
  * Why native: one replay is a few rounds of chain passes over ~100k nodes; in polars each
  * round is ~30 small queries (a fifth of a second of CPU per analysis of the 10x benchmark
@@ -1089,6 +1090,67 @@ done:
     return result;
 }
 
+/* ---- nesting (analyzers/sources.py _innermost) ---------------------------------------- */
+
+/* Each row's parent: the last row before it on its thread whose range holds it, -1 if none.
+ * Rows in (tid, start ascending, end descending) order. A stack per thread: a range that ends
+ * before the row does holds no later row that a later-listed range does not also hold (that
+ * one starts no earlier and ends later), so popping it loses no answer; what stays on the stack
+ * ends no earlier than the row, and its top is the last listed. */
+static PyObject *kreplay_parents(PyObject *self, PyObject *args) {
+    (void)self;
+    PyObject *caps[3];
+    if (!PyArg_ParseTuple(args, "OOO", &caps[0], &caps[1], &caps[2])) return NULL;
+    vec_t v[3];
+    memset(v, 0, sizeof v);
+    PyObject *result = NULL;
+    int rc = READ_OK;
+    for (int i = 0; i < 3 && rc == READ_OK; i++) rc = read_i64(caps[i], &v[i]);
+    int64_t n = v[0].n, *out = NULL, *stack = NULL;
+    if (rc == READ_NULLS || (rc == READ_OK && (v[1].n != n || v[2].n != n))) {
+        if (rc == READ_OK)
+            PyErr_SetString(PyExc_ValueError, "parents: columns of unequal length");
+        else {
+            Py_INCREF(Py_None);
+            result = Py_None;
+        }
+        goto done;
+    }
+    if (rc != READ_OK) goto done;
+    out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    stack = malloc((size_t)(n ? n : 1) * sizeof *stack);
+    if (!out || !stack) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    const int64_t *tid = v[0].v, *start = v[1].v, *end = v[2].v;
+    int64_t top = 0; /* stack[0..top) */
+    for (int64_t i = 0; i < n; i++) {
+        if (i && tid[i] != tid[i - 1]) {
+            if (tid[i] < tid[i - 1]) goto unordered;
+            top = 0; /* the next thread */
+        } else if (i && (start[i] < start[i - 1] ||
+                         (start[i] == start[i - 1] && end[i] > end[i - 1])))
+            goto unordered;
+        while (top && end[stack[top - 1]] < end[i]) top--;
+        out[i] = top ? stack[top - 1] : -1;
+        stack[top++] = i;
+    }
+    static const char *const names[1] = {"parent"};
+    int64_t *cols[1] = {out};
+    out = NULL;
+    result = export_i64_table(names, cols, 1, n);
+    goto done;
+unordered: /* not in the order the stack needs: the caller's join decides */
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    free(out);
+    free(stack);
+    for (int i = 0; i < 3; i++) vec_free(&v[i]);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"replay", kreplay_replay, METH_VARARGS,
      "replay(host, gpu, order, node_order, main_tid, blocking, max_rounds, neg_ns, converged_ns,\n"
@@ -1104,6 +1166,11 @@ static PyMethodDef methods[] = {
      "causal/graph.py's step_times_ns: steps (host_start host_end, by start), host calls (tid\n"
      "end_ns replayed_end), GPU ops (launched launch_key_ns replayed_end), the step thread (or\n"
      "None): each step's duration as an Arrow struct array (dur_ns); None where a null is."},
+    {"parents", kreplay_parents, METH_VARARGS,
+     "parents(tid, start, end) -> parent table | None\n\n"
+     "For rows in (tid, start ascending, end descending) order, each row's parent: the index of\n"
+     "the last row before it on its thread whose [start, end] holds it, -1 if none (an Arrow\n"
+     "struct array, parent); None where a null is or the rows are not in that order."},
     {"overlap", kreplay_overlap, METH_VARARGS,
      "overlap(starts, ends, union_starts, union_ends) -> overlap_ns table | None\n\n"
      "model/intervals.py's overlap_with: for each interval [starts, ends) the length of it the\n"

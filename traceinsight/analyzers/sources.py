@@ -396,24 +396,10 @@ def _innermost(targets: pl.DataFrame, places: pl.DataFrame) -> pl.DataFrame:
         "pid_"
     )
     # each place's parent: the innermost place holding it (ties: the one listed first)
-    pairs = iv.containing(
-        p.select("pid_", "u_s", "u_e", "u_tid"),
-        p.select(
-            pl.col("pid_").alias("o_id"),
-            pl.col("u_s").alias("o_s"),
-            pl.col("u_e").alias("o_e"),
-            pl.col("u_tid").alias("o_tid"),
-        ),
-        inner_start="u_s",
-        inner_end="u_e",
-        outer_start="o_s",
-        outer_end="o_e",
-        same=("o_tid", "u_tid"),
-    ).filter(pl.col("o_id") < pl.col("pid_"))
     parent = (
-        pairs.sort("pid_", "o_id")
-        .unique("pid_", keep="last")
-        .select("pid_", pl.col("o_id").alias("up"))
+        p.select("pid_", iv.parents(p, tid="u_tid", start="u_s", end="u_e").alias("up"))
+        .filter(pl.col("up").is_not_null())
+        .with_columns(pl.col("up").cast(pl.UInt32))
     )
     t = (
         targets.sort("tid", "start_ns")

@@ -271,6 +271,47 @@ def overlap_by(a: pl.DataFrame, b: pl.DataFrame, by: str) -> dict[object, int]:
     return out
 
 
+def parents(df: pl.DataFrame, *, tid: str, start: str, end: str) -> pl.Series:
+    """Each row's parent (``parent``: its row index, null if none): the last row before it with
+    the same ``tid`` whose [start, end] holds it. ``df`` in (tid, start ascending, end
+    descending) order. One stack sweep in C where ``_kreplay`` is built (kreplay.c ``parents``),
+    else the containing pairs, the last listed kept."""
+    if _kreplay is not None and df.height:
+        out = _kreplay.parents(
+            *(df.get_column(c).cast(pl.Int64).__arrow_c_stream__() for c in (tid, start, end))
+        )
+        if out is not None:  # None: a null, or not in that order
+            parent = pl.DataFrame(ArrowTable(out)).get_column("parent")
+            return parent.set(parent < 0, None)  # type: ignore[arg-type]
+    rows = df.select(
+        pl.int_range(df.height, dtype=pl.Int64).alias("_i"),
+        pl.col(tid).alias("_t"),
+        pl.col(start).alias("_s"),
+        pl.col(end).alias("_e"),
+    )
+    pairs = containing(
+        rows,
+        rows.select(
+            pl.col("_i").alias("_o"),
+            pl.col("_t").alias("_ot"),
+            pl.col("_s").alias("_os"),
+            pl.col("_e").alias("_oe"),
+        ),
+        inner_start="_s",
+        inner_end="_e",
+        outer_start="_os",
+        outer_end="_oe",
+        same=("_ot", "_t"),
+    ).filter(pl.col("_o") < pl.col("_i"))
+    last = pairs.group_by("_i").agg(pl.col("_o").max())
+    return (
+        rows.select("_i")
+        .join(last, on="_i", how="left", maintain_order="left")
+        .get_column("_o")
+        .alias("parent")
+    )
+
+
 def containing(
     inner: pl.DataFrame,
     outer: pl.DataFrame,
