@@ -345,3 +345,27 @@ def test_a_query_past_the_readers_bounds_is_left_to_sql(tmp_path):
         assert rows.rows() == [(1, 299)]
     finally:
         db.close()
+
+
+def test_an_integer_primary_key_kept_apart_is_read_from_its_records(tmp_path):
+    """``INTEGER PRIMARY KEY DESC`` is not the rowid (SQLite's documented quirk: it gets an
+    index of its own and the records hold it); ``INTEGER PRIMARY KEY`` is."""
+    from traceinsight.parsers.nsys.db import ROWID, Db
+
+    path = tmp_path / "pk.sqlite"
+    _execute(
+        path,
+        "CREATE TABLE a (id INTEGER PRIMARY KEY, v TEXT)",
+        "CREATE TABLE d (id INTEGER PRIMARY KEY DESC, v TEXT)",
+        "INSERT INTO a VALUES (7, 'x'), (9, 'y')",
+        "INSERT INTO d VALUES (7, 'x'), (9, 'y')",
+    )
+    db = Db(path, lambda df, offset: df)
+    try:
+        assert db._layout("a") == {"id": ROWID, "v": 1}
+        assert db._layout("d") == {"id": 0, "v": 1}
+        for table in ("a", "d"):
+            got = db.query(["id", "v"], table, {"id": pl.Int64, "v": pl.String}).result()
+            assert got.rows() == _sqlite(path, f"SELECT id, v FROM {table} ORDER BY rowid")
+    finally:
+        db.close()

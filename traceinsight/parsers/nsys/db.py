@@ -186,7 +186,11 @@ class Db:
         if table not in self._layouts:
             info = self.con.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
             pk = [r for r in info if r[5]]
-            alias = pk[0][1] if len(pk) == 1 and str(pk[0][2]).upper() == "INTEGER" else None
+            # an INTEGER PRIMARY KEY is the rowid, unless SQLite keeps it apart with an index
+            # of its own (declared DESC): then the records hold it
+            own_index = any(r[3] == "pk" for r in self.con.execute(f'PRAGMA index_list("{table}")'))
+            integer_pk = len(pk) == 1 and str(pk[0][2]).upper() == "INTEGER"
+            alias = pk[0][1] if integer_pk and not own_index else None
             plain = all(r[6] == 0 for r in info)
             self._layouts[table] = (
                 {
