@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from types import ModuleType
 
+import polars as pl
+
 kscan: ModuleType | None
 kreplay: ModuleType | None
 ksqlite: ModuleType | None
@@ -49,3 +51,9 @@ class ArrowTable:
 
     def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
         return self.capsules
+
+
+def int64_streams(*columns: pl.Series) -> tuple[object, ...]:
+    """Columns as int64 Arrow streams (PyCapsules), what the C loops read (a single chunk
+    without a copy)."""
+    return tuple(c.cast(pl.Int64).__arrow_c_stream__() for c in columns)

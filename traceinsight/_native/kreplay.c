@@ -1046,47 +1046,47 @@ static int64_t covered_until(const int64_t *us, const int64_t *ue, const int64_t
 
 static PyObject *kreplay_overlap(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *caps[4];
-    if (!PyArg_ParseTuple(args, "OOOO", &caps[0], &caps[1], &caps[2], &caps[3])) return NULL;
-    vec_t v[4];
+    PyObject *points, *u;
+    if (!PyArg_ParseTuple(args, "OO", &points, &u)) return NULL;
+    vec_t p[2], v[2];
+    memset(p, 0, sizeof p);
     memset(v, 0, sizeof v);
     PyObject *result = NULL;
-    int rc = READ_OK;
-    for (int i = 0; i < 4 && rc == READ_OK; i++) rc = read_i64(caps[i], &v[i]);
-    int64_t n = v[0].n, m = v[2].n;
-    int64_t *full = NULL, *out = NULL;
-    if (rc == READ_NULLS || (rc == READ_OK && (v[1].n != n || v[3].n != m))) {
-        if (rc == READ_OK) PyErr_SetString(PyExc_ValueError, "overlap: columns of unequal length");
-        else {
-            Py_INCREF(Py_None);
-            result = Py_None;
-        }
+    int64_t *full = NULL;
+    int dp = read_all(points, p, 2, "points");
+    int du = dp < 0 ? -1 : read_all(u, v, 2, "union");
+    if (dp < 0 || du < 0) goto done;
+    if (dp || du) {
+        result = Py_None; /* nulls: the polars path decides */
+        Py_INCREF(result);
         goto done;
     }
-    if (rc != READ_OK) goto done;
-    full = malloc((size_t)(m ? m : 1) * sizeof *full);
-    out = malloc((size_t)(n ? n : 1) * sizeof *out);
+    int64_t n = p[0].n, m = v[0].n;
+    int64_t *out = alloc_n(n);
+    full = alloc_n(m);
     if (!full || !out) {
+        free(out);
         PyErr_NoMemory();
         goto done;
     }
     int64_t acc = 0;
     for (int64_t k = 0; k < m; k++) {
         full[k] = acc;
-        acc += v[3].v[k] - v[2].v[k];
+        acc += v[1].v[k] - v[0].v[k];
     }
     int64_t js = -1, je = -1; /* the start and end points each walk the union once */
     for (int64_t i = 0; i < n; i++)
-        out[i] = covered_until(v[2].v, v[3].v, full, m, v[1].v[i], &je) -
-                 covered_until(v[2].v, v[3].v, full, m, v[0].v[i], &js);
+        out[i] = covered_until(v[0].v, v[1].v, full, m, p[1].v[i], &je) -
+                 covered_until(v[0].v, v[1].v, full, m, p[0].v[i], &js);
     static const char *const names[1] = {"overlap_ns"};
     int64_t *cols[1] = {out};
-    out = NULL;
     result = export_i64_table(names, cols, 1, n);
 done:
     free(full);
-    free(out);
-    for (int i = 0; i < 4; i++) vec_free(&v[i]);
+    for (int i = 0; i < 2; i++) {
+        vec_free(&p[i]);
+        vec_free(&v[i]);
+    }
     return result;
 }
 
@@ -1099,26 +1099,18 @@ done:
  * ends no earlier than the row, and its top is the last listed. */
 static PyObject *kreplay_parents(PyObject *self, PyObject *args) {
     (void)self;
-    PyObject *caps[3];
-    if (!PyArg_ParseTuple(args, "OOO", &caps[0], &caps[1], &caps[2])) return NULL;
+    PyObject *rows;
+    if (!PyArg_ParseTuple(args, "O", &rows)) return NULL;
     vec_t v[3];
     memset(v, 0, sizeof v);
     PyObject *result = NULL;
-    int rc = READ_OK;
-    for (int i = 0; i < 3 && rc == READ_OK; i++) rc = read_i64(caps[i], &v[i]);
-    int64_t n = v[0].n, *out = NULL, *stack = NULL;
-    if (rc == READ_NULLS || (rc == READ_OK && (v[1].n != n || v[2].n != n))) {
-        if (rc == READ_OK)
-            PyErr_SetString(PyExc_ValueError, "parents: columns of unequal length");
-        else {
-            Py_INCREF(Py_None);
-            result = Py_None;
-        }
-        goto done;
-    }
-    if (rc != READ_OK) goto done;
-    out = malloc((size_t)(n ? n : 1) * sizeof *out);
-    stack = malloc((size_t)(n ? n : 1) * sizeof *stack);
+    int64_t *out = NULL, *stack = NULL;
+    int d = read_all(rows, v, 3, "rows");
+    if (d < 0) goto done;
+    if (d) goto declined; /* nulls */
+    int64_t n = v[0].n;
+    out = alloc_n(n);
+    stack = alloc_n(n);
     if (!out || !stack) {
         PyErr_NoMemory();
         goto done;
@@ -1127,11 +1119,11 @@ static PyObject *kreplay_parents(PyObject *self, PyObject *args) {
     int64_t top = 0; /* stack[0..top) */
     for (int64_t i = 0; i < n; i++) {
         if (i && tid[i] != tid[i - 1]) {
-            if (tid[i] < tid[i - 1]) goto unordered;
+            if (tid[i] < tid[i - 1]) goto declined;
             top = 0; /* the next thread */
         } else if (i && (start[i] < start[i - 1] ||
                          (start[i] == start[i - 1] && end[i] > end[i - 1])))
-            goto unordered;
+            goto declined;
         while (top && end[stack[top - 1]] < end[i]) top--;
         out[i] = top ? stack[top - 1] : -1;
         stack[top++] = i;
@@ -1141,7 +1133,7 @@ static PyObject *kreplay_parents(PyObject *self, PyObject *args) {
     out = NULL;
     result = export_i64_table(names, cols, 1, n);
     goto done;
-unordered: /* not in the order the stack needs: the caller's join decides */
+declined: /* a null, or not in the order the stack needs: the caller's join decides */
     Py_INCREF(Py_None);
     result = Py_None;
 done:
@@ -1167,12 +1159,12 @@ static PyMethodDef methods[] = {
      "end_ns replayed_end), GPU ops (launched launch_key_ns replayed_end), the step thread (or\n"
      "None): each step's duration as an Arrow struct array (dur_ns); None where a null is."},
     {"parents", kreplay_parents, METH_VARARGS,
-     "parents(tid, start, end) -> parent table | None\n\n"
+     "parents((tid, start, end)) -> parent table | None\n\n"
      "For rows in (tid, start ascending, end descending) order, each row's parent: the index of\n"
      "the last row before it on its thread whose [start, end] holds it, -1 if none (an Arrow\n"
      "struct array, parent); None where a null is or the rows are not in that order."},
     {"overlap", kreplay_overlap, METH_VARARGS,
-     "overlap(starts, ends, union_starts, union_ends) -> overlap_ns table | None\n\n"
+     "overlap((starts, ends), (union_starts, union_ends)) -> overlap_ns table | None\n\n"
      "model/intervals.py's overlap_with: for each interval [starts, ends) the length of it the\n"
      "union (sorted, disjoint) covers, as an Arrow struct array (overlap_ns); None where a\n"
      "null is."},

@@ -29,7 +29,7 @@ from functools import cached_property
 
 import polars as pl
 
-from traceinsight.native import ArrowTable
+from traceinsight.native import ArrowTable, int64_streams
 from traceinsight.native import kreplay as _kreplay  # None: the polars loop alone
 
 NEG_NS = -(1 << 62)  # "no floor": an end no edge constrains
@@ -297,12 +297,7 @@ def replay(model: StepModel, max_rounds: int | None = None) -> Replayed:
 
 def _streams(df: pl.DataFrame) -> tuple[object, ...]:
     """Each column as an int64 Arrow stream (the C loop reads a single chunk without a copy)."""
-    return _series_streams(*df.iter_columns())
-
-
-def _series_streams(*columns: pl.Series) -> tuple[object, ...]:
-    """:func:`_streams` of columns as they are (no frame built for them: a query each)."""
-    return tuple(s.cast(pl.Int64).__arrow_c_stream__() for s in columns)
+    return int64_streams(*df.iter_columns())
 
 
 def _replay_native(
@@ -444,9 +439,9 @@ def step_times_ns(model: StepModel, r: Replayed) -> pl.Series:
     tid = step_thread(st)
     if _kreplay is not None:  # the same rule in C (kreplay.c); None: a null, decided below
         out = _kreplay.step_times(
-            _series_streams(st.get_column("host_start_ns"), st.get_column("host_end_ns")),
-            _series_streams(h.get_column("tid"), h.get_column("end_ns"), r.host_end_ns),
-            _series_streams(g.get_column("launched"), g.get_column("launch_key_ns"), r.gpu_end_ns),
+            int64_streams(st.get_column("host_start_ns"), st.get_column("host_end_ns")),
+            int64_streams(h.get_column("tid"), h.get_column("end_ns"), r.host_end_ns),
+            int64_streams(g.get_column("launched"), g.get_column("launch_key_ns"), r.gpu_end_ns),
             tid,
         )
         if out is not None:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import polars as pl
 
-from traceinsight.native import ArrowTable
+from traceinsight.native import ArrowTable, int64_streams
 from traceinsight.native import kreplay as _kreplay  # None: overlap_with in polars alone
 
 S, E = "start_ns", "end_ns"
@@ -191,9 +191,7 @@ def overlap_with(points: pl.DataFrame, u: pl.DataFrame) -> pl.Series:
     if u.height == 0 or points.height == 0:
         return pl.repeat(0, points.height, dtype=pl.Int64, eager=True).alias("overlap_ns")
     if _kreplay is not None:  # the same arithmetic in one pass (kreplay.c): 10-20x less CPU
-        out = _kreplay.overlap(
-            *(c.cast(pl.Int64).__arrow_c_stream__() for c in (points[S], points[E], u[S], u[E]))
-        )
+        out = _kreplay.overlap(int64_streams(points[S], points[E]), int64_streams(u[S], u[E]))
         if out is not None:  # None: a null somewhere, decided below
             return pl.DataFrame(ArrowTable(out)).get_column("overlap_ns")
     length = u[E] - u[S]
@@ -277,9 +275,7 @@ def parents(df: pl.DataFrame, *, tid: str, start: str, end: str) -> pl.Series:
     descending) order. One stack sweep in C where ``_kreplay`` is built (kreplay.c ``parents``),
     else the containing pairs, the last listed kept."""
     if _kreplay is not None and df.height:
-        out = _kreplay.parents(
-            *(df.get_column(c).cast(pl.Int64).__arrow_c_stream__() for c in (tid, start, end))
-        )
+        out = _kreplay.parents(int64_streams(*(df.get_column(c) for c in (tid, start, end))))
         if out is not None:  # None: a null, or not in that order
             parent = pl.DataFrame(ArrowTable(out)).get_column("parent")
             return parent.set(parent < 0, None)  # type: ignore[arg-type]

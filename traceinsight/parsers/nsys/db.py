@@ -56,10 +56,11 @@ _REAL_AFFINITY = re.compile(r"^(?!.*INT)(?!.*(?:CHAR|CLOB|TEXT)).*(?:REAL|FLOA|D
 
 @dataclass(frozen=True, slots=True)
 class PageRead:
-    """A query the page reader runs itself: each output column's record columns (summed for
-    integers; ``ROWID`` for the rowid) or a constant (None: NULL), rows kept where the column
-    ``keep_col`` (-1: none) holds one of ``keep_vals``."""
+    """A query the page reader runs itself: each output column of ``schema`` from its record
+    columns (summed for integers; ``ROWID`` for the rowid) or a constant (None: NULL), rows kept
+    where the column ``keep_col`` (-1: none) holds one of ``keep_vals``."""
 
+    schema: dict[str, pl.DataType]
     root_page: int
     terms: tuple[tuple[int, ...] | None, ...]
     constants: tuple[int | None, ...]
@@ -172,7 +173,7 @@ class Db:
             ]
         return Rows(
             [
-                self.pool.submit(self._fetch, q, schema, to_events, pages, page_schema, rowids)
+                self.pool.submit(self._fetch, q, schema, to_events, pages, rowids)
                 for q, rowids in parts
             ]
         )
@@ -247,6 +248,7 @@ class Db:
             if keep_col == ROWID or keep_col >= 256 or len(keep_in[1]) > 64:
                 return None
         return PageRead(
+            schema,
             int(row[0]),
             tuple(terms),
             tuple(constants),
@@ -272,14 +274,11 @@ class Db:
         schema: dict[str, pl.DataType],
         to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
         pages: PageRead | None = None,
-        page_schema: dict[str, pl.DataType] | None = None,
         rowids: tuple[int, int] = ALL_ROWIDS,
     ) -> pl.DataFrame:
         df = None
-        if pages is not None:
-            df = read_pages(self.path, pages, rowids, page_schema or schema)
-            if df is not None:
-                schema = page_schema or schema
+        if pages is not None and (df := read_pages(self.path, pages, rowids)) is not None:
+            schema = pages.schema  # the page reader's own columns (Db.query's ``plain``)
         if df is None:
             df = fetch_native(self.uri, sql, schema)
         if df is None:
@@ -370,15 +369,14 @@ def _settled(path: Path) -> bool:
     return True
 
 
-def read_pages(
-    path: Path, read: PageRead, rowids: tuple[int, int], schema: dict[str, pl.DataType]
-) -> pl.DataFrame | None:
+def read_pages(path: Path, read: PageRead, rowids: tuple[int, int]) -> pl.DataFrame | None:
     """The rows read from the table's B-tree pages by ``_kbtree``: no SQL engine, half the
     CPU of SQLite's own row step on the 1 GB export (benchmarks/RESULTS.md, issue 33). None
     where it declines (a value of another storage class than the schema's, a sum past int64,
     invalid UTF-8, anything in the file it does not expect); SQLite then reads the query."""
     if kbtree is None:
         return None
+    schema = read.schema
     names = tuple(schema)
     read_cols = [i for i, t in enumerate(read.terms) if t is not None]
     kinds = "".join("s" if schema[names[i]] == pl.String else "i" for i in read_cols)

@@ -22,7 +22,7 @@ def nvtx_query(db: Db, strings: pl.DataFrame) -> Rows | None:
     cols = db.columns(nt)
     dom = pick(cols, "domainId")
     text_id = pick(cols, "textId")
-    kinds = ("eventType", (*NVTX_RANGE_TYPES, NVTX_DOMAIN_CREATE))
+    ranges_and_domains = ("eventType", (*NVTX_RANGE_TYPES, NVTX_DOMAIN_CREATE))
     # Through SQL, in as few columns as possible: each integer column costs ADBC about as much
     # as SQLite's whole row step. A registered string's id rides in the text column
     # (REGISTERED + id; the text is NULL on those rows) and the event type in the domain column
@@ -37,7 +37,7 @@ def nvtx_query(db: Db, strings: pl.DataFrame) -> Rows | None:
         ],
         nt,
         {**HOST_SCHEMA, "name": pl.String, "packed_domain": pl.Int64},
-        keep_in=kinds,
+        keep_in=ranges_and_domains,
         to_events=lambda df: nvtx_rows(decode(df), strings),
         plain=(
             [*HOST_COLS, "text", text_id, "eventType", dom],
