@@ -80,6 +80,34 @@ def test_one_memset_is_not_a_copy_bound_run(tmp_path: Path) -> None:
     assert "device_activity_missing" not in _checks(a)
 
 
+def test_a_gpu_span_that_is_a_sliver_of_the_capture_is_said(tmp_path: Path) -> None:
+    """Session 52, the same export seen again: its 100% busy is true of the window, which is
+    the memset's 1.5 us of a 120 ms capture; a data-quality warning says the figures describe
+    that span alone (no finding rests on it). Not where the GPU span is 1% of the capture or
+    more, nor where steps mark the window."""
+    rt = "cuda_runtime"
+
+    def run(name: str, memset_us: float, *step: dict[str, Any]) -> Any:
+        events = [
+            _x("cudaMalloc", rt, 0.0, 65.0),
+            _x("cudaMemsetAsync", rt, 1000.0, 8.0, correlation=1),
+            _dev("Memset (Device)", "gpu_memset", 1010.0, memset_us, 7, 1),
+            _x("cudaFree", rt, 2000.0, 50.0),
+            _x("aten::copy_", "cpu_op", 119_000.0, 1000.0),  # the capture: 0..120 ms
+            *step,
+        ]
+        return traceinsight.analyze(_write(tmp_path, events, name))
+
+    a = run("sliver", 1.5)
+    (check,) = [c for c in a.results.health.checks if c["check"] == "gpu_span_small"]
+    assert (check["severity"], check["count"], check["affects"]) == ("warning", 1, [])
+    assert "within 1.5 us of the 120.00 ms capture" in check["message"]
+    assert a.findings == run("sliver_again", 1.5).findings  # graded as before: nothing rests on it
+    assert "gpu_span_small" not in _checks(run("one_percent", 1200.0))  # 1.2 ms of 120 ms
+    step = _x("ProfilerStep#1", "user_annotation", 900.0, 200.0)
+    assert "gpu_span_small" not in _checks(run("stepped", 1.5, step))
+
+
 def test_a_kernel_launched_but_no_kernel_is_still_missing(tmp_path: Path) -> None:
     """The same memset with a kernel launch traced beside it: that launch's kernel is lost."""
     rt = "cuda_runtime"

@@ -278,15 +278,27 @@ def _send_recv_in_all_to_all(comm: pl.DataFrame, events: pl.DataFrame) -> pl.Dat
     sr = comm.filter((pl.col("kind") == "send_recv") & pl.col("correlation").is_not_null())
     if sr.height == 0:
         return comm
-    ranges = names_matching(
-        events.filter(pl.col("kind").is_in(["cpu_op", "user_annotation"])), ALL_TO_ALL_RANGE
-    ).select(pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid")
+    # lazily, so the filters copy only the columns used, not the whole table's
+    host = (
+        events.lazy()
+        .filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]))
+        .select("name", "start_ns", "end_ns", "tid")
+        .collect()
+    )
+    ranges = names_matching(host, ALL_TO_ALL_RANGE).select(
+        pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid"
+    )
     if ranges.height == 0:
         return comm
-    calls = events.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
-        & pl.col("correlation").is_in(sr.get_column("correlation").unique().implode())
-    ).select("correlation", "start_ns", "end_ns", pl.col("tid").alias("c_tid"))
+    calls = (
+        events.lazy()
+        .filter(
+            pl.col("kind").is_in(["runtime", "driver"])
+            & pl.col("correlation").is_in(sr.get_column("correlation").unique().implode())
+        )
+        .select("correlation", "start_ns", "end_ns", pl.col("tid").alias("c_tid"))
+        .collect()
+    )
     inside = iv.containing(
         calls,
         ranges,
@@ -307,11 +319,16 @@ def _send_recv_in_all_to_all(comm: pl.DataFrame, events: pl.DataFrame) -> pl.Dat
 def _launch_ids(events: pl.DataFrame, correlations: pl.Series) -> pl.DataFrame:
     """(correlation, external_id) of the runtime/driver calls that launched ``correlations``:
     the external id names the host op around the launch."""
-    return events.filter(
-        pl.col("kind").is_in(["runtime", "driver"])
-        & pl.col("correlation").is_in(correlations.unique().implode())
-        & pl.col("external_id").is_not_null()
-    ).select("correlation", "external_id")
+    return (
+        events.lazy()
+        .filter(
+            pl.col("kind").is_in(["runtime", "driver"])
+            & pl.col("correlation").is_in(correlations.unique().implode())
+            & pl.col("external_id").is_not_null()
+        )
+        .select("correlation", "external_id")
+        .collect()
+    )
 
 
 def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict[str, int]:

@@ -39,7 +39,7 @@ import polars as pl
 from traceinsight.analyzers.context import Context
 from traceinsight.constants import ABSURD_SPAN_FACTOR
 from traceinsight.model.classify import API_KINDS, COPY_LAUNCH_API, LAUNCH_API, names_matching
-from traceinsight.report.format import plural
+from traceinsight.report.format import fmt_ns, plural
 
 IDLE_RULES = (
     "dataloader_stall",
@@ -83,6 +83,8 @@ SAMPLED_MIN_CALLS = 500
 LAUNCH_OR_COPY_API = r"^cuda(LaunchKernel\w*|Memcpy\w*|Memset\w*)$"
 # GPU activity that a launch call produces (gpu_sync and GPU annotations are not launched work).
 GPU_WORK_KINDS = ("kernel", "memcpy", "memset")
+# without steps, a GPU span under this share of the capture is flagged (the window is that span)
+GPU_SPAN_MIN_RATIO = 0.01
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,7 @@ def analyze_health(ctx: Context) -> HealthResult:
             _truncated(ctx),
             _rows_out_of_order(ctx),
             _runtime_calls_filtered(api),
+            _gpu_span_small(ctx, ev),
             _empty(ev),
         )
         if c is not None
@@ -154,6 +157,36 @@ def _runtime_calls_filtered(api: pl.DataFrame) -> dict[str, Any] | None:
         "were filtered out (a sampled or filtered trace), so what the GPU waited for cannot be "
         "told; record the full trace for the idle-time findings.",
         (*IDLE_RULES, "small_batch"),  # whether the host bounds the step: from the same calls
+    )
+
+
+def _gpu_span_small(ctx: Context, ev: pl.DataFrame) -> dict[str, Any] | None:
+    """No steps, and the GPU's work spans a sliver of the capture: the window (the GPU span)
+    then describes that sliver, not the run (a public nsys export: one 1.5 us memset in a
+    426 ms capture read as 100% busy)."""
+    if ctx.steps.height or ev.height == 0:
+        return None
+    gpu = (
+        ev.lazy()
+        .filter(pl.col("kind").is_in(GPU_WORK_KINDS))
+        .select(pl.len(), pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
+        .collect()
+        .row(0)
+    )
+    n, lo, hi = gpu
+    capture = int(ev.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item() or 0)
+    if not n or capture <= 0 or hi - lo >= GPU_SPAN_MIN_RATIO * capture:
+        return None
+    return _check(
+        "gpu_span_small",
+        "warning",
+        n,
+        f"the GPU worked within {fmt_ns(hi - lo)} of the {fmt_ns(capture)} capture "
+        f"({plural(n, 'GPU activity', 'GPU activities')}) and no step marks the rest: the "
+        "window is that span, so its busy and idle figures describe it alone, not the run. "
+        "Record the part of the run that uses the GPU (nsys: --capture-range=cudaProfilerApi "
+        "or --delay; torch.profiler: a schedule over the training steps)",
+        (),
     )
 
 
