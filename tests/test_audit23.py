@@ -320,6 +320,35 @@ def test_read_back_processing_is_said_without_a_replay() -> None:
     assert f.cost_ns == f.evidence["idle_ns"] - after
 
 
+def test_host_work_after_unpriced_syncs_is_the_gpus_idle() -> None:
+    """Session 52 (a public nsys export of a streamed Llama's simulation, 512 syncs, 598 ms of
+    the host in its own ranges after they returned, the GPU 97% idle): host_sync says that
+    idle but grades only the syncs' own part, so gpu_underutilized counts the host's work as
+    unexplained, rather than nothing above low. By hand: 12 rounds
+    of a 100 us kernel, a sync returning 2 us after it, 2.8 ms of host work, then the next
+    launch; 11 gaps of 2,900 us, 2 us of each in the sync."""
+    ev = Events()
+    for i in range(12):
+        t = i * 3000
+        ev.op("launch_layer", t, 8)
+        ev.kernel("gemm", t + 10, 100, launch_us=t + 1)
+        ev.runtime("cudaDeviceSynchronize", t + 6, 106)
+        ev.op("prepare_next", t + 120, 2800)
+    a = analyze_trace(ev.trace())
+    by_id = {f.id: f for f in a.findings}
+    sync = by_id["host_sync"]
+    assert sync.evidence["idle_ns"] == 11 * 2_900 * US
+    assert "after the calls returned" in sync.title
+    after = sync.evidence["idle_after_return_ns"]
+    # each gap's host work: its 2,900 us less the sync's 2 us and the next launch's few us
+    assert 11 * 2_890 * US <= after <= 11 * 2_898 * US
+    assert sync.cost_ns == sync.evidence["idle_ns"] - after  # graded: the syncs' own part
+    assert sync.severity == "info"
+    under = by_id["gpu_underutilized"]
+    assert under.cost_ns == after
+    assert under.severity == "high"  # the GPU 3.6% busy, 12 rounds of one steady pattern
+
+
 AUTOGRAD_NW0 = "kineto-samples/tbplugin_2021-01_resnet50_autograd_nw0_worker0.pt.trace.json.gz"
 
 
