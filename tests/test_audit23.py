@@ -349,6 +349,26 @@ def test_host_work_after_unpriced_syncs_is_the_gpus_idle() -> None:
     assert under.severity == "high"  # the GPU 3.6% busy, 12 rounds of one steady pattern
 
 
+def test_tuning_syncs_are_not_host_syncs_sources() -> None:
+    """Session 52 (a DLProf nsys export: "14 host syncs" whose sources listed 15 more, the
+    cudaEventSynchronize calls cudnn.benchmark timed its convolutions with): the tuning syncs
+    host_sync leaves out are left out of its sources too. By hand: 3 event syncs inside a
+    cudnn_convolution range, 1 user sync, NVTX-like ranges only (no cpu ops)."""
+    ev = Events()
+    ev.annotation("train_loop", 0, 20_000)
+    for i in range(12):
+        ev.kernel("gemm", i * 1500 + 20, 300, launch_us=i * 1500 + 5)
+    ev.annotation("aten::cudnn_convolution", 100, 600)
+    for k in range(3):
+        ev.runtime("cudaEventSynchronize", 150 + k * 100, 50)
+    ev.runtime("cudaDeviceSynchronize", 3000, 400)
+    a = analyze_trace(ev.trace())
+    assert (a.results.syncs.host_sync_count, a.results.syncs.autotune_syncs) == (1, 3)
+    f = next(f for f in a.findings if f.id == "host_sync")
+    sites = [(s.location, s.trigger, s.count) for s in f.evidence["sources"]]
+    assert sites == [("train_loop", "cudaDeviceSynchronize", 1)]
+
+
 AUTOGRAD_NW0 = "kineto-samples/tbplugin_2021-01_resnet50_autograd_nw0_worker0.pt.trace.json.gz"
 
 

@@ -808,6 +808,40 @@ def _empty() -> pl.DataFrame:
     return pl.DataFrame(schema={"start_ns": pl.Int64, "end_ns": pl.Int64})
 
 
+# cudnn.benchmark's algorithm search times each candidate with CUDA events inside the
+# convolution op the first time a shape is seen: event syncs there are its one-time tuning,
+# not the loop's syncs (audit 24: a 2021 ResNet-50's 357 cudaEventSynchronize calls in its
+# first iteration's cudnn_convolution ops read as 131 ms of host_sync, "remove .item()")
+AUTOTUNE_SYNC_API = r"^(cuda|hip)EventSynchronize"
+CUDNN_CONV_OPS = r"cudnn_convolution|CudnnConvolution|miopen_convolution|MiopenConvolution"
+
+
+def autotune_syncs(ctx: Context) -> pl.DataFrame:
+    """Event syncs inside cuDNN/MIOpen convolution ops on their thread (name, start_ns,
+    end_ns, dur_ns, tid): cudnn.benchmark timing its candidate algorithms."""
+    cols = ["name", "start_ns", "end_ns", "dur_ns", "tid"]
+    syncs = ctx.rows(API_KINDS, AUTOTUNE_SYNC_API, columns=tuple(cols))
+    if syncs.height == 0:
+        return syncs.select(cols)
+    convs = ctx.rows(HOST_OP_KINDS, CUDNN_CONV_OPS, columns=("start_ns", "end_ns", "tid"))
+    if convs.height == 0:
+        return syncs.head(0).select(cols)
+    pairs = iv.containing(
+        syncs,
+        convs.select(
+            pl.col("start_ns").alias("c_s"),
+            pl.col("end_ns").alias("c_e"),
+            pl.col("tid").alias("c_tid"),
+        ),
+        inner_start="start_ns",
+        inner_end="end_ns",
+        outer_start="c_s",
+        outer_end="c_e",
+        same=("c_tid", "tid"),
+    )
+    return pairs.select(cols).unique(["tid", "start_ns"])
+
+
 def closing_profiler_sync(ctx: Context) -> pl.Expr | None:
     """The profiler's own ``cudaDeviceSynchronize`` when the window closes (its flush): it
     starts once the host has left the last step, and outlasts the last step's host end. The

@@ -32,6 +32,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import (
     Context,
+    autotune_syncs,
     closing_profiler_sync,
     host_ranges,
     join_beside,
@@ -200,6 +201,9 @@ class IdleResult:
     # the queued-work idle (gpu_wait) in gaps of UNTRACED_WAIT_MIN_NS or more: waits on
     # something the trace does not hold (an event another process records)
     gpu_wait_long_ns: int = 0
+    # the queued-work idle (gpu_wait) in gaps whose next work had been launched QUEUED_MIN_NS
+    # or more before it started: a wait, not the device's own gap between queued kernels
+    gpu_wait_queued_ns: int = 0
     # the most streams any device's work ran on in the window (0: unknown) and the calls that
     # made a stream wait on an event: on one stream without them no work waits on another's,
     # so gpu_wait there is the device's own gap between queued work
@@ -574,6 +578,13 @@ def analyze_idle(ctx: Context) -> IdleResult:
             .get_column("dur_ns")
             .sum()
         ),
+        gpu_wait_queued_ns=int(
+            gaps.filter((pl.col("cause") == "gpu_wait") & pl.col("_queued"))
+            .get_column("dur_ns")
+            .sum()
+        )
+        if "_queued" in gaps.columns  # not without attribution (no launch calls to read)
+        else 0,
         max_streams_per_device=_max_streams(ctx),
         stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
         cpu_work_between_launches_ns=_between_launches(ctx, gaps, "cpu_work"),
@@ -997,40 +1008,6 @@ def _first_launches(ctx: Context) -> pl.DataFrame:
         .group_by("name")
         .agg(pl.col("launch_start_ns").min(), pl.col("launch_tid").first())
     )
-
-
-# cudnn.benchmark's algorithm search times each candidate with CUDA events inside the
-# convolution op the first time a shape is seen: event syncs there are its one-time tuning,
-# not the loop's syncs (audit 24: a 2021 ResNet-50's 357 cudaEventSynchronize calls in its
-# first iteration's cudnn_convolution ops read as 131 ms of host_sync, "remove .item()")
-AUTOTUNE_SYNC_API = r"^(cuda|hip)EventSynchronize"
-CUDNN_CONV_OPS = r"cudnn_convolution|CudnnConvolution|miopen_convolution|MiopenConvolution"
-
-
-def autotune_syncs(ctx: Context) -> pl.DataFrame:
-    """Event syncs inside cuDNN/MIOpen convolution ops on their thread (name, start_ns,
-    end_ns, dur_ns, tid): cudnn.benchmark timing its candidate algorithms."""
-    cols = ["name", "start_ns", "end_ns", "dur_ns", "tid"]
-    syncs = ctx.rows(API_KINDS, AUTOTUNE_SYNC_API, columns=tuple(cols))
-    if syncs.height == 0:
-        return syncs.select(cols)
-    convs = ctx.rows(HOST_OP_KINDS, CUDNN_CONV_OPS, columns=("start_ns", "end_ns", "tid"))
-    if convs.height == 0:
-        return syncs.head(0).select(cols)
-    pairs = iv.containing(
-        syncs,
-        convs.select(
-            pl.col("start_ns").alias("c_s"),
-            pl.col("end_ns").alias("c_e"),
-            pl.col("tid").alias("c_tid"),
-        ),
-        inner_start="start_ns",
-        inner_end="end_ns",
-        outer_start="c_s",
-        outer_end="c_e",
-        same=("c_tid", "tid"),
-    )
-    return pairs.select(cols).unique(["tid", "start_ns"])
 
 
 def warmup_calls(ctx: Context) -> pl.DataFrame:

@@ -7,8 +7,12 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, closing_profiler_sync, launched
-from traceinsight.analyzers.idle import autotune_syncs
+from traceinsight.analyzers.context import (
+    Context,
+    autotune_syncs,
+    closing_profiler_sync,
+    launched,
+)
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import API_KINDS
 
@@ -26,7 +30,7 @@ class SyncResult:
     input_copy_blocked_ns: int = 0
     # the part of that blocked time the GPU sat idle (the rest it ran queued work)
     input_copy_idle_ns: int = 0
-    # cudnn.benchmark's timing syncs inside convolution ops (idle.py autotune_syncs): one-time
+    # cudnn.benchmark's timing syncs inside convolution ops (context.py autotune_syncs): one-time
     # tuning, left out of the counts above
     autotune_syncs: int = 0
 

@@ -17,7 +17,13 @@ from typing import Any
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.comm import COMM_FLOOR_BYTES_PER_S
 from traceinsight.analyzers.host_ops import HostOpsResult
-from traceinsight.analyzers.idle import CALLEE_SEP, MAJORITY, OS_CALL_SUFFIX, IdleSegment
+from traceinsight.analyzers.idle import (
+    CALLEE_SEP,
+    MAJORITY,
+    OS_CALL_SUFFIX,
+    QUEUED_MIN_NS,
+    IdleSegment,
+)
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.columns import HOST_INPUT_OPS
 from traceinsight.causal.whatif import LoaderPlan, WhatIf
@@ -2558,16 +2564,32 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # work was queued and waited on something the trace does not show; on one stream
         # nothing but the device's own gap between queued kernels
         one_stream = idle.max_streams_per_device == 1 and idle.stream_wait_calls == 0
-        where = (
-            ", mostly between kernels already queued on one stream (the device's own gaps "
-            "between them: fewer, larger kernels shorten them)"
-            if one_stream
-            else ", mostly with work queued that waited on a dependency (another stream, or an "
-            "event recorded outside the trace)"
-        )
-        # more work per step does not shorten a wait for another stream's or process's event
-        # (audit 5: an SGLang prefill's 493 ms, the GPU 99.8% busy on either side of it)
-        advice = None if one_stream else DEPENDENCY_WAIT_ADVICE
+        # queued long before it ran, on one stream with nothing ahead of it: not a gap between
+        # queued kernels (a few us) but a wait the trace does not show (a public RTX 3090
+        # inference pass: kernels launched 190-370 us before they started, read as "the
+        # device's own gaps: fewer, larger kernels")
+        waited = idle.gpu_wait_queued_ns >= MAJORITY * x.idle("gpu_wait")
+        if one_stream and waited:
+            where = (
+                ", mostly with work queued on one stream that started long after it was "
+                f"launched and the stream was free (waits over {fmt_ns(QUEUED_MIN_NS)}; "
+                "nothing in the trace held it: a first pass's one-time device work, another "
+                "process on the GPU)"
+            )
+            advice = UNSEEN_WAIT_ADVICE
+        elif one_stream:
+            where = (
+                ", mostly between kernels already queued on one stream (the device's own "
+                "gaps between them: fewer, larger kernels shorten them)"
+            )
+        else:
+            where = (
+                ", mostly with work queued that waited on a dependency (another stream, or an "
+                "event recorded outside the trace)"
+            )
+            # more work per step does not shorten a wait for another stream's or process's
+            # event (audit 5: an SGLang prefill's 493 ms, the GPU 99.8% busy on either side)
+            advice = DEPENDENCY_WAIT_ADVICE
     if x.idle("host_untraced") >= x.t["underutilized_op_min_ratio"] * max(1, rest):
         # a kernel-only capture: when the next work was launched is not in it (audit 17: a
         # rocprofv3 kernel trace of an MI350X job told to "look at the host ops")
@@ -2608,22 +2630,25 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         snippet=DEPENDENCY_WAIT_SNIPPET
         if advice == DEPENDENCY_WAIT_ADVICE
         else ""
-        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE) or made
+        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE, UNSEEN_WAIT_ADVICE) or made
         else COMPILED_UNDERUTILIZED_SNIPPET
         if compiled_code(x.r)
         else None,
         advice={"cuda_app": Advice(advice, "")}
-        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE)
+        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE, UNSEEN_WAIT_ADVICE)
         else {},
         # what the queued work waited for is not in the trace: its saving rests on the idle
         # alone, and the first change is a recording (audit 22: an SGLang decode "GPU busy only
         # 2.1%" HIGH on one 463 ms wait for an event recorded outside it, 93.5% busy after),
         # where long waits hold most of it (a loop's short waits between its own streams,
         # cuDNN's LSTM on 11, are no such wait)
+        # likewise where work queued on one stream waited with nothing recorded ahead of it
         **(
             {"cap": "low", "cap_reason": DEPENDENCY_WAIT_CAP_REASON}
             if advice == DEPENDENCY_WAIT_ADVICE
             and idle.gpu_wait_long_ns >= MAJORITY * x.idle("gpu_wait")
+            else {"cap": "low", "cap_reason": UNSEEN_WAIT_CAP_REASON}
+            if advice == UNSEEN_WAIT_ADVICE
             else {}
         ),
     )
@@ -2698,6 +2723,16 @@ UNTRACED_ADVICE = (
 DEPENDENCY_WAIT_CAP_REASON = (
     "the GPU waited on work the trace does not hold (an event another stream or process "
     "records): what it waited for, and what would shorten it, is not in the trace"
+)
+UNSEEN_WAIT_CAP_REASON = (
+    "the GPU's queued work waited with nothing recorded ahead of it: what held it, and what "
+    "would shorten it, is not in the trace"
+)
+UNSEEN_WAIT_ADVICE = (
+    "The GPU had work queued on its only stream and started it late, with nothing recorded "
+    "ahead of it: record steady steps after a warm-up (a first pass loads and initializes "
+    "kernels on the device), with no other process on the GPU (nvidia-smi), and see whether "
+    "the waits remain."
 )
 DEPENDENCY_WAIT_ADVICE = (
     "The GPU had work queued that waited for a dependency: a stream wait "
