@@ -90,12 +90,16 @@ def kinds_of(df: pl.DataFrame, col: str, alias: str) -> pl.DataFrame:
 
 
 def with_kinds(
-    comm: pl.DataFrame, events: pl.DataFrame, kernel_args: pl.DataFrame | None = None
+    comm: pl.DataFrame,
+    events: pl.DataFrame,
+    kernel_args: pl.DataFrame | None = None,
+    all_to_all: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """``comm`` (kernels with ``correlation``) with a ``kind`` column: from the kernel name, or
     where the name is ambiguous (``ncclDevKernel_Generic``) from the kernel's own ``Collective
     name`` (Kineto's kernel args, in ``kernel_args``), else from the launching host op (runtime
-    call -> op on external id)."""
+    call -> op on external id). ``all_to_all``: the host ranges of all-to-alls (start_ns,
+    end_ns, tid), where the caller has them (a Context's rows: else found in ``events``)."""
     comm = kinds_of(comm, "name", "kind")
     if kernel_args is not None and kernel_args.get_column("collective").drop_nulls().len():
         named = (
@@ -113,7 +117,7 @@ def with_kinds(
             )
             .drop("_named")
         )
-    comm = _send_recv_in_all_to_all(comm, events)
+    comm = _send_recv_in_all_to_all(comm, events, all_to_all)
     ambiguous = comm.filter(
         pl.col("kind").is_in(HOST_DECIDES) & pl.col("correlation").is_not_null()
     )
@@ -212,7 +216,8 @@ def analyze_comm(ctx: Context) -> CommResult:
             }
         )
     window = max(1, ctx.window_ns) * max(1, len(ctx.devices))
-    kinds = with_kinds(comm, ctx.events, ctx.kernel_args)
+    a2a = ctx.rows(HOST_OP_KINDS, ALL_TO_ALL_RANGE, columns=("start_ns", "end_ns", "tid"))
+    kinds = with_kinds(comm, ctx.events, ctx.kernel_args, a2a)
     top = (
         comm.group_by("name")
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
@@ -270,7 +275,9 @@ def _messages(comm: pl.DataFrame, ctx: Context) -> pl.DataFrame:
 ALL_TO_ALL_RANGE = r"(?i)all_?to_?all"
 
 
-def _send_recv_in_all_to_all(comm: pl.DataFrame, events: pl.DataFrame) -> pl.DataFrame:
+def _send_recv_in_all_to_all(
+    comm: pl.DataFrame, events: pl.DataFrame, ranges: pl.DataFrame | None
+) -> pl.DataFrame:
     """SendRecv kernels launched inside a host range of an all-to-all are the all-to-all: NCCL
     runs one as grouped sends and receives to every peer (audit 22: an FSDP job's Ulysses
     sequence parallelism, ``c10d::alltoall_base_`` around ``ncclSend``/``ncclRecv``, read as
@@ -278,16 +285,16 @@ def _send_recv_in_all_to_all(comm: pl.DataFrame, events: pl.DataFrame) -> pl.Dat
     sr = comm.filter((pl.col("kind") == "send_recv") & pl.col("correlation").is_not_null())
     if sr.height == 0:
         return comm
-    # lazily, so the filters copy only the columns used, not the whole table's
-    host = (
-        events.lazy()
-        .filter(pl.col("kind").is_in(["cpu_op", "user_annotation"]))
-        .select("name", "start_ns", "end_ns", "tid")
-        .collect()
-    )
-    ranges = names_matching(host, ALL_TO_ALL_RANGE).select(
-        pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid"
-    )
+    if ranges is None:
+        # lazily, so the filters copy only the columns used, not the whole table's
+        host = (
+            events.lazy()
+            .filter(pl.col("kind").is_in(HOST_OP_KINDS))
+            .select("name", "start_ns", "end_ns", "tid")
+            .collect()
+        )
+        ranges = names_matching(host, ALL_TO_ALL_RANGE)
+    ranges = ranges.select(pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid")
     if ranges.height == 0:
         return comm
     calls = (
