@@ -139,6 +139,9 @@ def test_the_format_era_from_the_categories() -> None:
     assert "transitional" in mixed and "<= torch 1.9" not in mixed
     old = _era({"schemaVersion": 1}, {"Operator", "Kernel", "Runtime"}, False, False, "")
     assert "legacy categories (<= torch 1.9)" in old
+    # session 52: a 2022 GPU-only capture (no cpu_op) with Kernel/Memcpy beside cuda_runtime
+    gpu_only = _era({"schemaVersion": 1}, {"Kernel", "Memcpy", "cuda_runtime"}, False, False, "")
+    assert "beside cuda_runtime (a transitional Kineto)" in gpu_only
     new = _era({"schemaVersion": 1}, {"cpu_op", "kernel", "cuda_runtime"}, False, False, "")
     assert "legacy" not in new and "transitional" not in new
 

@@ -120,12 +120,16 @@ def _era(top: dict[str, Any], cats: set[str], base: bool, frac: bool, array_era:
         return array_era
     schema = top.get("schemaVersion")
     parts = [f"schemaVersion {schema}" if schema is not None else "no schemaVersion"]
-    if "Operator" in cats or (cats & {"Kernel", "Runtime", "Memcpy"} and "cpu_op" not in cats):
+    # a later name beside the capitalized ones: a Kineto between the two namings (audit 21:
+    # cpu_op in a trace with aten::_reshape_alias, torch >= 1.11; session 52: cuda_runtime in
+    # a 2022 GPU-only capture, both read "<= 1.9")
+    later = cats & {"cpu_op", "cuda_runtime", "cuda_driver", "gpu_memcpy", "gpu_memset", "ac2g"}
+    if "Operator" in cats or (cats & {"Kernel", "Runtime", "Memcpy"} and not later):
         parts.append("legacy categories (<= torch 1.9)")
     elif cats & {"Kernel", "Runtime", "Memcpy"}:
-        # cpu_op beside the capitalized GPU and runtime categories: a Kineto between the two
-        # namings (audit 21: a trace with aten::_reshape_alias, torch >= 1.11, read "<= 1.9")
-        parts.append("categories Kernel/Runtime beside cpu_op (a transitional Kineto)")
+        parts.append(
+            f"categories Kernel/Memcpy beside {'/'.join(sorted(later))} (a transitional Kineto)"
+        )
     if base:
         parts.append("relative ns timestamps (baseTimeNanoseconds, kineto >= 2024-04)")
     elif frac:
