@@ -181,6 +181,13 @@ def test_real_names_get_their_class_and_precision():
             "reduction",
             False,
         ),
+        # cuDNN's tensor conversion (a public compiled ResNet-18, session 52): cuDNN's helper,
+        # "conv" before an "e": no fp32 convolution math
+        (
+            "void cudnn::engines_precompiled::convertTensor_kernel<float, float, float, (cudnnKernelDataType_t)0>(float, float const*, float, float*, unsigned long)",
+            "conv",
+            False,
+        ),
         # fbgemm's embedding bags (hta/timeline_analysis DLRM) do no GEMM
         (
             "void fbgemm_gpu::permute_2D_lengths_kernel<int>(int, int, int const*, int const*, int*)",

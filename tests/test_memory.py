@@ -276,6 +276,24 @@ def test_h200_headroom_prediction_matches_measured_throughput(analyses) -> None:
     assert f.evidence["predicted_peak_allocated_bytes"] <= 0.8 * truth["total_memory"]
 
 
+def test_headroom_advice_on_a_forward_only_loop_keeps_to_inference(analyses) -> None:
+    """Session 52 (a public H100 inference loop under no_grad): memory_headroom told it to
+    scale the learning rate and accumulate fewer micro-batches. Where no backward or optimizer
+    step ran, the advice is to batch more per forward pass; a training loop keeps the rest."""
+    from dataclasses import replace
+
+    from traceinsight.findings import default_thresholds, diagnose
+
+    r = analyses["mem_small_batch"].results
+    train = next(f for f in diagnose(r, default_thresholds()) if f.id == "memory_headroom")
+    assert "learning rate" in train.recommendation
+    serve = replace(r, host_ops=replace(r.host_ops, forward_only=True))
+    f = next(f for f in diagnose(serve, default_thresholds()) if f.id == "memory_headroom")
+    assert "learning rate" not in f.recommendation and "micro-batches" not in f.recommendation
+    assert f.recommendation.endswith("batch more requests or samples per forward pass.")
+    assert "accumulation" not in (f.snippet or "")
+
+
 def test_h200_headroom_without_the_model_says_why() -> None:
     a = traceinsight.analyze(FIX / "mem_small_batch.pt.trace.json.xz", replay=False)
     f = next(f for f in a.findings if f.id == "memory_headroom")

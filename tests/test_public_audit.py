@@ -456,3 +456,25 @@ def test_queued_work_started_late_on_one_stream_is_an_unseen_wait() -> None:
     assert "started long after it was launched and the stream was free" in f.title
     assert "fewer, larger kernels" not in f.title
     assert f.severity == "low"  # 21.4% busy, but what held the work is not in the trace
+
+
+def test_a_module_load_under_the_driver_is_warm_up_not_the_profiler() -> None:
+    """Session 52 (a public compiled ResNet-18 on an RTX 4090 D): Kineto's overhead rows
+    "Runtime Triggered Module Loading" (3.50 and 0.83 ms, under AccumulateGrad) read as the
+    profiler's idle, so the cold pass went unsaid. The driver loads modules with or without a
+    profiler: warm-up. By hand: 12 launches 300 us apart, then a 3,970 us gap holding a 3.5 ms
+    module load."""
+    from tests.builder import Events
+    from traceinsight.pipeline import analyze_trace
+
+    ev = Events()
+    for i in range(12):
+        ev.op("aten::mm", i * 300, 20)
+        ev.kernel("gemm", i * 300 + 30, 200, launch_us=i * 300 + 5)
+    ev._add("overhead", "Runtime Triggered Module Loading", 3700, 3500, tid=1)
+    ev.op("aten::mm", 7400, 20)
+    ev.kernel("gemm", 7500, 200, launch_us=7405)
+    a = analyze_trace(ev.trace())
+    causes = a.metrics["idle_by_cause_ns"]
+    assert (causes["warmup"], causes["profiler"]) == (3_970_000, 0)
+    assert "cold_start" in {f.id for f in a.findings}

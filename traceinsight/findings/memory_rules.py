@@ -460,8 +460,20 @@ def memory_headroom(x: RuleInput) -> Draft | None:
         },
         recommendation=(
             f"The GPU waits for the host while {fmt_pct(d.headroom_ratio)} of its memory is unused: use a "
-            f"{m}x larger batch (or sequence), which fits in 80% of device memory; scale the learning rate "
-            "or accumulate fewer micro-batches to keep the effective batch."
+            f"{m}x larger batch (or sequence), which fits in 80% of device memory"
+            # no backward, no optimizer step: nothing trains (a public H100 inference loop
+            # was told to scale its learning rate)
+            + (
+                "; batch more requests or samples per forward pass."
+                if x.r.host_ops.forward_only
+                else "; scale the learning rate or accumulate fewer micro-batches to keep the "
+                "effective batch."
+            )
+        ),
+        snippet=(
+            "loader = DataLoader(dataset, batch_size=B * M)  # M: the multiplier in the evidence"
+            if x.r.host_ops.forward_only
+            else None
         ),
         # short of 2x the GPU's time would fill the step: the 2x batch's gain rests on the GPU
         # work scaling no worse than linearly past that, which no held-out loop bears out in

@@ -74,6 +74,8 @@ WARMUP_API = (
 # keep appearing (new shapes: the memory fixtures' dynamic batches read as a cold window)
 CUDA_OWN_OVERHEAD = r"(?i)\(CUDA\)$|^lazy function loading"
 CUDA_LOADING_OVERHEAD = r"(?i)module loading|JIT compiler"
+# both: none of these rows is the profiler's own cost
+CUDA_DRIVER_OVERHEAD = f"{CUDA_OWN_OVERHEAD}|{CUDA_LOADING_OVERHEAD.removeprefix('(?i)')}"
 # A stream made to wait on an event (recorded on another stream, maybe one the trace lacks).
 STREAM_WAIT_API = r"^(cuda|hip|cu)StreamWaitEvent\w*"
 # Queries and settings of a kernel function's attributes: with CUDA's lazy loading (the
@@ -217,10 +219,12 @@ FP32_RULES: list[tuple[str, str]] = [
     # layers: 31 ms of a 185 ms fp32 step). Not ATen's own depthwise kernels: see
     # ATEN_DEPTHWISE_PATTERN, nor the layout transposes cuDNN runs around convolutions on
     # channels-first tensors (LAYOUT_KERNELS): no math, and bf16 keeps them (R(2+1)D-18's, 21.6
-    # ms a step in fp32 and 17.8 in bf16; gone in channels_last).
+    # ms a step in fp32 and 17.8 in bf16; gone in channels_last), nor its tensor conversions
+    # (``convertTensor_kernel<float, ...>``: "conv" before an "e" is no convolution; a compiled
+    # ResNet-18's 1.74 of 2.36 ms of "fp32 math" on a public trace).
     (
         "cudnn_float_template",
-        r"([dw]grad\w*|engine|convolve_sgemm|winograd\w*|fft[123]d_\w+|im2col\w*|conv\w*"
+        r"([dw]grad\w*|engine|convolve_sgemm|winograd\w*|fft[123]d_\w+|im2col\w*|conv([^e]\w*)?"
         r"|scalepackedtensor_kernel)<((\d+|true|false|int|long), )*float[,>]",
     ),
     # cuDNN's FFT convolution on float: its frequency-domain product (float2: complex fp32)

@@ -132,6 +132,8 @@ def per_step(doc: dict[str, Any]) -> str:
 
 # MFU from FLOPs known for less than this share of the math kernels' time is a lower bound
 MFU_COVERAGE_MIN_RATIO = 0.5
+# ... and from less than this share, unknown
+MFU_COVERAGE_UNKNOWN_RATIO = 0.05
 
 
 def mfu_words(m: dict[str, Any]) -> str:
@@ -140,6 +142,9 @@ def mfu_words(m: dict[str, Any]) -> str:
     (audit 9: "MFU 0.0%" on a vLLM trace 99.8% busy in MoE matmuls, FLOPs for 0.2% of them)."""
     cover = m.get("math_flops_coverage_ratio")
     text = f"MFU {fmt_pct(m['mfu'])} (HFU {fmt_pct(m.get('hfu'))})"
+    if cover is not None and cover < MFU_COVERAGE_UNKNOWN_RATIO:
+        # a bound from so few kernels says nothing (a vLLM graph trace: "MFU at least 0.0%")
+        return f"MFU unknown (FLOPs known for {fmt_pct(cover)} of the math kernels' time)"
     if cover is not None and cover < MFU_COVERAGE_MIN_RATIO:
         return (
             f"MFU at least {fmt_pct(m['mfu'])} (HFU {fmt_pct(m.get('hfu'))}; FLOPs known for "
