@@ -60,6 +60,11 @@ CASES: dict[str, tuple[bytes, int, str]] = {
         2,
         "Git LFS pointer, not the trace: the object of 0.6 MB was not downloaded",
     ),
+    # session 52: binary inputs named for what they are, not "not valid JSON" (public inputs:
+    # an nsys-jax zip of Parquet files, refused after 2.7 s; JAX's XPlane protobufs)
+    "zip_archive": (b"PK\x03\x04" + bytes(200), 2, "a zip archive, not a trace file"),
+    "parquet": (b"PAR1\x15\x04" + bytes(range(40)), 2, "a Parquet file, not a trace"),
+    "protobuf_like": (b"\x0a\x12\x08\x01" + bytes(range(64)), 2, "a binary file, not a trace"),
     "zero_gzip": (b"\x1f\x8b", 2, "gzip"),
     "corrupt_gzip": (b"\x1f\x8b\x08\x00" + bytes(range(256)) * 2, 2, "gzip"),
     "zero_xz": (b"\xfd7zXZ\x00", 2, "xz"),
@@ -158,6 +163,13 @@ def test_named_hostile_case(name, tmp_path, capsys):
     assert rc == want_rc
     if text:
         assert text in (err if rc else " ".join(doc["warnings"]))
+
+
+def test_an_xplane_protobuf_is_named(tmp_path, capsys):
+    p = tmp_path / "host.xplane.pb"
+    p.write_bytes(b"\x0a\x12\x08\x01" + bytes(range(64)))
+    rc, err, _ = run(p, capsys)
+    assert rc == 2 and "a JAX/TensorFlow XPlane profile" in err
 
 
 # export_memory_timeline look-alikes (an array of number arrays): exit 2 naming what is wrong

@@ -27,6 +27,8 @@ def detect_format(path: Path) -> str:
         raise InputError("empty file (0 bytes)", str(path))
     if kind == "lfs-pointer":
         raise InputError(_lfs_message(path), str(path))
+    if kind in ("zip", "binary"):
+        raise InputError(_binary_message(path, kind), str(path))
     from traceinsight.parsers.rocprof import looks_like_rocprof_json
 
     if looks_like_rocprof_json(head_bytes(path)):
@@ -65,6 +67,28 @@ def load_trace(
     from traceinsight.parsers.nsys import parse_nsys_rep
 
     return parse_nsys_rep(p, threads=threads)
+
+
+READS = (
+    "this tool reads PyTorch profiler (Kineto) traces (.json, .json.gz), Nsight Systems exports "
+    "(.sqlite, .nsys-rep) and rocprofv3 outputs"
+)
+
+
+def _binary_message(path: Path, kind: str) -> str:
+    """What a binary input that is no trace this tool reads most likely is (public inputs
+    refused as "not valid JSON": JAX's XPlane protobufs, an nsys-jax zip of Parquet files)."""
+    if kind == "zip":
+        return f"a zip archive, not a trace file: unpack it and give the trace inside ({READS})"
+    with open(path, "rb") as fh:
+        head = fh.read(4)
+    if head == b"PAR1":
+        what = "a Parquet file"
+    elif path.name.endswith((".xplane.pb", ".pb")):
+        what = "a protobuf file (a JAX/TensorFlow XPlane profile: open it in TensorBoard or xprof)"
+    else:
+        what = "a binary file"
+    return f"{what}, not a trace this tool reads: {READS}"
 
 
 def _lfs_message(path: Path) -> str:

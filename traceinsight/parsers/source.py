@@ -51,11 +51,18 @@ def max_bytes_default() -> int:
 LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 
 
+ZIP_MAGIC = b"PK\x03\x04"
+# bytes JSON text never holds raw (it escapes them): a NUL or another control character in
+# the first bytes is a binary file (an XPlane protobuf, a Parquet file)
+_BINARY_BYTES = bytes(range(0, 9)) + bytes(range(14, 32))
+
+
 def sniff(path: Path) -> str:
-    """'gzip', 'xz', 'sqlite', 'json', 'lfs-pointer' or 'empty', from the first bytes."""
+    """'gzip', 'xz', 'sqlite', 'zip', 'binary', 'json', 'lfs-pointer' or 'empty', from the
+    first bytes."""
     try:
         with open(path, "rb") as fh:
-            head = fh.read(len(LFS_POINTER))
+            head = fh.read(512)
     except IsADirectoryError:
         raise InputError("is a directory, expected a trace file", str(path)) from None
     except OSError as exc:
@@ -68,8 +75,12 @@ def sniff(path: Path) -> str:
         return "xz"
     if head.startswith(SQLITE_MAGIC):
         return "sqlite"
-    if head == LFS_POINTER:
+    if head.startswith(LFS_POINTER):
         return "lfs-pointer"
+    if head.startswith(ZIP_MAGIC):
+        return "zip"
+    if any(b in _BINARY_BYTES for b in head):
+        return "binary"
     return "json"
 
 
