@@ -478,3 +478,26 @@ def test_a_module_load_under_the_driver_is_warm_up_not_the_profiler() -> None:
     causes = a.metrics["idle_by_cause_ns"]
     assert (causes["warmup"], causes["profiler"]) == (3_970_000, 0)
     assert "cold_start" in {f.id for f in a.findings}
+
+
+def test_unmarked_training_steps_are_pointed_out() -> None:
+    """Session 52 (TraceLens' MI300X ResNet-18: 5 SGD iterations profiled without a schedule):
+    the window is the whole GPU span, as without steps; the warning says the trace holds the
+    optimizer's steps and how to mark them. One step of it says nothing more."""
+    from tests.builder import Events
+    from traceinsight.pipeline import analyze_trace
+
+    def warning(iterations: int) -> str:
+        e = Events()
+        for i in range(iterations):
+            t = i * 1000
+            e.op("aten::mm", t, 20)
+            e.kernel("gemm", t + 30, 300, launch_us=t + 5)
+            e.annotation("Optimizer.step#SGD.step", t + 400, 100)
+            e.op("aten::add_", t + 410, 10)
+            e.kernel("sgd_kernel", t + 430, 50, launch_us=t + 415)
+        (w,) = [w for w in analyze_trace(e.trace()).to_json()["warnings"] if "ProfilerStep" in w]
+        return w
+
+    assert "(the trace has 3 optimizer steps: profile with a torch.profiler schedule" in warning(3)
+    assert warning(1).endswith("the whole GPU span is analyzed as one window")

@@ -100,7 +100,18 @@ def analyze_trace(
     elif not ctx.has_gpu:
         warnings.append("no GPU activity in this trace: GPU metrics are not applicable")
     if ctx.steps.height == 0 and ctx.has_gpu:
-        warnings.append("no ProfilerStep/step ranges: the whole GPU span is analyzed as one window")
+        n_opt = results.optimizer.optimizer_steps
+        # a training loop profiled without a schedule: its iterations are there, unmarked (an
+        # MI300X ResNet-18's 5 SGD steps read as one window)
+        marks = (
+            f" (the trace has {n_opt} optimizer steps: profile with a torch.profiler schedule "
+            "and call prof.step() each iteration to mark them)"
+            if n_opt >= 2
+            else ""
+        )
+        warnings.append(
+            f"no ProfilerStep/step ranges: the whole GPU span is analyzed as one window{marks}"
+        )
     if results.replay is not None and "unprofiled" in results.replay.unconverged:
         warnings.append(
             "the un-profiled step's replay stopped before its blocking calls settled (a model "
