@@ -818,7 +818,12 @@ CUDNN_CONV_OPS = r"cudnn_convolution|CudnnConvolution|miopen_convolution|MiopenC
 
 def autotune_syncs(ctx: Context) -> pl.DataFrame:
     """Event syncs inside cuDNN/MIOpen convolution ops on their thread (name, start_ns,
-    end_ns, dur_ns, tid): cudnn.benchmark timing its candidate algorithms."""
+    end_ns, dur_ns, tid): cudnn.benchmark timing its candidate algorithms. Worked out once per
+    trace (the syncs, the sources and the one-time calls each leave them out)."""
+    return ctx.host.derived("autotune_syncs", lambda: _autotune_syncs(ctx))
+
+
+def _autotune_syncs(ctx: Context) -> pl.DataFrame:
     cols = ["name", "start_ns", "end_ns", "dur_ns", "tid"]
     syncs = ctx.rows(API_KINDS, AUTOTUNE_SYNC_API, columns=tuple(cols))
     if syncs.height == 0:

@@ -166,16 +166,14 @@ def _gpu_span_small(ctx: Context, ev: pl.DataFrame) -> dict[str, Any] | None:
     426 ms capture read as 100% busy)."""
     if ctx.steps.height or ev.height == 0:
         return None
-    gpu = (
-        ev.lazy()
-        .filter(pl.col("kind").is_in(GPU_WORK_KINDS))
-        .select(pl.len(), pl.col("start_ns").min().alias("lo"), pl.col("end_ns").max().alias("hi"))
-        .collect()
-        .row(0)
-    )
-    n, lo, hi = gpu
-    capture = int(ev.select(pl.col("end_ns").max() - pl.col("start_ns").min()).item() or 0)
-    if not n or capture <= 0 or hi - lo >= GPU_SPAN_MIN_RATIO * capture:
+    gpu = pl.col("kind").is_in(GPU_WORK_KINDS)
+    n, lo, hi, capture = ev.select(
+        gpu.sum().alias("n"),
+        pl.col("start_ns").filter(gpu).min().alias("lo"),
+        pl.col("end_ns").filter(gpu).max().alias("hi"),
+        (pl.col("end_ns").max() - pl.col("start_ns").min()).alias("capture"),
+    ).row(0)
+    if not n or not capture or capture <= 0 or hi - lo >= GPU_SPAN_MIN_RATIO * capture:
         return None
     return _check(
         "gpu_span_small",

@@ -336,15 +336,15 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         )
     if workers_snippet and "snippet" not in advice:
         advice = {**advice, "snippet": workers_snippet}
-    # the iterator's first batch, its workers starting, is a one-time cost (per epoch without
-    # persistent_workers): out of the steady cost, named, and not the example (audit 17 D8b: a
-    # cold ResNet's 7.35 s held a 2.25 s first batch, and the "why" line was that gap)
     # each gap goes to the cause covering most of it, so the loader's idle can hold the step's
     # other host work around its calls: said where it does (a public H100 ResNet-50's "35.48
     # ms idle in DataLoader.__next__" held 24.70 ms inside the calls)
     place = "in DataLoader.__next__"
     if cost > LOADER_AROUND_RATIO * inside:
         place = f"in gaps mostly in DataLoader.__next__ ({fmt_ms(inside)} inside its calls)"
+    # the iterator's first batch, its workers starting, is a one-time cost (per epoch without
+    # persistent_workers): out of the steady cost, named, and not the example (audit 17 D8b: a
+    # cold ResNet's 7.35 s held a 2.25 s first batch, and the "why" line was that gap)
     first = x.r.idle.dataloader_first_batch_idle_ns
     once = (
         "for the first batch while the workers started (once per iterator: "

@@ -27,7 +27,7 @@ def detect_format(path: Path) -> str:
         raise InputError("empty file (0 bytes)", str(path))
     if kind == "lfs-pointer":
         raise InputError(_lfs_message(path), str(path))
-    if kind in ("zip", "binary"):
+    if kind in ("zip", "parquet", "binary"):
         raise InputError(_binary_message(path, kind), str(path))
     from traceinsight.parsers.rocprof import looks_like_rocprof_json
 
@@ -80,9 +80,7 @@ def _binary_message(path: Path, kind: str) -> str:
     refused as "not valid JSON": JAX's XPlane protobufs, an nsys-jax zip of Parquet files)."""
     if kind == "zip":
         return f"a zip archive, not a trace file: unpack it and give the trace inside ({READS})"
-    with open(path, "rb") as fh:
-        head = fh.read(4)
-    if head == b"PAR1":
+    if kind == "parquet":
         what = "a Parquet file"
     elif path.name.endswith((".xplane.pb", ".pb")):
         what = "a protobuf file (a JAX/TensorFlow XPlane profile: open it in TensorBoard or xprof)"

@@ -52,14 +52,15 @@ LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
 
 
 ZIP_MAGIC = b"PK\x03\x04"
+PARQUET_MAGIC = b"PAR1"
 # bytes JSON text never holds raw (it escapes them): a NUL or another control character in
 # the first bytes is a binary file (an XPlane protobuf, a Parquet file)
 _BINARY_BYTES = bytes(range(0, 9)) + bytes(range(14, 32))
 
 
 def sniff(path: Path) -> str:
-    """'gzip', 'xz', 'sqlite', 'zip', 'binary', 'json', 'lfs-pointer' or 'empty', from the
-    first bytes."""
+    """'gzip', 'xz', 'sqlite', 'zip', 'parquet', 'binary', 'json', 'lfs-pointer' or 'empty',
+    from the first bytes."""
     try:
         with open(path, "rb") as fh:
             head = fh.read(512)
@@ -79,6 +80,8 @@ def sniff(path: Path) -> str:
         return "lfs-pointer"
     if head.startswith(ZIP_MAGIC):
         return "zip"
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
     if any(b in _BINARY_BYTES for b in head):
         return "binary"
     return "json"
