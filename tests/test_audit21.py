@@ -235,17 +235,31 @@ SEND_RECV = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
 
 
 @pytest.mark.parametrize(
-    ("outer", "kind"), [("c10d::alltoall_base_", "all_to_all"), (None, "send_recv")]
+    ("outer", "kind"),
+    [
+        (("c10d::alltoall_base_",), "all_to_all"),
+        ((), "send_recv"),
+        # session 53: a 2023 TorchRec rank (launches linked to no op) whose DDP all-reduce ran
+        # SendRecv kernels inside nccl:all_reduce, 126.6 ms read as all-to-all
+        (("nccl:all_reduce",), "all_reduce"),
+        (("c10d::allreduce_", "nccl:all_reduce"), "all_reduce"),
+        # the outermost range is the user's call: the all-to-all around NCCL's sends
+        (("c10d::alltoall_base_", "nccl:send"), "all_to_all"),
+        (("record_param_comms",), "send_recv"),  # names no collective
+    ],
 )
-def test_send_recv_inside_an_all_to_all_is_the_all_to_all(outer: str | None, kind: str) -> None:
+def test_send_recv_inside_an_all_to_all_is_the_all_to_all(
+    outer: tuple[str, ...], kind: str
+) -> None:
     """Audit 22 D2: NCCL runs an all-to-all as grouped sends and receives; an FSDP job's
     Ulysses all-to-all (``c10d::alltoall_base_`` around the launch) read as pipeline
-    parallelism's send/recv. Outside any all-to-all range a SendRecv kernel stays send_recv."""
+    parallelism's send/recv. Outside any all-to-all range a SendRecv kernel stays send_recv;
+    inside a range that names another collective it is that one."""
     from traceinsight.analyzers.comm import with_kinds
 
     e = Events()
-    if outer:
-        e.op(outer, 0, 50)
+    for depth, name in enumerate(outer):  # nested, outermost first
+        e.op(name, depth, 50 - 2 * depth)
     e.kernel(SEND_RECV, 60, 100, launch_us=10)
     events = e.trace().events
     comm = events.filter(events["kind"] == "kernel").select(

@@ -142,6 +142,7 @@ def overlap(a: float, b: float, gaps: list[tuple[float, float]]) -> float:
 
 
 # a kernel function's attribute queries: with lazy loading the first one loads the module
+SYNC = re.compile(r"Synchronize|^(cuda|hip)Memcpy$|^hipMemcpyWithStream$")
 ATTRIBUTE_QUERY = re.compile(r"^cuda(Occupancy\w+|FuncGetAttributes|FuncSetAttribute)")
 
 
@@ -164,6 +165,49 @@ def cold_calls(raw: Raw) -> list[dict]:
         ):
             cold.append(r)
     return cold
+
+
+def outermost(calls: list[dict]) -> list[dict]:
+    """The calls not inside another of them on their thread."""
+    return [
+        c
+        for c in calls
+        if not any(
+            o is not c
+            and o["tid"] == c["tid"]
+            and o["ts"] <= c["ts"]
+            and c["ts"] + c["dur"] <= o["ts"] + o["dur"]
+            for o in calls
+        )
+    ]
+
+
+def slow_first_calls(raw: Raw) -> list[dict]:
+    """Session 53, in a trace without steps: each CPU op's first call over 1 ms and over 4x
+    every later call of it (3 calls or more), unless a blocking sync runs inside it on its
+    thread or it is a collective's or the loader's (their waits differ call by call)."""
+    calls: dict[str, list[dict]] = defaultdict(list)
+    for e in sorted(raw.x, key=lambda e: e["ts"]):
+        if e.get("cat") in ("cpu_op", "user_annotation"):
+            calls[str(e.get("name"))].append(e)
+    syncs = [r for r in raw.runtime if SYNC.search(r["name"])]
+    out = []
+    for name, c in calls.items():
+        if name.startswith("ProfilerStep#"):
+            return []  # a stepped capture: no first calls
+        first, later = c[0], c[1:]
+        if len(c) < 3 or first["dur"] < 1000 or first["dur"] < 4 * max(e["dur"] for e in later):
+            continue
+        if re.search(r"nccl|c10d|gloo|DataLoader|barrier", name):
+            continue
+        end = first["ts"] + first["dur"]
+        if any(
+            s["tid"] == first["tid"] and first["ts"] <= s["ts"] and s["ts"] + s["dur"] <= end
+            for s in syncs
+        ):
+            continue
+        out.append(first)
+    return out
 
 
 def dims(op: dict) -> list[list]:
@@ -298,13 +342,14 @@ def test_cold_first_pass_is_the_first_finding_and_caps_the_steady_ones(ti, path)
 
 @pytest.mark.parametrize("path", COLD)
 def test_cold_start_idle_is_the_idle_of_the_one_time_calls(ti, raw, path):
-    """Warm-up idle = the GPU idle gaps that hold a one-time call, within 3 % (the audit:
+    """Warm-up idle = the GPU idle gaps that hold a one-time call (since session 53 with the
+    host ops' slow first calls, :func:`slow_first_calls`), within 3 % (the audit:
     normalization 988.80 ms vs 1008.38 ms, switchtransformers 161.81 vs 159.84, Particle
     Transformer 1346.66 vs 1344.22), and never less than the calls' own overlap with the idle
     (981.82, 132.32, 1337.12 ms)."""
     _, findings = ti(path)
     r = raw(path)
-    calls = cold_calls(r)
+    calls = cold_calls(r) + slow_first_calls(r)
     in_gaps_ms = r.gaps_holding(calls) / 1e3
     own_ms = r.idle_overlap([(c["ts"], c["ts"] + c["dur"]) for c in calls]) / 1e3
     idle_ms = finding(findings, "cold_start")["evidence"]["idle_ns"] / 1e6
@@ -327,8 +372,12 @@ def test_switchtransformers_counts_its_17_first_launches(ti, raw):
     assert all(re.search(DEVICE_ALLOC_API, c["name"]) for c in allocs)
     # the 19 calls and the window's cudaMalloc calls (the cache filling; its cudaFree not)
     mallocs = [e for e in raw(SWITCH).x if re.search(DEVICE_ALLOC_API, e["name"])]
-    assert 0 < evidence["warmup_call_count"] - len(calls) <= len(mallocs)
-    longest = max(c["dur"] for c in calls)
+    # and, since session 53, the ops' slow first calls (the first aten::linear 27.08 ms against
+    # at most 0.52 ms in its 90 later calls), outermost
+    firsts = outermost(slow_first_calls(raw(SWITCH)))
+    assert len(firsts) == 18
+    assert 0 < evidence["warmup_call_count"] - len(calls) - len(firsts) <= len(mallocs)
+    longest = max(c["dur"] for c in calls + firsts)
     assert evidence["warmup_calls"][0]["dur_ns"] / 1e3 == pytest.approx(longest, abs=1)
 
 
@@ -341,7 +390,11 @@ def test_particle_transformer_cold_launch_and_the_gap_outside_any_op(ti, raw):
     assert [c["name"] for c in calls] == ["cudaLaunchKernel"]
     assert calls[0]["dur"] == pytest.approx(1337130, abs=1)
     warm = finding(findings, "cold_start")["evidence"]["warmup_calls"]
-    assert warm[0]["dur_ns"] / 1e3 == pytest.approx(calls[0]["dur"], abs=1)
+    # the longest one-time call is now the op around that launch, the first aten::convolution
+    # (1344.67 ms against at most 4.18 ms in its 3 later calls: session 53); the launch next
+    assert (warm[0]["name"], warm[0]["kind"]) == ("aten::convolution", "first_call")
+    assert warm[0]["dur_ns"] / 1e3 == pytest.approx(1344666.557, abs=1)
+    assert warm[1]["dur_ns"] / 1e3 == pytest.approx(calls[0]["dur"], abs=1)
     gu = finding(findings, "gpu_underutilized")
     assert "outside any recorded op" in gu["title"]
     assert "aten::contiguous" not in gu["title"]
@@ -352,9 +405,11 @@ def test_particle_transformer_cold_launch_and_the_gap_outside_any_op(ti, raw):
 
 def test_ddp_resnet18_allocator_churn_is_high_and_first(ti):
     """hipFree/hipMalloc with the caching allocator off (before: gpu_underutilized HIGH 'mostly
-    while the host ran aten::conv2d')."""
+    while the host ran aten::conv2d'). The calls by ROCm's names (session 53: before, "2,756
+    cudaMalloc/cudaFree calls" on an MI300X)."""
     _, findings = ti(DDP)
     assert findings[0]["id"] == "allocator_churn"
+    assert findings[0]["title"].startswith("2,756 hipMalloc/hipFree calls take 3.36 s")
     assert findings[0]["severity"] == "high"
     assert above_low(findings, but="allocator_churn") == []
 
@@ -488,13 +543,3 @@ def test_healthy_vllm_graph_execution_has_nothing_above_low(ti, raw):
     assert a.metrics["gpu_busy_ratio"] == pytest.approx(r.busy_ratio(), abs=1e-4)
     assert above_low(findings) == []
     assert a.data_quality == [] or all(c["severity"] != "error" for c in a.data_quality)
-
-
-def test_an_op_named_for_the_idle_keeps_the_rules_snippet(ti):
-    """Session 40's review: gpu_underutilized dropped its torch.compile snippet wherever an
-    ``aten::`` op named the idle (here aten::instance_norm, a model's op, not a tensor made on
-    the CPU); only the host-input advice (aten::randn on the CPU) goes without it."""
-    f = next(f for f in ti(NORMALIZATION)[0].findings if f.id == "gpu_underutilized")
-    assert f.title.endswith("mostly while the host ran aten::instance_norm")
-    assert f.recommendation.startswith("Give the GPU more work at a time")
-    assert "torch.compile" in f.snippet

@@ -737,3 +737,27 @@ def test_locked_rocpd_is_one_line(made_db: Path, capsys) -> None:
         con.execute("ROLLBACK")
         con.close()
     assert "locked" in err and "nsys" not in err
+
+
+def test_rocprof_v1_outputs_are_named_and_refused(tmp_path: Path, capsys) -> None:
+    """Session 53: a ROCm blog's rocprof v1 --hip-trace outputs were refused as "not an Nsight
+    Systems export" (its results.db: tables HIP, OPS, COPY, KERN) and "not a PyTorch profiler
+    (Kineto) trace" (its results.json, a Chrome trace). Each now says what it is and what to
+    record instead."""
+    db = tmp_path / "results.db"
+    con = sqlite3.connect(db)
+    for table in ("HIP", "OPS", "COPY", "KERN"):
+        con.execute(f'CREATE TABLE "{table}" (Index_ INTEGER, Name TEXT, BeginNs INTEGER, EndNs INTEGER)')  # fmt: skip
+    con.commit()
+    con.close()
+    err = refused(db, capsys)
+    assert "rocprof v1/v2 output (its database: tables COPY, HIP, KERN, OPS)" in err
+    assert "record with rocprofv3" in err
+    doc = tmp_path / "results.json"
+    doc.write_text(
+        '{ "traceEvents":[{}\n,{"args":{"name":"CPU HIP API"},"ph":"M","pid":2,"name":"process_name"}'
+        '\n,{"ph":"X","name":"CopyHostToDevice","pid":"1","tid":"1","ts":"773902396463","dur":"8",'
+        '"args":{"BeginNs":"773902396463126","EndNs":"773902396471606"}}]}'
+    )
+    err = refused(doc, capsys)
+    assert "rocprof v1/v2 output (a --hip-trace Chrome trace)" in err

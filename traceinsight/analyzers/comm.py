@@ -93,13 +93,14 @@ def with_kinds(
     comm: pl.DataFrame,
     events: pl.DataFrame,
     kernel_args: pl.DataFrame | None = None,
-    all_to_all: pl.DataFrame | None = None,
+    ranges: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """``comm`` (kernels with ``correlation``) with a ``kind`` column: from the kernel name, or
     where the name is ambiguous (``ncclDevKernel_Generic``) from the kernel's own ``Collective
     name`` (Kineto's kernel args, in ``kernel_args``), else from the launching host op (runtime
-    call -> op on external id). ``all_to_all``: the host ranges of all-to-alls (start_ns,
-    end_ns, tid), where the caller has them (a Context's rows: else found in ``events``)."""
+    call -> op on external id). ``ranges``: the host ranges that name a collective
+    (:data:`COMM_RANGE`: name, start_ns, end_ns, tid), where the caller has them (a Context's
+    rows: else found in ``events``)."""
     comm = kinds_of(comm, "name", "kind")
     if kernel_args is not None and kernel_args.get_column("collective").drop_nulls().len():
         named = (
@@ -117,7 +118,7 @@ def with_kinds(
             )
             .drop("_named")
         )
-    comm = _send_recv_in_all_to_all(comm, events, all_to_all)
+    comm = _kind_of_enclosing_range(comm, events, ranges)
     ambiguous = comm.filter(
         pl.col("kind").is_in(HOST_DECIDES) & pl.col("correlation").is_not_null()
     )
@@ -216,8 +217,8 @@ def analyze_comm(ctx: Context) -> CommResult:
             }
         )
     window = max(1, ctx.window_ns) * max(1, len(ctx.devices))
-    a2a = ctx.rows(HOST_OP_KINDS, ALL_TO_ALL_RANGE, columns=("start_ns", "end_ns", "tid"))
-    kinds = with_kinds(comm, ctx.events, ctx.kernel_args, a2a)
+    ranges = ctx.rows(HOST_OP_KINDS, COMM_RANGE, columns=("name", "start_ns", "end_ns", "tid"))
+    kinds = with_kinds(comm, ctx.events, ctx.kernel_args, ranges)
     top = (
         comm.group_by("name")
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
@@ -273,16 +274,22 @@ def _messages(comm: pl.DataFrame, ctx: Context) -> pl.DataFrame:
 # a host range of an all-to-all (c10d::alltoall_base_, an all_to_all_single, a model's own
 # "AllToAll4D"), its name lower-cased
 ALL_TO_ALL_RANGE = r"(?i)all_?to_?all"
+# the host ranges that say which collective runs inside them: an all-to-all's, NCCL's own
+# (Kineto's nccl:all_reduce, nsys's ncclAllReduce) and c10d's ops
+COMM_RANGE = f"{ALL_TO_ALL_RANGE}|{NCCL_HOST_OP}|^c10d::"
 
 
-def _send_recv_in_all_to_all(
+def _kind_of_enclosing_range(
     comm: pl.DataFrame, events: pl.DataFrame, ranges: pl.DataFrame | None
 ) -> pl.DataFrame:
-    """SendRecv kernels launched inside a host range of an all-to-all are the all-to-all: NCCL
-    runs one as grouped sends and receives to every peer (audit 22: an FSDP job's Ulysses
-    sequence parallelism, ``c10d::alltoall_base_`` around ``ncclSend``/``ncclRecv``, read as
-    pipeline parallelism's point-to-point)."""
-    sr = comm.filter((pl.col("kind") == "send_recv") & pl.col("correlation").is_not_null())
+    """A SendRecv or unnamed kernel launched inside a host range of a known collective is that
+    collective: the outermost such range on the launching thread (the user's call: a
+    ``c10d::alltoall_base_`` around NCCL's ``ncclSend``/``ncclRecv`` is the all-to-all). NCCL
+    runs an all-to-all as grouped sends and receives to every peer (audit 22: an FSDP job's
+    Ulysses sequence parallelism read as pipeline parallelism's point-to-point); in a 2023
+    TorchRec job whose launches link to no op, DDP's gradient all-reduce ran SendRecv kernels
+    inside ``nccl:all_reduce``, 126.6 ms read as all-to-all (session 53)."""
+    sr = comm.filter(pl.col("kind").is_in(HOST_DECIDES) & pl.col("correlation").is_not_null())
     if sr.height == 0:
         return comm
     if ranges is None:
@@ -293,8 +300,11 @@ def _send_recv_in_all_to_all(
             .select("name", "start_ns", "end_ns", "tid")
             .collect()
         )
-        ranges = names_matching(host, ALL_TO_ALL_RANGE)
-    ranges = ranges.select(pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid")
+        ranges = names_matching(host, COMM_RANGE)
+    ranges = kinds_of(ranges.select("name", "start_ns", "end_ns", "tid"), "name", "_kind")
+    ranges = ranges.filter(pl.col("_kind") != "other").select(
+        pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid", "_kind"
+    )
     if ranges.height == 0:
         return comm
     calls = (
@@ -306,20 +316,31 @@ def _send_recv_in_all_to_all(
         .select("correlation", "start_ns", "end_ns", pl.col("tid").alias("c_tid"))
         .collect()
     )
-    inside = iv.containing(
-        calls,
-        ranges,
-        inner_start="start_ns",
-        inner_end="end_ns",
-        outer_start="o_s",
-        outer_end="o_e",
-        same=("tid", "c_tid"),
-    ).get_column("correlation")
-    return comm.with_columns(
-        pl.when((pl.col("kind") == "send_recv") & pl.col("correlation").is_in(inside.implode()))
-        .then(pl.lit("all_to_all"))
-        .otherwise(pl.col("kind"))
-        .alias("kind")
+    inside = (
+        iv.containing(
+            calls,
+            ranges,
+            inner_start="start_ns",
+            inner_end="end_ns",
+            outer_start="o_s",
+            outer_end="o_e",
+            same=("tid", "c_tid"),
+        )
+        .sort("o_s")
+        .group_by("correlation")
+        .agg(pl.col("_kind").first())
+    )
+    if inside.height == 0:
+        return comm
+    return (
+        comm.join(inside, on="correlation", how="left")
+        .with_columns(
+            pl.when(pl.col("kind").is_in(HOST_DECIDES) & pl.col("_kind").is_not_null())
+            .then(pl.col("_kind"))
+            .otherwise(pl.col("kind"))
+            .alias("kind")
+        )
+        .drop("_kind")
     )
 
 

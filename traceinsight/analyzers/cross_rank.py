@@ -163,6 +163,7 @@ class CrossRankResult:
     comm_split: dict[str, dict[str, dict[str, int]]] = field(default_factory=dict)
     job_step_ns: int = 0  # sum over common steps of the slowest rank's step (else widest window)
     wait_caused_ratio: float | None = None  # wait_caused_ns / (job_step_ns x waiting ranks)
+    common_steps: int = 0  # the steps every rank recorded
 
 
 def differing_tops(tops: dict[str, str | None]) -> dict[str, str | None]:
@@ -171,8 +172,8 @@ def differing_tops(tops: dict[str, str | None]) -> dict[str, str | None]:
     return {r: t for r, t in tops.items() if t != common}
 
 
-def _steps(payloads: list[RankPayload]) -> tuple[int, float | None]:
-    """Over the steps every rank has: the job's step time and the skew."""
+def _steps(payloads: list[RankPayload]) -> tuple[int, float | None, int]:
+    """Over the steps every rank has: the job's step time, the skew and how many."""
     rows = pl.DataFrame(
         {
             "rank": [p.rank for p in payloads for _ in p.steps],
@@ -188,7 +189,7 @@ def _steps(payloads: list[RankPayload]) -> tuple[int, float | None]:
     widest = max((p.window_ns for p in payloads), default=0)
     job_step = int(per_step["hi"].sum()) if per_step.height else widest
     skew = float((per_step["hi"] - per_step["lo"]).mean()) if per_step.height > 0 else None
-    return job_step, skew if len(payloads) > 1 else None
+    return job_step, skew if len(payloads) > 1 else None, per_step.height
 
 
 def _split(df: pl.DataFrame, payloads: list[RankPayload]) -> pl.DataFrame:
@@ -248,12 +249,12 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
     for p in payloads:
         s = pl.Series(p.step_times_ns, dtype=pl.Int64)
         medians[str(p.rank)] = float(s.median()) if s.len() else None
-    job_step, skew = _steps(payloads)
+    job_step, skew, common_steps = _steps(payloads)
 
     differing = differing_tops({str(p.rank): p.top_finding for p in payloads})
     empty = CrossRankResult(
         ranks, 0, counts, 0, None, None, 0, {str(r): 0 for r in ranks}, (), (), medians, skew,
-        differing, (), job_step_ns=job_step,
+        differing, (), job_step_ns=job_step, common_steps=common_steps,
     )  # fmt: skip
     if len(payloads) < 2:
         return empty
@@ -390,4 +391,5 @@ def analyze_cross_rank(payloads: list[RankPayload]) -> CrossRankResult:
         clock_offset_by_rank_ns=_by_rank(clocks, "clock_ns", ranks),
         comm_split=comm_split,
         job_step_ns=job_step,
+        common_steps=common_steps,
     )

@@ -8,7 +8,8 @@ analysis window is an idle segment, attributed by what the host was doing during
 3. ``dataloader``: the main thread is inside ``DataLoader.__next__`` for most of it.
 4. ``warmup``: one-time costs cover most of it: a launch far slower than its thread's usual
    launch and the first of its kernel (lazy module loading), module and library loads, stream,
-   event and context creation, torch.compile's compilation.
+   event and context creation, torch.compile's compilation, a host op's first call far slower
+   than all its later ones (first-use set-up).
 5. ``pageable_copy``: a host-synchronous copy from pageable memory covers most of it.
 6. ``allocator``: cudaMalloc/cudaFree (hipMalloc/hipFree) calls cover most of it.
 7. ``host_sync``: a blocking sync (stream/device/event synchronize, blocking memcpy) was in
@@ -37,6 +38,7 @@ from traceinsight.analyzers.context import (
     host_ranges,
     join_beside,
     launched,
+    outermost,
 )
 from traceinsight.analyzers.optimizer import OPTIMIZER_PATTERN, optimizer_ranges
 from traceinsight.analyzers.sources import user_frames
@@ -112,6 +114,13 @@ STAGING_RATIO = 2
 # refill's launch after a sync takes microseconds
 AFTER_RETURN_MIN_NS = 1_000_000
 WARMUP_CALLS_REPORTED = 10
+# A host op called at least this many times whose first call took WARMUP_LAUNCH_MIN_NS or more
+# and this many times its slowest later call did first-use set-up: a library's handles, its
+# heuristics, lazy initialisation. A compiled ResNet-18's three iterations in one window (no
+# steps): the first SumBackward0 8.7 ms against 5-6 us after, the first compiled region 13.3 ms
+# against 1.9-2.0 ms. A cost the loop pays each step recurs in later calls and is not one-time.
+FIRST_CALL_MIN_CALLS = 3
+FIRST_CALL_FACTOR = 4.0
 # A steady loop creates no streams or contexts and loads no modules: a window with this many
 # such calls after its first step is (part of) a first pass, whatever idle they cover.
 COLD_CREATIONS_MIN = 4
@@ -152,7 +161,8 @@ class StepIdle:
 class WarmupCall:
     """A one-time host call in the window (see :func:`warmup_calls`): its name, when (from the
     window's start), how long, and why it is one-time (``first_launch``, ``load``, ``create``,
-    ``compile``)."""
+    ``compile``, ``autotune``, ``first_call``: a host op's first call far slower than its
+    later ones)."""
 
     name: str
     offset_ns: int
@@ -1080,16 +1090,82 @@ def _warmup_calls(ctx: Context) -> pl.DataFrame:
         queries = queries.join(usual, on="tid", how="left").filter(_as_slow_as_a_load("_med"))
     queries = queries.select(*cols, pl.lit("load").alias("kind"))
     tuning = autotune_syncs(ctx).select(*cols, pl.lit("autotune").alias("kind"))
+    slow_firsts = _slow_first_calls(ctx, cols).with_columns(pl.lit("first_call").alias("kind"))
     # the driver loading a module or JIT compiling (its overhead rows; a function's lazy load
     # recurs with new kernels: not one-time)
     loading = ctx.rows(("overhead",), CUDA_LOADING_OVERHEAD, columns=tuple(cols))
     loading = loading.select(*cols, pl.lit("load").alias("kind"))
     # nsys may record a call twice, nested (cudaLaunchKernel around cudaLaunchKernel_v7000)
     return (
-        pl.concat([loads, compiling, first, queries, tuning, loading])
+        pl.concat([loads, compiling, first, queries, tuning, loading, slow_firsts])
         .unique(["tid", "start_ns"])
         .sort("start_ns")
     )
+
+
+def _slow_first_calls(ctx: Context, cols: list[str]) -> pl.DataFrame:
+    """Host ops whose first call in the trace was far slower than every later one
+    (:data:`FIRST_CALL_MIN_CALLS`, :data:`FIRST_CALL_FACTOR`), outermost on their thread, in
+    ``cols``. Only in a window without steps: a stepped capture starts after its warm-up
+    steps, where a lone slow call is a pause (a collection, the OS: nanoGPT's one aten::mul
+    of 2.1 ms in 3 steps against 27 us), not set-up. A first call that holds a blocking sync,
+    and a collective's or the loader's, is left out: those wait (on the GPU's queue, the
+    other ranks, the workers) by different amounts call by call."""
+    ops = ctx.ops
+    empty = ops.head(0).select(cols)
+    if ctx.steps.height:
+        return empty
+    # only names with a call as slow as a module load can qualify: a scan, then a few names
+    long = (
+        ops.lazy()
+        .filter(pl.col("dur_ns") >= WARMUP_LAUNCH_MIN_NS)
+        .select(pl.col("name").unique())
+        .collect()
+        .get_column("name")
+    )
+    if long.len() == 0:
+        return empty
+    long = long.filter(~long.str.contains(f"{COMM_HOST_PATTERN}|{DATALOADER_PATTERN}"))
+    if long.len() == 0:
+        return empty
+    calls = ops.lazy().filter(pl.col("name").is_in(long.implode())).select(cols).collect()
+    by_name = (
+        calls.sort("start_ns")
+        .group_by("name")
+        .agg(
+            pl.len().alias("_n"),
+            pl.col("start_ns", "end_ns", "dur_ns", "tid").first(),
+            pl.col("dur_ns").slice(1).max().alias("_later"),
+        )
+        .filter(
+            (pl.col("_n") >= FIRST_CALL_MIN_CALLS)
+            & (pl.col("dur_ns") >= WARMUP_LAUNCH_MIN_NS)
+            & (pl.col("dur_ns") >= FIRST_CALL_FACTOR * pl.col("_later"))
+        )
+        .select(cols)
+    )
+    if by_name.height == 0:
+        return empty
+    if ctx.sync_calls.height:
+        waits = iv.containing(
+            ctx.sync_calls.select("start_ns", "end_ns", "tid"),
+            by_name.select(
+                pl.col("start_ns").alias("c_s"),
+                pl.col("end_ns").alias("c_e"),
+                pl.col("tid").alias("c_tid"),
+            ),
+            inner_start="start_ns",
+            inner_end="end_ns",
+            outer_start="c_s",
+            outer_end="c_e",
+            same=("c_tid", "tid"),
+        )
+        by_name = by_name.join(
+            waits.select(pl.col("c_s").alias("start_ns"), pl.col("c_tid").alias("tid")),
+            on=["start_ns", "tid"],
+            how="anti",
+        )
+    return outermost(by_name).select(cols)
 
 
 def capture_ranges(ctx: Context) -> pl.DataFrame:

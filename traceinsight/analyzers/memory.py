@@ -134,6 +134,9 @@ class MemoryResult:
     # ``allocator`` counts them too, a fix of their own (allocate once, reuse)
     window_pinned_host_calls: int = 0
     window_pinned_host_ns: int = 0
+    # the runtime the allocator calls went through, for their names in the findings: "hip"
+    # where most are hipMalloc/hipFree (a ROCm run), else "cuda"
+    allocator_api: str = "cuda"
 
     def metric(self, name: str) -> Any:
         """A per-device number: plain for one device, {device: value} for several, None
@@ -704,7 +707,16 @@ def analyze_memory(
         window_allocator_ns=int(w_calls["dur_ns"].sum()) if w_calls.height else 0,
         window_pinned_host_calls=w_pinned.height,
         window_pinned_host_ns=int(w_pinned["dur_ns"].sum()) if w_pinned.height else 0,
+        allocator_api=_allocator_api(w_calls),
     )
+
+
+def _allocator_api(calls: pl.DataFrame) -> str:
+    """ "hip" where most of the allocator ``calls`` are HIP's, else "cuda"."""
+    if calls.height == 0:
+        return "cuda"
+    hip = calls.select(pl.col("name").cast(pl.String).str.starts_with("hip").mean()).item()
+    return "hip" if (hip or 0) > 0.5 else "cuda"
 
 
 def _gpu_busy_per_step(ctx: Context, steady: pl.DataFrame) -> float | None:

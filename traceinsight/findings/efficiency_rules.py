@@ -87,7 +87,7 @@ def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
     "shared memory per block; for PyTorch ops, torch.compile fuses small reductions and elementwise kernels.",
     snippet=(
         "model = torch.compile(model)  # fuses small kernels into fewer, fuller ones\n"
-        "# custom kernels: __launch_bounds__(256, 2) caps registers so two blocks fit per SM"
+        "# custom kernels: __launch_bounds__(256, 2) caps registers so two blocks fit per SM (CU)"
     ),
     thresholds={
         "low_occupancy_time_ratio": 0.25,
@@ -174,7 +174,8 @@ def fused_attention_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     estimate=fused_attention_what_if,
     recommendation="Attention runs eagerly: softmax over the T x T score matrix between two batched "
     "matmuls writes and reads that matrix in memory. Use a fused kernel: "
-    "torch.nn.functional.scaled_dot_product_attention (FlashAttention / memory-efficient / cuDNN), "
+    "torch.nn.functional.scaled_dot_product_attention (FlashAttention / memory-efficient / cuDNN; "
+    "on ROCm its flash and memory-efficient kernels), "
     'or attn_implementation="sdpa" (or "flash_attention_2") for Hugging Face models.',
     snippet=(
         "# before: scores = q @ k.transpose(-2, -1) / math.sqrt(d); p = scores.softmax(-1); o = p @ v\n"

@@ -179,7 +179,8 @@ def memory_fragmentation(x: RuleInput) -> Draft | None:
         # 15: "reserved for at most 1,325 MiB allocated" beside a 1.8 GB peak)
         f"Fragmented allocator on GPU {d.device}: {_bytes(d.peak_reserved_bytes)} reserved while "
         f"{_bytes(d.peak_reserved_bytes * (1 - d.fragmentation_ratio))} was allocated (peak "
-        f"allocated {_bytes(d.peak_allocated_bytes)}), and still {fmt_num(allocs)} cudaMalloc per step",
+        f"allocated {_bytes(d.peak_allocated_bytes)}), and still {fmt_num(allocs)} "
+        f"{mem.allocator_api}Malloc per step",
         {
             "device": d.device,
             "fragmentation_ratio": d.fragmentation_ratio,
@@ -250,7 +251,8 @@ def allocator_churn(x: RuleInput) -> Draft | None:
         )
     return Draft(
         cost,
-        f"{fmt_num(allocs)} cudaMalloc and {fmt_num(frees)} cudaFree per step"
+        f"{fmt_num(allocs)} {mem.allocator_api}Malloc and {fmt_num(frees)} "
+        f"{mem.allocator_api}Free per step"
         + (
             f" ({fmt_num(empties)} empty_cache() per step)"
             if empties
@@ -300,6 +302,11 @@ PINNED_HOST_SNIPPET = (
 )
 
 
+def _calls_noun(mem: MemoryResult) -> str:
+    """The device allocator's calls by their runtime's names (hipMalloc/hipFree on ROCm)."""
+    return f"{mem.allocator_api}Malloc/{mem.allocator_api}Free call"
+
+
 def _churn_in_window(x: RuleInput) -> Draft | None:
     """allocator_churn without steps: the window's allocator calls, judged by the GPU idle
     they cover (a cold first pass's few first allocations do not reach it)."""
@@ -316,7 +323,7 @@ def _churn_in_window(x: RuleInput) -> Draft | None:
         "top_segments": x.segments("allocator"),
     }
     device = (
-        f"{plural(mem.window_allocator_calls, 'cudaMalloc/cudaFree call')} "
+        f"{plural(mem.window_allocator_calls, _calls_noun(mem))} "
         f"({fmt_ms(mem.window_allocator_ns)})"
     )
     if mem.window_pinned_host_ns > mem.window_allocator_ns:
@@ -336,7 +343,7 @@ def _churn_in_window(x: RuleInput) -> Draft | None:
         )
     return Draft(
         idle,
-        f"{plural(mem.window_allocator_calls, 'cudaMalloc/cudaFree call')} "
+        f"{plural(mem.window_allocator_calls, _calls_noun(mem))} "
         f"{'takes' if mem.window_allocator_calls == 1 else 'take'} {fmt_ms(mem.window_allocator_ns)} "
         f"of host time and leave the GPU idle {fmt_ms(idle)}",
         evidence,

@@ -8,6 +8,9 @@ from traceinsight.errors import InputError
 from traceinsight.model.schema import Trace
 from traceinsight.parsers.source import head_bytes, sniff, sqlite_names
 
+# the process rocprof v1/v2 names for the host's HIP calls in its Chrome trace
+LEGACY_ROCPROF_JSON = b'"CPU HIP API"'
+
 
 def detect_format(path: Path) -> str:
     """'kineto', 'nsys-sqlite', 'nsys-rep', 'rocprof-json' or 'rocpd', from the content (suffix
@@ -30,9 +33,15 @@ def detect_format(path: Path) -> str:
     if kind in ("zip", "parquet", "binary"):
         raise InputError(_binary_message(path, kind), str(path))
     from traceinsight.parsers.rocprof import looks_like_rocprof_json
+    from traceinsight.parsers.rocprof.rocpd import LEGACY_MESSAGE
 
-    if looks_like_rocprof_json(head_bytes(path)):
+    head = head_bytes(path)
+    if looks_like_rocprof_json(head):
         return "rocprof-json"
+    if LEGACY_ROCPROF_JSON in head:
+        # rocprof v1/v2's Chrome trace: its own process names and ns fields in every event's
+        # args, none of Kineto's categories (a ROCm blog's --hip-trace results.json)
+        raise InputError(LEGACY_MESSAGE.format(what="a --hip-trace Chrome trace"), str(path))
     return "kineto"
 
 

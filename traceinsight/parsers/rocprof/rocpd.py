@@ -36,6 +36,12 @@ from traceinsight.parsers.rocprof.capture import (
 KNOWN_MAJOR = 3
 # rocmProfileData's own tables: what tells RPD apart (it has a rocpd_metadata table too).
 RPD_NAMES = {"rocpd_op", "rocpd_api"}
+# rocprof v1/v2's database (--hip-trace, --hsa-trace: results.db): KERN beside HIP, OPS, COPY
+LEGACY_OTHER_NAMES = frozenset({"HIP", "OPS", "COPY", "HSA"})
+LEGACY_MESSAGE = (
+    "rocprof v1/v2 output ({what}), which this tool does not read: record with rocprofv3 "
+    "(--runtime-trace --output-format rocpd, or json) or torch.profiler"
+)
 # Region categories read as host API calls, and the one read as annotations (roctx ranges).
 API_CATEGORIES = (
     "HIP_RUNTIME_API",
@@ -52,9 +58,12 @@ MARKER_CATEGORY = "MARKER_CORE_RANGE_API"
 
 
 def flavour(names: set[str]) -> str | None:
-    """'rocpd' (rocprofv3), 'rpd' (rocmProfileData) or None, from a database's table names."""
+    """'rocpd' (rocprofv3), 'rpd' (rocmProfileData), 'rocprof1' (rocprof v1/v2's own
+    database) or None, from a database's table names."""
     if names >= RPD_NAMES:
         return "rpd"
+    if "KERN" in names and names & LEGACY_OTHER_NAMES:
+        return "rocprof1"
     if "rocpd_metadata" in names and any(
         n.startswith("rocpd_") for n in names - {"rocpd_metadata"}
     ):
@@ -70,6 +79,14 @@ def read_rocpd(path: Path) -> Capture:
             raise InputError(
                 "a rocmProfileData (RPD) database, not rocprofv3's rocpd: RPD is a different "
                 "schema that this tool does not read (profile with rocprofv3 instead)",
+                str(path),
+            )
+        if kind == "rocprof1":
+            raise InputError(
+                LEGACY_MESSAGE.format(
+                    what="its database: tables "
+                    + ", ".join(sorted(db.tables & (LEGACY_OTHER_NAMES | {"KERN"})))
+                ),
                 str(path),
             )
         if kind is None:
