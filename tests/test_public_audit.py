@@ -560,3 +560,78 @@ def test_a_first_call_that_waits_on_the_gpu_or_recurs_is_not_set_up(tmp_path: Pa
     near = _cold_iterations(7_900.0)  # 3.95x the later 2.0 ms
     a = traceinsight.analyze(_write(tmp_path, near, "near"))
     assert {c.name for c in a.results.idle.warmup_calls} == {"SumBackward0"}
+
+
+def test_copy_calls_without_copies_are_said_and_nothing_rests_on_them(tmp_path: Path) -> None:
+    """Session 53: an MI300X batched-GEMM benchmark recorded by rocprofv3 without
+    --memory-copy-trace: 3 hipMemcpy calls (24.35 ms) and no copy. host_sync read HIGH, "4 host
+    syncs leave the GPU idle 12.15 ms; most from hipMemcpy", where the copy engine was busy in
+    12.07 ms of that gap. Copy calls traced with kernels but no copy at all: the copies were not
+    recorded, an error every idle-based finding rests on. With the copy recorded: no check."""
+    rt = "cuda_runtime"
+
+    def run(name: str, with_copy: bool) -> Any:
+        events = []
+        for i in range(12):  # a kernel every 100 us, then a blocking read-back of 10 ms
+            events += _launch("aten::mm", "cudaLaunchKernel", 100.0 * i, f"gemm_{i % 3}", 100.0 * i + 10, 80.0, 7, i + 1)  # fmt: skip
+        events.append(_x("cudaMemcpy", rt, 1200.0, 10_000.0, correlation=100))
+        if with_copy:
+            events.append(_dev("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 1300.0, 9_800.0, 7, 100))  # fmt: skip
+        for i in range(12, 24):
+            t = 11_300.0 + 100.0 * (i - 12)
+            events += _launch("aten::mm", "cudaLaunchKernel", t, f"gemm_{i % 3}", t + 10, 80.0, 7, i + 1)  # fmt: skip
+        return traceinsight.analyze(_write(tmp_path, events, name))
+
+    a = run("copy_missing", with_copy=False)
+    (check,) = [c for c in a.results.health.checks if c["check"] == "copy_activity_missing"]
+    assert (check["severity"], check["count"]) == ("error", 1)
+    assert "1 copy call traced (cudaMemcpy) but no copy recorded" in check["message"]
+    assert all(f.severity in ("info", "low") for f in a.findings if f.id == "host_sync")
+    assert "copy_activity_missing" not in _checks(run("copy_recorded", with_copy=True))
+
+
+def test_a_sync_with_no_gpu_work_is_no_finding(tmp_path: Path) -> None:
+    """Session 53: a course's baseline trace, no kernel, one cudaDeviceSynchronize, read
+    host_sync "1 host sync leaves the GPU idle 0.00 ms". Nothing ran on the GPU to idle."""
+    events = [
+        _x("aten::add", "cpu_op", 0.0, 500.0),
+        _x("cudaDeviceSynchronize", "cuda_runtime", 600.0, 20.0),
+        _x("aten::mul", "cpu_op", 700.0, 500.0),
+    ]
+    a = traceinsight.analyze(_write(tmp_path, events, "no_gpu_sync"))
+    assert a.results.syncs.host_sync_count == 1 and a.findings == []
+
+
+def test_a_hip_applications_advice_names_hips_calls(tmp_path: Path) -> None:
+    """Session 53: a rocprofv3 capture of an MI300X benchmark (a HIP application) was told to
+    take out cudaDeviceSynchronize, capture a CUDA graph (cudaStreamBeginCapture), ask
+    cudaOccupancyMaxPotentialBlockSize and sample with nsys. HIP mirrors CUDA's API names:
+    a HIP trace's application advice is renamed (findings/platform.py); a CUDA one keeps its."""
+    from traceinsight.findings.platform import hip_words
+
+    assert hip_words("cudaStreamWaitEvent, then cudaMallocHost and cudaHostAllocDefault") == (
+        "hipStreamWaitEvent, then hipHostMalloc and hipHostMallocDefault"
+    )
+    assert hip_words("capture it in a CUDA graph; torch.cuda.synchronize()") == (
+        "capture it in a HIP graph; torch.cuda.synchronize()"
+    )
+
+    def run(api: str) -> Any:
+        rt = "cuda_runtime"
+        events = []
+        for i in range(20):  # a kernel, then a 2 ms device sync with the GPU idle
+            t = 3000.0 * i
+            events += [
+                _x(f"{api}LaunchKernel", rt, t, 5.0, correlation=i + 1),
+                _dev(f"vector_add_{i % 2}", "kernel", t + 10, 500.0, 7, i + 1),
+                _x(f"{api}DeviceSynchronize", rt, t + 20, 2500.0),
+            ]
+        p = tmp_path / f"{api}_app.json"  # no schemaVersion, no torch op: an application
+        p.write_text(json.dumps({"traceEvents": events}))
+        a = traceinsight.analyze(p)
+        assert a.to_json()["source"]["framework"] == "cuda_app"
+        return next(f for f in a.findings if f.id == "host_sync")
+
+    hip, cuda = run("hip"), run("cuda")
+    assert "hipDeviceSynchronize" in hip.recommendation and "cuda" not in hip.recommendation
+    assert "cudaDeviceSynchronize" in cuda.recommendation

@@ -26,8 +26,9 @@ from traceinsight.findings import (
     thresholds,
 )
 from traceinsight.findings.model import Finding
+from traceinsight.findings.platform import in_runtime_words
 from traceinsight.findings.quality import apply_data_quality
-from traceinsight.model.framework import detect_framework
+from traceinsight.model.framework import detect_framework, runtime_of
 from traceinsight.model.schema import Trace
 from traceinsight.options import Options
 from traceinsight.runtime import Runtime
@@ -133,6 +134,8 @@ def analyze_trace(
     findings, data_quality = apply_data_quality(
         diagnose(results, graded(opts), framework), results.health
     )
+    if framework == "cuda_app":  # its advice names the runtime's calls: HIP's on ROCm
+        findings = in_runtime_words(findings, runtime_of(trace))
     if not results.sources.stacks_recorded and any(f.id in SOURCED_RULES for f in findings):
         warnings.append(f"{NO_STACKS[framework]}: {results.sources.hint}")
     # the regions name the findings whose evidence lies inside them (known only now)

@@ -14,6 +14,11 @@ on what it found (findings/quality.py downgrades and tags those findings).
 - ``events_dropped``: the profiler says it dropped events (Kineto's logged ``WARNING``/``ERROR``
   lines, nsys' ``DIAGNOSTIC_EVENT``): GPU work may be missing, so idle looks larger and
   kernel totals smaller.
+- ``copy_activity_missing``: kernels recorded and copy calls traced (``hipMemcpy``,
+  ``cudaMemcpyAsync``, ...) but no copy at all: copy tracing was off (rocprofv3 without
+  ``--memory-copy-trace``: an MI300X benchmark's 24.35 ms of ``hipMemcpy`` read as a host sync
+  leaving the GPU idle, HIGH). The copies' time reads as idle and a blocking copy's as a
+  sync: an error for the findings that rest on idle or copies.
 - ``device_activity_missing``: launch calls traced but no GPU activity at all (the CUPTI/
   roctracer buffers were lost or never flushed: Zoology's A100 trace has 244 launches, 268
   ``ac2g`` flows and no kernel), or copies/memsets but no kernel while launches were traced or
@@ -105,6 +110,15 @@ def analyze_health(ctx: Context) -> HealthResult:
         .select("name", "rank", "pid", "correlation", "start_ns", "end_ns")
         .collect()
     )
+    # the GPU's work by kind, counted once for the checks that read it
+    work = dict(
+        ev.lazy()
+        .filter(pl.col("kind").is_in(GPU_WORK_KINDS))
+        .group_by("kind")
+        .len()
+        .collect()
+        .iter_rows()
+    )
     checks = [
         c
         for c in (
@@ -119,7 +133,9 @@ def analyze_health(ctx: Context) -> HealthResult:
                 api,
                 len(ctx.device_info),
                 int(ctx.source_extra.get("range_profiler_events") or 0),
+                work,
             ),
+            _copy_activity_missing(api, work),
             _truncated(ctx),
             _rows_out_of_order(ctx),
             _runtime_calls_filtered(api),
@@ -391,14 +407,19 @@ def _events_dropped(ctx: Context) -> dict[str, Any] | None:
 
 
 def _device_activity_missing(
-    ev: pl.DataFrame, api: pl.DataFrame, named_gpus: int = 0, range_events: int = 0
+    ev: pl.DataFrame,
+    api: pl.DataFrame,
+    named_gpus: int = 0,
+    range_events: int = 0,
+    count: dict[str, int] | None = None,
 ) -> dict[str, Any] | None:
     """Launch calls (or module loads) but no GPU work of the kind they make; or GPUs named
     (``named_gpus``: the trace's device properties) and torch ops run, with no CUDA call at all
     (a Kineto trace recorded without ProfilerActivity.CUDA on a GPU machine, audit 6: an RTX
     4080's 511 ms ``aten::to`` read "no GPU activity", no finding, no warning)."""
-    work = ev.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len().collect()
-    count = dict(work.iter_rows())
+    if count is None:
+        work = ev.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len()
+        count = dict(work.collect().iter_rows())
     kernels, other = count.get("kernel", 0), count.get("memcpy", 0) + count.get("memset", 0)
     if kernels:
         return None
@@ -453,6 +474,27 @@ def _device_activity_missing(
     if other:  # the copies were recorded: what rests on them alone stands
         affects = tuple(a for a in affects if a != "pageable_memcpy")
     return _check("device_activity_missing", "error", n, message, affects)
+
+
+# the copy calls: each makes a copy on the device, which a capture with copy tracing records
+COPY_CALL_API = r"Memcpy"
+COPY_RULES = ("copy_bound", "h2d_not_overlapped")
+
+
+def _copy_activity_missing(api: pl.DataFrame, count: dict[str, int]) -> dict[str, Any] | None:
+    """Kernels recorded and copy calls traced, but no copy: the copies were not recorded."""
+    if not count.get("kernel") or count.get("memcpy"):
+        return None
+    calls = names_matching(api, COPY_CALL_API)
+    if calls.height == 0:
+        return None
+    names = ", ".join(sorted(calls.get_column("name").cast(pl.String).unique().to_list())[:3])
+    message = (
+        f"{plural(calls.height, 'copy call')} traced ({names}) but no copy recorded: copy "
+        "tracing was off (rocprofv3 --memory-copy-trace; nsys --trace=cuda), so the copies' "
+        "time reads as GPU idle and a blocking copy's as a host sync. Re-record with copies."
+    )
+    return _check("copy_activity_missing", "error", calls.height, message, IDLE_RULES + COPY_RULES)
 
 
 def _truncated(ctx: Context) -> dict[str, Any] | None:

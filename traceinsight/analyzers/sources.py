@@ -120,6 +120,11 @@ NSYS_STACK_HINT = (
     "record with backtraces (nsys profile --cudabacktrace=all, plus --python-backtrace=cuda for "
     "Python) to see which line of your code causes each one"
 )
+# rocprofv3 records the runtime's calls, no stacks or host ops of the program
+ROCPROF_STACK_HINT = (
+    "rocprofv3 does not record them: roctx ranges around your code (--marker-trace), or a "
+    "CPU sampler (perf, rocprof-sys), show which part of it makes each call"
+)
 # a Kineto trace without host ops (CPU activity off): stacks need them first
 NO_HOST_OPS_HINT = (
     "the trace records no host ops (torch.profiler without ProfilerActivity.CPU, or an "
@@ -204,7 +209,10 @@ def analyze_sources(ctx: Context) -> SourcesResult:
     # hint instead of a guess from its record_function ranges.
     no_host_ops = not ctx.ops.select((pl.col("kind") == "cpu_op").any()).item()
     nvtx = nsys or no_host_ops
-    if no_host_ops and not nsys:
+    if ctx.source_format in ("rocpd", "rocprof-json"):
+        # not torch.profiler's (a rocprofv3 capture was told to add ProfilerActivity.CPU)
+        hint = ROCPROF_STACK_HINT
+    elif no_host_ops and not nsys:
         # stacks hang off the host ops, which this trace did not record (audit 14: dynolog's
         # on-demand traces and a torch.compile toy told to add with_stack=True)
         hint = NO_HOST_OPS_HINT

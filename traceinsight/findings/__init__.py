@@ -88,16 +88,30 @@ def diagnose(
 
 def _symptom_after_cause(findings: list[Finding]) -> list[Finding]:
     """step_time_variance never outranks the cause that produces it (its ``caused_by`` idle
-    cause's finding): at most that finding's severity, right after it."""
+    cause's finding): after it and graded low at most, since that finding's fix removes
+    the variance and its saving is counted there (a public T4 loop read dataloader_stall HIGH,
+    2.00x, and its variance HIGH too, 1.36x, for the same waits: session 53)."""
     var = next((f for f in findings if f.id == "step_time_variance"), None)
     cause = IDLE_CAUSES.get(var.evidence.get("caused_by") or "") if var else None
     by_id = {f.id: f for f in findings}
     if var is None or cause is None or cause not in by_id:
         return findings
     top = by_id[cause]
-    sev = SEVERITIES[max(SEVERITIES.index(var.severity), SEVERITIES.index(top.severity))]
-    # placed right after its cause by ranked(), as every later re-ranking keeps it
-    return ranked([replace(var, severity=sev) if f is var else f for f in findings])
+    worst = max(SEVERITIES.index(var.severity), SEVERITIES.index(top.severity))
+    sev = SEVERITIES[max(worst, SEVERITIES.index(SYMPTOM_MAX_SEVERITY))]
+    evidence = var.evidence
+    if sev != var.severity:
+        evidence = {**evidence, "severity_cap_reason": SYMPTOM_CAP_REASON.format(cause=cause)}
+    # never before its cause: ranked() moves it right after, as every later re-ranking keeps
+    changed = replace(var, severity=sev, evidence=evidence)
+    return ranked([changed if f is var else f for f in findings])
+
+
+SYMPTOM_MAX_SEVERITY = "low"
+SYMPTOM_CAP_REASON = (
+    "a symptom of {cause}: the steps vary with its idle, and its fix removes the variance "
+    "(the saving is counted there)"
+)
 
 
 def _capped(findings: list[Finding], tag: str) -> list[Finding]:

@@ -504,7 +504,9 @@ _SYNC_ADVICE = (
 )
 def host_sync(x: RuleInput) -> Draft | None:
     syncs = x.r.syncs
-    if syncs.host_sync_count <= 0:
+    # a sync with no GPU work recorded idles nothing (a public course trace's one
+    # cudaDeviceSynchronize and no kernel read "leaves the GPU idle 0.00 ms": session 53)
+    if syncs.host_sync_count <= 0 or x.r.idle.busy_ns == 0:
         return None
     cost = x.idle("host_sync")
     top = syncs.by_op[0] if syncs.by_op else {}
@@ -2105,7 +2107,13 @@ def step_time_variance(x: RuleInput) -> Draft | None:
     one_off = len(steps.outlier_steps) == 1 and not periodic
     return Draft(
         excess,
-        f"Step time varies: CV {steps.step_time_cv:.2f}, outlier steps {', '.join(map(str, steps.outlier_steps)) or 'none'}"
+        f"Step time varies: CV {steps.step_time_cv:.2f}, "
+        + (
+            f"outlier step{'s' if len(steps.outlier_steps) > 1 else ''} "
+            f"{', '.join(map(str, steps.outlier_steps))}"
+            if steps.outlier_steps
+            else "no outlier step"
+        )
         + (f"; the {cause} idle varies with it" if cause else ""),
         {
             "step_time_cv": steps.step_time_cv,

@@ -9,7 +9,7 @@ import polars as pl
 from traceinsight.constants import FRAMEWORKS, Framework
 from traceinsight.model.schema import Trace
 
-__all__ = ["FRAMEWORKS", "Framework", "detect_framework"]
+__all__ = ["FRAMEWORKS", "Framework", "detect_framework", "runtime_of"]
 
 # ATen ops (cpu_op rows, torch's NVTX ranges under nsys --pytorch or emit_nvtx), the profiler's
 # steps, torch.compile/Dynamo regions
@@ -41,6 +41,16 @@ def detect_framework(trace: Trace) -> Framework:
     if chains.height and chains["module"].drop_nulls().str.contains(_TORCH_MODULE).any():
         return "pytorch"
     return "cuda_app"
+
+
+def runtime_of(trace: Trace) -> str:
+    """``hip`` for a ROCm capture (rocprofv3's formats, or HIP runtime calls), else
+    ``cuda``: the runtime whose names a CUDA/HIP application's advice uses."""
+    if trace.meta.format in ("rocpd", "rocprof-json"):
+        return "hip"
+    api = pl.col("kind").is_in(["runtime", "driver"])
+    hip = api & pl.col("name").str.starts_with("hip")
+    return "hip" if _any_row(trace.events, hip) else "cuda"
 
 
 FIRST_SLICE_ROWS = 65_536
