@@ -61,19 +61,20 @@ def test_the_busy_figure_splits_kernels_and_copies(offload: Any) -> None:
 
 def test_pinning_is_priced_net_of_the_copies_at_the_pinned_rate(offload: Any) -> None:
     """Pinned, each 12 MB copy takes 12e6 B / 12 B/ns + 1 us = 1,001,000 ns (the T4's PCIe 3.0
-    x16 link, the replay's transform's price). 19 copies count: the first upload's call began
-    before the GPU span the window covers. Their recorded time is 19 x 3 ms."""
+    x16 link, the replay's transform's price). All 20 copies count: the first upload's call
+    began before the GPU span the window covers, and counts from the window's start (session 53:
+    19 had counted). Their recorded time is 20 x 3 ms."""
     (f,) = [f for f in offload.findings if f.id == "pageable_memcpy"]
     ev = f.evidence
-    assert ev["pageable_copy_ns"] == 19 * 3_000_000
-    assert ev["pageable_copy_pinned_ns"] == 19 * 1_001_000
+    assert ev["pageable_copy_ns"] == 20 * 3_000_000
+    assert ev["pageable_copy_pinned_ns"] == 20 * 1_001_000
     assert ev["pinned_bytes_per_s"] == 12e9
     blocked = max(
         ev["host_blocking_copy_own_ns"],
         offload.results.idle.idle_by_cause_ns.get("pageable_copy", 0),
     )
-    assert f.cost_ns == blocked - 19 * 1_001_000
-    assert "from pinned memory they would still take 19.02 ms (12 GB/s)" in f.title
+    assert f.cost_ns == blocked - 20 * 1_001_000
+    assert "from pinned memory they would still take 20.02 ms (12 GB/s)" in f.title
 
 
 def test_copies_that_bound_the_run_when_pinned_are_named(offload: Any) -> None:

@@ -635,3 +635,24 @@ def test_a_hip_applications_advice_names_hips_calls(tmp_path: Path) -> None:
     hip, cuda = run("hip"), run("cuda")
     assert "hipDeviceSynchronize" in hip.recommendation and "cuda" not in hip.recommendation
     assert "cudaDeviceSynchronize" in cuda.recommendation
+
+
+def test_a_copy_call_begun_before_the_window_counts_inside_it(tmp_path: Path) -> None:
+    """Session 53: a CUTLASS benchmark's first pageable cudaMemcpy (268 MB) began 117 us before
+    the window (the GPU span, which its copy opens: the call stages the bytes first) and was
+    left out of the blocking total: 342.08 ms against 361.6 ms raw. A call that overlaps the
+    window counts, from the window's start."""
+    rt, mc = "cuda_runtime", "gpu_memcpy"
+    events = [
+        # staged 117 us, then its 19.3 ms copy: the window opens at the copy's start (1117 us)
+        _x("cudaMemcpy", rt, 1000.0, 19_450.0, correlation=1),
+        _dev("Memcpy HtoD (Pageable -> Device)", mc, 1117.0, 19_300.0, 7, 1),
+        *_launch("aten::mm", "cudaLaunchKernel", 20_500.0, "gemm", 20_510.0, 5_000.0, 7, 2),
+        _x("cudaMemcpy", rt, 25_600.0, 2_000.0, correlation=3),
+        _dev("Memcpy DtoH (Device -> Pageable)", mc, 25_610.0, 1_900.0, 7, 3),
+    ]
+    a = traceinsight.analyze(_write(tmp_path, events, "straddle"))
+    c = a.results.copies
+    assert c.host_blocking_copy_count == 2
+    # 19,450 - 117 us of the first call inside the window, and the read-back's whole call
+    assert c.host_blocking_copy_ns == (19_450 - 117) * 1000 + 2_000 * 1000
