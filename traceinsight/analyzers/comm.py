@@ -96,8 +96,9 @@ def with_kinds(
     ranges: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """``comm`` (kernels with ``correlation``) with a ``kind`` column: from the kernel name, or
-    where the name is ambiguous (``ncclDevKernel_Generic``) from the kernel's own ``Collective
-    name`` (Kineto's kernel args, in ``kernel_args``), else from the launching host op (runtime
+    where the name is ambiguous (``ncclDevKernel_Generic``, SendRecv) from the kernel's own
+    ``Collective name`` (Kineto's kernel args, in ``kernel_args``), then from the outermost host
+    range around its launch that names a collective, else from the launching host op (runtime
     call -> op on external id). ``ranges``: the host ranges that name a collective
     (:data:`COMM_RANGE`: name, start_ns, end_ns, tid), where the caller has them (a Context's
     rows: else found in ``events``)."""

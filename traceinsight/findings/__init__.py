@@ -102,7 +102,7 @@ def _symptom_after_cause(findings: list[Finding]) -> list[Finding]:
     evidence = var.evidence
     if sev != var.severity:
         evidence = {**evidence, "severity_cap_reason": SYMPTOM_CAP_REASON.format(cause=cause)}
-    # never before its cause: ranked() moves it right after, as every later re-ranking keeps
+    # never before its cause: ranked() moves it after, and every later re-ranking keeps that
     changed = replace(var, severity=sev, evidence=evidence)
     return ranked([changed if f is var else f for f in findings])
 
