@@ -48,6 +48,8 @@ def runtime_of(trace: Trace) -> str:
     ``cuda``: the runtime whose names a CUDA/HIP application's advice uses."""
     if trace.meta.format in ("rocpd", "rocprof-json"):
         return "hip"
+    if trace.meta.format.startswith("nsys"):
+        return "cuda"  # Nsight Systems records CUDA only: no scan of a large export's rows
     api = pl.col("kind").is_in(["runtime", "driver"])
     hip = api & pl.col("name").str.starts_with("hip")
     return "hip" if _any_row(trace.events, hip) else "cuda"
