@@ -656,3 +656,26 @@ def test_a_copy_call_begun_before_the_window_counts_inside_it(tmp_path: Path) ->
     assert c.host_blocking_copy_count == 2
     # 19,450 - 117 us of the first call inside the window, and the read-back's whole call
     assert c.host_blocking_copy_ns == (19_450 - 117) * 1000 + 2_000 * 1000
+
+
+def test_one_gap_that_holds_the_window_is_said_with_the_rest_busy(tmp_path: Path) -> None:
+    """Session 53: an RTX 5070 Ti laptop's nsys export, no steps: one 615.7 s host gap after a
+    cudaMemcpy, then 2,100 GEMMs in 0.61 s at 70% busy, read "GPU busy only 0.1%" with nothing
+    said of the burst. One gap of 90% of the window or more is said, with the GPU's busy share
+    in the rest; nothing rests on it. Not with steps marking the window."""
+
+    def run(name: str, *extra: dict[str, Any]) -> Any:
+        events = [*_launch("aten::mm", "cudaLaunchKernel", 0.0, "gemm_0", 10.0, 40.0, 7, 1)]
+        for i in range(10):  # 100 ms later, 10 kernels of 80 us every 100 us
+            t = 100_050.0 + 100.0 * i
+            events += _launch("aten::mm", "cudaLaunchKernel", t - 5, f"gemm_{i % 2}", t, 80.0, 7, i + 2)  # fmt: skip
+        return traceinsight.analyze(_write(tmp_path, [*events, *extra], name))
+
+    a = run("one_gap")
+    (check,) = [c for c in a.results.health.checks if c["check"] == "one_gap"]
+    assert (check["severity"], check["affects"]) == ("warning", [])
+    # the gap 50 us -> 100,050 us of a window 10 -> 101,030 us; the rest 1.02 ms, 0.84 ms busy
+    assert "one idle gap of 100.00 ms (99.0% of the window, from +40.0 us)" in check["message"]
+    assert "the GPU was 82.4% busy" in check["message"]
+    step = _x("ProfilerStep#1", "user_annotation", 0.0, 101_100.0)
+    assert "one_gap" not in _checks(run("stepped", step))

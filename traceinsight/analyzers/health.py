@@ -14,6 +14,9 @@ on what it found (findings/quality.py downgrades and tags those findings).
 - ``events_dropped``: the profiler says it dropped events (Kineto's logged ``WARNING``/``ERROR``
   lines, nsys' ``DIAGNOSTIC_EVENT``): GPU work may be missing, so idle looks larger and
   kernel totals smaller.
+- ``one_gap``: no steps, and one idle gap holds 90% of the window or more: the figures are that
+  gap's, and the message gives the GPU's busy share in the rest (a warning affecting no
+  finding).
 - ``copy_activity_missing``: kernels recorded and copy calls traced (``hipMemcpy``,
   ``cudaMemcpyAsync``, ...) but no copy at all: copy tracing was off (rocprofv3 without
   ``--memory-copy-trace``: an MI300X benchmark's 24.35 ms of ``hipMemcpy`` read as a host sync
@@ -90,6 +93,9 @@ LAUNCH_OR_COPY_API = r"^cuda(LaunchKernel\w*|Memcpy\w*|Memset\w*)$"
 GPU_WORK_KINDS = ("kernel", "memcpy", "memset")
 # without steps, a GPU span under this share of the capture is flagged (the window is that span)
 GPU_SPAN_MIN_RATIO = 0.01
+# without steps, one idle gap of at least this share of the window is what the window's
+# figures describe: said, with how busy the GPU was in the rest
+ONE_GAP_MIN_RATIO = 0.9
 
 
 @dataclass(frozen=True)
@@ -140,6 +146,7 @@ def analyze_health(ctx: Context) -> HealthResult:
             _rows_out_of_order(ctx),
             _runtime_calls_filtered(api),
             _gpu_span_small(ctx, ev),
+            _one_gap(ctx),
             _empty(ev),
         )
         if c is not None
@@ -200,6 +207,43 @@ def _gpu_span_small(ctx: Context, ev: pl.DataFrame) -> dict[str, Any] | None:
         "window is that span, so its busy and idle figures describe it alone, not the run. "
         "Record the part of the run that uses the GPU (nsys: --capture-range=cudaProfilerApi "
         "or --delay; torch.profiler: a schedule over the training steps)",
+        (),
+    )
+
+
+def _one_gap(ctx: Context) -> dict[str, Any] | None:
+    """No steps, and one idle gap of a device holds most of the window (:data:`ONE_GAP_MIN_RATIO`):
+    the window's busy share describes that gap; the GPU's work ran in the rest (a public nsys
+    export: a 615.7 s host gap after a cudaMemcpy, then 2,100 GEMMs in 0.61 s at 70% busy, read
+    "GPU busy only 0.1%" with nothing said of the burst: session 53)."""
+    window = ctx.window_ns
+    if ctx.steps.height or ctx.busy.height < 2 or window <= 0:
+        return None
+    gaps = (
+        ctx.busy.sort("device", "start_ns")
+        .with_columns((pl.col("start_ns") - pl.col("end_ns").shift(1).over("device")).alias("_gap"))
+        .filter(pl.col("_gap").is_not_null())
+    )
+    if gaps.height == 0:
+        return None
+    widest = gaps.sort("_gap", descending=True).row(0, named=True)
+    gap = int(widest["_gap"])
+    if gap < ONE_GAP_MIN_RATIO * window:
+        return None
+    device = widest["device"]
+    busy = ctx.busy.filter(pl.col("device") == device)
+    busy_ns = int((busy["end_ns"] - busy["start_ns"]).sum())
+    rest = max(1, window - gap)
+    return _check(
+        "one_gap",
+        "warning",
+        1,
+        f"one idle gap of {fmt_ns(gap)} ({gap / window:.1%} of the window, from "
+        f"+{fmt_ns(widest['start_ns'] - gap - ctx.window_start_ns)}) on GPU {device}: the "
+        "window's busy and idle figures are mostly that gap's; in the rest of the window "
+        f"({fmt_ns(rest)}) the GPU was {min(1.0, busy_ns / rest):.1%} busy. Record the part of "
+        "the run that uses the GPU, or mark the iterations (NVTX ranges, a torch.profiler "
+        "schedule), to see it",
         (),
     )
 
