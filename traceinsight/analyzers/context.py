@@ -831,9 +831,15 @@ def _autotune_syncs(ctx: Context) -> pl.DataFrame:
     convs = ctx.rows(HOST_OP_KINDS, CUDNN_CONV_OPS, columns=("start_ns", "end_ns", "tid"))
     if convs.height == 0:
         return syncs.head(0).select(cols)
-    pairs = iv.containing(
-        syncs,
-        convs.select(
+    return calls_inside(syncs, convs).select(cols).unique(["tid", "start_ns"])
+
+
+def calls_inside(calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
+    """Pairs of a call (``calls``: start_ns, end_ns, tid, ...) and a range on its thread that
+    holds it (``ranges``: start_ns, end_ns, tid), the range's columns as c_s, c_e, c_tid."""
+    return iv.containing(
+        calls,
+        ranges.select(
             pl.col("start_ns").alias("c_s"),
             pl.col("end_ns").alias("c_e"),
             pl.col("tid").alias("c_tid"),
@@ -844,7 +850,6 @@ def _autotune_syncs(ctx: Context) -> pl.DataFrame:
         outer_end="c_e",
         same=("c_tid", "tid"),
     )
-    return pairs.select(cols).unique(["tid", "start_ns"])
 
 
 def closing_profiler_sync(ctx: Context) -> pl.Expr | None:

@@ -34,6 +34,7 @@ import polars as pl
 from traceinsight.analyzers.context import (
     Context,
     autotune_syncs,
+    calls_inside,
     closing_profiler_sync,
     host_ranges,
     join_beside,
@@ -1163,19 +1164,7 @@ def _slow_first_calls(ctx: Context, cols: list[str]) -> pl.DataFrame:
     if by_name.height == 0:
         return empty
     if ctx.sync_calls.height:
-        waits = iv.containing(
-            ctx.sync_calls.select("start_ns", "end_ns", "tid"),
-            by_name.select(
-                pl.col("start_ns").alias("c_s"),
-                pl.col("end_ns").alias("c_e"),
-                pl.col("tid").alias("c_tid"),
-            ),
-            inner_start="start_ns",
-            inner_end="end_ns",
-            outer_start="c_s",
-            outer_end="c_e",
-            same=("c_tid", "tid"),
-        )
+        waits = calls_inside(ctx.sync_calls.select("start_ns", "end_ns", "tid"), by_name)
         by_name = by_name.join(
             waits.select(pl.col("c_s").alias("start_ns"), pl.col("c_tid").alias("tid")),
             on=["start_ns", "tid"],
