@@ -9,7 +9,7 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, launched
+from traceinsight.analyzers.context import Context, calls_inside, launched
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import BACKWARD_PATTERN, HOST_OP_KINDS, names_matching
 
@@ -303,9 +303,7 @@ def _kind_of_enclosing_range(
         )
         ranges = names_matching(host, COMM_RANGE)
     ranges = kinds_of(ranges.select("name", "start_ns", "end_ns", "tid"), "name", "_kind")
-    ranges = ranges.filter(pl.col("_kind") != "other").select(
-        pl.col("start_ns").alias("o_s"), pl.col("end_ns").alias("o_e"), "tid", "_kind"
-    )
+    ranges = ranges.filter(pl.col("_kind") != "other").select("start_ns", "end_ns", "tid", "_kind")
     if ranges.height == 0:
         return comm
     calls = (
@@ -314,22 +312,11 @@ def _kind_of_enclosing_range(
             pl.col("kind").is_in(["runtime", "driver"])
             & pl.col("correlation").is_in(sr.get_column("correlation").unique().implode())
         )
-        .select("correlation", "start_ns", "end_ns", pl.col("tid").alias("c_tid"))
+        .select("correlation", "start_ns", "end_ns", "tid")
         .collect()
     )
     inside = (
-        iv.containing(
-            calls,
-            ranges,
-            inner_start="start_ns",
-            inner_end="end_ns",
-            outer_start="o_s",
-            outer_end="o_e",
-            same=("tid", "c_tid"),
-        )
-        .sort("o_s")
-        .group_by("correlation")
-        .agg(pl.col("_kind").first())
+        calls_inside(calls, ranges).sort("c_s").group_by("correlation").agg(pl.col("_kind").first())
     )
     if inside.height == 0:
         return comm

@@ -836,13 +836,15 @@ def _autotune_syncs(ctx: Context) -> pl.DataFrame:
 
 def calls_inside(calls: pl.DataFrame, ranges: pl.DataFrame) -> pl.DataFrame:
     """Pairs of a call (``calls``: start_ns, end_ns, tid, ...) and a range on its thread that
-    holds it (``ranges``: start_ns, end_ns, tid), the range's columns as c_s, c_e, c_tid."""
+    holds it (``ranges``: start_ns, end_ns, tid, ...), the range's span and thread as c_s, c_e,
+    c_tid (its other columns as they are)."""
     return iv.containing(
         calls,
         ranges.select(
             pl.col("start_ns").alias("c_s"),
             pl.col("end_ns").alias("c_e"),
             pl.col("tid").alias("c_tid"),
+            pl.exclude("start_ns", "end_ns", "tid"),
         ),
         inner_start="start_ns",
         inner_end="end_ns",

@@ -137,9 +137,9 @@ def analyze_health(ctx: Context) -> HealthResult:
             _device_activity_missing(
                 ev,
                 api,
+                work,
                 len(ctx.device_info),
                 int(ctx.source_extra.get("range_profiler_events") or 0),
-                work,
             ),
             _copy_activity_missing(api, work),
             _truncated(ctx),
@@ -453,17 +453,15 @@ def _events_dropped(ctx: Context) -> dict[str, Any] | None:
 def _device_activity_missing(
     ev: pl.DataFrame,
     api: pl.DataFrame,
+    count: dict[str, int],
     named_gpus: int = 0,
     range_events: int = 0,
-    count: dict[str, int] | None = None,
 ) -> dict[str, Any] | None:
-    """Launch calls (or module loads) but no GPU work of the kind they make; or GPUs named
+    """Launch calls (or module loads) but no GPU work of the kind they make (``count``: the
+    trace's GPU work by kind); or GPUs named
     (``named_gpus``: the trace's device properties) and torch ops run, with no CUDA call at all
     (a Kineto trace recorded without ProfilerActivity.CUDA on a GPU machine, audit 6: an RTX
     4080's 511 ms ``aten::to`` read "no GPU activity", no finding, no warning)."""
-    if count is None:
-        work = ev.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).group_by("kind").len()
-        count = dict(work.collect().iter_rows())
     kernels, other = count.get("kernel", 0), count.get("memcpy", 0) + count.get("memset", 0)
     if kernels:
         return None
