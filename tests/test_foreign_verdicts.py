@@ -20,6 +20,7 @@ import gzip
 import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -94,8 +95,16 @@ class Raw:
         return 1 - self.idle_us / (self.hi - self.lo)
 
     def idle_overlap(self, intervals: list[tuple[float, float]]) -> float:
-        """us of GPU idle that the (merged) intervals cover."""
-        return sum(overlap(a, b, self.gaps) for a, b in union(intervals))
+        """us of GPU idle that the (merged) intervals cover: each against the gaps it can
+        reach (the gaps are sorted and disjoint; all of them for each interval cost 8 s on a
+        trace of 2,756 calls)."""
+        starts, ends = [g0 for g0, _ in self.gaps], [g1 for _, g1 in self.gaps]
+        total = 0.0
+        for a, b in union(intervals):
+            # the gaps ending after a and starting before b
+            i, j = bisect.bisect_right(ends, a), bisect.bisect_left(starts, b)
+            total += overlap(a, b, self.gaps[i:j])
+        return total
 
     def gaps_holding(self, calls: list[dict]) -> float:
         """us of the idle gaps that contain at least part of one of the calls."""
@@ -137,7 +146,7 @@ def union(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
     return [(a, b) for a, b in merged]
 
 
-def overlap(a: float, b: float, gaps: list[tuple[float, float]]) -> float:
+def overlap(a: float, b: float, gaps: Iterable[tuple[float, float]]) -> float:
     return sum(max(0.0, min(b, g1) - max(a, g0)) for g0, g1 in gaps)
 
 

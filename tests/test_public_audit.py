@@ -679,3 +679,92 @@ def test_one_gap_that_holds_the_window_is_said_with_the_rest_busy(tmp_path: Path
     assert "the GPU was 82.4% busy" in check["message"]
     step = _x("ProfilerStep#1", "user_annotation", 0.0, 101_100.0)
     assert "one_gap" not in _checks(run("stepped", step))
+
+
+def test_a_one_shot_programs_copies_are_no_lever(tmp_path: Path) -> None:
+    """Session 54: a T4 vecAdd's nsys export (pinned cudaHostAlloc buffers, 8 copies of 2 MiB,
+    4 kernels on 4 streams) read copy_bound HIGH, "0.0 GB host-to-device at 11.4 GB/s",
+    advising to keep the data resident: a program that copies each input once, for one kernel,
+    has nothing to keep, and a buffer pinned for one copy pays its page-locking (cudaHostAlloc
+    took 316.7 ms there). One pass of under 10 kernels, one a stream, caps the copy findings at
+    low and says why; the bytes read in MB. The same copies where a stream runs its kernels
+    one pass after another (a Perlmutter saxpy: 5 kernels, its arrays copied around each), or
+    around 12 kernels, keep their grade."""
+
+    def run(name: str, n_kernels: int, streams: int) -> Any:
+        events, t = [], 0.0
+        for i in range(8):  # 2 MiB at 11.4 GB/s: 184 us a copy, one after another
+            events.append(_x("cudaMemcpyAsync", "cuda_runtime", t, 5.0, correlation=100 + i))
+            events.append(_dev("Memcpy HtoD (Pinned -> Device)", "gpu_memcpy", t + 10, 184.0, 7 + i % streams, 100 + i, bytes=2_097_152))  # fmt: skip
+            t += 190.0
+        for i in range(n_kernels):  # then the kernels, 24 us each
+            events += _launch("vecAdd", "cudaLaunchKernel", t, f"vecAdd_{i % 2}", t + 10, 24.0, 7 + i % streams, i + 1)  # fmt: skip
+            t += 26.0
+        a = traceinsight.analyze(_write(tmp_path, events, name))
+        (f,) = [f for f in a.findings if f.id == "copy_bound"]
+        return f
+
+    f = run("one_shot_copies", 4, streams=4)
+    assert f.severity == "low" and "one_shot" in f.tags
+    assert "each input is copied once, for one kernel" in f.evidence["severity_cap_reason"]
+    # 8 x 2,097,152 B = 16,777,216 B
+    assert f.evidence["h2d_bytes"] == 16_777_216 and "; 16.8 MB host-to-device at" in f.title
+    for f in (run("passes_on_one_stream", 4, streams=1), run("repeated", 12, streams=4)):
+        assert f.severity != "low" and "one_shot" not in f.tags
+
+
+FALCONSAI = (
+    Path(__file__).resolve().parents[1] / "fixtures" / "foreign" / "tl_mi300_falconsai.json.gz"
+)
+
+
+def test_a_small_gemm_that_cannot_fill_the_device_is_not_misaligned() -> None:
+    """Session 54: TraceLens' MI300X ViT inference (batch 4: 788 = 4 x 197 tokens, off 8) read
+    gemm_shape_inefficient "padding saves about 0.73 ms" against half the roofline. The raw
+    events: the same 788 rows run 109, 163 and 178 TFLOP/s as N and K grow at the same
+    misalignment, and a 4x768x768 addmm takes 7.50 us against the 788x768x768's 8.53: the size
+    bounds them, not the alignment. Their output grids (128-square tiles: 42 and 168) are under
+    the device's 304 CUs, so no roofline judges them; a GEMM of no more work also bounds what
+    one can take from below."""
+    import gzip
+    from collections import defaultdict
+
+    from traceinsight.analyzers.gemm_shapes import _judged
+    from traceinsight.model.devices import lookup
+
+    doc = json.loads(gzip.decompress(FALCONSAI.read_bytes()))
+    ops = {e["args"]["External id"]: e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm"}  # fmt: skip
+    by_shape: dict[tuple[int, int, int], list[float]] = defaultdict(list)
+    for e in doc["traceEvents"]:
+        op = ops.get(e.get("args", {}).get("External id")) if e.get("cat") == "kernel" else None
+        if op is not None:
+            (m, k), n = op["args"]["Input Dims"][1], op["args"]["Input Dims"][2][1]
+            by_shape[(m, n, k)].append(float(e["dur"]))
+    assert {s: len(v) for s, v in by_shape.items()} == {
+        (788, 768, 768): 48, (788, 768, 3072): 12, (788, 3072, 768): 12, (4, 768, 768): 1,
+    }  # fmt: skip
+    tflops = {s: 2 * s[0] * s[1] * s[2] * len(v) / sum(v) / 1e6 for s, v in by_shape.items()}
+    assert tflops[(788, 768, 768)] < tflops[(788, 768, 3072)] < tflops[(788, 3072, 768)]
+    a = traceinsight.analyze(FALCONSAI)
+    assert "gemm_shape_inefficient" not in {f.id for f in a.findings}
+    assert a.results.efficiency.unaligned_gemms.gemms == ()
+
+    # the floor alone: a 788x4096 output (224 tiles) fills a 132-SM device; 200 us a kernel
+    spec = lookup("NVIDIA H100 80GB HBM3")
+    assert spec is not None and (spec.sm_count, spec.peak_tflops["bf16"]) == (132, 989.5)
+
+    def shape(m: int, n: int, k: int, each_us: float) -> dict[str, Any]:
+        flops, count = 2.0 * m * n * k, 10
+        return {"gemm_m": m, "gemm_n": n, "gemm_k": k, "dtype": "bf16", "off8": m % 8 != 0, "off64": True, "op": "aten::mm", "count": count, "time_ns": count * each_us * 1e3, "flops": flops * count, "bytes": 2.0 * (m * k + k * n + m * n) * count, "flops_each": flops}  # fmt: skip
+
+    big = shape(788, 4096, 4096, 200.0)
+    u = _judged(big, [big], spec)
+    # alone: at half of 989.5 TFLOP/s its 26.44 GFLOP take 53.44 us a kernel
+    assert u is not None and u.reference == "roofline"
+    assert abs(u.aligned_estimate_ns - 10 * 2 * 788 * 4096 * 4096 / (0.5 * 989.5e3)) < 10
+    # beside a GEMM of a quarter the work at 100 us a kernel: no faster than that one
+    u = _judged(big, [big, shape(780, 4096, 1024, 100.0)], spec)
+    assert u is not None and u.aligned_estimate_ns == 10 * 100_000
+    assert _judged(big, [big, shape(780, 4096, 1024, 250.0)], spec) is None
+    # a 788x768 output, 42 tiles, does not fill it: not judged against the roofline
+    assert _judged(shape(788, 768, 768, 200.0), [], spec) is None

@@ -31,6 +31,9 @@ PAD_WORK_MAX_RATIO = 1.25
 # expected at this share of the attainable rate (min(peak, intensity x bandwidth)): cuBLAS
 # reaches 60-80% of the tensor peak on large aligned shapes; half is the stated assumption.
 GEMM_ROOFLINE_EFFICIENCY = 0.5
+# A GEMM's output tile in BLAS kernels (cuBLAS, hipBLASLt): 128x128 or larger on tensor and
+# matrix cores, so a grid counted at this size is the most tiles the GEMM can spread over.
+OUTPUT_TILE = 128
 # the kernel columns read (efficiency's kernel table has them)
 KERNEL_COLUMNS = (
     "formula",
@@ -90,6 +93,17 @@ def _roofline_rate(
     return attainable * GEMM_ROOFLINE_EFFICIENCY
 
 
+def _grid_limited(s: dict[str, Any], spec: DeviceSpec | None) -> bool:
+    """Fewer output tiles (:data:`OUTPUT_TILE` square) than the device has SMs: the GEMM cannot
+    fill the device, so the roofline says nothing of its alignment, and padding adds no tile
+    (session 54: an MI300X ViT's 788-row GEMMs, 42-168 tiles on 304 CUs, ran 109-178 TFLOP/s,
+    faster as N and K grew at the same misalignment: the size, not the alignment)."""
+    if spec is None or not spec.sm_count:
+        return False
+    tiles = -(-s["gemm_m"] // OUTPUT_TILE) * -(-s["gemm_n"] // OUTPUT_TILE)
+    return tiles < spec.sm_count
+
+
 def _judged(
     s: dict[str, Any], rows: list[dict[str, Any]], spec: DeviceSpec | None
 ) -> UnalignedGemm | None:
@@ -109,8 +123,24 @@ def _judged(
         # grid (audit 17: a B200's 888x640x2880, 35 output tiles on 148 SMs, read "off the
         # tensor-core alignment" against half the roofline, padding 888 to 896 no remedy)
         return None
+    elif _grid_limited(s, spec):
+        return None
     elif (rate := _roofline_rate(spec, s["dtype"], s["flops"], s["bytes"])) is not None:
         reference = "roofline"
+        # a GEMM doing no more work bounds what this one can take from below: a small GEMM's
+        # time is launch and latency, not FLOPs (session 54: an MI300X ViT's 788x768x768 at
+        # 8.53 us a kernel read "padding saves 0.73 ms" against half the roofline, 1.42 us,
+        # where its 4x768x768 took 7.50 us: 0.05 ms at most)
+        floor = min(
+            (
+                r["time_ns"] / r["count"]
+                for r in rows
+                if r is not s and r["flops_each"] <= s["flops_each"]
+            ),
+            default=0.0,
+        )
+        if floor > 0:
+            rate = min(rate, s["flops_each"] / floor)
     else:
         return None
     expected = s["flops"] / rate

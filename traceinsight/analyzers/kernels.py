@@ -56,12 +56,29 @@ class KernelResult:
     layout_transpose_ns: int = 0
     layout_transpose_count: int = 0
     nchw_batch_norm_ns: int = 0
+    # the most kernels one stream ran, counted in small windows only (under
+    # SMALL_WINDOW_KERNELS, all a one-pass program's test reads): 1 where each stream ran one
+    # kernel, so no copy on it fed a later pass (a chunked vecAdd over 4 streams), more where a
+    # stream repeats its pass (an MPI saxpy copying its 262 MB arrays around each of 5 kernels)
+    kernels_per_stream_max: int | None = None
+
+
+SMALL_WINDOW_KERNELS = 64
 
 
 def analyze_kernels(ctx: Context) -> KernelResult:
     # the four columns read here, before the filter copies them
     k = ctx.gpu.select("kind", "name", "kernel_class", "dur_ns").filter(pl.col("kind") == "kernel")
     n = k.height
+    per_stream = None
+    if 0 < n < SMALL_WINDOW_KERNELS:
+        per_stream = (
+            ctx.gpu.filter(pl.col("kind") == "kernel")
+            .group_by("device", "stream")
+            .len()
+            .get_column("len")
+            .max()
+        )
     total = int(k["dur_ns"].sum()) if n else 0
     by_class = (
         k.group_by("kernel_class")
@@ -145,4 +162,5 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         layout_transpose_count=layout.height,
         nchw_batch_norm_ns=int(bn["dur_ns"].sum()) if bn.height else 0,
         tf32_gemm_time_ratio=(tf32_ns / math_ns) if math_ns else None,
+        kernels_per_stream_max=per_stream,
     )

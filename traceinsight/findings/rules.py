@@ -45,7 +45,7 @@ from traceinsight.findings.savings import (
     loader_unverified,
     loader_waits,
 )
-from traceinsight.report.format import fmt_ms, fmt_ns, fmt_num, fmt_pct, plural
+from traceinsight.report.format import fmt_bytes, fmt_ms, fmt_ns, fmt_num, fmt_pct, plural
 
 RULES: list[Rule] = []
 
@@ -886,7 +886,10 @@ PINNED_STILL_MIN_NS = 10_000  # and at least this: "would still take 0.00 ms" sa
             "Copy to and from pinned host memory: allocate host buffers with cudaHostAlloc (or "
             "pin existing ones with cudaHostRegister) and copy with cudaMemcpyAsync on a stream, "
             "so the copy neither blocks the host nor stages through a bounce buffer and can "
-            "overlap kernels (hipHostMalloc, hipMemcpyAsync on ROCm).",
+            "overlap kernels (hipHostMalloc, hipMemcpyAsync on ROCm). OpenMP offload or OpenACC "
+            "with the NVIDIA HPC compilers: build with -gpu=pinned (the runtime's host copies "
+            "are staged otherwise). A buffer copied once gains only if pinning it costs less "
+            "than the time saved.",
             (
                 "double* h; cudaHostAlloc(&h, bytes, cudaHostAllocDefault);  // once, not malloc/new\n"
                 "cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, stream);\n"
@@ -1230,9 +1233,9 @@ def copy_bound(x: RuleInput) -> Draft | None:
         + f" bound the run{pinned}: the copy engines are busy {fmt_pct(copy)} of the window"
         f"{' at the pinned rate' if pinned else ''}, kernels {fmt_pct(kern)}"
         + (
-            f"; {copies.h2d_bytes / 1e9:.1f} GB host-to-device at {rate / 1e9:.1f} GB/s"
+            f"; {fmt_bytes(copies.h2d_bytes)} host-to-device at {rate / 1e9:.1f} GB/s"
             if rate and not pinned
-            else f"; {copies.h2d_bytes / 1e9:.1f} GB host-to-device"
+            else f"; {fmt_bytes(copies.h2d_bytes)} host-to-device"
             if pinned
             else ""
         ),
