@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+import traceinsight
 from traceinsight.api import analyze_trace
 from traceinsight.cli import main
 from traceinsight.errors import InputError
@@ -238,3 +239,19 @@ def test_both_summaries_list_the_same_idle_causes_adding_up(tiny_analysis):
     )
     assert f": {words}\n" in terminal.render(doc)
     assert f" ({words})\n" in markdown.render(doc)
+
+
+def test_a_window_inside_two_steps_is_said_so():
+    """Session 54: a --window that holds no whole step was told "no ProfilerStep/step ranges
+    ... call prof.step() each iteration to mark them": the recording marks its steps (here 4,
+    of 50.3-50.8 ms: 80-100 ms into the capture lies inside the second), the selection left
+    them out."""
+    whole = traceinsight.analyze(STARVED)
+    assert whole.metrics["steps"] == 4
+    a = traceinsight.analyze(STARVED, window="80ms:100ms")
+    assert a.metrics["steps"] == 0
+    assert (
+        "no whole step lies inside --window: the GPU's span in it is analyzed as one window"
+        in a.warnings
+    )
+    assert not [w for w in a.warnings if "prof.step()" in w]

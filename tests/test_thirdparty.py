@@ -1285,6 +1285,24 @@ def test_compiled_code_profiled_with_shapes(loop: str, which: str, cfg: str) -> 
         assert other.compiled_launches_per_step == 0 and other.compiled_unprofiled_ratio is None
 
 
+def test_launch_advice_on_compiled_code_is_the_graphs() -> None:
+    """Session 54: a default-mode compiled training step (65% of its kernels Triton) read
+    launch_bound with the eager advice, "torch.compile ..., use fused kernels". On a compiled
+    step the launches left are the compiled code's: the advice is the graphs (reduce-overhead,
+    or the step by hand), with the share of Triton kernels; the eager steps keep theirs."""
+    for loop, which, _ in COMPILED_AFTERS:
+        a = analysis(f"{loop}.{which}.after.pt.trace.json.xz")
+        ratio = a.results.kernels.compiled_kernel_ratio
+        f = next((f for f in a.findings if f.id == "launch_bound"), None)
+        if f is None:
+            continue
+        assert ratio >= 0.2 and f.recommendation.startswith("The step is already compiled (")
+        assert f"({100 * ratio:.1f}% of its kernels are torch.compile's" in f.recommendation
+        assert 'mode="reduce-overhead")  # was the default mode' in f.snippet
+        before = finding(loop, "launch_bound")
+        assert before.recommendation.startswith("Cut per-kernel CPU cost: torch.compile")
+
+
 @pytest.mark.parametrize(("loop", "which", "cfg"), COMPILED_AFTERS)
 def test_compiled_code_graded_on_the_range(loop: str, which: str, cfg: str) -> None:
     """Where every measured step lay below the estimate (compiled code recorded with shapes),

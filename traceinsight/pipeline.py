@@ -100,7 +100,13 @@ def analyze_trace(
         warnings.append("no GPU activity in the window: its GPUs were idle all of it")
     elif not ctx.has_gpu:
         warnings.append("no GPU activity in this trace: GPU metrics are not applicable")
-    if ctx.steps.height == 0 and ctx.has_gpu:
+    if ctx.steps.height == 0 and ctx.has_gpu and view.window is not None:
+        # the selection, not the recording, left the steps out (session 54: a window inside
+        # two steps was told to call prof.step())
+        warnings.append(
+            "no whole step lies inside --window: the GPU's span in it is analyzed as one window"
+        )
+    elif ctx.steps.height == 0 and ctx.has_gpu:
         n_opt = results.optimizer.optimizer_steps
         # a training loop profiled without a schedule: its iterations are there, unmarked (an
         # MI300X ResNet-18's 5 SGD steps read as one window)

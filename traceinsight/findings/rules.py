@@ -670,6 +670,21 @@ _LAUNCH_ADVICE = (
     "the step in a CUDA graph, use fused kernels, or give each kernel more work (larger batch). "
     "On ROCm the same calls record HIP graphs."
 )
+# the step already compiled (COMPILED_KERNEL_MIN_RATIO of its kernels Inductor's): its launches
+# are compiled code's, and the lever left is replaying them (session 54: a default-mode compiled
+# training step, 65% of its kernels Triton, told "torch.compile ... use fused kernels")
+_COMPILED_LAUNCH = (
+    "The step is already compiled ({pct} of its kernels are torch.compile's Triton kernels), so "
+    "the launches left are the compiled code's own: replay them as CUDA graphs, "
+    "torch.compile's mode='reduce-overhead' (it needs the same shapes every step), or capture "
+    "the whole step by hand; or give each kernel more work (larger batch). On ROCm the same "
+    "calls record HIP graphs."
+)
+_COMPILED_LAUNCH_SNIPPET = (
+    'model = torch.compile(model, mode="reduce-overhead")  # was the default mode: adds CUDA graphs\n'
+    "# or capture the whole step by hand (static inputs, the optimizer made capturable):\n"
+    "# g = torch.cuda.CUDAGraph(); with torch.cuda.graph(g): loss = step(static_x, static_y)"
+)
 _FIXED_PATH = (
     "The steps run different ops ({op}: {lo} to {hi} calls a step; {pct} of a step's op calls "
     "vary: a module skipped at random, such as LayerDrop, or a data-dependent branch), and a "
@@ -796,6 +811,12 @@ def launch_bound(x: RuleInput) -> Draft | None:
         advice["recommendation"] = first + advice.get("recommendation", _LAUNCH_ADVICE)
     if launch.rnn_op is not None and x.framework == "pytorch" and not advice:
         advice = {"recommendation": _RNN.format(op=launch.rnn_op), "snippet": _RNN_SNIPPET}
+    if compiled_code(x.r) and x.framework == "pytorch" and not advice:
+        pct = fmt_pct(x.r.kernels.compiled_kernel_ratio)
+        advice = {
+            "recommendation": _COMPILED_LAUNCH.format(pct=pct),
+            "snippet": _COMPILED_LAUNCH_SNIPPET,
+        }
     if x.r.host_ops.forward_only and x.framework == "pytorch" and "snippet" not in advice:
         # no backward, no optimizer: the training step's snippet does not fit (audit 17: an
         # inference trace told to make its optimizer capturable)
