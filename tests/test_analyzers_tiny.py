@@ -486,6 +486,12 @@ def test_pageable_copies_both_ways_name_each_direction_in_the_title():
     ("name", "expected"),
     [
         ("AdamW", "torch.optim.AdamW(..., fused=True)"),
+        # session 54: a torch 1.9 trace told foreach=True, which arrived in 1.12
+        (
+            "SGD",
+            "(fused=True from PyTorch 2.3; on an older release, foreach=True, from 1.12; "
+            "before it, torch.optim._multi_tensor.SGD)",
+        ),
         ("RMSprop", "foreach=True"),
         ("Shampoo", "not one of torch.optim's"),  # distributed_shampoo has no fused=True
     ],
@@ -497,7 +503,7 @@ def test_optimizer_advice_names_what_exists(name, expected):
 
     recommendation, snippet = _optimizer_advice(name)
     assert expected in recommendation
-    assert ("fused=True" in snippet) == (name == "AdamW")
+    assert ("fused=True" in snippet) == (name in ("AdamW", "SGD"))
     # without a prediction, no word of what it assumes (audit 19)
     unpriced, _ = _optimizer_advice(name, priced=False)
     assert "the prediction assumes" not in unpriced

@@ -1849,7 +1849,8 @@ def _optimizer_advice(name: str | None, priced: bool = True) -> tuple[str, str]:
     if name in FUSED_OPTIMIZERS:
         since = FUSED_SINCE.get(name)
         older = (
-            f" (fused=True from PyTorch {since}; on an older release, foreach=True)"
+            f" (fused=True from PyTorch {since}; on an older release, foreach=True, from 1.12; "
+            f"before it, torch.optim._multi_tensor.{name})"
             if since
             else " (fused=True in recent PyTorch releases; on an older one, foreach=True)"
         )
