@@ -364,9 +364,15 @@ SATURATION_NAMED_RATIO = 1.5
 # say which dimension is the batch, so the GPU's work is scaled linearly (session 48: an exact GP
 # over its whole training set, whose kernel matrix is N x N, read 6.12x at 8x the points against
 # 1.65-1.72x measured; its GEMMs took 13.3x as long at 4x)
+# and the host's other work per step held: code that loops over the samples in the step thread
+# (a reinforcement-learning rollout stepping its environments one by one) is not told from work
+# done once a step
 BATCH_ASSUMES = (
     "the GPU's work grows linearly with the batch (its optimizer's not at all): work that grows "
-    "faster, such as a matrix over pairs of samples, gains less"
+    "faster, such as a matrix over pairs of samples, gains less; the host's work per step holds "
+    "but the loader's and the CPU ops that make the batch: host code that loops over the "
+    "samples (environments stepped one by one, per-sample Python) grows with the batch and "
+    "gains less too"
 )
 
 
