@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -562,3 +563,76 @@ def test_a_manual_all_reduce_after_backward_is_gradient_reduction():
     assert c.backward_comm_ratio == 0.0 and c.after_backward_comm_ratio == 1.0
     f = next(f for f in a.findings if f.id == "comm_not_overlapped")
     assert f.recommendation.startswith(DDP_FSDP_ADVICE) and "DDP(" in f.snippet
+
+
+def _gloo_rank(folder: Path, rank: int, late_us: float) -> None:
+    """One rank of a DDP job over gloo, 4 steps of 100 ms: a kernel of 10 ms launched at each
+    step's start, then gloo's all-reduce as a host range (``gloo:all_reduce``) from the rank's
+    arrival, 20 ms in plus ``late_us``, to the reduction's end at 70 ms on every rank."""
+    events: list[dict[str, object]] = []
+    for i in range(4):
+        t = 100_000.0 * i
+        events += [
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": f"ProfilerStep#{i + 1}",
+                "ts": t,
+                "dur": 99_000.0,
+                "pid": 1,
+                "tid": 1,
+            },  # fmt: skip
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "ts": t + 10,
+                "dur": 5.0,
+                "pid": 1,
+                "tid": 1,
+                "args": {"correlation": i + 1},
+            },  # fmt: skip
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": "sgemm_128x64",
+                "ts": t + 20,
+                "dur": 10_000.0,
+                "pid": 0,
+                "tid": 7,
+                "args": {"device": 0, "stream": 7, "correlation": i + 1},
+            },  # fmt: skip
+            {
+                "ph": "X",
+                "cat": "user_annotation",
+                "name": "gloo:all_reduce",
+                "ts": t + 20_000 + late_us,
+                "dur": 50_000.0 - late_us,
+                "pid": 1,
+                "tid": 9,
+            },  # fmt: skip
+        ]
+    doc = {
+        "schemaVersion": 1,
+        "distributedInfo": {"backend": "gloo", "rank": rank, "world_size": 2},
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "numSms": 132}],
+        "traceEvents": events,
+    }
+    (folder / f"rank{rank}.pt.trace.json").write_text(json.dumps(doc))
+
+
+def test_a_gloo_jobs_straggler_from_its_host_ranges(tmp_path: Path) -> None:
+    """Session 54: a 2-rank DDP job over gloo on one H100, rank 1 sleeping 30 ms a step, read
+    no collective and no straggler (gpu_underutilized HIGH on rank 0 instead): gloo reduces on
+    the host, its collectives are host ranges, not kernels. Its raw waits: rank 1 arrives
+    30.4-31.0 ms after rank 0 at two buckets a step and 6.6-6.9 ms at the third, rank 0's waits
+    192.86 ms in union; traceinsight charges 187.26 ms. Here rank 1 arrives 15 ms late at each
+    of 4 steps, with no kernel during the waits: 60 ms charged."""
+    _gloo_rank(tmp_path, 0, 0.0)
+    _gloo_rank(tmp_path, 1, 15_000.0)
+    job = analyze_job(tmp_path)
+    c = job.cross
+    assert c.matched_collectives == 4 and c.straggler_rank == 1
+    assert c.charged_by_rank_ns["0"] == 4 * 15_000_000
+    (f,) = [f for f in job.findings if f.id == "straggler"]
+    assert f.evidence["rank"] == 1

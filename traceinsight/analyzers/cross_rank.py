@@ -1,6 +1,7 @@
 """Cross-rank analysis of a job: stragglers, step-time skew, ranks whose diagnosis differs.
 
-Input is per rank: the ordered collective kernels (name, kind, start, end, step) of its first GPU,
+Input is per rank: the ordered collective kernels (name, kind, start, end, step) of its first GPU
+(or, where it has none, gloo's collectives: host ranges that likewise span arrival to end),
 the union of its compute kernels there, its window and its steps. Collectives are matched across
 ranks per step and by order (the k-th collective of a step is the same operation on every rank,
 as NCCL requires) and checked by kernel name. An NCCL kernel starts when its GPU reaches it and
@@ -81,6 +82,7 @@ def rank_payload(
         span = gpu if gpu.height else ev
         lo, hi = (int(span["start_ns"].min() or 0), int(span["end_ns"].max() or 0))
     compute = kernels.head(0)
+    gloo = _gloo_ranges(ev) if comm.height == 0 else None
     if comm.height:
         first_dev = comm["device"].min()
         comm = with_kinds(
@@ -88,6 +90,10 @@ def rank_payload(
             ev,
             trace.kernel_args,
         )
+    elif gloo is not None and gloo.height:
+        comm = gloo
+        first_dev = kernels["device"].min() if kernels.height else None
+    if comm.height:
         compute = kernels.filter(
             (pl.col("device") == first_dev) & (pl.col("kernel_class") != "communication")
         )
@@ -129,6 +135,31 @@ def rank_payload(
             iv.clip(iv.union(compute), lo, hi), iv.clip(iv.union(comm), lo, hi)
         ),
     )
+
+
+def _gloo_ranges(ev: pl.DataFrame) -> pl.DataFrame:
+    """gloo's collectives (``gloo:all_reduce``, ...): host ranges, not kernels. gloo reduces on
+    the host even for CUDA tensors, its range running from the rank's arrival to the reduction's
+    end, as an NCCL kernel spins from its GPU's arrival (session 54: a 2-rank DDP job over gloo,
+    one rank sleeping 30 ms a step, read no collective and no straggler)."""
+    return (
+        ev.lazy()
+        .filter(
+            (pl.col("kind") == "user_annotation")
+            & pl.col("name").cast(pl.String).str.starts_with(GLOO_PREFIX)
+        )
+        .select(
+            pl.col("name").cast(pl.String),
+            pl.col("name").cast(pl.String).str.strip_prefix(GLOO_PREFIX).alias("kind"),
+            "start_ns",
+            "end_ns",
+        )
+        .sort("start_ns")
+        .collect()
+    )
+
+
+GLOO_PREFIX = "gloo:"
 
 
 # Collectives on one host end within a few microseconds of each other, not together (the H200
