@@ -637,6 +637,50 @@ def test_a_hip_applications_advice_names_hips_calls(tmp_path: Path) -> None:
     assert "cudaDeviceSynchronize" in cuda.recommendation
 
 
+def test_a_rocm_traces_findings_name_amds_hardware(tmp_path: Path) -> None:
+    """Session 54: an MI300X trace read "GEMMs with dimensions off the tensor-core alignment"
+    (fp32_compute says "CUDA cores" likewise). On a HIP trace the hardware's words are AMD's
+    whatever the framework; a PyTorch trace's advice keeps its Python (no hip* call names)."""
+    from dataclasses import replace
+
+    from traceinsight.findings.platform import hip_words, in_runtime_words, names_hardware
+
+    text = (
+        "Matrix math runs in fp32 on CUDA cores: put it on tensor cores; the tensor-core alignment"
+    )
+    assert hip_words(text, api=False) == (
+        "Matrix math runs in fp32 on vector ALUs: put it on matrix cores; the matrix-core alignment"
+    )
+    assert hip_words("torch.cuda.synchronize(); cudaMemcpy", api=False) == (
+        "torch.cuda.synchronize(); cudaMemcpy"
+    )
+    base = traceinsight.analyze(
+        Path(__file__).resolve().parents[1] / "fixtures" / "tiny" / "step_dataloader_sync.json"
+    ).findings[0]
+    f = replace(base, title="GEMMs off the tensor-core alignment", snippet="x.cuda()")
+    assert names_hardware([f]) and not names_hardware([base])
+    (hip,) = in_runtime_words([f], "hip", api=False)
+    assert hip.title == "GEMMs off the matrix-core alignment" and hip.snippet == "x.cuda()"
+    assert in_runtime_words([f], "cuda", api=False) == [f]
+
+    # a PyTorch step whose GEMMs run in fp32, on ROCm (hipLaunchKernel) and on CUDA: the same
+    # finding, its hardware words AMD's on ROCm and nothing else changed
+    def fp32(api: str) -> Any:
+        events = [_x(f"ProfilerStep#{s + 1}", "user_annotation", 10_000.0 * s, 9_990.0) for s in range(3)]  # fmt: skip
+        for s in range(3):
+            for i in range(10):
+                t = 10_000.0 * s + 10 + 900 * i
+                events += _launch("aten::mm", f"{api}LaunchKernel", t, "volta_sgemm_128x64_nn", t + 10, 850.0, 7, 100 * s + i + 1)  # fmt: skip
+        a = traceinsight.analyze(_write(tmp_path, events, f"{api}_fp32"))
+        return next(f for f in a.findings if f.id == "fp32_compute")
+
+    rocm, cuda = fp32("hip"), fp32("cuda")
+    assert rocm.title.startswith("Matrix math runs in fp32 on vector ALUs: 100.0% of")
+    assert cuda.title.startswith("Matrix math runs in fp32 on CUDA cores: 100.0% of")
+    for field in ("title", "recommendation", "snippet"):
+        assert getattr(rocm, field) == hip_words(getattr(cuda, field), api=False)
+
+
 def test_a_copy_call_begun_before_the_window_counts_inside_it(tmp_path: Path) -> None:
     """Session 53: a CUTLASS benchmark's first pageable cudaMemcpy (268 MB) began 117 us before
     the window (the GPU span, which its copy opens: the call stages the bytes first) and was

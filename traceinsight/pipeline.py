@@ -26,7 +26,7 @@ from traceinsight.findings import (
     thresholds,
 )
 from traceinsight.findings.model import Finding
-from traceinsight.findings.platform import in_runtime_words
+from traceinsight.findings.platform import in_runtime_words, names_hardware
 from traceinsight.findings.quality import apply_data_quality
 from traceinsight.model.framework import detect_framework, runtime_of
 from traceinsight.model.schema import Trace
@@ -142,6 +142,8 @@ def analyze_trace(
     )
     if framework == "cuda_app":  # its advice names the runtime's calls: HIP's on ROCm
         findings = in_runtime_words(findings, runtime_of(trace))
+    elif names_hardware(findings):  # the hardware's words, AMD's on ROCm
+        findings = in_runtime_words(findings, runtime_of(trace), api=False)
     if not results.sources.stacks_recorded and any(f.id in SOURCED_RULES for f in findings):
         warnings.append(f"{NO_STACKS[framework]}: {results.sources.hint}")
     # the regions name the findings whose evidence lies inside them (known only now)
