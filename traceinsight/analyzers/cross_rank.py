@@ -82,7 +82,6 @@ def rank_payload(
         span = gpu if gpu.height else ev
         lo, hi = (int(span["start_ns"].min() or 0), int(span["end_ns"].max() or 0))
     compute = kernels.head(0)
-    gloo = _gloo_ranges(ev) if comm.height == 0 else None
     if comm.height:
         first_dev = comm["device"].min()
         comm = with_kinds(
@@ -90,7 +89,7 @@ def rank_payload(
             ev,
             trace.kernel_args,
         )
-    elif gloo is not None and gloo.height:
+    elif (gloo := _gloo_ranges(ev)).height:  # no NCCL/RCCL kernel: gloo's host ranges
         comm = gloo
         first_dev = kernels["device"].min() if kernels.height else None
     if comm.height:
@@ -137,6 +136,9 @@ def rank_payload(
     )
 
 
+GLOO_PREFIX = "gloo:"
+
+
 def _gloo_ranges(ev: pl.DataFrame) -> pl.DataFrame:
     """gloo's collectives (``gloo:all_reduce``, ...): host ranges, not kernels. gloo reduces on
     the host even for CUDA tensors, its range running from the rank's arrival to the reduction's
@@ -157,9 +159,6 @@ def _gloo_ranges(ev: pl.DataFrame) -> pl.DataFrame:
         .sort("start_ns")
         .collect()
     )
-
-
-GLOO_PREFIX = "gloo:"
 
 
 # Collectives on one host end within a few microseconds of each other, not together (the H200

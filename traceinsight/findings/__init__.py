@@ -92,12 +92,13 @@ def diagnose(
     (findings/savings.py), ranked: ``[0]`` is the biggest lever."""
     found = _rules.diagnose(results, t, framework)
     priced = savings.with_savings(found, results, RULES, t, results.idle.device_window_ns)
+    once = one_shot(results)
     if results.idle.cold_window:
         priced = _capped(priced, "cold_window", COLD_CAPPED)
-    elif one_shot(results):
+    elif once:
         priced = _capped(priced, "one_shot", COLD_CAPPED)
     # a one-shot program's first pass is often cold too: its copies are capped either way
-    if one_shot(results) and results.kernels.kernels_per_stream_max == 1:
+    if once and results.kernels.kernels_per_stream_max == 1:
         priced = _capped(priced, "one_shot", ONE_SHOT_COPIES, reason="one_shot_copies")
     return _symptom_after_cause(priced)
 
