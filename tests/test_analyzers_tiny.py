@@ -917,6 +917,48 @@ def test_ddp_buffer_broadcast_is_its_host_ops_inside_the_forward():
     assert "broadcast_buffers=False" in f.recommendation
 
 
+def test_distribution_checks_are_the_ops_from_the_first_comparison_to_the_read_back():
+    # session 55: CleanRL's PPO spent a tenth of its profiled step in Categorical's checks
+    # (`if not torch._is_all_true(logits == logits)`), each a device sync, and no finding said
+    # so (host_sync 1.01x). Here four 1000 us steps, each: a sub (the caller's), then eq,
+    # reshape, all, _is_all_true and is_nonzero (its sync inside) from 300 to 440 us: 140 us a
+    # step; a user's `if (x > 0).all()` (gt, all, is_nonzero) later in the step is not one
+    ev = Events()
+    for s in range(4):
+        t = s * 1000.0
+        ev.step(s, t, 1000)
+        ev.op("aten::mm", t + 10, 5)
+        ev.kernel("ampere_sgemm_128x64_nn", t + 20, 200, launch_us=t + 11)
+        ev.op("aten::sub", t + 250, 20)
+        ev.op("aten::eq", t + 300, 10)
+        ev.op("aten::reshape", t + 320, 5)
+        ev.op("aten::all", t + 330, 10)
+        ev.op("aten::_is_all_true", t + 350, 15)
+        ev.op("aten::all", t + 352, 10)
+        ev.op("aten::is_nonzero", t + 400, 40)
+        ev.runtime("cudaStreamSynchronize", t + 410, 20)
+        ev.op("aten::gt", t + 600, 10)
+        ev.op("aten::all", t + 620, 10)
+        ev.op("aten::is_nonzero", t + 640, 30)
+        ev.runtime("cudaStreamSynchronize", t + 650, 10)
+    a = analyze_trace(ev.trace())
+    h = a.results.host_ops
+    assert (h.distribution_checks, h.distribution_checks_ns) == (4, 4 * 140 * US)
+    assert h.distribution_check_syncs == 4
+    f = next(f for f in a.findings if f.id == "distribution_checks")
+    assert "1 check a step take 0.14 ms a step of host time" in f.title
+    assert "set_default_validate_args(False)" in f.recommendation
+    ev2 = Events()  # the user's check alone: no finding
+    for s in range(4):
+        t = s * 1000.0
+        ev2.step(s, t, 1000)
+        ev2.op("aten::gt", t + 600, 100)
+        ev2.op("aten::all", t + 720, 100)
+        ev2.op("aten::is_nonzero", t + 840, 30)
+        ev2.runtime("cudaStreamSynchronize", t + 850, 10)
+    assert analyze_trace(ev2.trace()).results.host_ops.distribution_checks == 0
+
+
 @pytest.mark.parametrize("first", [True, False])
 def test_a_module_loaded_for_a_kernels_first_launch_is_warm_up(first):
     # audit 13: CuPy's JIT kernels in an A100 nsys export: each 0.77-2.06 ms gap holds a 0.25 ms

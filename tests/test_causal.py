@@ -70,6 +70,11 @@ def every_transform(model: StepModel) -> list[transforms.Transform]:
                 pl.lit(1_000).alias("saved_ns"),
             ).head(50)
         ),
+        transforms.host_spans_removed(
+            model.host.select("tid", (pl.col("start_ns") - 1_001).alias("start_ns"), "end_ns").head(
+                50
+            )
+        ),
     ]
 
 
@@ -144,6 +149,39 @@ def test_a_host_time_cut_comes_out_of_the_gaps_inside_the_op() -> None:
         assert abs(gap[row["node"]] - expect) <= 1, name
     untouched = h.filter(~pl.col("node").is_in([r["node"] for r in (a, b, c, d)]))
     assert all(gap[n] == g for n, g in zip(untouched["node"], untouched["gap_ns"], strict=True))
+
+
+def test_host_spans_removed_takes_the_span_out_of_gaps_and_calls() -> None:
+    """host_spans_removed deletes the code inside a span: calls starting inside it take no time
+    and wait for nothing, and each gap loses its part inside the span in proportion to its time
+    in the trace (start_ns - gap_from_ns). By hand: a span from inside a's gap to inside d's."""
+    model = model_of(MODELS[0])
+    h = model.host.sort("tid", "start_ns")
+    tid = int(h.get_column("tid").mode().item(0))
+    calls = h.filter((pl.col("tid") == tid) & (pl.col("gap_ns") > 0)).sort("start_ns")
+    a, b, c, d = (calls.row(i, named=True) for i in range(10, 14))
+    start = (a["gap_from_ns"] + a["start_ns"]) // 2
+    end = (d["gap_from_ns"] + d["start_ns"]) // 2
+    assert a["gap_from_ns"] < start < a["start_ns"] and d["gap_from_ns"] < end < d["start_ns"]
+    span = pl.DataFrame({"tid": [tid], "start_ns": [start], "end_ns": [end]})
+    after = transforms.host_spans_removed(span)(model)
+    assert after is not None
+    out = {r["node"]: r for r in after.host.iter_rows(named=True)}
+
+    def kept(row: dict, lo: int, hi: int) -> int:
+        raw = row["start_ns"] - row["gap_from_ns"]
+        inside = max(0, min(row["start_ns"], hi) - max(row["gap_from_ns"], lo))
+        return int(row["gap_ns"] * (1 - inside / raw))
+
+    for row in (a, b, c):  # calls inside: no time, no wait
+        assert out[row["node"]]["dur_ns"] == 0 and out[row["node"]]["wait"] == 0
+        assert abs(out[row["node"]]["gap_ns"] - kept(row, start, end)) <= 1
+    assert out[a["node"]]["gap_ns"] > 0  # the half of a's gap before the span stays
+    assert abs(out[d["node"]]["gap_ns"] - kept(d, start, end)) <= 1
+    assert out[d["node"]]["dur_ns"] == d["dur_ns"] and out[d["node"]]["wait"] == d["wait"]
+    rest = h.filter(~pl.col("node").is_in([r["node"] for r in (a, b, c, d)]))
+    for n, g, dur in zip(rest["node"], rest["gap_ns"], rest["dur_ns"], strict=True):
+        assert (out[n]["gap_ns"], out[n]["dur_ns"]) == (g, dur)
 
 
 def test_a_larger_batch_after_the_advised_loader_scales_what_the_loader_left() -> None:

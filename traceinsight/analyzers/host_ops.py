@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, host_ranges, shaped_ops
+from traceinsight.analyzers.context import Context, host_ranges, outermost, shaped_ops
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms as tf
 from traceinsight.causal.whatif import WhatIf
@@ -129,6 +129,13 @@ class HostOpsResult:
     buffer_sync_ns: int = 0
     buffer_sync_calls: int = 0
     what_if_buffer_sync: WhatIf | None = None
+    # torch.distributions' argument and sample checks (validate_args): the checks' host time in
+    # the window (their ops and the Python between them, to the read-back's end), how many,
+    # the device syncs among them, and the replay without them
+    distribution_checks_ns: int = 0
+    distribution_checks: int = 0
+    distribution_check_syncs: int = 0
+    what_if_distribution_checks: WhatIf | None = None
 
     @property
     def new_shape_ratio(self) -> float | None:
@@ -413,11 +420,91 @@ def _buffer_sync(ctx: Context, replay: ReplayResult | None) -> dict:
     }
 
 
+# torch.distributions validates arguments and samples with ``if not torch._is_all_true(valid)``
+# (torch >= 2.1): the op then ``is_nonzero``'s read-back, a device sync. The check's mask is
+# computed by the top-level ops just before it: comparisons, remainders, ``&``, reductions and
+# views (constraints.py: real's ``value == value``, integer_interval's ``(value % 1 == 0) &
+# (lower <= value) & (value <= upper)``, independent's ``reshape(...).all(-1)``).
+CHECK_CALL = "aten::_is_all_true"
+CHECK_READ = "aten::is_nonzero"
+CHECK_OPS = (
+    r"^aten::(eq|ne|lt|le|gt|ge|isnan|isinf|isfinite|isposinf|isneginf|remainder|fmod|"
+    r"bitwise_(and|or|xor|not)|logical_(and|or|xor|not)|__(and|or|xor|invert)__|all|any|"
+    r"reshape|view|_reshape_alias|_unsafe_view|expand|unsqueeze|_is_all_true|is_nonzero)$"
+)
+# the ops a check's mask starts with (a view or reduction before them is the caller's)
+CHECK_START_OPS = (
+    r"^aten::(eq|ne|lt|le|gt|ge|isnan|isinf|isfinite|isposinf|isneginf|remainder|fmod|"
+    r"bitwise_not|logical_not)$"
+)
+
+
+def _distribution_checks(ctx: Context, replay: ReplayResult | None) -> dict:
+    """HostOpsResult's torch.distributions check fields: each run of top-level check ops on
+    a thread that holds ``_is_all_true`` then ``is_nonzero``, from its first comparison to the
+    last such read-back's end (none in the window: {})."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    in_window = pl.col("start_ns").is_between(lo, hi, closed="left")
+    calls = ctx.rows(("cpu_op",), f"^{CHECK_CALL}$", where=in_window, columns=("tid", "start_ns"))
+    if calls.height == 0:
+        return {}
+    threads = calls.get_column("tid").unique().implode()
+    ops = ctx.rows(
+        ("cpu_op",),
+        where=in_window & pl.col("tid").is_in(threads),
+        columns=("name", "start_ns", "end_ns", "tid"),
+    )
+    top = outermost(ops).sort("tid", "start_ns")
+    check = ctx.name_matches(("cpu_op",), CHECK_OPS)
+    starts = ctx.name_matches(("cpu_op",), CHECK_START_OPS)
+    top = top.with_columns(
+        check.fill_null(False).alias("_check"),
+        starts.fill_null(False).alias("_start"),
+        (
+            (pl.col("name") == CHECK_READ) & (pl.col("name").shift(1).over("tid") == CHECK_CALL)
+        ).alias("_read"),
+    ).with_columns((~pl.col("_check")).cum_sum().over("tid").alias("_run"))
+    spans = (
+        top.filter(pl.col("_check"))
+        .group_by("tid", "_run")
+        .agg(
+            pl.col("start_ns").filter(pl.col("_start")).min().alias("start_ns"),
+            pl.col("end_ns").filter(pl.col("_read")).max().alias("end_ns"),
+            pl.col("_read").sum().alias("checks"),
+        )
+        .filter((pl.col("checks") > 0) & (pl.col("start_ns") < pl.col("end_ns")))
+        .select("tid", "start_ns", "end_ns", "checks")
+        .sort("tid", "start_ns")
+    )
+    if spans.height == 0:
+        return {}
+    syncs = iv.containing(
+        ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("tid").alias("c_tid")),
+        spans,
+        inner_start="c_s",
+        inner_end="c_s",
+        outer_start="start_ns",
+        outer_end="end_ns",
+        same=("tid", "c_tid"),
+    )
+    return {
+        "distribution_checks_ns": int(
+            spans.select((pl.col("end_ns") - pl.col("start_ns")).sum()).item()
+        ),
+        "distribution_checks": int(spans.get_column("checks").sum()),
+        "distribution_check_syncs": syncs.height,
+        "what_if_distribution_checks": replay.predict(tf.host_spans_removed(spans))
+        if replay
+        else None,
+    }
+
+
 def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult:
     shaped: dict = {
         **_new_shape(ctx, replay),
         "forward_only": _forward_only(ctx),
         **_buffer_sync(ctx, replay),
+        **_distribution_checks(ctx, replay),
     }
     ops = _long_copies(ctx)
     if ops.height == 0:

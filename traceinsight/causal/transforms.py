@@ -1153,6 +1153,75 @@ def scaled_kernels(keys: pl.DataFrame) -> Transform:
     return Transform("scaled_kernels", transform, gpu_reads=frozenset({"device"}))
 
 
+def host_spans_removed(spans: pl.DataFrame) -> Transform:
+    """A transform: the host code inside ``spans`` (tid, start_ns, end_ns: the code the fix
+    deletes, such as argument checks) removed. The thread's calls that start inside one take
+    no time and wait for nothing (the kernels they launched still run: a check's few
+    microseconds), and each gap loses the part of its time in the trace that lies inside a
+    span, in proportion (its sub-gaps with it). The rest of the step is kept: what the freed
+    host time lets the GPU do, the replay says."""
+
+    def transform(model: StepModel) -> StepModel | None:
+        h = model.host
+        if h.height == 0 or spans.height == 0:
+            return None
+        s = spans.select(
+            pl.col("tid").cast(pl.Int64),
+            pl.col("start_ns").cast(pl.Int64).alias("_ss"),
+            pl.col("end_ns").cast(pl.Int64).alias("_se"),
+        ).sort("_ss")
+        # each node with the last span that began before it (spans are short and hold calls,
+        # so a gap overlaps at most the one that began before the gap's call)
+        hit = (
+            h.select(pl.col("tid").cast(pl.Int64), "start_ns", "gap_from_ns")
+            .with_row_index("_n")
+            .sort("start_ns")
+            .join_asof(
+                s,
+                left_on="start_ns",
+                right_on="_ss",
+                by="tid",
+                strategy="backward",
+                check_sortedness=False,
+            )
+            .drop_nulls("_ss")
+            .with_columns(
+                (pl.col("start_ns") <= pl.col("_se")).alias("_inside"),
+                (
+                    (
+                        pl.min_horizontal("start_ns", "_se")
+                        - pl.max_horizontal("gap_from_ns", "_ss")
+                    ).clip(0)
+                    / (pl.col("start_ns") - pl.col("gap_from_ns")).clip(1)
+                )
+                .clip(0.0, 1.0)
+                .alias("_cut"),
+            )
+            .filter(pl.col("_inside") | (pl.col("_cut") > 0))
+            .select("_n", "_inside", "_cut")
+        )
+        if hit.height == 0:
+            return None
+        marks = (
+            pl.DataFrame({"_n": pl.int_range(h.height, eager=True).cast(pl.UInt32)})
+            .join(hit, on="_n", how="left")
+            .sort("_n")
+        )
+        inside = marks.get_column("_inside").fill_null(False)
+        keep = 1.0 - marks.get_column("_cut").fill_null(0.0)
+        out = h.with_columns(
+            *((pl.col(c) * pl.lit(keep)).cast(pl.Int64).alias(c) for c in ("gap_ns", *SUBGAPS)),
+            pl.when(pl.lit(inside)).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+            pl.when(pl.lit(inside))
+            .then(pl.lit(WAIT_NONE, pl.Int8))
+            .otherwise(pl.col("wait"))
+            .alias("wait"),
+        )
+        return model.with_host(out)
+
+    return Transform("host_spans_removed", transform, host_reads=frozenset(SUBGAPS))
+
+
 def host_time_cut(cuts: pl.DataFrame) -> Transform:
     """A transform: host work that took ``saved_ns`` too long (``cuts``: tid, start_ns, end_ns,
     saved_ns; an op on thread ``tid``) takes that much less. Its time lies in the gaps of the

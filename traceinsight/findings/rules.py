@@ -2509,6 +2509,61 @@ def ddp_buffer_broadcast(x: RuleInput) -> Draft | None:
     )
 
 
+def distribution_checks_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    """torch.distributions' checks' host work taken out (analyzers/host_ops.py), replayed."""
+    w = r.host_ops.what_if_distribution_checks
+    return w, None if w is not None else "no step model to replay the step without them in"
+
+
+@rule(
+    "distribution_checks",
+    advice={"cuda_app": None},  # torch.distributions' own checks
+    estimate=distribution_checks_what_if,
+    recommendation="torch.distributions checks each distribution's parameters when it is built "
+    "and each value passed to log_prob (validate_args defaults to Python's __debug__, so on): "
+    "every check computes a mask on the GPU and reads it back to the host, a device sync, with "
+    "a dozen small ops around it. Once the code is known to pass them (a policy's logits, a "
+    "sampled action), turn them off for the loop: "
+    "torch.distributions.Distribution.set_default_validate_args(False) once, or "
+    "validate_args=False where each distribution is built; python -O turns them off too.",
+    snippet=(
+        "import torch\n"
+        "torch.distributions.Distribution.set_default_validate_args(False)  # once, before the loop\n"
+        "# or where the distribution is built:\n"
+        "dist = torch.distributions.Categorical(logits=logits, validate_args=False)"
+    ),
+    thresholds={"distribution_checks_min_ratio": 0.02},
+)
+def distribution_checks(x: RuleInput) -> Draft | None:
+    h = x.r.host_ops
+    ratio = h.distribution_checks_ns / x.window_ns if x.window_ns else 0.0
+    if h.distribution_checks == 0 or ratio < x.t["distribution_checks_min_ratio"]:
+        return None
+    steps = x.r.steps.steps or 0
+    if steps:
+        per = (
+            f"{plural(h.distribution_checks / steps, 'check')} a step take "
+            f"{fmt_ms(h.distribution_checks_ns / steps)} a step of host time"
+        )
+    else:
+        per = f"{h.distribution_checks} checks take {fmt_ms(h.distribution_checks_ns)} of host time"
+    return Draft(
+        h.distribution_checks_ns,
+        f"torch.distributions validates its arguments on the GPU: {per}, each read back with a "
+        f"device sync ({fmt_pct(ratio)} of the window)",
+        {
+            "checks": h.distribution_checks,
+            "check_syncs": h.distribution_check_syncs,
+            "checks_ns": h.distribution_checks_ns,
+            "checks_ratio": ratio,
+            "steps": steps,
+            "assumes": "the checks pass (turned off, a value they would reject is no longer "
+            "caught); each check's ops and the Python between them, from its first comparison "
+            "to the read-back's end, go; the kernels they launched (a few microseconds) stay",
+        },
+    )
+
+
 def unprofiled_busy_ratio(r: Results) -> float | None:
     """The GPU's busy share of the un-profiled step (its busy time per step over the replay's
     step without the profiler's cost), None without a step model."""

@@ -29,6 +29,7 @@ NAME_CHARS = 72  # a kernel or op name in a table cell; the full name is its too
 TRANSFORM_WORDS = {
     "remove_syncs": "the host syncs removed",
     "remove_syncs_at": "these call sites' syncs removed",
+    "host_spans_removed": "the checks' host work removed",
     "async_input_copies": "input copies made asynchronous",
     "pinned_copies": "copies from pinned memory",
     "cuda_graphs": "CUDA graphs",
