@@ -957,6 +957,20 @@ def test_distribution_checks_are_the_ops_from_the_first_comparison_to_the_read_b
         ev2.op("aten::is_nonzero", t + 840, 30)
         ev2.runtime("cudaStreamSynchronize", t + 850, 10)
     assert analyze_trace(ev2.trace()).results.host_ops.distribution_checks == 0
+    ev3 = Events()  # checks of CPU tensors: no sync, and the title says none
+    for s in range(4):
+        t = s * 1000.0
+        ev3.step(s, t, 1000)
+        ev3.op("aten::mm", t + 10, 5)
+        ev3.kernel("ampere_sgemm_128x64_nn", t + 20, 200, launch_us=t + 11)
+        ev3.op("aten::eq", t + 300, 60)
+        ev3.op("aten::_is_all_true", t + 370, 40)
+        ev3.op("aten::is_nonzero", t + 420, 20)
+    a3 = analyze_trace(ev3.trace())
+    assert a3.results.host_ops.distribution_check_syncs == 0
+    f3 = next(f for f in a3.findings if f.id == "distribution_checks")
+    assert "validates its arguments on every call: 1 check a step take 0.14 ms" in f3.title
+    assert "device sync" not in f3.title
 
 
 @pytest.mark.parametrize("first", [True, False])

@@ -2521,8 +2521,8 @@ def distribution_checks_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
     estimate=distribution_checks_what_if,
     recommendation="torch.distributions checks each distribution's parameters when it is built "
     "and each value passed to log_prob (validate_args defaults to Python's __debug__, so on): "
-    "every check computes a mask on the GPU and reads it back to the host, a device sync, with "
-    "a dozen small ops around it. Once the code is known to pass them (a policy's logits, a "
+    "every check computes a mask and reads it back to the host (for a GPU tensor, a device "
+    "sync), with a dozen small ops around it. Once the code is known to pass them (a policy's logits, a "
     "sampled action), turn them off for the loop: "
     "torch.distributions.Distribution.set_default_validate_args(False) once, or "
     "validate_args=False where each distribution is built; python -O turns them off too.",
@@ -2547,10 +2547,14 @@ def distribution_checks(x: RuleInput) -> Draft | None:
         )
     else:
         per = f"{h.distribution_checks} checks take {fmt_ms(h.distribution_checks_ns)} of host time"
+    # checks of CPU tensors read their mask without a device sync
+    synced = h.distribution_check_syncs * 2 >= h.distribution_checks
+    how = "on the GPU" if synced else "on every call"
+    read = ", each read back with a device sync" if synced else ""
     return Draft(
         h.distribution_checks_ns,
-        f"torch.distributions validates its arguments on the GPU: {per}, each read back with a "
-        f"device sync ({fmt_pct(ratio)} of the window)",
+        f"torch.distributions validates its arguments {how}: {per}{read} "
+        f"({fmt_pct(ratio)} of the window)",
         {
             "checks": h.distribution_checks,
             "check_syncs": h.distribution_check_syncs,
