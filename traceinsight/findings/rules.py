@@ -754,6 +754,19 @@ def _shape(d: list[Any]) -> str:
     return "x".join(str(n) for n in d)
 
 
+# what launch_bound's priced capture holds (evidence.captured)
+_CAPTURED_MODEL = (
+    "the model's forward and backward (its nn.Module frames in the Python stacks); the loop's "
+    "other ops stay eager"
+)
+_CAPTURED_ALL = (
+    "every torch op of the step: the trace has no nn.Module frames (Python stacks) to tell the "
+    "model's ops from the loop's own (a loss or metrics outside the model, an RL loop's rollout "
+    "writes and returns), so where the loop runs such ops the saving is the upper end; "
+    "with_stack=True prices the model alone"
+)
+
+
 @rule(
     "launch_bound",
     advice={
@@ -831,6 +844,19 @@ def launch_bound(x: RuleInput) -> Draft | None:
     )
     rp = x.r.replay
     host_alone = rp.engine_speedups.get("host") if rp is not None else None
+    # what the priced capture holds: with nn.Module frames, the model's calls; without, every
+    # torch op of the step (CleanRL's PPO, no stacks: 2.63x priced, its policy compiled with
+    # reduce-overhead measured 1.55-1.71x, GAE's loop, the rollout's writes and the optimizer
+    # left eager)
+    h = rp.model.host if rp is not None and rp.model is not None else None
+    model_only = h is not None and "in_model" in h.columns and bool(h["in_model"].any())
+    captured = (
+        _CAPTURED_MODEL
+        if model_only
+        else _CAPTURED_ALL
+        if h is not None and x.framework == "pytorch"
+        else None
+    )
     if rp is not None and rp.step_bound_by == "kernels" and (host_alone or 2.0) < HOST_MOOT_SPEEDUP:
         # the profiled trace's launch gaps, which the un-profiled step does not have: there the
         # kernels bound it (audit 20: a GH200 loop, host 2x faster 1.00x, kernels 1.87x), and
@@ -876,6 +902,7 @@ def launch_bound(x: RuleInput) -> Draft | None:
             # whole step captured by hand
             "rnn_op": launch.rnn_op,
             **({"priced_by": "cuda_graphs_whole_step"} if launch.rnn_op is not None else {}),
+            **({"captured": captured} if captured is not None else {}),
         },
         **advice,
         # the priced fixes replay one path of fixed sizes for every step: out of reach while
