@@ -580,6 +580,13 @@ def host_sync(x: RuleInput) -> Draft | None:
             "causal_chain": x.chain("host_sync", "a sync blocked the host until the queue drained"),
             "profiler_syncs_excluded": syncs.profiler_syncs,
             "input_copy_sync_count": syncs.input_copy_sync_count,
+            # of these, torch.distributions' checks' read-backs: distribution_checks prices
+            # their ops too (their waits alone are host_sync's)
+            **(
+                {"distribution_check_syncs": x.r.host_ops.distribution_check_syncs}
+                if x.r.host_ops.distribution_check_syncs
+                else {}
+            ),
             # removing these syncs moves the wait to the blocking calls that remain
             "wait_moves_to": list(x.r.replay.wait_moves) if x.r.replay else [],
             "sources": sources,
