@@ -2592,8 +2592,8 @@ def distribution_checks(x: RuleInput) -> Draft | None:
         {
             "checks": h.distribution_checks,
             "check_syncs": h.distribution_check_syncs,
-            "checks_ns": h.distribution_checks_ns,
-            "checks_ratio": ratio,
+            "host_time_ns": h.distribution_checks_ns,
+            "host_time_ratio": ratio,
             "steps": steps,
             "assumes": "the checks pass (turned off, a value they would reject is no longer "
             "caught); each check's ops and the Python between them, from its first comparison "
