@@ -1153,6 +1153,14 @@ def scaled_kernels(keys: pl.DataFrame) -> Transform:
     return Transform("scaled_kernels", transform, gpu_reads=frozenset({"device"}))
 
 
+def _on_threads(rows: pl.DataFrame, **columns: str) -> pl.DataFrame:
+    """``rows``' tid and the ``columns`` (new name: column) as Int64, as the host model's."""
+    return rows.select(
+        pl.col("tid").cast(pl.Int64),
+        *(pl.col(c).cast(pl.Int64).alias(a) for a, c in columns.items()),
+    )
+
+
 def host_spans_removed(spans: pl.DataFrame) -> Transform:
     """A transform: the host code inside ``spans`` (tid, start_ns, end_ns: the code the fix
     deletes, such as argument checks) removed. The thread's calls that start inside one take
@@ -1165,11 +1173,7 @@ def host_spans_removed(spans: pl.DataFrame) -> Transform:
         h = model.host
         if h.height == 0 or spans.height == 0:
             return None
-        s = spans.select(
-            pl.col("tid").cast(pl.Int64),
-            pl.col("start_ns").cast(pl.Int64).alias("_ss"),
-            pl.col("end_ns").cast(pl.Int64).alias("_se"),
-        ).sort("_ss")
+        s = _on_threads(spans, _ss="start_ns", _se="end_ns").sort("_ss")
         # each node with the last span that began before it (spans are short and hold calls,
         # so a gap overlaps at most the one that began before the gap's call)
         hit = (
@@ -1233,12 +1237,7 @@ def host_time_cut(cuts: pl.DataFrame) -> Transform:
         h = model.host
         if h.height == 0 or cuts.height == 0:
             return None
-        c = cuts.select(
-            pl.col("tid").cast(pl.Int64),
-            pl.col("start_ns").cast(pl.Int64).alias("_cs"),
-            pl.col("end_ns").cast(pl.Int64).alias("_ce"),
-            pl.col("saved_ns").cast(pl.Int64).alias("_saved"),
-        ).with_row_index("_c")
+        c = _on_threads(cuts, _cs="start_ns", _ce="end_ns", _saved="saved_ns").with_row_index("_c")
         nodes = (
             h.select(pl.col("tid").cast(pl.Int64), "start_ns", "gap_ns")
             .with_row_index("_n")

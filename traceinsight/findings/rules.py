@@ -2498,16 +2498,30 @@ def new_shape_setup(x: RuleInput) -> Draft | None:
     )
 
 
-def buffer_sync_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
-    """DDP's buffer broadcast's host ops taken out (analyzers/host_ops.py), replayed."""
-    w = r.host_ops.what_if_buffer_sync
-    return w, None if w is not None else "no step model to replay the step without them in"
+def _host_ops_estimate(field: str) -> Callable[[Results], tuple[WhatIf | None, str | None]]:
+    """A rule's estimate: the host ops' what-if ``field`` (analyzers/host_ops.py: the ops taken
+    out of the model, replayed), or why there is none."""
+
+    def estimate(r: Results) -> tuple[WhatIf | None, str | None]:
+        w = getattr(r.host_ops, field)
+        return w, None if w is not None else "no step model to replay the step without them in"
+
+    return estimate
+
+
+def _host_ops_share(x: RuleInput, ns: int, calls: int, threshold: str) -> tuple[float, int] | None:
+    """The share of the window host ops' time ``ns`` takes and the window's steps, where there
+    are such ``calls`` and the share reaches the rule's ``threshold`` (None elsewhere)."""
+    ratio = ns / x.window_ns if x.window_ns else 0.0
+    if calls == 0 or ratio < x.t[threshold]:
+        return None
+    return ratio, x.r.steps.steps or 0
 
 
 @rule(
     "ddp_buffer_broadcast",
     advice={"cuda_app": None},  # torch.nn.parallel.DistributedDataParallel's own ops
-    estimate=buffer_sync_what_if,
+    estimate=_host_ops_estimate("what_if_buffer_sync"),
     recommendation="DistributedDataParallel broadcasts every buffer from rank 0 at each forward "
     "(broadcast_buffers=True, the default): flattening them, the broadcast and copying them back "
     "into each module run on the host before the forward. Where the buffers need not match "
@@ -2524,10 +2538,10 @@ def buffer_sync_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 )
 def ddp_buffer_broadcast(x: RuleInput) -> Draft | None:
     h = x.r.host_ops
-    ratio = h.buffer_sync_ns / x.window_ns if x.window_ns else 0.0
-    if h.buffer_sync_calls == 0 or ratio < x.t["buffer_sync_min_ratio"]:
+    share = _host_ops_share(x, h.buffer_sync_ns, h.buffer_sync_calls, "buffer_sync_min_ratio")
+    if share is None:
         return None
-    steps = x.r.steps.steps or 0
+    ratio, steps = share
     per = f"{fmt_ms(h.buffer_sync_ns / steps)} a step" if steps else fmt_ms(h.buffer_sync_ns)
     return Draft(
         h.buffer_sync_ns,
@@ -2543,16 +2557,10 @@ def ddp_buffer_broadcast(x: RuleInput) -> Draft | None:
     )
 
 
-def distribution_checks_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
-    """torch.distributions' checks' host work taken out (analyzers/host_ops.py), replayed."""
-    w = r.host_ops.what_if_distribution_checks
-    return w, None if w is not None else "no step model to replay the step without them in"
-
-
 @rule(
     "distribution_checks",
     advice={"cuda_app": None},  # torch.distributions' own checks
-    estimate=distribution_checks_what_if,
+    estimate=_host_ops_estimate("what_if_distribution_checks"),
     recommendation="torch.distributions checks each distribution's parameters when it is built "
     "and each value passed to log_prob (validate_args defaults to Python's __debug__, so on): "
     "every check computes a mask and reads it back to the host (for a GPU tensor, a device "
@@ -2570,10 +2578,12 @@ def distribution_checks_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 )
 def distribution_checks(x: RuleInput) -> Draft | None:
     h = x.r.host_ops
-    ratio = h.distribution_checks_ns / x.window_ns if x.window_ns else 0.0
-    if h.distribution_checks == 0 or ratio < x.t["distribution_checks_min_ratio"]:
+    share = _host_ops_share(
+        x, h.distribution_checks_ns, h.distribution_checks, "distribution_checks_min_ratio"
+    )
+    if share is None:
         return None
-    steps = x.r.steps.steps or 0
+    ratio, steps = share
     if steps:
         per = (
             f"{plural(h.distribution_checks / steps, 'check')} a step take "
