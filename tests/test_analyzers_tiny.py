@@ -971,6 +971,18 @@ def test_distribution_checks_are_the_ops_from_the_first_comparison_to_the_read_b
     f3 = next(f for f in a3.findings if f.id == "distribution_checks")
     assert "validates its arguments on every call: 1 check a step take 0.14 ms" in f3.title
     assert "device sync" not in f3.title
+    ev4 = Events()  # a mask made without a comparison: from the run's first check op
+    for s in range(4):
+        t = s * 1000.0
+        ev4.step(s, t, 1000)
+        ev4.op("aten::mm", t + 10, 5)
+        ev4.kernel("ampere_sgemm_128x64_nn", t + 20, 200, launch_us=t + 11)
+        ev4.op("aten::sub", t + 250, 20)
+        ev4.op("aten::reshape", t + 300, 10)
+        ev4.op("aten::_is_all_true", t + 320, 40)
+        ev4.op("aten::is_nonzero", t + 380, 20)
+    h4 = analyze_trace(ev4.trace()).results.host_ops
+    assert (h4.distribution_checks, h4.distribution_checks_ns) == (4, 4 * 100 * US)
 
 
 @pytest.mark.parametrize("first", [True, False])

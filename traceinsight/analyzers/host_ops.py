@@ -468,7 +468,11 @@ def _distribution_checks(ctx: Context, replay: ReplayResult | None) -> dict:
         top.filter(pl.col("_check"))
         .group_by("tid", "_run")
         .agg(
-            pl.col("start_ns").filter(pl.col("_start")).min().alias("start_ns"),
+            # from the mask's first comparison; a mask made without one (a view of a boolean
+            # tensor) from the run's first check op
+            pl.coalesce(
+                pl.col("start_ns").filter(pl.col("_start")).min(), pl.col("start_ns").min()
+            ).alias("start_ns"),
             pl.col("end_ns").filter(pl.col("_read")).max().alias("end_ns"),
             pl.col("_read").sum().alias("checks"),
         )
