@@ -54,7 +54,14 @@ def recordings() -> list[tuple[Path, float, tuple[float, float] | None]]:
             if own is None or not path.exists():
                 continue
             runs = truth["configs"].get(cfg.split("_call")[0], {}).values()
-            ms = [v["step_ms_window_mean"] for v in runs if "step_ms_window_mean" in v]
+            # fresh processes of the same iteration only (PPO's profiled process runs 1/8 of one)
+            size = p.get("samples_per_step") if isinstance(p, dict) else None
+            ms = [
+                v["step_ms_window_mean"]
+                for v in runs
+                if "step_ms_window_mean" in v
+                and (size is None or v.get("samples_per_step") in (None, size))
+            ]
             out.append((path, own, (min(ms), max(ms)) if ms else None))
     return out
 
