@@ -946,7 +946,7 @@ def test_distribution_checks_are_the_ops_from_the_first_comparison_to_the_read_b
     assert (h.distribution_checks, h.distribution_checks_ns) == (4, 4 * 140 * US)
     assert h.distribution_check_syncs == 4
     f = next(f for f in a.findings if f.id == "distribution_checks")
-    assert "1 check a step take 0.14 ms a step of host time" in f.title
+    assert "1 check a step take 0.14 ms of host time, each read back" in f.title
     assert "set_default_validate_args(False)" in f.recommendation
     ev2 = Events()  # the user's check alone: no finding
     for s in range(4):

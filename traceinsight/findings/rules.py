@@ -2587,7 +2587,7 @@ def distribution_checks(x: RuleInput) -> Draft | None:
     if steps:
         per = (
             f"{plural(h.distribution_checks / steps, 'check')} a step take "
-            f"{fmt_ms(h.distribution_checks_ns / steps)} a step of host time"
+            f"{fmt_ms(h.distribution_checks_ns / steps)} of host time"
         )
     else:
         per = f"{h.distribution_checks} checks take {fmt_ms(h.distribution_checks_ns)} of host time"
