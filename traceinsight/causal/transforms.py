@@ -1161,6 +1161,13 @@ def _on_threads(rows: pl.DataFrame, **columns: str) -> pl.DataFrame:
     )
 
 
+def _per_node(rows: int, hit: pl.DataFrame) -> pl.DataFrame:
+    """``hit`` (``_n``: a host node's row number, with its values) on each of the host table's
+    ``rows`` rows in order, null where a node has none."""
+    nodes = pl.DataFrame({"_n": pl.int_range(rows, eager=True).cast(pl.UInt32)})
+    return nodes.join(hit, on="_n", how="left").sort("_n")
+
+
 def host_spans_removed(spans: pl.DataFrame) -> Transform:
     """A transform: the host code inside ``spans`` (tid, start_ns, end_ns: the code the fix
     deletes, such as argument checks) removed. The thread's calls that start inside one take
@@ -1206,11 +1213,7 @@ def host_spans_removed(spans: pl.DataFrame) -> Transform:
         )
         if hit.height == 0:
             return None
-        marks = (
-            pl.DataFrame({"_n": pl.int_range(h.height, eager=True).cast(pl.UInt32)})
-            .join(hit, on="_n", how="left")
-            .sort("_n")
-        )
+        marks = _per_node(h.height, hit)
         inside = marks.get_column("_inside").fill_null(False)
         keep = 1.0 - marks.get_column("_cut").fill_null(0.0)
         out = h.with_columns(
@@ -1277,13 +1280,7 @@ def host_time_cut(cuts: pl.DataFrame) -> Transform:
         )
         if hit.height == 0:
             return None
-        saved = (
-            pl.DataFrame({"_n": pl.int_range(h.height, eager=True).cast(pl.UInt32)})
-            .join(hit, on="_n", how="left")
-            .sort("_n")
-            .get_column("saved_ns")
-            .fill_null(0)
-        )
+        saved = _per_node(h.height, hit).get_column("saved_ns").fill_null(0)
         gap_after = (pl.col("gap_ns") - pl.lit(saved)).clip(0)
         keep = pl.when(pl.col("gap_ns") > 0).then(gap_after / pl.col("gap_ns")).otherwise(1.0)
         out = h.with_columns((pl.col(c) * keep).cast(pl.Int64).alias(c) for c in SUBGAPS)

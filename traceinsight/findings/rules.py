@@ -856,14 +856,10 @@ def launch_bound(x: RuleInput) -> Draft | None:
     # reduce-overhead measured 1.55-1.71x, GAE's loop, the rollout's writes and the optimizer
     # left eager)
     h = rp.model.host if rp is not None and rp.model is not None else None
-    model_only = h is not None and "in_model" in h.columns and bool(h["in_model"].any())
-    captured = (
-        _CAPTURED_MODEL
-        if model_only
-        else _CAPTURED_ALL
-        if h is not None and x.framework == "pytorch"
-        else None
-    )
+    captured = None
+    if h is not None and x.framework == "pytorch":
+        model_only = "in_model" in h.columns and bool(h["in_model"].any())
+        captured = _CAPTURED_MODEL if model_only else _CAPTURED_ALL
     if rp is not None and rp.step_bound_by == "kernels" and (host_alone or 2.0) < HOST_MOOT_SPEEDUP:
         # the profiled trace's launch gaps, which the un-profiled step does not have: there the
         # kernels bound it (audit 20: a GH200 loop, host 2x faster 1.00x, kernels 1.87x), and
