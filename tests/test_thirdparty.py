@@ -2910,14 +2910,19 @@ def test_compiled_code_is_not_told_to_compile():
     """Audit 19: a compiled nanoGPT (half its kernels Inductor's triton_*) was told
     "model = torch.compile(model)" by gpu_underutilized and low_occupancy. Compiled code gets
     reduce-overhead (CUDA graphs) for the idle and max-autotune for Inductor's own
-    low-occupancy kernels; an eager loop keeps the plain advice."""
+    low-occupancy kernels; an eager loop keeps the plain advice. (Since session 56 the
+    compiled nanoGPT's idle is explained: its model's Python before each step's first kernel is
+    launch_bound's; the compiled ViT still raises gpu_underutilized.)"""
     a = analysis("nanogpt.compile.after.pt.trace.json.xz")
     assert a.results.kernels.compiled_kernel_ratio >= 0.2
     by_id = {f.id: f for f in a.findings}
-    for fid in ("gpu_underutilized", "low_occupancy"):
-        assert "torch.compile(model)" not in (by_id[fid].snippet or ""), fid
-    assert 'mode="reduce-overhead"' in by_id["gpu_underutilized"].snippet
+    assert "torch.compile(model)" not in (by_id["low_occupancy"].snippet or "")
     assert "max-autotune" in by_id["low_occupancy"].recommendation
+    vit = analysis("vit_amp.compile.after.pt.trace.json.xz")
+    assert vit.results.kernels.compiled_kernel_ratio >= 0.2
+    under = next(f for f in vit.findings if f.id == "gpu_underutilized")
+    assert "torch.compile(model)" not in (under.snippet or "")
+    assert 'mode="reduce-overhead"' in under.snippet
     eager = analysis("nanogpt.before.pt.trace.json.xz")
     assert eager.results.kernels.compiled_kernel_ratio == 0
 

@@ -68,6 +68,7 @@ from traceinsight.model.classify import (
     FUNC_ATTRIBUTE_API,
     HOST_OP_KINDS,
     LAUNCH_API,
+    MODULE_PATTERN,
     PINNED_HOST_ALLOC_API,
     STREAM_WAIT_API,
     WARMUP_API,
@@ -225,6 +226,11 @@ class IdleResult:
     # whole-step capture replays the step without it (launch_bound's what_if_whole_step);
     # torch.compile traces the model's Python away
     cpu_work_between_launches_ns: int = 0
+    # cpu_work idle in the gaps left out above (a step's start, a boundary) while the host ran
+    # the model's own nn.Module frames (Python stacks): its dispatch before its first kernel,
+    # which a capture removes as well (a public eager transformer layer: MultiheadAttention's
+    # Python 130-320 us into each step before its first launch, read "not explained")
+    cpu_work_model_lead_ns: int = 0
     # host_sync idle outside every sync (and the op around it), where that is at least
     # AFTER_RETURN_MIN_NS of a gap: the host at other work once the sync had returned, which
     # removing the syncs does not shorten (audit 16: a diffusion step's read-back returned
@@ -602,6 +608,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
         max_streams_per_device=_max_streams(ctx),
         stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
         cpu_work_between_launches_ns=_between_launches(ctx, gaps, "cpu_work"),
+        cpu_work_model_lead_ns=_model_lead(ctx, gaps, "cpu_work"),
         host_sync_after_return_ns=_after_return(gaps),
     )
 
@@ -688,6 +695,33 @@ def _between_launches(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
         )
     )
     return int(inside.get_column("dur_ns").sum())
+
+
+def _model_lead(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
+    """The idle of ``cause`` in the gaps :func:`_between_launches` leaves out (from a step's
+    start, across a boundary, to its end) while the host ran an ``nn.Module`` frame: the
+    model's own Python before its first kernel (0 without Python stacks or steps)."""
+    if ctx.steps.height == 0 or gaps.height == 0:
+        return 0
+    mods = ctx.rows(("python_function",), MODULE_PATTERN, columns=("start_ns", "end_ns"))
+    if mods.height == 0:
+        return 0
+    steps = iv.in_time_order(
+        ctx.steps.select(pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")), "_s"
+    )
+    edge = (
+        iv.in_time_order(gaps.filter(pl.col("cause") == cause), "start_ns")
+        .select("device", "start_ns", "end_ns")
+        .join_asof(steps, left_on="start_ns", right_on="_s")
+        .filter(~((pl.col("start_ns") > pl.col("_s")) & (pl.col("end_ns") < pl.col("_e"))))
+        .select("device", "start_ns", "end_ns")
+    )
+    if edge.height == 0:
+        return 0
+    model = iv.union(mods.select("start_ns", "end_ns"))
+    # per device, as the idle is counted (one host frame overlaps each device's gap)
+    model = edge.select("device").unique().join(model, how="cross")
+    return iv.total(iv.intersect(iv.union(edge, ["device"]), model, ["device"]))
 
 
 def _between_migrations(ctx: Context, gaps: pl.DataFrame) -> pl.Series:

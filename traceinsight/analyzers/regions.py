@@ -29,8 +29,8 @@ from traceinsight.analyzers.context import STEP_MARKER, Context
 from traceinsight.analyzers.idle import CAUSES, IdleResult, IdleSegment
 from traceinsight.analyzers.optimizer import optimizer_ranges
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import MODULE_PATTERN
 
-MODULE_PATTERN = r"^nn\.Module: "
 SEP = "/"
 MAX_DEPTH = 64  # deeper nesting is cut there (a runaway recursion), not an error
 TOP_REGIONS = 300  # the JSON keeps the regions with the most GPU time (the rest are counted)

@@ -763,8 +763,9 @@ def _shape(d: list[Any]) -> str:
 
 # what launch_bound's priced capture holds (evidence.captured)
 _CAPTURED_MODEL = (
-    "the model's forward and backward (its nn.Module frames in the Python stacks); the loop's "
-    "other ops stay eager"
+    "the model's forward and backward (its nn.Module frames in the Python stacks, with the "
+    "user's function that calls them where that function holds none of the loop's backward, "
+    "optimizer step or step boundary: compile that function); the loop's other ops stay eager"
 )
 _CAPTURED_ALL = (
     "every torch op of the step: the trace has no nn.Module frames (Python stacks) to tell the "
@@ -2691,7 +2692,10 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         # host work between two launches of a step starved the GPU as the launches did:
         # launch_bound's whole-step capture replays the step without it (audits 6, 7, 9: the
         # Python of a BERT's forward read a second HIGH finding advising a larger batch)
-        explained += min(x.idle("cpu_work"), idle.cpu_work_between_launches_ns)
+        # and, with Python stacks, the model's own Python before a step's first launch
+        explained += min(
+            x.idle("cpu_work"), idle.cpu_work_between_launches_ns + idle.cpu_work_model_lead_ns
+        )
     rest = max(0, idle.idle_ns - explained)
     if rest < UNDERUTILIZED_REST_MIN_RATIO * max(1, idle.idle_ns):
         # the other findings explain the idle (audit 15: "0.00 ms of its 207.72 ms idle time

@@ -47,6 +47,8 @@ COMM_SETUP_PATTERN = (
     r"ncclCommInit|ncclCommSplit|ncclGetUniqueId|ncclCommDestroy|ncclCommFinalize|ncclCommAbort"
 )
 HOST_OP_KINDS = ("cpu_op", "user_annotation")
+# an nn.Module call's frame in the Python stacks (Kineto's python_function rows)
+MODULE_PATTERN = r"^nn\.Module: "
 API_KINDS = ("runtime", "driver")
 # The caching allocator's device-memory calls (pinned host memory, cudaMallocHost/cudaFreeHost,
 # is not device memory): one definition for the memory analyzer and the step model.
