@@ -203,6 +203,32 @@ def test_a_cpu_only_trace_is_not_lost_activity():
     assert [c["check"] for c in checks] == []
 
 
+def test_gpu_ops_without_cuda_activity_are_lost_activity():
+    """Session 56's audit: a public audio CNN recorded with activities=[CPU] (its
+    aten::cudnn_convolution and 22 CUDA allocator events) read "no GPU activity, nothing to
+    diagnose" with no data-quality note. A torch op that runs only on a GPU, or the profiler's
+    GPU allocator events, without any CUDA call: the GPU's side was not recorded."""
+    import dataclasses
+
+    from traceinsight.model.schema import MEMORY_SCHEMA, conform_side
+
+    trace = Events().op("aten::cudnn_convolution", 0, 50).op("aten::add", 60, 10).trace()
+    ctx = build_context(trace, None, 1)
+    (c,) = [c for c in analyze_health(ctx).checks if c["check"] == "device_activity_missing"]
+    assert c["severity"] == "error" and "aten::cudnn_convolution" in c["message"]
+    assert "ProfilerActivity.CUDA" in c["message"]
+    # CUDA allocator events alone show it too; CPU ones do not
+    alloc = {"rank": [0], "device": [0], "start_ns": [5_000], "bytes": [1 << 20]}
+    for device_type, lost in (("cuda", True), ("cpu", False)):
+        memory = conform_side(
+            pl.DataFrame({**alloc, "device_type": [device_type], "source": ["kineto"]}),
+            MEMORY_SCHEMA,
+        )
+        plain = dataclasses.replace(Events().op("aten::mm", 0, 50).trace(), memory=memory)
+        checks = analyze_health(build_context(plain, None, 1)).checks
+        assert bool([c for c in checks if c["check"] == "device_activity_missing"]) is lost
+
+
 def test_truncated_gzip_is_an_error_that_fails_the_gate(tmp_path, capsys):
     whole = H200 / "healthy_bf16.pt.trace.json.xz"
     cut = tmp_path / "cut.pt.trace.json.gz"

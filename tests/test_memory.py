@@ -3,6 +3,7 @@ H200 recordings' own counters (torch.cuda.memory_stats() per step, measured outs
 
 from __future__ import annotations
 
+import gzip
 import json
 from pathlib import Path
 from typing import Any
@@ -382,6 +383,19 @@ def test_the_real_memory_timeline_export_is_read() -> None:
     a = analyzed(FIX.parent.parent / "corpus" / "memory_timeline.raw.gz")
     assert a.metrics["memory_peak_allocated_bytes"] > 0
     assert a.results.memory.devices[0].timeline["t_ns"]
+
+
+def test_a_memory_timeline_is_no_empty_trace() -> None:
+    """torch's export_memory_timeline holds the allocator's timeline and no events by design:
+    no empty_trace error, PyTorch's advice, and the capture span of its points (session 56's
+    audit: a public ResNet-50 timeline read "nothing was recorded", "no PyTorch seen", 0 ns).
+    Raw events at time -1 are the allocations made before the profiler started."""
+    path = FIX.parent.parent / "corpus" / "memory_timeline.raw.gz"
+    times = [e[0] for e in json.loads(gzip.decompress(path.read_bytes())) if e[0] >= 0]
+    a = analyzed(path)
+    assert not [c for c in a.data_quality if c["severity"] == "error"]
+    assert a.source["framework"] == "pytorch"
+    assert a.source["capture_span_ns"] == max(times) - min(times)
 
 
 def test_nsys_memory_usage_events(tmp_path: Path) -> None:

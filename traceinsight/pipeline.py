@@ -89,6 +89,9 @@ def analyze_trace(
     results = run_analyzers(ctx, runtime.analyzer_threads, replay=opts.replay)
     ev = trace.events
     span = int(ev["end_ns"].max() - ev["start_ns"].min()) if ev.height else 0
+    if not ev.height and trace.memory.height:  # a memory timeline: its points' span
+        t = trace.memory.get_column("start_ns")
+        span = int(t.max() - t.min())
     warnings = list(trace.meta.warnings)
     warnings.extend(results.efficiency.warnings)
     lost = [c for c in results.health.checks if c["check"] == "device_activity_missing"]
@@ -98,7 +101,7 @@ def analyze_trace(
         warnings.append("no GPU activity in this trace, though it names a GPU: see data_quality")
     elif not ctx.has_gpu and ctx.trace_devices:
         warnings.append("no GPU activity in the window: its GPUs were idle all of it")
-    elif not ctx.has_gpu:
+    elif not ctx.has_gpu and trace.meta.format != "memory-timeline":  # its parser's warning says it
         warnings.append("no GPU activity in this trace: GPU metrics are not applicable")
     if ctx.steps.height == 0 and ctx.has_gpu and view.window is not None:
         # the selection, not the recording, left the steps out (session 54: a window inside

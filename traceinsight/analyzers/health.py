@@ -140,6 +140,9 @@ def analyze_health(ctx: Context) -> HealthResult:
                 work,
                 len(ctx.device_info),
                 int(ctx.source_extra.get("range_profiler_events") or 0),
+                # a file cut off lost the GPU's events written after the cut: trace_truncated
+                # says it, not a recording without them
+                None if ctx.source_extra.get("truncated") else ctx.memory,
             ),
             _copy_activity_missing(api, work),
             _truncated(ctx),
@@ -147,7 +150,7 @@ def analyze_health(ctx: Context) -> HealthResult:
             _runtime_calls_filtered(api),
             _gpu_span_small(ctx, ev),
             _one_gap(ctx),
-            _empty(ev),
+            _empty(ev, ctx.memory),
         )
         if c is not None
     ]
@@ -248,8 +251,11 @@ def _one_gap(ctx: Context) -> dict[str, Any] | None:
     )
 
 
-def _empty(ev: pl.DataFrame) -> dict[str, Any] | None:
-    if ev.height:
+def _empty(ev: pl.DataFrame, memory: pl.DataFrame) -> dict[str, Any] | None:
+    # an export_memory_timeline file holds the allocator's timeline and no events by design:
+    # its memory is what was recorded (session 56: a public ResNet-50 timeline, 16,418 points,
+    # read "nothing was recorded" as an error)
+    if ev.height or memory.height:
         return None
     return _check(
         "empty_trace",
@@ -456,12 +462,15 @@ def _device_activity_missing(
     count: dict[str, int],
     named_gpus: int = 0,
     range_events: int = 0,
+    memory: pl.DataFrame | None = None,
 ) -> dict[str, Any] | None:
     """Launch calls (or module loads) but no GPU work of the kind they make (``count``: the
     trace's GPU work by kind); or GPUs named
     (``named_gpus``: the trace's device properties) and torch ops run, with no CUDA call at all
     (a Kineto trace recorded without ProfilerActivity.CUDA on a GPU machine, audit 6: an RTX
-    4080's 511 ms ``aten::to`` read "no GPU activity", no finding, no warning)."""
+    4080's 511 ms ``aten::to`` read "no GPU activity", no finding, no warning); or no CUDA call
+    where the job's ops or allocations (``memory``; None: not judged, a file cut off) show it
+    ran on a GPU."""
     kernels, other = count.get("kernel", 0), count.get("memcpy", 0) + count.get("memset", 0)
     if kernels:
         return None
@@ -486,6 +495,16 @@ def _device_activity_missing(
                 "profiler metrics to time the GPU."
             )
         n = launches
+    elif not other and api.height == 0 and memory is not None and (used := _gpu_used(ev, memory)):
+        # no CUDA call, yet the job ran on the GPU: torch.profiler without ProfilerActivity.CUDA
+        # (session 56's audit: a public audio CNN's aten::cudnn_convolution and 22 CUDA memory
+        # events read "no GPU activity, nothing to diagnose", no data-quality note)
+        message = (
+            f"the job used the GPU ({used}) but the trace holds no CUDA call and no GPU "
+            "activity: it was recorded without ProfilerActivity.CUDA. Re-record with "
+            "activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] to see the GPU's time"
+        )
+        n = 1
     elif not other and api.height == 0 and named_gpus:
         ops = ev.lazy().filter(pl.col("kind") == "cpu_op").select(pl.len()).collect().item()
         if not ops:
@@ -516,6 +535,38 @@ def _device_activity_missing(
     if other:  # the copies were recorded: what rests on them alone stands
         affects = tuple(a for a in affects if a != "pageable_memcpy")
     return _check("device_activity_missing", "error", n, message, affects)
+
+
+# torch ops that run only on a GPU (cuDNN, MIOpen, the fused attention kernels, NCCL)
+GPU_ONLY_OP = (
+    r"^aten::_?(cudnn|miopen)_|^aten::_(flash|efficient|scaled_dot_product_flash|"
+    r"scaled_dot_product_efficient|scaled_dot_product_cudnn)_attention|^nccl:|^c10d::"
+)
+
+
+def _gpu_used(ev: pl.DataFrame, memory: pl.DataFrame) -> str | None:
+    """What shows a job used a GPU where no GPU activity was recorded: torch ops that run only
+    on one, or the profiler's allocator events on a GPU; None where nothing does (a memory
+    timeline, which holds no events by design, included)."""
+    if ev.height == 0:
+        return None
+    said = []
+    ops = (
+        ev.lazy()
+        .filter((pl.col("kind") == "cpu_op") & pl.col("name").str.contains(GPU_ONLY_OP))
+        .select(pl.col("name").unique().sort())
+        .collect()
+        .get_column("name")
+    )
+    if ops.len():
+        said.append(", ".join(ops.head(2).to_list()) + (" ..." if ops.len() > 2 else ""))
+    if memory.height:
+        gpu = memory.filter(
+            pl.col("device_type").is_in(["cuda", "hip"]) & (pl.col("source") != "memory_timeline")
+        )
+        if gpu.height:
+            said.append(plural(gpu.height, "GPU memory event"))
+    return "; ".join(said) or None
 
 
 # the copy calls: each makes a copy on the device, which a capture with copy tracing records

@@ -29,6 +29,8 @@ def detect_framework(trace: Trace) -> Framework:
     content: ``annotate`` writes one from an nsys export of any program."""
     if trace.meta.format == "kineto" and trace.meta.format_version.startswith("schemaVersion"):
         return "pytorch"
+    if trace.meta.format == "memory-timeline":  # only torch's memory profiler writes it
+        return "pytorch"
     kind, name = pl.col("kind"), pl.col("name")
     hit = (
         kind.eq("python_function")

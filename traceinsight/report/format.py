@@ -13,6 +13,12 @@ def no_findings_words(doc: Mapping[str, Any]) -> str:
     devices = (doc.get("source") or {}).get("devices") or []
     m = doc.get("metrics") or {}
     active = any(d.get("active", True) for d in devices)
+    if (doc.get("source") or {}).get("format") == "memory-timeline":
+        # torch's export_memory_timeline: the allocator's timeline alone, by design
+        return (
+            "No findings: a memory timeline holds the allocator's memory only (above); record "
+            "a trace of the same steps to diagnose their time."
+        )
     if not active and m.get("gpu_busy_ratio") is None:
         return "No findings: the trace records no GPU activity, so there is nothing to diagnose."
     return "No findings: nothing measurable stands out."
