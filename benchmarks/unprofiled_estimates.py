@@ -17,7 +17,12 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-DIRS = (FIXTURES / "h200" / "thirdparty", FIXTURES / "h100" / "thirdparty")
+# the H200's loops, PPO profiled with stacks (session 56), the H100's
+DIRS = (
+    FIXTURES / "h200" / "thirdparty",
+    FIXTURES / "h200" / "thirdparty" / "stack",
+    FIXTURES / "h100" / "thirdparty",
+)
 
 
 def estimate(trace: str) -> tuple[float | None, float | None, float | None]:
