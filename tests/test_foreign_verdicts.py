@@ -578,3 +578,6 @@ def test_eager_layer_model_python_before_its_first_launch_is_launch_bounds(ti, r
     assert a.results.idle.cpu_work_model_lead_ns / 1000 == pytest.approx(expected_us, rel=0.05)
     assert findings[0]["id"] == "launch_bound" and findings[0]["severity"] == "high"
     assert finding(findings, "gpu_underutilized")["severity"] == "low"
+    # a forward pass fed tensors, no DataLoader in the trace: no DataLoader line in the advice
+    assert not [e for e in r.x if "DataLoader" in e["name"]]
+    assert "DataLoader" not in finding(findings, "memory_headroom")["snippet"]

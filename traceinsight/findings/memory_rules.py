@@ -485,6 +485,11 @@ def memory_headroom(x: RuleInput) -> Draft | None:
         ),
         snippet=(
             "loader = DataLoader(dataset, batch_size=B * M)  # M: the multiplier in the evidence"
+            if x.r.host_ops.forward_only and x.r.steps.loader_calls_per_step
+            # no DataLoader in the trace (a script feeding tensors): stack the inputs itself
+            # (session 56's audit: an eager layer's demo was shown a DataLoader line)
+            else "x = torch.cat([x_1, ..., x_M])  # M inputs per forward pass: the multiplier "
+            "in the evidence"
             if x.r.host_ops.forward_only
             else None
         ),
