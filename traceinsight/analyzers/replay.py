@@ -714,7 +714,14 @@ def _with_model_caller(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame
         .sort("_d", "name", descending=[True, False])
         .item(0, "name")
     )
-    calls = frames.filter(pl.col("name") == caller).select(cols)
+    # its calls in the window (one cut by the window's edge is the capture's, not the loop's)
+    calls = frames.filter(
+        (pl.col("name") == caller)
+        & (pl.col("start_ns") >= ctx.window_start_ns)
+        & (pl.col("end_ns") <= ctx.window_end_ns)
+    ).select(cols)
+    if calls.height == 0:
+        return model
     steps = ctx.steps.select(
         pl.col("host_start_ns").alias("_s"), pl.col("host_end_ns").alias("_e")
     ).sort("_s")
