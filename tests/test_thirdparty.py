@@ -2971,3 +2971,15 @@ def test_workers_that_bound_the_recorded_steps_set_the_unprofiled_one() -> None:
     )
     for name in ("timm_jpeg.workers.after.pt.trace.json.xz", "gnn.before.pt.trace.json.xz"):
         assert analysis(name).results.replay.loader_interval_ns is None
+
+
+def test_stacks_without_module_frames_are_not_told_to_record_stacks():
+    """A trace recorded with Python stacks whose work is not called through torch.nn modules
+    (word_lm's CUDA-graph after: the graph's replay, no nn.Module frame) prices every op as
+    captured and says why, without advising with_stack=True, which it already used (session
+    56's audit: a T4 script of hand-written kernels)."""
+    a = analysis("word_lm.cudagraph.after.pt.trace.json.xz")
+    assert a.results.sources.stacks_recorded
+    f = next(f for f in a.findings if f.id == "launch_bound")
+    assert "Python stacks hold no nn.Module frame" in f.evidence["captured"]
+    assert "with_stack" not in f.evidence["captured"]

@@ -41,8 +41,8 @@ from traceinsight.analyzers.context import (
     launched,
     outermost,
 )
+from traceinsight.analyzers.frames import user_frames
 from traceinsight.analyzers.optimizer import OPTIMIZER_PATTERN, optimizer_ranges
-from traceinsight.analyzers.sources import user_frames
 from traceinsight.causal.build import without_cpu_only_ops
 from traceinsight.causal.transforms import (
     DISPATCH_CAP_RATIO,

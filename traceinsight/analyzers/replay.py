@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceinsight.analyzers.context import Context, kernel_names, launched, outermost
+from traceinsight.analyzers.frames import user_frames
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.analyzers.optimizer import BACKWARD_PATTERN, optimizer_ranges, zero_grad_ranges
 from traceinsight.analyzers.recompute import launched_inside, recompute_ranges
-from traceinsight.analyzers.sources import user_frames
 from traceinsight.analyzers.steps import batch_tensors, context_loader_iterator
 from traceinsight.causal import transforms as whatif
 from traceinsight.causal.build import ModelInputs, build_model, modelled_steps
@@ -683,7 +683,7 @@ def model_ranges(ctx: Context) -> pl.DataFrame:
 def _with_model_caller(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame) -> pl.DataFrame:
     """``model`` (tid, start_ns, end_ns) widened to the Python function that calls it, where
     that function holds the model's work and not the loop's: none of its calls holds a backward
-    op, an optimizer step or a step boundary. Users compile that function (CleanRL's PPO calls
+    op, an optimizer step, a DataLoader's batch or a step boundary. Users compile that function (CleanRL's PPO calls
     its actor and critic, then builds a Categorical, samples, scores and takes its entropy, in
     ``Agent.get_action_and_value``; the module frame alone held 6.1 of its 25 ms a step: 1.05x
     predicted where compiling the function with reduce-overhead measured 1.75-2.41x on an H200).
@@ -730,8 +730,10 @@ def _with_model_caller(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame
     in_step = calls.sort("start_ns").join_asof(steps, left_on="start_ns", right_on="_s")
     if in_step.filter(pl.col("_e").is_null() | (pl.col("end_ns") > pl.col("_e"))).height:
         return model  # the loop's own frame (it spans steps), or one outside them
+    loader = ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN, columns=cols).select(cols)
     loop_work = pl.concat(
-        [backward.select(cols), optimizer_ranges(ctx).select(cols)], how="vertical_relaxed"
+        [backward.select(cols), optimizer_ranges(ctx).select(cols), loader],
+        how="vertical_relaxed",
     )
     if loop_work.height and iv.total(iv.intersect(iv.union(calls), iv.union(loop_work))):
         return model

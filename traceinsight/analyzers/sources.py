@@ -12,12 +12,13 @@ thread, so no ``Python id``/``Python parent id`` args are needed.
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
 import polars as pl
 
 from traceinsight.analyzers.context import Context, autotune_syncs
+from traceinsight.analyzers.frames import user_frames
+from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import (
@@ -31,85 +32,6 @@ from traceinsight.model.classify import (
 from traceinsight.records import OMIT_NONE
 from traceinsight.report.format import SOURCES_KEPT
 
-FRAME = r"^(?<file>.+?)\((?<line>\d+)\): (?<func>.+)$"
-# Top-level packages that are libraries. Kineto strips the sys.path entry from a frame's file,
-# site-packages included (``torch/_tensor.py``, ``vllm/...``), so an installed package looks like
-# the user's own unless it is named here.
-LIBRARIES = frozenset(
-    {
-        "torch",
-        "torchvision",
-        "torchaudio",
-        "torchrec",
-        "functorch",
-        "triton",
-        "numpy",
-        "transformers",
-        "accelerate",
-        "deepspeed",
-        "lightning",
-        "pytorch_lightning",
-        "fbgemm_gpu",
-        "apex",
-        "traceinsight",
-        "tqdm",
-        "_pytest",
-        "pytest",
-        "vllm",
-        "sglang",
-        "flashinfer",
-        "flash_attn",
-        "xformers",
-        "diffusers",
-        "peft",
-        "trl",
-        "timm",
-        "einops",
-        "bitsandbytes",
-        "safetensors",
-        "datasets",
-        "tokenizers",
-        "huggingface_hub",
-        "torchtune",
-        "fairscale",
-        "megatron",
-        "transformer_engine",
-        "thunder",
-        # scientific and domain stacks whose own control flow syncs (torchdiffeq's adaptive
-        # solver read the GPU 145 times a step inside one odeint call of the user's loop)
-        "torchdiffeq",
-        "torch_geometric",
-        "sentence_transformers",
-        "torchmetrics",
-        "gpytorch",
-        "botorch",
-        "e3nn",
-        "dgl",
-        "kornia",
-        "monai",
-        "detectron2",
-        "mmcv",
-        "mmdet",
-        "mmengine",
-        "ultralytics",
-        "pytorch3d",
-        "torchdata",
-        "torchtext",
-        "webdataset",
-        "torchao",
-        "torch_tensorrt",
-        "composer",
-        "colossalai",
-        "scipy",
-        "sklearn",
-        "pandas",
-        "PIL",
-        "cv2",
-        "numba",
-        "opt_einsum",
-    }
-)
-NON_USER = LIBRARIES | frozenset(sys.stdlib_module_names)
 STACK_HINT = (
     "record with with_stack=True (torch.profiler.profile(with_stack=True), or "
     "traceinsight.capture.capture(with_stack=True)) to see which line of your code causes each one"
@@ -237,9 +159,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
             ctx.rows(HOST_OP_KINDS, DATALOADER_PATTERN)
             .filter(in_window)
             .with_columns(pl.lit("dataloader").alias("category")),
-            ctx.rows(API_KINDS, LAUNCH_API, where=in_window).with_columns(
-                pl.lit("launch").alias("category")
-            ),
+            _launches(ctx, in_window).with_columns(pl.lit("launch").alias("category")),
         ],
         how="diagonal_relaxed",
     ).select("category", "name", "start_ns", "end_ns", "dur_ns", "tid")
@@ -494,23 +414,16 @@ def _locate_nvtx(targets: pl.DataFrame, ops: pl.DataFrame, op_range: pl.Expr) ->
     )
 
 
-def _user_frames(frames: pl.DataFrame) -> pl.DataFrame:
-    """The frames of files outside the libraries, with file, line and function parsed; decided
-    once per distinct name."""
-    names = frames.select(pl.col("name").unique()).with_columns(
-        pl.col("name").str.extract_groups(FRAME).alias("_f")
-    )
-    names = names.unnest("_f").with_columns(
-        pl.col("file").str.extract(r"^([^/\\.]+)").alias("_top"),
-        pl.col("line").cast(pl.Int64),
-    )
-    user = names.filter(
-        pl.col("file").is_not_null()
-        & ~pl.col("file").str.starts_with("<")
-        & ~pl.col("file").str.contains(r"site-packages|dist-packages")
-        & ~pl.col("_top").is_in(list(NON_USER))
-    ).drop("_top")
-    return frames.join(user, on="name", how="inner")
+def _launches(ctx: Context, in_window: pl.Expr) -> pl.DataFrame:
+    """The window's launch calls, less the one-time ones (a kernel's first launch that loaded
+    its module: idle's ``warmup_calls``, cold_start's). Session 56's audit: a cold MoE forward's
+    first ``cudaLaunchKernel``, 322.5 ms, named the Embedding the worst launch site, its
+    launch_bound's sources 421.7 ms against 2.45 ms of launch idle."""
+    calls = ctx.rows(API_KINDS, LAUNCH_API, where=in_window)
+    once = warmup_calls(ctx)
+    if calls.height == 0 or once.height == 0:
+        return calls
+    return calls.join(once.select("tid", "start_ns"), on=["tid", "start_ns"], how="anti")
 
 
 def _trigger_name() -> pl.Expr:
@@ -529,7 +442,7 @@ def _locate(targets: pl.DataFrame, frames: pl.DataFrame, ops: pl.DataFrame) -> p
     """Each target with its innermost user frame (location) and trigger; targets with no user
     frame around them are left out."""
     cols = ["target", "start_ns", "end_ns", "tid"]
-    user = _user_frames(frames).select(
+    user = user_frames(frames).select(
         pl.col("start_ns").alias("u_s"),
         pl.col("end_ns").alias("u_e"),
         pl.col("tid").alias("u_tid"),
@@ -601,8 +514,3 @@ def _locate(targets: pl.DataFrame, frames: pl.DataFrame, ops: pl.DataFrame) -> p
         )
         .drop("_call", "_op", "_call_lib")
     )
-
-
-def user_frames(frames: pl.DataFrame) -> pl.DataFrame:
-    """The ``python_function`` rows of the user's own files (see :func:`_user_frames`)."""
-    return _user_frames(frames)

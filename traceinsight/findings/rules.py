@@ -763,7 +763,8 @@ def _shape(d: list[Any]) -> str:
 
 # what launch_bound's priced capture holds (evidence.captured)
 _CAPTURED_MODEL = (
-    "the model's forward and backward (its nn.Module frames in the Python stacks, with the "
+    "the model's forward, and its backward where the step runs one (its nn.Module frames in "
+    "the Python stacks, with the "
     "user's function that calls them where that function holds none of the loop's backward, "
     "optimizer step or step boundary: compile that function); the loop's other ops stay eager"
 )
@@ -772,6 +773,13 @@ _CAPTURED_ALL = (
     "model's ops from the loop's own (a loss or metrics outside the model, an RL loop's rollout "
     "writes and returns), so where the loop runs such ops the saving is the upper end; "
     "with_stack=True prices the model alone"
+)
+# Python stacks recorded, but no nn.Module frame in them (a model of hand-written kernels called
+# from a script; session 56's audit: a T4 trace recorded with_stack=True was told to record it)
+_CAPTURED_STACKS_NO_MODULE = (
+    "every torch op of the step: the trace's Python stacks hold no nn.Module frame (the work "
+    "is not called through torch.nn modules) to tell the model's ops from the loop's own, so "
+    "where the loop runs such ops the saving is the upper end"
 )
 
 
@@ -860,7 +868,13 @@ def launch_bound(x: RuleInput) -> Draft | None:
     captured = None
     if h is not None and x.framework == "pytorch":
         model_only = "in_model" in h.columns and bool(h["in_model"].any())
-        captured = _CAPTURED_MODEL if model_only else _CAPTURED_ALL
+        captured = (
+            _CAPTURED_MODEL
+            if model_only
+            else _CAPTURED_STACKS_NO_MODULE
+            if x.r.sources.stacks_recorded
+            else _CAPTURED_ALL
+        )
     if rp is not None and rp.step_bound_by == "kernels" and (host_alone or 2.0) < HOST_MOOT_SPEEDUP:
         # the profiled trace's launch gaps, which the un-profiled step does not have: there the
         # kernels bound it (audit 20: a GH200 loop, host 2x faster 1.00x, kernels 1.87x), and
