@@ -178,7 +178,7 @@ def test_launch_bound_is_a_lever_and_says_what_it_captures() -> None:
     "loop of small ops, the rollout's storage writes and uploads, the loss outside the policy, "
     "clip_grad_norm_ and the optimizer stay eager (the profiled after still reads launch_bound "
     "1.75x on them: 1.55-1.71 x 1.75 = 2.7-3.0). The trace has no stacks to tell the policy's "
-    "ops from the loop's",
+    "ops from the loop's (with stacks it does: the next tests, 1.95x against 2.01x)",
 )
 def test_launch_bound_within_the_compiled_band() -> None:
     band = interleaved("compile_ro")
