@@ -681,14 +681,15 @@ def model_ranges(ctx: Context) -> pl.DataFrame:
 
 
 def _with_model_caller(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame) -> pl.DataFrame:
-    """``model`` (tid, start_ns, end_ns) widened to the Python function that calls it, where
-    that function holds the model's work and not the loop's: none of its calls holds a backward
-    op, an optimizer step, a DataLoader's batch or a step boundary. Users compile that function (CleanRL's PPO calls
-    its actor and critic, then builds a Categorical, samples, scores and takes its entropy, in
-    ``Agent.get_action_and_value``; the module frame alone held 6.1 of its 25 ms a step: 1.05x
-    predicted where compiling the function with reduce-overhead measured 1.75-2.41x on an H200).
-    A loop that calls the model itself, beside its loss's backward, keeps the module frames, as
-    does a model called from a library's function."""
+    """``model`` (tid, start_ns, end_ns) widened to the user's Python function that calls it,
+    where that function holds the model's work and not the loop's: none of its calls holds a
+    backward op, an optimizer step, a DataLoader's batch or a step boundary. Users compile that
+    function (CleanRL's PPO calls its actor and critic, then builds a Categorical, samples,
+    scores and takes its entropy, in ``Agent.get_action_and_value``; the module frames alone
+    held 6.1 of its 25 ms a step: 1.05x predicted where compiling the function with
+    reduce-overhead measured 2.01x on an H200). A loop that calls the model itself, beside its
+    loss's backward, keeps the module frames, as does a model called from a library's
+    function."""
     cols = ["tid", "start_ns", "end_ns"]
     frames = (
         ctx.rows(("python_function",), columns=("name", *cols))
