@@ -674,48 +674,44 @@ def _after_return(gaps: pl.DataFrame) -> int:
     )
 
 
-def _between_launches(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
-    """The idle of ``cause`` in gaps strictly inside one step: between two of the step's
-    launches. A step starts once the work launched in the previous one is done
-    (context._device_aligned_steps), so work that ends inside it was launched in it; a gap
-    from the step's start (before its first work) or across a boundary stays out, as does one
-    ending with the step (no launch of it after)."""
-    if ctx.steps.height == 0 or gaps.height == 0:
-        return 0
+def _in_step(ctx: Context, gaps: pl.DataFrame, cause: str) -> pl.DataFrame:
+    """The gaps of ``cause`` (device, start_ns, end_ns, dur_ns) with ``_inside``: strictly
+    inside one step, between two of its launches. A step starts once the work launched in the
+    previous one is done (context._device_aligned_steps), so work that ends inside it was
+    launched in it; a gap from the step's start (before its first work) or across a boundary
+    is not inside, nor one ending with the step (no launch of it after). Empty without steps."""
+    cols = ["device", "start_ns", "end_ns", "dur_ns"]
+    if ctx.steps.height == 0:
+        return gaps.select(cols).head(0).with_columns(pl.lit(False).alias("_inside"))
     steps = iv.in_time_order(
         ctx.steps.select(pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")), "_s"
     )
-    inside = (
-        iv.in_time_order(gaps.select("device", "start_ns", "end_ns", "dur_ns", "cause"), "start_ns")
+    return (
+        iv.in_time_order(gaps.filter(pl.col("cause") == cause).select(cols), "start_ns")
         .join_asof(steps, left_on="start_ns", right_on="_s")
-        .filter(
-            (pl.col("start_ns") > pl.col("_s"))
-            & (pl.col("end_ns") < pl.col("_e"))
-            & (pl.col("cause") == cause)
+        .select(
+            *cols,
+            ((pl.col("start_ns") > pl.col("_s")) & (pl.col("end_ns") < pl.col("_e")))
+            .fill_null(False)
+            .alias("_inside"),
         )
     )
-    return int(inside.get_column("dur_ns").sum())
+
+
+def _between_launches(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
+    """The idle of ``cause`` in gaps strictly inside one step (:func:`_in_step`)."""
+    g = _in_step(ctx, gaps, cause)
+    return int(g.filter(pl.col("_inside")).get_column("dur_ns").sum())
 
 
 def _model_lead(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
-    """The idle of ``cause`` in the gaps :func:`_between_launches` leaves out (from a step's
-    start, across a boundary, to its end) while the host ran an ``nn.Module`` frame: the
-    model's own Python before its first kernel (0 without Python stacks or steps)."""
-    if ctx.steps.height == 0 or gaps.height == 0:
-        return 0
+    """The idle of ``cause`` in the gaps not strictly inside a step (:func:`_in_step`: from a
+    step's start, across a boundary, to its end) while the host ran an ``nn.Module`` frame:
+    the model's own Python before its first kernel (0 without Python stacks or steps)."""
     mods = ctx.rows(("python_function",), MODULE_PATTERN, columns=("start_ns", "end_ns"))
-    if mods.height == 0:
+    if mods.height == 0 or ctx.steps.height == 0:
         return 0
-    steps = iv.in_time_order(
-        ctx.steps.select(pl.col("start_ns").alias("_s"), pl.col("end_ns").alias("_e")), "_s"
-    )
-    edge = (
-        iv.in_time_order(gaps.filter(pl.col("cause") == cause), "start_ns")
-        .select("device", "start_ns", "end_ns")
-        .join_asof(steps, left_on="start_ns", right_on="_s")
-        .filter(~((pl.col("start_ns") > pl.col("_s")) & (pl.col("end_ns") < pl.col("_e"))))
-        .select("device", "start_ns", "end_ns")
-    )
+    edge = _in_step(ctx, gaps, cause).filter(~pl.col("_inside"))
     if edge.height == 0:
         return 0
     model = iv.union(mods.select("start_ns", "end_ns"))
