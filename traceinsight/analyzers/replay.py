@@ -666,18 +666,23 @@ def model_ranges(ctx: Context) -> pl.DataFrame:
     if mods.height == 0:
         return mods.select(cols)
     top = outermost(mods)
-    name = (
-        top.group_by("name")
-        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_d"))
-        .sort("_d", "name", descending=[True, False])
-        .item(0, "name")
-    )
-    model = top.filter(pl.col("name") == name).select(cols)
+    model = top.filter(pl.col("name") == _most_time(top)).select(cols)
     backward = ctx.rows(HOST_OP_KINDS, BACKWARD_PATTERN, columns=cols).select(cols)
     model = _with_model_caller(ctx, model, backward)
     if _launch_share(ctx, model, backward) < MODEL_FRAMES_MIN_LAUNCH_SHARE:
         return model
     return pl.concat([model, backward])
+
+
+def _most_time(ranges: pl.DataFrame) -> str:
+    """The name whose ranges (name, start_ns, end_ns) hold the most time (ties: the first
+    name in order)."""
+    return (
+        ranges.group_by("name")
+        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_d"))
+        .sort("_d", "name", descending=[True, False])
+        .item(0, "name")
+    )
 
 
 def _with_model_caller(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame) -> pl.DataFrame:
@@ -691,13 +696,13 @@ def _with_model_caller(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame
     loss's backward, keeps the module frames, as does a model called from a library's
     function."""
     cols = ["tid", "start_ns", "end_ns"]
+    if ctx.steps.height == 0 or model.height == 0:
+        return model
     frames = (
         ctx.rows(("python_function",), columns=("name", *cols))
         .select("name", *cols)
         .sort(cols, descending=[False, False, True])
     )
-    if frames.height == 0 or model.height == 0:
-        return model
     frames = frames.with_columns(
         iv.parents(frames, tid="tid", start="start_ns", end="end_ns").alias("_p")
     ).with_row_index("_i")
@@ -709,12 +714,7 @@ def _with_model_caller(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame
     callers = user_frames(frames.filter(pl.col("_i").is_in(called.implode())))
     if callers.height == 0:
         return model
-    caller = (
-        callers.group_by("name")
-        .agg((pl.col("end_ns") - pl.col("start_ns")).sum().alias("_d"))
-        .sort("_d", "name", descending=[True, False])
-        .item(0, "name")
-    )
+    caller = _most_time(callers)
     # its calls in the window (one cut by the window's edge is the capture's, not the loop's)
     calls = frames.filter(
         (pl.col("name") == caller)
@@ -726,8 +726,6 @@ def _with_model_caller(ctx: Context, model: pl.DataFrame, backward: pl.DataFrame
     steps = ctx.steps.select(
         pl.col("host_start_ns").alias("_s"), pl.col("host_end_ns").alias("_e")
     ).sort("_s")
-    if steps.height == 0:
-        return model
     in_step = calls.sort("start_ns").join_asof(steps, left_on="start_ns", right_on="_s")
     if in_step.filter(pl.col("_e").is_null() | (pl.col("end_ns") > pl.col("_e"))).height:
         return model  # the loop's own frame (it spans steps), or one outside them
