@@ -108,6 +108,12 @@ WARM_LAUNCH_MAX_NS = 50_000
 # Work launched this long (or half the gap) before the gap ended was queued: a launch's latency
 # is microseconds (the step model's MAX_LAUNCH_LATENCY_NS)
 QUEUED_MIN_NS = 50_000
+# A host faulting through managed memory goes through the pages each migration brings at the
+# fault stream's pace: 100-3,000 MB/s between the migrations of two public exports (a T4
+# softmax reading its results, 1 MB per 2.8 ms at the slowest; ICON-C). A gap in which the host
+# took longer over the pages before it held the host at other work: a CLUE export printing its
+# results as text, 2.6-2.8 MB/s over 22-99 ms gaps (its CPU samples in snprintf; audit s57).
+FAULT_STREAM_MIN_BYTES_PER_MS = 10_000
 # A host-synchronous copy's call stages its bytes in about the copy's own time (pageable
 # uploads: calls of 3.0-3.9 ms for copies of 2.9-3.6 ms on a V100); one that began more than
 # twice that before its copy ran waited on its stream.
@@ -723,8 +729,10 @@ def _model_lead(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
 def _between_migrations(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
     """Per gap: the GPU work that ended at its start and the work that began at its end are
     both unified-memory page migrations (copy kind "unified": the driver's, on a page fault or
-    a prefetch; nsys records them). Between two migrations the device did nothing but take
-    pages in or out while the host faulted through managed memory."""
+    a prefetch; nsys records them), and the host went through the pages that moved before the
+    gap at no less than :data:`FAULT_STREAM_MIN_BYTES_PER_MS`. Between two migrations the
+    device did nothing but take pages in or out while the host faulted through managed memory;
+    a gap slower than that held the host at other work between its touches."""
     g = ctx.gpu
     none = pl.repeat(False, gaps.height, eager=True).alias("between_migrations")
     if g.height == 0 or "copy_kind" not in g.columns:
@@ -732,20 +740,24 @@ def _between_migrations(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
     moved = (
         g.lazy()
         .filter(pl.col("copy_kind") == "unified")
-        .select("device", "start_ns", "end_ns")
+        .select("device", "start_ns", "end_ns", pl.col("bytes").fill_null(0))
         .collect()
     )
     if moved.height == 0:
         return none
     dev = gaps.schema["device"]
-    ends = moved.select(pl.col("device").cast(dev), pl.col("end_ns").alias("start_ns")).unique()
+    ends = moved.group_by(pl.col("device").cast(dev), pl.col("end_ns").alias("start_ns")).agg(
+        pl.col("bytes").sum().alias("_bytes")
+    )
     starts = moved.select(pl.col("device").cast(dev), pl.col("start_ns").alias("end_ns")).unique()
     keys = gaps.select("device", "start_ns", "end_ns")
-    after = keys.join(
-        ends.with_columns(pl.lit(True).alias("_a")),
-        on=["device", "start_ns"],
-        how="left",
-        maintain_order="left",
+    after = keys.join(ends, on=["device", "start_ns"], how="left", maintain_order="left")
+    moved_bytes = after.get_column("_bytes")
+    # (an export without the bytes moved: any gap between migrations, as before the pace)
+    streamed = (moved_bytes == 0) | (
+        moved_bytes * 1_000_000
+        >= (after.get_column("end_ns") - after.get_column("start_ns"))
+        * FAULT_STREAM_MIN_BYTES_PER_MS
     )
     before = keys.join(
         starts.with_columns(pl.lit(True).alias("_b")),
@@ -753,9 +765,9 @@ def _between_migrations(ctx: Context, gaps: pl.DataFrame) -> pl.Series:
         how="left",
         maintain_order="left",
     )
-    return (
-        after.get_column("_a").fill_null(False) & before.get_column("_b").fill_null(False)
-    ).alias("between_migrations")
+    return (streamed.fill_null(False) & before.get_column("_b").fill_null(False)).alias(
+        "between_migrations"
+    )
 
 
 def _max_streams(ctx: Context) -> int:
