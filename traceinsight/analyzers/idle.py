@@ -41,7 +41,7 @@ from traceinsight.analyzers.context import (
     launched,
     outermost,
 )
-from traceinsight.analyzers.frames import user_frames
+from traceinsight.analyzers.frames import native_frames, user_frames
 from traceinsight.analyzers.optimizer import OPTIMIZER_PATTERN, optimizer_ranges
 from traceinsight.causal.build import without_cpu_only_ops
 from traceinsight.causal.transforms import (
@@ -343,8 +343,20 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         (_os_calls(ctx), 2),
     ]
     sources = [(df, py) for df, py in sources if df.height]
-    if not sources or gaps.height == 0:
-        return pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
+    none = pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
+    if gaps.height == 0:
+        return none
+    named = _covering(ctx, gaps, sources) if sources else none
+    # where nothing recorded covers a gap, the host code nsys's CPU samples found running in it
+    sampled = _sampled(ctx, gaps.join(named.drop_nulls("op"), on="gap_id", how="anti"))
+    return pl.concat([named.drop_nulls("op"), sampled]) if sampled.height else named
+
+
+def _covering(
+    ctx: Context, gaps: pl.DataFrame, sources: list[tuple[pl.DataFrame, int]]
+) -> pl.DataFrame:
+    """:func:`dominant_ops` from the recorded ops, frames and OS calls: each gap's name, where
+    one covers its middle."""
     g = gaps.select(
         "gap_id", "start_ns", "end_ns", ((pl.col("start_ns") + pl.col("end_ns")) // 2).alias("mid")
     )
@@ -406,6 +418,72 @@ def dominant_ops(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
         .with_columns(pl.col("op").str.replace(r"^autograd::engine::evaluate_function: ", ""))
     )
     return _with_callee(ctx, _in_closure(ctx, named)).select("gap_id", "op")
+
+
+# How host code named by CPU samples is marked in a gap's name, and the samples it takes: at
+# least this many in the gap, the named function's a majority of them
+CPU_SAMPLES_SUFFIX = " (CPU samples)"
+CPU_SAMPLES_MIN = 3
+
+
+def _sampled(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
+    """Each gap's host code by the CPU samples nsys took in it between the CUDA calls of the
+    launching threads (``cpu_sample`` chains): the innermost user function of most of them, with
+    the call beneath it where it is resolved (``CLUEAlgo::verboseResults > snprintf (CPU
+    samples)``: a CLUE export's host printing its results, audit s57); none where the samples
+    are too few or split."""
+    none = pl.DataFrame(schema={"gap_id": pl.UInt32, "op": pl.String})
+    chains = ctx.callchains
+    if gaps.height == 0 or chains.height == 0:
+        return none
+    samples = chains.filter(pl.col("source") == "cpu_sample")
+    if samples.height == 0:
+        return none
+    at = samples.group_by("chain").agg(pl.col("start_ns").first().alias("t"))
+    spans = gaps.select("gap_id", "start_ns", "end_ns")
+    hits = pl.concat(
+        [
+            at.filter((pl.col("t") >= s) & (pl.col("t") < e)).with_columns(
+                pl.lit(gid, pl.UInt32).alias("gap_id")
+            )
+            for gid, s, e in spans.iter_rows()
+        ]
+    )
+    if hits.height == 0:
+        return none
+    frames = native_frames(samples.join(hits.select("chain"), on="chain"))
+    inner = (
+        frames.filter(pl.col("user"))
+        .group_by("chain")
+        .agg(pl.all().sort_by("depth").first())
+        .select("chain", pl.col("depth").alias("u_depth"), "function")
+    )
+    # the call it was in: the resolved frame nearest beneath the user's
+    beneath = (
+        frames.filter(~pl.col("unresolved"))
+        .join(inner.select("chain", "u_depth"), on="chain")
+        .filter(pl.col("depth") < pl.col("u_depth"))
+        .group_by("chain")
+        .agg(pl.col("function").sort_by("depth").last().alias("callee"))
+    )
+    named = (
+        hits.join(inner, on="chain", how="left")
+        .join(beneath, on="chain", how="left")
+        .with_columns(
+            pl.when(pl.col("callee").is_not_null())
+            .then(pl.format("{}{}{}", "function", pl.lit(CALLEE_SEP), "callee"))
+            .otherwise(pl.col("function"))
+            .alias("op")
+        )
+    )
+    counts = named.group_by("gap_id", "op").agg(pl.len().alias("n"))
+    total = named.group_by("gap_id").agg(pl.len().alias("all"))
+    return (
+        counts.drop_nulls("op")
+        .join(total, on="gap_id")
+        .filter((pl.col("all") >= CPU_SAMPLES_MIN) & (pl.col("n") > MAJORITY * pl.col("all")))
+        .select("gap_id", (pl.col("op") + CPU_SAMPLES_SUFFIX).alias("op"))
+    )
 
 
 # How a gap inside an optimizer step's closure is named: the model's work, not the optimizer's

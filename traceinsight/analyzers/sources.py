@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceinsight.analyzers.context import Context, autotune_syncs
-from traceinsight.analyzers.frames import user_frames
+from traceinsight.analyzers.frames import native_frames, user_frames
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model import intervals as iv
@@ -52,25 +52,6 @@ NO_HOST_OPS_HINT = (
     "the trace records no host ops (torch.profiler without ProfilerActivity.CPU, or an "
     "on-demand GPU-only trace): record activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA] "
     "with with_stack=True to see which op and line of your code causes each one"
-)
-# Native frames that are not the user's: the CUDA stack, torch, the interpreter, the C
-# runtime, the profiler's injection libraries (by module file name), and anything installed
-# (site-packages), plus the entry stubs and the CUDA runtime's inline templates (cudaMalloc<T>,
-# compiled into the user's binary from cuda_runtime.h) by symbol.
-NATIVE_LIBRARY = (
-    r"^(libcuda|libcudart|libcupti|libnvidia|libnvToolsExt|libnvtx|libToolsInjection|libcublas"
-    r"|libcudnn|libnccl|libnvrtc|libnvJitLink|libcufft|libcurand|libcusparse|libcusolver|libtorch"
-    r"|libc10|libshm|libgomp|libomp|libiomp|libpython|python\d|libc[-.]|libpthread|libstdc\+\+"
-    r"|libgcc|ld-linux|ld-\d|libm[-.]|libdl[-.]|librt[-.]|libz[-.]|libmpi|libfabric|libuc[pst]"
-    r"|libhip|libamdhip|librocm|libroctracer|\[)"
-)
-INSTALLED = r"site-packages|dist-packages|[Nn]sight|/nsys"
-UNRESOLVED = r"^0x[0-9a-fA-F]+$|^\[|^$"
-# By function name: entry stubs, runtimes' internals (``__cudart1050``: a static cudart),
-# header-only libraries compiled into the user's binary, and the CUDA/NCCL API itself.
-NON_USER_FUNCTION = (
-    r"^(_start|_init|__.*|(thrust|cub|std|__gnu_cxx|at|c10|torch|cutlass|cute)::.*"
-    r"|(cuda|cu[A-Z]|nccl)\w*)$"
 )
 # NVTX ranges that are ops (emit_nvtx, NCCL's domain) or the profiler's: triggers, not places.
 OP_RANGE = r"^(aten|autograd|c10d|torch|prim|profiler|cudnn|nccl)::|^nccl:"
@@ -123,7 +104,8 @@ LOCATED = {
 
 def analyze_sources(ctx: Context) -> SourcesResult:
     frames = ctx.rows(("python_function",))
-    chains = ctx.callchains
+    # the calls' own stacks (a CPU sample between calls locates none of them: idle's)
+    chains = ctx.callchains.filter(pl.col("source").is_in(list(SOURCE_ORDER)))
     nsys = ctx.source_format == "nsys-sqlite"
     hint = NSYS_STACK_HINT if nsys else STACK_HINT
     # NVTX ranges stand in for stacks where they are the only host structure: nsys exports,
@@ -227,20 +209,6 @@ def analyze_sources(ctx: Context) -> SourcesResult:
     return SourcesResult(frames.height > 0 or chains.height > 0, by_category, hint, sites)
 
 
-def _function_name(name: pl.Expr) -> pl.Expr:
-    """A native symbol's function, qualified, without return type, arguments or template
-    arguments: ``cudaError cudaMalloc<double>(double**, unsigned long)`` -> ``cudaMalloc``,
-    ``_IO_fopen@@GLIBC_2`` -> ``_IO_fopen``."""
-    bare = name.str.replace(r"@.*$", "")
-    for _ in range(4):  # nested arguments and template arguments, innermost first
-        bare = bare.str.replace_all(r"\([^()]*\)", "").str.replace_all(r"<[^<>]*>", "")
-    # what is left of a symbol nsys cut short (unbalanced), and method qualifiers
-    bare = bare.str.replace(r"[<(].*$", "").str.replace_all(
-        r"(\s+(const|volatile|noexcept)|[>&\s])+$", ""
-    )
-    return bare.str.extract(r"(\S+)$")
-
-
 def _locate_native(targets: pl.DataFrame, chains: pl.DataFrame) -> pl.DataFrame:
     """Each target with a backtrace inside it on its thread (its own CUDA API stack first, else
     an OS runtime call's or a CPU sample's): the innermost user frame is the location, the frame
@@ -260,24 +228,7 @@ def _locate_native(targets: pl.DataFrame, chains: pl.DataFrame) -> pl.DataFrame:
         outer_end="end_ns",
         same=("tid", "c_tid"),
     )
-    # the chain's frames, the user's marked once per distinct (symbol, module)
-    distinct = chains.select("symbol", "module").unique()
-    base = pl.col("module").str.extract(r"([^/\\]+)$")
-    distinct = distinct.with_columns(
-        base.alias("file"),
-        _function_name(pl.col("symbol")).alias("function"),
-        pl.col("symbol").fill_null("").str.contains(UNRESOLVED).alias("unresolved"),
-    ).with_columns(
-        (
-            ~pl.col("unresolved")
-            & ~pl.col("function").fill_null("").str.contains(NON_USER_FUNCTION)
-            & ~base.fill_null("[").str.contains(NATIVE_LIBRARY)
-            & ~pl.col("module").fill_null("").str.contains(INSTALLED)
-        ).alias("user"),
-    )
-    frames = chains.select("chain", "depth", "symbol", "module").join(
-        distinct, on=["symbol", "module"], how="left", nulls_equal=True
-    )
+    frames = native_frames(chains)
     inner = (
         frames.filter(pl.col("user"))
         .group_by("chain")

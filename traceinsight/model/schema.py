@@ -180,7 +180,7 @@ CALLCHAIN_SCHEMA: dict[str, pl.DataType] = {
     "tid": pl.Int64(),
     "start_ns": pl.Int64(),
     "end_ns": pl.Int64(),
-    "source": pl.String(),  # "cuda_api" | "osrt" | "sampling"
+    "source": pl.String(),  # "cuda_api" | "osrt" | "sampling" (in a call) | "cpu_sample"
     "chain": pl.Int64(),
     "depth": pl.Int32(),
     "symbol": pl.String(),

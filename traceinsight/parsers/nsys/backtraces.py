@@ -4,8 +4,11 @@ nsys attaches call stacks three ways: to CUDA API calls (``--cudabacktrace``:
 ``CUPTI_ACTIVITY_KIND_RUNTIME.callchainId`` -> ``CUDA_CALLCHAINS``), to OS runtime calls
 (``OSRT_API.callchainId`` -> ``OSRT_CALLCHAINS``) and to CPU samples (``COMPOSITE_EVENTS`` ->
 ``SAMPLING_CALLCHAINS``, same id). Symbols and modules are StringIds. Only samples taken inside a
-CUDA API call on their thread are kept: those are the call's stack, the rest is CPU profiling
-this tool does not use (and can be millions of frames).
+CUDA API call on their thread are kept as the call's stack (``sampling``); the samples between
+the calls of a thread that made CUDA calls are kept too, their innermost
+:data:`CPU_SAMPLE_DEPTH_KEPT` frames (``cpu_sample``): the host code the GPU waited on, which
+idle names (the other threads' samples are CPU profiling this tool does not use, and can be
+millions of frames).
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ FRAME_SCHEMA = {"id": pl.Int64, "depth": pl.Int32, "symbol_id": pl.Int64, "modul
 FRAME_COLS = ["id", "stackDepth", "symbol", "module"]
 EVENT_SCHEMA = {"start_ns": pl.Int64, "end_ns": pl.Int64, "gtid": pl.Int64, "ref": pl.Int64}
 SOURCES = ("cuda_api", "osrt", "sampling")  # also the order chains' ids are offset in
+# frames kept of a sample between CUDA calls, from the innermost: the function and its callers up
+# to the user's code (nsys records 5-8 on the audited exports; its default limit is 128)
+CPU_SAMPLE_DEPTH_KEPT = 24
+# at most this many such samples, every n-th in time where there are more (a long capture at
+# nsys's 1 kHz default: a share of each gap's samples stays, the table bounded)
+CPU_SAMPLES_KEPT = 100_000
 
 
 class Pending:
@@ -71,13 +80,21 @@ class Pending:
             ).drop_nulls(["start_ns", "end_ns", "ref"])
             if source == "cuda_api":
                 events = events.with_columns(pl.col("ref") + _cuda_offset(events, frames, strings))
+            parts = [(source, events)]
             if source == "sampling":
-                events = _inside_calls(events, api_calls)
-            rows = _frames_of(events, frames, strings).with_columns(
-                pl.lit(source).alias("source"), (pl.col("chain") + base).alias("chain")
-            )
+                inside, between = _by_calls(events, api_calls)
+                parts = [(source, inside), ("cpu_sample", between)]
+            for name, part in parts:
+                kept = (
+                    frames.filter(pl.col("depth") < CPU_SAMPLE_DEPTH_KEPT)
+                    if (name == "cpu_sample")
+                    else frames
+                )
+                rows = _frames_of(part, kept, strings).with_columns(
+                    pl.lit(name).alias("source"), (pl.col("chain") + base).alias("chain")
+                )
+                out.append(rows)
             base += int(frames.get_column("id").max() or 0) + 1
-            out.append(rows)
         if not out:
             return empty_callchains().with_columns(pl.lit(None, pl.Int64).alias("gpid"))
         return conform_side(
@@ -131,11 +148,12 @@ def _cuda_offset(events: pl.DataFrame, frames: pl.DataFrame, strings: pl.DataFra
     return 1 if hits[1] > hits[0] else 0
 
 
-def _inside_calls(samples: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+def _by_calls(samples: pl.DataFrame, calls: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
     """The samples that fall inside a CUDA API call on their thread (the latest call started
-    at or before the sample, and still running)."""
+    at or before the sample, and still running), and those between the calls of a thread that
+    made any (at or after its first)."""
     if samples.height == 0 or calls.height == 0:
-        return samples.head(0)
+        return samples.head(0), samples.head(0)
     s = samples.sort("start_ns")
     c = calls.select(
         pl.col("start_ns").alias("call_start"), pl.col("end_ns").alias("call_end"), "gtid"
@@ -143,7 +161,14 @@ def _inside_calls(samples: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     hit = s.join_asof(
         c, left_on="start_ns", right_on="call_start", by="gtid", check_sortedness=False
     )
-    return hit.filter(pl.col("start_ns") < pl.col("call_end")).drop("call_start", "call_end")
+    inside = pl.col("start_ns") < pl.col("call_end")
+    between = hit.filter(pl.col("call_end").is_not_null() & ~inside)
+    if between.height > CPU_SAMPLES_KEPT:
+        between = between.gather_every(-(-between.height // CPU_SAMPLES_KEPT))
+    return (
+        hit.filter(inside).drop("call_start", "call_end"),
+        between.drop("call_start", "call_end"),
+    )
 
 
 def api_calls(host: list[pl.DataFrame]) -> pl.DataFrame:
