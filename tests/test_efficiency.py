@@ -325,8 +325,9 @@ def test_an_unnamed_device_is_said_unnamed() -> None:
     t.meta.devices = [DeviceInfo(0, None, 2, 1000, "9.0")]
     got = [w for w in analyze_trace(t).warnings if "spec table" in w]
     assert got == [
-        "the trace does not name its device, looked up by name in the spec table "
-        "(traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not computed"
+        "the trace does not name its device (no deviceProperties), and the spec table is "
+        "looked up by name (traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs "
+        "are not computed"
     ]
 
 

@@ -160,3 +160,41 @@ def test_shared_text_keeps_every_value_and_null():
     assert out.to_list() == names.to_list()
     ids = pl.Series("pid", [1, None])
     assert shared_text(ids) is ids
+
+
+# What a file that is no trace this tool reads is, by the shape of the public files (audit s57):
+# a pre-1.8 torch.autograd.profiler export (luxmea's profiler_trace.json), a Chakra execution
+# trace (mlcommons/chakra's tests), a rocprofiler-compute database (ROCm/roc-optiq's sample)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            '[{"name": "aten::slice", "ph": "X", "ts": 136.73, "dur": 184.65, "tid": 1, '
+            '"pid": "CPU functions", "args": {}}]',
+            "torch.autograd.profiler export from before PyTorch 1.8",
+        ),
+        (
+            '{"workload_graph": [{"Id": 216, "Name": "aten::flatten_dense_tensors(0)", '
+            '"NodeType": 4, "runtime": 318, "data_deps": [], "is_cpu_op": true}]}',
+            "Chakra execution trace",
+        ),
+    ],
+)
+def test_other_tools_files_named(tmp_path, text, message):
+    path = tmp_path / "trace.json"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        load_trace(path)
+
+
+def test_a_rocprofiler_compute_database_is_named(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "rocprof_compute.db"
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE compute_dispatch (dispatch_id INTEGER, kernel_id INTEGER)")
+    con.execute("CREATE TABLE compute_kernel (kernel_id INTEGER, kernel_name TEXT)")
+    con.commit()
+    con.close()
+    with pytest.raises(InputError, match="rocprofiler-compute .* not a trace"):
+        load_trace(path)

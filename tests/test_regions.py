@@ -272,3 +272,12 @@ def test_concurrent_streams_are_said_as_busy_time():
     )
     # one stream: the sum is the busy time, said once
     assert _regions(analyze_trace(_model().trace()))["forward"]["gpu_busy_ns"] == 240 * US
+
+
+def test_a_capture_without_gpu_activity_says_so_in_its_window():
+    """audit s57: a CPU-only SqueezeNet trace's window read "whole GPU span"."""
+    ev = Events().op("aten::conv2d", 0, 400).op("aten::relu", 450, 50)
+    a = analyze_trace(ev.trace())
+    assert a.source["window"]["selection"] == "whole capture (no GPU activity)"
+    with_gpu = Events().op("aten::relu", 0, 50).kernel("relu_kernel", 60, 20)
+    assert analyze_trace(with_gpu.trace()).source["window"]["selection"] == "whole GPU span"

@@ -136,7 +136,14 @@ def analyze_trace(
         "start_ns": ctx.window_start_ns,
         "end_ns": ctx.window_end_ns,
         "offset_ns": ctx.window_start_ns - ctx.capture_start_ns,
-        "selection": view.describe() or ("all steps" if ctx.steps.height else "whole GPU span"),
+        "selection": view.describe()
+        or (
+            "all steps"
+            if ctx.steps.height
+            else "whole GPU span"
+            if ctx.has_gpu
+            else "whole capture (no GPU activity)"
+        ),
         "rank": opts.rank,
         "device": opts.device,
     }

@@ -706,7 +706,8 @@ def _warnings(ctx: Context, spec: DeviceSpec | None) -> tuple[str, ...]:
     what = (
         f"device {', '.join(repr(n) for n in names)} is not in the spec table"
         if names
-        else "the trace does not name its device, looked up by name in the spec table"
+        else "the trace does not name its device (no deviceProperties), and the spec table is "
+        "looked up by name"
     )
     return (
         f"{what} (traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not "

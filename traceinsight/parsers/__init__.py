@@ -10,6 +10,21 @@ from traceinsight.parsers.source import head_bytes, sniff, sqlite_names
 
 # the process rocprof v1/v2 names for the host's HIP calls in its Chrome trace
 LEGACY_ROCPROF_JSON = b'"CPU HIP API"'
+# torch.autograd.profiler's export before Kineto (PyTorch < 1.8): every event in the process
+# "CPU functions" (or "CUDA functions"), none of a profiler category
+LEGACY_AUTOGRAD_JSON = (b'"pid": "CPU functions"', b'"pid":"CPU functions"')
+LEGACY_AUTOGRAD_MESSAGE = (
+    "a torch.autograd.profiler export from before PyTorch 1.8 (the process 'CPU functions'), "
+    "which holds none of the PyTorch profiler's categories: record with torch.profiler.profile "
+    "and export_chrome_trace (PyTorch 1.8 or later)"
+)
+# rocprofiler-compute (Omniperf)'s database: counters per kernel dispatch, no timeline
+ROCPROF_COMPUTE_TABLE = "compute_dispatch"
+ROCPROF_COMPUTE_MESSAGE = (
+    "a rocprofiler-compute (Omniperf) counter database (tables compute_*), not a trace: it "
+    "holds counters per kernel, no timeline; record with rocprofv3 (--runtime-trace "
+    "--output-format rocpd, or json) or torch.profiler"
+)
 
 
 def detect_format(path: Path) -> str:
@@ -23,7 +38,10 @@ def detect_format(path: Path) -> str:
     if kind == "sqlite":
         from traceinsight.parsers.rocprof import flavour
 
-        return "rocpd" if flavour(sqlite_names(path)) else "nsys-sqlite"
+        names = sqlite_names(path)
+        if ROCPROF_COMPUTE_TABLE in names:
+            raise InputError(ROCPROF_COMPUTE_MESSAGE, str(path))
+        return "rocpd" if flavour(names) else "nsys-sqlite"
     if path.suffix == ".nsys-rep" or path.suffix == ".qdrep":
         return "nsys-rep"
     if kind == "empty":
@@ -42,6 +60,8 @@ def detect_format(path: Path) -> str:
         # rocprof v1/v2's Chrome trace: its own process names and ns fields in every event's
         # args, none of Kineto's categories (a ROCm blog's --hip-trace results.json)
         raise InputError(LEGACY_MESSAGE.format(what="a --hip-trace Chrome trace"), str(path))
+    if any(m in head for m in LEGACY_AUTOGRAD_JSON):
+        raise InputError(LEGACY_AUTOGRAD_MESSAGE, str(path))
     return "kineto"
 
 

@@ -180,6 +180,12 @@ def _events_and_top(obj: Any, path: Path) -> tuple[list[Any], dict[str, Any], st
                 "pass the matching *.pt.trace.json from torch.profiler",
                 str(path),
             )
+        if "workload_graph" in obj:
+            raise InputError(
+                "this is a Chakra execution trace (its workload_graph), not a profiler trace; "
+                "pass the *.pt.trace.json torch.profiler wrote",
+                str(path),
+            )
         raise InputError("not a Kineto trace (no 'traceEvents' array)", str(path))
     if not isinstance(events, list):
         raise InputError("not a Kineto trace ('traceEvents' is not an array)", str(path))
