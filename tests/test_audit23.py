@@ -17,6 +17,7 @@ import pytest
 
 import traceinsight
 from traceinsight.analyzers.health import SAMPLED_CORRELATION_STEP
+from traceinsight.analyzers.replay import REPLAY_ERROR_MAX_RATIO
 from traceinsight.cli import main
 from traceinsight.findings.rules import COMM_ITSELF_ADVICE
 from traceinsight.model.devices import HOST_LINK_GB_S_BY_ARCH, arch_of_kernels, host_links
@@ -481,3 +482,31 @@ def test_the_range_profiler_mode_is_named_not_called_lost() -> None:
     (q,) = [q for q in a.to_json()["data_quality"] if q["check"] == "device_activity_missing"]
     assert "range-profiler mode" in q["message"] and "77 cuda_profiler_range events" in q["message"]
     assert "was lost" not in q["message"]
+
+
+def test_a_step_the_alignment_leaves_no_time_is_no_step():
+    """HTA's trace_compare samples (session 57's invariant audit): two ProfilerSteps, the
+    trimmed trace ties none of the first's GPU work to its launches, and the alignment moved
+    that step's start to its end. The empty step was counted: the median of two halved to
+    58.56 ms and small_batch read HIGH (4.00x) on its two steps. Now one step; and base's step
+    model, which replays the step in 0.145 ms from the two launches recorded (117.13 ms
+    recorded), prices nothing: the warning says so and no saving is replayed."""
+    for name in ("base/base.json.gz", "test/test.json.gz"):
+        path = shared_or_skip() / "hta" / "trace_compare" / name
+        with gzip.open(path) as f:
+            doc = json.load(f)
+        marks = [
+            e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")
+        ]
+        assert len(marks) == 2 and all(e["dur"] > 0 for e in marks)
+        a = traceinsight.analyze(path)
+        assert a.metrics["steps"] == 1
+        assert all(s.dur_ns > 0 for s in a.results.steps.per_step)
+        assert "small_batch" not in {f.id for f in a.findings}
+        assert a.findings[0].id == "gpu_underutilized"  # 0.2-0.3% busy
+        r = a.results.replay
+        # base's model replays 0.145 ms of its 117.13 ms step; test's 58.25 of 65.08 ms
+        off = r.replay_error_ratio > REPLAY_ERROR_MAX_RATIO
+        assert off == (name.startswith("base"))
+        assert (r.unprofiled_step_ns is None) == off
+        assert any("did not capture the step" in w for w in a.warnings) == off

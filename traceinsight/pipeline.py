@@ -122,6 +122,14 @@ def analyze_trace(
         warnings.append(
             f"no ProfilerStep/step ranges: the whole GPU span is analyzed as one window{marks}"
         )
+    rp = results.replay
+    if rp is not None and rp.replay_error_ratio is not None and rp.unprofiled_step_ns is None:
+        warnings.append(
+            f"the step model replays the recorded step in {(rp.replayed_step_median_ns or 0) / 1e6:.2f}"
+            f" ms against {(rp.trace_step_median_ns or 0) / 1e6:.2f} ms recorded: it did not capture the step "
+            "(events missing from the trace), so no saving is replayed; the findings' costs are "
+            "the time attributed to each cause"
+        )
     if results.replay is not None and "unprofiled" in results.replay.unconverged:
         warnings.append(
             "the un-profiled step's replay stopped before its blocking calls settled (a model "
