@@ -266,3 +266,17 @@ def test_workers_falling_behind_the_profiled_step() -> None:
     gains = {g.multiplier: g.throughput_gain for g in f.evidence["gain_by_multiplier"]}
     lo, hi = band("batch_4x")
     assert 0.75 * lo <= gains[4] <= 1.25 * hi, (gains, lo, hi)
+
+
+def test_a_batch_gain_the_workers_bound_says_so() -> None:
+    """The 8-worker after (session 57's invariant audit): memory_headroom's title said "would
+    raise throughput 1.88x" where its what_if, the workers bounding the step, is 1.00x (info):
+    the gain is the loader's keeping up, and the title says so."""
+    a = analysis("metrics.workers_8.after.pt.trace.json.xz")
+    (f,) = [f for f in a.findings if f.id == "memory_headroom"]
+    assert f.severity == "info" and f.what_if.speedup == 1.0
+    assert "loader_bound_ns" in f.evidence
+    gain = next(g for g in f.evidence["gain_by_multiplier"] if g.multiplier == 4)
+    assert (
+        f"would raise throughput {gain.throughput_gain:.2f}x if the DataLoader kept up" in f.title
+    )
