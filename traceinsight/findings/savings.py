@@ -223,6 +223,10 @@ def what_if_of(rule: Rule, r: Results, fix: str | None = None) -> tuple[WhatIf |
     return rp.what_if.get(fix) or WhatIf.unchanged(rp.unprofiled_step_ns), None
 
 
+# A fix replayed at under this speedup is a slowdown the title says (0.99x or less as shown)
+SLOWER_MAX_SPEEDUP = 0.995
+
+
 def with_savings(
     findings: Iterable[Finding], r: Results, rules: Iterable[Rule], t: Thresholds, window_ns: int
 ) -> list[Finding]:
@@ -326,9 +330,19 @@ def with_savings(
                 if lowered is not None:
                     sev = lowered
                     evidence["graded_on_range"] = True
+        title = f.title
+        if w.speedup is not None and w.speedup < SLOWER_MAX_SPEEDUP:
+            # the fix adds more to this step than it takes away (bf16 autocast's casts on a
+            # host-bound step: 0.85x replayed): the advice stands for other steps, the title
+            # says it is no lever here (the invariant audit s57: 66 such findings unsaid)
+            title += (
+                f"; on this step its fix replays slower ({w.speedup:.2f}x): what it adds "
+                "outweighs what it saves"
+            )
         out.append(
             replace(
                 f,
+                title=title,
                 severity=sev,
                 cost_ns=int(ratio * window_ns),
                 cost_ratio=ratio,
