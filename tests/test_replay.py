@@ -18,6 +18,7 @@ from traceinsight.causal.graph import WAIT_DEVICE, median_step_ns, replay
 from traceinsight.constants import SEVERITIES
 from traceinsight.model.schema import DeviceInfo
 from traceinsight.options import Options
+from traceinsight.parsers import load_trace
 from traceinsight.records import jsonable
 
 from .builder import US, Events
@@ -1050,3 +1051,31 @@ def test_tensors_made_on_the_cpu_are_a_lever_on_a_busy_enough_gpu():
     b = analyze_trace(ev.trace())
     assert "inputs_on_device" not in b.results.replay.what_if
     assert "gpu_underutilized" not in {f.id for f in b.findings}
+
+
+def test_cross_stream_waits_are_a_share_of_the_steps():
+    """The invariant audit (session 57): the waits of a CUDA-graphed word LM's streams summed
+    over ops came to 43x its steps. Now the union of the waits over the modelled steps' recorded
+    span, in 0..1: here the same union taken by hand from the recorded model's rows."""
+    path = ROOT / "fixtures/h100/thirdparty/word_lm.cudagraph_bf16.after.pt.trace.json.xz"
+    ratio = analyze(path).results.replay.cross_stream_wait_ratio
+    m = build_model(model_inputs(build_context(load_trace(path))))
+    rows = m.gpu.filter((pl.col("after_op") >= 0) & (pl.col("gap_ns") > 0))
+    total = 0
+    for dev in set(rows["device"].to_list()):
+        spans = sorted(
+            (s - g, s)
+            for s, g, d in rows.select("start_ns", "gap_ns", "device").iter_rows()
+            if d == dev
+        )
+        end = None
+        for lo, hi in spans:
+            if end is None or lo > end:
+                total += hi - lo
+                end = hi
+            elif hi > end:
+                total += hi - end
+                end = hi
+    span = m.gpu["end_ns"].max() - m.steps["host_start_ns"].min()
+    assert ratio == pytest.approx(total / span)
+    assert 0 < ratio < 1

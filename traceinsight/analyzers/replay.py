@@ -522,9 +522,18 @@ def analyze_replay(ctx: Context) -> ReplayResult:
                 after = after_of(changed, engine)
                 engines[engine] = unprofiled / after if after else 1.0
     g = model.gpu
-    steps_ns = (unprofiled or 0) * model.steps.height
+    # the time some stream of a device waited on another's op, each instant once: a sum over
+    # ops counts the streams of one graph replay waiting together (the invariant audit s57:
+    # 43x the steps on a CUDA-graphed word LM)
+    waits = g.filter((pl.col("after_op") >= 0) & (pl.col("gap_ns") > 0)).select(
+        "device",
+        (pl.col("start_ns") - pl.col("gap_ns")).alias("start_ns"),
+        pl.col("start_ns").alias("end_ns"),
+    )
+    # over the modelled steps' recorded span, the waits' own timeline
+    recorded_ns = int(g["end_ns"].max() - model.steps["host_start_ns"].min()) if g.height else 0
     cross = (
-        float(g.filter(pl.col("after_op") >= 0)["gap_ns"].sum()) / steps_ns if steps_ns else None
+        min(1.0, iv.total(iv.union(waits, by=["device"])) / recorded_ns) if recorded_ns else None
     )
     gpu_ns = int(g["dur_ns"].sum()) if g.height else 0
     return ReplayResult(
