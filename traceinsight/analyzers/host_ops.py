@@ -136,6 +136,15 @@ class HostOpsResult:
     distribution_checks: int = 0
     distribution_check_syncs: int = 0
     what_if_distribution_checks: WhatIf | None = None
+    # grouped matmuls (torch._grouped_mm, MoE experts) that synchronize inside: PyTorch's
+    # per-group fallback (its grouped GEMM kernel takes bf16 on sm90+; fp32 loops over the
+    # groups, reading their offsets back): how many, their host time in the window, the syncs
+    # inside, their input dtypes (record_shapes), and the replay without their host time
+    grouped_mm_fallback_calls: int = 0
+    grouped_mm_fallback_ns: int = 0
+    grouped_mm_fallback_syncs: int = 0
+    grouped_mm_fallback_dtypes: tuple[str, ...] = ()
+    what_if_grouped_mm_fallback: WhatIf | None = None
 
     @property
     def new_shape_ratio(self) -> float | None:
@@ -503,12 +512,71 @@ def _distribution_checks(ctx: Context, replay: ReplayResult | None) -> dict:
     }
 
 
+GROUPED_MM = "aten::_grouped_mm"
+
+
+def _grouped_mm_fallback(ctx: Context, replay: ReplayResult | None) -> dict:
+    """HostOpsResult's grouped-matmul fallback fields: the outermost ``aten::_grouped_mm``
+    calls in the window with a device sync inside on their thread (none: {}). A held-out MoE
+    LM (session 57): fp32 experts' 72 calls held 72 of the window's 106 syncs and 25.8 ms of
+    host time a 68.8 ms step; in bf16 the op is one kernel and no sync."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    in_window = pl.col("start_ns").is_between(lo, hi, closed="left")
+    calls = ctx.rows(
+        ("cpu_op",), f"^{GROUPED_MM}$", where=in_window, columns=("tid", "start_ns", "end_ns")
+    )
+    if calls.height == 0 or ctx.sync_calls.height == 0:
+        return {}
+    calls = outermost(calls.with_columns(pl.lit(GROUPED_MM).alias("name"))).select(
+        "tid", "start_ns", "end_ns"
+    )
+    syncs = iv.containing(
+        ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("tid").alias("c_tid")),
+        calls,
+        inner_start="c_s",
+        inner_end="c_s",
+        outer_start="start_ns",
+        outer_end="end_ns",
+        same=("tid", "c_tid"),
+    )
+    if syncs.height == 0:
+        return {}
+    spans = calls.join(
+        syncs.select("tid", "start_ns").unique(), on=["tid", "start_ns"], how="semi"
+    ).sort("tid", "start_ns")
+    args = ctx.op_args
+    dtypes: tuple[str, ...] = ()
+    if args.height and "input_types" in args.columns:
+        # (the first input's type: '["float", "float", "int", "", ""]' -> float)
+        first = (
+            args.filter(pl.col("name") == GROUPED_MM)
+            .get_column("input_types")
+            .str.extract(r'^\[\s*"([^"]+)"')
+            .drop_nulls()
+            .unique()
+            .sort()
+        )
+        dtypes = tuple(first.to_list())
+    return {
+        "grouped_mm_fallback_calls": spans.height,
+        "grouped_mm_fallback_ns": int(
+            spans.select((pl.col("end_ns") - pl.col("start_ns")).sum()).item()
+        ),
+        "grouped_mm_fallback_syncs": syncs.height,
+        "grouped_mm_fallback_dtypes": dtypes,
+        "what_if_grouped_mm_fallback": replay.predict(tf.host_spans_removed(spans))
+        if replay
+        else None,
+    }
+
+
 def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult:
     shaped: dict = {
         **_new_shape(ctx, replay),
         "forward_only": _forward_only(ctx),
         **_buffer_sync(ctx, replay),
         **_distribution_checks(ctx, replay),
+        **_grouped_mm_fallback(ctx, replay),
     }
     ops = _long_copies(ctx)
     if ops.height == 0:

@@ -2623,6 +2623,63 @@ def distribution_checks(x: RuleInput) -> Draft | None:
     )
 
 
+@rule(
+    "grouped_mm_fallback",
+    advice={"cuda_app": None},  # torch._grouped_mm's own fallback
+    estimate=_host_ops_estimate("what_if_grouped_mm_fallback"),
+    recommendation="PyTorch's grouped matmul (torch._grouped_mm, which MoE experts call) ran "
+    "its per-group fallback here: it loops over the groups and reads their offsets back to the "
+    "host, a device sync each call. In bf16 it is one kernel and no sync (measured on an H100); "
+    "autocast leaves it alone, so fp32 weights reach it in fp32. Keep the experts' weights (or "
+    "the model) in bf16, with fp32 master weights in the optimizer where training needs them, "
+    "or cast the experts' weights and inputs to bf16 around the call.",
+    snippet=(
+        "model = model.to(torch.bfloat16)  # the experts' grouped matmuls: one kernel, no sync\n"
+        "# or only the experts: for e in experts: e.to(torch.bfloat16)"
+    ),
+    thresholds={"grouped_mm_fallback_min_ratio": 0.02},
+)
+def grouped_mm_fallback(x: RuleInput) -> Draft | None:
+    h = x.r.host_ops
+    share = _host_ops_share(
+        x, h.grouped_mm_fallback_ns, h.grouped_mm_fallback_calls, "grouped_mm_fallback_min_ratio"
+    )
+    if share is None:
+        return None
+    ratio, steps = share
+    n, ns, syncs = (
+        h.grouped_mm_fallback_calls,
+        h.grouped_mm_fallback_ns,
+        h.grouped_mm_fallback_syncs,
+    )
+    per = (
+        f"{plural(n / steps, 'call')} a step hold {fmt_ms(ns / steps)} of host time and "
+        f"{plural(syncs / steps, 'device sync')}"
+        if steps
+        else f"{plural(n, 'call')} hold {fmt_ms(ns)} of host time and {plural(syncs, 'device sync')}"
+    )
+    dtypes = h.grouped_mm_fallback_dtypes
+    typed = f" on {'/'.join(dtypes)} inputs" if dtypes else ""
+    return Draft(
+        ns,
+        f"Grouped matmuls run PyTorch's per-group fallback{typed}: {per} "
+        f"({fmt_pct(ratio)} of the window)",
+        {
+            "calls": n,
+            "syncs": syncs,
+            "input_dtypes": list(dtypes),
+            "host_time_ns": ns,
+            "host_time_ratio": ratio,
+            "steps": steps,
+            "assumes": "the fallback's host time goes (its loop over the groups and the "
+            "offsets' read-back); its per-group kernels stay (one bf16 kernel is faster: not "
+            "priced), as do autocast's casts of the other weights, which bf16 weights drop too: "
+            "a lower bound (a held-out MoE LM: 1.30x against 1.59-1.96x measured for bf16 "
+            "weights)",
+        },
+    )
+
+
 def unprofiled_busy_ratio(r: Results) -> float | None:
     """The GPU's busy share of the un-profiled step (its busy time per step over the replay's
     step without the profiler's cost), None without a step model."""
