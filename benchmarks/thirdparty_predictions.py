@@ -68,7 +68,7 @@ APPLIED = {
     # the H100: the recorded "all" held TF32, which has no finding there (fp32_compute info)
     "e3nn": ["memory_headroom@4,host_sync,dataloader_stall"],
     # the H100, session 57: print every 50 steps, bf16 weights, default compile, 4x batch
-    "moe_lm": ["host_sync,fp32_compute,launch_bound,small_batch@4"],
+    "moe_lm": ["host_sync,grouped_mm_fallback,fp32_compute,launch_bound,small_batch@4"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -90,7 +90,7 @@ FIX_NAMES = {
     "metrics": {"dataloader_stall": "workers_8", "launch_bound": "compile"},
     # the H100, session 57: bf16 weights are the fp32 fix recorded; launch_bound's advice
     # (fixed shapes, reduce-overhead) was not recorded (the default compile was: no band)
-    "moe_lm": {"fp32_compute": "bf16_weights"},
+    "moe_lm": {"fp32_compute": "bf16_weights", "grouped_mm_fallback": "bf16_weights"},
     # the H100: TF32 is the fp32 fix recorded (compile failed in inductor: no launch_bound band)
     "e3nn": {"dataloader_stall": "workers_4", "fp32_compute": "tf32"},
     # reduce-overhead, its advice; the 2x batch it recommends was not recorded: the 4x was
