@@ -165,3 +165,23 @@ def native_frames(chains: pl.DataFrame) -> pl.DataFrame:
     return chains.select("chain", "depth", "symbol", "module").join(
         distinct, on=["symbol", "module"], how="left", nulls_equal=True
     )
+
+
+def innermost_user(frames: pl.DataFrame) -> pl.DataFrame:
+    """Per chain of :func:`native_frames`' rows: its innermost user frame (``u_depth``,
+    ``file``, ``function``) and the resolved frame nearest beneath it (``callee``: the call it
+    made; None where none is resolved). Chains without a user frame are left out."""
+    inner = (
+        frames.filter(pl.col("user"))
+        .group_by("chain")
+        .agg(pl.all().sort_by("depth").first())
+        .select("chain", pl.col("depth").alias("u_depth"), "file", "function")
+    )
+    beneath = (
+        frames.filter(~pl.col("unresolved"))
+        .join(inner.select("chain", "u_depth"), on="chain")
+        .filter(pl.col("depth") < pl.col("u_depth"))
+        .group_by("chain")
+        .agg(pl.col("function").sort_by("depth").last().alias("callee"))
+    )
+    return inner.join(beneath, on="chain", how="left")

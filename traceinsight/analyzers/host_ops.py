@@ -491,15 +491,7 @@ def _distribution_checks(ctx: Context, replay: ReplayResult | None) -> dict:
     )
     if spans.height == 0:
         return {}
-    syncs = iv.containing(
-        ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("tid").alias("c_tid")),
-        spans,
-        inner_start="c_s",
-        inner_end="c_s",
-        outer_start="start_ns",
-        outer_end="end_ns",
-        same=("tid", "c_tid"),
-    )
+    syncs = _syncs_inside(ctx, spans)
     return {
         "distribution_checks_ns": int(
             spans.select((pl.col("end_ns") - pl.col("start_ns")).sum()).item()
@@ -510,6 +502,20 @@ def _distribution_checks(ctx: Context, replay: ReplayResult | None) -> dict:
         if replay
         else None,
     }
+
+
+def _syncs_inside(ctx: Context, spans: pl.DataFrame) -> pl.DataFrame:
+    """The device sync calls that start inside ``spans`` (tid, start_ns, end_ns) on the same
+    thread: one row per (sync, span), the span's columns beside."""
+    return iv.containing(
+        ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("tid").alias("c_tid")),
+        spans,
+        inner_start="c_s",
+        inner_end="c_s",
+        outer_start="start_ns",
+        outer_end="end_ns",
+        same=("tid", "c_tid"),
+    )
 
 
 GROUPED_MM = "aten::_grouped_mm"
@@ -530,15 +536,7 @@ def _grouped_mm_fallback(ctx: Context, replay: ReplayResult | None) -> dict:
     calls = outermost(calls.with_columns(pl.lit(GROUPED_MM).alias("name"))).select(
         "tid", "start_ns", "end_ns"
     )
-    syncs = iv.containing(
-        ctx.sync_calls.select(pl.col("start_ns").alias("c_s"), pl.col("tid").alias("c_tid")),
-        calls,
-        inner_start="c_s",
-        inner_end="c_s",
-        outer_start="start_ns",
-        outer_end="end_ns",
-        same=("tid", "c_tid"),
-    )
+    syncs = _syncs_inside(ctx, calls)
     if syncs.height == 0:
         return {}
     spans = calls.join(

@@ -41,7 +41,7 @@ from traceinsight.analyzers.context import (
     launched,
     outermost,
 )
-from traceinsight.analyzers.frames import native_frames, user_frames
+from traceinsight.analyzers.frames import innermost_user, native_frames, user_frames
 from traceinsight.analyzers.optimizer import OPTIMIZER_PATTERN, optimizer_ranges
 from traceinsight.causal.build import without_cpu_only_ops
 from traceinsight.causal.transforms import (
@@ -452,29 +452,11 @@ def _sampled(ctx: Context, gaps: pl.DataFrame) -> pl.DataFrame:
     if hits.height == 0:
         return none
     frames = native_frames(samples.join(hits.select("chain"), on="chain"))
-    inner = (
-        frames.filter(pl.col("user"))
-        .group_by("chain")
-        .agg(pl.all().sort_by("depth").first())
-        .select("chain", pl.col("depth").alias("u_depth"), "function")
-    )
-    # the call it was in: the resolved frame nearest beneath the user's
-    beneath = (
-        frames.filter(~pl.col("unresolved"))
-        .join(inner.select("chain", "u_depth"), on="chain")
-        .filter(pl.col("depth") < pl.col("u_depth"))
-        .group_by("chain")
-        .agg(pl.col("function").sort_by("depth").last().alias("callee"))
-    )
-    named = (
-        hits.join(inner, on="chain", how="left")
-        .join(beneath, on="chain", how="left")
-        .with_columns(
-            pl.when(pl.col("callee").is_not_null())
-            .then(pl.format("{}{}{}", "function", pl.lit(CALLEE_SEP), "callee"))
-            .otherwise(pl.col("function"))
-            .alias("op")
-        )
+    named = hits.join(innermost_user(frames), on="chain", how="left").with_columns(
+        pl.when(pl.col("callee").is_not_null())
+        .then(pl.format("{}{}{}", "function", pl.lit(CALLEE_SEP), "callee"))
+        .otherwise(pl.col("function"))
+        .alias("op")
     )
     counts = named.group_by("gap_id", "op").agg(pl.len().alias("n"))
     total = named.group_by("gap_id").agg(pl.len().alias("all"))

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceinsight.analyzers.context import Context, autotune_syncs
-from traceinsight.analyzers.frames import native_frames, user_frames
+from traceinsight.analyzers.frames import innermost_user, native_frames, user_frames
 from traceinsight.analyzers.idle import warmup_calls
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model import intervals as iv
@@ -229,21 +229,8 @@ def _locate_native(targets: pl.DataFrame, chains: pl.DataFrame) -> pl.DataFrame:
         same=("tid", "c_tid"),
     )
     frames = native_frames(chains)
-    inner = (
-        frames.filter(pl.col("user"))
-        .group_by("chain")
-        .agg(pl.all().sort_by("depth").first())
-        .select("chain", pl.col("depth").alias("u_depth"), "file", "function")
-    )
-    # the trigger: the resolved frame nearest beneath the location (the call it made)
-    beneath = (
-        frames.filter(~pl.col("unresolved"))
-        .join(inner.select("chain", "u_depth"), on="chain")
-        .filter(pl.col("depth") < pl.col("u_depth"))
-        .group_by("chain")
-        .agg(pl.col("function").sort_by("depth").last().alias("t_fn"))
-    )
-    per_chain = inner.join(beneath, on="chain", how="left")
+    # the location: the innermost user frame; the trigger: the call it made
+    per_chain = innermost_user(frames).rename({"callee": "t_fn"})
     best = (
         hits.join(per_chain, on="chain")
         .sort("target", "order", "c_s")
