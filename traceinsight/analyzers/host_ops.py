@@ -533,9 +533,7 @@ def _grouped_mm_fallback(ctx: Context, replay: ReplayResult | None) -> dict:
     )
     if calls.height == 0 or ctx.sync_calls.height == 0:
         return {}
-    calls = outermost(calls.with_columns(pl.lit(GROUPED_MM).alias("name"))).select(
-        "tid", "start_ns", "end_ns"
-    )
+    calls = outermost(calls)  # a call recorded inside another counts once
     syncs = _syncs_inside(ctx, calls)
     if syncs.height == 0:
         return {}
