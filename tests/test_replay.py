@@ -1079,3 +1079,24 @@ def test_cross_stream_waits_are_a_share_of_the_steps():
     span = m.gpu["end_ns"].max() - m.steps["host_start_ns"].min()
     assert ratio == pytest.approx(total / span)
     assert 0 < ratio < 1
+
+
+def test_all_fixes_leave_out_a_fix_that_slows_the_others():
+    """The invariant audit (session 57): on a CUDA-graphed word LM all fixes replayed 1.032x
+    beside launch_bound's 1.055x alone (cuda_graphs with remove_syncs replays slower than
+    cuda_graphs alone). all_fixes now leaves host_sync's fix out, names it, and is launch_bound's
+    own replay; the reports say which fix was left out and why."""
+    path = ROOT / "fixtures/h100/thirdparty/word_lm.cudagraph_bf16.after.pt.trace.json.xz"
+    a = analyze(path)
+    by_id = {f.id: f for f in a.findings}
+    both = analyze(path, what_if=["launch_bound", "host_sync"]).to_json()["details"]["what_if"]
+    assert both["selected"]["speedup"] < by_id["launch_bound"].what_if.speedup  # together
+    w = a.to_json()["details"]["what_if"]["all_fixes"]
+    assert w["transforms"] == ["cuda_graphs"] and w["left_out"] == ["remove_syncs"]
+    assert w["step_time_after_ns"] == by_id["launch_bound"].what_if.step_time_after_ns
+    assert w["speedup"] >= max(f.what_if.speedup for f in a.findings if f.what_if)
+    from traceinsight.report.terminal import render_summary
+
+    assert "without host_sync, whose fix with the others replays slower" in render_summary(
+        a.to_json()
+    )

@@ -36,6 +36,8 @@ class WhatIf:
     # all fixes together (the loader's loading hidden) where the loader's fix at its stated
     # assumption, twice its rate, would bound them: the speedup at that rate
     speedup_loader_assumed: float | None = field(default=None, compare=False, metadata=OMIT_NONE)
+    # all fixes together: the transforms left out because with the others they replay slower
+    left_out: tuple[str, ...] | None = field(default=None, compare=False, metadata=OMIT_NONE)
     # the change of the model it replayed (causal/transforms.py Transform; None where it came
     # from no replay): what a combined what-if applies together with others
     transform: Any = field(default=None, compare=False, repr=False, metadata={"json": False})

@@ -275,6 +275,13 @@ def combined_fixes_words(doc: dict[str, Any], w: dict[str, Any]) -> str:
             f"; more than their savings alone added ({fmt_ms(sum(alone))}): each alone is "
             "bounded by what the others leave"
         )
+    out = set(w.get("left_out") or ())
+    if dropped := [
+        f["id"]
+        for f in doc.get("findings", [])
+        if (f.get("evidence") or {}).get("transform") in out
+    ]:
+        text += f"; without {', '.join(dropped)}, whose fix with the others replays slower"
     return f" ({text})"
 
 
