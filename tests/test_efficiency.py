@@ -325,9 +325,9 @@ def test_an_unnamed_device_is_said_unnamed() -> None:
     t.meta.devices = [DeviceInfo(0, None, 2, 1000, "9.0")]
     got = [w for w in analyze_trace(t).warnings if "spec table" in w]
     assert got == [
-        "the trace does not name its device (no deviceProperties), and the spec table is "
-        "looked up by name (traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs "
-        "are not computed"
+        "the trace does not name its device (no deviceProperties), so the spec table, which is "
+        "keyed by device name, has no entry for it (traceinsight/data/devices.toml): MFU, HFU "
+        "and the roofline's roofs are not computed"
     ]
 
 

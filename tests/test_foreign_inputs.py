@@ -295,11 +295,14 @@ def test_unified_memory_migrations_are_not_host_to_device_copies():
     assert "launched_before_recording" not in _checks(a)
 
 
-def _idle_between_migrations(path: Path, min_bytes_per_ms: int = 0) -> tuple[int, int]:
+def _idle_between_migrations(
+    path: Path, min_bytes_per_ms: int = 0, from_ns: int = 0
+) -> tuple[int, int]:
     """(idle between two unified migrations, all idle) in ns, from the raw tables: the union of
     kernels, copies and memsets in time order, each gap's neighbours' kinds; with
     ``min_bytes_per_ms``, only the gaps whose preceding migrations' bytes (those ending where
-    the gap starts) per ms of gap reach it."""
+    the gap starts) per ms of gap reach it; with ``from_ns``, the migrations' gaps beginning
+    at or after it."""
     con = sqlite3.connect(path)
     rows = [
         (a, b, False, 0)
@@ -328,7 +331,7 @@ def _idle_between_migrations(path: Path, min_bytes_per_ms: int = 0) -> tuple[int
         if a > end:
             total += a - end
             paced = ended[end] * 1_000_000 >= (a - end) * min_bytes_per_ms
-            between += (a - end) if (last_unified and unified and paced) else 0
+            between += (a - end) if (last_unified and unified and paced and end >= from_ns) else 0
         if b > end:
             end, last_unified = b, unified
     return between, total
@@ -348,6 +351,15 @@ def test_idle_between_unified_migrations_is_its_own_cause_and_finding():
     f = a.findings[0]
     assert (f.id, f.severity) == ("unified_memory", "high")
     assert "cudaMemPrefetchAsync" in f.recommendation  # a CUDA app's advice
+    # most of it after the kernel (audit s58): the host reads the results a page at a time,
+    # so the advice leads with the prefetch to the host
+    con = sqlite3.connect(AWSGPU)
+    (last,) = con.execute("SELECT max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    after, _ = _idle_between_migrations(AWSGPU, from_ns=last)
+    assert f.evidence["after_last_kernel_ns"] == after and after > 0.5 * between
+    assert f"{after / 1e6:.2f} ms of it after the last kernel" in f.title
+    assert f.recommendation.startswith("Most of it comes after the GPU's last kernel")
+    assert "cudaCpuDeviceId" in f.snippet
 
 
 def test_unified_memory_on_the_icon_export():

@@ -2797,6 +2797,30 @@ def test_a_one_block_kernel_is_serial_by_design() -> None:
     assert f.recommendation.startswith("The largest such kernel runs a single block")
 
 
+def test_a_one_block_kernel_of_a_cuda_application_may_be_data_parallel() -> None:
+    """Audit s58: a public A100 export's vector add over 2^29 floats launched add<<<1, 256>>>
+    by mistake, 1.06 s a launch (its bytes take ~4 ms at the memory's rate), read "a single
+    block: serial by design" with advice to filter boxes. A CUDA application's author picks
+    the grid: the same one-block kernel is said to run on one SM and advised a grid that covers
+    the data, serial work named as the other case; a PyTorch program's stays serial (above)."""
+    from traceinsight.findings.efficiency_rules import low_occupancy
+    from traceinsight.findings.model import Thresholds
+    from traceinsight.findings.rules import RULES, RuleInput
+
+    a = analysis("detection_fixed.before.pt.trace.json.xz")
+    top = a.results.efficiency.occupancy.low_kernels[0]
+    assert top.grid_blocks == 1 and top.block_threads == 64
+    t, window = Thresholds.defaults(RULES), a.results.idle.device_window_ns
+    d = low_occupancy(RuleInput(a.results, t, window, (), "cuda_app"))
+    per = top.time_ns / top.count / 1e6
+    assert f"a single block of 64 threads ({per:.2f} ms a launch): all of it on one SM" in d.title
+    app = d.advice["cuda_app"]
+    assert "launch enough blocks to cover the data" in app.recommendation
+    assert "serial by design" in app.recommendation
+    assert "(n + threads - 1) / threads" in app.snippet
+    assert "serial by design" in low_occupancy(RuleInput(a.results, t, window, ())).title
+
+
 def test_an_optimizer_steps_closure_is_a_region_of_its_own() -> None:
     """Audit 11: Lightning runs forward and backward inside optimizer.step(closure); the
     regions line read "the idle is in Optimizer.step#AdamW.step: 25.72 ms per step" where

@@ -706,8 +706,10 @@ def _warnings(ctx: Context, spec: DeviceSpec | None) -> tuple[str, ...]:
     what = (
         f"device {', '.join(repr(n) for n in names)} is not in the spec table"
         if names
-        else "the trace does not name its device (no deviceProperties), and the spec table is "
-        "looked up by name"
+        # (audits s57, s58: "does not name its device ... looked up by name" read as a
+        # contradiction)
+        else "the trace does not name its device (no deviceProperties), so the spec table, "
+        "which is keyed by device name, has no entry for it"
     )
     return (
         f"{what} (traceinsight/data/devices.toml): MFU, HFU and the roofline's roofs are not "

@@ -242,6 +242,10 @@ class IdleResult:
     # removing the syncs does not shorten (audit 16: a diffusion step's read-back returned
     # 27 us into a 10.83 ms gap)
     host_sync_after_return_ns: int = 0
+    # unified_memory idle after the device's last kernel: the host reading what the GPU wrote
+    # through page faults, no GPU work waiting on it (audit s58: an A100 vector add's host
+    # check loop, 3.55 s of its 3.57 s)
+    unified_memory_after_kernels_ns: int = 0
 
     @property
     def device_window_ns(self) -> int:
@@ -665,17 +669,18 @@ def analyze_idle(ctx: Context) -> IdleResult:
             .sum()
         ),
         gpu_wait_queued_ns=int(
-            gaps.filter((pl.col("cause") == "gpu_wait") & pl.col("_queued"))
+            gaps.filter((pl.col("cause") == "gpu_wait") & pl.col("_queued_wait"))
             .get_column("dur_ns")
             .sum()
         )
-        if "_queued" in gaps.columns  # not without attribution (no launch calls to read)
+        if "_queued_wait" in gaps.columns  # not without attribution (no launch calls to read)
         else 0,
         max_streams_per_device=_max_streams(ctx),
         stream_wait_calls=ctx.rows(API_KINDS, STREAM_WAIT_API, columns=("start_ns",)).height,
         cpu_work_between_launches_ns=_between_launches(ctx, gaps, "cpu_work"),
         cpu_work_model_lead_ns=_model_lead(ctx, gaps, "cpu_work"),
         host_sync_after_return_ns=_after_return(gaps),
+        unified_memory_after_kernels_ns=_after_kernels(ctx, gaps, "unified_memory"),
     )
 
 
@@ -724,6 +729,26 @@ def _first_batch(ctx: Context, gaps: pl.DataFrame) -> dict[str, Any]:
         "dataloader_first_batch_start_ns": int(first["start_ns"]),
         "dataloader_first_batch_end_ns": int(first["end_ns"]),
     }
+
+
+def _after_kernels(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
+    """The idle of ``cause`` in gaps that begin at or after their device's last kernel ended."""
+    mine = gaps.filter(pl.col("cause") == cause)
+    if mine.height == 0:
+        return 0
+    last = (
+        ctx.gpu.lazy()
+        .filter(pl.col("kind") == "kernel")
+        .group_by(pl.col("device").cast(gaps.schema["device"]))
+        .agg(pl.col("end_ns").max().alias("_last"))
+        .collect()
+    )
+    return int(
+        mine.join(last, on="device", how="inner")
+        .filter(pl.col("start_ns") >= pl.col("_last"))
+        .get_column("dur_ns")
+        .sum()
+    )
 
 
 def _after_return(gaps: pl.DataFrame) -> int:
@@ -948,13 +973,20 @@ def _attribute(
     # launch's latency): it waited on a dependency, not on the host. Queued once its launching
     # call had returned: a pageable copy's call stages the data before its copy can run, so
     # the host's call, not a dependency, kept the GPU waiting
-    queued_before = (
+    queued_long = (
         pl.col("next_launch_ns").is_not_null()
-        & (pl.col("dur_ns") > QUEUED_MIN_NS)  # shorter: the scheduling latency of queued work
+        & (pl.col("dur_ns") > QUEUED_MIN_NS)
         & (
             (pl.col("end_ns") - pl.max_horizontal("next_launch_ns", "next_launch_end_ns"))
             > pl.max_horizontal(pl.lit(QUEUED_MIN_NS), pl.col("dur_ns") * MAJORITY)
         )
+    )
+    # however short: its call had returned before the GPU ran dry, so the queue never drained
+    # and no host work explains the gap (audit s58: an MI300X micro-benchmark's 21-44 us gaps
+    # between ten kernels queued 0.35-1.4 ms ahead read as a sync's, MEDIUM)
+    queued_before = queued_long | (
+        pl.col("next_launch_end_ns").is_not_null()  # (no launch: False, not null)
+        & (pl.col("next_launch_end_ns") <= pl.col("start_ns"))
     )
     # a host-synchronous copy's call that began long before its copy could have been staged
     # waited on its stream: the stream held work the trace does not show (recording began
@@ -974,7 +1006,12 @@ def _attribute(
         )
     )
     # one column, not the expression repeated in each branch of the cause below
-    gaps = gaps.with_columns((queued_before | waited_in_call).alias("_queued"))
+    gaps = gaps.with_columns(
+        (queued_before | waited_in_call).alias("_queued"),
+        # queued longer than a launch's latency before the gap ended: a wait (a short gap
+        # after a call returned is the device's own between queued work)
+        (queued_long | waited_in_call).alias("_queued_wait"),
+    )
     queued_before = pl.col("_queued")
     # the next work's launch call still running when the GPU ran dry, through most of the
     # gap: the device waited for that call (audit 23: an MTIA rank's ~320 us submit calls,
@@ -995,7 +1032,7 @@ def _attribute(
     # device waited for that load, a one-time cost, not for another stream (a vecAdd's only
     # kernel started 1.1 ms after its 1.04 ms first launch returned)
     first_launches = once.filter(pl.col("kind") == "first_launch").get_column("start_ns")
-    after_first = queued_before & pl.col("next_launch_ns").is_in(first_launches.implode())
+    after_first = pl.col("_queued_wait") & pl.col("next_launch_ns").is_in(first_launches.implode())
     # a module loaded in the gap for the work after it, launched for the first time: the host
     # compiled or loaded that kernel (audit 13: CuPy's JIT kernels in an A100 export, a 0.25 ms
     # cuModuleLoadData in each 0.77-2.06 ms gap before a new kernel's only launch, read as

@@ -112,12 +112,21 @@ def low_occupancy(x: RuleInput) -> Draft | None:
     if top.grid_blocks is not None and top.grid_blocks <= 1:
         # one block by design (torchvision's NMS mask gather: 64 threads): serial work, whose
         # lever is less of it (fewer boxes before NMS, batched NMS), not occupancy (audit 11;
-        # audit 13: the title said so and the advice still asked for a larger grid)
-        limit = "a single block: serial by design"
+        # audit 13: the title said so and the advice still asked for a larger grid). A CUDA
+        # application's own kernel may be data-parallel work given one block by mistake (audit
+        # s58: a public A100 export's vector add over 2^29 floats, add<<<1, 256>>>, 1.06 s a
+        # launch where its bytes take ~4 ms): its author picks the grid, so both are said
+        per_launch = top.time_ns / max(1, top.count)
+        threads = f" of {top.block_threads:.0f} threads" if top.block_threads else ""
+        limit = (
+            f"a single block{threads} ({fmt_ms(per_launch)} a launch): all of it on one SM"
+            if x.framework == "cuda_app"
+            else "a single block: serial by design"
+        )
         serial = {
             "recommendation": SERIAL_KERNEL_ADVICE,
             "snippet": "",
-            "advice": {"cuda_app": Advice(SERIAL_KERNEL_ADVICE, "")},
+            "advice": {"cuda_app": Advice(ONE_BLOCK_ADVICE, ONE_BLOCK_SNIPPET)},
         }
     if not serial and compiled_code(x.r):
         serial = {
@@ -152,6 +161,17 @@ COMPILED_OCCUPANCY_SNIPPET = (
     'model = torch.compile(model, mode="max-autotune")  # autotunes Triton kernels\' launch configs'
 )
 
+ONE_BLOCK_ADVICE = (
+    "The largest such kernel runs a single block, so all of its work runs on one SM. If its "
+    "threads loop over the data (a grid-stride loop), the launch is what limits it: launch "
+    "enough blocks to cover the data, (n + threads - 1) / threads or a few per SM, and it can "
+    "run up to the SM count times faster. If its work is serial by design (a scan, a sort, "
+    "NMS's gather), occupancy does not help: give it less to do or use a parallel algorithm."
+)
+ONE_BLOCK_SNIPPET = (
+    "int threads = 256, blocks = (n + threads - 1) / threads;  // not 1: one block, one SM\n"
+    "kernel<<<blocks, threads>>>(n, x, y);"
+)
 SERIAL_KERNEL_ADVICE = (
     "The largest such kernel runs a single block: its time is serial work by design, which "
     "occupancy does not speed up. Give it less to do (fewer items: filter boxes or candidates "

@@ -256,14 +256,18 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
         recorded = (
             steps.dataloader_ns / (steps.steps * plan.batches_per_step) if steps.steps else None
         )
+        # the plan's loading is what it adds to the step: where the GPU ran queued work
+        # beside it, less than the loader's calls took (audit s58: a 2021 ResNet's 13.49 ms
+        # beside calls of 40-63 ms, read as "loading of 13.49 ms per batch")
         as_recorded = (
-            f", {fmt_ms(recorded)} as recorded"
+            f" (its calls take {fmt_ms(recorded)} a batch as recorded: the rest ran beside "
+            "queued GPU work or was the profiler's cost)"
             if recorded and plan.loading_per_batch_ns and recorded > 1.1 * plan.loading_per_batch_ns
             else ""
         )
         need = (
-            f"; num_workers={n} would hide loading of {fmt_ms(plan.loading_per_batch_ns or 0)} "
-            f"per batch{several} (un-profiled{as_recorded})"
+            f"; num_workers={n} would hide the {fmt_ms(plan.loading_per_batch_ns or 0)} per "
+            f"batch{several} that loading adds to the un-profiled step{as_recorded}"
         )
         # the snippet's count: the workers the plan needs, at least the two its prediction
         # assumes (LOADER_ASSUMED_THROUGHPUT; audit 15: 1 in the title, 8 in the snippet)
@@ -476,6 +480,10 @@ _SYNC_ADVICE = (
 )
 
 
+# host_sync idle below this is not said as a time ("0.00 ms"): the GPU kept working
+SYNC_IDLE_SAY_MIN_NS = 5_000
+
+
 @rule(
     "host_sync",
     advice={
@@ -559,7 +567,14 @@ def host_sync(x: RuleInput) -> Draft | None:
     return Draft(
         graded,
         f"{plural(syncs.host_sync_count, 'host sync')} ({x.per_step(syncs.syncs_per_step)}) "
-        f"{'leaves' if syncs.host_sync_count == 1 else 'leave'} the GPU idle {fmt_ms(cost)}"
+        + (
+            f"{'leaves' if syncs.host_sync_count == 1 else 'leave'} the GPU idle {fmt_ms(cost)}"
+            if cost >= SYNC_IDLE_SAY_MIN_NS
+            # the GPU kept busy through them: its queue never drained (audit s58: "leave the
+            # GPU idle 0.00 ms" where the kernels were queued well ahead)
+            else f"{'blocks' if syncs.host_sync_count == 1 else 'block'} the host while the "
+            "GPU works through its queue"
+        )
         + (f"; most from {_sync_site(top)}" if top else "")
         + held
         + after_words,
@@ -1111,12 +1126,47 @@ def unified_memory(x: RuleInput) -> Draft | None:
     idle = x.idle_over("unified_memory", "unified_idle_min_ratio")
     if idle is None:
         return None
+    after = x.r.idle.unified_memory_after_kernels_ns
+    title = (
+        f"Unified memory: the GPU idles {fmt_ms(idle)} between on-demand page migrations "
+        f"({fmt_pct(idle / max(1, x.window_ns))} of the window)"
+    )
+    advice: dict = {}
+    if after >= 0.5 * idle:  # most of it
+        # no kernel after it: the host reads what the GPU wrote a page at a time, which a
+        # prefetch to the host turns into one bulk migration (audit s58: an A100 vector add's
+        # check loop over 2.15 GB of results at 0.59 GB/s, told to prefetch to the device)
+        title += (
+            f", {fmt_ms(after)} of it after the last kernel: the host reads the results "
+            "through page faults"
+        )
+        advice = {
+            "recommendation": UM_READBACK_ADVICE[0],
+            "snippet": UM_READBACK_ADVICE[1],
+            "advice": {"cuda_app": Advice(*UM_READBACK_ADVICE)},
+        }
     return Draft(
         idle,
-        f"Unified memory: the GPU idles {fmt_ms(idle)} between on-demand page migrations "
-        f"({fmt_pct(idle / max(1, x.window_ns))} of the window)",
-        {"idle_ns": idle, "top_segments": x.segments("unified_memory")},
+        title,
+        {
+            "idle_ns": idle,
+            "after_last_kernel_ns": after,
+            "top_segments": x.segments("unified_memory"),
+        },
+        **advice,
     )
+
+
+UM_READBACK_ADVICE = (
+    "Most of it comes after the GPU's last kernel: the host reads managed memory the GPU "
+    "wrote, and each page it touches faults and migrates on its own. Prefetch the results to "
+    "the host in bulk before reading them (cudaMemPrefetchAsync to cudaCpuDeviceId, then "
+    "synchronize), or copy them once into host memory (cudaMemcpy); keep the prefetches to the "
+    "device before the kernels.",
+    "kernel<<<grid, block, 0, stream>>>(buf);\n"
+    "cudaMemPrefetchAsync(buf, bytes, cudaCpuDeviceId, stream);  // results to the host in bulk\n"
+    "cudaStreamSynchronize(stream);  // then read buf on the host",
+)
 
 
 # Mostly read-backs: pinning the loader's batches does not help; the destination does.
