@@ -1391,3 +1391,33 @@ def test_short_gaps_between_kernels_queued_before_them_are_no_syncs():
     f = next(f for f in a.findings if f.id == "host_sync")
     assert f.severity == "info"
     assert "1 host sync (over the window) blocks the host while the GPU works" in f.title
+
+
+def test_device_to_device_copies_the_gpu_runs_alone_are_a_finding():
+    # audit s58: a TorchRec rank (HTA's trace_diff test) ran 4,596 device-to-device copies from
+    # aten::copy_ inside torch.compile's CompiledFunction, 86.7 ms of its 706 ms with no kernel
+    # beside them, and every finding read info. Here two steps: a 100 us kernel, then two
+    # 150 us copies inside CompiledFunction > aten::copy_, the second beside a 50 us kernel:
+    # 250 us a step the GPU ran only copies (500 of 1000 us).
+    ev = Events()
+    for s in range(2):
+        t = s * 500
+        ev.step(s, t, 500)
+        ev.kernel("k", t + 10, 100, launch_us=t + 1)
+        ev.op("CompiledFunction", t + 20, 60)
+        for i in range(2):
+            ev.op("aten::copy_", t + 25 + 20 * i, 15)
+            ev.memcpy("DtoD", t + 110 + 150 * i, 150, nbytes=1 << 26, src="device", dst="device")
+            ev.runtime("cudaMemcpyAsync", t + 27 + 20 * i, 10, correlation=ev._corr)
+        ev.kernel("k2", t + 300, 50, launch_us=t + 85)
+    a = analyze_trace(ev.trace())
+    c = a.results.copies
+    assert (c.dtod_count, c.dtod_bytes, c.dtod_compiled_count) == (4, 4 << 26, 4)
+    assert c.dtod_exposed_ns == 2 * 250 * US
+    assert c.dtod_by_op[0]["op"] == "aten::copy_" and c.dtod_by_op[0]["count"] == 4
+    f = next(f for f in a.findings if f.id == "device_copies")
+    assert f.title.startswith(
+        "Device-to-device copies: the GPU runs only copies for 0.50 ms (50.0% of the window), "
+        "4 copies of 268.4 MB, 100.0% of them inside torch.compile's CompiledFunction"
+    ), f.title
+    assert "mark_static_address" in f.recommendation

@@ -204,9 +204,7 @@ def _gaps_opened_inside(name: str, op: str) -> int:
     lo, hi = min(s for s, _ in steps), max(e for _, e in steps)
     gaps = [(a[1], b[0], b[2]) for a, b in itertools.pairwise(busy)]
     return sum(
-        e - s
-        for s, e, ret in gaps
-        if lo <= s < hi and inside_op(s) and (ret is None or ret > s)
+        e - s for s, e, ret in gaps if lo <= s < hi and inside_op(s) and (ret is None or ret > s)
     )
 
 

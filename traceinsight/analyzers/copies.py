@@ -7,7 +7,8 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context, kernel_names
+from traceinsight.analyzers.context import Context, calls_inside, kernel_names, launched
+from traceinsight.analyzers.syncs import enclosing_op
 from traceinsight.causal.build import PAGEABLE_COPY, pinned_copy_ns, pinned_rate
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import BLOCKING_COPY_API, HOST_OP_KINDS
@@ -48,6 +49,15 @@ class CopyResult:
     # the share of host-to-device bytes launched inside FSDP's hooks (``FSDP::...`` ranges):
     # parameters FSDP's CPU offload brings back to the GPU, not batches
     h2d_fsdp_bytes_ratio: float | None = None
+    # device-to-device copies in the window: their count and bytes, the time the GPU ran only
+    # them (their union less the compute kernels'), and the host ops that launched them, the
+    # costliest first (op, count, bytes, dur_ns); how many were launched inside a torch.compile
+    # graph's call (CompiledFunction ranges: its inputs copied in, mutations copied back)
+    dtod_count: int = 0
+    dtod_bytes: int = 0
+    dtod_exposed_ns: int = 0
+    dtod_by_op: tuple[dict[str, Any], ...] = ()
+    dtod_compiled_count: int = 0
 
 
 def analyze_copies(ctx: Context) -> CopyResult:
@@ -148,6 +158,7 @@ def analyze_copies(ctx: Context) -> CopyResult:
         gpu_pageable_copy_ns=gpu_pageable_ns,
         gpu_pageable_copy_pinned_ns=gpu_pinned_ns,
         h2d_fsdp_bytes_ratio=_fsdp_share(ctx, h2d_bytes),
+        **_device_copies(ctx, copies),
         pageable_calls=tuple(
             {
                 "name": r["name"],
@@ -161,6 +172,62 @@ def analyze_copies(ctx: Context) -> CopyResult:
             for r in top_pageable.iter_rows(named=True)
         ),
     )
+
+
+# torch.compile's AOTAutograd wraps a compiled graph's forward and backward in these ranges
+COMPILED_FUNCTION = r"^CompiledFunction"
+
+
+def _device_copies(ctx: Context, copies: pl.DataFrame) -> dict[str, Any]:
+    """CopyResult's device-to-device fields (none: {})."""
+    d2d = copies.filter(pl.col("copy_kind") == "DtoD")
+    if d2d.height == 0:
+        return {}
+    du = iv.union(d2d.select("device", "start_ns", "end_ns"), by=["device"])
+    # beside any kernel, communication's too: the time the GPU ran nothing but these copies
+    kernels = iv.union(
+        ctx.gpu.lazy().filter(pl.col("kind") == "kernel").select("device", "start_ns", "end_ns"),
+        by=["device"],
+    )
+    exposed = iv.total(du) - sum(iv.overlap_by(du, kernels, "device").values())
+    calls = launched(
+        ctx.launches,
+        [
+            pl.col("launch_tid").alias("tid"),
+            pl.col("launch_start_ns").alias("start_ns"),
+            pl.col("launch_end_ns").alias("end_ns"),
+            pl.col("bytes").fill_null(0).alias("bytes"),
+            "dur_ns",
+        ],
+        (pl.col("kind") == "memcpy")
+        & (pl.col("copy_kind") == "DtoD")
+        & pl.col("start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns, closed="left"),
+    ).with_row_index("sync_id")  # (the id enclosing_op keys its rows by)
+    by_op: tuple[dict[str, Any], ...] = ()
+    compiled = 0
+    if calls.height:
+        named = calls.join(enclosing_op(ctx.ops, calls), on="sync_id", how="left")
+        by_op = tuple(
+            named.with_columns(pl.col("op").fill_null("(no enclosing op)"))
+            .group_by("op")
+            .agg(pl.len().alias("count"), pl.col("bytes").sum(), pl.col("dur_ns").sum())
+            .sort(["dur_ns", "op"], descending=[True, False])
+            .head(5)
+            .iter_rows(named=True)
+        )
+        ranges = ctx.ops.filter(pl.col("name").str.contains(COMPILED_FUNCTION)).select(
+            "tid", "start_ns", "end_ns"
+        )
+        if ranges.height:
+            inside = calls_inside(calls.select("tid", "start_ns", "end_ns"), ranges)
+            compiled = inside.unique(["tid", "start_ns"]).height  # (nested ranges: once)
+    return {
+        "dtod_count": d2d.height,
+        "dtod_bytes": int(d2d.get_column("bytes").fill_null(0).sum()),
+        "dtod_exposed_ns": int(exposed),
+        "dtod_by_op": by_op,
+        "dtod_compiled_count": int(compiled),
+    }
 
 
 def _at_pinned_rate(rows: pl.DataFrame, rates: pl.DataFrame) -> tuple[int, int, float | None]:

@@ -40,7 +40,7 @@ def analyze_syncs(ctx: Context) -> SyncResult:
     calls = ctx.sync_calls.filter(
         (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
     ).with_row_index("sync_id")
-    calls = calls.join(_enclosing_op(ctx.ops, calls), on="sync_id", how="left")
+    calls = calls.join(enclosing_op(ctx.ops, calls), on="sync_id", how="left")
     profiler = 0
     closing = closing_profiler_sync(ctx)
     if closing is not None:
@@ -120,9 +120,10 @@ def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
     return prev.get_column("_h2d").fill_null(False)
 
 
-def _enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """The outermost aten/user op on the same thread around each sync (``aten::item`` over
-    ``aten::_local_scalar_dense``), else the innermost of any."""
+def enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """The outermost aten/user op on the same thread around each call (``calls``: sync_id,
+    start_ns, end_ns, tid; ``aten::item`` over ``aten::_local_scalar_dense``), else the
+    innermost of any: (sync_id, op)."""
     ops = host_ops.select(
         pl.col("name").alias("op"),
         pl.col("start_ns").alias("op_s"),

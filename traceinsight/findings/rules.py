@@ -1169,6 +1169,73 @@ UM_READBACK_ADVICE = (
 )
 
 
+# torch.compile's copies: inputs it mutates copied back after the graph, and under CUDA graphs
+# inputs not at static addresses copied into the graph's buffers on each replay
+COMPILED_COPIES_ADVICE = (
+    "Most of these copies are launched inside torch.compile's CompiledFunction: a compiled "
+    "graph copies back the inputs it mutates in place, and under CUDA graphs "
+    "(mode='reduce-overhead') copies inputs that are not at static addresses into the graph's "
+    "own buffers on every replay. Keep the inputs at fixed addresses (reuse the same tensors; "
+    "torch._dynamo.mark_static_address for buffers updated in place), avoid mutating graph "
+    "inputs in place, and check what each graph copies with TORCH_LOGS=cudagraphs."
+)
+
+
+@rule(
+    "device_copies",
+    advice={
+        "cuda_app": Advice(
+            "Device-to-device copies hold the GPU with no kernel beside them: write each "
+            "result where its consumer reads it (one buffer passed along, or kernels that read "
+            "the source in place) instead of cudaMemcpy between device buffers, and overlap the "
+            "copies that must stay with kernels on another stream.",
+            "// instead of cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, s):\n"
+            "consumer<<<grid, block, 0, s>>>(src /* read in place */, out);",
+        )
+    },
+    no_estimate="whether the copies can go depends on why the program makes them (layouts, "
+    "mutated inputs, graph inputs), which the trace does not show: the cost is the time the "
+    "GPU ran only them",
+    recommendation="Copies on the device hold the GPU with no kernel beside them. Find the ops "
+    "that make them (the evidence names them): .contiguous() or .clone() of large tensors, "
+    "copy_ into new buffers each step, torch.cat of growing tensors, layouts the next op cannot "
+    "read. Keep tensors in the layout their consumer wants, write into preallocated buffers "
+    "(out=), or drop the copy.",
+    snippet=(
+        "x = x.transpose(1, 2)           # a view: no copy\n"
+        "y = op_that_takes_strides(x)    # instead of op(x.contiguous()) each step"
+    ),
+    thresholds={"dtod_exposed_min_ratio": 0.05},
+)
+def device_copies(x: RuleInput) -> Draft | None:
+    c = x.r.copies
+    if c.dtod_exposed_ns < x.t["dtod_exposed_min_ratio"] * x.window_ns or not c.dtod_count:
+        return None
+    top = c.dtod_by_op[0] if c.dtod_by_op else None
+    compiled = c.dtod_compiled_count >= 0.5 * c.dtod_count
+    return Draft(
+        c.dtod_exposed_ns,
+        f"Device-to-device copies: the GPU runs only copies for {fmt_ms(c.dtod_exposed_ns)} "
+        f"({fmt_pct(c.dtod_exposed_ns / max(1, x.window_ns))} of the window), "
+        f"{plural(c.dtod_count, 'copy', 'copies')} of {fmt_bytes(c.dtod_bytes)}"
+        + (
+            f", {fmt_pct(c.dtod_compiled_count / c.dtod_count)} of them inside torch.compile's "
+            "CompiledFunction"
+            if compiled
+            else ""
+        )
+        + (f"; most from {top['op']}" if top else ""),
+        {
+            "exposed_ns": c.dtod_exposed_ns,
+            "copies": c.dtod_count,
+            "bytes": c.dtod_bytes,
+            "compiled_function_copies": c.dtod_compiled_count,
+            "by_op": list(c.dtod_by_op),
+        },
+        **({"recommendation": COMPILED_COPIES_ADVICE} if compiled else {}),
+    )
+
+
 # Mostly read-backs: pinning the loader's batches does not help; the destination does.
 READBACK_ADVICE = (
     "Read results back into a pinned host buffer with non_blocking=True and wait on an event only "
