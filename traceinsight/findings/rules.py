@@ -2871,6 +2871,10 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     # the profiler's own work is no idle of the program's (audit 8: an nsys export's 18.25 ms
     # under the profiler's overhead rows read "not explained by the other findings")
     explained += x.idle("profiler")
+    if "cold_start" not in raised:
+        # one-time costs below cold_start's bar are known all the same, no steady idle (audit
+        # s58: an A100 vector add's 42.74 ms first launch read "not explained")
+        explained += x.idle("warmup")
     if "host_sync" in raised:
         # the host's work after its syncs returned, which host_sync says but does not price
         # (no step model): unexplained, the host's time the GPU waited through (a public
