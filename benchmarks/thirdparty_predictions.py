@@ -69,6 +69,9 @@ APPLIED = {
     "e3nn": ["memory_headroom@4,host_sync,dataloader_stall"],
     # the H100, session 57: print every 50 steps, bf16 weights, default compile, 4x batch
     "moe_lm": ["host_sync,grouped_mm_fallback,fp32_compute,launch_bound,small_batch@4"],
+    # the H100, session 58: accuracy every 100 steps, 4 pinned workers, 4x batch, dense
+    # embeddings with fused SGD, default compile
+    "dlrm": ["host_sync,dataloader_stall,small_batch@4,unfused_optimizer,launch_bound"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -91,6 +94,10 @@ FIX_NAMES = {
     # the H100, session 57: bf16 weights are the fp32 fix recorded; launch_bound's advice
     # (fixed shapes, reduce-overhead) was not recorded (the default compile was: no band)
     "moe_lm": {"fp32_compute": "bf16_weights", "grouped_mm_fallback": "bf16_weights"},
+    # the H100, session 58: dense embeddings with fused SGD for the optimizer's kernels; the
+    # default compile for launch_bound (its advice, fixed shapes then reduce-overhead, was not
+    # recorded: the index lists change length every batch)
+    "dlrm": {"unfused_optimizer": "dense_fused", "launch_bound": "compile"},
     # the H100: TF32 is the fp32 fix recorded (compile failed in inductor: no launch_bound band)
     "e3nn": {"dataloader_stall": "workers_4", "fp32_compute": "tf32"},
     # reduce-overhead, its advice; the 2x batch it recommends was not recorded: the 4x was
@@ -259,6 +266,7 @@ def main() -> None:
         "raft",  # the H100
         "metrics",  # the H100, session 44
         "moe_lm",  # the H100, session 57
+        "dlrm",  # the H100, session 58
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")

@@ -82,10 +82,18 @@ def loader_fixed_interval_ns(r: Results) -> int | None:
         return None
     if plan.loading_per_batch_ns is not None:
         loading = plan.loading_per_batch_ns * plan.batches_per_step
-        return round(loading / LOADER_ASSUMED_THROUGHPUT)
+        return round(max(loading / LOADER_ASSUMED_THROUGHPUT, receive_floor_ns(plan)))
     if loader_bound_ns(r) is None:
         return None
     return round(plan.batch_interval_ns / LOADER_ASSUMED_THROUGHPUT)
+
+
+def receive_floor_ns(plan: LoaderPlan | None) -> int:
+    """The advised loader's floor: its one pin-memory thread receives every batch of a step
+    (``receive_ns`` each: causal/whatif.py ``loader_plan``), 0 where that is not known."""
+    if plan is None or not plan.receive_ns:
+        return 0
+    return round(plan.receive_ns * plan.batches_per_step)
 
 
 def loader_waits(r: Results) -> WhatIf | None:
@@ -374,7 +382,12 @@ def combined(r: Results, findings: Iterable[Finding]) -> WhatIf | None:
     else:
         batch = WhatIf.larger_batch(w.step_time_ns, w.step_time_after_ns, multiplier)
         together = replace(batch, transforms=names)
-    fixed = loader_fixed_interval_ns(r) if set(names) & LOADER_TRANSFORMS else None
+    loader = set(names) & LOADER_TRANSFORMS
+    if "dataloader_floor" in loader and (floor := receive_floor_ns(loader_plan_of(r))):
+        # the loading hidden still arrives through the pin-memory thread (per the original
+        # batch's samples: a k-times batch carries as many tensors, k times larger)
+        together = _bounded(together, round(floor / multiplier), loader_too=True) or together
+    fixed = loader_fixed_interval_ns(r) if loader else None
     at_rate = _bounded(together, fixed, loader_too=True) if fixed is not None else None
     if at_rate is not None and at_rate.speedup != together.speedup:
         # the replay hides the loading entirely (the timm loop's all fixes with 14 workers
