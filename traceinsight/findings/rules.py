@@ -1202,8 +1202,9 @@ COMPILED_COPIES_ADVICE = (
     "read. Keep tensors in the layout their consumer wants, write into preallocated buffers "
     "(out=), or drop the copy.",
     snippet=(
-        "x = x.transpose(1, 2)           # a view: no copy\n"
-        "y = op_that_takes_strides(x)    # instead of op(x.contiguous()) each step"
+        "buf = torch.empty_like(x)        # once, before the loop\n"
+        "torch.mul(x, scale, out=buf)     # each step: written in place, not copied over\n"
+        "q = q.transpose(1, 2)            # a view: SDPA takes strided inputs, no .contiguous()"
     ),
     thresholds={"dtod_exposed_min_ratio": 0.05},
 )
