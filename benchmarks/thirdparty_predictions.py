@@ -97,7 +97,12 @@ FIX_NAMES = {
     # the H100, session 58: dense embeddings with fused SGD for the optimizer's kernels; the
     # default compile for launch_bound (its advice, fixed shapes then reduce-overhead, was not
     # recorded: the index lists change length every batch)
-    "dlrm": {"unfused_optimizer": "dense_fused", "launch_bound": "compile"},
+    # and 2 pinned workers (processes C and D), the loader's stated assumption (twice as fast)
+    "dlrm": {
+        "unfused_optimizer": "dense_fused",
+        "launch_bound": "compile",
+        "dataloader_stall": "workers_2",
+    },
     # the H100: TF32 is the fp32 fix recorded (compile failed in inductor: no launch_bound band)
     "e3nn": {"dataloader_stall": "workers_4", "fp32_compute": "tf32"},
     # reduce-overhead, its advice; the 2x batch it recommends was not recorded: the 4x was

@@ -185,14 +185,19 @@ def loader_plan(
     upper = step_ns / achievable
     if iterator == "single_process":
         loading = step_ns - hidden_ns
+        # a worker also puts each batch's tensors in shared memory for that thread to take:
+        # about what taking them costs (DLRM on a slower H100 host, 2 / 3 / 4 pinned workers:
+        # 1.68-1.82x / 2.35-2.90x / 2.39-3.79x against 1.70 / 2.55 / 3.17x so priced; without
+        # the sending, 2.32 / 3.17 / 3.17x)
+        per_worker = loading + (receive or 0) * batches
         return LoaderPlan(
             iterator,
             round(step_ns),
             round(achievable),
             round(loading / batches),
-            max(1, math.ceil(loading / achievable)),
+            max(1, math.ceil(per_worker / achievable)),
             None,
-            step_ns / max(achievable, loading / LOADER_ASSUMED_THROUGHPUT),
+            step_ns / max(achievable, per_worker / LOADER_ASSUMED_THROUGHPUT),
             upper,
             batch_tensors,
             receive,

@@ -81,8 +81,10 @@ def loader_fixed_interval_ns(r: Results) -> int | None:
     if plan is None:
         return None
     if plan.loading_per_batch_ns is not None:
-        loading = plan.loading_per_batch_ns * plan.batches_per_step
-        return round(max(loading / LOADER_ASSUMED_THROUGHPUT, receive_floor_ns(plan)))
+        # (each worker's loading and its sending of the tensors: causal/whatif.py)
+        sent = receive_floor_ns(plan)
+        loading = plan.loading_per_batch_ns * plan.batches_per_step + sent
+        return round(max(loading / LOADER_ASSUMED_THROUGHPUT, sent))
     if loader_bound_ns(r) is None:
         return None
     return round(plan.batch_interval_ns / LOADER_ASSUMED_THROUGHPUT)
