@@ -1100,3 +1100,9 @@ def test_all_fixes_leave_out_a_fix_that_slows_the_others():
     assert "without host_sync, whose fix with the others replays slower" in render_summary(
         a.to_json()
     )
+    from traceinsight.report.evidence import TRANSFORM_WORDS
+    from traceinsight.report.html import render_html
+
+    page = render_html(a.to_json())
+    words = TRANSFORM_WORDS["remove_syncs"]
+    assert f"left out, since with the others it replays slower: {words}" in page
