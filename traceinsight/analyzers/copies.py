@@ -202,11 +202,11 @@ def _device_copies(ctx: Context, copies: pl.DataFrame) -> dict[str, Any]:
         (pl.col("kind") == "memcpy")
         & (pl.col("copy_kind") == "DtoD")
         & pl.col("start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns, closed="left"),
-    ).with_row_index("sync_id")  # (the id enclosing_op keys its rows by)
+    ).with_row_index("call_id")
     by_op: tuple[dict[str, Any], ...] = ()
     compiled = 0
     if calls.height:
-        named = calls.join(enclosing_op(ctx.ops, calls), on="sync_id", how="left")
+        named = calls.join(enclosing_op(ctx.ops, calls), on="call_id", how="left")
         by_op = tuple(
             named.with_columns(pl.col("op").fill_null("(no enclosing op)"))
             .group_by("op")

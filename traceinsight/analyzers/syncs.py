@@ -39,8 +39,8 @@ def analyze_syncs(ctx: Context) -> SyncResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     calls = ctx.sync_calls.filter(
         (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
-    ).with_row_index("sync_id")
-    calls = calls.join(enclosing_op(ctx.ops, calls), on="sync_id", how="left")
+    ).with_row_index("call_id")
+    calls = calls.join(enclosing_op(ctx.ops, calls), on="call_id", how="left")
     profiler = 0
     closing = closing_profiler_sync(ctx)
     if closing is not None:
@@ -101,7 +101,7 @@ def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
         (pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "HtoD"),
     ).with_columns(pl.lit(True).alias("_h2d"))
     prev = (
-        calls.select("sync_id", "tid", (pl.col("start_ns") - 1).alias("_before"))
+        calls.select("call_id", "tid", (pl.col("start_ns") - 1).alias("_before"))
         .sort("_before")
         .join_asof(
             api.rename({"start_ns": "_prev"}),
@@ -115,15 +115,15 @@ def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
             on=["tid", "_prev"],
             how="left",
         )
-        .sort("sync_id")
+        .sort("call_id")
     )
     return prev.get_column("_h2d").fill_null(False)
 
 
 def enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
-    """The outermost aten/user op on the same thread around each call (``calls``: sync_id,
+    """The outermost aten/user op on the same thread around each call (``calls``: call_id,
     start_ns, end_ns, tid; ``aten::item`` over ``aten::_local_scalar_dense``), else the
-    innermost of any: (sync_id, op)."""
+    innermost of any: (call_id, op)."""
     ops = host_ops.select(
         pl.col("name").alias("op"),
         pl.col("start_ns").alias("op_s"),
@@ -131,8 +131,8 @@ def enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         pl.col("tid").alias("op_tid"),
     )
     if ops.height == 0 or calls.height == 0:
-        return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
-    c = calls.select("sync_id", "start_ns", "end_ns", "tid")
+        return pl.DataFrame(schema={"call_id": pl.UInt32, "op": pl.String})
+    c = calls.select("call_id", "start_ns", "end_ns", "tid")
     hits = iv.containing(
         c,
         ops,
@@ -143,7 +143,7 @@ def enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
         same=("op_tid", "tid"),
     )
     if hits.height == 0:
-        return pl.DataFrame(schema={"sync_id": pl.UInt32, "op": pl.String})
+        return pl.DataFrame(schema={"call_id": pl.UInt32, "op": pl.String})
     # Prefer a recognizable user-facing op, else the innermost.
     return (
         hits.with_columns(
@@ -153,7 +153,7 @@ def enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
             )
             .alias("_named")
         )
-        .sort(["sync_id", "_named", "op_s"], descending=[False, True, False])
-        .unique(subset=["sync_id"], keep="first")
-        .select("sync_id", "op")
+        .sort(["call_id", "_named", "op_s"], descending=[False, True, False])
+        .unique(subset=["call_id"], keep="first")
+        .select("call_id", "op")
     )

@@ -160,6 +160,12 @@ class LoaderPlan:
     def assumed_step_ns(self) -> int:
         return round(self.batch_interval_ns / self.assumed_speedup)
 
+    @property
+    def receive_step_ns(self) -> int:
+        """The pin-memory thread's time to receive a step's batches (0: not known): the advised
+        loader's floor, and what its workers spend sending them."""
+        return round(self.receive_ns * self.batches_per_step) if self.receive_ns else 0
+
 
 def loader_plan(
     step_ns: float,

@@ -82,20 +82,12 @@ def loader_fixed_interval_ns(r: Results) -> int | None:
         return None
     if plan.loading_per_batch_ns is not None:
         # (each worker's loading and its sending of the tensors: causal/whatif.py)
-        sent = receive_floor_ns(plan)
+        sent = plan.receive_step_ns
         loading = plan.loading_per_batch_ns * plan.batches_per_step + sent
         return round(max(loading / LOADER_ASSUMED_THROUGHPUT, sent))
     if loader_bound_ns(r) is None:
         return None
     return round(plan.batch_interval_ns / LOADER_ASSUMED_THROUGHPUT)
-
-
-def receive_floor_ns(plan: LoaderPlan | None) -> int:
-    """The advised loader's floor: its one pin-memory thread receives every batch of a step
-    (``receive_ns`` each: causal/whatif.py ``loader_plan``), 0 where that is not known."""
-    if plan is None or not plan.receive_ns:
-        return 0
-    return round(plan.receive_ns * plan.batches_per_step)
 
 
 def loader_waits(r: Results) -> WhatIf | None:
@@ -385,7 +377,8 @@ def combined(r: Results, findings: Iterable[Finding]) -> WhatIf | None:
         batch = WhatIf.larger_batch(w.step_time_ns, w.step_time_after_ns, multiplier)
         together = replace(batch, transforms=names)
     loader = set(names) & LOADER_TRANSFORMS
-    if "dataloader_floor" in loader and (floor := receive_floor_ns(loader_plan_of(r))):
+    plan = loader_plan_of(r) if "dataloader_floor" in loader else None
+    if plan is not None and (floor := plan.receive_step_ns):
         # the loading hidden still arrives through the pin-memory thread (per the original
         # batch's samples: a k-times batch carries as many tensors, k times larger)
         together = _bounded(together, round(floor / multiplier), loader_too=True) or together
