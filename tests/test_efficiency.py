@@ -537,7 +537,7 @@ def test_occupancy_estimate_agrees_with_kineto() -> None:
     k = eff._kernels(ctx).with_columns(pl.lit(False).alias("recomputed"))
     kineto = ctx.kernel_args.select("rank", "device", "correlation", "occupancy_ratio")
     blind = replace(ctx, kernel_args=ctx.kernel_args.with_columns(occupancy_ratio=None))
-    est = eff._occupancy(blind, k, eff._spec(ctx)).join(
+    est = eff._occupancy(blind, k, eff._occupancy_basis(ctx)).join(
         kineto, on=["rank", "device", "correlation"]
     )
     known = est.filter(pl.col("occupancy_ratio") > 0)  # 0: Kineto's query failed (clusters)
@@ -597,13 +597,15 @@ def test_occupancy_unknown_without_registers_or_kinetos_estimate() -> None:
             occupancy_ratio=pl.lit(0.0), registers_per_thread=pl.lit(None, pl.Int64)
         ),
     )
-    got = eff._occupancy(zero, k, eff._spec(ctx)).filter(pl.col("occupancy").is_not_null())
+    got = eff._occupancy(zero, k, eff._occupancy_basis(ctx)).filter(
+        pl.col("occupancy").is_not_null()
+    )
     # known only where the grid is too small to fill the device (low whatever the registers)
     assert got.height < k.height / 2 and set(got["limiter"]) <= {"grid"}
     assert got["occupancy"].max() < eff.LOW_OCCUPANCY
     # with the registers, our estimate stands where Kineto's query failed
     some = replace(ctx, kernel_args=ctx.kernel_args.with_columns(occupancy_ratio=pl.lit(0.0)))
-    assert eff._occupancy(some, k, eff._spec(ctx))["occupancy"].drop_nulls().len() > 1000
+    assert eff._occupancy(some, k, eff._occupancy_basis(ctx))["occupancy"].drop_nulls().len() > 1000
 
 
 def test_mfu_is_a_lower_bound_where_few_flops_are_known() -> None:

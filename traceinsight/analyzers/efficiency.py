@@ -30,7 +30,16 @@ from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.analyzers.steps import StepResult
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import coded_names
-from traceinsight.model.devices import DeviceSpec, occupancy_estimate, spec_of
+from traceinsight.model.devices import (
+    ArchLimits,
+    DeviceSpec,
+    Family,
+    family_of,
+    occupancy_basis,
+    occupancy_estimate,
+    spec_of,
+    tf32_faster,
+)
 from traceinsight.model.flops import op_costs
 
 MATH_CLASSES = ("gemm", "conv", "attention")
@@ -52,6 +61,9 @@ class DeviceRoofs:
     memory_bandwidth_bytes_per_s: float | None  # x devices
     has_bf16: bool | None  # the device runs bf16 tensor math (V100 does not)
     has_tf32: bool | None
+    tf32_faster: bool | None = None  # TF32 beats fp32's peak (GeForce cards: the same rate)
+    # a device the table lacks, priced by its compute capability's lowest ratios: their source
+    priced_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +179,26 @@ def _spec(ctx: Context) -> DeviceSpec | None:
         if (s := spec_of(known.get(d))) is not None:
             return s
     return None
+
+
+def _first_device(ctx: Context, of: Callable[[object], object]) -> object:
+    """``of`` of the window's first device that gives something (None: none does)."""
+    known = {d.id: d for d in ctx.device_info}
+    for d in ctx.devices or tuple(known):
+        if (v := of(known.get(d))) is not None:
+            return v
+    return None
+
+
+def _family(ctx: Context) -> Family | None:
+    """The family the window's device is priced by where the table lacks it."""
+    fam = _first_device(ctx, family_of)
+    return fam if isinstance(fam, Family) else None
+
+
+def _occupancy_basis(ctx: Context) -> tuple[ArchLimits, int] | None:
+    basis = _first_device(ctx, occupancy_basis)
+    return basis if isinstance(basis, tuple) else None
 
 
 # cuBLAS/cuDNN kernel names carry the architecture they were built for: without the device's
@@ -352,7 +384,7 @@ def _recomputed(ctx: Context, k: pl.DataFrame) -> pl.Series:
     return pl.int_range(k.height, eager=True).is_in(hit.implode()).alias("recomputed")
 
 
-def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.DataFrame:
+def _occupancy(ctx: Context, k: pl.DataFrame, basis: tuple[ArchLimits, int] | None) -> pl.DataFrame:
     """Each kernel's occupancy (Kineto's estimated achieved occupancy, else ours from the launch
     configuration and the SM limits) and the resource that limits it."""
     ka = ctx.kernel_args
@@ -364,9 +396,9 @@ def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.Dat
         pl.lit(None, pl.Int64).alias("registers_per_thread"),
         pl.lit(None, pl.Int64).alias("shared_memory_bytes"),
     )
-    # nothing to read (no Kineto estimate) and nothing to estimate with (no spec): no join
+    # nothing to read (no Kineto estimate) and nothing to estimate with (no SM limits): no join
     kineto_known = ka.height > ka.get_column("occupancy_ratio").null_count()
-    if ka.height == 0 or k.height == 0 or (spec is None and not kineto_known):
+    if ka.height == 0 or k.height == 0 or (basis is None and not kineto_known):
         return none
     ka = ka.select(
         "rank",
@@ -385,19 +417,19 @@ def _occupancy(ctx: Context, k: pl.DataFrame, spec: DeviceSpec | None) -> pl.Dat
     k = join_beside(k, ka, ["rank", "device", "correlation"])
     est = pl.lit(None, pl.Float64)
     limiter = pl.lit(None, pl.String)
-    if spec is not None:
+    if basis is not None:
+        limits, sms = basis
         cfg = (
             k.select("grid_blocks", "block_threads", "registers_per_thread", "shared_memory_bytes")
             .drop_nulls(["grid_blocks", "block_threads"])
             .unique()
         )
-        sms = spec.sm_count or 1
         rows = []
         # one estimate per distinct launch configuration (a few hundred), not per kernel
         for g, t, r, s in cfg.iter_rows():
-            occ, lim = occupancy_estimate(spec.limits, int(t), int(r or 0), int(s or 0))
-            warps = -(-int(t) // spec.limits.warp_size)
-            grid_occ = g * warps / (sms * spec.limits.max_warps_per_sm)
+            occ, lim = occupancy_estimate(limits, int(t), int(r or 0), int(s or 0))
+            warps = -(-int(t) // limits.warp_size)
+            grid_occ = g * warps / (sms * limits.max_warps_per_sm)
             if grid_occ < occ:
                 occ, lim = grid_occ, "grid"
             if not r and not (lim == "grid" and occ < LOW_OCCUPANCY):
@@ -479,6 +511,7 @@ def _per_step(ctx: Context, k: pl.DataFrame) -> pl.DataFrame:
 def _device(ctx: Context, spec: DeviceSpec | None) -> DeviceRoofs:
     n_dev = max(1, len(ctx.devices))
     has_bf16, has_tf32 = _tensor_dtypes(ctx, spec)
+    fam = _family(ctx) if spec is None else None
     return DeviceRoofs(
         spec=spec.id if spec else None,
         peak_tflops=dict(spec.peak_tflops) if spec else None,
@@ -488,6 +521,8 @@ def _device(ctx: Context, spec: DeviceSpec | None) -> DeviceRoofs:
         memory_bandwidth_bytes_per_s=spec.memory_bandwidth_bytes_per_s * n_dev if spec else None,
         has_bf16=has_bf16,
         has_tf32=has_tf32,
+        tf32_faster=tf32_faster(spec) if spec is not None else fam.tf32_faster if fam else None,
+        priced_by=fam.source if fam else None,
     )
 
 
@@ -729,7 +764,8 @@ def analyze_efficiency(
     has_flops = k.height > 0 and k.get_column("flops").drop_nulls().len() > 0
     # which kernels recompute the forward matters only where there are FLOPs to split
     k = k.with_columns(_recomputed(ctx, k) if has_flops else pl.lit(False).alias("recomputed"))
-    k = _occupancy(ctx, k, spec)
+    # a device the table lacks: its architecture's limits and its own SM count
+    k = _occupancy(ctx, k, _occupancy_basis(ctx))
     kernel_ns = int(k.get_column("dur_ns").sum()) if k.height else 0
     device = _device(ctx, spec)
     flops = _step_flops(ctx, k) if has_flops else StepFlops()

@@ -41,7 +41,7 @@ from traceinsight.model.classify import (
     HOST_OP_KINDS,
     MODULE_PATTERN,
 )
-from traceinsight.model.devices import host_links, spec_of, tensor_time_ratio
+from traceinsight.model.devices import host_links, spec_of, time_ratios
 
 EMPTY_CACHE_PATTERN = r"empty_cache"
 # Host time the profiler adds per event it records (op, annotation, Python frame, runtime
@@ -825,10 +825,8 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             "recompute": recompute_ranges(ctx),
             "model": model_ranges(ctx),
         },
-        time_ratios={
-            d.id: (tensor_time_ratio(spec_of(d), "fp32"), tensor_time_ratio(spec_of(d), "tf32"))
-            for d in ctx.device_info
-        },
+        # a device the table lacks: its compute capability's lowest ratios (devices.family_of)
+        time_ratios={d.id: time_ratios(d) for d in ctx.device_info},
         batch_tensors=batch_tensors(ctx, ranges),
         op_args=ctx.op_args,
         memory_bandwidths={

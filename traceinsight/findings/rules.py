@@ -1782,19 +1782,57 @@ def elementwise_heavy(x: RuleInput) -> Draft | None:
             else _EW_ADVICE_CONV,
             "snippet": _EW_SNIPPET_COMPILE if x.r.host_ops.forward_only else _EW_SNIPPET_CONV,
         }
+    title = (
+        f"Elementwise kernels: {fmt_pct(time_ratio)} of kernel time, {fmt_pct(count_ratio)} of kernels "
+        f"({kern.elementwise_eager_count} eager, {kern.elementwise_triton_count} Triton-fused)"
+    )
+    gather_ns = sum(
+        int(k.get("total_ns") or 0)
+        for k in kern.top_kernels
+        if k.get("kernel_class") == "elementwise"
+        and re.search(GATHER_KERNELS, k.get("name") or "", re.I)
+    )
+    if ew_ns and gather_ns >= GATHER_MAJORITY * ew_ns:
+        # most of it is index gathers, copies of the rows an index selects: no chain to fuse
+        # (audit s59: a B300 MoE's 12 vectorized_gather_kernel of 540 us, expert weights
+        # gathered per token under aten::index, 6.49 of 10.24 ms kernel time)
+        title += f"; most of it index gathers ({fmt_ms(gather_ns)})"
+        advice = {"recommendation": _GATHER_ADVICE, "snippet": _GATHER_SNIPPET}
     return Draft(
         ew_ns * x.t["elementwise_fusion_saving_ratio"],
-        f"Elementwise kernels: {fmt_pct(time_ratio)} of kernel time, {fmt_pct(count_ratio)} of kernels "
-        f"({kern.elementwise_eager_count} eager, {kern.elementwise_triton_count} Triton-fused)",
+        title,
         {
             "elementwise_kernel_time_ratio": time_ratio,
             "elementwise_kernel_count_ratio": count_ratio,
             "elementwise_eager_count": kern.elementwise_eager_count,
             "elementwise_triton_count": kern.elementwise_triton_count,
             "elementwise_ns": ew_ns,
+            "gather_ns": gather_ns,
         },
         **advice,
     )
+
+
+# ATen's gather kernels (aten::index, gather, index_select, embedding lookups): each copies the
+# rows an index selects into a new tensor
+GATHER_KERNELS = r"gather_kernel|index_kernel|indexselect|index_select|scatter_gather"
+GATHER_MAJORITY = 0.5  # of the elementwise time: the finding speaks of gathers
+_GATHER_ADVICE = (
+    "Most of this time is index gathers (aten::index, torch.gather, index_select): each copies "
+    "the rows an index selects into a new tensor, and there is no chain to fuse. Gather the "
+    "smaller operand: index the activations, not a weight tensor (a mixture of experts: sort "
+    "the tokens by expert and run one matmul per expert, or a grouped GEMM, on the weights in "
+    "place, not weights gathered per token); torch.compile fuses a gather into the pointwise "
+    "kernel that reads it."
+)
+_GATHER_SNIPPET = (
+    "# before: w = experts_w[idx]            # copies a weight matrix per token\n"
+    "#         y = torch.bmm(x.unsqueeze(1), w)\n"
+    "order = idx.argsort()\n"
+    "counts = torch.bincount(idx, minlength=n_experts).tolist()\n"
+    "chunks = x[order].split(counts)            # the tokens of each expert, together\n"
+    "y = torch.cat([c @ experts_w[e] for e, c in enumerate(chunks)])[order.argsort()]"
+)
 
 
 _EW_ADVICE_CONV = (
@@ -2103,6 +2141,21 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             f"Matrix math runs in TF32 and fp32: {fmt_pct(tf32)} and {fmt_pct(fp32)} of "
             "GEMM/conv/attention time, where bf16 tensor cores run twice TF32's peak"
         )
+    device = x.r.efficiency.device
+    rec, snippet = _fp32_advice(
+        device.has_bf16,
+        device.has_tf32,
+        x.r.host_ops,
+        x.t["shapes_first_min_ratio"],
+        tf32_bound=tf32_bound,
+        tf32_faster=device.tf32_faster,
+    )
+    priced = x.r.replay is not None and "bf16_gemms" in x.r.replay.what_if
+    if device.priced_by and priced:  # a device the table lacks: say what the saving assumes
+        rec = (
+            f"{rec or _FP32_ADVICE} The saving assumes the weakest card of the GPU's family "
+            f"({device.priced_by}): the GPU is not in the spec table."
+        )
     return Draft(
         (kern.fp32_math_ns + (kern.tf32_math_ns if tf32 else 0)) * x.t["fp32_saving_ratio"],
         title,
@@ -2112,14 +2165,11 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             "fp32_math_ns": kern.fp32_math_ns,
             "math_ns": kern.math_ns,
             "top_fp32_kernels": list(kern.top_fp32_kernels),
+            # a device the table lacks: the saving assumes the family's weakest card
+            **({"peaks_assumed": device.priced_by} if device.priced_by else {}),
         },
-        *_fp32_advice(
-            x.r.efficiency.device.has_bf16,
-            x.r.efficiency.device.has_tf32,
-            x.r.host_ops,
-            x.t["shapes_first_min_ratio"],
-            tf32_bound=tf32_bound,
-        ),
+        rec,
+        snippet,
     )
 
 
@@ -2165,6 +2215,17 @@ TF32_TO_BF16_ADVICE = (
 )
 
 
+# GeForce cards (RTX 30, 40, 50) run TF32 tensor math at their fp32 rate and bf16 with fp32
+# accumulation at twice it (the GA102 and Ada whitepapers: RTX 3090 35.6 / 35.6 / 71 TFLOP/s,
+# RTX 4090 82.6 / 82.6 / 165.2): TF32 saves nothing there.
+NO_TF32_GAIN_ADVICE = (
+    "Train in bf16 with torch.autocast (no GradScaler needed): on this GPU TF32 tensor math "
+    "runs at the fp32 rate (GeForce cards), so enabling TF32 saves nothing; bf16 runs twice "
+    "as fast at peak.",
+    'with torch.autocast("cuda", dtype=torch.bfloat16):\n    loss = model(batch)',
+)
+
+
 # CDNA2 (MI200) has bf16 matrix cores but no TF32 (xf32 came with MI300).
 BF16_ONLY_ADVICE = (
     "Train in bf16 with torch.autocast (no GradScaler needed); this GPU has no TF32 matrix math.",
@@ -2179,11 +2240,13 @@ def _fp32_advice(
     shapes_min_ratio: float,
     *,
     tf32_bound: bool = False,
+    tf32_faster: bool | None = None,
 ) -> tuple[str | None, str | None]:
     """(recommendation, snippet) for the device; (None, None): the rule's own (bf16 or TF32).
     Where new input shapes cost per-shape setup (at least ``shapes_min_ratio`` of the window,
     in more than one step), fixing the shapes comes first. ``tf32_bound``: the math is TF32
-    already, so the advice is bf16 (with channels_last for convolutions)."""
+    already, so the advice is bf16 (with channels_last for convolutions); ``tf32_faster``
+    False: TF32 runs at the fp32 rate (GeForce), so the advice is bf16 alone."""
     rec, snippet = None, None
     if has_bf16 is False and has_tf32 is False:
         rec, snippet = INFERENCE_FP16_ADVICE if host.forward_only else FP16_ADVICE
@@ -2193,6 +2256,8 @@ def _fp32_advice(
         rec, snippet = TF32_TO_BF16_ADVICE
     elif has_bf16 and has_tf32 is False:
         rec, snippet = BF16_ONLY_ADVICE
+    elif has_bf16 and tf32_faster is False:
+        rec, snippet = NO_TF32_GAIN_ADVICE
     ratio = host.new_shape_ratio
     varying = host.new_shape_steps > 1 and ratio is not None and ratio >= shapes_min_ratio
     if host.new_shape and varying:

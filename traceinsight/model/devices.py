@@ -211,6 +211,84 @@ def spec_of(device: Any) -> DeviceSpec | None:
     return lookup(device.name, device.memory_bytes, device.sm_count, device.compute_capability)
 
 
+@dataclass(frozen=True)
+class Family:
+    """What a device the table lacks is priced by: its compute capability's lowest datasheet
+    ratios (``[family."8.6"]`` in the data file), the smallest gain 16-bit tensor math gives
+    any card of the family."""
+
+    capability: str
+    fp32_over_tensor: float  # fp32 peak / dense 16-bit tensor peak (fp32 accumulation)
+    tf32_over_tensor: float | None  # None: no TF32 tensor math
+    bf16: bool  # the 16-bit tensor math is bf16 (else fp16 only)
+    source: str
+
+    @property
+    def tf32_faster(self) -> bool | None:
+        """Whether TF32 runs faster than fp32 on every card of the family."""
+        if self.tf32_over_tensor is None:
+            return None
+        return self.tf32_over_tensor * FASTER_MIN_RATIO > self.fp32_over_tensor
+
+
+# A peak counts as faster than another where this share of it still exceeds the other (TF32 at
+# the fp32 rate on GeForce cards does not)
+FASTER_MIN_RATIO = 0.95
+
+
+@cache
+def _families() -> dict[str, Family]:
+    doc = tomllib.loads(DATA.read_text())
+    return {
+        cc: Family(
+            cc,
+            float(v["fp32_over_tensor"]),
+            float(v["tf32_over_tensor"]) if "tf32_over_tensor" in v else None,
+            bool(v["bf16"]),
+            str(v["source"]),
+        )
+        for cc, v in doc.get("family", {}).items()
+    }
+
+
+def family_of(device: Any) -> Family | None:
+    """The family a device the table lacks is priced by (None: the table has the device, or
+    its compute capability is unknown or not in the data file)."""
+    if device is None or spec_of(device) is not None or not device.compute_capability:
+        return None
+    return _families().get(str(device.compute_capability))
+
+
+def time_ratios(device: Any) -> tuple[float | None, float | None]:
+    """(fp32, TF32) time over the 16-bit tensor time of the same math on ``device``: from its
+    spec, else its family's lowest ratios (:func:`family_of`); None each where unknown."""
+    spec = spec_of(device)
+    if spec is not None:
+        return tensor_time_ratio(spec, "fp32"), tensor_time_ratio(spec, "tf32")
+    fam = family_of(device)
+    return (fam.fp32_over_tensor, fam.tf32_over_tensor) if fam else (None, None)
+
+
+def tf32_faster(spec: DeviceSpec | None) -> bool | None:
+    """Whether the device's TF32 tensor peak beats its fp32 peak (GeForce cards: equal)."""
+    if spec is None or not spec.has("tf32") or not spec.has("fp32"):
+        return None
+    return spec.peak_tflops["tf32"] * FASTER_MIN_RATIO > spec.peak_tflops["fp32"]
+
+
+def occupancy_basis(device: Any) -> tuple[ArchLimits, int] | None:
+    """The per-SM limits and SM count an occupancy estimate needs: the spec's, else the
+    architecture's by compute capability with the trace's own SM count (None: neither)."""
+    spec = spec_of(device)
+    if spec is not None:
+        return spec.limits, spec.sm_count or 1
+    if device is None or not device.sm_count:
+        return None
+    arch = ARCH_OF_CAPABILITY.get(str(device.compute_capability or ""))
+    limits = _table()[1].get(arch) if arch else None
+    return (limits, int(device.sm_count)) if limits else None
+
+
 def fp32_to_bf16_time_ratio(spec: DeviceSpec | None) -> float | None:
     """How much faster 16-bit tensor-core math is than fp32 CUDA-core math on this device
     (fp32 peak / bf16 peak; fp16 where the device has no bf16): the bf16 what-if's scale for a
