@@ -147,3 +147,23 @@ def test_gathers_are_named_and_advised_as_gathers() -> None:
     plain = loop("void at::native::vectorized_elementwise_kernel<4, mul>")
     g = next(f for f in plain.findings if f.id == "elementwise_heavy")
     assert "gathers" not in g.title and g.evidence["gather_ns"] == 0
+
+
+def test_a_cuda_graph_trees_recording_frame_is_capture() -> None:
+    """torch.compile's CUDA Graph Trees record a graph inside ``record_function`` (its warm-up,
+    syncs and pools before the capture calls): a 400 us gap under that frame, with a sync in
+    it, is capture (one-time), not a sync's (MI300X xDiT captures: 51.6 ms of such gaps read
+    "not explained"). Without the frame the same gap is the sync's."""
+
+    def run(frame: str) -> dict[str, int]:
+        ev = Events()
+        ev.kernel("void at::native::vectorized_elementwise_kernel<4, add>", 0, 100, launch_us=0)
+        ev.op(frame, 90, 520, kind="python_function")
+        ev.runtime("cudaDeviceSynchronize", 150, 300)
+        ev.kernel("void at::native::vectorized_elementwise_kernel<4, mul>", 500, 100, launch_us=460)
+        return analyze_trace(ev.trace()).results.idle.idle_by_cause_ns
+
+    inside = run("torch/_inductor/cudagraph_trees.py(2205): record_function")
+    assert inside["capture"] == 400 * 1000 and inside["host_sync"] == 0
+    elsewhere = run("torch/_inductor/compile_fx.py(1500): run")
+    assert elsewhere["capture"] == 0 and elsewhere["host_sync"] > 0

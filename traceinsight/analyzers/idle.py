@@ -55,6 +55,7 @@ from traceinsight.model.classify import (
     ALLOCATOR_API,
     API_KINDS,
     CAPTURE_ANNOTATION,
+    CUDAGRAPH_RECORD_FRAME,
     CAPTURE_BEGIN_API,
     CAPTURE_END_API,
     COMM_HOST_PATTERN,
@@ -1335,6 +1336,7 @@ def capture_ranges(ctx: Context) -> pl.DataFrame:
             ctx.rows(("user_annotation", "cpu_op"), CAPTURE_ANNOTATION).select(
                 "start_ns", "end_ns"
             ),
+            ctx.rows(("python_function",), CUDAGRAPH_RECORD_FRAME).select("start_ns", "end_ns"),
         ]
     )
     return _clipped(ctx, spans)
