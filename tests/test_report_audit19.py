@@ -96,7 +96,17 @@ def test_every_spec_row_names_its_memory_type() -> None:
         r["id"] for r in rows if r.get("memory_type") not in HBM | GDDR
     ]
     gddr = {r["id"] for r in rows if r["memory_type"] in GDDR}
-    assert gddr == {"T4", "A10", "L4", "L40S", "RTX-4090", "RTX-3090", "RTX-3080", "RTX-A6000"}
+    assert gddr == {
+        "T4",
+        "A10",
+        "A40",
+        "L4",
+        "L40S",
+        "RTX-4090",
+        "RTX-3090",
+        "RTX-3080",
+        "RTX-A6000",
+    }
     # a name of the table matches its card, not the Ti beside it (82 and 84 SMs, other clocks)
     assert lookup("NVIDIA GeForce RTX 3090").sm_count == 82
     assert lookup("NVIDIA GeForce RTX 3090 Ti") is None

@@ -624,20 +624,23 @@ def test_what_if_of_the_applied_set_within_the_measured_all(loop: str) -> None:
 
 def test_the_applied_set_of_the_sbert_loop() -> None:
     """A miss, with its mechanism: the applied set (the loader, bf16, the syncs, pinned copies,
-    the 4x batch) prices 4.67x against 2.21-2.82x measured for all together. bf16 alone measured
-    0.46-0.63x, a slowdown: under bf16 the batches' new lengths each step send attention to
-    cuDNN, which builds a plan per new shape (the bf16 after: ``aten::_cudnn_attention_forward``
-    78 ms on its first calls of a shape, ``new_shape_setup``), where fp32_compute prices 1.0x.
-    The set times bf16's measured band brackets the measured all. (Until session 30 it priced
-    2.64x, within by a cancellation: the larger batch scaled the loading that the advised
-    workers had taken off the step thread.)"""
+    the 4x batch) prices 1.27x against 2.21-2.82x measured for all together. bf16 alone measured
+    0.46-0.63x: under bf16 SDPA takes cuDNN's attention, which builds a graph per new shape
+    (the bf16 after: ``aten::_cudnn_attention_forward`` 78 ms on its first calls of a shape).
+    Since session 59 the bf16 transform prices those builds in every step that met a new shape,
+    3 of 3 in the fp32 window: 0.30x (0.93x before, and the set 4.67x); the run's sentence
+    lengths recur more often than three steps show (its bf16 after built in 2 of 3 steps), so
+    the builds are an upper end. With bf16's measured band in place of its price the set
+    brackets the measured all. (Until session 30 it priced 2.64x, within by a cancellation: the
+    larger batch scaled the loading that the advised workers had taken off the step thread.)"""
     ids = "dataloader_stall,fp32_compute,host_sync,pageable_memcpy,memory_headroom@4"
     w = chosen("sbert.before.pt.trace.json.xz", ids.split(",")).what_if
     lo, hi = band("sbert", "all")
-    assert w.speedup > (1 + TOLERANCE) * hi
+    assert w.speedup < lo / (1 + TOLERANCE)
+    bf16 = finding("sbert", "fp32_compute").what_if.speedup
+    assert 0.25 < bf16 < 0.35
     b_lo, b_hi = band("sbert", "bf16")
-    assert w.speedup * b_lo <= hi and w.speedup * b_hi >= lo
-    assert finding("sbert", "fp32_compute").what_if.speedup > 0.9  # 0.93: autocast's casts
+    assert w.speedup / bf16 * b_lo <= hi and w.speedup / bf16 * b_hi >= lo
 
 
 def test_the_applied_set_of_the_launch_bound_loop_names_its_capture() -> None:

@@ -41,7 +41,7 @@ from traceinsight.model.classify import (
     HOST_OP_KINDS,
     MODULE_PATTERN,
 )
-from traceinsight.model.devices import host_links, spec_of, time_ratios
+from traceinsight.model.devices import cudnn_sdpa_in_16bit, host_links, spec_of, time_ratios
 
 EMPTY_CACHE_PATTERN = r"empty_cache"
 # Host time the profiler adds per event it records (op, annotation, Python frame, runtime
@@ -835,4 +835,5 @@ def model_inputs(ctx: Context) -> ModelInputs | None:
             if (spec := spec_of(d)) is not None and spec.memory_bandwidth_bytes_per_s
         },
         host_links=host_links(ctx.device_info, lambda: kernel_names(ctx), ctx.devices),
+        cudnn_sdpa_devices=tuple(d.id for d in ctx.device_info if cudnn_sdpa_in_16bit(d)),
     )

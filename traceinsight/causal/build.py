@@ -157,6 +157,9 @@ class ModelInputs:
     # device -> a pinned host-to-device copy's rate over its host link (bytes/s, the device
     # spec table): the pinned-copy what-ifs' rate where the trace has no pinned copies of its own
     host_links: Mapping[int, float] = field(default_factory=dict)
+    # devices whose SDPA runs cuDNN's attention in 16 bits (model/devices.py
+    # cudnn_sdpa_in_16bit): the bf16 transform adds its graph builds per new shape
+    cudnn_sdpa_devices: tuple[int, ...] = ()
 
     @property
     def loader_receive_ns(self) -> int:
@@ -768,6 +771,85 @@ def _flags(
         first.alias("opens_math_op"),
         align.alias("align_16bit"),
         _channels_last_ns(src, host, gpu).alias("channels_last_ns"),
+        _sdpa_plans_ns(src, host, gpu).alias("sdpa_plan_ns"),
+    )
+
+
+# SDPA's efficient backend (the one fp32 inputs with a mask run): its forward and backward ops
+SDPA_EFFICIENT_OPS = {
+    "aten::_scaled_dot_product_efficient_attention": "forward",
+    "aten::_scaled_dot_product_efficient_attention_backward": "backward",
+}
+# cuDNN's attention builds its execution graph on the host at the first call with a new shape:
+# 47-82 ms a forward and 50-87 ms a backward on an H100 and an H200 (torch 2.11; held-out
+# Conformer RNN-T, T5 and sentence-transformers loops in bf16, against 0.1-0.2 ms a call with
+# a known shape); the lowest of each is taken
+CUDNN_SDPA_PLAN_NS = {"forward": 47_000_000, "backward": 50_000_000}
+
+
+def _sdpa_plans_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -> pl.Series:
+    """Per GPU op: the host time cuDNN's attention would spend building graphs before it, were
+    the step in 16 bits (:data:`CUDNN_SDPA_PLAN_NS` on the first kernel of the first efficient
+    SDPA forward, and backward, of each step whose attention meets a shape no other step of the
+    window has; 0 elsewhere). Only on devices whose SDPA takes cuDNN's attention in 16 bits
+    (``src.cudnn_sdpa_devices``), with recorded shapes (``record_shapes``) and at least two
+    steps. Whether the run had met a shape before the window the trace cannot tell: one that
+    recurs in it is taken as met, one seen once as new."""
+    zero = pl.repeat(0, gpu.height, dtype=pl.Int64, eager=True)
+    args = src.op_args
+    if not src.cudnn_sdpa_devices or args.height == 0 or gpu.height == 0 or host.height == 0:
+        return zero
+    calls = args.filter(pl.col("name").is_in(list(SDPA_EFFICIENT_OPS))).select(
+        "tid",
+        "start_ns",
+        pl.col("name").replace_strict(SDPA_EFFICIENT_OPS).alias("pass"),
+        pl.col("input_dims").alias("shape"),
+    )
+    if calls.height == 0:
+        return zero
+    starts = src.steps.get_column("host_start_ns").sort()
+    step = starts.search_sorted(calls.get_column("start_ns"), side="right").cast(pl.Int64) - 1
+    calls = calls.with_columns(step.alias("step")).filter(pl.col("step") >= 0)
+    if calls.get_column("step").n_unique() < 2:  # one step: no shape is seen to recur or not
+        return zero
+    # a shape in one step only is new to the run; one that recurs in the window was met
+    # before it too (a fixed-shape loop builds nothing): a step meeting a new shape builds
+    firsts = calls.group_by("pass", "shape").agg(
+        pl.col("step").min(), pl.col("step").n_unique().alias("_steps")
+    )
+    new_steps = firsts.filter(pl.col("_steps") == 1).select("pass", "step").unique()
+    first_calls = (
+        calls.join(new_steps, on=["pass", "step"])
+        .sort("start_ns")
+        .unique(["pass", "step"], keep="first")
+        .with_columns(
+            pl.col("pass").replace_strict(CUDNN_SDPA_PLAN_NS, return_dtype=pl.Int64).alias("_ns")
+        )
+    )
+    ops = src.ops.filter(pl.col("name").is_in(list(SDPA_EFFICIENT_OPS))).select(
+        "tid", "start_ns", "end_ns"
+    )
+    on_device = pl.col("device").is_in(list(src.cudnn_sdpa_devices))
+    kern = (
+        gpu.select(pl.int_range(pl.len()).alias("_i"), "launch", "launch_key_ns", "kind", "device")
+        .filter((pl.col("launch") >= 0) & (pl.col("kind") == "kernel") & on_device)
+        .drop("kind", "device")
+    )
+    if kern.height == 0 or ops.height == 0:
+        return zero
+    kern = kern.with_columns(host.get_column("tid").gather(kern.get_column("launch")).alias("tid"))
+    opened = _open_op(kern, ops).sort("launch_key_ns").unique("start_ns", keep="first")
+    hits = opened.join(first_calls.select("tid", "start_ns", "_ns"), on=["tid", "start_ns"])
+    return (
+        pl.DataFrame({"_i": pl.int_range(gpu.height, eager=True)})
+        .join(
+            hits.select(pl.col("_i").cast(pl.Int64), "_ns"),
+            on="_i",
+            how="left",
+            maintain_order="left",
+        )
+        .get_column("_ns")
+        .fill_null(0)
     )
 
 

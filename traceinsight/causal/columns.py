@@ -107,6 +107,9 @@ GPU_FLAGS = (
     # cuDNN's channels-first batch norm as NHWC kernels: the layer's bytes at the memory
     # bandwidth; cuDNN's layout transposes 0; null elsewhere or unknown)
     "channels_last_ns",
+    # the host time cuDNN's attention would spend building its graph before this kernel, were
+    # the step in 16 bits (a new shape's first efficient SDPA call of its step; 0 elsewhere)
+    "sdpa_plan_ns",
     # a pinned host-to-device copy's rate on the op's device (bytes/ns): the trace's own
     # pinned uploads where it has them, else the device's host link (the spec table)
     "pinned_bytes_per_ns",

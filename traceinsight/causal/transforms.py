@@ -582,11 +582,27 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
         .alias("dur_ns")
     )
     launches = g.filter(casts & (pl.col("launch") >= 0)).get_column("launch")
-    if launches.len() and dispatch_ns:
+    # where SDPA would take cuDNN's attention in bf16, its graph builds for each step's new
+    # shapes (causal/build.py sdpa_plan_ns) hold the host before the attention's first launch
+    plans = g.filter((pl.col("sdpa_plan_ns") > 0) & (pl.col("launch") >= 0)).select(
+        "launch", "sdpa_plan_ns"
+    )
+    if (launches.len() and dispatch_ns) or plans.height:
         extra = int(AUTOCAST_CASTS_PER_OP * float(dispatch_ns))
         hit = pl.int_range(pl.len()).is_in(launches.implode())
+        plan = (
+            pl.DataFrame({"launch": pl.int_range(h.height, eager=True)})
+            .join(
+                plans.group_by("launch").agg(pl.col("sdpa_plan_ns").sum()),
+                on="launch",
+                how="left",
+                maintain_order="left",
+            )
+            .get_column("sdpa_plan_ns")
+            .fill_null(0)
+        )
         h = h.with_columns(
-            (pl.col(c) + pl.when(hit).then(extra).otherwise(0)).alias(c)
+            (pl.col(c) + pl.when(hit).then(extra).otherwise(0) + plan).alias(c)
             for c in ("gap_ns", "gap_ops_ns")
         )
         return StepModel(host=h, gpu=g, steps=model.steps)
@@ -888,6 +904,7 @@ TRANSFORMS: dict[str, Transform] = {
                 "align_16bit",
                 "in_optimizer",
                 "name",  # batch norm's kernels keep their time
+                "sdpa_plan_ns",
             },
             unpriced=_bf16_unpriced,
         ),

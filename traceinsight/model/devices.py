@@ -276,6 +276,20 @@ def tf32_faster(spec: DeviceSpec | None) -> bool | None:
     return spec.peak_tflops["tf32"] * FASTER_MIN_RATIO > spec.peak_tflops["fp32"]
 
 
+# NVIDIA compute capabilities where PyTorch's scaled_dot_product_attention takes cuDNN's attention
+# for 16-bit inputs with a mask or none (H100, H200 with torch 2.11: a held-out Conformer's, a
+# T5's and a sentence-transformers loop's efficient-backend fp32 attention ran cuDNN's in bf16)
+CUDNN_SDPA_CAPABILITIES = ("9.0", "10.0", "10.3")
+_AMD_NAME = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
+
+
+def cudnn_sdpa_in_16bit(device: Any) -> bool:
+    """Whether SDPA on ``device`` runs cuDNN's attention once its inputs are bf16/fp16."""
+    if device is None or str(device.compute_capability or "") not in CUDNN_SDPA_CAPABILITIES:
+        return False
+    return not _AMD_NAME.search(device.name or "")
+
+
 def occupancy_basis(device: Any) -> tuple[ArchLimits, int] | None:
     """The per-SM limits and SM count an occupancy estimate needs: the spec's, else the
     architecture's by compute capability with the trace's own SM count (None: neither)."""
