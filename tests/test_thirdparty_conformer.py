@@ -149,6 +149,9 @@ def test_bf16_is_priced_within_its_band() -> None:
     b = band("bf16")
     assert within_band(f.what_if.speedup, b["low"], b["high"], TOLERANCE)
     assert "cuDNN's attention" in f.recommendation and "2 of 2 steps" in f.recommendation
+    # the other end, a run whose lengths recur (no builds): the GEMMs and casts alone, 0.96x
+    assert f.evidence["sdpa_plan_steps"] == 2
+    assert 0.9 < f.evidence["speedup_known_shapes"] < 1.0
 
 
 def test_the_applied_set_is_priced_within_its_band() -> None:

@@ -916,6 +916,25 @@ TRANSFORMS: dict[str, Transform] = {
 }
 
 
+def bf16_gemms_known_shapes(model: StepModel) -> StepModel | None:
+    """:func:`bf16_gemms` in a run that has met every attention shape before: no cuDNN graph
+    builds (causal/build.py ``sdpa_plan_ns``). The other end of the bf16 saving where SDPA
+    would take cuDNN's attention and the window met new shapes: how often a run's shapes recur
+    the trace cannot tell. None where the model has no such builds."""
+    g = model.gpu
+    if "sdpa_plan_ns" not in g.columns or not (g.get_column("sdpa_plan_ns") > 0).any():
+        return None
+    return bf16_gemms(model.with_gpu(g.with_columns(pl.lit(0, pl.Int64).alias("sdpa_plan_ns"))))
+
+
+# not among TRANSFORMS (no what-if of its own): fp32_compute asks for it where builds are priced
+BF16_KNOWN_SHAPES = _t(
+    bf16_gemms_known_shapes,
+    host=TRANSFORMS["bf16_gemms"].host_reads,
+    gpu=TRANSFORMS["bf16_gemms"].gpu_reads,
+)
+
+
 # Which engine bounds the step: each one made ENGINE_SPEEDUP times faster on its own, the rest
 # as it is; the step follows the engine it is bound by (the others absorb the change).
 ENGINE_SPEEDUP = 2.0

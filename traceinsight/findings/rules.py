@@ -27,6 +27,7 @@ from traceinsight.analyzers.idle import (
 from traceinsight.analyzers.sources import Source
 from traceinsight.causal.build import CUDNN_SDPA_PLAN_NS
 from traceinsight.causal.columns import HOST_INPUT_OPS
+from traceinsight.causal.transforms import BF16_KNOWN_SHAPES
 from traceinsight.causal.whatif import LoaderPlan, WhatIf
 from traceinsight.constants import FRAMEWORKS, IDLE_CAUSES, Framework
 from traceinsight.findings.model import (
@@ -2153,10 +2154,18 @@ def fp32_compute(x: RuleInput) -> Draft | None:
     )
     priced = x.r.replay is not None and "bf16_gemms" in x.r.replay.what_if
     plans = _sdpa_plan_steps(x.r) if priced else 0
-    if plans:
-        # bf16 sends SDPA to cuDNN's attention, whose graph builds per new shape it prices
-        steps = x.r.replay.model.steps.height if x.r.replay and x.r.replay.model else 0
-        note = _CUDNN_SDPA.format(new=plans, steps=plural(steps, "step"))
+    known_shapes = None
+    if plans and x.r.replay is not None:
+        # bf16 sends SDPA to cuDNN's attention, whose graph builds per new shape it prices; the
+        # other end: a run whose shapes all recur builds none
+        steps = x.r.replay.model.steps.height if x.r.replay.model else 0
+        known_shapes = x.r.replay.predict(BF16_KNOWN_SHAPES)
+        other = (
+            f" (without them, where the run's shapes recur: {known_shapes.speedup:.2f}x)"
+            if known_shapes is not None
+            else ""
+        )
+        note = _CUDNN_SDPA.format(new=plans, steps=plural(steps, "step"), other=other)
         rec = f"{rec or _FP32_ADVICE} {note}"
     if device.priced_by and priced:  # a device the table lacks: say what the saving assumes
         rec = (
@@ -2174,6 +2183,16 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             "top_fp32_kernels": list(kern.top_fp32_kernels),
             # a device the table lacks: the saving assumes the family's weakest card
             **({"peaks_assumed": device.priced_by} if device.priced_by else {}),
+            # cuDNN attention's graph builds priced: the steps that met new shapes, and the
+            # saving where the run's shapes recur (none built)
+            **(
+                {
+                    "sdpa_plan_steps": plans,
+                    "speedup_known_shapes": known_shapes.speedup if known_shapes else None,
+                }
+                if plans
+                else {}
+            ),
         },
         rec,
         snippet,
@@ -2187,7 +2206,7 @@ _CUDNN_SDPA = (
     "attention, which builds a graph on the host for each new input shape (47-82 ms a forward "
     "and 50-87 ms a backward measured on H100 and H200), and the attention met new shapes in "
     "{new} of {steps}: the saving below prices those builds, as often as the window met new "
-    "shapes (a run whose shapes recur builds fewer). Pad the inputs to a few bucket lengths "
+    "shapes{other}. Pad the inputs to a few bucket lengths "
     "first, or keep SDPA on the efficient backend (with torch.nn.attention.sdpa_kernel("
     "SDPBackend.EFFICIENT_ATTENTION)); a T5 loop measured 0.21-0.33x in bf16 alone and "
     "0.80-0.87x with cuDNN's attention off."
