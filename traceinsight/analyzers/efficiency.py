@@ -41,6 +41,7 @@ from traceinsight.model.devices import (
     tf32_faster,
 )
 from traceinsight.model.flops import op_costs
+from traceinsight.model.schema import DeviceInfo
 
 MATH_CLASSES = ("gemm", "conv", "attention")
 MEMORY_CLASSES = ("elementwise", "reduction")
@@ -181,24 +182,20 @@ def _spec(ctx: Context) -> DeviceSpec | None:
     return None
 
 
-def _first_device(ctx: Context, of: Callable[[object], object]) -> object:
-    """``of`` of the window's first device that gives something (None: none does)."""
+def _window_devices(ctx: Context) -> list[DeviceInfo | None]:
+    """The window's devices' properties, in order (None where the trace describes one not)."""
     known = {d.id: d for d in ctx.device_info}
-    for d in ctx.devices or tuple(known):
-        if (v := of(known.get(d))) is not None:
-            return v
-    return None
+    return [known.get(d) for d in ctx.devices or tuple(known)]
 
 
 def _family(ctx: Context) -> Family | None:
-    """The family the window's device is priced by where the table lacks it."""
-    fam = _first_device(ctx, family_of)
-    return fam if isinstance(fam, Family) else None
+    """The family the window's first device the table lacks is priced by."""
+    return next((f for d in _window_devices(ctx) if (f := family_of(d)) is not None), None)
 
 
 def _occupancy_basis(ctx: Context) -> tuple[ArchLimits, int] | None:
-    basis = _first_device(ctx, occupancy_basis)
-    return basis if isinstance(basis, tuple) else None
+    """The first window device's SM limits and count (:func:`occupancy_basis`)."""
+    return next((b for d in _window_devices(ctx) if (b := occupancy_basis(d)) is not None), None)
 
 
 # cuBLAS/cuDNN kernel names carry the architecture they were built for: without the device's

@@ -276,10 +276,11 @@ def tf32_faster(spec: DeviceSpec | None) -> bool | None:
     return spec.peak_tflops["tf32"] * FASTER_MIN_RATIO > spec.peak_tflops["fp32"]
 
 
-# NVIDIA compute capabilities where PyTorch's scaled_dot_product_attention takes cuDNN's attention
-# for 16-bit inputs with a mask or none (H100, H200 with torch 2.11: a held-out Conformer's, a
-# T5's and a sentence-transformers loop's efficient-backend fp32 attention ran cuDNN's in bf16)
-CUDNN_SDPA_CAPABILITIES = ("9.0", "10.0", "10.3")
+# NVIDIA compute capabilities where PyTorch's scaled_dot_product_attention was seen to take
+# cuDNN's attention for 16-bit inputs (H100, H200 with torch 2.11: a held-out Conformer's, a T5's
+# and a sentence-transformers loop's efficient-backend fp32 attention ran cuDNN's in bf16);
+# Blackwell's choice was not measured
+CUDNN_SDPA_CAPABILITIES = ("9.0",)
 _AMD_NAME = re.compile(r"AMD|Instinct|Radeon|\bMI\d{3}", re.I)
 
 
