@@ -174,18 +174,15 @@ class EfficiencyResult:
     attention: EagerAttention | None = None
 
 
-def _spec(ctx: Context) -> DeviceSpec | None:
-    known = {d.id: d for d in ctx.device_info}
-    for d in ctx.devices or tuple(known):
-        if (s := spec_of(known.get(d))) is not None:
-            return s
-    return None
-
-
 def _window_devices(ctx: Context) -> list[DeviceInfo | None]:
     """The window's devices' properties, in order (None where the trace describes one not)."""
     known = {d.id: d for d in ctx.device_info}
     return [known.get(d) for d in ctx.devices or tuple(known)]
+
+
+def _spec(ctx: Context) -> DeviceSpec | None:
+    """The spec of the window's first device the table has."""
+    return next((s for d in _window_devices(ctx) if (s := spec_of(d)) is not None), None)
 
 
 def _family(ctx: Context) -> Family | None:

@@ -840,17 +840,7 @@ def _sdpa_plans_ns(src: ModelInputs, host: pl.DataFrame, gpu: pl.DataFrame) -> p
     kern = kern.with_columns(host.get_column("tid").gather(kern.get_column("launch")).alias("tid"))
     opened = _open_op(kern, ops).sort("launch_key_ns").unique("start_ns", keep="first")
     hits = opened.join(first_calls.select("tid", "start_ns", "_ns"), on=["tid", "start_ns"])
-    return (
-        pl.DataFrame({"_i": pl.int_range(gpu.height, eager=True)})
-        .join(
-            hits.select(pl.col("_i").cast(pl.Int64), "_ns"),
-            on="_i",
-            how="left",
-            maintain_order="left",
-        )
-        .get_column("_ns")
-        .fill_null(0)
-    )
+    return zero.scatter(hits.get_column("_i"), hits.get_column("_ns"))
 
 
 # A pinned copy large enough to run at the link's rate (smaller ones are latency-bound), and

@@ -590,17 +590,10 @@ def bf16_gemms(model: StepModel) -> StepModel | None:
     if (launches.len() and dispatch_ns) or plans.height:
         extra = int(AUTOCAST_CASTS_PER_OP * float(dispatch_ns))
         hit = pl.int_range(pl.len()).is_in(launches.implode())
-        plan = (
-            pl.DataFrame({"launch": pl.int_range(h.height, eager=True)})
-            .join(
-                plans.group_by("launch").agg(pl.col("sdpa_plan_ns").sum()),
-                on="launch",
-                how="left",
-                maintain_order="left",
-            )
-            .get_column("sdpa_plan_ns")
-            .fill_null(0)
-        )
+        plan = pl.repeat(0, h.height, dtype=pl.Int64, eager=True)
+        if plans.height:
+            per = plans.group_by("launch").agg(pl.col("sdpa_plan_ns").sum())
+            plan = plan.scatter(per.get_column("launch"), per.get_column("sdpa_plan_ns"))
         h = h.with_columns(
             (pl.col(c) + pl.when(hit).then(extra).otherwise(0) + plan).alias(c)
             for c in ("gap_ns", "gap_ops_ns")

@@ -89,9 +89,15 @@ class DeviceSpec:
 
 
 @cache
-def _table() -> tuple[list[dict[str, Any]], dict[str, ArchLimits]]:
+def _text() -> tuple[str, dict[str, Any]]:
+    """The data file, as text (its rows' datasheet comments) and parsed: read once."""
     text = DATA.read_text()
-    doc = tomllib.loads(text)
+    return text, tomllib.loads(text)
+
+
+@cache
+def _table() -> tuple[list[dict[str, Any]], dict[str, ArchLimits]]:
+    text, doc = _text()
     arch = {k: ArchLimits(**v) for k, v in doc["arch"].items()}
     # the datasheet comment on each [[device]] line, in order
     notes = [m.group(1).strip() for m in re.finditer(r"^\[\[device\]\]\s*#(.*)$", text, re.M)]
@@ -238,7 +244,7 @@ FASTER_MIN_RATIO = 0.95
 
 @cache
 def _families() -> dict[str, Family]:
-    doc = tomllib.loads(DATA.read_text())
+    doc = _text()[1]
     return {
         cc: Family(
             cc,
