@@ -48,6 +48,7 @@ MEMORY_CLASSES = ("elementwise", "reduction")
 # the roofline's work: FLOPs, else an elementwise/reduction op's elements (1 FLOP each)
 WORK = pl.coalesce("flops", "memory_flops")
 LOW_OCCUPANCY = 0.25  # below this (of the SM's warps) latency is poorly hidden
+WARP_LANES = 32  # NVIDIA's warp, where the device's limits are unknown
 OCCUPANCY_KNOWN_MIN_RATIO = 0.5  # of compute kernel time, for the time-weighted median
 TOP = 15
 
@@ -148,6 +149,11 @@ class LowOccupancyKernel:
     block_threads: float | None
     registers_per_thread: float | None
     shared_memory_bytes: float | None
+    # the share of each warp's lanes its blocks fill (16-thread blocks: 0.5), time-weighted;
+    # None where the block size is unknown. Occupancy counts warps, so a partial warp's idle
+    # lanes are lost on top of it (the kernel is listed where the two together fall below
+    # LOW_OCCUPANCY)
+    lane_use: float | None = None
 
 
 @dataclass(frozen=True)
@@ -383,6 +389,7 @@ def _occupancy(ctx: Context, k: pl.DataFrame, basis: tuple[ArchLimits, int] | No
     configuration and the SM limits) and the resource that limits it."""
     ka = ctx.kernel_args
     none = k.with_columns(
+        pl.lit(None, pl.Float64).alias("lane_use"),
         pl.lit(None, pl.Float64).alias("occupancy"),
         pl.lit(None, pl.String).alias("limiter"),
         pl.lit(None, pl.Int64).alias("grid_blocks"),
@@ -456,9 +463,16 @@ def _occupancy(ctx: Context, k: pl.DataFrame, basis: tuple[ArchLimits, int] | No
     # generated kernels, cudaLaunchKernelExC's; 74% of an H800 DeepSeek step's compute read 0)
     # as well as for a grid of a few blocks: ours where we have one, else unknown
     occ = pl.when(pl.col("kineto_occupancy") > 0).then("kineto_occupancy")
+    # a block of t threads fills ceil(t / W) warps, their last one in part (audit s60: a
+    # public Rodinia export's 4 x 4 blocks ran 16 of 32 lanes, 4.0x slower than 16 x 16)
+    lanes = basis[0].warp_size if basis is not None else WARP_LANES
+    warps = (pl.col("block_threads") / lanes).ceil()
     k = k.with_columns(
         pl.coalesce(occ, est).clip(0.0, 1.0).alias("occupancy"),
         limiter.alias("limiter"),
+        pl.when(pl.col("block_threads") > 0)
+        .then(pl.col("block_threads") / (warps * lanes))
+        .alias("lane_use"),
     )
     return k.drop([c for c in ("_est", "kineto_occupancy") if c in k.columns])
 
@@ -698,7 +712,7 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[tuple[LowOccupancyKernel, ...], int
         return (), 0
     low = k.filter(
         pl.col("occupancy").is_not_null()
-        & (pl.col("occupancy") < LOW_OCCUPANCY)
+        & (pl.col("occupancy") * pl.col("lane_use").fill_null(1.0) < LOW_OCCUPANCY)
         & ~pl.col("kernel_class").is_in([*MATH_CLASSES, "communication"])
     )
     if low.height == 0:
@@ -717,6 +731,12 @@ def _low_occupancy(k: pl.DataFrame) -> tuple[tuple[LowOccupancyKernel, ...], int
             pl.col("block_threads").median().alias("block_threads"),
             pl.col("registers_per_thread").median().alias("registers_per_thread"),
             pl.col("shared_memory_bytes").median().alias("shared_memory_bytes"),
+            (
+                (pl.col("lane_use") * pl.col("dur_ns")).sum()
+                / pl.col("dur_ns").filter(pl.col("lane_use").is_not_null()).sum()
+            )
+            .fill_nan(None)
+            .alias("lane_use"),
         )
         .with_columns(pl.col("name").cast(pl.String))
         .sort(["time_ns", "name", "kernel_class"], descending=[True, False, False])

@@ -247,6 +247,13 @@ class IdleResult:
     # through page faults, no GPU work waiting on it (audit s58: an A100 vector add's host
     # check loop, 3.55 s of its 3.57 s)
     unified_memory_after_kernels_ns: int = 0
+    # unified-memory page migrations that ran while a kernel of their device ran: pages the
+    # kernels faulted in (or out) as they touched them, which stretches the kernels rather
+    # than idling the GPU (audit s60: a managed-memory vector add, 155 migrations to the
+    # device inside its 1.45 ms kernel): how many, their bytes, and the kernel time beside them
+    unified_migrations_in_kernels: int = 0
+    unified_migrations_in_kernels_bytes: int = 0
+    unified_migrations_in_kernels_ns: int = 0
 
     @property
     def device_window_ns(self) -> int:
@@ -682,6 +689,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
         cpu_work_model_lead_ns=_model_lead(ctx, gaps, "cpu_work"),
         host_sync_after_return_ns=_after_return(gaps),
         unified_memory_after_kernels_ns=_after_kernels(ctx, gaps, "unified_memory"),
+        **_migrations_in_kernels(ctx),
     )
 
 
@@ -729,6 +737,39 @@ def _first_batch(ctx: Context, gaps: pl.DataFrame) -> dict[str, Any]:
         "dataloader_first_batch_idle_ns": int(idle),
         "dataloader_first_batch_start_ns": int(first["start_ns"]),
         "dataloader_first_batch_end_ns": int(first["end_ns"]),
+    }
+
+
+def _migrations_in_kernels(ctx: Context) -> dict[str, int]:
+    """IdleResult's ``unified_migrations_in_kernels*``: the unified-memory migrations that
+    overlap a kernel of their device, their bytes, and the kernel time they overlap."""
+    g = ctx.gpu
+    if g.height == 0 or "copy_kind" not in g.columns:
+        return {}
+    moved = g.filter(pl.col("copy_kind") == "unified").select(
+        "device", "start_ns", "end_ns", pl.col("bytes").fill_null(0)
+    )
+    if moved.height == 0:
+        return {}
+    kernels = iv.union(
+        g.filter(pl.col("kind") == "kernel").select("device", "start_ns", "end_ns"), ["device"]
+    )
+    if kernels.height == 0:
+        return {}
+    # per device (a handful): each migration's time covered by its device's kernels
+    beside = pl.concat(
+        [
+            m.filter(iv.overlap_with(m, kernels.filter(pl.col("device") == d)) > 0)
+            for d, m in ((m["device"][0], m) for m in moved.partition_by("device"))
+        ]
+    )
+    if beside.height == 0:
+        return {}
+    spans = iv.union(beside.select("device", "start_ns", "end_ns"), ["device"])
+    return {
+        "unified_migrations_in_kernels": beside.height,
+        "unified_migrations_in_kernels_bytes": int(beside.get_column("bytes").sum()),
+        "unified_migrations_in_kernels_ns": iv.total(iv.intersect(spans, kernels, ["device"])),
     }
 
 

@@ -128,6 +128,16 @@ def low_occupancy(x: RuleInput) -> Draft | None:
             "snippet": "",
             "advice": {"cuda_app": Advice(ONE_BLOCK_ADVICE, ONE_BLOCK_SNIPPET)},
         }
+    partial = ""
+    if top.lane_use is not None and top.lane_use < 1.0 and top.block_threads:
+        # blocks that fill part of a warp: occupancy counts the warp, not its idle lanes
+        partial = (
+            f", in blocks of {top.block_threads:.0f} threads: "
+            f"{fmt_small_pct(top.lane_use)} of each warp's lanes work"
+        )
+        serial = serial or {
+            "advice": {"cuda_app": Advice(PARTIAL_WARP_ADVICE, PARTIAL_WARP_SNIPPET)}
+        }
     if not serial and compiled_code(x.r):
         serial = {
             "recommendation": COMPILED_OCCUPANCY_ADVICE,
@@ -136,7 +146,7 @@ def low_occupancy(x: RuleInput) -> Draft | None:
     return Draft(
         o.low_ns * x.t["low_occupancy_saving_ratio"],
         f"{fmt_pct(ratio)} of kernel time runs below 25% occupancy; the largest, "
-        f"{kernel_words(top.name)}, at {fmt_small_pct(top.occupancy)}, {limit}",
+        f"{kernel_words(top.name)}, at {fmt_small_pct(top.occupancy)}, {limit}{partial}",
         {
             "low_occupancy_time_ratio": ratio,
             "low_occupancy_ns": o.low_ns,
@@ -161,6 +171,18 @@ COMPILED_OCCUPANCY_SNIPPET = (
     'model = torch.compile(model, mode="max-autotune")  # autotunes Triton kernels\' launch configs'
 )
 
+PARTIAL_WARP_ADVICE = (
+    "The largest such kernel's blocks are not a whole number of warps: a warp runs 32 threads "
+    "in step, so a block of fewer (or of a count that is not a multiple of 32) leaves lanes of "
+    "its last warp idle, and small blocks also hit the SM's limit on resident blocks before its "
+    "warps are full. Use 128-256 threads per block, a multiple of 32 (for a 2-D tile, 16 x 16 "
+    "or 32 x 8 rather than 4 x 4), with the grid covering the data."
+)
+PARTIAL_WARP_SNIPPET = (
+    "dim3 threads(16, 16);  // 256 threads: 8 full warps (4 x 4 = 16 threads: half a warp)\n"
+    "dim3 blocks((nx + 15) / 16, (ny + 15) / 16);\n"
+    "kernel<<<blocks, threads>>>(...);"
+)
 ONE_BLOCK_ADVICE = (
     "The largest such kernel runs a single block, so all of its work runs on one SM. If its "
     "threads loop over the data (a grid-stride loop), the launch is what limits it: launch "

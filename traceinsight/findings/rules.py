@@ -527,6 +527,16 @@ def host_sync(x: RuleInput) -> Draft | None:
         # every sync is an input copy's, .to(device) without non_blocking (audit 17: a V100
         # ResNet's 12 syncs all in aten::to, told to remove .item())
         advice = {"recommendation": _INPUT_COPY_ADVICE, "snippet": _INPUT_COPY_SNIPPET}
+    elif 0 < syncs.host_sync_count < 2 * syncs.input_copy_sync_count:
+        # most are (audit s60: 11 of 13 syncs after Tensor.cuda() copies, told to remove
+        # .item()): their lever first, then the others'
+        rest = syncs.host_sync_count - syncs.input_copy_sync_count
+        advice = {
+            "recommendation": f"{_INPUT_COPY_ADVICE} The other {plural(rest, 'sync')}: "
+            + _SYNC_ADVICE[0].lower()
+            + _SYNC_ADVICE[1:],
+            "snippet": _INPUT_COPY_SNIPPET,
+        }
     elif site is not None and site.library_call:
         advice["recommendation"] = (
             _LIBRARY_SYNCS.format(
@@ -1147,12 +1157,26 @@ def unified_memory(x: RuleInput) -> Draft | None:
             "snippet": UM_READBACK_ADVICE[1],
             "advice": {"cuda_app": Advice(*UM_READBACK_ADVICE)},
         }
+    r = x.r.idle
+    inside = r.unified_migrations_in_kernels_ns
+    if inside >= x.t["unified_idle_min_ratio"] * x.window_ns:
+        # the kernels faulted pages in as they ran: kernel time, not idle, so not in the
+        # graded cost (how much of it the kernel's own work would take is not in the trace)
+        title += (
+            f"; {plural(r.unified_migrations_in_kernels, 'migration')} "
+            f"({fmt_bytes(r.unified_migrations_in_kernels_bytes)}) ran inside kernels, beside "
+            f"{fmt_ms(inside)} of kernel time: the kernels faulted their pages in (prefetch "
+            "them to the device before the launch)"
+        )
     return Draft(
         idle,
         title,
         {
             "idle_ns": idle,
             "after_last_kernel_ns": after,
+            "migrations_in_kernels": r.unified_migrations_in_kernels,
+            "migrations_in_kernels_bytes": r.unified_migrations_in_kernels_bytes,
+            "migrations_in_kernels_ns": inside,
             "top_segments": x.segments("unified_memory"),
         },
         **advice,

@@ -50,6 +50,7 @@ HOST_LINK_GB_S_BY_ARCH = {
     "sm89": 25.0,  # L4, L40S, RTX 40: PCIe 4.0
     "sm90": 50.0,  # H100, H200: PCIe 5.0
     "sm100": 50.0,  # B200: PCIe 5.0
+    "sm120": 50.0,  # RTX 50, RTX PRO Blackwell: PCIe 5.0
     "cdna2": 25.0,  # MI250: PCIe 4.0
     "cdna3": 50.0,  # MI300: PCIe 5.0
     "cdna4": 50.0,  # MI350: PCIe 5.0
@@ -161,9 +162,17 @@ ARCH_OF_CAPABILITY = {
     "8.0": "sm80",
     "8.6": "sm86",
     "8.9": "sm89",
+    "8.7": "sm87",
     "9.0": "sm90",
     "10.0": "sm100",
+    "10.3": "sm100",  # B300: sm_100's limits
+    "10.1": "sm110",  # Thor before CUDA 13 renamed it
+    "11.0": "sm110",
+    "12.0": "sm120",
+    "12.1": "sm120",  # GB10: sm_120's limits
 }
+# SoCs whose GPU shares the host's memory (Jetson Orin and Thor, GB10): no PCIe rate applies
+INTEGRATED_CAPABILITIES = frozenset({"8.7", "10.1", "11.0", "12.1"})
 KERNEL_ARCH_PATTERNS = (
     (r"^(volta|sm70)_", "sm70"),
     (r"^(turing|sm75)_", "sm75"),
@@ -172,6 +181,7 @@ KERNEL_ARCH_PATTERNS = (
     (r"^sm89_", "sm89"),
     (r"^sm90a?_", "sm90"),
     (r"^sm100a?_", "sm100"),
+    (r"^sm120a?_", "sm120"),
 )
 
 
@@ -200,6 +210,8 @@ def host_links(
         if spec is not None and spec.host_link_bytes_per_s:
             out[i] = spec.host_link_bytes_per_s
             continue
+        if str(capability or "") in INTEGRATED_CAPABILITIES:
+            continue  # no PCIe link: the GPU shares the host's memory
         arch = ARCH_OF_CAPABILITY.get(str(capability or ""))
         if arch is None and kernel_names is not None:
             if not guessed:
