@@ -759,8 +759,8 @@ def _migrations_in_kernels(ctx: Context) -> dict[str, int]:
     # per device (a handful): each migration's time covered by its device's kernels
     beside = pl.concat(
         [
-            m.filter(iv.overlap_with(m, kernels.filter(pl.col("device") == d)) > 0)
-            for d, m in ((m["device"][0], m) for m in moved.partition_by("device"))
+            m.filter(iv.overlap_with(m, kernels.filter(pl.col("device") == m["device"][0])) > 0)
+            for m in moved.partition_by("device")
         ]
     )
     if beside.height == 0:

@@ -344,18 +344,16 @@ def with_savings(
             # up at a pace the process did not reach (graded on it alone: no)
             need = _headroom_needed(measured, w)
             if need is not None and need > 1.0:
-                rp = r.replay
                 evidence["loader_measured_step_ns"] = measured
-                evidence["severity_cap_reason"] = (
-                    f"the process ran {fmt_ms(measured)} a step without the profiler (timed "
-                    f"before the capture), {measured / (rp.unprofiled_step_ns or 1):.2f}x the "
-                    "model's step, fed by DataLoader workers that kept up with the profiled "
-                    "step only: the saving needs them to deliver faster than it shows"
-                )
-                if SEVERITIES.index(sev) < SEVERITIES.index("low"):
+                if capped(sev, "low") != sev:
                     sev = "low"
-                else:
-                    evidence.pop("severity_cap_reason")
+                    evidence["severity_cap_reason"] = (
+                        f"the process ran {fmt_ms(measured)} a step without the profiler (timed "
+                        f"before the capture), "
+                        f"{measured / (r.replay.unprofiled_step_ns or 1):.2f}x the model's step, "
+                        "fed by DataLoader workers that kept up with the profiled step only: "
+                        "the saving needs them to deliver faster than it shows"
+                    )
         if rule.per_site and evidence.get("sources"):
             evidence["sources"] = [
                 replace(s, what_if=_bounded(s.what_if, bound))
