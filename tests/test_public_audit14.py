@@ -187,3 +187,37 @@ def test_migrations_inside_kernels_are_said() -> None:
     assert "10 migrations (655.4 KB) ran inside kernels, beside 0.40 ms of kernel time" in f.title
     assert f.evidence["migrations_in_kernels_ns"] == 400 * US
     assert f.evidence["idle_ns"] == r.idle_by_cause_ns["unified_memory"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "engine"),
+    [
+        ("cpu_op", "vllm::unified_attention_with_output", "vLLM"),
+        ("python_function", "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py(2919): _run_batch_inner", "SGLang"),
+        ("python_function", "train.py(12): step", None),
+    ],
+)  # fmt: skip
+def test_a_serving_loops_syncs_are_advised_as_a_servers(kind: str, name: str, engine) -> None:
+    """Audits s59 and s60: vLLM decode captures' per-step cudaEventSynchronize waits (the engine
+    reading sampled tokens back) were advised to drop .item() calls. An inference server, known
+    by its ops' namespace or its Python frames, is advised its scheduler's overlap, graphs and
+    more sequences a step; a training loop keeps the usual advice."""
+    ev = Events()
+    t = 0
+    for i in range(4):
+        ev.step(i, t, 1_000)
+        ev._add(kind, name, t + 2, 900, tid=1)
+        ev.op("aten::mm", t + 5, 10)
+        ev.kernel("gemm", t + 20, 600, launch_us=t + 8)
+        ev.runtime("cudaEventSynchronize", t + 30, 600)
+        ev.op("aten::add", t + 700, 10)
+        ev.kernel("add", t + 800, 50, launch_us=t + 705)
+        t += 1_000
+    a = analyze_trace(ev.trace())
+    assert a.results.host_ops.serving_engine == engine
+    f = next(f for f in a.findings if f.id == "host_sync")
+    if engine is None:
+        assert ".item()" in f.recommendation
+    else:
+        assert f.recommendation.startswith(f"This is {engine}'s serving loop")
+        assert ".item()" not in f.recommendation

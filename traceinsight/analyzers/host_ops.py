@@ -124,6 +124,9 @@ class HostOpsResult:
     # torch ops recorded, none of them a backward node or an optimizer step: an inference or
     # forward-only window (advice for training does not apply)
     forward_only: bool = False
+    # the inference server whose loop the trace records (:data:`SERVING_ENGINES`: its ops'
+    # namespace or its Python frames), None elsewhere: its per-step waits are by design
+    serving_engine: str | None = None
     # DDP's buffer broadcast at each forward (broadcast_buffers=True): its host ops' time in the
     # window, how many, and the replay without them
     buffer_sync_ns: int = 0
@@ -363,6 +366,23 @@ def _new_shape_ops(calls: pl.DataFrame) -> tuple[NewShapeOp, ...]:
     )
 
 
+# An inference server's loop, by its custom ops' namespace (vllm::unified_attention) or its
+# Python frames (vllm/v1/worker/gpu_model_runner.py(...)); it reads each step's sampled tokens
+# back by design (audits s59, s60: vLLM decode captures' cudaEventSynchronize waits advised
+# to drop .item() calls)
+SERVING_ENGINES = {
+    "vLLM": r"^vllm::|(^|/)vllm/",
+    "SGLang": r"^sgl(ang|_kernel)::|(^|/)sglang/",  # frames as absolute paths too
+}
+
+
+def _serving_engine(ctx: Context) -> str | None:
+    for engine, pattern in SERVING_ENGINES.items():
+        if ctx.rows(("cpu_op", "python_function"), pattern, columns=("start_ns",)).height:
+            return engine
+    return None
+
+
 def _forward_only(ctx: Context) -> bool:
     """Torch ops in the window and none of them autograd's backward or an optimizer step; no
     graph launched either (a captured training step records neither)."""
@@ -570,6 +590,7 @@ def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult
     shaped: dict = {
         **_new_shape(ctx, replay),
         "forward_only": _forward_only(ctx),
+        "serving_engine": _serving_engine(ctx),
         **_buffer_sync(ctx, replay),
         **_distribution_checks(ctx, replay),
         **_grouped_mm_fallback(ctx, replay),

@@ -482,6 +482,16 @@ _SYNC_ADVICE = (
 )
 
 
+_SERVING_SYNC_ADVICE = (
+    "This is {}'s serving loop: it reads each step's sampled tokens back by design, so the host "
+    "waits for the GPU once a step. What shortens the wait is less host work between steps and "
+    "more work in each: let the scheduler prepare the next step while the GPU runs this one "
+    "(vLLM's --async-scheduling; SGLang's overlap scheduler, on unless disabled), keep decode in "
+    "CUDA graphs, and run more sequences a step (vLLM's max_num_seqs, SGLang's "
+    "--max-running-requests)."
+)
+
+
 # host_sync idle below this is not said as a time ("0.00 ms"): the GPU kept working
 SYNC_IDLE_SAY_MIN_NS = 5_000
 
@@ -523,7 +533,9 @@ def host_sync(x: RuleInput) -> Draft | None:
     sources = x.sources("host_sync", "blocking_copy")
     advice: dict[str, str] = {}
     site = sources[0] if sources else None
-    if 0 < syncs.host_sync_count <= syncs.input_copy_sync_count:
+    if x.r.host_ops.serving_engine is not None:
+        advice = {"recommendation": _SERVING_SYNC_ADVICE.format(x.r.host_ops.serving_engine)}
+    elif 0 < syncs.host_sync_count <= syncs.input_copy_sync_count:
         # every sync is an input copy's, .to(device) without non_blocking (audit 17: a V100
         # ResNet's 12 syncs all in aten::to, told to remove .item())
         advice = {"recommendation": _INPUT_COPY_ADVICE, "snippet": _INPUT_COPY_SNIPPET}
