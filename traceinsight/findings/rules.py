@@ -481,6 +481,9 @@ _SYNC_ADVICE = (
     "loop; accumulate metrics on the GPU and read them every N steps; time with CUDA events."
 )
 
+# the same, after another sentence's colon
+_SYNC_ADVICE_AFTER = _SYNC_ADVICE[0].lower() + _SYNC_ADVICE[1:]
+
 
 _SERVING_SYNC_ADVICE = (
     "This is {}'s serving loop: it reads each step's sampled tokens back by design, so the host "
@@ -545,8 +548,7 @@ def host_sync(x: RuleInput) -> Draft | None:
         rest = syncs.host_sync_count - syncs.input_copy_sync_count
         advice = {
             "recommendation": f"{_INPUT_COPY_ADVICE} The other {plural(rest, 'sync')}: "
-            + _SYNC_ADVICE[0].lower()
-            + _SYNC_ADVICE[1:],
+            + _SYNC_ADVICE_AFTER,
             "snippet": _INPUT_COPY_SNIPPET,
         }
     elif site is not None and site.library_call:
@@ -554,8 +556,7 @@ def host_sync(x: RuleInput) -> Draft | None:
             _LIBRARY_SYNCS.format(
                 n=site.count, total=syncs.host_sync_count, call=site.trigger, at=site.location
             )
-            + _SYNC_ADVICE[0].lower()
-            + _SYNC_ADVICE[1:]
+            + _SYNC_ADVICE_AFTER
         )
     # read-backs into pageable memory block in their copy call, not in the stream sync after
     # it (an HTA TorchRec trace: 60 syncs 0.2 ms, their cudaMemcpyAsync 75.7 ms): remove_syncs
@@ -1169,14 +1170,14 @@ def unified_memory(x: RuleInput) -> Draft | None:
             "snippet": UM_READBACK_ADVICE[1],
             "advice": {"cuda_app": Advice(*UM_READBACK_ADVICE)},
         }
-    r = x.r.idle
-    inside = r.unified_migrations_in_kernels_ns
+    um = x.r.idle
+    inside = um.unified_migrations_in_kernels_ns
     if inside >= x.t["unified_idle_min_ratio"] * x.window_ns:
         # the kernels faulted pages in as they ran: kernel time, not idle, so not in the
         # graded cost (how much of it the kernel's own work would take is not in the trace)
         title += (
-            f"; {plural(r.unified_migrations_in_kernels, 'migration')} "
-            f"({fmt_bytes(r.unified_migrations_in_kernels_bytes)}) ran inside kernels, beside "
+            f"; {plural(um.unified_migrations_in_kernels, 'migration')} "
+            f"({fmt_bytes(um.unified_migrations_in_kernels_bytes)}) ran inside kernels, beside "
             f"{fmt_ms(inside)} of kernel time: the kernels faulted their pages in (prefetch "
             "them to the device before the launch)"
         )
@@ -1186,8 +1187,8 @@ def unified_memory(x: RuleInput) -> Draft | None:
         {
             "idle_ns": idle,
             "after_last_kernel_ns": after,
-            "migrations_in_kernels": r.unified_migrations_in_kernels,
-            "migrations_in_kernels_bytes": r.unified_migrations_in_kernels_bytes,
+            "migrations_in_kernels": um.unified_migrations_in_kernels,
+            "migrations_in_kernels_bytes": um.unified_migrations_in_kernels_bytes,
             "migrations_in_kernels_ns": inside,
             "top_segments": x.segments("unified_memory"),
         },

@@ -151,10 +151,10 @@ def loader_unverified(r: Results) -> tuple[int, float] | None:
 # The same process's un-profiled step (traceinsight.capture times it just before recording) at
 # least this many times the model's estimate: beyond the profiler's spread between processes
 # (the own step over the estimate 0.66-1.37 on 67 of the 70 third-party recordings, 1.95-3.2 on
-# the three whose workers fell behind without the profiler), and where workers kept up with the profiled step it is their pace (the DLRM
-# loop's 4 workers: 18.16 ms timed against 10.50 modelled, its 3 recorded steps 14.45 ms
-# without a wait; a 4x batch predicted 3.93x HIGH, while batches and workers together measured
-# 1.2-1.3x over the workers alone)
+# the three whose workers fell behind without the profiler), and where workers kept up with
+# the profiled step it is their pace (the DLRM loop's 4 workers: 18.16 ms timed against 10.50
+# modelled, its 3 recorded steps 14.45 ms without a wait; a 4x batch predicted 3.93x HIGH,
+# while batches and workers together measured 1.2-1.3x over the workers alone)
 LOADER_MEASURED_MIN_RATIO = 1.5
 
 
