@@ -273,6 +273,7 @@ def test_overlapped_input_copies_leave_the_collectives_waits() -> None:
             "kind": ["kernel", "kernel", "memcpy", "kernel", "kernel"],
             "kernel_class": ["gemm", "gemm", None, "elementwise", "communication"],
             "copy_kind": [None, None, "HtoD", None, None],
+            "name": ["gemm", "gemm", "Memcpy HtoD", "cast", "ncclDevKernel_AllToAll_RING_LL"],
             "gap_ns": [0, 0, 50_000, 10_000, 70_000],
             "dur_ns": [100_000, 100_000, 20_000, 5_000, 30_000],
             "after_op": [-1, 4, -1, -1, -1],

@@ -114,6 +114,7 @@ def test_graph_replays_keep_launch_order_between_streams_that_never_ran_together
 # side work that comm_overlapped moves: collectives (a side stream of compute keeps its waits)
 NCCL_A = "ncclDevKernel_Broadcast_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 NCCL_B = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+NCCL_GATHER = "ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
 
 
 def test_cross_stream_wait_follows_the_other_stream():
@@ -143,26 +144,61 @@ def test_cross_stream_wait_follows_the_other_stream():
         )
     )
     assert k1_end_us(half) == 162
-    # overlapped: no wait, k1 runs after ka as soon as launched (3 us latency): 8-58
+    # overlapped: a reduction keeps its wait for k0, whose output it reduces (audit s61)
+    assert k1_end_us(whatif.comm_overlapped(m)) == 162
+    # a gather (parameters, prefetched) does not: it runs after ka as soon as launched (3 us
+    # latency), 8-58
+    ev = Events().step(0, 0, 500)
+    ev.kernel("k0", 10, 100, launch_us=0)
+    ev.kernel(NCCL_A, 4, 2, launch_us=1, stream=8)
+    ev.kernel(NCCL_GATHER, 112, 50, launch_us=5, stream=8)
+    for t in (200, 300, 400):
+        ev.kernel(f"late{t}", t + 3, 1, launch_us=t)
+    m = model_of(ev)
+    k1 = m.gpu.filter(pl.col("name") == NCCL_GATHER)["op"][0]
     assert k1_end_us(whatif.comm_overlapped(m)) == 58
 
 
 @pytest.mark.parametrize(("side_us", "after_us"), [(80, 212), (150, 262)])
 def test_overlap_saves_at_most_the_compute_it_hides_behind(side_us, after_us):
-    # compute c (10-110 us, stream 7), then the side work s on stream 8 that waited for it
-    # (an event wait: launched at 1 us, ran only after c), then compute d that waits for s
-    # (starting 2 us after it). Overlapped, s runs as launched, beside c, and d waits only for
-    # what the 100 us of c could not hide: s of 80 us -> only the 2 us lag (d 112-212); s of
-    # 150 us -> 50 us + the lag (d 162-262).
+    # compute c (10-110 us, stream 7), then a gather s on stream 8 that waited for it (an
+    # event wait that keeps the streams' order: launched at 1 us, ran only after c), then
+    # compute d that waits for s (starting 2 us after it). Overlapped (prefetched), s runs as
+    # launched, beside c, and d waits only for what the 100 us of c could not hide: s of 80 us
+    # -> only the 2 us lag (d 112-212); s of 150 us -> 50 us + the lag (d 162-262).
+    ev = Events().step(0, 0, 50)
+    ev.kernel("c", 10, 100, launch_us=0)
+    ev.kernel(NCCL_GATHER, 110, side_us, launch_us=1, stream=8)
+    ev.kernel("d", 112 + side_us, 100, launch_us=2)
+    m = model_of(ev)
+    d = m.gpu.filter(pl.col("name") == "d")["op"][0]
+    assert m.gpu["after_op"][d] == m.gpu.filter(pl.col("name") == NCCL_GATHER)["op"][0]
+    assert replay(m).gpu_end_ns[d] / US == 212 + side_us
+    assert replay(whatif.comm_overlapped(m)).gpu_end_ns[d] / US == after_us
+
+
+@pytest.mark.parametrize("side_us", [80, 150])
+def test_a_reduction_hides_only_behind_compute_after_its_input(side_us):
+    # the same streams with an all-reduce that waited for c: c made what it reduces (audit
+    # s61: Megatron's tensor-parallel all-reduce after each GEMM, priced 29-70 ms a step of
+    # none), so nothing before d can hide it: d keeps its time. With compute e between c and
+    # the wait (40 us, launched before the all-reduce was), that much hides.
     ev = Events().step(0, 0, 50)
     ev.kernel("c", 10, 100, launch_us=0)
     ev.kernel(NCCL_B, 110, side_us, launch_us=1, stream=8)
     ev.kernel("d", 112 + side_us, 100, launch_us=2)
     m = model_of(ev)
     d = m.gpu.filter(pl.col("name") == "d")["op"][0]
+    assert replay(whatif.comm_overlapped(m)).gpu_end_ns[d] / US == 212 + side_us
+    ev = Events().step(0, 0, 50)
+    ev.kernel("c", 10, 100, launch_us=0)
+    ev.kernel(NCCL_B, 110, side_us, launch_us=1, stream=8)
+    ev.kernel("e", 110, 40, launch_us=2)
+    ev.kernel("d", 112 + side_us, 100, launch_us=3)
+    m = model_of(ev)
+    d = m.gpu.filter(pl.col("name") == "d")["op"][0]
     assert m.gpu["after_op"][d] == m.gpu.filter(pl.col("name") == NCCL_B)["op"][0]
-    assert replay(m).gpu_end_ns[d] / US == 212 + side_us
-    assert replay(whatif.comm_overlapped(m)).gpu_end_ns[d] / US == after_us
+    assert replay(whatif.comm_overlapped(m)).gpu_end_ns[d] / US == 212 + side_us - 40
 
 
 def test_a_long_wait_links_to_the_op_it_waited_for_within_one_percent():

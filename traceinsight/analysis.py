@@ -279,6 +279,7 @@ class JobAnalysis:
                 "step_time_median_ns": self.step_time_median_ns,
                 "step_skew_mean_ns": self.cross.step_skew_mean_ns,
                 "straggler_rank": self.cross.straggler_rank,
+                "straggler_ranks": list(self.cross.straggler_ranks),
                 "straggler_wait_ns": self.cross.wait_caused_ns,
                 "straggler_wait_ratio": self.cross.wait_caused_ratio,
                 "job_step_ns": self.cross.job_step_ns,

@@ -96,6 +96,10 @@ _COLLECTIVE = (pl.col("kind") == "kernel") & (
 )
 
 
+# collectives whose input the step computes (NCCL's and RCCL's kernel names)
+REDUCING_COLLECTIVE = r"(?i)all_?reduce|reduce_?scatter|all_?to_?all|sendrecv|_send"
+
+
 def _compute_chain(g: pl.DataFrame) -> int:
     """The compute stream: the chain with the most kernel time outside communication (a copy
     or collective stream can be busier)."""
@@ -680,15 +684,40 @@ def comm_overlapped(model: StepModel) -> StepModel | None:
 def _side_overlapped(model: StepModel, main: int, on_side: pl.Expr) -> StepModel:
     """:func:`comm_overlapped` for the side work ``on_side`` selects (whole chains)."""
     g = model.gpu
-    side = g.filter(on_side).get_column("op").cast(pl.Int64).implode()
+    side_ops = g.filter(on_side)
+    side = side_ops.get_column("op").cast(pl.Int64).implode()
     waits_side = (pl.col("chain") == main) & pl.col("after_op").is_in(side)
     # rows are in chain order: a wait opens a segment; the one before it ran since the
     # previous wait, the compute the side work can hide behind
     g = g.with_columns(waits_side.cum_sum().over("chain").alias("_seg"))
     seg_busy = pl.col("dur_ns").sum().over("chain", "_seg")
     hidden = seg_busy.shift(1).over("chain")
+    # ... less what ran before a reduction's input was ready: a collective that reduces what
+    # the compute made (all-reduce, reduce-scatter, all-to-all, send) and waited for a compute
+    # op hides only behind the compute after that op (audit s61: Megatron's tensor-parallel
+    # all-reduces each wait for the GEMM before them, and the next op reads their result;
+    # 29-70 ms priced of none). A gather of parameters or a copy from the host waits only to
+    # keep the streams' order: prefetched, it runs beside that compute. Compute run up to each
+    # main op, per main op:
+    ran = g.filter(pl.col("chain") == main).select(
+        pl.col("op").cast(pl.Int64).alias("_p"),
+        pl.col("dur_ns").cum_sum().alias("_ran"),
+    )
+    reducing = pl.col("name").cast(pl.String).str.contains(REDUCING_COLLECTIVE)
+    producer = side_ops.filter((pl.col("after_op") >= 0) & reducing).select(
+        pl.col("op").cast(pl.Int64).alias("_s"), pl.col("after_op").alias("_p")
+    )
+    ready = producer.join(ran, on="_p", how="inner").select("_s", pl.col("_ran").alias("_ready"))
     g = g.with_columns(
-        pl.when(on_side)
+        pl.when(waits_side).then(pl.col("after_op")).alias("_s"),
+        (pl.col("dur_ns").cum_sum() - pl.col("dur_ns")).over("chain").alias("_before"),
+    ).join(ready, on="_s", how="left", maintain_order="left")
+    after_input = (pl.col("_before") - pl.col("_ready")).clip(0)
+    hidden = pl.min_horizontal(hidden, after_input)
+    # (such a reduction keeps its own wait for its input: it starts no sooner)
+    fed = pl.col("op").cast(pl.Int64).is_in(ready.get_column("_s").implode())
+    g = g.with_columns(
+        pl.when(on_side & ~fed)
         .then(0)
         .when(waits_side)
         .then(pl.max_horizontal(pl.col("after_lag_ns"), pl.col("gap_ns") - hidden.fill_null(0)))
@@ -698,7 +727,7 @@ def _side_overlapped(model: StepModel, main: int, on_side: pl.Expr) -> StepModel
         .then(pl.col("start_ns").min())
         .otherwise(pl.col("start_ns"))
         .alias("start_ns"),
-    ).drop("_seg")
+    ).drop("_seg", "_s", "_before", "_ready")
     return model.with_gpu(g)
 
 
@@ -802,7 +831,7 @@ def combined(steps: list[Transform]) -> Transform:
 
 
 _PAGEABLE = frozenset({"kind", "src_kind", "dst_kind", "bytes", "copy_kind", "pinned_bytes_per_ns"})
-_OVERLAP = frozenset({"kind", "kernel_class"})
+_OVERLAP = frozenset({"kind", "kernel_class", "name"})
 
 
 def _t(

@@ -40,11 +40,19 @@ def _straggler(cross: CrossRankResult, t: Thresholds) -> tuple[Draft, int] | Non
     that waits."""
     if cross.straggler_rank is None:
         return None
-    waiting = max(1, len(cross.ranks) - 1)
+    late = cross.straggler_ranks or (cross.straggler_rank,)
+    waiting = max(1, len(cross.ranks) - len(late))
     job_ns = max(1, cross.job_step_ns) * waiting
     if (cross.wait_caused_ratio or 0) < t["straggler_wait_ratio"]:
         return None
-    others = {r: v for r, v in cross.charged_by_rank_ns.items() if r != str(cross.straggler_rank)}
+    others = {r: v for r, v in cross.charged_by_rank_ns.items() if int(r) not in late}
+    who = (
+        f"Rank {late[0]} is a straggler: the other ranks wait "
+        if len(late) == 1
+        else f"Ranks {', '.join(map(str, late[:-1]))} and {late[-1]} are stragglers, last to "
+        f"arrive at {fmt_pct(cross.straggler_last_ratio or 0)} of the collectives together: "
+        "the other ranks wait "
+    )
     by_kind = {
         r: {k: v["exposed_wait_ns"] for k, v in kinds.items() if v["exposed_wait_ns"]}
         for r, kinds in cross.comm_split.items()
@@ -52,11 +60,12 @@ def _straggler(cross: CrossRankResult, t: Thresholds) -> tuple[Draft, int] | Non
     }
     draft = Draft(
         cross.wait_caused_ns,
-        f"Rank {cross.straggler_rank} is a straggler: the other ranks wait "
-        f"{fmt_ms(cross.wait_caused_ns / waiting)} each for it in collectives "
+        f"{who}{fmt_ms(cross.wait_caused_ns / waiting)} each for "
+        f"{'it' if len(late) == 1 else 'them'} in collectives "
         f"({fmt_pct(cross.wait_caused_ns / job_ns)} of the job's step time)",
         {
             "rank": cross.straggler_rank,
+            "ranks": list(late),
             "steps": list(cross.straggler_steps),
             "wait_caused_ns": cross.wait_caused_ns,
             "charged_by_rank_ns": others,

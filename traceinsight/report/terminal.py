@@ -363,8 +363,10 @@ def render_job_summary(
             f"  step-time skew across ranks: {fmt_ns(m['step_skew_mean_ns'])} per step on average"
         )
     if m.get("straggler_rank") is not None:
+        late = m.get("straggler_ranks") or [m["straggler_rank"]]
+        who = f"rank {late[0]}" if len(late) == 1 else f"ranks {', '.join(map(str, late))}"
         lines.append(
-            f"  straggler: rank {m['straggler_rank']} (others wait {fmt_ns(m['straggler_wait_ns'])} in collectives, "
+            f"  straggler: {who} (others wait {fmt_ns(m['straggler_wait_ns'])} in collectives, "
             f"{fmt_pct(m.get('straggler_wait_ratio'))} of the job's step time)"
         )
     return "\n".join(lines + _tail(doc, report_path, max_findings))
