@@ -10,6 +10,9 @@ hand-built payloads (its traces are not kept: the fixtures sit near the device's
   (rank 0 alone caused 52% of the waiting, the threshold 60%). Its ranks' overlap what-if
   priced 29-70 ms a step where each tensor-parallel all-reduce reduces the GEMM before it
   (tests/test_replay.py holds the transform on hand-built streams).
+- The same job's ranks, one at a time: 81 identical f16 all-reduces (NCCL's LL protocol, no
+  message sizes in that torch's traces) from 582 us to 37.5 ms read "the collectives' own time
+  is the cost"; 404 of their 452 ms lie beyond the fastest.
 - Kernels of one CUDA graph launch share its correlation id: every kernel of a graph read the
   launch configuration of the graph's first (a compiled step's cuBLAS GEMMs "one block of 32
   threads").
@@ -158,3 +161,53 @@ def test_two_late_ranks_are_named_together() -> None:
         ]
     )
     assert one.straggler_ranks == (0,)
+
+
+def nccl_doc(name: str, durs_us: list[float]) -> dict:
+    """One rank's all-reduces (no message sizes: an older torch's record_param_comms) on
+    stream 20, one after each 100 us GEMM on stream 7."""
+    events: list[dict] = []
+    t = 0.0
+    for i, d in enumerate(durs_us):
+        for k, (kname, stream, dur) in enumerate((("gemm_kernel", 7, 100.0), (name, 20, d))):
+            corr = 1000 + 2 * i + k
+            events.append(
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                 "tid": 1, "ts": t, "dur": 5.0, "args": {"correlation": corr}}
+            )  # fmt: skip
+            events.append(
+                {"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": stream,
+                 "ts": t + 10, "dur": dur, "args": {"device": 0, "stream": stream,
+                 "correlation": corr}}
+            )  # fmt: skip
+            t += dur + 20
+    return {"schemaVersion": 1, "deviceProperties": [H100], "traceEvents": events}
+
+
+DURS_US = [500, 520, 1000, 1500, 2000, 2500, 3000, 3500, 4000, 4500, 5000, 5500]
+
+
+def test_a_repeated_small_collective_beyond_its_fastest_calls_is_waiting(tmp_path) -> None:
+    """12 calls of one low-latency (LL) all-reduce, no sizes recorded: the fastest tenth of
+    them (the lower 10% quantile: 520 us) is taken as the transfer, the rest as waiting for the
+    other ranks: 33,520 - 500 - 11 x 520 = 27,300 us of waiting, 500 + 11 x 520 = 6,220 us of
+    transfer (Megatron TP8's rank 3: 404 of 452 ms, the job's cross-rank analysis 422 ms)."""
+    path = tmp_path / "ll.json"
+    path.write_text(json.dumps(nccl_doc(ALL_REDUCE, DURS_US)))
+    comm = traceinsight.analyze(path).results.comm
+    assert comm.peer_wait_source == "repeats"
+    assert (comm.sized_comm_ns, comm.peer_wait_ns, comm.transfer_bound_ns) == (
+        33_520 * US,
+        27_300 * US,
+        6_220 * US,
+    )
+
+
+def test_a_large_message_protocol_is_not_read_as_waiting(tmp_path) -> None:
+    """The same durations on NCCL's SIMPLE protocol (large messages, whose sizes may differ
+    call to call: DDP's first bucket is smaller): no waiting is claimed without sizes."""
+    path = tmp_path / "simple.json"
+    simple = ALL_REDUCE.replace("RING_LL", "RING_SIMPLE")
+    path.write_text(json.dumps(nccl_doc(simple, DURS_US)))
+    comm = traceinsight.analyze(path).results.comm
+    assert comm.peer_wait_source is None and comm.peer_wait_ns == 0

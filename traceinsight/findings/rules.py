@@ -712,10 +712,14 @@ _INFERENCE_LAUNCH_SNIPPET = (
     "# then each call: static_x.copy_(x); g.replay()\n"
     "# and raise the work per call: a larger batch"
 )
+# (the default mode alone launches each Triton kernel from Python, dearer than eager's: a
+# held-out DDPM U-Net's host-bound step ran 0.75-0.83x compiled by default, session 61; the
+# priced fix is the graphs)
 _LAUNCH_ADVICE = (
-    "Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs), capture "
-    "the step in a CUDA graph, use fused kernels, or give each kernel more work (larger batch). "
-    "On ROCm the same calls record HIP graphs."
+    "Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs; the "
+    "default mode alone fuses kernels but launches each from Python, and on a step this "
+    "host-bound can run slower), capture the step in a CUDA graph, use fused kernels, or give "
+    "each kernel more work (larger batch). On ROCm the same calls record HIP graphs."
 )
 # the step already compiled (COMPILED_KERNEL_MIN_RATIO of its kernels Inductor's): its launches
 # are compiled code's, and the lever left is replaying them (session 54: a default-mode compiled
@@ -1699,8 +1703,14 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
     if waiting:
         title += (
             f"; at least {fmt_pct(wait_ratio)} of the collectives' time is this rank waiting "
-            f"for the others (moving their messages takes at most "
-            f"{fmt_ms(comm.transfer_bound_ns)}, even at {COMM_FLOOR_BYTES_PER_S / 1e9:g} GB/s)"
+            + (
+                "for the others (the trace records no message sizes: repeated small "
+                "collectives took that much longer than the fastest tenth of their calls, "
+                f"{fmt_ms(comm.transfer_bound_ns)} at that pace)"
+                if comm.peer_wait_source == "repeats"
+                else f"for the others (moving their messages takes at most "
+                f"{fmt_ms(comm.transfer_bound_ns)}, even at {COMM_FLOOR_BYTES_PER_S / 1e9:g} GB/s)"
+            )
         )
         advice = PEER_WAIT_ADVICE
     elif itself:
@@ -1728,6 +1738,7 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
             "transfer_bound_ns": comm.transfer_bound_ns,
             "peer_wait_ns": comm.peer_wait_ns,
             "peer_wait_ratio": wait_ratio,
+            "peer_wait_source": comm.peer_wait_source,
             "compute_ns": comm.compute_ns,
             "hideable_ns": hideable,
             **({"unpriced_because": PEER_WAIT_UNPRICED} if waiting else {}),
