@@ -7,8 +7,10 @@ import lzma
 import os
 import sys
 from collections import OrderedDict
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -276,6 +278,43 @@ def raw_events(path: Path) -> list[dict]:
 def recorded_truth(path: Path) -> dict:
     """A recorded loop's truth (fixtures/generate/thirdparty/make_truth.py), read once."""
     return json.loads(path.read_text())
+
+
+@dataclass(frozen=True)
+class RecordedLoop:
+    """A third-party loop recorded on the device: its kept before trace, analyzed once, and its
+    truth's measured bands (fixtures/generate/thirdparty/make_truth.py)."""
+
+    before: Path
+    truth_path: Path
+
+    @classmethod
+    def named(cls, loop: str, device: str = "h100") -> RecordedLoop:
+        here = FIXTURES / device / "thirdparty"
+        return cls(here / f"{loop}.before.pt.trace.json.xz", here / f"{loop}.truth.json")
+
+    @property
+    def truth(self) -> dict:
+        return recorded_truth(self.truth_path)
+
+    def analysis(self) -> Any:
+        return _analyzed_once(self.before)
+
+    def band(self, fix: str) -> dict:
+        return self.truth["speedup_band"][fix]
+
+    def finding(self, fid: str) -> Any:
+        return next(f for f in self.analysis().findings if f.id == fid)
+
+    def largest_single_fix(self) -> str:
+        """The single fix (not the baseline, not all) whose band reaches highest."""
+        singles = {k: v["high"] for k, v in self.truth["speedup_band"].items()}
+        return max((k for k in singles if k not in ("baseline", "all")), key=singles.get)
+
+
+@cache
+def _analyzed_once(path: Path) -> Any:
+    return traceinsight.api.analyze(path)
 
 
 # issue 37: a fix's predicted speedup within 25% of its measured band

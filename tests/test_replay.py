@@ -159,20 +159,29 @@ def test_cross_stream_wait_follows_the_other_stream():
     assert k1_end_us(whatif.comm_overlapped(m)) == 58
 
 
-@pytest.mark.parametrize(("side_us", "after_us"), [(80, 212), (150, 262)])
-def test_overlap_saves_at_most_the_compute_it_hides_behind(side_us, after_us):
-    # compute c (10-110 us, stream 7), then a gather s on stream 8 that waited for it (an
-    # event wait that keeps the streams' order: launched at 1 us, ran only after c), then
-    # compute d that waits for s (starting 2 us after it). Overlapped (prefetched), s runs as
-    # launched, beside c, and d waits only for what the 100 us of c could not hide: s of 80 us
-    # -> only the 2 us lag (d 112-212); s of 150 us -> 50 us + the lag (d 162-262).
+def _side_then_wait(side: str, side_us: float, between_us: float = 0):
+    """Compute c (10-110 us, stream 7), side work ``side`` on stream 8 launched at 1 us that
+    ran only after c, optionally compute e (``between_us``, launched at 2 us) beside it, then
+    compute d that waits for the side work (starting 2 us after it): the model and d's op."""
     ev = Events().step(0, 0, 50)
     ev.kernel("c", 10, 100, launch_us=0)
-    ev.kernel(NCCL_GATHER, 110, side_us, launch_us=1, stream=8)
-    ev.kernel("d", 112 + side_us, 100, launch_us=2)
+    ev.kernel(side, 110, side_us, launch_us=1, stream=8)
+    if between_us:
+        ev.kernel("e", 110, between_us, launch_us=2)
+    ev.kernel("d", 112 + side_us, 100, launch_us=3)
     m = model_of(ev)
     d = m.gpu.filter(pl.col("name") == "d")["op"][0]
-    assert m.gpu["after_op"][d] == m.gpu.filter(pl.col("name") == NCCL_GATHER)["op"][0]
+    assert m.gpu["after_op"][d] == m.gpu.filter(pl.col("name") == side)["op"][0]
+    return m, d
+
+
+@pytest.mark.parametrize(("side_us", "after_us"), [(80, 212), (150, 262)])
+def test_overlap_saves_at_most_the_compute_it_hides_behind(side_us, after_us):
+    # a gather s that waited for c (an event wait that keeps the streams' order). Overlapped
+    # (prefetched), s runs as launched, beside c, and d waits only for what the 100 us of c
+    # could not hide: s of 80 us -> only the 2 us lag (d 112-212); s of 150 us -> 50 us + the
+    # lag (d 162-262).
+    m, d = _side_then_wait(NCCL_GATHER, side_us)
     assert replay(m).gpu_end_ns[d] / US == 212 + side_us
     assert replay(whatif.comm_overlapped(m)).gpu_end_ns[d] / US == after_us
 
@@ -182,22 +191,10 @@ def test_a_reduction_hides_only_behind_compute_after_its_input(side_us):
     # the same streams with an all-reduce that waited for c: c made what it reduces (audit
     # s61: Megatron's tensor-parallel all-reduce after each GEMM, priced 29-70 ms a step of
     # none), so nothing before d can hide it: d keeps its time. With compute e between c and
-    # the wait (40 us, launched before the all-reduce was), that much hides.
-    ev = Events().step(0, 0, 50)
-    ev.kernel("c", 10, 100, launch_us=0)
-    ev.kernel(NCCL_B, 110, side_us, launch_us=1, stream=8)
-    ev.kernel("d", 112 + side_us, 100, launch_us=2)
-    m = model_of(ev)
-    d = m.gpu.filter(pl.col("name") == "d")["op"][0]
+    # the wait (40 us, beside the all-reduce), that much hides.
+    m, d = _side_then_wait(NCCL_B, side_us)
     assert replay(whatif.comm_overlapped(m)).gpu_end_ns[d] / US == 212 + side_us
-    ev = Events().step(0, 0, 50)
-    ev.kernel("c", 10, 100, launch_us=0)
-    ev.kernel(NCCL_B, 110, side_us, launch_us=1, stream=8)
-    ev.kernel("e", 110, 40, launch_us=2)
-    ev.kernel("d", 112 + side_us, 100, launch_us=3)
-    m = model_of(ev)
-    d = m.gpu.filter(pl.col("name") == "d")["op"][0]
-    assert m.gpu["after_op"][d] == m.gpu.filter(pl.col("name") == NCCL_B)["op"][0]
+    m, d = _side_then_wait(NCCL_B, side_us, between_us=40)
     assert replay(whatif.comm_overlapped(m)).gpu_end_ns[d] / US == 212 + side_us - 40
 
 

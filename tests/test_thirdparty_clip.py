@@ -10,40 +10,22 @@ README.md). Measured per sample: 8 workers 1.88-2.02x, bf16 1.39-1.45x, the 2x b
 
 from __future__ import annotations
 
-from functools import cache
-
 import traceinsight
 
-from .conftest import FIXTURES, recorded_truth, within_band
+from .conftest import RecordedLoop, within_band
 
-HERE = FIXTURES / "h100" / "thirdparty"
-BEFORE = HERE / "clip.before.pt.trace.json.xz"
-TRUTH = HERE / "clip.truth.json"
+LOOP = RecordedLoop.named("clip")
+BEFORE = LOOP.before
 TOLERANCE = 0.25  # a prediction within 25% of the measured band
-DEVICE_TOLERANCE = 0.40  # a device-speed change (bf16)
 APPLIED = ["dataloader_stall", "fp32_compute", "small_batch@2"]
-
-
-@cache
-def analysis():
-    return traceinsight.analyze(BEFORE)
-
-
-def band(fix: str) -> dict:
-    return recorded_truth(TRUTH)["speedup_band"][fix]
-
-
-def finding(fid: str):
-    return next(f for f in analysis().findings if f.id == fid)
+analysis, band, finding = LOOP.analysis, LOOP.band, LOOP.finding
 
 
 def test_the_loader_comes_first_and_is_the_largest_lever() -> None:
     """dataloader_stall, HIGH and first; of the single fixes the workers measured most."""
     f = analysis().findings[0]
     assert (f.id, f.severity) == ("dataloader_stall", "high")
-    singles = {k: v["high"] for k, v in recorded_truth(TRUTH)["speedup_band"].items()}
-    singles = {k: v for k, v in singles.items() if k not in ("baseline", "all")}
-    assert max(singles, key=singles.get) == "workers"
+    assert LOOP.largest_single_fix() == "workers"
 
 
 def test_the_loader_fix_is_priced_within_its_band() -> None:
@@ -96,8 +78,6 @@ def test_the_unprofiled_step_is_estimated_within_ten_percent() -> None:
     """The model's un-profiled step against process P's own un-profiled window (the same
     process, before it recorded) and capture's timed step."""
     rp = analysis().results.replay
-    measured = recorded_truth(TRUTH)["profiled"]["baseline"][
-        "unprofiled_same_process_step_ms_window_mean"
-    ]
+    measured = LOOP.truth["profiled"]["baseline"]["unprofiled_same_process_step_ms_window_mean"]
     assert abs(rp.unprofiled_step_ns / 1e6 / measured - 1) < 0.10
     assert abs(rp.measured_step_ns / rp.unprofiled_step_ns - 1) < 0.10

@@ -11,32 +11,17 @@ of the three recorded, with their [memory] events (trim_trace.py)."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import traceinsight
 
-from .conftest import FIXTURES, recorded_truth, within_band
+from .conftest import RecordedLoop, within_band
 
-HERE = FIXTURES / "h100" / "thirdparty"
-BEFORE = HERE / "ddpm.before.pt.trace.json.xz"
-TRUTH = HERE / "ddpm.truth.json"
+LOOP = RecordedLoop.named("ddpm")
+BEFORE = LOOP.before
 TOLERANCE = 0.25  # a prediction within 25% of the measured band
 # the recorded all less the default compile, which no finding prices (launch_bound's fix is
 # CUDA graphs)
 APPLIED = ["dataloader_stall", "fp32_compute", "memory_headroom@4", "channels_first_layers"]
-
-
-@cache
-def analysis():
-    return traceinsight.analyze(BEFORE)
-
-
-def band(fix: str) -> dict:
-    return recorded_truth(TRUTH)["speedup_band"][fix]
-
-
-def finding(fid: str):
-    return next(f for f in analysis().findings if f.id == fid)
+analysis, band, finding = LOOP.analysis, LOOP.band, LOOP.finding
 
 
 def test_the_batch_comes_first_and_is_the_largest_lever() -> None:
@@ -44,9 +29,7 @@ def test_the_batch_comes_first_and_is_the_largest_lever() -> None:
     unused); of the single fixes the 4x batch measured most."""
     f = analysis().findings[0]
     assert (f.id, f.severity, f.what_if.multiplier) == ("memory_headroom", "high", 4)
-    singles = {k: v["high"] for k, v in recorded_truth(TRUTH)["speedup_band"].items()}
-    singles = {k: v for k, v in singles.items() if k not in ("baseline", "all")}
-    assert max(singles, key=singles.get) == "batch_4x"
+    assert LOOP.largest_single_fix() == "batch_4x"
     b = band("batch_4x")
     assert within_band(f.what_if.speedup, b["low"], b["high"], TOLERANCE)
 
@@ -88,7 +71,7 @@ def test_launch_bound_prices_graphs_and_warns_of_the_default_compile() -> None:
     assert f.what_if.transform.name == "cuda_graphs"
     assert band("compile")["high"] < 1.0
     assert "reduce-overhead" in f.recommendation and "can run slower" in f.recommendation
-    assert "compile_ro" in recorded_truth(TRUTH)["not_recorded"]
+    assert "compile_ro" in LOOP.truth["not_recorded"]
 
 
 def test_the_unprofiled_step_lies_in_the_estimates_range() -> None:
@@ -96,7 +79,5 @@ def test_the_unprofiled_step_lies_in_the_estimates_range() -> None:
     estimate (81.1 ms) is 1.39x process P's own window (58.26 ms), outside 10%; its range's low
     end (the profiler costing 2.5x what the no-work ops show, 38.6 ms) holds it."""
     rp = analysis().results.replay
-    own = recorded_truth(TRUTH)["profiled"]["baseline"][
-        "unprofiled_same_process_step_ms_window_mean"
-    ]
+    own = LOOP.truth["profiled"]["baseline"]["unprofiled_same_process_step_ms_window_mean"]
     assert rp.unprofiled_step_low_ns / 1e6 < own < rp.unprofiled_step_ns / 1e6
