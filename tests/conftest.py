@@ -306,6 +306,14 @@ class RecordedLoop:
     def finding(self, fid: str) -> Any:
         return next(f for f in self.analysis().findings if f.id == fid)
 
+    def what_if(self, ids: list[str]) -> Any:
+        """``--what-if IDS`` on the analysis already made (pipeline.selected_fixes), not a
+        second analysis of the trace."""
+        from traceinsight.pipeline import selected_fixes
+
+        a = self.analysis()
+        return selected_fixes(a.results, list(a.findings), tuple(ids)).what_if
+
     def largest_single_fix(self) -> str:
         """The single fix (not the baseline, not all) whose band reaches highest."""
         singles = {k: v["high"] for k, v in self.truth["speedup_band"].items()}

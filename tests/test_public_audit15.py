@@ -211,3 +211,64 @@ def test_a_large_message_protocol_is_not_read_as_waiting(tmp_path) -> None:
     path.write_text(json.dumps(nccl_doc(simple, DURS_US)))
     comm = traceinsight.analyze(path).results.comm
     assert comm.peer_wait_source is None and comm.peer_wait_ns == 0
+
+
+def stall_doc(stall_us: float) -> dict:
+    """A launch-bound loop of 30 iterations on one thread: aten::empty (5 us, no runtime call),
+    then aten::add launching a 20 us kernel. The 12th aten::empty takes ``stall_us``."""
+    events: list[dict] = []
+    t = 0.0
+    for i in range(30):
+        empty = stall_us if i == 11 else 5.0
+        events.append(
+            {"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 1, "tid": 1, "ts": t,
+             "dur": empty, "args": {}}
+        )  # fmt: skip
+        t += empty + 2
+        corr = 500 + i
+        events.append(
+            {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": t,
+             "dur": 12.0, "args": {}}
+        )  # fmt: skip
+        events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+             "ts": t + 2, "dur": 8.0, "args": {"correlation": corr}}
+        )  # fmt: skip
+        events.append(
+            {"ph": "X", "cat": "kernel", "name": "add_kernel", "pid": 0, "tid": 7, "ts": t + 12,
+             "dur": 20.0, "args": {"device": 0, "stream": 7, "correlation": corr}}
+        )  # fmt: skip
+        t += 14
+    return {"schemaVersion": 1, "deviceProperties": [H100], "traceEvents": events}
+
+
+def test_a_quick_op_the_thread_stalled_in_is_named(tmp_path) -> None:
+    """One aten::empty of 30 (median 5 us) took 20 ms with no runtime call inside: the thread
+    stalled (audit s61: Megatron TP8's ranks 0 and 6, aten::empty 18.7 ms, aten::reshape 27.6
+    ms against 19 us). The GPU idled through it but for the 18 us the previous kernel still
+    ran: 20,000 us of stall, 19,982 us idle. gpu_underutilized says where its idle went."""
+    path = tmp_path / "stall.json"
+    path.write_text(json.dumps(stall_doc(20_000.0)))
+    a = traceinsight.analyze(path)
+    h = a.results.host_ops
+    assert [(s.name, s.dur_ns, s.median_ns) for s in h.host_stalls] == [
+        ("aten::empty", 20_000 * US, 5 * US)
+    ]
+    assert (h.host_stall_ns, h.host_stall_idle_ns) == (20_000 * US, 19_982 * US)
+    f = next(f for f in a.findings if f.id == "gpu_underutilized")
+    assert "while the thread stalled inside usually quick ops (aten::empty 20.00 ms" in f.title
+    assert f.recommendation.startswith("The launching thread stalls")
+
+
+def test_a_slow_first_call_is_setup_not_a_stall(tmp_path) -> None:
+    """The same 20 ms in the thread's first aten::empty (first use sets up) and a 0.4 ms one
+    (under 1 ms): no stall."""
+    doc = stall_doc(5.0)
+    doc["traceEvents"][0]["dur"] = 20_000.0
+    for e in doc["traceEvents"][1:]:
+        e["ts"] += 20_000.0
+    path = tmp_path / "first.json"
+    path.write_text(json.dumps(doc))
+    assert traceinsight.analyze(path).results.host_ops.host_stalls == ()
+    path.write_text(json.dumps(stall_doc(400.0)))
+    assert traceinsight.analyze(path).results.host_ops.host_stalls == ()

@@ -10,12 +10,9 @@ README.md). Measured per sample: 8 workers 1.88-2.02x, bf16 1.39-1.45x, the 2x b
 
 from __future__ import annotations
 
-import traceinsight
-
 from .conftest import RecordedLoop, within_band
 
 LOOP = RecordedLoop.named("clip")
-BEFORE = LOOP.before
 TOLERANCE = 0.25  # a prediction within 25% of the measured band
 APPLIED = ["dataloader_stall", "fp32_compute", "small_batch@2"]
 analysis, band, finding = LOOP.analysis, LOOP.band, LOOP.finding
@@ -57,7 +54,7 @@ def test_the_batch_is_no_lever_alone_and_raises_nothing() -> None:
     ids = {f.id for f in analysis().findings}
     assert not ids & {"small_batch", "memory_headroom"}
     b = band("batch_2x")
-    w = traceinsight.analyze(BEFORE, what_if=["small_batch@2"]).selected.what_if
+    w = LOOP.what_if(["small_batch@2"])
     assert within_band(w.speedup, b["low"], b["high"], TOLERANCE)
     assert w.speedup < 1.10
 
@@ -67,10 +64,10 @@ def test_the_applied_set_is_priced_within_its_band() -> None:
     measured. With the loading hidden and bf16 the step is host-bound (about 90 ms a step
     measured at either batch), so the batch that did nothing alone halves the time a sample
     takes; the model gets it from the same trace."""
-    w = traceinsight.analyze(BEFORE, what_if=APPLIED).selected.what_if
+    w = LOOP.what_if(APPLIED)
     b = band("all")
     assert within_band(w.speedup, b["low"], b["high"], TOLERANCE)
-    alone = traceinsight.analyze(BEFORE, what_if=APPLIED[:2]).selected.what_if
+    alone = LOOP.what_if(APPLIED[:2])
     assert w.speedup > 1.5 * alone.speedup
 
 

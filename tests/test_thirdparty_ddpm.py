@@ -11,12 +11,9 @@ of the three recorded, with their [memory] events (trim_trace.py)."""
 
 from __future__ import annotations
 
-import traceinsight
-
 from .conftest import RecordedLoop, within_band
 
 LOOP = RecordedLoop.named("ddpm")
-BEFORE = LOOP.before
 TOLERANCE = 0.25  # a prediction within 25% of the measured band
 # the recorded all less the default compile, which no finding prices (launch_bound's fix is
 # CUDA graphs)
@@ -58,7 +55,7 @@ def test_bf16_and_channels_last_are_no_levers_and_say_so() -> None:
 def test_the_applied_set_is_priced_within_its_band() -> None:
     """The recorded all less the default compile: 4.91x replayed, 3.51-4.43x measured (with
     the compile that measured 0.75-0.91x alone)."""
-    w = traceinsight.analyze(BEFORE, what_if=APPLIED).selected.what_if
+    w = LOOP.what_if(APPLIED)
     b = band("all")
     assert within_band(w.speedup, b["low"], b["high"], TOLERANCE)
 

@@ -106,6 +106,16 @@ class NewShapeOp:
 
 
 @dataclass(frozen=True)
+class HostStall:
+    """One call of a usually quick op that the thread stalled in."""
+
+    name: str
+    dur_ns: int  # outside its runtime calls
+    median_ns: int  # the op's median call in the window
+    start_ns: int
+
+
+@dataclass(frozen=True)
 class HostOpsResult:
     contended: tuple[ContendedOp, ...] = ()
     contended_ns: int = 0  # the contended ops' time in the window
@@ -148,6 +158,12 @@ class HostOpsResult:
     grouped_mm_fallback_syncs: int = 0
     grouped_mm_fallback_dtypes: tuple[str, ...] = ()
     what_if_grouped_mm_fallback: WhatIf | None = None
+    # calls of usually quick torch ops that took far longer outside their runtime calls
+    # (:func:`_host_stalls`): the thread stalled in them, descheduled or blocked; the largest
+    # few, their time outside runtime calls, and the GPU's idle during them
+    host_stalls: tuple[HostStall, ...] = ()
+    host_stall_ns: int = 0
+    host_stall_idle_ns: int = 0
 
     @property
     def new_shape_ratio(self) -> float | None:
@@ -586,8 +602,109 @@ def _grouped_mm_fallback(ctx: Context, replay: ReplayResult | None) -> dict:
     }
 
 
+# A call of a torch op at least HOST_STALL_MIN_NS and HOST_STALL_MIN_FACTOR times its op's
+# median (over HOST_STALL_MIN_CALLS calls or more in the window), outside its runtime calls, and
+# neither the first call of its input shape (setup: new_shape_setup's) nor the loader's: the
+# thread stalled in it (audit s61: Megatron TP8's ranks 0 and 6, aten::empty 18.7 ms and
+# aten::mm 19.1 ms against a few microseconds, cudaLaunchKernel up to 26 ms; those ranks were
+# the job's stragglers, and rank 0 read launch-bound)
+HOST_STALL_MIN_NS = 1_000_000
+HOST_STALL_MIN_FACTOR = 100
+HOST_STALL_MIN_CALLS = 10
+# ... of an op whose median call is at most this: usually quick (a convolution's first call of a
+# shape searches cuDNN's algorithms on the host for seconds, 1.5 ms its median: setup, which a
+# trace without shapes cannot tell from a stall)
+HOST_STALL_QUICK_MAX_NS = 50_000
+# ops that may wait for the device (a read-back, a copy) where the trace shows no runtime call
+# inside them (a CUDA graph's RAFT step: `_local_scalar_dense` 3.3 ms against 0.5 us): no stall
+MAY_WAIT_OPS = (
+    r"_local_scalar_dense|aten::item$|nonzero|aten::equal$|masked_select|unique|"
+    r"aten::to$|_to_copy|copy_|contiguous|clone|cpu$"
+)
+HOST_STALLS_KEPT = 3
+
+
+def _host_stalls(ctx: Context) -> dict:
+    """HostOpsResult's stall fields: the innermost such calls, outside the DataLoader's
+    ranges, with the GPU's idle (no kernel, copy or set on any stream) during them."""
+    ops = ctx.rows(
+        ("cpu_op",),
+        where=pl.col("start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns),
+        columns=("tid", "name", "start_ns", "dur_ns"),
+    )
+    ops = ops.filter(~pl.col("name").str.contains(MAY_WAIT_OPS))
+    if ops.height == 0:
+        return {}
+    # by op and recorded input shapes where there are any: a copy's time follows its bytes
+    # (a batch's channels_last conversion, 7.6 ms, beside a 26 us median of small casts)
+    shapes = shaped_ops(ctx, ctx.window_start_ns, ctx.window_end_ns)
+    ops = ops.join(
+        shapes.select("tid", "start_ns", "name", "input_dims").unique(["tid", "start_ns", "name"]),
+        on=["tid", "start_ns", "name"],
+        how="left",
+    )
+    median = pl.col("dur_ns").median().over("name", "input_dims")
+    calls = pl.len().over("name", "input_dims")
+    # (the median over every call of the name, taken before the filter; not a thread's first
+    # call of the op: first use sets up)
+    first = pl.int_range(pl.len()).over("tid", "name", "input_dims", order_by="start_ns") == 0
+    slow = (
+        ops.with_columns(median.alias("median_ns"), calls.alias("_calls"), first.alias("_first"))
+        .filter(
+            (pl.col("dur_ns") >= HOST_STALL_MIN_NS)
+            & (pl.col("_calls") >= HOST_STALL_MIN_CALLS)
+            & (pl.col("median_ns") <= HOST_STALL_QUICK_MAX_NS)
+            & (pl.col("dur_ns") >= HOST_STALL_MIN_FACTOR * pl.col("median_ns"))
+            & ~pl.col("_first")
+        )
+        .with_columns((pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"))
+    )
+    if slow.height == 0:
+        return {}
+    own = pl.col("dur_ns") - pl.col("_api_ns")
+    slow = (
+        _with_runtime_inside(ctx, slow)
+        .filter((own >= HOST_STALL_MIN_NS) & (own >= HOST_STALL_MIN_FACTOR * pl.col("median_ns")))
+        .with_columns(own.alias("own_ns"))
+        .sort("tid", "start_ns")
+    )
+    # the innermost only; not a new shape's first call (setup), not the loader's
+    inner = ~(pl.col("start_ns").shift(-1).over("tid") < pl.col("end_ns")).fill_null(False)
+    slow = slow.filter(inner)
+    setup = _new_shape_calls(ctx) if ctx.op_args.height else slow.clear()
+    if setup.height:
+        slow = slow.join(setup.select("tid", "start_ns"), on=["tid", "start_ns"], how="anti")
+    loader = host_ranges(ctx, DATALOADER_PATTERN)
+    slow = slow.sort("start_ns")
+    if slow.height and loader.height:
+        inside = iv.overlap_with(slow.select("start_ns", "end_ns"), loader.sort("start_ns"))
+        slow = slow.filter(inside < slow.get_column("dur_ns"))
+    if slow.height == 0:
+        return {}
+    # the GPU idle: no activity on any device during the stall, at most the stall's own time
+    busy = iv.union(ctx.busy.select("start_ns", "end_ns")) if ctx.busy.height else ctx.busy
+    covered = (
+        iv.overlap_with(slow.select("start_ns", "end_ns"), busy)
+        if busy.height
+        else pl.repeat(0, slow.height, dtype=pl.Int64, eager=True)
+    )
+    uncovered = (slow.get_column("dur_ns") - covered).clip(0)
+    stall_ns = int(slow.get_column("own_ns").sum())
+    idle = int(slow.select(pl.min_horizontal(uncovered, pl.col("own_ns")).alias("i"))["i"].sum())
+    top = slow.sort(["own_ns", "start_ns"], descending=[True, False]).head(HOST_STALLS_KEPT)
+    return {
+        "host_stalls": tuple(
+            HostStall(r["name"], int(r["own_ns"]), int(r["median_ns"]), int(r["start_ns"]))
+            for r in top.iter_rows(named=True)
+        ),
+        "host_stall_ns": stall_ns,
+        "host_stall_idle_ns": max(0, idle),
+    }
+
+
 def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult:
     shaped: dict = {
+        **_host_stalls(ctx),
         **_new_shape(ctx, replay),
         "forward_only": _forward_only(ctx),
         "serving_engine": _serving_engine(ctx),

@@ -16,7 +16,7 @@ from typing import Any
 
 from traceinsight.analyzers import Results
 from traceinsight.analyzers.comm import COMM_FLOOR_BYTES_PER_S
-from traceinsight.analyzers.host_ops import HostOpsResult
+from traceinsight.analyzers.host_ops import HOST_STALL_MIN_NS, HostOpsResult
 from traceinsight.analyzers.idle import (
     CALLEE_SEP,
     MAJORITY,
@@ -715,6 +715,15 @@ _INFERENCE_LAUNCH_SNIPPET = (
 # (the default mode alone launches each Triton kernel from Python, dearer than eager's: a
 # held-out DDPM U-Net's host-bound step ran 0.75-0.83x compiled by default, session 61; the
 # priced fix is the graphs)
+# the launching thread stalled inside quick ops: what holds it comes first
+HOST_STALL_WHY = (
+    "The launching thread stalls inside ops that usually take microseconds (the title's): it "
+    "was descheduled or waited on a lock, which no launch saving removes. Give the process "
+    "cores of its own (taskset or numactl; fewer DataLoader workers, OMP/MKL threads or other "
+    "jobs on the host) and look for another thread holding what the step needs (a "
+    "pin-memory, logging or checkpoint thread; py-spy dump during a stall shows it)."
+)
+_HOST_STALL_ADVICE = HOST_STALL_WHY + " Then: "
 _LAUNCH_ADVICE = (
     "Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs; the "
     "default mode alone fuses kernels but launches each from Python, and on a step this "
@@ -902,6 +911,19 @@ def launch_bound(x: RuleInput) -> Draft | None:
         if between >= LAUNCH_MORE_MIN_RATIO * cost
         else ""
     )
+    # the thread stalled inside usually quick ops: neither launch cost nor the Python between
+    # them, and no graph's doing (audit s61: Megatron TP8's rank 0)
+    ho = x.r.host_ops
+    if ho.host_stalls and ho.host_stall_idle_ns >= max(
+        HOST_STALL_MIN_NS, LAUNCH_MORE_MIN_RATIO * (cost + between)
+    ):
+        top = ho.host_stalls[0]
+        more += (
+            f"; the thread stalled {fmt_ms(ho.host_stall_idle_ns)} of the GPU's idle inside "
+            f"usually quick ops ({top.name} {fmt_ms(top.dur_ns)} against "
+            f"{fmt_ns(top.median_ns)} a call): descheduled or blocked, not launching"
+        )
+        advice["recommendation"] = _HOST_STALL_ADVICE + advice.get("recommendation", _LAUNCH_ADVICE)
     rp = x.r.replay
     host_alone = rp.engine_speedups.get("host") if rp is not None else None
     # what the priced capture holds: with nn.Module frames, the model's calls; without, every
@@ -953,6 +975,9 @@ def launch_bound(x: RuleInput) -> Draft | None:
             # whole-step capture removes it too, the model-only one not (gpu_underutilized
             # counts it explained here)
             "cpu_work_between_launches_ns": x.r.idle.cpu_work_between_launches_ns,
+            # usually quick ops the thread stalled in, and the GPU's idle during them
+            "host_stalls": list(ho.host_stalls),
+            "host_stall_idle_ns": ho.host_stall_idle_ns,
             "sources": x.sources("launch"),
             # torch ops whose input shapes change between steps: CUDA graphs need them fixed
             "shape_change": shapes,
@@ -3108,6 +3133,16 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         advice = HOST_INPUT_ADVICE.format(op=named.group(1))
     elif busy:
         return None  # raised for the tensors made on the host, which are not what idles it
+    ho = x.r.host_ops
+    if not made and ho.host_stalls and ho.host_stall_idle_ns >= MAJORITY * rest:
+        # the thread stalled inside usually quick ops (audit s61): not the op's own work
+        top = ho.host_stalls[0]
+        where = (
+            ", mostly while the thread stalled inside usually quick ops "
+            f"({top.name} {fmt_ms(top.dur_ns)} against {fmt_ns(top.median_ns)} a call): "
+            "descheduled or blocked"
+        )
+        advice = HOST_STALL_WHY
     busy_words = f"GPU busy {'' if profiled_busy else 'only '}{fmt_pct(idle.gpu_busy_ratio)}"
     return Draft(
         rest,
@@ -3129,7 +3164,7 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
         snippet=DEPENDENCY_WAIT_SNIPPET
         if advice == DEPENDENCY_WAIT_ADVICE
         else ""
-        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE, UNSEEN_WAIT_ADVICE) or made
+        if advice in (OS_WAIT_ADVICE, UNTRACED_ADVICE, UNSEEN_WAIT_ADVICE, HOST_STALL_WHY) or made
         else COMPILED_UNDERUTILIZED_SNIPPET
         if compiled_code(x.r)
         else None,
