@@ -627,17 +627,27 @@ HOST_STALLS_KEPT = 3
 def _host_stalls(ctx: Context) -> dict:
     """HostOpsResult's stall fields: the innermost such calls, outside the DataLoader's
     ranges, with the GPU's idle (no kernel, copy or set on any stream) during them."""
+    in_window = pl.col("start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns)
+    # the ops with a call long enough first (few), then all of their calls (the medians)
+    long = ctx.rows(
+        ("cpu_op",),
+        where=in_window & (pl.col("dur_ns") >= HOST_STALL_MIN_NS),
+        columns=("name",),
+    )
+    names = long.get_column("name").unique()
+    names = names.filter(~names.cast(pl.String).str.contains(MAY_WAIT_OPS))
+    if names.len() == 0:
+        return {}
     ops = ctx.rows(
         ("cpu_op",),
-        where=pl.col("start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns),
+        where=in_window & pl.col("name").is_in(names.implode()),
         columns=("tid", "name", "start_ns", "dur_ns"),
     )
-    ops = ops.filter(~pl.col("name").str.contains(MAY_WAIT_OPS))
-    if ops.height == 0:
-        return {}
     # by op and recorded input shapes where there are any: a copy's time follows its bytes
     # (a batch's channels_last conversion, 7.6 ms, beside a 26 us median of small casts)
-    shapes = shaped_ops(ctx, ctx.window_start_ns, ctx.window_end_ns)
+    shapes = shaped_ops(ctx, ctx.window_start_ns, ctx.window_end_ns).filter(
+        pl.col("name").is_in(names.cast(pl.String).implode())
+    )
     ops = ops.join(
         shapes.select("tid", "start_ns", "name", "input_dims").unique(["tid", "start_ns", "name"]),
         on=["tid", "start_ns", "name"],
