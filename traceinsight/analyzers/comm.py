@@ -351,7 +351,7 @@ def _launch_ids(events: pl.DataFrame, correlations: pl.Series) -> pl.DataFrame:
     )
 
 
-def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict[str, int]:
+def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict:
     """The sized collectives' time, the most moving their messages takes and the time beyond it
     (CommResult's ``sized_comm_ns``, ``transfer_bound_ns``, ``peer_wait_ns``)."""
     sized = _messages(kinds, ctx).filter(
@@ -371,15 +371,21 @@ def _peer_wait(kinds: pl.DataFrame, ctx: Context) -> dict[str, int]:
         + COMM_LATENCY_NS
         + COMM_LATENCY_PER_RANK_NS * p
     )
-    got = sized.filter(elem.is_not_null()).select(
+    return _split_at(sized.filter(elem.is_not_null()), bound, "sizes")
+
+
+def _split_at(calls: pl.DataFrame, bound: pl.Expr, source: str) -> dict:
+    """CommResult's ``sized_comm_ns``, ``transfer_bound_ns`` and ``peer_wait_ns`` of ``calls``
+    (their time, its part up to ``bound`` a call and the rest), ``peer_wait_source``."""
+    if calls.height == 0:
+        return {}
+    got = calls.select(
         pl.col("dur_ns").sum().alias("sized_comm_ns"),
         pl.min_horizontal(bound, pl.col("dur_ns")).sum().alias("transfer_bound_ns"),
         (pl.col("dur_ns") - bound).clip(lower_bound=0).sum().alias("peer_wait_ns"),
     )
-    if got.height == 0:
-        return {}
     return {k: int(v or 0) for k, v in got.row(0, named=True).items()} | {
-        "peer_wait_source": "sizes"
+        "peer_wait_source": source
     }
 
 
@@ -391,7 +397,7 @@ REPEAT_WAIT_MIN_CALLS = 10
 REPEAT_FLOOR_QUANTILE = 0.1
 
 
-def _repeat_wait(kinds: pl.DataFrame) -> dict[str, int | str]:
+def _repeat_wait(kinds: pl.DataFrame) -> dict:
     """Where the trace records no message sizes: each collective kernel run at least
     :data:`REPEAT_WAIT_MIN_CALLS` times with a low-latency protocol (same name: the same
     operation, dtype and protocol, so messages of a like small size), its calls' time beyond
@@ -414,14 +420,7 @@ def _repeat_wait(kinds: pl.DataFrame) -> dict[str, int | str]:
     )
     if per.height == 0:
         return {}
-    got = ll.join(per.select("name", "floor"), on="name").select(
-        pl.col("dur_ns").sum().alias("sized_comm_ns"),
-        pl.min_horizontal("floor", "dur_ns").sum().alias("transfer_bound_ns"),
-        (pl.col("dur_ns") - pl.col("floor")).clip(lower_bound=0).sum().alias("peer_wait_ns"),
-    )
-    return {k: int(v or 0) for k, v in got.row(0, named=True).items()} | {
-        "peer_wait_source": "repeats"
-    }
+    return _split_at(ll.join(per.select("name", "floor"), on="name"), pl.col("floor"), "repeats")
 
 
 def _backward_ratios(ctx: Context) -> tuple[float | None, float | None]:

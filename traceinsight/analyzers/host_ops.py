@@ -254,6 +254,10 @@ def _with_bytes(ctx: Context, ops: pl.DataFrame) -> pl.DataFrame:
     )
 
 
+# of calls (tid, start_ns, end_ns) sorted by thread and start: no other starting inside it
+INNERMOST = ~(pl.col("start_ns").shift(-1).over("tid") < pl.col("end_ns")).fill_null(False)
+
+
 def _new_shape_calls(ctx: Context) -> pl.DataFrame:
     """The innermost calls with an input shape new to the window that spent far longer outside
     their runtime calls than their op's calls with a known shape took (a blocking copy or a
@@ -299,8 +303,7 @@ def _new_shape_calls(ctx: Context) -> pl.DataFrame:
         .sort("tid", "start_ns")
     )
     # the innermost only: a slow call with another starting inside it holds that one's setup
-    parent = pl.col("start_ns").shift(-1).over("tid") < pl.col("end_ns")
-    return slow.filter(~parent.fill_null(False))
+    return slow.filter(INNERMOST)
 
 
 def _with_runtime_inside(ctx: Context, calls: pl.DataFrame) -> pl.DataFrame:
@@ -624,9 +627,10 @@ MAY_WAIT_OPS = (
 HOST_STALLS_KEPT = 3
 
 
-def _host_stalls(ctx: Context) -> dict:
+def _host_stalls(ctx: Context, setup: pl.DataFrame) -> dict:
     """HostOpsResult's stall fields: the innermost such calls, outside the DataLoader's
-    ranges, with the GPU's idle (no kernel, copy or set on any stream) during them."""
+    ranges and ``setup`` (the new-shape calls, :func:`_new_shape_calls`), with the GPU's idle
+    (no kernel, copy or set on any stream) during them."""
     in_window = pl.col("start_ns").is_between(ctx.window_start_ns, ctx.window_end_ns)
     # the ops with a call long enough first (few), then all of their calls (the medians)
     long = ctx.rows(
@@ -679,9 +683,7 @@ def _host_stalls(ctx: Context) -> dict:
         .sort("tid", "start_ns")
     )
     # the innermost only; not a new shape's first call (setup), not the loader's
-    inner = ~(pl.col("start_ns").shift(-1).over("tid") < pl.col("end_ns")).fill_null(False)
-    slow = slow.filter(inner)
-    setup = _new_shape_calls(ctx) if ctx.op_args.height else slow.clear()
+    slow = slow.filter(INNERMOST)
     if setup.height:
         slow = slow.join(setup.select("tid", "start_ns"), on=["tid", "start_ns"], how="anti")
     loader = host_ranges(ctx, DATALOADER_PATTERN)
@@ -713,9 +715,11 @@ def _host_stalls(ctx: Context) -> dict:
 
 
 def analyze_host_ops(ctx: Context, replay: ReplayResult | None) -> HostOpsResult:
+    # calls with an input shape new to the window, slow: per-shape setup (read once)
+    setup = _new_shape_calls(ctx) if ctx.op_args.height else pl.DataFrame()
     shaped: dict = {
-        **_host_stalls(ctx),
-        **_new_shape(ctx, replay),
+        **_host_stalls(ctx, setup),
+        **_new_shape(ctx, setup, replay),
         "forward_only": _forward_only(ctx),
         "serving_engine": _serving_engine(ctx),
         **_buffer_sync(ctx, replay),
@@ -775,12 +779,9 @@ def _in_loader_ns(ctx: Context, ops: pl.DataFrame) -> int:
     return int(iv.overlap_with(spans.sort("start_ns"), loader.sort("start_ns")).sum())
 
 
-def _new_shape(ctx: Context, replay: ReplayResult | None) -> dict:
-    """HostOpsResult's per-shape setup fields (none where the window's new shapes are slow in
-    fewer than NEW_SHAPE_MIN_STEPS steps: warm-up)."""
-    if ctx.op_args.height == 0:
-        return {}
-    calls = _new_shape_calls(ctx)
+def _new_shape(ctx: Context, calls: pl.DataFrame, replay: ReplayResult | None) -> dict:
+    """HostOpsResult's per-shape setup fields from the new-shape ``calls`` (none where the
+    window's new shapes are slow in fewer than NEW_SHAPE_MIN_STEPS steps: warm-up)."""
     if calls.height == 0 or ctx.steps.height == 0:
         return {}
     starts = ctx.steps.get_column("host_start_ns").sort()

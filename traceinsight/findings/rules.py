@@ -712,9 +712,20 @@ _INFERENCE_LAUNCH_SNIPPET = (
     "# then each call: static_x.copy_(x); g.replay()\n"
     "# and raise the work per call: a larger batch"
 )
+
+
 # (the default mode alone launches each Triton kernel from Python, dearer than eager's: a
 # held-out DDPM U-Net's host-bound step ran 0.75-0.83x compiled by default, session 61; the
 # priced fix is the graphs)
+def _stall_words(ho: HostOpsResult) -> str:
+    """The host stalls named by the longest: "usually quick ops (OP D against M a call)"."""
+    top = ho.host_stalls[0]
+    return (
+        f"usually quick ops ({top.name} {fmt_ms(top.dur_ns)} against "
+        f"{fmt_ns(top.median_ns)} a call)"
+    )
+
+
 # the launching thread stalled inside quick ops: what holds it comes first
 HOST_STALL_WHY = (
     "The launching thread stalls inside ops that usually take microseconds (the title's): it "
@@ -917,11 +928,9 @@ def launch_bound(x: RuleInput) -> Draft | None:
     if ho.host_stalls and ho.host_stall_idle_ns >= max(
         HOST_STALL_MIN_NS, LAUNCH_MORE_MIN_RATIO * (cost + between)
     ):
-        top = ho.host_stalls[0]
         more += (
             f"; the thread stalled {fmt_ms(ho.host_stall_idle_ns)} of the GPU's idle inside "
-            f"usually quick ops ({top.name} {fmt_ms(top.dur_ns)} against "
-            f"{fmt_ns(top.median_ns)} a call): descheduled or blocked, not launching"
+            f"{_stall_words(ho)}: descheduled or blocked, not launching"
         )
         advice["recommendation"] = _HOST_STALL_ADVICE + advice.get("recommendation", _LAUNCH_ADVICE)
     rp = x.r.replay
@@ -3136,11 +3145,8 @@ def gpu_underutilized(x: RuleInput) -> Draft | None:
     ho = x.r.host_ops
     if not made and ho.host_stalls and ho.host_stall_idle_ns >= MAJORITY * rest:
         # the thread stalled inside usually quick ops (audit s61): not the op's own work
-        top = ho.host_stalls[0]
         where = (
-            ", mostly while the thread stalled inside usually quick ops "
-            f"({top.name} {fmt_ms(top.dur_ns)} against {fmt_ns(top.median_ns)} a call): "
-            "descheduled or blocked"
+            f", mostly while the thread stalled inside {_stall_words(ho)}: descheduled or blocked"
         )
         advice = HOST_STALL_WHY
     busy_words = f"GPU busy {'' if profiled_busy else 'only '}{fmt_pct(idle.gpu_busy_ratio)}"
