@@ -124,6 +124,30 @@ def require_native(module: object | None, name: str) -> None:
     raise AssertionError(f"{name} is not built: reinstall with a C compiler (pip install -e .)")
 
 
+_UNPACKED: dict[Path, Path] = {}
+
+
+def unpacked_db(path: Path) -> Path:
+    """A packed fixture database (``X.sqlite.xz``: SQLite exports shrink 7-13x under xz, so the
+    fixtures keep them so) unpacked once per test process, for tests that read its rows with
+    sqlite3 or change a copy; analyses read the packed file itself."""
+    import atexit
+    import lzma
+    import shutil
+    import tempfile
+
+    path = Path(path)
+    if path.suffix != ".xz":
+        path = path.with_name(path.name + ".xz")
+    if path not in _UNPACKED:
+        tmp = Path(tempfile.mkdtemp(prefix="ti-db-"))
+        atexit.register(shutil.rmtree, tmp, True)
+        out = tmp / path.name.removesuffix(".xz")
+        out.write_bytes(lzma.decompress(path.read_bytes()))
+        _UNPACKED[path] = out
+    return _UNPACKED[path]
+
+
 def raw_json(path: Path) -> bytes:
     """A trace file's JSON bytes, decompressed by the standard library alone (gzip or xz by
     content): what tests sum raw events over, independent of the parser."""

@@ -23,12 +23,12 @@ PARSER_SAMPLES = [
     H200 / "healthy_bf16.pt.trace.json.xz",  # Kineto, PyTorch 2.11 gzip
     CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",  # Kineto 2021 era
     CORPUS / "libkineto_test_after_fix_trace.json",  # libkineto's own test trace
-    FIXTURES / "nsys" / "nsys-ai__mock.sqlite",  # Nsight Systems export
-    FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite",  # two processes in one export
+    FIXTURES / "nsys" / "nsys-ai__mock.sqlite.xz",  # Nsight Systems export
+    FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite.xz",  # two processes in one export
     TINY / "kineto_2026_shape.json",  # Kineto 2026 shape: counters, stream sync rows
     FIXTURES / "foreign" / "zoology_a100_inference.json.gz",  # launches, no device activity
-    FIXTURES / "foreign" / "awsgpu_report2.sqlite",  # unified-memory migrations
-    FIXTURES / "foreign" / "extrap_concurrent_s16.sqlite",  # Windows export, non-UTF-8 text
+    FIXTURES / "foreign" / "awsgpu_report2.sqlite.xz",  # unified-memory migrations
+    FIXTURES / "foreign" / "extrap_concurrent_s16.sqlite.xz",  # Windows export, non-UTF-8 text
 ]
 
 

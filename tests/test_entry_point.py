@@ -13,7 +13,7 @@ from traceinsight.cli import main
 
 from .conftest import FIXTURES, H200, TINY
 
-TWO_GPU = FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite"  # 2 processes, one GPU each
+TWO_GPU = FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite.xz"  # 2 processes, one GPU each
 
 
 def test_analyze_returns_typed_results_for_each_kind_of_input():

@@ -22,7 +22,7 @@ from traceinsight.model.schema import Trace
 from traceinsight.parsers import load_trace
 from traceinsight.report.annotate import CATEGORY, write_annotated
 
-from .conftest import analyzed, raw_json
+from .conftest import analyzed, raw_json, unpacked_db
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK = ROOT / "fixtures/h200/stack/sync_sites.pt.trace.json.xz"
@@ -335,7 +335,7 @@ def test_annotated_trace_keeps_the_original_and_adds_valid_events(
 
 @pytest.mark.parametrize("name", ["nsys-ai__mock.sqlite", "Mordred__report1.sqlite"])
 def test_annotated_nsys_trace_from_the_table(tmp_path: Path, name: str) -> None:
-    src = ROOT / "fixtures/nsys" / name
+    src = ROOT / "fixtures/nsys" / (name + ".xz")
     a = analyzed(src)
     assert isinstance(a, api.TraceAnalysis) and a.trace is not None
     out = tmp_path / "nsys.json"
@@ -467,7 +467,7 @@ def test_annotated_rank_of_a_multi_process_nsys_export(tmp_path: Path) -> None:
 
     from traceinsight.cli import cli, main
 
-    src = ROOT / "fixtures/nsys/nsys-ai__mfu_2gpu_after.sqlite"
+    src = unpacked_db(ROOT / "fixtures/nsys/nsys-ai__mfu_2gpu_after.sqlite")
     assert main(["annotate", str(src), "-o", str(tmp_path / "job.json")]) == 2
     out = tmp_path / "rank1.json"
     r = CliRunner().invoke(cli, ["annotate", str(src), "--rank", "1", "-o", str(out)])

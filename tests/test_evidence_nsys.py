@@ -18,14 +18,14 @@ from traceinsight.analyzers.health import analyze_health
 from traceinsight.parsers import load_trace
 from traceinsight.parsers.nsys import parse_nsys
 
-from .conftest import raw_json
+from .conftest import raw_json, unpacked_db
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared/traces/nsys"
 SAXPY = CORPUS / "pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite"
 CLOVER = CORPUS / "pipit__perlmutter-cloverleaf-cuda.sqlite"
-MFU = ROOT / "fixtures/nsys/nsys-ai__mfu_2gpu_after.sqlite"
-MOCK = ROOT / "fixtures/nsys/nsys-ai__mock.sqlite"
+MFU = unpacked_db(ROOT / "fixtures/nsys/nsys-ai__mfu_2gpu_after.sqlite")
+MOCK = unpacked_db(ROOT / "fixtures/nsys/nsys-ai__mock.sqlite")
 HEALTHY = ROOT / "fixtures/h200/healthy_bf16.pt.trace.json.xz"
 corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/traces is not here")
 

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from tests.builder import Events
-from tests.conftest import FIXTURES, H200, TINY, shared_or_skip
+from tests.conftest import FIXTURES, H200, TINY, shared_or_skip, unpacked_db
 from traceinsight import Options
 from traceinsight.analyzers.context import build_context
 from traceinsight.analyzers.health import analyze_health
@@ -37,8 +37,8 @@ from .conftest import analyzed
 
 FOREIGN = FIXTURES / "foreign"
 ZOOLOGY = FOREIGN / "zoology_a100_inference.json.gz"
-AWSGPU = FOREIGN / "awsgpu_report2.sqlite"
-EXTRAP = FOREIGN / "extrap_concurrent_s16.sqlite"
+AWSGPU = unpacked_db(FOREIGN / "awsgpu_report2.sqlite")
+EXTRAP = unpacked_db(FOREIGN / "extrap_concurrent_s16.sqlite")
 KINETO_2026 = TINY / "kineto_2026_shape.json"
 
 

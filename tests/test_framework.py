@@ -19,16 +19,16 @@ from traceinsight.model.framework import detect_framework
 from traceinsight.parsers import load_trace
 from traceinsight.report import markdown
 
-from .conftest import FIXTURES, H200, analyzed, shared_or_skip
+from .conftest import FIXTURES, H200, analyzed, shared_or_skip, unpacked_db
 
 # what no advice for an application may say: PyTorch's API, and steps it does not have
 TORCH_WORDS = re.compile(r"\.item\(\)|DataLoader|torch|per step", re.IGNORECASE)
 
 # CUDA/HIP applications in fixtures/ (always present) and in the corpus (../shared)
 APP_FIXTURES = [
-    FIXTURES / "nsys" / "Mordred__report1.sqlite",  # a GPU database engine (C++)
-    FIXTURES / "foreign" / "awsgpu_report2.sqlite",  # a unified-memory softmax (CUDA C++)
-    FIXTURES / "foreign" / "extrap_concurrent_s16.sqlite",
+    FIXTURES / "nsys" / "Mordred__report1.sqlite.xz",  # a GPU database engine (C++)
+    FIXTURES / "foreign" / "awsgpu_report2.sqlite.xz",  # a unified-memory softmax (CUDA C++)
+    FIXTURES / "foreign" / "extrap_concurrent_s16.sqlite.xz",
 ]
 APP_CORPUS = [
     "pipit__perlmutter-cloverleaf-cuda.sqlite",  # CloverLeaf (C++/CUDA) on an A100
@@ -75,10 +75,10 @@ def test_cloverleaf_host_sync_names_streams_and_events():
 @pytest.mark.parametrize(
     ("path", "framework"),
     [
-        (FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite", "pytorch"),  # aten:: NVTX ranges
-        (FIXTURES / "nsys" / "nsys-ai__mock.sqlite", "pytorch"),  # ATen kernels only
+        (FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite.xz", "pytorch"),  # aten:: NVTX ranges
+        (FIXTURES / "nsys" / "nsys-ai__mock.sqlite.xz", "pytorch"),  # ATen kernels only
         (H200 / "h2d_pageable.pt.trace.json.xz", "pytorch"),  # Kineto: the PyTorch profiler
-        (FIXTURES / "nsys" / "Mordred__report1.sqlite", "cuda_app"),
+        (FIXTURES / "nsys" / "Mordred__report1.sqlite.xz", "cuda_app"),
     ],
     ids=lambda x: x.name if isinstance(x, Path) else x,
 )
@@ -96,7 +96,7 @@ def test_pytorch_trace_keeps_its_advice():
 
 
 def test_pytorch_nsys_export_keeps_its_advice():
-    a = analyzed(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite")
+    a = analyzed(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite.xz")
     assert a.source["framework"] == "pytorch"
     assert any("torch" in f.recommendation + f.snippet for f in a.findings)
 
@@ -130,7 +130,7 @@ def test_device_on_a_job_keeps_the_ranks_on_that_gpu():
 
 
 def test_device_on_a_multi_process_export_is_per_rank_too():
-    job = analyze(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite", device=1)
+    job = analyze(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite.xz", device=1)
     assert [r.rank for r in job.ranks] == [1]
     assert any(w.startswith("--device 1: rank without GPU activity") for w in job.warnings)
 
@@ -156,7 +156,7 @@ def test_an_applications_savings_are_per_iteration_or_over_the_window():
 
     from traceinsight.report.html import render_html
 
-    doc = analyzed(FIXTURES / "nsys" / "Mordred__report1.sqlite").to_json()
+    doc = analyzed(FIXTURES / "nsys" / "Mordred__report1.sqlite.xz").to_json()
     assert doc["source"]["framework"] == "cuda_app" and not doc["metrics"]["steps"]
     doc["findings"][0]["what_if"] = {
         "step_time_ns": 10_000,
@@ -177,7 +177,7 @@ def test_an_os_call_that_held_the_launching_thread_is_named():
     sem_timedwait: 79 s) name nothing. From the export: the launching thread's getc calls."""
     import sqlite3
 
-    path = FIXTURES / "nsys" / "Mordred__report1.sqlite"
+    path = unpacked_db(FIXTURES / "nsys" / "Mordred__report1.sqlite.xz")
     con = sqlite3.connect(path)
     (getc_ns,) = con.execute(
         "SELECT max(o.end - o.start) FROM OSRT_API o JOIN StringIds s ON s.id = o.nameId "

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from traceinsight.cli import main
 
-from .conftest import FIXTURES, raw_json
+from .conftest import FIXTURES, raw_json, unpacked_db
 from .test_fuzz_new_inputs import (
     LONG,
     SETTINGS,
@@ -36,7 +36,10 @@ from .test_fuzz_new_inputs import (
     weird,
 )
 
-BASES = [FIXTURES / "nsys" / "nsys-ai__mock.sqlite", FIXTURES / "nsys" / "Mordred__report1.sqlite"]
+BASES = [
+    unpacked_db(FIXTURES / "nsys" / "nsys-ai__mock.sqlite"),
+    unpacked_db(FIXTURES / "nsys" / "Mordred__report1.sqlite"),
+]
 DDL = {
     "CUDA_CALLCHAINS": "(id INTEGER, symbol INTEGER, module INTEGER, unresolved INTEGER, "
     "originalIP INTEGER, stackDepth INTEGER)",

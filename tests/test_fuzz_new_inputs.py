@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 import traceinsight.parsers.nsys.db as nsys
 from traceinsight.cli import main
 
-from .conftest import FIXTURES, TINY
+from .conftest import FIXTURES, TINY, unpacked_db
 
 LONG = int(os.environ.get("TRACEINSIGHT_FUZZ_NEW", "0"))
 SETTINGS = settings(
@@ -42,8 +42,8 @@ TRIED: dict[str, int] = {}
 
 BASE = json.loads((TINY / "step_dataloader_sync.json").read_text())  # kernels, a step, a sync
 NSYS_BASES = [
-    FIXTURES / "nsys" / "nsys-ai__mock.sqlite",
-    FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite",
+    unpacked_db(FIXTURES / "nsys" / "nsys-ai__mock.sqlite"),
+    unpacked_db(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite"),
 ]
 
 

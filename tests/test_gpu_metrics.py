@@ -23,9 +23,9 @@ from traceinsight.report.html import render_html
 from traceinsight.report.terminal import render_summary
 
 from .builder import Events
-from .conftest import FIXTURES
+from .conftest import FIXTURES, unpacked_db
 
-MOCK = FIXTURES / "nsys" / "nsys-ai__mock.sqlite"
+MOCK = unpacked_db(FIXTURES / "nsys" / "nsys-ai__mock.sqlite")
 SESSION_START_NS = 1776781226557295056  # TARGET_INFO_SESSION_START_TIME of the mock
 # session-relative sample times: inside the mock's elementwise kernel, inside the added GEMM, and
 # between them with no kernel running (all inside the window: first to last GPU activity)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from traceinsight.api import analyze
 from traceinsight.cli import main
 
-from .conftest import H200, TINY, raw_json
+from .conftest import H200, TINY, raw_json, unpacked_db
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEINSIGHT_FUZZ_EXAMPLES", "60"))
 EV = {
@@ -325,7 +325,9 @@ def test_xz_bomb_stops_at_limit(tmp_path, capsys):
 
 
 def test_locked_sqlite_is_a_clean_error(tmp_path, capsys):
-    src = (Path(__file__).parents[1] / "fixtures" / "nsys" / "nsys-ai__mock.sqlite").read_bytes()
+    src = unpacked_db(
+        Path(__file__).parents[1] / "fixtures" / "nsys" / "nsys-ai__mock.sqlite"
+    ).read_bytes()
     p = tmp_path / "busy.sqlite"
     p.write_bytes(src)
     con = sqlite3.connect(p, timeout=0.1, isolation_level=None)

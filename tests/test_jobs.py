@@ -103,7 +103,7 @@ def test_nsys_export_with_two_processes_is_a_job(tmp_path):
         main(
             [
                 "analyze",
-                str(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite"),
+                str(FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite.xz"),
                 "--no-html",
                 "-q",
                 "--json",

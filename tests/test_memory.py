@@ -19,7 +19,7 @@ from traceinsight.api import analyze_trace
 from traceinsight.model.schema import MEMORY_SCHEMA, OP_ARGS_SCHEMA, DeviceInfo, conform_side
 from traceinsight.options import Options
 
-from .conftest import analyzed, raw_json
+from .conftest import analyzed, raw_json, unpacked_db
 
 MIB = 1 << 20
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "h200" / "memory"
@@ -404,7 +404,7 @@ def test_nsys_memory_usage_events(tmp_path: Path) -> None:
 
     from traceinsight.parsers import load_trace
 
-    src = FIX.parent.parent / "nsys" / "nsys-ai__mock.sqlite"
+    src = unpacked_db(FIX.parent.parent / "nsys" / "nsys-ai__mock.sqlite")
     db = tmp_path / "m.sqlite"
     shutil.copy(src, db)
     con = sqlite3.connect(db)

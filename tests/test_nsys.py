@@ -10,7 +10,7 @@ from traceinsight.cli import main
 from traceinsight.errors import InputError
 from traceinsight.parsers import load_trace
 
-from .conftest import FIXTURES, SHARED, analyzed, shared_or_skip
+from .conftest import FIXTURES, SHARED, analyzed, shared_or_skip, unpacked_db
 
 NSYS = FIXTURES / "nsys"
 
@@ -27,7 +27,7 @@ def sql(path, q):
     "name", ["nsys-ai__mock.sqlite", "nsys-ai__mfu_2gpu_after.sqlite", "Mordred__report1.sqlite"]
 )
 def test_counts_and_times_match_sql(name):
-    path = NSYS / name
+    path = unpacked_db(NSYS / name)
     ev = load_trace(path).events
     k = ev.filter(pl.col("kind") == "kernel")
     n, total = sql(path, "SELECT COUNT(*), SUM(end - start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0]
@@ -47,7 +47,7 @@ def test_counts_and_times_match_sql(name):
 
 
 def test_nccl_kernels_and_two_key_correlation():
-    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    path = unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite")
     want = sql(
         path,
         "SELECT COUNT(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'nccl%'",
@@ -70,7 +70,7 @@ def test_nccl_kernels_and_two_key_correlation():
 
 
 def test_input_bytes_unchanged(tmp_path):
-    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    path = unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite")
     before = hashlib.sha256(path.read_bytes()).hexdigest()
     assert main(["analyze", str(path), "-o", str(tmp_path / "r.html"), "-q"]) == 0
     assert hashlib.sha256(path.read_bytes()).hexdigest() == before
@@ -91,7 +91,7 @@ def test_not_an_nsys_export(tmp_path):
 
 
 def test_old_layout_devices():
-    t = load_trace(NSYS / "Mordred__report1.sqlite")
+    t = load_trace(unpacked_db(NSYS / "Mordred__report1.sqlite"))
     assert t.meta.devices and t.meta.devices[0].name == "Quadro RTX 6000"
     assert "no export metadata" in t.meta.format_version
 
@@ -132,7 +132,7 @@ def test_step_range_from_nvtx(tmp_path):
     from traceinsight.analyzers.context import build_context
     from traceinsight.model.schema import Trace, by_rank
 
-    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    path = unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite")
     (session,) = sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0]
     rows = sql(
         path,
@@ -185,7 +185,9 @@ def _fake_nsys(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     exe = bindir / "nsys"
-    exe.write_text(FAKE_NSYS.format(python=sys.executable, src=str(NSYS / "nsys-ai__mock.sqlite")))
+    exe.write_text(
+        FAKE_NSYS.format(python=sys.executable, src=str(unpacked_db(NSYS / "nsys-ai__mock.sqlite")))
+    )
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
 
@@ -230,12 +232,12 @@ def test_nsys_rep_is_exported_then_analyzed(tmp_path, monkeypatch):
 
 def test_times_are_aligned_to_session_start():
     """Ranks exported separately line up: session-relative ns + TARGET_INFO_SESSION_START_TIME."""
-    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    path = unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite")
     start = sql(path, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
     first = sql(path, "SELECT MIN(start) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
     ev = load_trace(path).events.filter(pl.col("kind") == "kernel")
     assert int(ev["start_ns"].min()) == start + first
-    old = load_trace(NSYS / "Mordred__report1.sqlite")  # 2021: no session table
+    old = load_trace(unpacked_db(NSYS / "Mordred__report1.sqlite"))  # 2021: no session table
     assert any("relative to the capture start" in w for w in old.meta.warnings)
 
 
@@ -247,7 +249,7 @@ def test_ts_normalized_export_is_not_shifted_again(tmp_path):
     absolute times as the session-relative one."""
     import shutil
 
-    src = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    src = unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite")
     path = tmp_path / "normalized.sqlite"
     shutil.copy(src, path)
     start = sql(src, "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")[0][0]
@@ -278,7 +280,7 @@ def test_page_native_adbc_and_sqlite3_fetch_agree(name, monkeypatch):
     are built, ADBC, sqlite3) and all give the same table."""
     import traceinsight.parsers.nsys.db as nsys
 
-    path = NSYS / name
+    path = unpacked_db(NSYS / name)
     taken = {"pages": [], "native": [], "adbc": []}
 
     def spying(key, real):
@@ -320,7 +322,7 @@ def test_pages_are_read_only_under_sqlites_shared_lock(tmp_path, monkeypatch):
     import traceinsight.parsers.nsys.db as nsys
 
     path = tmp_path / "held.sqlite"
-    shutil.copy(NSYS / "nsys-ai__mock.sqlite", path)
+    shutil.copy(unpacked_db(NSYS / "nsys-ai__mock.sqlite"), path)
     db = nsys.Db(path, lambda df, offset: df)
     try:
         assert db.pages_readable == (nsys.kbtree is not None)
@@ -347,7 +349,7 @@ def test_rowid_range_parts_give_the_same_table(monkeypatch):
     in 4, 7 and 18 parts, the last of each a partial one."""
     import traceinsight.parsers.nsys.db as nsys
 
-    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    path = unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite")
     whole = load_trace(path).events
     monkeypatch.setattr(nsys, "ROWS_PER_PART", 997)
     parts = load_trace(path).events
@@ -374,7 +376,7 @@ def test_emit_nvtx_decorations_are_stripped():
         .to_list()
     )
     assert got == list(names.values())
-    path = NSYS / "nsys-ai__mfu_2gpu_after.sqlite"
+    path = unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite")
     ev = load_trace(path).events.filter(pl.col("kind") == "user_annotation")
     (n,) = sql(
         path,
@@ -392,7 +394,7 @@ def test_nccl_nvtx_domain_names_its_ranges(tmp_path):
     import shutil
 
     path = tmp_path / "with_nccl_domain.sqlite"
-    shutil.copy(NSYS / "nsys-ai__mfu_2gpu_after.sqlite", path)
+    shutil.copy(unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite"), path)
     con = sqlite3.connect(path)
     (tid, start) = con.execute(
         "SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1"
@@ -423,7 +425,7 @@ def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
     import shutil
 
     path = tmp_path / "registered.sqlite"
-    shutil.copy(NSYS / "nsys-ai__mfu_2gpu_after.sqlite", path)
+    shutil.copy(unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite"), path)
     con = sqlite3.connect(path)
     (tid, start) = con.execute(
         "SELECT globalTid, start FROM NVTX_EVENTS WHERE eventType = 59 LIMIT 1"
@@ -450,7 +452,7 @@ def test_nvtx_registered_strings_and_dropped_rows(tmp_path):
     )
     con.commit()
     con.close()
-    before = load_trace(NSYS / "nsys-ai__mfu_2gpu_after.sqlite").events.filter(
+    before = load_trace(unpacked_db(NSYS / "nsys-ai__mfu_2gpu_after.sqlite")).events.filter(
         pl.col("kind") == "user_annotation"
     )
     ev = load_trace(path).events.filter(pl.col("kind") == "user_annotation")
@@ -473,7 +475,7 @@ def test_text_and_blob_values_in_number_columns(tmp_path, monkeypatch):
     import traceinsight.parsers.nsys.db as nsys
 
     path = tmp_path / "mixed.sqlite"
-    shutil.copy(NSYS / "nsys-ai__mock.sqlite", path)
+    shutil.copy(unpacked_db(NSYS / "nsys-ai__mock.sqlite"), path)
     con = sqlite3.connect(path)
     update = "UPDATE CUPTI_ACTIVITY_KIND_RUNTIME SET correlationId = {} WHERE correlationId = {}"
     con.execute(update.format("x''", 143))

@@ -158,7 +158,9 @@ def test_memory_and_dtype_words() -> None:
 
 def test_no_value_no_unit() -> None:
     """audit 19: "memory-bound bandwidthn/a of HBM" and "roofs.No FLOPs" (an unknown device)."""
-    doc = traceinsight.analyze(FIXTURES / "nsys" / "nsys-ai__mock.sqlite", replay=False).to_json()
+    doc = traceinsight.analyze(
+        FIXTURES / "nsys" / "nsys-ai__mock.sqlite.xz", replay=False
+    ).to_json()
     # its RTX 3080 as a device the spec table lacks (the table has it since audit 20)
     dev = doc["details"]["efficiency"]["device"]
     doc["details"]["efficiency"]["device"] = dict.fromkeys(dev)
@@ -174,7 +176,9 @@ def test_no_value_no_unit() -> None:
 def test_nsys_pages_give_no_pytorch_recording_advice() -> None:
     """audit 19 (clover): "No FLOPs: record with record_shapes=True (Kineto)" and a Memory
     section leading with torch.profiler on a CUDA C++ nsys export."""
-    doc = traceinsight.analyze(FIXTURES / "nsys" / "nsys-ai__mock.sqlite", replay=False).to_json()
+    doc = traceinsight.analyze(
+        FIXTURES / "nsys" / "nsys-ai__mock.sqlite.xz", replay=False
+    ).to_json()
     assert doc["source"]["format"] == "nsys-sqlite"
     assert doc["details"]["efficiency"]["flops"].get("source") is None
     page = render_html(doc)

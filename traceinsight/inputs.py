@@ -11,7 +11,15 @@ import os
 import re
 from pathlib import Path
 
-TRACE_SUFFIXES = (".json", ".json.gz", ".json.xz", ".sqlite", ".nsys-rep")
+TRACE_SUFFIXES = (
+    ".json",
+    ".json.gz",
+    ".json.xz",
+    ".sqlite",
+    ".sqlite.gz",
+    ".sqlite.xz",
+    ".nsys-rep",
+)
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 BELOW_LIMIT = 10_000  # directory entries looked at, at most, before saying what lies below
 RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_.]?(\d+)", re.IGNORECASE)
@@ -54,7 +62,7 @@ def holds_traces_below(directory: Path) -> bool:
 
 def no_traces_message(directory: Path) -> str:
     """Why a directory is no job, and what to run where it holds traces deeper down."""
-    msg = "directory holds no trace files (*.pt.trace.json[.gz|.xz], *.json, *.sqlite)"
+    msg = "directory holds no trace files (*.pt.trace.json[.gz|.xz], *.json, *.sqlite[.gz|.xz])"
     if holds_traces_below(directory):
         msg += (
             f"; its subdirectories or archives do: for many traces run "

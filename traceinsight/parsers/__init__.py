@@ -6,7 +6,7 @@ from pathlib import Path
 
 from traceinsight.errors import InputError
 from traceinsight.model.schema import Trace
-from traceinsight.parsers.source import head_bytes, sniff, sqlite_names
+from traceinsight.parsers.source import SQLITE_MAGIC, head_bytes, sniff, sqlite_names, unpacked
 
 # the process rocprof v1/v2 names for the host's HIP calls in its Chrome trace
 LEGACY_ROCPROF_JSON = b'"CPU HIP API"'
@@ -27,9 +27,14 @@ ROCPROF_COMPUTE_MESSAGE = (
 )
 
 
+# a gzip- or xz-packed SQLite export (report.sqlite.xz): unpacked to a temporary file to be read
+PACKED_SQLITE = "packed-sqlite"
+
+
 def detect_format(path: Path) -> str:
-    """'kineto', 'nsys-sqlite', 'nsys-rep', 'rocprof-json' or 'rocpd', from the content (suffix
-    only for .nsys-rep). A rocmProfileData (RPD) database is 'rocpd' too: its parser refuses it."""
+    """'kineto', 'nsys-sqlite', 'nsys-rep', 'rocprof-json', 'rocpd' or 'packed-sqlite', from the
+    content (suffix only for .nsys-rep). A rocmProfileData (RPD) database is 'rocpd' too: its
+    parser refuses it."""
     if not path.exists():
         raise InputError("no such file", str(path))
     if path.is_dir():
@@ -54,6 +59,8 @@ def detect_format(path: Path) -> str:
     from traceinsight.parsers.rocprof.rocpd import LEGACY_MESSAGE
 
     head = head_bytes(path)
+    if kind in ("gzip", "xz") and head.startswith(SQLITE_MAGIC):
+        return PACKED_SQLITE  # an export archived packed: which profiler's, once unpacked
     if looks_like_rocprof_json(head):
         return "rocprof-json"
     if LEGACY_ROCPROF_JSON in head:
@@ -73,6 +80,14 @@ def load_trace(
     ``threads``: threads for building a large table; both from the :class:`Runtime`)."""
     p = Path(path)
     fmt = detect_format(p)
+    if fmt == PACKED_SQLITE:
+        with unpacked(p, max_bytes) as db:
+            try:
+                trace = load_trace(db, max_bytes=max_bytes, threads=threads)
+            except InputError as exc:  # the message names the input, not the temporary file
+                raise InputError(exc.message, str(p)) from None
+        trace.meta.source_path = str(p)
+        return trace
     if fmt == "kineto":
         from traceinsight.parsers.memory_timeline import is_memory_timeline, parse_memory_timeline
 
@@ -99,8 +114,8 @@ def load_trace(
 
 
 READS = (
-    "this tool reads PyTorch profiler (Kineto) traces (.json, .json.gz), Nsight Systems exports "
-    "(.sqlite, .nsys-rep) and rocprofv3 outputs"
+    "this tool reads PyTorch profiler (Kineto) traces (.json, .json.gz, .json.xz), Nsight "
+    "Systems exports (.sqlite, .sqlite.xz, .nsys-rep) and rocprofv3 outputs"
 )
 
 

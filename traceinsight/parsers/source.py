@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import lzma
 import os
 import re
+import tempfile
 import zlib
 
 try:  # ISA-L's inflate: the same API as zlib's, 40% faster (see pyproject.toml)
@@ -326,6 +328,30 @@ def _decompressor(kind: str) -> Any:
     if kind == "xz":
         return lzma.LZMADecompressor(lzma.FORMAT_XZ)
     return _inflate.decompressobj(wbits=47)  # the gzip header
+
+
+@contextlib.contextmanager
+def unpacked(path: Path, max_bytes: int | None = None) -> Iterator[Path]:
+    """A gzip- or xz-packed database (an Nsight Systems or rocprofv3 SQLite export archived
+    packed: SQLite files shrink 7-13x under xz) unpacked into a private temporary file, removed
+    after; SQLite reads only files, and the input itself is never touched. Its decompressed size
+    is capped as a JSON trace's is (--max-bytes)."""
+    with tempfile.TemporaryDirectory(prefix="traceinsight-") as tmp:
+        out = Path(tmp) / "unpacked.sqlite"
+        stream = Decompressed(path, max_bytes)
+        try:
+            with open(out, "wb") as fh:
+                for block in stream:
+                    fh.write(block)
+        except OSError as exc:  # the temporary directory's disk full
+            raise InputError(
+                f"cannot unpack the database into {tmp}: {exc.strerror or exc} "
+                "(set TMPDIR to a disk with room)",
+                str(path),
+            ) from None
+        if stream.truncated:  # a database cut short is no database: refuse, never half-read it
+            raise InputError(f"truncated {stream.kind}: the packed database ends early", str(path))
+        yield out
 
 
 def read_bytes(
