@@ -77,6 +77,9 @@ APPLIED = {
     # the H100, session 61 (held out): 8 workers, bf16, the 4x batch, channels_last and the
     # default compile (not launch_bound's priced fix, CUDA graphs: left out)
     "ddpm": ["dataloader_stall,fp32_compute,memory_headroom@4,channels_first_layers"],
+    # the H100, session 62 (held out): workers and the batch-indexed Dataset (the loading
+    # hidden), the 4x batch (not raised), bf16, logging every 50 steps, the default compile
+    "tabular": ["dataloader_stall@hidden,memory_headroom@4,fp32_compute,host_sync"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -112,7 +115,15 @@ FIX_NAMES = {
     "clip": {"dataloader_stall": "workers", "fp32_compute": "bf16"},
     # the H100, session 61: launch_bound's advice (reduce-overhead) was not recorded; the
     # default compile was (0.75-0.91x), which it does not price
-    "ddpm": {"channels_first_layers": "channels_last", "memory_headroom": "batch_4x"},
+    # session 62: reduce-overhead recorded (processes E and F): 0.90-1.14x
+    "ddpm": {
+        "channels_first_layers": "channels_last",
+        "memory_headroom": "batch_4x",
+        "launch_bound": "compile_ro",
+    },
+    # the H100, session 62: 8 pinned workers (the loader's fix at its stated assumption); the
+    # default compile for launch_bound (not its priced fix); logging every 50 steps for the syncs
+    "tabular": {"launch_bound": "compile", "host_sync": "log_every_50"},
     # the H100: TF32 is the fp32 fix recorded (compile failed in inductor: no launch_bound band)
     "e3nn": {"dataloader_stall": "workers_4", "fp32_compute": "tf32"},
     # reduce-overhead, its advice; the 2x batch it recommends was not recorded: the 4x was

@@ -15,7 +15,7 @@ import pytest
 
 from traceinsight.native import ArrowTable, kbtree
 
-from .conftest import FIXTURES, require_native, shared_or_skip
+from .conftest import FIXTURES, require_native, shared_or_skip, unpacked_db
 
 require_native(kbtree, "traceinsight._kbtree (the SQLite page reader)")
 
@@ -275,7 +275,9 @@ def _every_column(path) -> tuple[int, list[str]]:
 
 
 def _sqlite_files(root) -> list:
-    return sorted(root.rglob("*.sqlite")) + sorted(root.rglob("*.db"))
+    # the fixtures keep their exports packed (X.sqlite.xz): each read unpacked
+    packed = [unpacked_db(p) for p in sorted(root.rglob("*.sqlite.xz"))]
+    return sorted(root.rglob("*.sqlite")) + packed + sorted(root.rglob("*.db"))
 
 
 def test_every_column_of_the_fixtures_exports_reads_as_sqlite_reads_it():

@@ -199,7 +199,8 @@ def analysis_options(fn: Callable[..., Any] | None = None, *, with_steps: bool =
             metavar="ID[,ID...]",
             help="Also replay these findings' fixes together (finding ids, comma-separated; "
             "memory_headroom@K or small_batch@K: the larger batch at K x; launch_bound@whole_step: the "
-            "whole step in one CUDA graph; dataloader_stall@unpinned: workers without pin_memory): "
+            "whole step in one CUDA graph; dataloader_stall@unpinned: workers without pin_memory; "
+            "dataloader_stall@hidden: the loading hidden entirely): "
             "details.what_if.selected and a summary line.",
         ),
         click.option(

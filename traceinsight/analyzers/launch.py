@@ -99,6 +99,12 @@ class LaunchResult:
     data_sized: DataSizedOps | None = None
     # the recurrent module op the window's steps call most (:data:`RNN_OPS`), None without one
     rnn_op: str | None = None
+    # torch.compile's compiled regions (its "Torch-Compiled Region: F/R" ranges) called in the
+    # window, and the distinct frames F among them: a step that compiled whole calls one or two
+    # a step; many are graph breaks (or recompiles), each piece its own Python call and graph
+    compiled_regions: int = 0
+    compiled_frames: int = 0
+    steps: int = 0  # the window's steps (0: none marked), for the counts a step
 
 
 def analyze_launch(ctx: Context) -> LaunchResult:
@@ -155,7 +161,29 @@ def analyze_launch(ctx: Context) -> LaunchResult:
         path_change=path,
         data_sized=_data_sized(ctx),
         rnn_op=_rnn_op(ctx),
+        steps=steps,
+        **_compiled_regions(ctx),
     )
+
+
+# torch.compile's range around each call of a compiled frame: "Torch-Compiled Region: F/R"
+# (F the frame, R its recompile)
+COMPILED_REGION = r"^Torch-Compiled Region: \d+/\d+"
+
+
+def _compiled_regions(ctx: Context) -> dict[str, int]:
+    """The window's compiled-region calls and their distinct frames (:data:`COMPILED_REGION`)."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    rows = ctx.rows(
+        ("cpu_op", "user_annotation"),
+        COMPILED_REGION,
+        where=pl.col("start_ns").is_between(lo, hi),
+        columns=("name",),
+    )
+    if rows.height == 0:
+        return {}
+    frames = rows.get_column("name").str.extract(r": (\d+)/").n_unique()
+    return {"compiled_regions": rows.height, "compiled_frames": frames}
 
 
 def _rnn_op(ctx: Context) -> str | None:

@@ -103,9 +103,10 @@ def batch_tensors(ctx: Context, loader: pl.DataFrame) -> float | None:
         .sort("tid", "start_ns")
         .join_asof(
             ranges.sort("tid", "start_ns").select(
-                "tid", "start_ns", pl.col("end_ns").alias("_r_end")
+                "tid", pl.col("start_ns").alias("_r_start"), pl.col("end_ns").alias("_r_end")
             ),
-            on="start_ns",
+            left_on="start_ns",
+            right_on="_r_start",
             by="tid",
             check_sortedness=False,  # sorted within each tid, as by= needs
         )
@@ -113,7 +114,10 @@ def batch_tensors(ctx: Context, loader: pl.DataFrame) -> float | None:
     )
     # outermost only: stack calls cat, pin_memory copies
     nested = (pl.col("end_ns") <= pl.col("end_ns").cum_max().shift(1).over("tid")).fill_null(False)
-    counts = ops.filter(~nested).group_by("name").len()
+    ops = ops.filter(~nested)
+    if iterator == "single_process":
+        ops = _without_samples_own(ctx, ops)
+    counts = ops.group_by("name").len()
     n = dict(zip(counts.get_column("name"), counts.get_column("len"), strict=True))
     if iterator == "multi_process":
         return sum(n.get(x, 0) for x in RECEIVED_TENSOR_OPS) / ranges.height
@@ -121,6 +125,54 @@ def batch_tensors(ctx: Context, loader: pl.DataFrame) -> float | None:
     pinned = sum(n.get(x, 0) for x in PINNED_TENSOR_OPS)
     # none recorded (a synthetic trace, a collate of Python objects): not known
     return max(made, pinned) / ranges.height or None
+
+
+# a torch.tensor is a sample's own where its range's tensors made before the first stack or cat
+# have no more shapes than there are stacks and cats and this many tensors of each shape or more
+PER_SAMPLE_MIN = 8
+
+
+def _without_samples_own(ctx: Context, ops: pl.DataFrame) -> pl.DataFrame:
+    """The outermost loader ops ``ops`` (tid, name, start_ns, end_ns, _r_start) less the
+    tensors each sample made in ``__getitem__``: a worker makes those and sends only what the
+    collate stacks of them. Such tensors come before the collate's first stack or cat, in few
+    shapes repeated for every sample (a pandas Dataset's three of each of 256 rows: [30], [10],
+    [] 256 times, 3 stacks); a Dataset that makes the batch's own tensors (DLRM's 54 of 20-odd
+    shapes, 1 stack) keeps them. Without recorded shapes nothing is taken out."""
+    collate = pl.col("name").is_in(("aten::stack", "aten::cat"))
+    first = pl.col("start_ns").filter(collate).min().over("tid", "_r_start")
+    before = (pl.col("name") == "aten::lift_fresh") & (pl.col("start_ns") < first)
+    if ctx.op_args.height == 0 or not ops.select(before.any()).item():
+        return ops
+    dims = ctx.op_args.filter(pl.col("name") == "aten::lift_fresh").select(
+        "tid", "start_ns", "input_dims"
+    )
+    marked = ops.join(dims, on=["tid", "start_ns"], how="left").with_columns(
+        before.fill_null(False).alias("_cand")
+    )
+    per_range = (
+        marked.group_by("tid", "_r_start")
+        .agg(
+            pl.col("_cand").sum().alias("n"),
+            pl.col("input_dims").filter(pl.col("_cand")).n_unique().alias("shapes"),
+            pl.col("input_dims").filter(pl.col("_cand")).null_count().alias("unknown"),
+            collate.sum().alias("stacks"),
+        )
+        .with_columns(
+            (
+                (pl.col("n") > 0)
+                & (pl.col("unknown") == 0)
+                & (pl.col("shapes") <= pl.col("stacks"))
+                & (pl.col("n") >= PER_SAMPLE_MIN * pl.col("shapes"))
+            ).alias("_samples")
+        )
+        .select("tid", "_r_start", "_samples")
+    )
+    return (
+        marked.join(per_range, on=["tid", "_r_start"], how="left")
+        .filter(~(pl.col("_cand") & pl.col("_samples").fill_null(False)))
+        .drop("_cand", "_samples", "input_dims")
+    )
 
 
 def _forward_ns(spans: pl.DataFrame, bw_rows: pl.DataFrame, dl: pl.DataFrame) -> pl.Series:

@@ -180,6 +180,25 @@ def unpinned_what_if(r: Results, plan: LoaderPlan | None) -> WhatIf | None:
     return w.of_transform(hidden.transform) if w is not None else None
 
 
+# the loading hidden entirely is priced beside the assumed loader where it saves this much more
+HIDDEN_PRICED_RATIO = 1.25
+
+
+def hidden_what_if(r: Results, plan: LoaderPlan | None) -> WhatIf | None:
+    """The loading hidden entirely (the replay's ``dataloader_floor``): the upper bound, enough
+    workers on free cores or the per-sample work moved out of ``__getitem__``, priced where it
+    is well beyond the plan's assumed loader (a pandas row-per-sample loader: 2.10x at twice
+    the loader's rate; its 8 workers measured 4.6-6.4x, a batch-indexed Dataset 19-28x)."""
+    hidden = r.replay.what_if.get("dataloader_floor") if r.replay is not None else None
+    if hidden is None or plan is None:
+        return None
+    after = hidden.step_time_after_ns
+    if after <= 0 or plan.assumed_step_ns < HIDDEN_PRICED_RATIO * after:
+        return None
+    w = WhatIf.of(plan.batch_interval_ns, after)
+    return w.of_transform(hidden.transform) if w is not None else None
+
+
 # receiving batches in the step thread named in the title from this share of the planned step
 RECEIVE_NAMED_RATIO = 0.05
 
@@ -407,6 +426,8 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
             # (not where the batches already arrive pinned: audit 19, "workers without
             # pin_memory" beside the advice's "the batches already arrive pinned")
             "what_if_unpinned": None if _inputs_pinned(x.r) else unpinned_what_if(x.r, plan),
+            # the upper bound beside the stated assumption (issue 37 item 4)
+            "what_if_hidden": hidden_what_if(x.r, plan),
             "contended_in_loader_ns": contended,
             **unverified_evidence,
         },
@@ -739,7 +760,9 @@ _LAUNCH_ADVICE = (
     "Cut per-kernel CPU cost: torch.compile (mode='reduce-overhead' adds CUDA graphs; the "
     "default mode alone fuses kernels but launches each from Python, and on a step this "
     "host-bound can run slower), capture the step in a CUDA graph, use fused kernels, or give "
-    "each kernel more work (larger batch). On ROCm the same calls record HIP graphs."
+    "each kernel more work (larger batch). The saving assumes the model compiles without graph "
+    "breaks: each break is one more graph replayed from Python (check with "
+    "TORCH_LOGS=graph_breaks). On ROCm the same calls record HIP graphs."
 )
 # the step already compiled (COMPILED_KERNEL_MIN_RATIO of its kernels Inductor's): its launches
 # are compiled code's, and the lever left is replaying them (session 54: a default-mode compiled
@@ -751,6 +774,42 @@ _COMPILED_LAUNCH = (
     "the whole step by hand; or give each kernel more work (larger batch). On ROCm the same "
     "calls record HIP graphs."
 )
+# a compiled step in this many pieces a step or more (CUDA graph replays or compiled-region
+# calls): graph breaks or recompiles, not launch cost, are the lever (a step compiled whole
+# calls one or two regions and replays one graph each way)
+COMPILED_PIECES_MIN_PER_STEP = 16
+_COMPILED_PIECES = (
+    "The step is compiled, but in pieces: {pieces} a step ({regions} compiled-region calls of "
+    "{frames} compiled frames{graphs}). Graph breaks (a .item(), print, data-dependent branch "
+    "or untraceable call inside forward) and recompiles (shapes, dtypes or flags changing) "
+    "split it, and each piece costs its own Python call, guards and launch; reduce-overhead "
+    "then replays many small graphs (a diffusion U-Net so: 205 compiled regions and 311 graph "
+    "replays a step, 0.90-1.14x against eager). Find them with "
+    'TORCH_LOGS="graph_breaks,recompiles" or torch._dynamo.explain, remove the breaks, keep '
+    "shapes fixed; one graph each way replays the step with few launches."
+)
+_COMPILED_PIECES_SNIPPET = (
+    'TORCH_LOGS="graph_breaks,recompiles" python train.py  # each break and recompile, with its line\n'
+    "# or: ex = torch._dynamo.explain(model)(*example_inputs)\n"
+    "#     print(ex.graph_count, ex.graph_break_count, ex.break_reasons)"
+)
+
+
+def compiled_pieces(r: Results) -> tuple[float, float, int, float] | None:
+    """A compiled step's pieces a step (the more of graph replays and compiled-region calls),
+    its region calls and graph replays a step and its distinct frames, where they reach
+    :data:`COMPILED_PIECES_MIN_PER_STEP`; None otherwise or without steps."""
+    la = r.launch
+    if not la.steps or not la.compiled_regions:
+        return None
+    regions = la.compiled_regions / la.steps
+    graphs = la.graph_launches / la.steps
+    pieces = max(regions, graphs)
+    if pieces < COMPILED_PIECES_MIN_PER_STEP:
+        return None
+    return pieces, regions, la.compiled_frames, graphs
+
+
 _COMPILED_LAUNCH_SNIPPET = (
     'model = torch.compile(model, mode="reduce-overhead")  # was the default mode: adds CUDA graphs\n'
     "# or capture the whole step by hand (static inputs, the optimizer made capturable):\n"
@@ -904,6 +963,18 @@ def launch_bound(x: RuleInput) -> Draft | None:
         advice["recommendation"] = first + advice.get("recommendation", _LAUNCH_ADVICE)
     if launch.rnn_op is not None and x.framework == "pytorch" and not advice:
         advice = {"recommendation": _RNN.format(op=launch.rnn_op), "snippet": _RNN_SNIPPET}
+    pieces = compiled_pieces(x.r)
+    if pieces is not None and x.framework == "pytorch" and not advice:
+        n, regions, frames, graphs = pieces
+        advice = {
+            "recommendation": _COMPILED_PIECES.format(
+                pieces=fmt_num(n),
+                regions=fmt_num(regions),
+                frames=frames,
+                graphs=f"; {fmt_num(graphs)} CUDA graph replays" if graphs >= 1 else "",
+            ),
+            "snippet": _COMPILED_PIECES_SNIPPET,
+        }
     if compiled_code(x.r) and x.framework == "pytorch" and not advice:
         pct = fmt_pct(x.r.kernels.compiled_kernel_ratio)
         advice = {
@@ -1109,6 +1180,13 @@ def pageable_memcpy(x: RuleInput) -> Draft | None:
     # the GPU's idle under the calls (longer than the calls' own time), that idle held no copy
     # (a copy is busy time) and goes whole
     saving = own - pinned if cost <= own else cost
+    idle = x.r.idle
+    if idle.kernel_busy_ratio is not None:
+        # the run ends no earlier than its kernels: the host's blocked time beyond the window
+        # less the kernels' busy union ran beside another stream's kernels (audit s62: 271.79 ms
+        # claimed of a 509.33 ms window whose kernels ran 257.8 ms)
+        floor = round(idle.kernel_busy_ratio * idle.device_window_ns)
+        saving = min(saving, max(0, x.window_ns - floor))
     if (
         copies.pinned_bytes_per_s
         and PINNED_STILL_MIN_RATIO * cost <= pinned < cost
@@ -1488,13 +1566,23 @@ def copy_bound(x: RuleInput) -> Draft | None:
         return None
     rate = copies.h2d_bytes / (copies.h2d_dur_ns / 1e9) if copies.h2d_dur_ns else None  # B/s
     fsdp = (copies.h2d_fsdp_bytes_ratio or 0) >= FSDP_OFFLOAD_MIN_RATIO
+    # most copy time between or within GPUs: the host link's advice does not apply (audit s62:
+    # 1.2 GB of peer copies GPU0 -> GPU1 at 88 GB/s told "move fewer bytes between host and
+    # device ... 25 GB/s on PCIe")
+    device_side = [k for k in copies.by_kind if k["copy_kind"] in DEVICE_SIDE_COPY_KINDS]
+    side_ns = sum(int(k["dur_ns"] or 0) for k in device_side)
+    peer = not fsdp and side_ns > 0.5 * sum(int(k["dur_ns"] or 0) for k in copies.by_kind)
+    side_bytes = sum(int(k["bytes"] or 0) for k in device_side)
     return Draft(
         exposed,
         ("FSDP's CPU offload: copies" if fsdp else "Copies")
         + f" bound the run{pinned}: the copy engines are busy {fmt_pct(copy)} of the window"
         f"{' at the pinned rate' if pinned else ''}, kernels {fmt_pct(kern)}"
         + (
-            f"; {fmt_bytes(copies.h2d_bytes)} host-to-device at {rate / 1e9:.1f} GB/s"
+            f"; {fmt_bytes(side_bytes)} between or within GPUs at "
+            f"{side_bytes / (side_ns / 1e9) / 1e9:.1f} GB/s"
+            if peer and side_ns
+            else f"; {fmt_bytes(copies.h2d_bytes)} host-to-device at {rate / 1e9:.1f} GB/s"
             if rate and not pinned
             else f"; {fmt_bytes(copies.h2d_bytes)} host-to-device"
             if pinned
@@ -1511,9 +1599,42 @@ def copy_bound(x: RuleInput) -> Draft | None:
             "at_pinned_rate": bool(pinned),
             "h2d_fsdp_bytes_ratio": copies.h2d_fsdp_bytes_ratio,
         },
-        recommendation=FSDP_OFFLOAD_ADVICE if fsdp else None,
-        snippet=FSDP_OFFLOAD_SNIPPET if fsdp else None,
+        recommendation=FSDP_OFFLOAD_ADVICE if fsdp else PEER_COPY_ADVICE if peer else None,
+        snippet=FSDP_OFFLOAD_SNIPPET if fsdp else PEER_COPY_SNIPPET if peer else None,
+        advice={"cuda_app": PEER_COPY_CUDA} if peer else {},
     )
+
+
+# copies that never cross the host link: peer (GPU to GPU) and device-to-device
+DEVICE_SIDE_COPY_KINDS = ("PtoP", "DtoD")
+PEER_COPY_ADVICE = (
+    "The copy engines bound the run moving bytes between or within GPUs, not over the host "
+    "link. Between GPUs: check that peer access is on and the pair is linked directly "
+    "(torch.cuda.can_device_access_peer, nvidia-smi topo -m: NVLink rather than PCIe through "
+    "the host), keep each tensor on the GPU that uses it, send fewer bytes (bf16, only what the "
+    "other GPU reads) and overlap the copies with compute on another stream; a collective "
+    "pattern belongs in NCCL (torch.distributed all_gather, send/recv). Within a GPU: the "
+    "device copies' ops (.contiguous(), .clone(), torch.cat) are the lever."
+)
+PEER_COPY_SNIPPET = (
+    "assert torch.cuda.can_device_access_peer(0, 1)  # else the copy stages through the host\n"
+    "side = torch.cuda.Stream()\n"
+    "with torch.cuda.stream(side):  # the copy beside compute on the default stream\n"
+    "    y = x.to('cuda:1', non_blocking=True)"
+)
+
+PEER_COPY_CUDA = Advice(
+    "The copy engines bound the run moving bytes between or within GPUs, not over the host "
+    "link. Between GPUs: enable peer access (cudaDeviceCanAccessPeer, cudaDeviceEnablePeerAccess) "
+    "so copies go GPU to GPU, check the pair is linked directly (nvidia-smi topo -m: NVLink "
+    "rather than PCIe through the host), send fewer bytes and overlap the copies with kernels "
+    "on another stream; a collective pattern belongs in NCCL.",
+    (
+        "cudaDeviceEnablePeerAccess(1, 0);  // on device 0, once: copies go GPU to GPU\n"
+        "cudaMemcpyPeerAsync(d1, 1, d0, 0, bytes, copy_stream);  // beside kernels on another stream"
+    ),
+    "cpp",
+)
 
 
 # Advice by the collective kind whose time is most exposed: what overlaps it depends on the
@@ -1613,12 +1734,22 @@ DDP_FSDP_ADVICE = (
 # one-kernel CUDA test, its 108 us first launch loading the module, read launch_bound HIGH
 # 3.92x): nothing in it repeats, so nothing a loop would gain from
 ONE_SHOT_MAX_KERNELS = 10
+# ... unless its host syncs this often: a loop of read-backs (audit s62: 4,096 `.cpu()` calls
+# and no kernel, 94% of the window idle in their syncs, were capped as one pass). Copies alone
+# do not say it: one kernel's unified-memory migrations are thousands (2,370 on a T4 softmax),
+# and a one-pass MPI saxpy syncs after each of its 15 copies
+ONE_SHOT_MAX_SYNCS = 100
 
 
 def one_shot(results: Results) -> bool:
-    """The window ran fewer than :data:`ONE_SHOT_MAX_KERNELS` kernels and marks no steps (the
-    kernels, not the launch calls: a rocprof trace records no host calls)."""
-    return results.steps.steps == 0 and results.kernels.kernel_count < ONE_SHOT_MAX_KERNELS
+    """No steps, fewer than :data:`ONE_SHOT_MAX_KERNELS` kernels (the kernels, not the launch
+    calls: a rocprof trace records no host calls) and fewer than :data:`ONE_SHOT_MAX_SYNCS`
+    host syncs in the window."""
+    return (
+        results.steps.steps == 0
+        and results.kernels.kernel_count < ONE_SHOT_MAX_KERNELS
+        and results.syncs.host_sync_count < ONE_SHOT_MAX_SYNCS
+    )
 
 
 # the snippet by the most exposed kind (the rule's own: the data-parallel buckets)
@@ -2061,6 +2192,8 @@ def unfused_optimizer(x: RuleInput) -> Draft | None:
             "kernels_per_step": opt.kernels_per_step,
             "gpu_ns_per_step": opt.gpu_ns_per_step,
             "host_ns_per_step": opt.host_ns_per_step,
+            # one-time calls inside its ranges, left out of the host time (a cold pass's)
+            "one_time_host_ns": opt.one_time_host_ns,
             "host_ns_per_kernel": host_per_kernel,
             **(
                 {

@@ -90,6 +90,8 @@ LABELS = {
     "receive_ns": "receiving a batch from workers in the step thread (pin_memory=False)",
     "loader_bound_ns": "the DataLoader workers' interval bounds the step (the saving moves into the wait for the next batch)",
     "what_if_unpinned": "workers without pin_memory: the step thread receives each batch",
+    "what_if_hidden": "the loading hidden entirely, the upper bound (enough workers on free "
+    "cores, or the per-sample work moved out of __getitem__ and the collate)",
     "loading_per_batch_ns": "loading per batch",
     "workers_needed": "workers needed",
     "workers_factor": "workers factor",
