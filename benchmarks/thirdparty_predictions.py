@@ -295,6 +295,7 @@ def main() -> None:
         "dlrm",  # the H100, session 58
         "clip",  # the H100, session 61
         "ddpm",  # the H100, session 61
+        "tabular",  # the H100, session 62
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")
