@@ -145,9 +145,9 @@ def _without_samples_own(ctx: Context, ops: pl.DataFrame) -> pl.DataFrame:
     if ctx.op_args.height == 0 or not ops.select(before.any()).item():
         return ops
     dims = ctx.op_args.filter(pl.col("name") == "aten::lift_fresh").select(
-        "tid", "start_ns", "input_dims"
+        "tid", "start_ns", "name", "input_dims"
     )
-    marked = ops.join(dims, on=["tid", "start_ns"], how="left").with_columns(
+    marked = ops.join(dims, on=["tid", "start_ns", "name"], how="left").with_columns(
         before.fill_null(False).alias("_cand")
     )
     per_range = (
