@@ -639,7 +639,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
     )
     denom = ctx.window_ns * max(1, len(ctx.devices))
     per_step = _per_step(ctx, gaps)
-    once = every_once.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    once = every_once.filter(iv.overlapping(lo, hi))
     cold = _cold(ctx, gaps, once)
     reported = tuple(
         WarmupCall(r["name"], r["start_ns"] - lo, r["dur_ns"], r["kind"])
@@ -1179,7 +1179,7 @@ def churning(ctx: Context, allocs: pl.DataFrame) -> bool:
     """The window's allocator calls give memory back and ask for it again (frees at least
     :data:`CHURN_FREE_MIN_RATIO` of the mallocs), rather than fill the cache once."""
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    inside = allocs.filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+    inside = allocs.filter(iv.overlapping(lo, hi))
     if inside.height == 0:
         return False
     frees = inside.filter(pl.col("name").str.contains("Free")).height

@@ -118,7 +118,7 @@ def _kernels_inside(ctx: Context, ranges: pl.DataFrame) -> pl.DataFrame:
 
 def _zero_grad(ctx: Context) -> dict[str, float | int]:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    r = zero_grad_ranges(ctx).filter(overlaps(lo, hi))
+    r = zero_grad_ranges(ctx).filter(iv.overlapping(lo, hi))
     if r.height == 0:
         return {}
     ranges = r.select(
@@ -138,18 +138,13 @@ def _zero_grad(ctx: Context) -> dict[str, float | int]:
     }
 
 
-def overlaps(lo: int, hi: int) -> pl.Expr:
-    """Host ranges that overlap the window [lo, hi]."""
-    return (pl.col("end_ns") > lo) & (pl.col("start_ns") <= hi)
-
-
 def analyze_optimizer(ctx: Context) -> OptimizerResult:
     zero = _zero_grad(ctx)
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     # ranges overlapping the window: one starts before the kernels it launches, so a window
     # that begins with the GPU's first activity (no steps) begins inside it (audit s62: a LoRA
     # loop's per-parameter AdamW, 224 kernels, left out and read as launch-bound)
-    ranges = optimizer_ranges(ctx).filter(overlaps(lo, hi))
+    ranges = optimizer_ranges(ctx).filter(iv.overlapping(lo, hi))
     ranges = ranges.select(
         pl.col("name"),
         pl.col("start_ns").alias("o_s"),

@@ -250,7 +250,7 @@ def analyze_regions(ctx: Context, idle: IdleResult) -> RegionResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     gpu = (
         ctx.launches.lazy()
-        .filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+        .filter(iv.overlapping(lo, hi))
         .select(
             pl.col("launch_tid").fill_null(-1),
             "launch_start_ns",

@@ -123,7 +123,7 @@ def analyze_sources(ctx: Context) -> SourcesResult:
     if frames.height == 0 and chains.height == 0 and not nvtx:
         return SourcesResult(False, {c: () for c in CATEGORIES}, hint)
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    in_window = (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
+    in_window = iv.overlapping(lo, hi)
     syncs = ctx.sync_calls.filter(in_window)
     # cudnn.benchmark's timing syncs are one-time tuning that host_sync does not count: not its
     # sources either (a DLProf export: "14 host syncs" listed over 15 + 14 syncs' sources)

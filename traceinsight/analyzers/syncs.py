@@ -37,9 +37,7 @@ class SyncResult:
 
 def analyze_syncs(ctx: Context) -> SyncResult:
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    calls = ctx.sync_calls.filter(
-        (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi)
-    ).with_row_index("call_id")
+    calls = ctx.sync_calls.filter(iv.overlapping(lo, hi)).with_row_index("call_id")
     calls = calls.join(enclosing_op(ctx.ops, calls), on="call_id", how="left")
     profiler = 0
     closing = closing_profiler_sync(ctx)

@@ -269,9 +269,7 @@ def build_model(src: ModelInputs) -> StepModel | None:
     # Host nodes: the outermost runtime/driver call per thread (a driver call inside a runtime
     # call is part of it).
     host = (
-        src.calls.filter(
-            (pl.col("end_ns") > lo) & (pl.col("start_ns") < hi) & pl.col("tid").is_not_null()
-        )
+        src.calls.filter(iv.overlapping(lo, hi) & pl.col("tid").is_not_null())
         .select("name", "start_ns", "end_ns", "tid")
         .sort("tid", "start_ns")
         .with_columns(pl.col("end_ns").cum_max().shift(1).over("tid").alias("_prev_max"))
@@ -292,7 +290,7 @@ def build_model(src: ModelInputs) -> StepModel | None:
         return None
     gpu = (
         src.launches.lazy()
-        .filter((pl.col("end_ns") > lo) & (pl.col("start_ns") < hi))
+        .filter(iv.overlapping(lo, hi))
         .select(
             "kind",
             "name",

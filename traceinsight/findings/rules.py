@@ -795,19 +795,27 @@ _COMPILED_PIECES_SNIPPET = (
 )
 
 
-def compiled_pieces(r: Results) -> tuple[float, float, int, float] | None:
-    """A compiled step's pieces a step (the more of graph replays and compiled-region calls),
-    its region calls and graph replays a step and its distinct frames, where they reach
-    :data:`COMPILED_PIECES_MIN_PER_STEP`; None otherwise or without steps."""
+@dataclass(frozen=True)
+class CompiledPieces:
+    """A compiled step's pieces a step: the more of its CUDA graph replays and compiled-region
+    calls, each a step, and the distinct compiled frames."""
+
+    pieces: float
+    regions: float
+    graphs: float
+    frames: int
+
+
+def compiled_pieces(r: Results) -> CompiledPieces | None:
+    """:class:`CompiledPieces` where they reach :data:`COMPILED_PIECES_MIN_PER_STEP`; None
+    otherwise or without steps."""
     la = r.launch
     if not la.steps or not la.compiled_regions:
         return None
-    regions = la.compiled_regions / la.steps
-    graphs = la.graph_launches / la.steps
-    pieces = max(regions, graphs)
-    if pieces < COMPILED_PIECES_MIN_PER_STEP:
+    regions, graphs = la.compiled_regions / la.steps, la.graph_launches / la.steps
+    if max(regions, graphs) < COMPILED_PIECES_MIN_PER_STEP:
         return None
-    return pieces, regions, la.compiled_frames, graphs
+    return CompiledPieces(max(regions, graphs), regions, graphs, la.compiled_frames)
 
 
 _COMPILED_LAUNCH_SNIPPET = (
@@ -965,13 +973,14 @@ def launch_bound(x: RuleInput) -> Draft | None:
         advice = {"recommendation": _RNN.format(op=launch.rnn_op), "snippet": _RNN_SNIPPET}
     pieces = compiled_pieces(x.r)
     if pieces is not None and x.framework == "pytorch" and not advice:
-        n, regions, frames, graphs = pieces
         advice = {
             "recommendation": _COMPILED_PIECES.format(
-                pieces=fmt_num(n),
-                regions=fmt_num(regions),
-                frames=frames,
-                graphs=f"; {fmt_num(graphs)} CUDA graph replays" if graphs >= 1 else "",
+                pieces=fmt_num(pieces.pieces),
+                regions=fmt_num(pieces.regions),
+                frames=pieces.frames,
+                graphs=f"; {fmt_num(pieces.graphs)} CUDA graph replays"
+                if pieces.graphs >= 1
+                else "",
             ),
             "snippet": _COMPILED_PIECES_SNIPPET,
         }

@@ -59,6 +59,12 @@ def union(df: pl.DataFrame | pl.LazyFrame, by: Sequence[str] = ()) -> pl.DataFra
     return starts.with_columns(ends)
 
 
+def overlapping(lo: int, hi: int) -> pl.Expr:
+    """Intervals (start_ns, end_ns) that overlap [lo, hi): a host range that began before a
+    window and runs into it counts (it starts before the work it launches)."""
+    return (pl.col(E) > lo) & (pl.col(S) < hi)
+
+
 def total(df: pl.DataFrame) -> int:
     """Total length of a union (assumes disjoint intervals)."""
     if df.height == 0:
