@@ -137,3 +137,73 @@ def test_one_time_calls_inside_the_optimizer_are_no_step_cost() -> None:
     assert o.one_time_host_ns == 15_000_000
     spans = [first + 10 + 20 * 50 + 120 for first in (15_000, 30, 30)]  # 16,130 / 1,160 / 1,160
     assert o.host_ns_per_step == pytest.approx((sum(spans) - 15_000) * 1000 / 3)
+
+
+TRITON = "triton_per_fused_layer_norm_tanh_0"
+
+
+def _partly_compiled(compiled_gaps: bool) -> Events:
+    """40 eager ops, each launching a 5 us kernel 20 us after the last (a 15 us launch gap
+    each), then a compiled region launching Triton kernels: 20 queued back to back (no gap)
+    or, with ``compiled_gaps``, 60 launched 20 us apart as well (each launch call 12 us of the
+    15 us gap). A third or 60% of the kernels are Triton (over COMPILED_KERNEL_MIN_RATIO 0.2)."""
+    ev = Events()
+    for i in range(40):
+        t = 20 * i
+        ev.op("aten::tanh", t, 18)
+        ev.kernel(ELEMENTWISE, t + 17, 5, launch_us=t + 12)
+    t0 = 20 * 40
+    n = 60 if compiled_gaps else 20
+    ev.annotation("Torch-Compiled Region: 0/0", t0, 20 * n + 20)
+    for i in range(n):
+        if compiled_gaps:
+            # the launcher's Python and the launch: 12 us of each 15 us gap
+            ev.kernel(TRITON, t0 + 20 * i + 17, 5, launch_us=t0 + 20 * i + 5, launch_dur_us=12)
+        else:
+            ev.kernel(TRITON, t0 + 17 + 5 * i, 5, launch_us=t0 + 2 + i * 0.5, launch_dur_us=0.4)
+    return ev
+
+
+def test_launch_advice_follows_the_code_the_launch_gaps_precede() -> None:
+    """Audit s62 D6: a program 30% Triton kernels was told "the step is already compiled ...
+    the launches left are the compiled code's own" though its launch-bound idle all came
+    before eager kernels (tanh, LayerNorm). Here the eager part's 39 gaps of 15 us (585 us)
+    precede eager kernels: the compiled share of the launch idle is the gap before the
+    region's first Triton kernel alone, and the advice names the eager part. Where the
+    compiled code's launches leave the gaps (15 us each inside the region), most of the
+    launch idle is compiled (60 gaps of 15 us, 900 us, the one before the region's first
+    kernel among them, against the eager 585 us) and the advice is the compiled step's."""
+    a = analyze_trace(_partly_compiled(False).trace())
+    assert round(a.results.kernels.compiled_kernel_ratio, 3) == round(20 / 60, 3)
+    cost = a.results.idle.idle_by_cause_ns["launch_overhead"]
+    assert a.results.idle.launch_overhead_compiled_ns <= 0.1 * cost
+    f = next(f for f in a.findings if f.id == "launch_bound")
+    assert f.recommendation.startswith("Part of the program is compiled")
+    assert "already compiled" not in f.recommendation
+    b = analyze_trace(_partly_compiled(True).trace())
+    cost = b.results.idle.idle_by_cause_ns["launch_overhead"]
+    assert (cost, b.results.idle.launch_overhead_compiled_ns) == (1_485_000, 900_000)
+    g = next(f for f in b.findings if f.id == "launch_bound")
+    assert g.recommendation.startswith("The step is already compiled")
+
+
+@pytest.mark.parametrize(
+    ("name", "memory_bytes", "sms", "cc", "spec_id", "bf16", "fp32"),
+    [
+        # NVIDIA PG509-210: an A100 SXM4 80GB board as some hosts name it (8 in a public trace)
+        ("NVIDIA PG509-210", 85_198_045_184, 108, "8.0", "A100-SXM4-80GB", 312.0, 19.5),
+        ("NVIDIA A10G", 23_609_475_072, 80, "8.6", "A10G", 70.0, 35.0),
+        ("NVIDIA A10", 23_609_475_072, 72, "8.6", "A10", 125.0, 31.2),
+        ("NVIDIA GeForce RTX 5090", 33_667_874_816, 170, "12.0", "RTX-5090", 209.5, 104.8),
+    ],
+)
+def test_the_audits_devices_have_their_datasheets(
+    name: str, memory_bytes: int, sms: int, cc: str, spec_id: str, bf16: float, fp32: float
+) -> None:
+    """Audit s62 D7: A10G (AWS G5), RTX 5090 and PG509-210 had no row, so MFU and the roofline
+    were not computed for three of the six devices the audit's traces named."""
+    from traceinsight.model.devices import lookup
+
+    spec = lookup(name, memory_bytes, sms, cc)
+    assert spec is not None and spec.id == spec_id
+    assert (spec.peak_tflops["bf16"], spec.peak_tflops["fp32"]) == (bf16, fp32)

@@ -99,9 +99,11 @@ def test_every_spec_row_names_its_memory_type() -> None:
     assert gddr == {
         "T4",
         "A10",
+        "A10G",
         "A40",
         "L4",
         "L40S",
+        "RTX-5090",
         "RTX-4090",
         "RTX-3090",
         "RTX-3080",

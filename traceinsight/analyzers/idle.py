@@ -60,6 +60,7 @@ from traceinsight.model.classify import (
     COMM_HOST_PATTERN,
     COMM_SETUP_PATTERN,
     COMPILE_PATTERN,
+    COMPILED_CODE_RANGE,
     COPY_LAUNCH_API,
     CUDA_DRIVER_OVERHEAD,
     CUDA_LOADING_OVERHEAD,
@@ -68,6 +69,7 @@ from traceinsight.model.classify import (
     DEVICE_ALLOC_API,
     FUNC_ATTRIBUTE_API,
     HOST_OP_KINDS,
+    INDUCTOR_KERNELS,
     LAUNCH_API,
     MODULE_PATTERN,
     PINNED_HOST_ALLOC_API,
@@ -139,6 +141,12 @@ COLD_IDLE_MIN_RATIO = 0.5
 # share of the mallocs. Mallocs without frees are the cache filling: first allocations,
 # one-time (the caching allocator keeps the blocks).
 CHURN_FREE_MIN_RATIO = 0.5
+# ... and mallocs that keep coming are no fill either, freed or not: at least this many, every
+# quarter of the window holding CHURN_STEADY_MIN_SHARE of them (audit s63: an OpenACC loop's
+# 1,942 cuMemAlloc, one an iteration and never freed, 190-200 in each tenth of the window,
+# listed as 1,942 one-time calls "later steps do not pay"); a fill comes first, then stops
+CHURN_STEADY_MIN_MALLOCS = 20
+CHURN_STEADY_MIN_SHARE = 0.1
 TIMELINE_BINS = 600
 TOP_SEGMENTS = 25
 
@@ -254,6 +262,11 @@ class IdleResult:
     unified_migrations_in_kernels: int = 0
     unified_migrations_in_kernels_bytes: int = 0
     unified_migrations_in_kernels_ns: int = 0
+    # launch_overhead idle in gaps ended by one of torch.compile's Triton kernels: the compiled
+    # code's launches, against the eager code's (the rest); a program compiled in part gets
+    # advice for the part its launch gaps precede (audit 16: a fusion demo, 19 of 64 kernels
+    # Triton, 2.27 ms of its launch idle before them and 2.03 ms before eager kernels)
+    launch_overhead_compiled_ns: int = 0
 
     @property
     def device_window_ns(self) -> int:
@@ -690,6 +703,7 @@ def analyze_idle(ctx: Context) -> IdleResult:
         host_sync_after_return_ns=_after_return(gaps),
         unified_memory_after_kernels_ns=_after_kernels(ctx, gaps, "unified_memory"),
         **_migrations_in_kernels(ctx),
+        launch_overhead_compiled_ns=_before_compiled(ctx, gaps, "launch_overhead"),
     )
 
 
@@ -835,6 +849,40 @@ def _between_launches(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
     """The idle of ``cause`` in gaps strictly inside one step (:func:`_in_step`)."""
     g = _in_step(ctx, gaps, cause)
     return int(g.filter(pl.col("_inside")).get_column("dur_ns").sum())
+
+
+def _before_compiled(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
+    """The idle of ``cause`` in the gaps whose next work the compiled code launched: the next
+    kernel on their device (the first starting at or after the gap's end) is torch.compile's
+    (:data:`INDUCTOR_KERNELS`), or the host launched it inside a compiled range
+    (:data:`COMPILED_CODE_RANGE`: a compiled graph's cuBLAS call is compiled code too)."""
+    g = gaps.filter(pl.col("cause") == cause)
+    if g.height == 0 or ctx.gpu.height == 0:
+        return 0
+    g = g.select("device", "end_ns", "dur_ns", "next_launch_ns")
+    k = ctx.gpu.filter(pl.col("kind") == "kernel").select(
+        "device",
+        pl.col("start_ns").alias("_k"),
+        pl.col("name").str.contains(INDUCTOR_KERNELS).alias("_triton"),
+    )
+    g = iv.in_time_order(g, "end_ns").join_asof(
+        iv.in_time_order(k, "_k"),
+        left_on="end_ns",
+        right_on="_k",
+        by="device",
+        strategy="forward",
+        check_sortedness=False,  # both sorted by time: within each device too
+    )
+    ranges = ctx.rows(HOST_OP_KINDS, COMPILED_CODE_RANGE, columns=("start_ns", "end_ns"))
+    inside = pl.lit(False)
+    if ranges.height:
+        at = g.select(
+            pl.col("next_launch_ns").fill_null(-1).alias("start_ns"),
+            (pl.col("next_launch_ns").fill_null(-1) + 1).alias("end_ns"),
+        )
+        inside = iv.overlap_with(at, iv.union(ranges)) > 0
+    compiled = g.select(pl.col("_triton").fill_null(False) | inside).to_series()
+    return int(g.filter(compiled).get_column("dur_ns").sum())
 
 
 def _model_lead(ctx: Context, gaps: pl.DataFrame, cause: str) -> int:
@@ -1177,13 +1225,23 @@ def _cold(ctx: Context, gaps: pl.DataFrame, once: pl.DataFrame) -> bool:
 
 def churning(ctx: Context, allocs: pl.DataFrame) -> bool:
     """The window's allocator calls give memory back and ask for it again (frees at least
-    :data:`CHURN_FREE_MIN_RATIO` of the mallocs), rather than fill the cache once."""
+    :data:`CHURN_FREE_MIN_RATIO` of the mallocs), or keep allocating all through the window
+    (:data:`CHURN_STEADY_MIN_MALLOCS`), rather than fill the cache once."""
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
     inside = allocs.filter(iv.overlapping(lo, hi))
     if inside.height == 0:
         return False
-    frees = inside.filter(pl.col("name").str.contains("Free")).height
-    return frees >= CHURN_FREE_MIN_RATIO * (inside.height - frees)
+    is_free = pl.col("name").str.contains("Free")
+    frees = inside.filter(is_free).height
+    if frees >= CHURN_FREE_MIN_RATIO * (inside.height - frees):
+        return True
+    mallocs = inside.filter(~is_free)
+    if mallocs.height < CHURN_STEADY_MIN_MALLOCS or hi <= lo:
+        return False
+    quarter = ((pl.col("start_ns").clip(lo, hi - 1) - lo) * 4 // (hi - lo)).alias("q")
+    per = mallocs.select(quarter).get_column("q").value_counts()
+    least = per.get_column("count").min() if per.height == 4 else 0
+    return least >= CHURN_STEADY_MIN_SHARE * mallocs.height
 
 
 def _as_slow_as_a_load(usual: str) -> pl.Expr:

@@ -201,6 +201,12 @@ EAGER_ELEMENTWISE = (
 TRITON_POINTWISE = r"^triton_poi_"
 # Inductor's generated kernels (pointwise, persistent and looped reductions, templates, combo)
 INDUCTOR_KERNELS = r"^triton_(poi|per|red|tem|for)_"
+# the host ranges compiled code runs in: a dynamo frame's call, its AOT autograd forward and
+# backward, Inductor's compiled graph; what they launch (Triton kernels or cuBLAS calls alike)
+# is the compiled code's
+COMPILED_CODE_RANGE = (
+    r"^Torch-Compiled Region: |^CompiledFunction(Backward)?$|^## Call CompiledFxGraph "
+)
 
 # Host ops under which a launched kernel is communication even if its name is not.
 COMM_OP_PATTERN = r"^nccl:|^gloo:|record_param_comms|^c10d::|^c10d_functional::|^_c10d_functional::"

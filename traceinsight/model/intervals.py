@@ -72,8 +72,17 @@ def total(df: pl.DataFrame) -> int:
     return int((df[E] - df[S]).sum())
 
 
-def clip(df: pl.DataFrame, lo: int, hi: int) -> pl.DataFrame:
-    """Clip intervals to [lo, hi) and drop the empty ones."""
+def clip(df: pl.DataFrame, lo: int, hi: int, *, keep_points: pl.Expr | None = None) -> pl.DataFrame:
+    """Clip intervals to [lo, hi) and drop the empty ones; with ``keep_points``, keep the
+    zero-length rows inside [lo, hi] where it holds (kernels under a microsecond in traces
+    timed in whole microseconds: real launches, which counts need and unions ignore)."""
+    if keep_points is not None:
+        # (a point at hi too: a window ending with its last kernel ends where that one does)
+        point = (pl.col(E) == pl.col(S)) & pl.col(S).is_between(lo, hi) & keep_points
+        inside = (pl.col(E) > pl.col(S)) & (pl.col(E) > lo) & (pl.col(S) < hi)
+        return df.filter(inside | point).with_columns(
+            pl.col(S).clip(lo, hi), pl.col(E).clip(lo, hi)
+        )
     return df.with_columns(pl.col(S).clip(lo, hi), pl.col(E).clip(lo, hi)).filter(
         pl.col(E) > pl.col(S)
     )
