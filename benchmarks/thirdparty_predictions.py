@@ -80,6 +80,9 @@ APPLIED = {
     # the H100, session 62 (held out): workers and the batch-indexed Dataset (the loading
     # hidden), the 4x batch (not raised), bf16, logging every 50 steps, the default compile
     "tabular": ["dataloader_stall@hidden,memory_headroom@4,fp32_compute,host_sync"],
+    # the H100, session 63 (held out): bf16 with tf32, the 2x batch (raised only as a what-if),
+    # 4 workers; dynamic padding, the fifth, has no finding (padding is not in the trace)
+    "deberta": ["fp32_compute,memory_headroom@2,dataloader_stall"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -124,6 +127,14 @@ FIX_NAMES = {
     # the H100, session 62: 8 pinned workers (the loader's fix at its stated assumption); the
     # default compile for launch_bound (not its priced fix); logging every 50 steps for the syncs
     "tabular": {"launch_bound": "compile", "host_sync": "log_every_50"},
+    # the H100, session 63: the Trainer's torch_compile=True (default mode; it also turns TF32
+    # on), not launch_bound's priced fix (CUDA graphs)
+    "deberta": {
+        "fp32_compute": "bf16",
+        "memory_headroom": "batch_2x",
+        "dataloader_stall": "workers",
+        "launch_bound": "compile",
+    },
     # the H100: TF32 is the fp32 fix recorded (compile failed in inductor: no launch_bound band)
     "e3nn": {"dataloader_stall": "workers_4", "fp32_compute": "tf32"},
     # reduce-overhead, its advice; the 2x batch it recommends was not recorded: the 4x was
@@ -296,6 +307,7 @@ def main() -> None:
         "clip",  # the H100, session 61
         "ddpm",  # the H100, session 61
         "tabular",  # the H100, session 62
+        "deberta",  # the H100, session 63
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")
