@@ -10,16 +10,13 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context, launched
 from traceinsight.model import intervals as iv
-from traceinsight.model.classify import HOST_OP_KINDS
+from traceinsight.model.classify import FUSED_OPTIMIZER_KERNELS, HOST_OP_KINDS
 
 # Fused: one kernel runs the whole update per chunk of tensors. PyTorch's fused=True kernels
 # (FusedAdamMathFunctor, _fused_sgd) and Apex/DeepSpeed/Transformer Engine's multi_tensor_apply
 # kernels whose functor is the optimizer itself (AdamFunctor, LAMBStage1Functor, SGDFunctor).
 # Foreach: multi_tensor_apply with generic list ops (BinaryOpListAlphaFunctor, PointwiseOpScalar).
-FUSED = (
-    r"(?i)fused\w*(adam|sgd|lamb|adagrad|optim)|_fused_"
-    r"|(adam|adamw|lamb|sgd|novograd|adagrad|lion)\w*functor"
-)
+FUSED = FUSED_OPTIMIZER_KERNELS
 FOREACH = r"(?i)multi_tensor_apply"
 # the host ops of a multi-tensor or fused step (ATen's), where the kernels do not say it: a
 # sampled trace, or a custom optimizer's foreach math (audit 15: HTA's Shampoo read

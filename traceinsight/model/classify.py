@@ -201,6 +201,11 @@ EAGER_ELEMENTWISE = (
 TRITON_POINTWISE = r"^triton_poi_"
 # Inductor's generated kernels (pointwise, persistent and looped reductions, templates, combo)
 INDUCTOR_KERNELS = r"^triton_(poi|per|red|tem|for)_"
+# a fused optimizer step's kernels (apex's, ATen's _fused_adam(w)_ / _fused_sgd_ functors)
+FUSED_OPTIMIZER_KERNELS = (
+    r"(?i)fused\w*(adam|sgd|lamb|adagrad|optim)|_fused_"
+    r"|(adam|adamw|lamb|sgd|novograd|adagrad|lion)\w*functor"
+)
 # the host ranges compiled code runs in: a dynamo frame's call, its AOT autograd forward and
 # backward, Inductor's compiled graph; what they launch (Triton kernels or cuBLAS calls alike)
 # is the compiled code's

@@ -1,0 +1,45 @@
+"""The eighteenth search (session 63): public PyTorch traces with steps are scarce in the
+indexed repositories (43 fetched, none new with ProfilerStep ranges), so a helper also recorded
+five small loops of its own on an H100 (fused AdamW, bf16, compile, workers already in place)
+to see whether advice fits what a loop already does; each defect is checked here on a fixture
+or by hand."""
+
+from __future__ import annotations
+
+from traceinsight.analyzers.host_ops import HostOpsResult
+from traceinsight.findings.rules import (
+    INFERENCE_FP32_ADVICE,
+    INFERENCE_NO_TF32_GAIN_ADVICE,
+    INFERENCE_TF32_TO_BF16_ADVICE,
+    _fp32_advice,
+)
+
+from .conftest import FIXTURES, _analyzed_once
+
+
+def test_inference_on_tf32_math_is_not_told_to_enable_tf32() -> None:
+    """Audit s63 (18) D3: a public RTX 3090 ResNet pass, 86.9% of its math TF32 convolutions,
+    was told "... or at least enable TF32": the inference advice came before the checks of
+    math already in TF32 and of a GeForce card's TF32 (at the fp32 rate). Inference now gets
+    the bf16 advice with the reason, as training does; plain fp32 inference keeps its own."""
+    infer = HostOpsResult(forward_only=True)
+    assert _fp32_advice(True, True, infer, 0.05, tf32_bound=True) == INFERENCE_TF32_TO_BF16_ADVICE
+    assert _fp32_advice(True, True, infer, 0.05, tf32_faster=False) == INFERENCE_NO_TF32_GAIN_ADVICE
+    assert _fp32_advice(True, True, infer, 0.05) == INFERENCE_FP32_ADVICE
+    for rec, _ in (INFERENCE_TF32_TO_BF16_ADVICE, INFERENCE_NO_TF32_GAIN_ADVICE):
+        assert "at least enable TF32" not in rec
+
+
+def test_a_fused_optimizer_is_not_priced_fused_again() -> None:
+    """Audit s63 (18) D4: the replay's what-ifs priced `fused_optimizer` at 1.16x on a step
+    whose AdamW ran fused already (one FusedAdamMathFunctor launch a step), removing its
+    range's host time as if it were a per-parameter loop. The launch-bound loop's fused after
+    (the optimizer's kernels `multi_tensor_apply_kernel<..., FusedAdamMathFunctor<...>>`) had
+    read 1.05x; its before (per-parameter AdamW) keeps its price."""
+    here = FIXTURES / "h200" / "thirdparty"
+    after = _analyzed_once(here / "launch_bound.fused_optimizer.after.pt.trace.json.xz")
+    assert after.results.optimizer.mode == "fused"
+    assert "fused_optimizer" not in after.results.replay.what_if
+    before = _analyzed_once(here / "launch_bound.before.pt.trace.json.xz")
+    assert before.results.optimizer.mode == "per_parameter"
+    assert before.results.replay.what_if["fused_optimizer"].speedup > 1.5
