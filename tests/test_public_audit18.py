@@ -60,3 +60,27 @@ def test_a_sync_the_gpu_worked_through_names_the_hosts_wait() -> None:
     assert "leave the GPU idle 0.83 ms" in f.title and f.title.endswith(
         "the host waits 5.69 ms in them"
     )
+
+
+def test_loader_idle_beyond_its_calls_is_not_said_to_be_in_them() -> None:
+    """Audit s63 (18) D5: "37.36 ms idle in DataLoader.__next__" where the four calls lasted
+    36.08 ms, each gap starting 0.09-0.10 ms before its call and ending 0.21-0.27 ms after it.
+    Here each of four 300 us calls lies in a gap 320 us long (10 us before, 10 us after): 1,280
+    us of loader idle, 1,200 us of it inside the calls (over them, under 1.1x: "in and around")."""
+    from traceinsight.pipeline import analyze_trace
+
+    from .builder import Events
+
+    e = Events()
+    e.kernel("k0", 0, 10, launch_us=0)
+    t = 20.0
+    for _ in range(4):
+        e.op("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", t, 300)
+        launch = t + 300 + 5
+        e.op("aten::add", launch - 1, 4)
+        e.kernel("k", launch + 5, 100, launch_us=launch)
+        t = launch + 5 + 100 + 10
+    a = analyze_trace(e.trace())
+    (f,) = [f for f in a.findings if f.id == "dataloader_stall"]
+    assert (a.results.idle.dataloader_idle_ns, f.evidence["idle_ns"]) == (1_200_000, 1_280_000)
+    assert "idle in and around DataLoader.__next__" in f.title

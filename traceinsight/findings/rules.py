@@ -367,6 +367,11 @@ def dataloader_stall(x: RuleInput) -> Draft | None:
     place = "in DataLoader.__next__"
     if cost > LOADER_AROUND_RATIO * inside:
         place = f"in gaps mostly in DataLoader.__next__ ({fmt_ms(inside)} inside its calls)"
+    elif cost > inside:
+        # a gap starts a little before the call or ends a little after it (a pageable copy's
+        # staging): idle "in" a call cannot exceed the call (audit s63 (18): 37.36 ms "in"
+        # calls lasting 36.08 ms)
+        place = "in and around DataLoader.__next__"
     # the iterator's first batch, its workers starting, is a one-time cost (per epoch without
     # persistent_workers): out of the steady cost, named, and not the example (audit 17 D8b: a
     # cold ResNet's 7.35 s held a 2.25 s first batch, and the "why" line was that gap)
