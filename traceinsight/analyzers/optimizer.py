@@ -12,11 +12,11 @@ from traceinsight.analyzers.context import Context, launched
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import FUSED_OPTIMIZER_KERNELS, HOST_OP_KINDS
 
-# Fused: one kernel runs the whole update per chunk of tensors. PyTorch's fused=True kernels
+# Fused (model/classify.py FUSED_OPTIMIZER_KERNELS): one kernel runs the whole update per chunk of
+# tensors. PyTorch's fused=True kernels
 # (FusedAdamMathFunctor, _fused_sgd) and Apex/DeepSpeed/Transformer Engine's multi_tensor_apply
 # kernels whose functor is the optimizer itself (AdamFunctor, LAMBStage1Functor, SGDFunctor).
 # Foreach: multi_tensor_apply with generic list ops (BinaryOpListAlphaFunctor, PointwiseOpScalar).
-FUSED = FUSED_OPTIMIZER_KERNELS
 FOREACH = r"(?i)multi_tensor_apply"
 # the host ops of a multi-tensor or fused step (ATen's), where the kernels do not say it: a
 # sampled trace, or a custom optimizer's foreach math (audit 15: HTA's Shampoo read
@@ -159,7 +159,7 @@ def analyze_optimizer(ctx: Context) -> OptimizerResult:
     if inside.height == 0:
         mode = None
     elif (
-        inside.filter(pl.col("name").str.contains(FUSED)).height
+        inside.filter(pl.col("name").str.contains(FUSED_OPTIMIZER_KERNELS)).height
         or re.search(FUSED_OPTIMIZER_CLASS, name) is not None
         or ops.filter(pl.col("name").str.contains(FUSED_OPS)).height
     ):

@@ -79,7 +79,7 @@ def clip(df: pl.DataFrame, lo: int, hi: int, *, keep_points: pl.Expr | None = No
     if keep_points is not None:
         # (a point at hi too: a window ending with its last kernel ends where that one does)
         point = (pl.col(E) == pl.col(S)) & pl.col(S).is_between(lo, hi) & keep_points
-        inside = (pl.col(E) > pl.col(S)) & (pl.col(E) > lo) & (pl.col(S) < hi)
+        inside = (pl.col(E) > pl.col(S)) & overlapping(lo, hi)
         return df.filter(inside | point).with_columns(
             pl.col(S).clip(lo, hi), pl.col(E).clip(lo, hi)
         )
