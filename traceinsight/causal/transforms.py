@@ -1248,56 +1248,86 @@ def host_spans_removed(spans: pl.DataFrame) -> Transform:
     host time lets the GPU do, the replay says."""
 
     def transform(model: StepModel) -> StepModel | None:
-        h = model.host
-        if h.height == 0 or spans.height == 0:
-            return None
-        s = _on_threads(spans, _ss="start_ns", _se="end_ns").sort("_ss")
-        # each node with the last span that began before it (spans are short and hold calls,
-        # so a gap overlaps at most the one that began before the gap's call)
-        hit = (
-            h.select(pl.col("tid").cast(pl.Int64), "start_ns", "gap_from_ns")
-            .with_row_index("_n")
-            .sort("start_ns")
-            .join_asof(
-                s,
-                left_on="start_ns",
-                right_on="_ss",
-                by="tid",
-                strategy="backward",
-                check_sortedness=False,
-            )
-            .drop_nulls("_ss")
-            .with_columns(
-                (pl.col("start_ns") <= pl.col("_se")).alias("_inside"),
-                (
-                    (
-                        pl.min_horizontal("start_ns", "_se")
-                        - pl.max_horizontal("gap_from_ns", "_ss")
-                    ).clip(0)
-                    / (pl.col("start_ns") - pl.col("gap_from_ns")).clip(1)
-                )
-                .clip(0.0, 1.0)
-                .alias("_cut"),
-            )
-            .filter(pl.col("_inside") | (pl.col("_cut") > 0))
-            .select("_n", "_inside", "_cut")
-        )
-        if hit.height == 0:
-            return None
-        marks = _per_node(h.height, hit)
-        inside = marks.get_column("_inside").fill_null(False)
-        keep = 1.0 - marks.get_column("_cut").fill_null(0.0)
-        out = h.with_columns(
-            *((pl.col(c) * pl.lit(keep)).cast(pl.Int64).alias(c) for c in ("gap_ns", *SUBGAPS)),
-            pl.when(pl.lit(inside)).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
-            pl.when(pl.lit(inside))
-            .then(pl.lit(WAIT_NONE, pl.Int8))
-            .otherwise(pl.col("wait"))
-            .alias("wait"),
-        )
-        return model.with_host(out)
+        cut = _spans_cut(model.host, spans)
+        return None if cut is None else model.with_host(cut[0])
 
     return Transform("host_spans_removed", transform, host_reads=frozenset(SUBGAPS))
+
+
+def ops_removed(spans: pl.DataFrame) -> Transform:
+    """A transform: the ops in ``spans`` (tid, start_ns, end_ns) no longer run at all, their
+    host code as in :func:`host_spans_removed` and the GPU work their calls launched with it
+    (``model.eval()``'s dropout, which then returns its input; autocast's per-call weight casts
+    once the model is cast). What the rest of the step does is kept as recorded: the ops'
+    outputs feed the same work."""
+
+    def transform(model: StepModel) -> StepModel | None:
+        cut = _spans_cut(model.host, spans)
+        if cut is None:
+            return None
+        h, inside = cut
+        nodes = pl.Series("_inside", inside)
+        g = model.gpu
+        launch = g.get_column("launch")
+        gone = (launch >= 0) & nodes.gather(launch.clip(0, max(len(nodes) - 1, 0))).fill_null(False)
+        g = g.with_columns(
+            pl.when(gone).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+            pl.when(gone).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
+        )
+        return StepModel(host=h, gpu=g, steps=model.steps)
+
+    return Transform("ops_removed", transform, host_reads=frozenset(SUBGAPS))
+
+
+def _spans_cut(h: pl.DataFrame, spans: pl.DataFrame) -> tuple[pl.DataFrame, pl.Series] | None:
+    """The host table with the code inside ``spans`` removed (:func:`host_spans_removed`) and
+    whether each node's call started inside one; None where no call or gap meets a span."""
+    if h.height == 0 or spans.height == 0:
+        return None
+    s = _on_threads(spans, _ss="start_ns", _se="end_ns").sort("_ss")
+    # each node with the last span that began before it (spans are short and hold calls,
+    # so a gap overlaps at most the one that began before the gap's call)
+    hit = (
+        h.select(pl.col("tid").cast(pl.Int64), "start_ns", "gap_from_ns")
+        .with_row_index("_n")
+        .sort("start_ns")
+        .join_asof(
+            s,
+            left_on="start_ns",
+            right_on="_ss",
+            by="tid",
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .drop_nulls("_ss")
+        .with_columns(
+            (pl.col("start_ns") <= pl.col("_se")).alias("_inside"),
+            (
+                (
+                    pl.min_horizontal("start_ns", "_se") - pl.max_horizontal("gap_from_ns", "_ss")
+                ).clip(0)
+                / (pl.col("start_ns") - pl.col("gap_from_ns")).clip(1)
+            )
+            .clip(0.0, 1.0)
+            .alias("_cut"),
+        )
+        .filter(pl.col("_inside") | (pl.col("_cut") > 0))
+        .select("_n", "_inside", "_cut")
+    )
+    if hit.height == 0:
+        return None
+    marks = _per_node(h.height, hit)
+    inside = marks.get_column("_inside").fill_null(False)
+    keep = 1.0 - marks.get_column("_cut").fill_null(0.0)
+    out = h.with_columns(
+        *((pl.col(c) * pl.lit(keep)).cast(pl.Int64).alias(c) for c in ("gap_ns", *SUBGAPS)),
+        pl.when(pl.lit(inside)).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+        pl.when(pl.lit(inside))
+        .then(pl.lit(WAIT_NONE, pl.Int8))
+        .otherwise(pl.col("wait"))
+        .alias("wait"),
+    )
+    return out, inside
 
 
 def host_time_cut(cuts: pl.DataFrame) -> Transform:

@@ -3196,6 +3196,145 @@ def grouped_mm_fallback(x: RuleInput) -> Draft | None:
     )
 
 
+def _per_step(n: float, ns: int, steps: int, what: str) -> str:
+    """``n`` calls taking ``ns``, a step where the window has steps."""
+    if steps:
+        return f"{plural(n / steps, what)} a step take {fmt_ms(ns / steps)}"
+    return f"{plural(n, what)} take {fmt_ms(ns)}"
+
+
+def _eval_mode_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
+    w = r.host_ops.what_if_eval_mode
+    if w is not None:
+        return w, None
+    if r.host_ops.train_mode_dropouts == 0:
+        return None, "batch norm's batch statistics against its running ones: not priced"
+    return None, "no step model to replay the step without them in"
+
+
+@rule(
+    "inference_train_mode",
+    advice={"cuda_app": None},  # torch.nn.Module's training flag
+    estimate=_eval_mode_what_if,
+    recommendation="The model runs forward only here (no backward, no optimizer step) but in "
+    "training mode: model.eval() was not called. Dropout then draws a random mask at every "
+    "call and drops activations, stochastic depth drops whole blocks, and batch norm "
+    "normalizes with the batch's statistics and updates its running ones: the outputs are "
+    "not the model's, and the masks cost kernels and launches. torch.no_grad() and "
+    "torch.inference_mode() turn off gradients only, not these. Call model.eval() before "
+    "inference (and model.train() before training resumes).",
+    snippet=(
+        "model.eval()  # dropout off, batch norm on its running statistics\n"
+        "with torch.inference_mode():\n"
+        "    out = model(batch)"
+    ),
+)
+def inference_train_mode(x: RuleInput) -> Draft | None:
+    h = x.r.host_ops
+    if not h.forward_only or (h.train_mode_dropout_kernels == 0 and h.train_mode_norm_kernels == 0):
+        return None
+    steps = x.r.steps.steps or 0
+    parts = []
+    if h.train_mode_dropouts:
+        parts.append(
+            f"{_per_step(h.train_mode_dropouts, h.train_mode_dropout_ns, steps, 'dropout call')}"
+            f" of host time and launch {plural(h.train_mode_dropout_kernels / max(steps, 1), 'kernel')}"
+            f"{' a step' if steps else ''} drawing masks"
+        )
+    if h.train_mode_norm_kernels:
+        n = h.train_mode_norm_kernels / max(steps, 1)
+        parts.append(
+            f"batch norm computes batch statistics ({plural(n, 'kernel')}{' a step' if steps else ''})"
+        )
+    cost = max(h.train_mode_dropout_ns, h.train_mode_dropout_gpu_ns)
+    return Draft(
+        cost,
+        "Inference runs the model in training mode (model.eval() not called), so its outputs "
+        "are not the model's: " + "; ".join(parts),
+        {
+            "dropout_calls": h.train_mode_dropouts,
+            "dropout_host_time_ns": h.train_mode_dropout_ns,
+            "dropout_kernels": h.train_mode_dropout_kernels,
+            "dropout_gpu_time_ns": h.train_mode_dropout_gpu_ns,
+            "batch_norm_training_kernels": h.train_mode_norm_kernels,
+            "steps": steps,
+            "assumes": "in eval mode dropout returns its input: its calls' host time and "
+            "kernels go, the rest of the step as recorded; batch norm's statistics pass (it "
+            "runs either way, with other kernels) is not priced",
+        },
+    )
+
+
+CAST_ONCE_ADVICE = (
+    "Forward-only work under torch.autocast over fp32 weights: autocast casts each weight to "
+    "16 bits inside every op that uses it, at every call (its cast cache lasts one autocast "
+    "region), and casts activations between 16 and 32 bits around the ops it runs in fp32, "
+    "although in inference the weights never change. Cast the model once and run without "
+    "autocast: model.to(torch.bfloat16) (Hugging Face: from_pretrained(..., "
+    "torch_dtype=torch.bfloat16); the Trainer's evaluation: bf16_full_eval=True). Norms and "
+    "softmax then run in bf16 as well: compare the outputs with the fp32 model's once."
+)
+CAST_ONCE_SNIPPET = (
+    "model = model.to(torch.bfloat16).eval()  # once, no autocast\n"
+    "with torch.inference_mode():\n"
+    "    out = model(batch.to(torch.bfloat16))"
+)
+
+
+@rule(
+    "inference_autocast_casts",
+    advice={"cuda_app": None},  # torch.autocast's casts
+    estimate=_host_ops_estimate("what_if_cast_once"),
+    recommendation=CAST_ONCE_ADVICE,
+    snippet=CAST_ONCE_SNIPPET,
+    thresholds={"inference_casts_min_ratio": 0.02},
+)
+def inference_autocast_casts(x: RuleInput) -> Draft | None:
+    h = x.r.host_ops
+    if not h.forward_only or h.inference_cast_kernels == 0:
+        return None
+    cost = max(h.inference_cast_ns, h.inference_cast_gpu_ns)
+    ratio = cost / x.window_ns if x.window_ns else 0.0
+    if ratio < x.t["inference_casts_min_ratio"]:
+        return None
+    steps = x.r.steps.steps or 0
+    per = _per_step(h.inference_casts, h.inference_cast_ns, steps, "cast")
+    gpu = fmt_ms(h.inference_cast_gpu_ns / steps) if steps else fmt_ms(h.inference_cast_gpu_ns)
+    dtype = h.inference_cast_dtype
+    advice = (
+        {}
+        if dtype is None
+        else {
+            "recommendation": CAST_ONCE_ADVICE.replace("torch.bfloat16", f"torch.{dtype}"),
+            "snippet": CAST_ONCE_SNIPPET.replace("torch.bfloat16", f"torch.{dtype}"),
+        }
+    )
+    if dtype == "float16":
+        advice = {
+            k: v.replace("bf16_full_eval", "fp16_full_eval").replace("in bf16", "in fp16")
+            for k, v in advice.items()
+        }
+    return Draft(
+        cost,
+        f"Autocast re-casts tensors at every inference call: {per} of host time and {gpu} of "
+        f"GPU time ({fmt_pct(ratio)} of the window); a model cast once to "
+        f"{dtype or '16 bits'} needs none of them",
+        {
+            "casts": h.inference_casts,
+            "cast_host_time_ns": h.inference_cast_ns,
+            "cast_kernels": h.inference_cast_kernels,
+            "cast_gpu_time_ns": h.inference_cast_gpu_ns,
+            "cast_ratio": ratio,
+            "cast_dtype": dtype,
+            "steps": steps,
+            "assumes": "with the model cast once, the casts autocast makes inside the ops "
+            "(weights, and inputs of the ops it runs in fp32) go, their host time and "
+            "kernels; the math kernels are kept as recorded (already 16-bit)",
+        },
+        **advice,
+    )
+
+
 def unprofiled_busy_ratio(r: Results) -> float | None:
     """The GPU's busy share of the un-profiled step (its busy time per step over the replay's
     step without the profiler's cost), None without a step model."""
