@@ -36,6 +36,8 @@ FIX_OF = {
     "recompute_overhead": "no_checkpointing",
     "memory_headroom": "batch_4x",
     "small_batch": "batch_4x",
+    "inference_train_mode": "eval",
+    "inference_autocast_casts": "cast_once",
 }
 
 
@@ -134,6 +136,12 @@ FIX_NAMES = {
         "memory_headroom": "batch_2x",
         "dataloader_stall": "workers",
         "launch_bound": "compile",
+    },
+    # the Trainer's evaluation (session 64): bf16_full_eval casts the model once
+    "eval_glue": {
+        "inference_autocast_casts": "full_eval",
+        "small_batch": "batch_4x",
+        "memory_headroom": "batch_4x",
     },
     # the H100: TF32 is the fp32 fix recorded (compile failed in inductor: no launch_bound band)
     "e3nn": {"dataloader_stall": "workers_4", "fp32_compute": "tf32"},

@@ -322,8 +322,9 @@ def finding(findings: list[dict], fid: str) -> dict:
     return hits[0]
 
 
-def above_low(findings: list[dict], but: str = "") -> list[str]:
-    return [f["id"] for f in findings if f["severity"] in ABOVE_LOW and f["id"] != but]
+def above_low(findings: list[dict], but: str | tuple[str, ...] = "") -> list[str]:
+    but = (but,) if isinstance(but, str) else but
+    return [f["id"] for f in findings if f["severity"] in ABOVE_LOW and f["id"] not in but]
 
 
 # ---- class 1: cold first passes ---------------------------------------------------------------
@@ -515,7 +516,9 @@ def test_particle_transformer_bs128_eager_attention_is_raised_first(ti, raw):
     f = findings[0]
     assert f["id"] == "attention_unfused"
     assert (f["evidence"]["seq_len"], f["evidence"]["batch_heads"]) == (128, 1024)
-    assert above_low(findings, but="attention_unfused") == []
+    # fp16 autocast over fp32 weights, forward only: its per-call casts are a lever of their
+    # own (session 64; tests/test_inference_modes.py counts them from the raw events)
+    assert above_low(findings, but=("attention_unfused", "inference_autocast_casts")) == []
 
 
 def test_particle_transformer_bs128_eager_attention_size(ti, raw):

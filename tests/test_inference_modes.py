@@ -4,9 +4,14 @@ and 63 casts a step, 48% of its launches, and no finding named either)."""
 
 from __future__ import annotations
 
+import bisect
+import re
+from pathlib import Path
+
 from traceinsight.pipeline import analyze_trace
 
 from .builder import Events
+from .conftest import FIXTURES, _analyzed_once
 
 STEP_US = 200.0
 
@@ -63,3 +68,51 @@ def test_training_windows_and_eval_mode_have_neither() -> None:
     a = analyze_trace(_inference(dropout=False).trace())
     assert a.results.host_ops.train_mode_dropout_kernels == 0
     assert "inference_train_mode" not in {f.id for f in a.findings}
+
+
+def _nested_casts(path: Path) -> tuple[int, int]:
+    """From the raw events: ``aten::to`` calls inside one of autocast's ops on their thread
+    (the innermost enclosing op), with a kernel launch inside the cast; their count and host
+    time (us)."""
+    import gzip
+    import json
+
+    from traceinsight.analyzers.host_ops import AUTOCAST_OPS
+
+    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    ops = sorted(
+        (e for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
+        key=lambda e: (e["tid"], e["ts"], -e["dur"]),
+    )
+    launches = sorted(
+        (e["tid"], e["ts"])
+        for e in ev
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "LaunchKernel" in e["name"]
+    )
+    parent = re.compile(AUTOCAST_OPS)
+    n, dur, stack = 0, 0.0, []
+    for e in ops:
+        while stack and (
+            stack[-1]["tid"] != e["tid"] or stack[-1]["ts"] + stack[-1]["dur"] <= e["ts"]
+        ):
+            stack.pop()
+        if e["name"] == "aten::to" and stack and parent.match(stack[-1]["name"]):
+            lo = bisect.bisect_left(launches, (e["tid"], e["ts"]))
+            if lo < len(launches) and launches[lo] <= (e["tid"], e["ts"] + e["dur"]):
+                n, dur = n + 1, dur + e["dur"]
+        stack.append(e)
+    return n, round(dur)
+
+
+def test_a_public_fp16_inference_pass_recasts_at_every_call() -> None:
+    """A public Particle Transformer forward (A100, fp16 autocast over fp32 weights, batch 128):
+    197 casts inside autocast's ops (linear, layer_norm, baddbmm, bmm, einsum...) launching a
+    kernel, 6.16 ms of host time; the advice names float16, the cast kernels' type."""
+    path = FIXTURES / "foreign" / "part_a100_fwd_bs128.json.gz"
+    n, host_us = _nested_casts(path)
+    a = _analyzed_once(path)
+    h = a.results.host_ops
+    assert (h.inference_casts, round(h.inference_cast_ns / 1e3)) == (n, host_us)
+    assert n == 197 and h.inference_cast_dtype == "float16"
+    f = next(f for f in a.findings if f.id == "inference_autocast_casts")
+    assert "model.to(torch.float16)" in f.recommendation and "fp16_full_eval" in f.recommendation

@@ -362,7 +362,11 @@ def with_savings(
         if (
             r.replay is not None
             and "loader_bound_ns" not in evidence
-            and (rule.fix is not None or w.multiplier is not None)
+            and (
+                rule.fix is not None
+                or w.multiplier is not None
+                or getattr(rule.estimate, "replays", False)
+            )
         ):
             # the other end of the range the trace leaves: the fix from the un-profiled step's
             # low end (an estimate's own arithmetic, the loader's plan, is not a replay of it)
