@@ -22,6 +22,7 @@ from traceinsight.findings import Finding
 from traceinsight.findings.job_rules import transfer_split
 from traceinsight.findings.quality import rank_clock_skew
 from traceinsight.model import intervals as iv
+from traceinsight.model.classify import API_KINDS, COMPILED_CODE_RANGE
 from traceinsight.model.schema import KINDS, Trace, device_spec_json
 from traceinsight.records import jsonable
 
@@ -346,3 +347,54 @@ def quality_errors(doc: dict[str, Any]) -> list[dict[str, Any]]:
         *(q for r in doc.get("ranks", []) for q in r.get("data_quality", [])),
     ]
     return [q for q in checks if q.get("severity") == "error"]
+
+
+# op names of the compiler's and CUDA-graph machinery (and Inductor's Triton launches): a compiled
+# side has them in place of the eager ops they replaced, so a diff's program identity leaves
+# them out (diff.program_identity)
+COMPILE_MACHINERY = (
+    COMPILED_CODE_RANGE
+    + r"|^triton_|^TorchDynamo|^AOTDispatcher|^Pregraph bytecode|^Inductor|^cudagraphify"
+    + r"|^CUDAGraph"
+)
+
+
+def op_signature(events: pl.DataFrame) -> tuple[tuple[str, ...], bool]:
+    """The torch op names a trace ran (an autograd node's name without its engine prefix, a
+    numbered name without its number), less the compiler's and CUDA-graph machinery; and whether
+    it is compiled or replays CUDA graphs (its eager ops replaced)."""
+    names = (
+        events.lazy()
+        .filter(pl.col("kind") == "cpu_op")
+        .select(pl.col("name").unique())
+        .collect()
+        .get_column("name")
+        .str.replace(r"^autograd::engine::evaluate_function: ", "")
+        .str.replace(r"#\d+$", "")
+    )
+    machinery = names.str.contains(COMPILE_MACHINERY)
+    graphs = (
+        events.lazy()
+        .filter(pl.col("kind").is_in(API_KINDS) & pl.col("name").str.contains("GraphLaunch"))
+        .select(pl.len())
+        .collect()
+        .item()
+    )
+    ops = tuple(sorted(names.filter(~machinery).unique().to_list()))
+    return ops, bool(machinery.any() or graphs)
+
+
+def kernels_launched(events: pl.DataFrame, lo: int, hi: int) -> int:
+    """Kernels whose launching call (by rank and correlation id) started in [lo, hi)."""
+    calls = events.filter(
+        pl.col("kind").is_in(API_KINDS)
+        & pl.col("correlation").is_not_null()
+        & (pl.col("start_ns") >= lo)
+        & (pl.col("start_ns") < hi)
+    ).select("rank", "correlation")
+    return (
+        events.filter(pl.col("kind") == "kernel")
+        .select("rank", "correlation")
+        .join(calls.unique(), on=["rank", "correlation"], how="semi")
+        .height
+    )

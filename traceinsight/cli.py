@@ -482,15 +482,23 @@ def batch(
     "--fail-if-slower",
     type=click.FloatRange(min=0),
     metavar="PCT",
-    help="Exit 3 if the median step time (or, without steps, the time per kernel) grew by more "
-    "than PCT percent (0 or more) and by more than the noise, or if either side has a "
-    "data-quality error or nothing can be compared (CI gate).",
+    help="Exit 3 if the median step time (or, without steps, the iteration time, or the GPU time "
+    "of the kernels matched by name where both sides ran the same kernels) grew by more than PCT "
+    "percent (0 or more) and beyond the within-capture step spread, or if either side has a "
+    "data-quality error or nothing can be compared (CI gate). Run-to-run variance is not "
+    "measured: set PCT above your loop's spread between runs.",
 )
 @click.option(
     "--allow-different-hardware",
     is_flag=True,
     help="Let --fail-if-slower gate a diff whose sides ran on different GPUs, device counts or "
     "world sizes (refused with exit 2 otherwise).",
+)
+@click.option(
+    "--allow-different-programs",
+    is_flag=True,
+    help="Let --fail-if-slower gate a diff whose sides look like different programs (their torch "
+    "op or kernel names differ; refused with exit 2 otherwise).",
 )
 @verbose_option
 @analysis_options
@@ -506,6 +514,7 @@ def diff(
     force: bool,
     fail_if_slower: float | None,
     allow_different_hardware: bool,
+    allow_different_programs: bool,
     opts: Any,
 ) -> int:
     """Compare two traces (or job directories): metrics, step time, idle causes, kernels, findings.
@@ -518,6 +527,7 @@ def diff(
         "force": force,
         "fail_if_slower": fail_if_slower,
         "allow_different_hardware": allow_different_hardware,
+        "allow_different_programs": allow_different_programs,
     }
     if against is not None:
         if after is not None:

@@ -6,10 +6,12 @@ and findings resolved or introduced; for jobs, the same per matched rank.
 
 A diff is only as good as its two sides are comparable: ``environment`` records the GPU, device
 count, world size, CUDA versions and trace format of each and ``warnings`` names what differs.
-The change of the median step comes with a bootstrap interval (``noise``); captures without step
-markers get iterations from the period of their repeating kernel sequence, and where there is
-none, work-normalized throughput per kernel class (``throughput``). ``gate`` is what
-``--fail-if-slower`` reads.
+The change of the median step comes with a bootstrap interval over the steps inside each capture
+(``noise``: the within-capture step spread; run-to-run variance between processes is not in it);
+captures without step markers get iterations from NVTX ranges or the period of their repeating
+kernel sequence, and where there are none, the GPU time of the kernels matched by name where both
+sides ran the same kernels (``kernel_match``). ``program`` says whether the two sides look like
+the same program. ``gate`` is what ``--fail-if-slower`` reads.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from traceinsight.analysis import (
     SCHEMA,
     JobAnalysis,
     TraceAnalysis,
+    kernels_launched,
+    op_signature,
     quality_errors,
     tool_json,
 )
@@ -80,6 +84,33 @@ PERIOD_SAME_WORK_RATIO = 0.02
 NVTX_ITERATION_PATTERN = (
     r"(?i)(^|[^a-z])(train_?|training_?)?(step|iter|iteration|batch|microbatch)([^a-z]|$)"
 )
+# NVTX iterations of one range name whose kernels per iteration differ by this factor or more
+# hold different work, or a different program (audit 19: Optimizer.step#SGD.step marked a toy
+# MLP's 229 kernels and a ResNet's 344): said in a warning
+NVTX_KERNELS_DIFFER = 1.5
+
+# Without steps or comparable iterations, the gate reads the GPU time of the kernel calls matched
+# by name, where both sides' kernel multisets (name -> calls, over each capture) share at least
+# this share of the larger one: the same work recorded on both sides. Calls per second were
+# read before, so more, smaller kernels (a split GEMM, unfused ops) read as faster (audit 19: a
+# 30% slower AFTER with every kernel cut in two passed as 35% faster).
+KERNEL_MATCH_MIN = 0.95
+
+# Program identity (``program``): the torch op names each side ran, without the compiler's and
+# CUDA-graph machinery, as a Jaccard index; where one side is compiled or replays CUDA graphs
+# (its eager ops replaced), the share of that side's op names the other side has. Over the
+# fixtures' 140 same-program pairs (h100/thirdparty, h200/**: bf16, channels_last, workers,
+# torch.compile, CUDA graphs, process-to-process) the lowest is 0.74 (lightning compiled twice);
+# over the audit's different-program pairs the highest is 0.55 (two HF inference pipelines,
+# ViT and BERT): they differ below 0.65.
+OP_IDENTITY_MIN = 0.65
+# fewer op names than this on a side (a CUDA-graph replay's few, a toy trace's) move the Jaccard
+# index by 10 points or more a name: the kernel names judge instead
+OP_IDENTITY_MIN_NAMES = 10
+# Where a side has no torch ops (nsys, rocprof), kernel names: their overlap coefficient. bf16
+# and torch.compile rename most kernels (a T5 pair compiled with bf16 shares 11% of its kernel
+# names), so only sides sharing almost none clearly differ.
+KERNEL_IDENTITY_MIN = 0.05
 
 
 def _versions(a: TraceAnalysis) -> dict[str, Any]:
@@ -157,6 +188,8 @@ class Iterations:
     iterations: int = 0
     per_iteration_ns: tuple[int, ...] = ()
     median_ns: float = 0.0
+    # nvtx: kernels launched from the first counted range's start to the last one's
+    kernels_per_iteration: float | None = field(default=None, metadata=OMIT_NONE)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Iterations:
@@ -169,14 +202,24 @@ class TimingSample:
 
     step_times_ns: tuple[float, ...]
     iterations: Iterations | None
+    # the torch op names it ran, without the compiler's machinery (None: not known, a stored
+    # baseline from an earlier version or a job's rank analyzed without its events)
+    op_names: tuple[str, ...] | None = None
+    # compiled or replaying CUDA graphs: its eager ops replaced
+    replaced: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return jsonable(self)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TimingSample:
-        it = d.get("iterations")
-        return cls(tuple(d.get("step_times_ns") or ()), Iterations.from_json(it) if it else None)
+        it, ops = d.get("iterations"), d.get("op_names")
+        return cls(
+            tuple(d.get("step_times_ns") or ()),
+            Iterations.from_json(it) if it else None,
+            tuple(ops) if ops is not None else None,
+            bool(d.get("replaced")),
+        )
 
 
 def nvtx_iterations(events: pl.DataFrame) -> Iterations | None:
@@ -216,12 +259,25 @@ def nvtx_iterations(events: pl.DataFrame) -> Iterations | None:
     per = pl.Series(best["spacing_ns"], dtype=pl.Int64)
     if per.len() > PERIOD_MIN_REPEATS:
         per = per.slice(1)
+    # the counted iterations run from the start of the range before the first spacing kept to
+    # the last range's start
+    starts = (
+        r.filter(
+            (pl.col("kind") == "user_annotation")
+            & (pl.col("base") == best["base"])
+            & (pl.col("tid") == best["tid"])
+        )
+        .get_column("start_ns")
+        .sort()
+    )
+    lo, hi = int(starts[starts.len() - 1 - per.len()]), int(starts[-1])
     return Iterations(
         method="nvtx",
         range_name=best["base"],
         iterations=per.len(),
         per_iteration_ns=tuple(per.to_list()),
         median_ns=float(per.median()),
+        kernels_per_iteration=kernels_launched(events, lo, hi) / per.len(),
     )
 
 
@@ -369,7 +425,16 @@ def _idle_rows(mb: dict[str, Any], ma: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _kernel_changes(kb: pl.DataFrame, ka: pl.DataFrame) -> dict[str, Any]:
+def _kernel_changes(kb: pl.DataFrame, ka: pl.DataFrame, nb: int, na: int) -> dict[str, Any]:
+    """Kernels appeared, disappeared and changed most: per step where both sides have steps
+    (``nb``, ``na``), else each side's window totals (``per``), as idle_by_cause: a table per step
+    beside one over a window has no common unit (audit 19: a window's 3.60 s read "per step")."""
+    per = "step" if nb and na else "window"
+    if per == "window":
+        kb, ka = (
+            k.with_columns(pl.col("count") * max(1, n), pl.col("total_ns") * max(1, n))
+            for k, n in ((kb, nb), (ka, na))
+        )
     k = (
         kb.join(ka, on=["name", "kernel_class"], how="full", suffix="_after", coalesce=True)
         .with_columns(
@@ -395,9 +460,10 @@ def _kernel_changes(kb: pl.DataFrame, ka: pl.DataFrame) -> dict[str, Any]:
         "changed": changed.head(TOP_KERNEL_CHANGES).to_dicts(),
         "appeared_count": appeared.height,
         "disappeared_count": gone.height,
-        # their time per step, all of them (the lists keep the largest)
+        # their time per step (or in the window), all of them (the lists keep the largest)
         "appeared_ns": float(appeared.get_column("total_ns_after").sum()),
         "disappeared_ns": float(gone.get_column("total_ns").sum()),
+        "per": per,
     }
 
 
@@ -426,8 +492,10 @@ def _finding_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) 
 def throughput(
     kb: pl.DataFrame, ka: pl.DataFrame, sides: tuple[dict[str, Any], dict[str, Any]]
 ) -> dict[str, Any] | None:
-    """Work-normalized throughput per kernel class: calls per second of window and GPU time per
-    call, each side from its kernel table (per step) times its steps over its window."""
+    """Kernel calls per second of window and GPU time per call, by kernel class, each side from
+    its kernel table (per step) times its steps over its window. Not normalized by work: more,
+    smaller kernels read as more calls a second, so the gate does not read it
+    (:func:`kernel_match` is what it reads)."""
     rows = []
     for k, side in zip((kb, ka), sides, strict=True):
         window_ns = side.get("window_ns")
@@ -484,6 +552,90 @@ def throughput(
     }
 
 
+def _calls_by_name(k: pl.DataFrame, steps: int) -> pl.DataFrame:
+    """A kernel table (per step) as each name's calls and GPU time over the capture's window."""
+    scale = max(1, steps)
+    return (
+        k.group_by("name")
+        .agg(
+            (pl.col("count").sum() * scale).alias("calls"),
+            (pl.col("total_ns").sum() * scale).alias("ns"),
+        )
+        .sort("name")  # one order of summing: a baseline's diff is the direct diff's
+    )
+
+
+def kernel_match(
+    kb: pl.DataFrame, ka: pl.DataFrame, sides: tuple[dict[str, Any], dict[str, Any]]
+) -> dict[str, Any] | None:
+    """The kernel calls both sides ran, matched by name: ``matched_ratio`` is the multiset
+    intersection (per name, the fewer calls) over the larger side's calls, and ``change`` the
+    GPU time of those matched calls, each side at its own time per call, after / before - 1.
+    None where a side has no kernel."""
+    b, a = (
+        _calls_by_name(k, side.get("steps") or 0) for k, side in zip((kb, ka), sides, strict=True)
+    )
+    nb, na = float(b.get_column("calls").sum() or 0), float(a.get_column("calls").sum() or 0)
+    if not nb or not na:
+        return None
+    m = (
+        b.join(a, on="name", how="inner", suffix="_after")
+        .filter((pl.col("calls") > 0) & (pl.col("calls_after") > 0))
+        .sort("name")
+        .select(
+            pl.min_horizontal("calls", "calls_after").alias("w"),
+            (pl.col("ns") / pl.col("calls")).alias("per_b"),
+            (pl.col("ns_after") / pl.col("calls_after")).alias("per_a"),
+        )
+        .select(
+            pl.col("w").sum().alias("matched"),
+            (pl.col("w") * pl.col("per_b")).sum().alias("ns_b"),
+            (pl.col("w") * pl.col("per_a")).sum().alias("ns_a"),
+        )
+        .row(0, named=True)
+    )
+    matched = float(m["matched"] or 0)
+    ns_b, ns_a = float(m["ns_b"] or 0), float(m["ns_a"] or 0)
+    return {
+        "calls_before": nb,
+        "calls_after": na,
+        "matched_calls": matched,
+        "matched_ratio": matched / max(nb, na),
+        "matched_ns_before": ns_b,
+        "matched_ns_after": ns_a,
+        "change": ns_a / ns_b - 1 if ns_b else None,
+        "min_ratio": KERNEL_MATCH_MIN,
+    }
+
+
+def program_identity(
+    tb: TimingSample, ta: TimingSample, kb: pl.DataFrame, ka: pl.DataFrame
+) -> dict[str, Any] | None:
+    """Whether the two sides look like one program: ``similarity`` of their torch op names
+    (``basis`` ``ops``: Jaccard; ``ops_of_replaced``: where one side alone is compiled or
+    replays CUDA graphs, the share of its op names the other has), else of their kernel names
+    (``kernel_names``: the overlap coefficient); ``differs`` below ``min``. None where neither
+    is known on both sides."""
+    if min(len(tb.op_names or ()), len(ta.op_names or ())) >= OP_IDENTITY_MIN_NAMES:
+        ob, oa = set(tb.op_names or ()), set(ta.op_names or ())
+        if tb.replaced != ta.replaced:
+            few = ob if tb.replaced else oa
+            basis, sim = "ops_of_replaced", len(ob & oa) / len(few)
+        else:
+            basis, sim = "ops", len(ob & oa) / len(ob | oa)
+        floor = OP_IDENTITY_MIN
+    else:
+        nb, na = (set(k.get_column("name").unique().to_list()) for k in (kb, ka))
+        if not nb or not na:
+            return None
+        basis, sim, floor = (
+            "kernel_names",
+            len(nb & na) / min(len(nb), len(na)),
+            KERNEL_IDENTITY_MIN,
+        )
+    return {"basis": basis, "similarity": sim, "min": floor, "differs": sim < floor}
+
+
 def _step_sample(a: Analysis) -> tuple[float, ...]:
     """Per-step times for the noise model: a trace's steps; a job's slowest rank per step."""
     if isinstance(a, TraceAnalysis):
@@ -504,8 +656,12 @@ def _iterations(a: Analysis) -> Iterations | None:
 
 def timing_sample(a: Analysis) -> TimingSample:
     """What a diff reads of one side beyond its document: the per-step times of the noise
-    model (a job's slowest rank per step) and, without step markers, the iterations found in
-    its event table. A baseline stores it, since it keeps neither the analysis nor the events."""
+    model (a job's slowest rank per step), without step markers the iterations found in its
+    event table, and its torch op names (:func:`op_signature`). A baseline stores it, since it
+    keeps neither the analysis nor the events."""
+    if isinstance(a, TraceAnalysis) and a.trace is not None:
+        ops, replaced = op_signature(a.trace.events)
+        return TimingSample(_step_sample(a), _iterations(a), ops, replaced)
     return TimingSample(_step_sample(a), _iterations(a))
 
 
@@ -517,25 +673,44 @@ def _doc_sample(doc: dict[str, Any]) -> TimingSample:
 
 def _gate(doc: dict[str, Any]) -> dict[str, Any]:
     """What --fail-if-slower compares: marker steps where both sides have them, else iterations
-    of the same length (in kernels) found on both sides, else kernel throughput."""
+    of the same work found on both sides, else the GPU time of the kernel calls matched by name
+    where both sides ran the same kernels (:data:`KERNEL_MATCH_MIN`); else nothing, with the
+    ``reason`` (a gate that cannot measure does not pass)."""
+    gate: dict[str, Any]
     if doc["step_time_change"] is not None:
         basis = "step_time" if doc["iterations"] is None else "iteration_time"
         lo_hi = doc["noise"]["interval"]
-        return {
+        gate = {
             "basis": basis,
             "slowdown_ratio": doc["step_time_change"],
             "interval": lo_hi,
             "significant": None if lo_hi is None else (lo_hi[0] > 0 or lo_hi[1] < 0),
         }
-    th = doc["throughput"]
-    change = th["kernels_per_s_change"] if th else None
-    return {
-        "basis": "throughput" if change is not None else None,
-        # time per unit of work: fewer kernels per second is slower
-        "slowdown_ratio": (1 / (1 + change) - 1) if change is not None and change > -1 else None,
-        "interval": None,
-        "significant": None,
-    }
+    else:
+        km = doc.get("kernel_match")
+        same = (
+            km is not None and km["matched_ratio"] >= KERNEL_MATCH_MIN and km["change"] is not None
+        )
+        gate = {
+            "basis": "kernel_time" if same else None,
+            "slowdown_ratio": km["change"] if same else None,
+            "interval": None,
+            "significant": None,
+        }
+        if not same:
+            gate["reason"] = (
+                "no step time, no iterations of the same work, and no kernels on a side"
+                if km is None
+                else f"no step time, no iterations of the same work, and the kernel calls "
+                f"matched by name are {km['matched_ratio']:.0%} of the larger side's "
+                f"({km['calls_before']:,.0f} vs {km['calls_after']:,.0f} calls; "
+                f"{KERNEL_MATCH_MIN:.0%} needed): the sides did not record the same work"
+            )
+    if (c := doc.get("input_copies")) and c.get("step_time_per_byte_change") is not None:
+        # the gate reads the step; a batch that grew with the copies makes it unequal work
+        gate["batch_ratio"] = c["ratio"]
+        gate["per_byte_change"] = c["step_time_per_byte_change"]
+    return gate
 
 
 def compare_docs(
@@ -579,6 +754,27 @@ def compare_docs(
     eb = environment(ab) if ab is not None else None
     ea = environment(aa) if aa is not None else None
     warnings, hardware = environment_warnings(eb, ea) if eb and ea else ([], False)
+    program = program_identity(tb, ta, kb, ka)
+    if program and program["differs"]:
+        what = {
+            "ops": "of their torch op names",
+            "ops_of_replaced": "of the compiled (or CUDA-graph) side's torch op names",
+            "kernel_names": "of their kernel names",
+        }[program["basis"]]
+        warnings.append(
+            f"the sides look like different programs: {program['similarity']:.0%} {what} are "
+            f"shared ({program['min']:.0%} needed): the diff compares unrelated work, and "
+            "--fail-if-slower refuses to gate (exit 2) without --allow-different-programs"
+        )
+    if iterations is not None and sb and sa:
+        kb_it = iterations["before"].get("kernels_per_iteration")
+        ka_it = iterations["after"].get("kernels_per_iteration")
+        if kb_it and ka_it and max(kb_it, ka_it) >= NVTX_KERNELS_DIFFER * min(kb_it, ka_it):
+            warnings.append(
+                f"the iterations (the range {iterations['before']['range_name']!r}) hold "
+                f"{kb_it:,.0f} vs {ka_it:,.0f} kernels each: they may be different work, so "
+                "their times may not compare"
+            )
     interval = change_interval(xb, xa) if sb and sa else None
     doc = {
         "schema": SCHEMA,
@@ -594,6 +790,9 @@ def compare_docs(
         "step_time_change": (sa - sb) / sb if sb and sa is not None else None,
         "noise": {
             "method": "bootstrap of the median step",
+            # the steps inside each capture: run-to-run (process-to-process) variance is not in
+            # it (audit 19: one LoRA loop in two processes read 1.88x "larger than the noise")
+            "scope": "within_capture",
             "resamples": BOOTSTRAP_RESAMPLES,
             "confidence": CONFIDENCE,
             "steps_before": len(xb),
@@ -601,11 +800,16 @@ def compare_docs(
             "interval": list(interval) if interval else None,
         },
         "iterations": iterations,
+        "program": program,
+        "program_differs": bool(program and program["differs"]),
         "throughput": throughput(kb, ka, (before["metrics"], after["metrics"])),
+        "kernel_match": kernel_match(kb, ka, (before["metrics"], after["metrics"])),
         "metrics": _metric_rows(before["metrics"], after["metrics"]),
         "memory": memory_rows(before["metrics"], after["metrics"]),
         "idle_by_cause": _idle_rows(before["metrics"], after["metrics"]),
-        "kernels_per_step": _kernel_changes(kb, ka),
+        "kernels_per_step": _kernel_changes(
+            kb, ka, before["metrics"].get("steps") or 0, after["metrics"].get("steps") or 0
+        ),
         "findings": _finding_changes(before["findings"], after["findings"]),
         # each side's data-quality errors (a truncated file, lost device activity, no events):
         # a diff with one cannot pass a gate (audit 12: a truncated AFTER passed)
@@ -625,9 +829,27 @@ def compare_docs(
     if (u := doc["unprofiled"]) and doc["step_time_change"] is not None:
         # the measured change where both sides carry it, else the model's estimate
         profiled, estimated = doc["step_time_change"], u.get("measured_change", u["change"])
-        if (profiled > 0) != (estimated > 0) and max(
-            abs(profiled), abs(estimated)
-        ) >= UNPROFILED_DISAGREE:
+        stats = tuple(u.get("statistics") or ("median", "median"))
+        # a loader-paced side's estimate is of its mean step: the profiled steps on the same
+        # statistics, so a stall step is not read as the profiler's cost (audit 19: a 107.9 ms
+        # DataLoader wait among 19-21 ms steps, -33.3% of the median against +254% estimated)
+        same = (
+            _profiled_change(before, after, stats)
+            if "measured_change" not in u and stats != ("median", "median")
+            else None
+        )
+        if _disagree(profiled, estimated) and same is not None and not _disagree(same, estimated):
+            words = " and ".join(
+                f"the {side}'s {stat}"
+                for side, stat in zip(("BEFORE", "AFTER"), stats, strict=True)
+            )
+            doc["warnings"].append(
+                f"the median step changes by {100 * profiled:+.1f}% but {words} step, which "
+                f"the un-profiled estimate follows, by {100 * same:+.1f}% "
+                f"({_uneven(before, 'BEFORE')}; {_uneven(after, 'AFTER')}): a stall step "
+                "makes the steps uneven, not the profiler's cost; the gate reads the median"
+            )
+        elif _disagree(profiled, estimated):
             # the profiler's own cost differs between the sides (a compiled AFTER records
             # more events a step; audit 12: the profiled change was within 10% of the
             # measured band on 12 of 32 pairs, the un-profiled estimates' on 21)
@@ -640,19 +862,32 @@ def compare_docs(
                 if "measured_change" in u
                 else ("estimate", "time both without the profiler before acting on the gate")
             )
+            # compared on the estimate's own statistics where a side's is the mean
+            basis = (
+                f"the profiled step time (each side's {'/'.join(stats)}, as the estimate) "
+                f"changes by {100 * same:+.1f}%"
+                if same is not None
+                else f"the profiled step time changes by {100 * profiled:+.1f}%"
+            )
             doc["warnings"].append(
-                f"the profiled step time changes by {100 * profiled:+.1f}% but the un-profiled "
-                f"{what} by {100 * estimated:+.1f}%: the profiler's cost differs between the "
-                f"sides; {advice}"
+                f"{basis} but the un-profiled {what} by {100 * estimated:+.1f}%: the profiler's "
+                f"cost differs between the sides; {advice}"
             )
     if (c := doc["input_copies"]) and (change := c["step_time_per_byte_change"]) is not None:
         # a batch (or sequence) grown or shrunk between the sides: the step's time alone reads
         # a loop that quadrupled its batch as slower (e3nn's 4x batch: +19.7% a step, 3.4-4.4x
         # faster a sample measured)
+        broken = [side.upper() for side, q in doc["data_quality_errors"].items() if q]
+        why = (
+            f"the {' and '.join(broken)} has a data-quality error: its copies may be missing "
+            "from the record rather than from the step"
+            if broken
+            else "a batch, sequence or padding changed?"
+        )
         doc["warnings"].append(
-            f"host-to-device bytes a step changed {c['ratio']:.2f}x (a batch, sequence or "
-            "padding changed?): the steps may hold unequal work; where the samples a step "
-            f"changed as much, the time a sample changes by {100 * change:+.1f}%"
+            f"host-to-device bytes a step changed {c['ratio']:.2f}x ({why}): the steps may hold "
+            "unequal work; where the samples a step changed as much, the time a sample changes "
+            f"by {100 * change:+.1f}%"
         )
     for side, d in (("BEFORE", before), ("AFTER", after)):
         passing = [
@@ -717,6 +952,9 @@ def _unprofiled(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
     if not ub or not ua:
         return None
     out = {"before_ns": ub, "after_ns": ua, "change": (ua - ub) / ub}
+    # the step statistic each estimate is of: a loader-paced side's is the mean (replay.py)
+    sb, sa = both("step_statistic")
+    out["statistics"] = [sb or "median", sa or "median"]
     lb, la = both("unprofiled_step_low_ns")
     if lb and la:
         # the same change at both sides' low ends (the profiler's cost per event PROFILER_COST_HIGH_FACTOR times the trace's)
@@ -728,6 +966,38 @@ def _unprofiled(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]
         out["measured_before_ns"], out["measured_after_ns"] = mb, ma
         out["measured_change"] = (ma - mb) / mb
     return out
+
+
+def _disagree(profiled: float, estimated: float) -> bool:
+    """Opposite directions, one of them by :data:`UNPROFILED_DISAGREE` or more."""
+    return (profiled > 0) != (estimated > 0) and max(
+        abs(profiled), abs(estimated)
+    ) >= UNPROFILED_DISAGREE
+
+
+def _steps_of(doc: dict[str, Any]) -> dict[str, Any]:
+    return (doc.get("details") or {}).get("steps") or {}
+
+
+def _profiled_change(
+    before: dict[str, Any], after: dict[str, Any], stats: Sequence[str]
+) -> float | None:
+    """The profiled steps' change, each side by the statistic its un-profiled estimate uses."""
+    b, a = (
+        _steps_of(d).get(f"step_time_{stat}_ns")
+        for d, stat in zip((before, after), stats, strict=True)
+    )
+    return a / b - 1 if a and b else None
+
+
+def _uneven(doc: dict[str, Any], side: str) -> str:
+    """A side's median and longest step, as the uneven-steps warning says them."""
+    st = _steps_of(doc)
+    longest = max((s["dur_ns"] for s in st.get("per_step") or []), default=None)
+    median = st.get("step_time_median_ns")
+    if not longest or not median:
+        return f"{side}: no steps"
+    return f"{side}: median {median / 1e6:.2f} ms, longest {longest / 1e6:.2f} ms"
 
 
 def _ranks(a: Analysis) -> dict[int, TraceAnalysis]:
@@ -776,6 +1046,11 @@ def gate_on_worst_rank(doc: dict[str, Any]) -> None:
     if doc["gate"]["basis"] is None and gated:
         worst = max(gated, key=lambda r: r["gate"]["slowdown_ratio"])
         doc["gate"] = dict(worst["gate"], rank=worst["rank"])
+    elif doc["gate"]["basis"] is None and doc["ranks"]:
+        # no rank could be gated either: the first rank's reason, not the job level's
+        first = doc["ranks"][0]
+        if first["gate"].get("reason"):
+            doc["gate"]["reason"] = f"rank {first['rank']}: {first['gate']['reason']}"
 
 
 def diff_paths(

@@ -528,9 +528,11 @@ def diff_answer(d: dict[str, Any]) -> dict[str, Any]:
             "basis": gate.get("basis"),
             "warnings": d["warnings"],
             "hardware_differs": d["hardware_differs"],
+            "program_differs": d.get("program_differs"),
             "metrics": [r for r in d["metrics"] if r["metric"] in HEADLINE_METRICS],
             "idle_by_cause": [r for r in d["idle_by_cause"] if r["before_ns"] or r["after_ns"]],
             "kernels": {
+                "per": k.get("per"),
                 "appeared_count": k["appeared_count"],
                 "disappeared_count": k["disappeared_count"],
                 "changed": [

@@ -302,7 +302,13 @@ def device_rows(trace: Trace, device: int) -> Trace:
             trace.meta.source_path,
         )
     keep = pl.col("device").is_null() | (pl.col("device") == device)
-    return trace.view(ev.filter(keep), device=device)
+    rows = ev.filter(keep)
+    if rows.height == ev.height:
+        return trace.view(rows, device=device)
+    # the other GPUs' records are left out, their launch calls kept: the health check of launches
+    # without a GPU record must not read that as lost activity
+    meta = replace(trace.meta, extra={**trace.meta.extra, "device_view": device})
+    return trace.view(rows, device=device, meta=meta)
 
 
 def view_events(trace: Trace, opts: Options) -> Trace:

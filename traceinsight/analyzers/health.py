@@ -27,6 +27,14 @@ on what it found (findings/quality.py downgrades and tags those findings).
   ``ac2g`` flows and no kernel), or copies/memsets but no kernel while launches were traced or
   modules loaded (a Rust cudarc program on nsys 2026: no kernel table). Not a CPU-only job: an
   error, the GPU's side of the job is missing.
+- ``device_activity_partial``: some GPU activity recorded, but launch calls (kernel launches and
+  copies, by rank and correlation id) without their GPU record beyond the capture's end effects
+  (CUPTI buffers dropped or not flushed part-way: audit 19, 67% of a trace's launches had lost
+  their kernels and the trace passed a diff's gate). Not counted: CUDA-graph launches
+  (``graph_kernels_missing`` judges those), memsets (healthy traces leave up to 27% of
+  ``cudaMemsetAsync`` calls without a record), and the backlog at the end of the capture
+  (launches after the last recorded one, issued while the GPU was still running recorded work:
+  queued when the profiler stopped). An error.
 - ``trace_truncated``: the file ends early (a cut gzip or xz stream, a cut-off events array): only the
   events written before the cut were read; an error.
 - ``empty_trace``: the file parsed but holds no event at all (``traceEvents: []``): nothing to
@@ -91,6 +99,17 @@ SAMPLED_MIN_CALLS = 500
 LAUNCH_OR_COPY_API = r"^cuda(LaunchKernel\w*|Memcpy\w*|Memset\w*)$"
 # GPU activity that a launch call produces (gpu_sync and GPU annotations are not launched work).
 GPU_WORK_KINDS = ("kernel", "memcpy", "memset")
+# Launch calls without a GPU record (device_activity_partial) are an error from this share of the
+# counted launches, and this many: over the corpus and fixtures (250 traces with kernel or copy
+# launches: Kineto 2020-2025, nsys, rocprof, CUDA graphs, torch.compile) no healthy trace has
+# one outside the end-of-capture backlog (nsys-ai's h100_2gpu_1s: 51% of its launches queued
+# behind 25 GB of copies when the 1 s capture ended, the GPU busy to its end); dropped events
+# are an error from 1% too. The count spares the last few launches before the profiler stops.
+PARTIAL_ERROR_RATIO = 0.01
+PARTIAL_MIN_CALLS = 5
+# launch calls device_activity_partial does not count: graph launches (one call, many kernels,
+# judged by graph_kernels_missing) and memsets (CUPTI leaves many without a record)
+PARTIAL_SKIP_API = r"GraphLaunch|Memset"
 # without steps, a GPU span under this share of the capture is flagged (the window is that span)
 GPU_SPAN_MIN_RATIO = 0.01
 # without steps, one idle gap of at least this share of the window is what the window's
@@ -145,6 +164,10 @@ def analyze_health(ctx: Context) -> HealthResult:
                 None if ctx.source_extra.get("truncated") else ctx.memory,
             ),
             _copy_activity_missing(api, work),
+            # a --device view left the other GPUs' records out, not the profiler
+            None
+            if ctx.source_extra.get("device_view") is not None
+            else _device_activity_partial(ev, api, work),
             _truncated(ctx),
             _rows_out_of_order(ctx),
             _runtime_calls_filtered(api),
@@ -535,6 +558,71 @@ def _device_activity_missing(
     if other:  # the copies were recorded: what rests on them alone stands
         affects = tuple(a for a in affects if a != "pageable_memcpy")
     return _check("device_activity_missing", "error", n, message, affects)
+
+
+def _device_activity_partial(
+    ev: pl.DataFrame, api: pl.DataFrame, count: dict[str, int]
+) -> dict[str, Any] | None:
+    """Kernel launches and copies (by rank and correlation id) with no GPU record, beyond the
+    backlog the capture's end leaves: :data:`PARTIAL_ERROR_RATIO` of them or more is an error.
+    With no GPU work at all, ``device_activity_missing`` says it."""
+    if not any(count.get(k) for k in GPU_WORK_KINDS):
+        return None
+    calls = names_matching(api.filter(pl.col("correlation").is_not_null()), LAUNCH_API)
+    calls = names_matching(calls, PARTIAL_SKIP_API, negate=True)
+    if calls.height < PARTIAL_MIN_CALLS:
+        return None
+    gpu = (
+        ev.lazy()
+        .filter(pl.col("kind").is_in(GPU_WORK_KINDS) & pl.col("correlation").is_not_null())
+        .select("rank", "correlation", "end_ns")
+        .collect()
+    )
+    recorded = gpu.select("rank", "correlation").unique().with_columns(pl.lit(True).alias("_rec"))
+    tagged = calls.select("rank", "correlation", "start_ns").join(
+        recorded, on=["rank", "correlation"], how="left", nulls_equal=True
+    )
+    # per rank: the last launch whose work was recorded, and the end of the GPU's recorded work
+    ends = (
+        tagged.filter(pl.col("_rec"))
+        .group_by("rank")
+        .agg(pl.col("start_ns").max().alias("_last"))
+        .join(
+            gpu.group_by("rank").agg(pl.col("end_ns").max().alias("_end")),
+            on="rank",
+            how="full",
+            coalesce=True,
+            nulls_equal=True,
+        )
+    )
+    # lost: before the last recorded launch (a hole), or after the GPU's last recorded work
+    # ended (the GPU had nothing queued, yet nothing more was recorded)
+    lost = (
+        tagged.join(ends, on="rank", how="left", nulls_equal=True)
+        .filter(
+            pl.col("_rec").is_null()
+            & (
+                (pl.col("start_ns") <= pl.col("_last")).fill_null(False)
+                | (pl.col("start_ns") > pl.col("_end")).fill_null(True)
+            )
+        )
+        .select(pl.len().alias("n"), (pl.col("start_ns") > pl.col("_end")).sum().alias("after"))
+        .row(0, named=True)
+    )
+    n, after = int(lost["n"]), int(lost["after"] or 0)
+    if n < PARTIAL_MIN_CALLS or n < PARTIAL_ERROR_RATIO * calls.height:
+        return None
+    where = (
+        f", {after} of them launched after the GPU's last recorded work had ended" if after else ""
+    )
+    message = (
+        f"{n} of {plural(calls.height, 'kernel launch or copy call')} ({n / calls.height:.1%}) "
+        f"have no GPU record{where}: part of the device side was lost "
+        "(CUPTI/roctracer buffers dropped or not flushed), so busy time, idle, kernel totals "
+        "and step times are wrong. Re-record (fewer steps, or a larger profiler buffer)."
+    )
+    affects = IDLE_RULES + KERNEL_RULES + ("step_time_variance", "h2d_not_overlapped")
+    return _check("device_activity_partial", "error", n, message, affects)
 
 
 # torch ops that run only on a GPU (cuDNN, MIOpen, the fused attention kernels, NCCL)

@@ -150,6 +150,7 @@ def against(
     force: bool,
     fail_if_slower: float | None,
     allow_different_hardware: bool,
+    allow_different_programs: bool = False,
 ) -> int:
     from traceinsight.api import analyze_with
     from traceinsight.commands.shared import write_and_gate
@@ -167,4 +168,12 @@ def against(
     base = load(name, directory)
     check_outputs(report, json_out, force)
     doc = compare_with_baseline(base, analyze_with(trace, opts, Runtime.detect(helpers=True)))
-    return write_and_gate(doc, report, json_out, quiet, fail_if_slower, allow_different_hardware)
+    return write_and_gate(
+        doc,
+        report,
+        json_out,
+        quiet,
+        fail_if_slower,
+        allow_different_hardware,
+        allow_different_programs,
+    )

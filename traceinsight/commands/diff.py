@@ -1,4 +1,5 @@
-"""``traceinsight diff BEFORE AFTER``: what changed, and a CI gate on step time (or throughput)."""
+"""``traceinsight diff BEFORE AFTER``: what changed, and a CI gate on step time (or iteration
+time, or the GPU time of the kernels matched by name)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ def run(
     force: bool = False,
     fail_if_slower: float | None = None,
     allow_different_hardware: bool = False,
+    allow_different_programs: bool = False,
 ) -> int:
     from traceinsight.diff import diff_paths
     from traceinsight.io import check_outputs, refuse_replacing_inputs
@@ -38,4 +40,12 @@ def run(
     graded(opts)
     check_outputs(report, json_out, force)
     doc = diff_paths(before, after, opts, Runtime.detect(helpers=True))
-    return write_and_gate(doc, report, json_out, quiet, fail_if_slower, allow_different_hardware)
+    return write_and_gate(
+        doc,
+        report,
+        json_out,
+        quiet,
+        fail_if_slower,
+        allow_different_hardware,
+        allow_different_programs,
+    )

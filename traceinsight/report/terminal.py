@@ -388,26 +388,33 @@ def _kernel_lines(k: dict[str, Any], indent: str = "  ") -> list[str]:
     diff listed only changed kernels, the largest 6.57 ms, where 47.36 ms a step of kernels
     disappeared), then the largest changes; names by their function (kernel_words)."""
     gone_ns, new_ns = k.get("disappeared_ns"), k.get("appeared_ns")
+    # without steps on both sides the figures are each window's totals (audit 19)
+    per = "in the window" if k.get("per") == "window" else "per step"
     lines = [
         f"{indent}kernels: {k['appeared_count']} appeared"
-        + (f" ({fmt_ns(new_ns)} per step)" if new_ns else "")
+        + (f" ({fmt_ns(new_ns)} {per})" if new_ns else "")
         + f", {k['disappeared_count']} disappeared"
-        + (f" ({fmt_ns(gone_ns)} per step)" if gone_ns else "")
+        + (f" ({fmt_ns(gone_ns)} {per})" if gone_ns else "")
     ]
     for row in k["disappeared"][:DIFF_KERNELS_SHOWN]:
         lines.append(
-            f"{indent}  gone: {fmt_ns(row['total_ns'])} per step  {kernel_words(row['name'], 70)}"
+            f"{indent}  gone: {fmt_ns(row['total_ns'])} {per}  {kernel_words(row['name'], 70)}"
         )
     for row in k["appeared"][:DIFF_KERNELS_SHOWN]:
         lines.append(
-            f"{indent}  new:  {fmt_ns(row['total_ns_after'])} per step  {kernel_words(row['name'], 70)}"
+            f"{indent}  new:  {fmt_ns(row['total_ns_after'])} {per}  {kernel_words(row['name'], 70)}"
         )
     for row in k["changed"][:5]:
         lines.append(
-            f"{indent}  changed: {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} per step  "
+            f"{indent}  changed: {fmt_ns(row['total_ns'])} -> {fmt_ns(row['total_ns_after'])} {per}  "
             f"{kernel_words(row['name'], 70)}"
         )
     return lines
+
+
+def _unchanged(change: float | None) -> bool:
+    """A change that shows as 0.0%: said "unchanged", not "1.00x faster"."""
+    return change is not None and abs(change) < 0.0005
 
 
 def _timing_lines(doc: dict[str, Any]) -> list[str]:
@@ -419,7 +426,9 @@ def _timing_lines(doc: dict[str, Any]) -> list[str]:
         before, after = doc["step_time_before_ns"], doc["step_time_after_ns"]
         # the speedup and the change in time, said alike both ways (audit 15: "58.7% faster"
         # was the time cut of a 2.42x speedup, "322% slower" the time's rise)
-        if before and after:
+        if _unchanged(ch):
+            word = "unchanged"
+        elif before and after:
             ratio = after / before if ch > 0 else before / after
             word = f"{ratio:.2f}x {'slower' if ch > 0 else 'faster'}, {_signed_pct(ch)}"
         else:
@@ -429,12 +438,19 @@ def _timing_lines(doc: dict[str, Any]) -> list[str]:
         if lo_hi is not None:
             lo, hi = lo_hi
             beyond = lo > 0 or hi < 0
+            # the steps inside each capture only: two processes of the same code differ more
+            # (audit 19: one LoRA loop, 1.88x between processes, read "larger than the noise")
             line += (
                 f"; {100 * doc['noise']['confidence']:.0f}% interval {_signed_pct(lo)} .. {_signed_pct(hi)}: "
-                + ("larger than the noise" if beyond else "within the noise")
+                + (
+                    "beyond the within-capture step spread"
+                    if beyond
+                    else "within the within-capture step spread"
+                )
+                + " (run-to-run variance not included)"
             )
         else:
-            line += "; too few steps for a noise estimate"
+            line += "; too few steps for a spread estimate"
         lines.append(line)
         if u := doc.get("unprofiled"):
             low = (
@@ -460,11 +476,23 @@ def _timing_lines(doc: dict[str, Any]) -> list[str]:
                 else f"the repeating kernel sequence ({ib['period_kernels']} / {ia['period_kernels']} kernels)"
             )
             lines.append(f"  (no step markers: iterations from {how})")
-    th = doc.get("throughput")
-    if th and ch is None:
-        lines.append(
-            "  no comparable step time: work-normalized throughput (calls/s of window, time per call)"
+    km, th = doc.get("kernel_match"), doc.get("throughput")
+    if km and ch is None:
+        change = km["change"]
+        verdict = (
+            f"GPU time of the matched calls {fmt_ns(km['matched_ns_before'])} -> "
+            f"{fmt_ns(km['matched_ns_after'])} ("
+            + ("unchanged" if _unchanged(change) else _signed_pct(change))
+            + ")"
+            if km["matched_ratio"] >= km["min_ratio"] and change is not None
+            else f"under {km['min_ratio']:.0%}: not the same work, no time to compare"
         )
+        lines.append(
+            f"  no comparable step time: kernel calls matched by name {km['matched_ratio']:.1%} "
+            f"({km['calls_before']:,.0f} vs {km['calls_after']:,.0f} calls); {verdict}"
+        )
+    if th and ch is None:
+        lines.append("  kernel calls per second of window and time per call (not work-normalized)")
         for r in th["kernel_classes"][:6]:
             cps, npc = r["calls_per_s_change"], r["ns_per_call_change"]
             lines.append(
