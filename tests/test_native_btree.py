@@ -99,6 +99,39 @@ def test_every_row_and_value_as_sqlite_reads_them(tmp_path, page_size):
     assert max(len(r[2] or "") for r in want) > 2 * page_size
 
 
+@pytest.mark.parametrize("page_size", [512, 4096])
+def test_text_as_dictionary_codes_reads_the_same_texts(tmp_path, page_size):
+    """Kind 'd': each distinct text once (first-seen order), a code per row, null for NULL;
+    spread back by code, the column SQLite reads. Enough distinct texts to grow the table."""
+    path = _build(tmp_path, page_size, 6000, seed=7)
+    _execute(path, "UPDATE t SET b = 'n' || (rowid % 3000) WHERE rowid % 17 = 0")
+    out = kbtree.scan(str(path), _root(path, "t"), *ALL, ((1,), (-1,)), ("b", "r"), "di", -1, ())
+    assert out is not None
+    codes, values = (pl.Series(ArrowTable(c)) for c in out[0])
+    assert codes.dtype == pl.UInt32 and values.dtype == pl.String and codes.name == "b"
+    want = [r[0] for r in _sqlite(path, "SELECT b FROM t ORDER BY rowid")]
+    assert values.gather(codes).to_list() == want
+    assert values.to_list() == list(dict.fromkeys(w for w in want if w is not None))
+    assert pl.Series(ArrowTable(out[1])).len() == len(want)
+    _execute(path, "UPDATE t SET b = CAST(x'c328' AS TEXT) WHERE rowid = 40")  # invalid UTF-8
+    assert kbtree.scan(str(path), _root(path, "t"), *ALL, ((1,),), ("b",), "d", -1, ()) is None
+
+
+def test_adds_shift_each_integer_not_nulls_and_decline_an_overflow(tmp_path):
+    path = _build(tmp_path, 4096, 500, seed=8)
+    _execute(path, "UPDATE t SET a = a % 1000, c = c % 1000")
+    root, terms = _root(path, "t"), ((0,), (2,), (1,))
+    out = kbtree.scan(str(path), root, *ALL, terms, ("a", "c", "b"), "iis", -1, (), (5, -7, 0))
+    assert out is not None
+    df = pl.DataFrame([pl.Series(ArrowTable(c)) for c in out])
+    assert df.rows() == _sqlite(path, "SELECT a + 5, c - 7, b FROM t ORDER BY rowid")
+    assert df["a"].null_count() > 0  # NULL + 5 stays NULL
+    big = (2**63 - 1, 0, 0)  # any a > 0 overflows
+    assert kbtree.scan(str(path), root, *ALL, terms, ("a", "c", "b"), "iis", -1, (), big) is None
+    with pytest.raises(ValueError):
+        kbtree.scan(str(path), root, *ALL, terms, ("a", "c", "b"), "iis", -1, (), (1,))
+
+
 def test_rowid_ranges_select_exactly_their_rows(tmp_path):
     path = _build(tmp_path, 512, 3000, seed=1)
     rng = random.Random(2)

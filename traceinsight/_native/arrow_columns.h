@@ -29,7 +29,7 @@ static int buf_reserve(buf_t *b, size_t extra) {
     return 0;
 }
 
-enum { K_I64, K_F64, K_STR };
+enum { K_I64, K_F64, K_STR, K_U32 };
 
 typedef struct {
     int kind;
@@ -89,6 +89,14 @@ static int col_f64(col_t *c, double v, int ok) {
     return col_valid(c, ok);
 }
 
+static int col_u32(col_t *c, uint32_t v, int ok) {
+    if (buf_reserve(&c->data, 4)) return -1;
+    if (!ok) v = 0;
+    memcpy(c->data.p + c->data.len, &v, 4);
+    c->data.len += 4;
+    return col_valid(c, ok);
+}
+
 static int col_str_end(col_t *c, int ok) {
     int64_t off = (int64_t)c->data.len;
     if (buf_reserve(&c->offs, 8)) return -1;
@@ -120,7 +128,8 @@ static void col_free(col_t *c) {
 /* Room for about the rows a span of n bytes holds (events are ~300 bytes; untouched pages of
  * a large malloc cost nothing), so the columns rarely move while they grow. */
 static int col_presize(col_t *c, size_t rows, size_t text) {
-    if (buf_reserve(&c->data, c->kind == K_STR ? text : rows * 8)) return -1;
+    if (buf_reserve(&c->data, c->kind == K_STR ? text : rows * (c->kind == K_U32 ? 4 : 8)))
+        return -1;
     if (buf_reserve(&c->valid, rows / 8 + 1)) return -1;
     if (c->kind == K_STR && buf_reserve(&c->offs, rows * 8 + 8)) return -1;
     return 0;
@@ -136,7 +145,7 @@ static int export_col(col_t *c, struct ArrowSchema *s, struct ArrowArray *a) {
         return -1;
     }
     memset(s, 0, sizeof *s);
-    s->format = c->kind == K_I64 ? "l" : c->kind == K_F64 ? "g" : "U";
+    s->format = c->kind == K_I64 ? "l" : c->kind == K_F64 ? "g" : c->kind == K_U32 ? "I" : "U";
     s->name = name;
     s->private_data = name;
     s->flags = ARROW_FLAG_NULLABLE;

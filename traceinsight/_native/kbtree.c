@@ -33,10 +33,22 @@
 
 enum { SCAN_OK = 0, SCAN_NOMEM = -1, SCAN_DECLINED = -2 };
 
+/* A text column read as dictionary codes: each distinct value once, in first-seen order, and
+ * per row its index into them. A trace's names repeat (an NVTX table's 8.8M ranges hold 16k
+ * distinct texts a part): each distinct one is copied and validated once, and the caller maps
+ * the few values (a regex) before one gather instead of the millions of rows. */
 typedef struct {
-    int kind;              /* K_I64 or K_STR */
+    col_t values;      /* K_STR: the distinct texts */
+    uint32_t *slots;   /* open addressing: code + 1, 0 = empty; cap slots, a power of two */
+    uint64_t *hashes;  /* per code: its text's hash (a probe's first test, and the rehash) */
+    size_t cap, hcap;
+} dict_t;
+
+typedef struct {
+    int kind;              /* K_I64, K_STR, or K_U32 (text as dictionary codes) */
     int n_terms;           /* integers: the sum of these columns; text: one column */
     int terms[MAX_TERMS];  /* record column index, -1 = the rowid */
+    int64_t add;           /* integers: added to each non-NULL sum (the caller's time shift) */
 } out_t;
 
 typedef struct {
@@ -45,6 +57,7 @@ typedef struct {
     int64_t lo, hi;                 /* the rowids wanted, inclusive */
     out_t outs[MAX_OUT];
     col_t *cols;
+    dict_t *dicts;                  /* per output; used by K_U32 outputs only */
     int n_out, max_col;             /* the highest record column any output or the filter reads */
     int filter_col;                 /* -2: no filter; else keep rows whose column is IN filter_vals */
     int n_filter;
@@ -131,6 +144,74 @@ static int int_value(uint64_t t, const unsigned char *p, int64_t *v) {
     }
 }
 
+/* A 64-bit hash of n bytes, eight at a time (names run to tens of bytes). */
+static uint64_t hash_bytes(const unsigned char *p, size_t n) {
+    uint64_t h = 0x9E3779B97F4A7C15ULL ^ (uint64_t)n;
+    for (; n >= 8; p += 8, n -= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        h = (h ^ w) * 0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    h = (h ^ w) * 0x94D049BB133111EBULL;
+    return h ^ (h >> 32);
+}
+
+static int dict_grow(dict_t *d) {
+    size_t cap = d->cap ? d->cap * 2 : 1024;
+    uint32_t *slots = calloc(cap, sizeof *slots);
+    if (!slots) return -1;
+    for (size_t code = 0; code < (size_t)d->values.n; code++) {
+        size_t i = d->hashes[code] & (cap - 1);
+        while (slots[i]) i = (i + 1) & (cap - 1);
+        slots[i] = (uint32_t)code + 1;
+    }
+    free(d->slots);
+    d->slots = slots;
+    d->cap = cap;
+    return 0;
+}
+
+/* The code of the text [p, p + n), added where it is new (validated then, once). */
+static int dict_code(dict_t *d, const unsigned char *p, size_t n, uint32_t *code) {
+    if ((size_t)d->values.n * 2 >= d->cap && dict_grow(d)) return SCAN_NOMEM;
+    uint64_t h = hash_bytes(p, n);
+    const int64_t *offs = (const int64_t *)d->values.offs.p;
+    size_t i = h & (d->cap - 1);
+    for (uint32_t slot; (slot = d->slots[i]); i = (i + 1) & (d->cap - 1)) {
+        uint32_t c = slot - 1;
+        if (d->hashes[c] == h && (size_t)(offs[c + 1] - offs[c]) == n &&
+            !memcmp(d->values.data.p + offs[c], p, n)) {
+            *code = c;
+            return SCAN_OK;
+        }
+    }
+    if (!utf8_valid(p, n)) return SCAN_DECLINED;
+    if (d->values.n >= UINT32_MAX - 1) return SCAN_DECLINED;
+    if ((size_t)d->values.n >= d->hcap) {
+        size_t hcap = d->hcap ? d->hcap * 2 : 1024;
+        uint64_t *q = realloc(d->hashes, hcap * sizeof *q);
+        if (!q) return SCAN_NOMEM;
+        d->hashes = q;
+        d->hcap = hcap;
+    }
+    if (buf_reserve(&d->values.data, n)) return SCAN_NOMEM;
+    memcpy(d->values.data.p + d->values.data.len, p, n);
+    d->values.data.len += n;
+    *code = (uint32_t)d->values.n;
+    d->hashes[*code] = h;
+    d->slots[i] = *code + 1;
+    return col_str_end(&d->values, 1) ? SCAN_NOMEM : SCAN_OK;
+}
+
+static void dict_free(dict_t *d) {
+    col_free(&d->values);
+    free(d->slots);
+    free(d->hashes);
+}
+
 /* One record (the cell's whole payload) into the output columns, or dropped by the filter. */
 static int take_record(scan_t *s, int64_t rowid, const unsigned char *rec, size_t len) {
     const unsigned char *end = rec + len;
@@ -167,16 +248,23 @@ static int take_record(scan_t *s, int64_t rowid, const unsigned char *rec, size_
     for (int o = 0; o < s->n_out; o++) {
         out_t *out = &s->outs[o];
         col_t *c = &s->cols[o];
-        if (out->kind == K_STR) {
+        if (out->kind == K_STR || out->kind == K_U32) {
             int i = out->terms[0];
             uint64_t t = s->types[i];
             if (t == 0) {
-                if (col_str_end(c, 0)) return SCAN_NOMEM;
+                if (out->kind == K_U32 ? col_u32(c, 0, 0) : col_str_end(c, 0)) return SCAN_NOMEM;
                 continue;
             }
             if (t < 13 || !(t & 1)) return SCAN_DECLINED; /* not TEXT */
             size_t bl = (size_t)body_len(t);
             const unsigned char *p = rec + s->offs[i];
+            if (out->kind == K_U32) {
+                uint32_t code;
+                int r = dict_code(&s->dicts[o], p, bl, &code);
+                if (r) return r;
+                if (col_u32(c, code, 1)) return SCAN_NOMEM;
+                continue;
+            }
             if (!utf8_valid(p, bl)) return SCAN_DECLINED;
             if (buf_reserve(&c->data, bl)) return SCAN_NOMEM;
             memcpy(c->data.p + c->data.len, p, bl);
@@ -198,6 +286,7 @@ static int take_record(scan_t *s, int64_t rowid, const unsigned char *rec, size_
                 return SCAN_DECLINED; /* a REAL, text or BLOB: SQLite's arithmetic, not ours */
             if (__builtin_add_overflow(sum, v, &sum)) return SCAN_DECLINED; /* SQLite: a REAL */
         }
+        if (!null && __builtin_add_overflow(sum, out->add, &sum)) return SCAN_DECLINED;
         if (col_i64(c, null ? 0 : sum, !null)) return SCAN_NOMEM;
     }
     return SCAN_OK;
@@ -334,15 +423,37 @@ static int int_tuple(PyObject *t, int64_t *vals, int max, int *n, const char *wh
     return 0;
 }
 
+/* The columns as export_columns makes them; a dictionary output's entry is the pair (codes,
+ * distinct values), each an Arrow array (a pair of PyCapsules). */
+static PyObject *export_scan(col_t *cols, dict_t *dicts, const out_t *outs, int n) {
+    PyObject *out = export_columns(cols, n);
+    for (int i = 0; out && i < n; i++) {
+        if (outs[i].kind != K_U32) continue;
+        PyObject *values = export_columns(&dicts[i].values, 1);
+        PyObject *pair = values ? PyTuple_Pack(2, PyTuple_GET_ITEM(out, i),
+                                               PyTuple_GET_ITEM(values, 0))
+                                : NULL;
+        Py_XDECREF(values);
+        if (!pair) {
+            Py_CLEAR(out);
+            break;
+        }
+        Py_DECREF(PyTuple_GET_ITEM(out, i));
+        PyTuple_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
 static PyObject *kbtree_scan(PyObject *self, PyObject *args) {
     (void)self;
     const char *path, *kinds;
     unsigned long root;
     long long lo, hi;
     int filter_col;
-    PyObject *terms, *names, *filter_vals;
-    if (!PyArg_ParseTuple(args, "skLLO!O!siO!", &path, &root, &lo, &hi, &PyTuple_Type, &terms,
-                          &PyTuple_Type, &names, &kinds, &filter_col, &PyTuple_Type, &filter_vals))
+    PyObject *terms, *names, *filter_vals, *adds = NULL;
+    if (!PyArg_ParseTuple(args, "skLLO!O!siO!|O!", &path, &root, &lo, &hi, &PyTuple_Type, &terms,
+                          &PyTuple_Type, &names, &kinds, &filter_col, &PyTuple_Type, &filter_vals,
+                          &PyTuple_Type, &adds))
         return NULL;
     Py_ssize_t n = PyTuple_GET_SIZE(names);
     if (n < 1 || n > MAX_OUT || PyTuple_GET_SIZE(terms) != n || (size_t)n != strlen(kinds) ||
@@ -353,11 +464,14 @@ static PyObject *kbtree_scan(PyObject *self, PyObject *args) {
     }
     scan_t *s = calloc(1, sizeof *s);
     col_t *cols = calloc((size_t)n, sizeof *cols);
-    if (!s || !cols) {
+    dict_t *dicts = calloc((size_t)n, sizeof *dicts);
+    if (!s || !cols || !dicts) {
         free(s);
         free(cols);
+        free(dicts);
         return PyErr_NoMemory();
     }
+    s->dicts = dicts;
     s->lo = lo;
     s->hi = hi;
     s->n_out = (int)n;
@@ -367,20 +481,28 @@ static PyObject *kbtree_scan(PyObject *self, PyObject *args) {
     PyObject *out = NULL;
     int made = 0;
     if (int_tuple(filter_vals, s->filter_vals, MAX_IN, &s->n_filter, "filter_vals")) goto fail;
+    int64_t add[MAX_OUT] = {0};
+    int n_add = 0;
+    if (adds && (int_tuple(adds, add, MAX_OUT, &n_add, "adds") || (n_add && n_add != n))) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "scan: one add per name");
+        goto fail;
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         out_t *o = &s->outs[i];
         int64_t vals[MAX_TERMS];
         const char *name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names, i));
         if (!name || int_tuple(PyTuple_GET_ITEM(terms, i), vals, MAX_TERMS, &o->n_terms, "terms"))
             goto fail;
-        o->kind = kinds[i] == 's' ? K_STR : K_I64;
-        if ((kinds[i] != 'i' && kinds[i] != 's') || o->n_terms < 1 ||
-            (o->kind == K_STR && o->n_terms != 1)) {
-            PyErr_SetString(PyExc_ValueError, "scan: kinds are 'i' (1-4 terms) or 's' (1 term)");
+        o->kind = kinds[i] == 's' ? K_STR : kinds[i] == 'd' ? K_U32 : K_I64;
+        o->add = o->kind == K_I64 ? add[i] : 0;
+        if ((kinds[i] != 'i' && kinds[i] != 's' && kinds[i] != 'd') || o->n_terms < 1 ||
+            (o->kind != K_I64 && o->n_terms != 1)) {
+            PyErr_SetString(PyExc_ValueError,
+                            "scan: kinds are 'i' (1-4 terms), 's' or 'd' (1 term)");
             goto fail;
         }
         for (int j = 0; j < o->n_terms; j++) {
-            if (vals[j] < (o->kind == K_STR ? 0 : -1) || vals[j] >= MAX_COL) {
+            if (vals[j] < (o->kind == K_I64 ? -1 : 0) || vals[j] >= MAX_COL) {
                 PyErr_SetString(PyExc_ValueError,
                                 "scan: a term is a column index (0-255) or, for integers, -1 (rowid)");
                 goto fail;
@@ -389,7 +511,7 @@ static PyObject *kbtree_scan(PyObject *self, PyObject *args) {
             if (o->terms[j] > s->max_col) s->max_col = o->terms[j];
         }
         /* the names stay alive with the tuple until export_col copies them */
-        if (col_init(&cols[i], o->kind, name)) {
+        if (col_init(&cols[i], o->kind, name) || col_init(&dicts[i].values, K_STR, name)) {
             made = (int)i + 1;
             PyErr_NoMemory();
             goto fail;
@@ -407,7 +529,7 @@ static PyObject *kbtree_scan(PyObject *self, PyObject *args) {
     res = scan_table(path, (uint32_t)root, s);
     Py_END_ALLOW_THREADS
     if (res == SCAN_OK)
-        out = export_columns(cols, (int)n);
+        out = export_scan(cols, dicts, s->outs, (int)n);
     else if (res == SCAN_NOMEM)
         PyErr_NoMemory();
     else {
@@ -415,21 +537,27 @@ static PyObject *kbtree_scan(PyObject *self, PyObject *args) {
         out = Py_None;
     }
 fail:
-    for (int i = 0; i < made; i++) col_free(&cols[i]);
+    for (int i = 0; i < made; i++) {
+        col_free(&cols[i]);
+        dict_free(&dicts[i]);
+    }
     free(cols);
+    free(dicts);
     free(s);
     return out;
 }
 
 static PyMethodDef methods[] = {
     {"scan", kbtree_scan, METH_VARARGS,
-     "scan(path, root_page, lo, hi, terms, names, kinds, filter_col, filter_vals)\n"
+     "scan(path, root_page, lo, hi, terms, names, kinds, filter_col, filter_vals[, adds])\n"
      "    -> ((schema, array), ...) | None\n\n"
      "The rows with rowid in [lo, hi] of the table whose B-tree starts at ``root_page`` of the\n"
      "SQLite file ``path``, in rowid order. Output column i is named names[i]: int64 where\n"
      "kinds[i] is 'i', the sum of the record columns terms[i] (-1: the rowid; NULL if any is\n"
-     "NULL), UTF-8 text where it is 's' (one column). With filter_col >= 0 only rows whose\n"
-     "integer in that column is one of filter_vals. None where SQLite should read it instead."},
+     "NULL), UTF-8 text where it is 's' (one column), where it is 'd' the pair (uint32 codes,\n"
+     "distinct texts in first-seen order). With filter_col >= 0 only rows whose\n"
+     "integer in that column is one of filter_vals; adds (optional, one per name): added to\n"
+     "each non-NULL integer. None where SQLite should read it instead."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kbtree",

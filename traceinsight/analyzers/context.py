@@ -425,6 +425,14 @@ def pair_key(frames: list[pl.DataFrame], small: str, big: str) -> pl.Expr | None
     return pl.col(small).cast(pl.Int64) * (1 << 42) + (pl.col(big) - b_lo)
 
 
+def _sorted_lookup(keys: pl.Series, wanted: pl.Series) -> pl.Series:
+    """The row of the first of ``keys`` (sorted, no nulls, at least one) equal to each of
+    ``wanted`` (no nulls), null where none is: a binary search, no hashing."""
+    first = keys.search_sorted(wanted, side="left")
+    found = keys.gather(first.clip(0, keys.len() - 1)) == wanted
+    return first.to_frame("at").select(pl.when(found).then("at")).to_series()
+
+
 def launch_join(events: pl.DataFrame, gpu_all: pl.DataFrame | None = None) -> pl.DataFrame:
     """Each GPU activity with its launching runtime/driver call (correlation within pid/rank).
 
@@ -460,7 +468,17 @@ def launch_join(events: pl.DataFrame, gpu_all: pl.DataFrame | None = None) -> pl
         )  # 4x cheaper than unique()
         return gpu.join(calls, on=["rank", "correlation"], how="left", maintain_order="left")
     calls = calls.with_columns(key.alias("_pair")).drop("rank", "correlation")
-    if calls.get_column("_pair").n_unique() < calls.height:
+    wanted = gpu.select(key.alias("_pair")).to_series()
+    pairs = calls.get_column("_pair")
+    if calls.height and pairs.null_count() == 0 == wanted.null_count() and pairs.is_sorted():
+        # calls in start order whose ids rise with it (CUPTI numbers calls as they are made):
+        # each activity's call by binary search, the first of equal keys being the first
+        # call (a rank of the 1 GB export: 0.05 s, where the hash join of its 1.2M GPU rows to
+        # 1.7M calls took 0.15 s)
+        return gpu.hstack(
+            calls.drop("_pair").select(pl.all().gather(_sorted_lookup(pairs, wanted)))
+        )
+    if pairs.n_unique() < calls.height:
         calls = calls.filter(pl.col("_pair").is_first_distinct())
     # the join on the key alone gives each row its call's row (pairs are unique among the
     # calls: one match at most); the calls' columns are gathered by it beside the GPU rows'

@@ -135,10 +135,11 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         .sort(["total_ns", "name"], descending=[True, False])
         .head(5)
     )
-    dw = names_matching(k, ATEN_DEPTHWISE_PATTERN)
+    k_names = k.get_column("name").unique()  # hashed once for the three patterns
+    dw = names_matching(k, ATEN_DEPTHWISE_PATTERN, names=k_names)
     # the two patterns are lower-cased names (cuDNN's are camelCase)
-    layout = names_matching(k, f"(?i){LAYOUT_KERNELS}")
-    bn = names_matching(k, f"(?i){NCHW_BATCH_NORM_KERNELS}")
+    layout = names_matching(k, f"(?i){LAYOUT_KERNELS}", names=k_names)
+    bn = names_matching(k, f"(?i){NCHW_BATCH_NORM_KERNELS}", names=k_names)
     steps = ctx.steps.height
     return KernelResult(
         kernel_count=n,

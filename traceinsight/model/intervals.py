@@ -323,6 +323,22 @@ def parents(df: pl.DataFrame, *, tid: str, start: str, end: str) -> pl.Series:
     )
 
 
+def _holds_a_start(starts: pl.Series, lo: pl.Series, hi: pl.Series) -> pl.Series:
+    """Whether each range [lo, hi] holds one of ``starts`` (sorted, no nulls, at least one):
+    the first start at or after lo is at most hi. Ranges in start order (a table's host ops)
+    find it by a merge (an as-of join), a third of a binary search per range's time on 4M
+    ranges; others by the search."""
+    if lo.null_count() == 0 and lo.is_sorted():
+        nxt = (
+            lo.to_frame("_lo")
+            .join_asof(starts.to_frame("_s"), left_on="_lo", right_on="_s", strategy="forward")
+            .get_column("_s")
+        )
+        return nxt.is_not_null() & (nxt <= hi)
+    first = starts.search_sorted(lo, side="left")
+    return (first < starts.len()) & (starts.gather(first.clip(0, starts.len() - 1)) <= hi)
+
+
 def containing(
     inner: pl.DataFrame,
     outer: pl.DataFrame,
@@ -346,10 +362,7 @@ def containing(
     # Only outer rows that hold some inner start go to the join (its sorts dominate: a few
     # thousand sync calls against millions of host ops is the common shape). A sorted search
     # finds, for each outer row, the first inner start at or after its own start.
-    first = starts.search_sorted(outer.get_column(outer_start), side="left")
-    holds = (first < starts.len()) & (
-        starts.gather(first.clip(0, starts.len() - 1)) <= outer.get_column(outer_end)
-    )
+    holds = _holds_a_start(starts, outer.get_column(outer_start), outer.get_column(outer_end))
     reach = pl.lit(holds)
     if same is not None:
         reach = reach & pl.col(same[0]).is_in(inner.get_column(same[1]).unique().implode())

@@ -26,6 +26,7 @@ from traceinsight.native import ArrowTable, kbtree, ksqlite
 from traceinsight.parsers.source import SQLITE_LOCK_WAIT_S
 
 FETCH_ROWS = 200_000
+SHIFTED = ("start_ns", "end_ns")  # the event rows' times (tables.event_rows adds the offset)
 FETCH_THREADS = 2  # SQLite steps rows without the GIL: two scans at once on two cores
 ROWS_PER_PART = 1_000_000  # big tables are fetched as rowid ranges of about this many rows
 
@@ -54,11 +55,17 @@ _INT_LITERAL = re.compile(r"-?\d{1,18}")
 _REAL_AFFINITY = re.compile(r"^(?!.*INT)(?!.*(?:CHAR|CLOB|TEXT)).*(?:REAL|FLOA|DOUB)")
 
 
+TextMap = Callable[[pl.Series], pl.Series]
+
+
 @dataclass(frozen=True, slots=True)
 class PageRead:
     """A query the page reader runs itself: each output column of ``schema`` from its record
     columns (summed for integers; ``ROWID`` for the rowid) or a constant (None: NULL), rows kept
-    where the column ``keep_col`` (-1: none) holds one of ``keep_vals``."""
+    where the column ``keep_col`` (-1: none) holds one of ``keep_vals``. ``text_map``: the text
+    columns read as dictionary codes, each with what maps its distinct values (None: as
+    they are) before they are spread over the rows. ``adds``: per column, added to its
+    integers as they are read (the event times' shift, :attr:`Db.offset_ns`)."""
 
     schema: dict[str, pl.DataType]
     root_page: int
@@ -66,6 +73,8 @@ class PageRead:
     constants: tuple[int | None, ...]
     keep_col: int
     keep_vals: tuple[int, ...]
+    text_map: dict[str, TextMap | None]
+    adds: tuple[int, ...]
 
 
 class Rows:
@@ -143,6 +152,7 @@ class Db:
         to_events: Callable[[pl.DataFrame], pl.DataFrame] | None = None,
         keep_in: tuple[str, tuple[int, ...]] | None = None,
         plain: tuple[list[str], dict[str, pl.DataType]] | None = None,
+        text_map: dict[str, TextMap | None] | None = None,
     ) -> Rows:
         """``SELECT cols FROM table [WHERE where] [AND keep_in[0] IN keep_in[1]]`` as a frame
         with ``schema`` (one name and type per column, each column aliased to its name), fetched
@@ -154,10 +164,19 @@ class Db:
         through SQLite. ``plain``: the same rows as plain columns and their schema, for the page
         reader, where ``cols`` pack several into one for SQL (each column fetched costs ADBC
         about as much as SQLite's whole row step; the page reader, little): ``to_events`` then
-        takes a frame of either schema."""
+        takes a frame of either schema. ``text_map``: page-read text columns whose values repeat,
+        read as a dictionary (each distinct value copied once), their distinct values mapped by
+        the function given (a regex over thousands of values instead of millions of rows): the
+        page reader's frame holds them mapped."""
         # the page reader filters on keep_in itself; any other condition is SQL's
         page_cols, page_schema = plain or (cols, schema)
-        pages = None if where else self._page_read(table, page_cols, page_schema, keep_in)
+        # event rows' times move by offset_ns: the page reader adds it as it reads them
+        shift = self.offset_ns if to_events is not None else 0
+        pages = (
+            None
+            if where
+            else self._page_read(table, page_cols, page_schema, keep_in, text_map, shift)
+        )
         if keep_in is not None:
             in_list = f"{keep_in[0]} IN ({', '.join(str(int(v)) for v in keep_in[1])})"
             where = f"({where}) AND {in_list}" if where else in_list
@@ -210,8 +229,11 @@ class Db:
         cols: list[str],
         schema: dict[str, pl.DataType],
         keep_in: tuple[str, tuple[int, ...]] | None,
+        text_map: dict[str, TextMap | None] | None = None,
+        shift: int = 0,
     ) -> PageRead | None:
-        """The query as a :class:`PageRead`, or None where SQLite must run it."""
+        """The query as a :class:`PageRead`, or None where SQLite must run it; ``shift``
+        added to its :data:`SHIFTED` columns."""
         if not self.pages_readable or table not in self.tables:
             return None
         layout = self._layout(table)
@@ -254,6 +276,8 @@ class Db:
             tuple(constants),
             keep_col,
             tuple(int(v) for v in keep_in[1]) if keep_in else (),
+            dict(text_map or {}),
+            tuple(shift if n in SHIFTED else 0 for n in schema),
         )
 
     def _rowid_ranges(self, table: str) -> list[tuple[int, int]]:
@@ -277,8 +301,10 @@ class Db:
         rowids: tuple[int, int] = ALL_ROWIDS,
     ) -> pl.DataFrame:
         df = None
+        offset_ns = self.offset_ns
         if pages is not None and (df := read_pages(self.path, pages, rowids)) is not None:
             schema = pages.schema  # the page reader's own columns (Db.query's ``plain``)
+            offset_ns = 0  # added by the reader (PageRead.adds)
         if df is None:
             df = fetch_native(self.uri, sql, schema)
         if df is None:
@@ -291,7 +317,7 @@ class Db:
         df = df.cast(schema, strict=False)  # type: ignore[arg-type]
         # Arrow's batches stay as they are: conform copies each column into one chunk once, on
         # its way into the table (re-chunking every part here as well cost 0.4 s on a 1 GB export).
-        return self.finish(to_events(df), self.offset_ns) if to_events is not None else df
+        return self.finish(to_events(df), offset_ns) if to_events is not None else df
 
     def _fetch_sqlite3(self, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame:
         """Rows in batches straight into polars frames: Python tuples never outlive one batch.
@@ -379,7 +405,10 @@ def read_pages(path: Path, read: PageRead, rowids: tuple[int, int]) -> pl.DataFr
     schema = read.schema
     names = tuple(schema)
     read_cols = [i for i, t in enumerate(read.terms) if t is not None]
-    kinds = "".join("s" if schema[names[i]] == pl.String else "i" for i in read_cols)
+    kinds = "".join(
+        ("d" if names[i] in read.text_map else "s") if schema[names[i]] == pl.String else "i"
+        for i in read_cols
+    )
     columns = kbtree.scan(
         str(path),
         read.root_page,
@@ -390,20 +419,42 @@ def read_pages(path: Path, read: PageRead, rowids: tuple[int, int]) -> pl.DataFr
         kinds,
         read.keep_col,
         read.keep_vals,
+        tuple(read.adds[i] for i in read_cols),
     )
     if columns is None:
         return None
     # one Series per column, each owning its buffers (freed as soon as it is dropped)
-    got = {names[i]: pl.Series(ArrowTable(c)) for i, c in zip(read_cols, columns, strict=True)}
+    got = {
+        names[i]: _dictionary_text(c, read.text_map[names[i]])
+        if kind == "d"
+        else pl.Series(ArrowTable(c))
+        for i, c, kind in zip(read_cols, columns, kinds, strict=True)
+    }
     n = len(next(iter(got.values())))
     return pl.DataFrame(
         [
             got[c]
             if c in got
-            else pl.repeat(read.constants[i], n, dtype=schema[c], eager=True).alias(c)
+            else pl.repeat(
+                None if read.constants[i] is None else read.constants[i] + read.adds[i],
+                n,
+                dtype=schema[c],
+                eager=True,
+            ).alias(c)
             for i, c in enumerate(names)
         ]
     )
+
+
+def _dictionary_text(
+    read: tuple[tuple[object, object], tuple[object, object]], text_map: TextMap | None
+) -> pl.Series:
+    """A dictionary column of the page reader (codes, distinct values) as text: the values
+    mapped by ``text_map``, then gathered by code (each row a view into the few values' bytes)."""
+    codes, values = (pl.Series(ArrowTable(c)) for c in read)
+    if text_map is not None:
+        values = text_map(values)
+    return values.gather(codes).alias(codes.name)
 
 
 def fetch_native(uri: str, sql: str, schema: dict[str, pl.DataType]) -> pl.DataFrame | None:

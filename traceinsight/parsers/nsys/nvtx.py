@@ -38,7 +38,11 @@ def nvtx_query(db: Db, strings: pl.DataFrame) -> Rows | None:
         nt,
         {**HOST_SCHEMA, "name": pl.String, "packed_domain": pl.Int64},
         keep_in=ranges_and_domains,
-        to_events=lambda df: nvtx_rows(decode(df), strings),
+        # the page reader's names come stripped (once per distinct text); SQL's are not
+        to_events=lambda df: nvtx_rows(
+            decode(df), strings, stripped="packed_domain" not in df.columns
+        ),
+        text_map={"name": stripped_names},
         plain=(
             [*HOST_COLS, "text", text_id, "eventType", dom],
             {
@@ -64,6 +68,11 @@ def strip_emit_nvtx(name: pl.Expr) -> pl.Expr:
     rewrites every one of millions of names."""
     cut = name.str.find(EMIT_NVTX_DECORATION).fill_null(1 << 32)
     return name.cast(pl.Binary).bin.head(cut).cast(pl.String)
+
+
+def stripped_names(names: pl.Series) -> pl.Series:
+    """:func:`strip_emit_nvtx` of a column of names."""
+    return names.to_frame().select(strip_emit_nvtx(pl.col(names.name))).to_series()
 
 
 def decode(df: pl.DataFrame) -> pl.DataFrame:
@@ -99,21 +108,29 @@ def decode(df: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def registered_names(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    """``name`` from StringIds where the row carries a ``text_id`` (looked up only for those)."""
+def registered_names(
+    df: pl.DataFrame, strings: pl.DataFrame, *, stripped: bool = False
+) -> pl.DataFrame:
+    """``name`` from StringIds where the row carries a ``text_id`` (looked up only for those;
+    ``stripped``: those stripped as the other names were)."""
     need = df.get_column("text_id").is_not_null().arg_true()
     if need.len() == 0:
         return df.drop("text_id")
     ids = df.get_column("text_id").gather(need).alias("sid").to_frame()
     found = ids.join(strings, on="sid", how="left", maintain_order="left").get_column("svalue")
+    if stripped:
+        found = stripped_names(found)
     return df.with_columns(df.get_column("name").scatter(need, found)).drop("text_id")
 
 
-def nvtx_rows(df: pl.DataFrame, strings: pl.DataFrame) -> pl.DataFrame:
-    df = registered_names(df, strings)
+def nvtx_rows(df: pl.DataFrame, strings: pl.DataFrame, *, stripped: bool = False) -> pl.DataFrame:
+    """The ranges as event rows; ``stripped``: their names are already (:func:`stripped_names`)."""
+    df = registered_names(df, strings, stripped=stripped)
     df = keep_rows(df, pl.col("name").is_not_null()).with_columns(
-        strip_emit_nvtx(pl.col("name")), pl.lit("user_annotation").alias("kind")
+        pl.lit("user_annotation").alias("kind")
     )
+    if not stripped:
+        df = df.with_columns(strip_emit_nvtx(pl.col("name")))
     return pyprof_names(df)
 
 

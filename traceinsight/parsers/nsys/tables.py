@@ -75,7 +75,8 @@ def event_rows(df: pl.DataFrame, offset_ns: int) -> pl.DataFrame:
     durations dropped, pid/tid of host rows from their thread id and of GPU rows from their
     process id, the event schema's types. NVTX domain-creation rows (no end, a negative
     ``domain_create``) are kept for :func:`~.nvtx.nccl_domain`."""
-    df = df.with_columns(pl.col("start_ns") + offset_ns, pl.col("end_ns") + offset_ns)
+    if offset_ns:  # 0 where the page reader added it (a column less to make per part)
+        df = df.with_columns(pl.col("start_ns") + offset_ns, pl.col("end_ns") + offset_ns)
     # globalTid / globalPid pack (hardware id, pid, tid) as 24-bit fields. Host rows carry the
     # thread id, unpacked here rather than by SQL expressions (those cost SQLite a third of its
     # time on the NVTX and runtime scans); GPU rows carry the process id.
