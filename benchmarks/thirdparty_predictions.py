@@ -62,6 +62,10 @@ APPLIED = {
     "neural_style": ["dataloader_stall,host_sync,fp32_compute,memory_headroom@4"],
     # the numpy rows and the workers: one stall's two fixes; the 2x batch priced, not raised
     "whisper": ["dataloader_stall,recompute_overhead,host_sync,memory_headroom@2"],
+    # session 64: model.eval() and the one-time cast; the Trainer's bf16_full_eval and 4x batch
+    "infer_lm": ["inference_train_mode,inference_autocast_casts"],
+    "infer_resnet": ["inference_train_mode,inference_autocast_casts"],
+    "eval_glue": ["inference_autocast_casts,small_batch@4"],
     # the H100 (fixtures/h100): workers (14, non_blocking: the pinned copies' fix; no loader
     # finding), remove_syncs, bf16, the 2x batch, fused AdamW
     "raft": ["small_batch@2,host_sync,fp32_compute,unfused_optimizer,pageable_memcpy"],
@@ -316,6 +320,9 @@ def main() -> None:
         "ddpm",  # the H100, session 61
         "tabular",  # the H100, session 62
         "deberta",  # the H100, session 63
+        "infer_lm",  # the H100, session 64: inference loops
+        "infer_resnet",
+        "eval_glue",
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")
