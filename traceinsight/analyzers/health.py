@@ -54,7 +54,14 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context
 from traceinsight.constants import ABSURD_SPAN_FACTOR
-from traceinsight.model.classify import API_KINDS, COPY_LAUNCH_API, LAUNCH_API, names_matching
+from traceinsight.model.classify import (
+    API_KINDS,
+    CAPTURE_BEGIN_API,
+    CAPTURE_END_API,
+    COPY_LAUNCH_API,
+    LAUNCH_API,
+    names_matching,
+)
 from traceinsight.report.format import fmt_ns, plural
 
 IDLE_RULES = (
@@ -132,7 +139,7 @@ def analyze_health(ctx: Context) -> HealthResult:
     api = (
         ev.lazy()
         .filter(pl.col("kind").is_in(API_KINDS))
-        .select("name", "rank", "pid", "correlation", "start_ns", "end_ns")
+        .select("name", "rank", "pid", "tid", "correlation", "start_ns", "end_ns")
         .collect()
     )
     # the GPU's work by kind, counted once for the checks that read it
@@ -560,6 +567,42 @@ def _device_activity_missing(
     return _check("device_activity_missing", "error", n, message, affects)
 
 
+def _outside_capture(api: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
+    """``calls`` less those made while their thread captured a CUDA/HIP graph (between a
+    StreamBeginCapture and the next StreamEndCapture): a captured launch runs only when the graph
+    replays, so it has no GPU record of its own (TraceLens' xDiT Flux capture on MI300: 994 of
+    its 2,550 launches inside one hipStreamBeginCapture ... hipStreamEndCapture)."""
+    thread = ["rank", "pid", "tid"]
+    begins = names_matching(api, CAPTURE_BEGIN_API).select(*thread, pl.col("start_ns").alias("_b"))
+    if begins.height == 0:
+        return calls
+    ends = names_matching(api, CAPTURE_END_API).select(*thread, pl.col("end_ns").alias("_e"))
+    # each call with the last capture begun before it on its thread, and that capture's end
+    spans = begins.sort("_b").join_asof(
+        ends.sort("_e"),
+        left_on="_b",
+        right_on="_e",
+        by=thread,
+        strategy="forward",
+        check_sortedness=False,
+    )
+    hit = (
+        calls.with_row_index("_i")
+        .sort("start_ns")
+        .join_asof(
+            spans,
+            left_on="start_ns",
+            right_on="_b",
+            by=thread,
+            strategy="backward",
+            check_sortedness=False,
+        )
+        .filter(pl.col("_b").is_not_null() & (pl.col("start_ns") <= pl.col("_e").fill_null(2**62)))
+        .select("_i")
+    )
+    return calls.with_row_index("_i").join(hit, on="_i", how="anti").drop("_i")
+
+
 def _device_activity_partial(
     ev: pl.DataFrame, api: pl.DataFrame, count: dict[str, int]
 ) -> dict[str, Any] | None:
@@ -569,7 +612,7 @@ def _device_activity_partial(
     if not any(count.get(k) for k in GPU_WORK_KINDS):
         return None
     calls = names_matching(api.filter(pl.col("correlation").is_not_null()), LAUNCH_API)
-    calls = names_matching(calls, PARTIAL_SKIP_API, negate=True)
+    calls = _outside_capture(api, names_matching(calls, PARTIAL_SKIP_API, negate=True))
     if calls.height < PARTIAL_MIN_CALLS:
         return None
     gpu = (
