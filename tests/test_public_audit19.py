@@ -149,6 +149,41 @@ def test_launches_captured_into_a_graph_are_not_lost():
         assert (checks == []) if capture else (checks[0]["count"] == 20)
 
 
+def _stop_check(launching: list[bool], ops: list[int] | None = None) -> dict | None:
+    """1 ms steps of ``ops`` torch ops each (40 by default); the steps marked True launch a
+    kernel after each op (its launch call and its kernel recorded). The device_records_stop
+    check of the analysis, or None."""
+    e = Events()
+    for i, launches in enumerate(launching):
+        t0 = i * 1000.0
+        e.step(i + 1, t0, 999)
+        for k in range((ops or [40] * len(launching))[i]):
+            t = t0 + 5 + 20 * k
+            e.op("aten::add", t, 10)
+            if launches:
+                e.kernel("k", t + 12, 5, launch_us=t + 2, launch_dur_us=3)
+    checks = analyze_trace(e.trace()).results.health.checks
+    return next((c for c in checks if c["check"] == "device_records_stop"), None)
+
+
+def test_device_records_that_stop_while_the_host_goes_on_are_an_error():
+    """Audit 19's file cut in file order (host events first) and closed: its steps 3 and 4 kept
+    1,129 torch ops each and no launch call or GPU record, and its gate passed. Here two steps
+    that launched after each of their 40 ops, then two that ran the same ops and recorded none."""
+    c = _stop_check([True, True, False, False])
+    assert c is not None and c["severity"] == "error" and c["count"] == 2
+    assert (
+        "the last 2 steps ran their torch ops (40 a step at most, against 40 usually)"
+        in (c["message"])
+    )
+    # a last step of a few host ops (5 of the usual 40: bookkeeping, no GPU work): not the
+    # usual step's work, nothing lost
+    assert _stop_check([True, True, True, False], [40, 40, 40, 5]) is None
+    # every step launching, and no step launching (a CPU-only recording): nothing
+    assert _stop_check([True] * 4) is None
+    assert _stop_check([False] * 4) is None
+
+
 def _lose_second_half(src: Path, dst: Path) -> tuple[int, int]:
     """The audit's hostile input: every kernel, copy and memset in the second half of the span
     removed, host events kept. Returns the kernel launch and copy calls, and those of them left

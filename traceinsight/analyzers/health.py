@@ -35,6 +35,10 @@ on what it found (findings/quality.py downgrades and tags those findings).
   ``cudaMemsetAsync`` calls without a record), and the backlog at the end of the capture
   (launches after the last recorded one, issued while the GPU was still running recorded work:
   queued when the profiler stopped). An error.
+- ``device_records_stop``: the last steps ran at least half the usual step's torch ops but
+  recorded no runtime or driver call and no GPU work, after steps that did: the device side's
+  records stop while the host's go on (a file cut where host events come first, device buffers
+  lost). An error.
 - ``trace_truncated``: the file ends early (a cut gzip or xz stream, a cut-off events array): only the
   events written before the cut were read; an error.
 - ``empty_trace``: the file parsed but holds no event at all (``traceEvents: []``): nothing to
@@ -176,6 +180,8 @@ def analyze_health(ctx: Context) -> HealthResult:
             if ctx.source_extra.get("device_view") is not None
             else _device_activity_partial(ev, api, work),
             _truncated(ctx),
+            # a file cut off: trace_truncated says it
+            None if ctx.source_extra.get("truncated") else _device_records_stop(ctx, ev, api),
             _rows_out_of_order(ctx),
             _runtime_calls_filtered(api),
             _gpu_span_small(ctx, ev),
@@ -185,6 +191,56 @@ def analyze_health(ctx: Context) -> HealthResult:
         if c is not None
     ]
     return HealthResult(tuple(checks))
+
+
+# A step that ran at least this share of the usual step's torch ops records launches too
+RECORDS_STOP_MIN_OPS_RATIO = 0.5
+
+
+def _device_records_stop(
+    ctx: Context, ev: pl.DataFrame, api: pl.DataFrame
+) -> dict[str, Any] | None:
+    """Steps that ran their torch ops but recorded no runtime or driver call and no GPU work,
+    after steps that did: the device side's records stop while the host's go on (a file cut
+    where the events are written host first, or the profiler's device buffers lost). Audit 19:
+    a trace cut at 70% in file order and closed kept steps 3 and 4's 1,129 ops each and none of
+    their launches, and passed a diff's gate. An error."""
+    steps = ctx.steps
+    if steps.height < 2 or api.height == 0:
+        return None
+    bounds = steps.select(
+        pl.col("host_start_ns").alias("s"), pl.col("host_end_ns").alias("e")
+    ).sort("s")
+    ops = ev.lazy().filter(pl.col("kind") == "cpu_op").select("start_ns").collect()
+    gpu = ev.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("start_ns").collect()
+
+    def per_step(starts: pl.Series) -> pl.Series:
+        srt = starts.sort()
+        return srt.search_sorted(bounds.get_column("e"), side="left") - srt.search_sorted(
+            bounds.get_column("s"), side="left"
+        )
+
+    n_ops = per_step(ops.get_column("start_ns"))
+    n_api = per_step(api.get_column("start_ns"))
+    n_gpu = per_step(gpu.get_column("start_ns"))
+    busy = n_api > 0
+    if not busy.any():
+        return None  # no step launched anything: a CPU-only or host-only recording
+    usual = float(n_ops.filter(busy).median() or 0)
+    silent = (~busy) & (n_gpu == 0) & (n_ops >= RECORDS_STOP_MIN_OPS_RATIO * max(usual, 1.0))
+    # only steps after the last one that recorded its launches: the records stopped
+    last = int(busy.arg_true().max())
+    lost = int(silent.slice(last + 1).sum())
+    if lost == 0:
+        return None
+    message = (
+        f"the last {plural(lost, 'step')} ran their torch ops ({int(n_ops.slice(last + 1).max())} "
+        f"a step at most, against {usual:.0f} usually) but recorded no runtime call and no GPU "
+        "work: the device side's records stop while the host's go on (a file cut after its "
+        "host events, or device buffers lost), so step times, idle and kernel totals are wrong"
+    )
+    affects = IDLE_RULES + KERNEL_RULES + ("step_time_variance",)
+    return _check("device_records_stop", "error", lost, message, affects)
 
 
 def _runtime_calls_filtered(api: pl.DataFrame) -> dict[str, Any] | None:
