@@ -19,6 +19,8 @@ from traceinsight.model import intervals as iv
 from traceinsight.model.classify import (
     API_KINDS,
     BLOCKING_COPY_API,
+    CAPTURE_BEGIN_API,
+    CAPTURE_END_API,
     HOST_OP_KINDS,
     SYNC_API,
     names_matching,
@@ -269,6 +271,27 @@ def _gpu_unions(gpu: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
 def _host_subsets(host: HostIndex) -> tuple[pl.DataFrame, pl.DataFrame]:
     syncs = host.rows(API_KINDS, f"{SYNC_API}|{BLOCKING_COPY_API}")
     return host.rows(HOST_OP_KINDS, STEP_MARKER, negate=True), outermost(syncs)
+
+
+def capture_spans(calls: pl.DataFrame, by: list[str]) -> pl.DataFrame:
+    """Graph captures in ``calls`` (API calls: name, start_ns, end_ns and the ``by`` columns
+    naming a thread): each begin-capture call to the end of its thread's next end-capture call
+    (null where none follows), as ``by``, start_ns, end_ns."""
+    begins = names_matching(calls, CAPTURE_BEGIN_API).select(*by, "start_ns")
+    ends = names_matching(calls, CAPTURE_END_API).select(*by, pl.col("end_ns"))
+    return (
+        begins.sort("start_ns")
+        .join_asof(
+            ends.sort("end_ns"),
+            left_on="start_ns",
+            right_on="end_ns",
+            by=by,
+            strategy="forward",
+            check_sortedness=False,
+            coalesce=False,
+        )
+        .select(*by, "start_ns", "end_ns")
+    )
 
 
 def outermost(calls: pl.DataFrame) -> pl.DataFrame:

@@ -56,12 +56,10 @@ from typing import Any
 
 import polars as pl
 
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, capture_spans
 from traceinsight.constants import ABSURD_SPAN_FACTOR
 from traceinsight.model.classify import (
     API_KINDS,
-    CAPTURE_BEGIN_API,
-    CAPTURE_END_API,
     COPY_LAUNCH_API,
     LAUNCH_API,
     names_matching,
@@ -181,7 +179,7 @@ def analyze_health(ctx: Context) -> HealthResult:
             else _device_activity_partial(ev, api, work),
             _truncated(ctx),
             # a file cut off: trace_truncated says it
-            None if ctx.source_extra.get("truncated") else _device_records_stop(ctx, ev, api),
+            None if ctx.source_extra.get("truncated") else _device_records_stop(ctx, api),
             _rows_out_of_order(ctx),
             _runtime_calls_filtered(api),
             _gpu_span_small(ctx, ev),
@@ -197,9 +195,7 @@ def analyze_health(ctx: Context) -> HealthResult:
 RECORDS_STOP_MIN_OPS_RATIO = 0.5
 
 
-def _device_records_stop(
-    ctx: Context, ev: pl.DataFrame, api: pl.DataFrame
-) -> dict[str, Any] | None:
+def _device_records_stop(ctx: Context, api: pl.DataFrame) -> dict[str, Any] | None:
     """Steps that ran their torch ops but recorded no runtime or driver call and no GPU work,
     after steps that did: the device side's records stop while the host's go on (a file cut
     where the events are written host first, or the profiler's device buffers lost). Audit 19:
@@ -211,8 +207,9 @@ def _device_records_stop(
     bounds = steps.select(
         pl.col("host_start_ns").alias("s"), pl.col("host_end_ns").alias("e")
     ).sort("s")
-    ops = ev.lazy().filter(pl.col("kind") == "cpu_op").select("start_ns").collect()
-    gpu = ev.lazy().filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("start_ns").collect()
+    # the host index's rows (read once per trace) and the window's GPU rows: the steps lie in it
+    ops = ctx.rows(("cpu_op",), columns=("start_ns",))
+    gpu = ctx.gpu.filter(pl.col("kind").is_in(GPU_WORK_KINDS)).select("start_ns")
 
     def per_step(starts: pl.Series) -> pl.Series:
         srt = starts.sort()
@@ -629,19 +626,10 @@ def _outside_capture(api: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
     replays, so it has no GPU record of its own (TraceLens' xDiT Flux capture on MI300: 994 of
     its 2,550 launches inside one hipStreamBeginCapture ... hipStreamEndCapture)."""
     thread = ["rank", "pid", "tid"]
-    begins = names_matching(api, CAPTURE_BEGIN_API).select(*thread, pl.col("start_ns").alias("_b"))
-    if begins.height == 0:
+    spans = capture_spans(api, thread).rename({"start_ns": "_b", "end_ns": "_e"})
+    if spans.height == 0:
         return calls
-    ends = names_matching(api, CAPTURE_END_API).select(*thread, pl.col("end_ns").alias("_e"))
     # each call with the last capture begun before it on its thread, and that capture's end
-    spans = begins.sort("_b").join_asof(
-        ends.sort("_e"),
-        left_on="_b",
-        right_on="_e",
-        by=thread,
-        strategy="forward",
-        check_sortedness=False,
-    )
     hit = (
         calls.with_row_index("_i")
         .sort("start_ns")

@@ -626,16 +626,22 @@ AUTOCAST_OPS = (
 )
 
 
-def _launched_inside(ctx: Context, spans: pl.DataFrame) -> pl.DataFrame:
-    """The kernels launched from inside ``spans`` (tid, start_ns, end_ns) on the same thread:
-    one row per kernel (its dur_ns and name, and its span's tid and start_ns)."""
-    k = launched(
+def _kernel_launches(ctx: Context) -> pl.DataFrame:
+    """The window's kernels with their launching call's thread and start (read once for the
+    inference checks' spans)."""
+    return launched(
         ctx.launches,
         ["launch_tid", "launch_start_ns", "dur_ns", "name"],
         where=pl.col("kind") == "kernel",
     )
-    if k.height == 0:
-        return k
+
+
+def _launched_inside(k: pl.DataFrame, spans: pl.DataFrame) -> pl.DataFrame:
+    """The kernels of ``k`` (:func:`_kernel_launches`) launched from inside ``spans`` (tid,
+    start_ns, end_ns) on the same thread: one row per kernel (its dur_ns and name, and its
+    span's tid and start_ns)."""
+    if k.height == 0 or spans.height == 0:
+        return k.head(0).rename({"launch_tid": "tid", "launch_start_ns": "start_ns"})
     inside = iv.containing(
         k.rename({"launch_tid": "c_tid", "launch_start_ns": "c_s"}).with_row_index("_k"),
         spans,
@@ -673,7 +679,8 @@ def _inference_waste(ctx: Context, replay: ReplayResult | None, forward_only: bo
     if drop.height and sampling.height:  # torch.bernoulli(p): a draw the user asked for
         drawn = calls_inside(drop, sampling).select(cols)
         drop = drop.join(drawn, on=list(cols), how="anti")
-    kernels = _launched_inside(ctx, drop) if drop.height else pl.DataFrame()
+    launches = _kernel_launches(ctx)
+    kernels = _launched_inside(launches, drop)
     names = pl.col("name").cast(pl.String)
     norms = ctx.gpu.filter(
         (pl.col("kind") == "kernel") & names.str.contains(TRAIN_MODE_NORM_KERNELS)
@@ -706,10 +713,12 @@ def _inference_waste(ctx: Context, replay: ReplayResult | None, forward_only: bo
             ),
             "what_if_eval_mode": replay.predict(tf.combined(fixes)) if replay else None,
         }
-    return out | _inference_casts(ctx, replay, in_window)
+    return out | _inference_casts(ctx, replay, in_window, launches)
 
 
-def _inference_casts(ctx: Context, replay: ReplayResult | None, in_window: pl.Expr) -> dict:
+def _inference_casts(
+    ctx: Context, replay: ReplayResult | None, in_window: pl.Expr, launches: pl.DataFrame
+) -> dict:
     """The casts autocast makes inside the window's ops (``aten::to`` inside another torch op
     on its thread, launching a kernel): in inference each call casts the same fp32 weights
     again (autocast's cast cache lives for one autocast region), where a model cast once to
@@ -723,7 +732,7 @@ def _inference_casts(ctx: Context, replay: ReplayResult | None, in_window: pl.Ex
     if nested.height == 0:
         return {}
     spans = outermost(nested.select(cols)).sort("tid", "start_ns")
-    kernels = _launched_inside(ctx, spans)
+    kernels = _launched_inside(launches, spans)
     if kernels.height == 0:
         return {}
     # a cast to the type a tensor has returns it: no copy, no kernel

@@ -35,6 +35,7 @@ from traceinsight.analyzers.context import (
     Context,
     autotune_syncs,
     calls_inside,
+    capture_spans,
     closing_profiler_sync,
     host_ranges,
     join_beside,
@@ -1426,23 +1427,14 @@ def _slow_first_calls(ctx: Context, cols: list[str]) -> pl.DataFrame:
 def capture_ranges(ctx: Context) -> pl.DataFrame:
     """Graph captures in the window: each thread's begin-capture call to its next end-capture
     call, and the annotations frameworks put around a capture (start_ns, end_ns)."""
-    calls = pl.concat(
-        [
-            ctx.rows(API_KINDS, CAPTURE_BEGIN_API).select(
-                "tid", "start_ns", "end_ns", pl.lit(True).alias("_begin")
-            ),
-            ctx.rows(API_KINDS, CAPTURE_END_API).select(
-                "tid", "start_ns", "end_ns", pl.lit(False).alias("_begin")
-            ),
-        ]
-    ).sort("tid", "start_ns")
-    pairs = calls.with_columns(
-        pl.col("end_ns").shift(-1).over("tid").alias("_to"),
-        pl.col("_begin").shift(-1).over("tid").alias("_next_begin"),
-    ).filter(pl.col("_begin") & (pl.col("_next_begin") == False))  # noqa: E712
+    calls = ctx.rows(
+        API_KINDS,
+        f"{CAPTURE_BEGIN_API}|{CAPTURE_END_API}",
+        columns=("name", "tid", "start_ns", "end_ns"),
+    )
     spans = pl.concat(
         [
-            pairs.select("start_ns", pl.col("_to").alias("end_ns")),
+            capture_spans(calls, ["tid"]).drop_nulls("end_ns").select("start_ns", "end_ns"),
             ctx.rows(("user_annotation", "cpu_op"), CAPTURE_ANNOTATION).select(
                 "start_ns", "end_ns"
             ),

@@ -3204,18 +3204,10 @@ def _per_step(n: float, ns: int, steps: int, what: str) -> str:
     return f"{plural(n, what)} take {fmt_ms(ns)}"
 
 
-def _eval_mode_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
-    w = r.host_ops.what_if_eval_mode
-    return w, None if w is not None else "no step model to replay the step without them in"
-
-
-_eval_mode_what_if.replays = True  # type: ignore[attr-defined]
-
-
 @rule(
     "inference_train_mode",
     advice={"cuda_app": None},  # torch.nn.Module's training flag
-    estimate=_eval_mode_what_if,
+    estimate=_host_ops_estimate("what_if_eval_mode"),
     recommendation="The model runs forward only here (no backward, no optimizer step) but in "
     "training mode: model.eval() was not called. Dropout then draws a random mask at every "
     "call and drops activations, stochastic depth drops whole blocks, and batch norm "
@@ -3302,10 +3294,10 @@ def inference_autocast_casts(x: RuleInput) -> Draft | None:
     if not h.forward_only or h.inference_cast_kernels == 0:
         return None
     cost = max(h.inference_cast_ns, h.inference_cast_gpu_ns)
-    ratio = cost / x.window_ns if x.window_ns else 0.0
-    if ratio < x.t["inference_casts_min_ratio"]:
+    share = _host_ops_share(x, cost, h.inference_cast_kernels, "inference_casts_min_ratio")
+    if share is None:
         return None
-    steps = x.r.steps.steps or 0
+    ratio, steps = share
     per = _per_step(h.inference_casts, h.inference_cast_ns, steps, "cast")
     gpu = fmt_ms(h.inference_cast_gpu_ns / steps) if steps else fmt_ms(h.inference_cast_gpu_ns)
     dtype = h.inference_cast_dtype
