@@ -107,6 +107,20 @@ def _scores(dims: list[Any]) -> set[tuple[int, int]]:
     return out
 
 
+def _outermost(ops: pl.DataFrame) -> pl.DataFrame:
+    """``ops`` less those inside another of them on the same thread (one call's nested ops)."""
+    if ops.height < 2:
+        return ops
+    by = ["rank", "pid", "tid"]
+    end = pl.col("start_ns") + pl.col("dur_ns")
+    return (
+        ops.sort([*by, "start_ns", "dur_ns"], descending=[False, False, False, False, True])
+        .with_columns(end.cum_max().shift(1).over(by).alias("_open"))
+        .filter(pl.col("_open").is_null() | (pl.col("start_ns") >= pl.col("_open")))
+        .drop("_open")
+    )
+
+
 def eager_attention(
     ctx: Context,
     k: pl.DataFrame,
@@ -137,31 +151,49 @@ def eager_attention(
     seqs = {t for _, t in scores}
     if not seqs:
         return None, none
-    eager_rows, heads = [], Counter()
-    for name, dims_text, _types in shapes.iter_rows():  # distinct shapes: a handful
+    eager_rows, heads, qk_types = [], Counter(), Counter()
+    for name, dims_text, types_text in shapes.iter_rows():  # distinct shapes: a handful
         dims = _loads(dims_text)
         d = _qk_head_dim(dims, seqs) if name in MATMUL_OPS else None
         if _scores(dims) & scores or d is not None:
             eager_rows.append((name, dims_text))
         if d is not None:
             heads[d] += 1
+            types = _loads(types_text)
+            if types and isinstance(types[0], str) and types[0] in DTYPE_NAMES:
+                qk_types[DTYPE_NAMES[types[0]]] += 1
     eager_ops = ops.join(
         pl.DataFrame(eager_rows, schema=["name", "input_dims"], orient="row"),
         on=["name", "input_dims"],
         nulls_equal=True,
-    ).select("rank", "external_id", "name", "input_dims", "input_types")
+    ).select(
+        "rank",
+        "pid",
+        "tid",
+        "start_ns",
+        "dur_ns",
+        "external_id",
+        "name",
+        "input_dims",
+        "input_types",
+    )
     ids = eager_ops.select("rank", "external_id").unique()
     ek = k.join(ids, on=["rank", "external_id"])
     if ek.height == 0:
         return None, none
     kernel_ns = int(ek.get_column("dur_ns").sum())
     all_ns = int(k.get_column("dur_ns").sum())
-    # the forward and backward softmax calls: B·H and T each, the dtype of the first
-    fwd = eager_ops.filter(pl.col("name").is_in(SOFTMAX_OPS))
-    bwd = eager_ops.filter(pl.col("name").is_in(SOFTMAX_BACKWARD_OPS))
+    # the forward and backward softmax calls: B·H and T each. One call records nested ops
+    # (aten::softmax under autocast's aten::softmax, then aten::_softmax): only the outermost
+    # counts (a GPT-2's 36 calls read as 180 and priced its fused kernel 5x too dear)
+    fwd = _outermost(eager_ops.filter(pl.col("name").is_in(SOFTMAX_OPS)))
+    bwd = _outermost(eager_ops.filter(pl.col("name").is_in(SOFTMAX_BACKWARD_OPS)))
     head_dim = heads.most_common(1)[0][0] if heads else None
-    dtype = None
-    for types in fwd.get_column("input_types").head(1):
+    # the fused kernel's dtype is Q's and K's, what scaled_dot_product_attention would take:
+    # under autocast the softmax runs in fp32 while the matmuls run in bf16 (the fp32 peak
+    # had priced a fused bf16 kernel 15x too slow); the softmax's where no Q @ K^T was seen
+    dtype = qk_types.most_common(1)[0][0] if qk_types else None
+    for types in fwd.get_column("input_types").head(1 if dtype is None else 0):
         t = _loads(types)
         dtype = DTYPE_NAMES.get(t[0]) if t and isinstance(t[0], str) else None
     elem = next((b for n, b in DTYPE_BYTES.items() if DTYPE_NAMES.get(n) == dtype), 2)
@@ -169,7 +201,9 @@ def eager_attention(
     def work(rows: pl.DataFrame) -> tuple[float, float, int, int]:
         flops = nbytes = 0.0
         side = bh = 0
-        for dims_text in rows.get_column("input_dims"):
+        # per distinct shape with its calls (a handful of shapes, however many calls)
+        per_shape = rows.group_by("input_dims").len()
+        for dims_text, calls in per_shape.iter_rows():
             dims = _loads(dims_text)
             t = _square(dims)
             if t is None:
@@ -177,8 +211,8 @@ def eager_attention(
             b = math.prod(dims[0][:-2])
             side, bh = t, b
             if head_dim is not None:
-                flops += 4.0 * b * t * t * head_dim
-                nbytes += 4.0 * b * t * head_dim * elem
+                flops += calls * 4.0 * b * t * t * head_dim
+                nbytes += calls * 4.0 * b * t * head_dim * elem
         return flops, nbytes, side, bh
 
     f_flops, f_bytes, side, bh = work(fwd)
