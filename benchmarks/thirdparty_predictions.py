@@ -89,6 +89,8 @@ APPLIED = {
     # the H100, session 63 (held out): bf16 with tf32, the 2x batch (raised only as a what-if),
     # 4 workers; dynamic padding, the fifth, has no finding (padding is not in the trace)
     "deberta": ["fp32_compute,memory_headroom@2,dataloader_stall"],
+    # the H100, session 65 (held out): SDPA, the default compile (the fusion), fused AdamW
+    "gpt2_eager": ["attention_unfused,elementwise_heavy,unfused_optimizer"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -140,6 +142,15 @@ FIX_NAMES = {
         "memory_headroom": "batch_2x",
         "dataloader_stall": "workers",
         "launch_bound": "compile",
+    },
+    # the H100, session 65: attn_implementation="sdpa" for the eager attention; the default
+    # torch.compile for the elementwise chains (it also padded the vocabulary's GEMMs)
+    "gpt2_eager": {
+        "attention_unfused": "sdpa",
+        "elementwise_heavy": "compile",
+        "unfused_optimizer": "fused_adamw",
+        "memory_headroom": "batch_2x",
+        "small_batch": "batch_2x",
     },
     # the Trainer's evaluation (session 64): bf16_full_eval casts the model once
     "eval_glue": {
@@ -323,6 +334,7 @@ def main() -> None:
         "infer_lm",  # the H100, session 64: inference loops
         "infer_resnet",
         "eval_glue",
+        "gpt2_eager",  # the H100, session 65: eager attention, GPU-bound
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")

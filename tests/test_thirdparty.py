@@ -206,10 +206,20 @@ def test_workers_without_pin_memory_within_the_measured_band(loop: str) -> None:
     assert w.speedup <= f.what_if.speedup
 
 
-@pytest.mark.parametrize("loop", ["hf_trainer", "timm_jpeg", "vit_amp"])
-def test_all_fixes_within_the_measured_band(loop: str) -> None:
+# each loop's recorded "all" as the findings whose fixes it applied (--what-if of that set, issue
+# 37 item 6): all_fixes also prices what the recording left out (CUDA graphs, compile's fusion:
+# on the ViT 2.25x against its applied set's 1.54x, measured 1.46-1.78x)
+APPLIED_SET = {
+    "hf_trainer": "host_sync,dataloader_stall,fp32_compute,small_batch@4",
+    "timm_jpeg": "dataloader_stall,pageable_memcpy,fp32_compute,host_sync",
+    "vit_amp": "unfused_optimizer,host_sync,pageable_memcpy,memory_headroom@2",
+}
+
+
+@pytest.mark.parametrize("loop", list(APPLIED_SET))
+def test_the_applied_set_within_the_measured_band(loop: str) -> None:
     lo, hi = band(loop, "all")
-    w = analysis(f"{loop}.before.pt.trace.json.xz").what_if
+    w = chosen(f"{loop}.before.pt.trace.json.xz", APPLIED_SET[loop].split(",")).what_if
     assert w is not None and within(w.speedup, lo, hi), (w.speedup, lo, hi)
 
 
