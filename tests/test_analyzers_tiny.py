@@ -1286,7 +1286,7 @@ def test_cut_call_site_lists_are_not_said_to_lack_stacks():
 def test_a_transformer_with_a_conv_stem_keeps_its_elementwise_advice():
     # audit 17's review: a TimeSformer (a conv patch embedding, layer norms, softmax; attention
     # unfused) read the convolutional network's advice about batch norms and the optimizer
-    a = analyzed(ROOT / "fixtures" / "foreign" / "tl_h100_timesformer.json.gz")
+    a = analyzed(ROOT / "fixtures" / "foreign" / "tl_h100_timesformer.json.xz")
     f = next(f for f in a.findings if f.id == "elementwise_heavy")
     assert "batch norm" not in f.recommendation and "LayerNorm" in f.recommendation
 

@@ -582,7 +582,7 @@ def test_occupancy_unknown_without_registers_or_kinetos_estimate() -> None:
     from traceinsight.analyzers.context import build_context
     from traceinsight.parsers import load_trace
 
-    amd = ROOT / "fixtures" / "foreign" / "tl_mi300_ddp_resnet18.json.gz"
+    amd = ROOT / "fixtures" / "foreign" / "tl_mi300_ddp_resnet18.json.xz"
     ctx = build_context(load_trace(amd))
     assert ctx.kernel_args.height and ctx.kernel_args["registers_per_thread"].null_count() == (
         ctx.kernel_args.height
@@ -614,7 +614,7 @@ def test_mfu_is_a_lower_bound_where_few_flops_are_known() -> None:
     Below 5% known (session 52: "MFU at least 0.0%" there) it is unknown, not a bound."""
     from traceinsight.report.terminal import render_summary
 
-    doc = analyzed(ROOT / "fixtures" / "foreign" / "tl_vllm_piecewise_exec.json.gz").to_json()
+    doc = analyzed(ROOT / "fixtures" / "foreign" / "tl_vllm_piecewise_exec.json.xz").to_json()
     cover = doc["metrics"]["math_flops_coverage_ratio"]
     assert cover is not None and cover < 0.01
     assert f"MFU unknown (FLOPs known for {cover * 100:.1f}% of the math" in render_summary(doc)  # fmt: skip

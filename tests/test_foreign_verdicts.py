@@ -1,7 +1,7 @@
 """Verdicts of the foreign-trace audit (benchmarks/audit/AUDIT.md, "After"): for each
 audited public trace shipped in fixtures/foreign/, the verdict-level facts that were checked
 against the raw events. Every expected value is computed here from the raw trace (plain
-json/gzip and interval arithmetic), never through traceinsight; each trace is analyzed once.
+json/gzip/lzma and interval arithmetic), never through traceinsight; each trace is analyzed once.
 
 Conventions of the independent computations (the audit's, benchmarks/audit/after/):
 - GPU busy: the union of kernel, memcpy and memset events; idle gaps: between them, inside the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import gzip
+import lzma
 import json
 import re
 from collections import Counter, defaultdict
@@ -35,9 +36,9 @@ SWITCH = FOREIGN / "switchtransformers_trace.json.gz"  # A100, first forward
 PART_COLD = FOREIGN / "part_a100_gpu_working.json.gz"  # A100, first forward, 1.34 s launch
 PART_BS2 = FOREIGN / "part_a100_fwd_bs2.json.gz"  # A100, warm, launch-bound
 PART_BS128 = FOREIGN / "part_a100_fwd_bs128.json.gz"  # A100, warm, eager MHA
-DDP = FOREIGN / "tl_mi300_ddp_resnet18.json.gz"  # MI300X, caching allocator off
-TIMESFORMER = FOREIGN / "tl_h100_timesformer.json.gz"  # H100, eager attention
-VLLM_EXEC = FOREIGN / "tl_vllm_piecewise_exec.json.gz"  # MI300X, GPU-bound: healthy
+DDP = FOREIGN / "tl_mi300_ddp_resnet18.json.xz"  # MI300X, caching allocator off
+TIMESFORMER = FOREIGN / "tl_h100_timesformer.json.xz"  # H100, eager attention
+VLLM_EXEC = FOREIGN / "tl_vllm_piecewise_exec.json.xz"  # MI300X, GPU-bound: healthy
 EAGER_LAYER = FOREIGN / "sidnb13_transformer_layer.pt.trace.json.gz"  # H100, eager, stacks
 
 ABOVE_LOW = ("high", "medium")
@@ -58,10 +59,11 @@ SCORE_ELEMENTWISE = ("aten::mul", "aten::div", "aten::add", "aten::masked_fill",
 
 
 class Raw:
-    """One Kineto trace's duration events, read with json/gzip only."""
+    """One Kineto trace's duration events, read with json/gzip/lzma only."""
 
     def __init__(self, path: Path) -> None:
-        with gzip.open(path, "rt", errors="replace") as fh:
+        opener = lzma.open if path.suffix == ".xz" else gzip.open
+        with opener(path, "rt", errors="replace") as fh:
             doc = json.load(fh)
         events = doc["traceEvents"] if isinstance(doc, dict) else doc
         self.x = []
