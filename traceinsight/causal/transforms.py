@@ -295,6 +295,12 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
         .otherwise(pl.col("gap_ns"))
         .alias("gap_ns"),
         pl.when(captured).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
+        # the op time a capture leaves, for the fixes applied after it (elementwise fusion
+        # would otherwise take the captured dispatch off a second time)
+        pl.when(captured)
+        .then(pl.min_horizontal((pl.col("gap_ops_ns") - dispatch).clip(0), kept))
+        .otherwise(pl.col("gap_ops_ns"))
+        .alias("gap_ops_ns"),
     )
     graph_op = pl.col("launch").is_in(
         h.with_row_index("_n").filter(captured).get_column("_n").cast(pl.Int64).implode()
@@ -854,6 +860,12 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
         .then((pl.col("gap_ns") - dispatch).clip(0))
         .otherwise(pl.col("gap_ns"))
         .alias("gap_ns"),
+        # what is left of the op time, for the fixes applied after this one (a dispatch
+        # removed once: a CUDA graph's capture had taken it already where it ran first)
+        pl.when(gone_call)
+        .then((pl.col("gap_ops_ns") - dispatch).clip(0))
+        .otherwise(pl.col("gap_ops_ns"))
+        .alias("gap_ops_ns"),
     )
     return StepModel(host=h, gpu=g, steps=model.steps)
 
