@@ -85,6 +85,30 @@ def test_launch_bound_loop_under_cuda_graphs():
     assert step_us(whatif.cuda_graphs(m)) == 30
 
 
+def test_fused_elementwise_chain_drops_its_dispatch_once():
+    # ten elementwise ops, each 48 us (its kernel launched 40 us in by an 8 us call: the op's
+    # dispatch), 2 us apart (Python outside any op), each 2 us kernel running 5 us after its call
+    ev = Events().step(0, 0, 500)
+    for i in range(10):
+        ev.op("aten::add", 50 * i, 48)
+        ev.kernel(
+            f"vectorized_elementwise_kernel<{i}>", 50 * i + 45, 2, launch_us=50 * i + 40,
+            launch_dur_us=8,
+        )  # fmt: skip
+    m = model_of(ev)
+    assert step_us(m) == 500
+    # fused into one kernel: the first call keeps its 40 us of dispatch and its 8 us; the other
+    # nine lose their call and their op's dispatch, keeping the 2 us of Python before each:
+    # 48 + 9 x 2, then the step's last 2 us
+    assert step_us(whatif.elementwise_fused(m)) == 68
+    # captured first, the dispatch is gone already (10 us graph launch + 9 x 2 + 2): fusing
+    # the captured kernels takes no host time a second time (before the capture left the op
+    # time it kept in gap_ops_ns, the two together read 12 us)
+    graphs = whatif.cuda_graphs(m)
+    assert step_us(graphs) == 30
+    assert step_us(whatif.elementwise_fused(graphs)) == 30
+
+
 def test_graph_replays_keep_launch_order_between_streams_that_never_ran_together():
     # ten kernels alternating between streams 7 and 8, each launched 40 us into a 48 us torch op
     # (dispatch, which a capture removes), the ops 2 us apart (Python, which it keeps)
