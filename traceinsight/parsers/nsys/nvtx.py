@@ -62,11 +62,18 @@ def nvtx_query(db: Db, strings: pl.DataFrame) -> Rows | None:
 EMIT_NVTX_DECORATION = r", (?:seq|op_id|sizes|input_op_ids|stashed seq) = "
 
 
+# str.find gives a byte offset before polars 2.2 and a character offset from it (a fresh
+# install took 2.2 and cut "ünïcode op" to "ünïcode "): asked once which it is
+_FIND_IN_CHARS = pl.select(pl.lit("\u00fc,").str.find(",")).item() == 1
+
+
 def strip_emit_nvtx(name: pl.Expr) -> pl.Expr:
-    """``name`` up to its first emit_nvtx decoration. The search gives a byte offset, so the
-    bytes are cut (at an ASCII comma: still valid UTF-8); half the cost of a regex replace that
-    rewrites every one of millions of names."""
+    """``name`` up to its first emit_nvtx decoration, cut where the search says: by characters
+    or, where it gives a byte offset, by bytes (at an ASCII comma: still valid UTF-8); half the
+    cost of a regex replace that rewrites every one of millions of names."""
     cut = name.str.find(EMIT_NVTX_DECORATION).fill_null(1 << 32)
+    if _FIND_IN_CHARS:
+        return name.str.head(cut)
     return name.cast(pl.Binary).bin.head(cut).cast(pl.String)
 
 
