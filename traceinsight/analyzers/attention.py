@@ -143,7 +143,8 @@ def eager_attention(
     )
     if fused:  # a fused kernel already runs attention here
         return None, none
-    shapes = ops.select("name", "input_dims", "input_types").unique()
+    # in the trace's order: ties among head sizes and dtypes resolve alike on every run
+    shapes = ops.select("name", "input_dims", "input_types").unique(maintain_order=True)
     softmax = shapes.filter(pl.col("name").is_in(SOFTMAX_OPS + SOFTMAX_BACKWARD_OPS))
     # the score matrices: the softmax inputs' shapes; an op takes one when an input has the
     # same elements and side (activations whose last two sizes happen to equal T do not)
