@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import bisect
 import gzip
-import lzma
 import json
+import lzma
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable
