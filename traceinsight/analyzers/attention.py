@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import polars as pl
 
-from traceinsight.analyzers.context import Context
+from traceinsight.analyzers.context import Context, outermost
 from traceinsight.analyzers.replay import ReplayResult
 from traceinsight.causal import transforms
 from traceinsight.causal.whatif import WhatIf
@@ -107,20 +107,6 @@ def _scores(dims: list[Any]) -> set[tuple[int, int]]:
     return out
 
 
-def _outermost(ops: pl.DataFrame) -> pl.DataFrame:
-    """``ops`` less those inside another of them on the same thread (one call's nested ops)."""
-    if ops.height < 2:
-        return ops
-    by = ["rank", "pid", "tid"]
-    end = pl.col("start_ns") + pl.col("dur_ns")
-    return (
-        ops.sort([*by, "start_ns", "dur_ns"], descending=[False, False, False, False, True])
-        .with_columns(end.cum_max().shift(1).over(by).alias("_open"))
-        .filter(pl.col("_open").is_null() | (pl.col("start_ns") >= pl.col("_open")))
-        .drop("_open")
-    )
-
-
 def eager_attention(
     ctx: Context,
     k: pl.DataFrame,
@@ -169,10 +155,9 @@ def eager_attention(
         nulls_equal=True,
     ).select(
         "rank",
-        "pid",
         "tid",
         "start_ns",
-        "dur_ns",
+        (pl.col("start_ns") + pl.col("dur_ns")).alias("end_ns"),
         "external_id",
         "name",
         "input_dims",
@@ -187,8 +172,8 @@ def eager_attention(
     # the forward and backward softmax calls: B·H and T each. One call records nested ops
     # (aten::softmax under autocast's aten::softmax, then aten::_softmax): only the outermost
     # counts (a GPT-2's 36 calls read as 180 and priced its fused kernel 5x too dear)
-    fwd = _outermost(eager_ops.filter(pl.col("name").is_in(SOFTMAX_OPS)))
-    bwd = _outermost(eager_ops.filter(pl.col("name").is_in(SOFTMAX_BACKWARD_OPS)))
+    fwd = outermost(eager_ops.filter(pl.col("name").is_in(SOFTMAX_OPS)))
+    bwd = outermost(eager_ops.filter(pl.col("name").is_in(SOFTMAX_BACKWARD_OPS)))
     head_dim = heads.most_common(1)[0][0] if heads else None
     # the fused kernel's dtype is Q's and K's, what scaled_dot_product_attention would take:
     # under autocast the softmax runs in fp32 while the matmuls run in bf16 (the fp32 peak

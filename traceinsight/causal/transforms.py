@@ -240,6 +240,16 @@ def cuda_graphs_whole_step(model: StepModel) -> StepModel | None:
     return _graphed(model, optimizer_captured=True)
 
 
+def _dispatch(h: pl.DataFrame, among: pl.Expr) -> pl.Expr:
+    """The op time before each launch that is the op's dispatch: a few to tens of us a launch;
+    far more op time before one launch is CPU work inside the op (cuDNN planning for a new
+    shape, CPU math), which neither a graph nor a fusion removes: per call at most
+    DISPATCH_CAP_RATIO x the median op time per launch of the launches ``among``."""
+    typical = h.filter(among & pl.col("is_launch")).get_column("gap_ops_ns").median()
+    cap = max(MIN_DISPATCH_CAP_NS, DISPATCH_CAP_RATIO * float(typical or 0))
+    return pl.min_horizontal("gap_ops_ns", pl.lit(int(cap)))
+
+
 def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
     h = model.host
     # Allocator calls and empty_cache's frees go too: the captured work's memory lives in the
@@ -259,12 +269,7 @@ def _graphed(model: StepModel, *, optimizer_captured: bool) -> StepModel | None:
     if not h.select((captured & pl.col("is_launch")).any()).item():
         return None
     first = pl.int_range(pl.len()).over("tid", "step") == 0
-    # Dispatch is a few to tens of us per launch; far more op time before one launch is CPU
-    # work inside the op (cuDNN planning for a new shape, CPU math), which a graph does not
-    # remove: per call at most DISPATCH_CAP_RATIO x the trace's median op time per launch.
-    typical = h.filter(captured & pl.col("is_launch")).get_column("gap_ops_ns").median()
-    cap = max(MIN_DISPATCH_CAP_NS, DISPATCH_CAP_RATIO * float(typical or 0))
-    dispatch = pl.min_horizontal("gap_ops_ns", pl.lit(int(cap)))
+    dispatch = _dispatch(h, captured)
     if model_only:
         dispatch = pl.min_horizontal(dispatch, "gap_model_ns")
     # the gap's host work a capture keeps: outside any op or beyond the dispatch, or in the
@@ -850,9 +855,7 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
     # graph's one launch): the op time before each dropped launch, capped as a graph's
     # capture caps it (:func:`_graphed`); the Python outside any op stays. A held-out GPT-2
     # whose fused step the eager host then bounded at 56.8 ms: the default compile ran 46.2
-    typical = h.filter(pl.col("is_launch")).get_column("gap_ops_ns").median()
-    cap = max(MIN_DISPATCH_CAP_NS, DISPATCH_CAP_RATIO * float(typical or 0))
-    dispatch = pl.min_horizontal("gap_ops_ns", pl.lit(int(cap)))
+    dispatch = _dispatch(h, pl.lit(True))
     h = h.with_columns(
         pl.when(gone_call).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
         pl.when(gone_call)
