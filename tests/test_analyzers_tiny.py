@@ -712,7 +712,7 @@ def test_flops_of_a_window_without_steps_are_not_per_step():
     from traceinsight.report.terminal import render_summary
 
     text = render_summary(
-        analyzed(ROOT / "fixtures" / "foreign" / "part_a100_fwd_bs2.json.gz").to_json()
+        analyzed(ROOT / "fixtures" / "foreign" / "part_a100_fwd_bs2.json.xz").to_json()
     )
     assert (
         "no step markers" in text and "TFLOP in the window" in text and "TFLOP per step" not in text
@@ -788,7 +788,7 @@ def test_loading_per_batch_says_which_step_it_is_of():
     # audit 7: "would hide loading of 35.21 ms per batch" (the un-profiled step's) where the
     # 2021 ResNet-50 sample's loader calls took ~50 ms as recorded
     a = analyzed(
-        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz"
     )
     f = next(f for f in a.findings if f.id == "dataloader_stall")
     recorded = a.results.steps.dataloader_ns / a.results.steps.steps
@@ -1175,7 +1175,7 @@ def test_host_sync_advice_where_every_sync_is_an_input_copys():
     # aten::to beside its HtoD copy); host_sync told it to remove .item(). Its advice is the
     # input copies' now: pinned batches and non_blocking=True
     a = analyzed(
-        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz"
     )
     f = next(f for f in a.findings if f.id == "host_sync")
     assert f.evidence["host_sync_count"] == f.evidence["input_copy_sync_count"] == 12
@@ -1246,7 +1246,7 @@ def test_a_convolutional_network_is_not_advised_attention_and_layer_norms():
     # audit 17: two ResNet traces' elementwise_heavy advised "fused LayerNorm/RMSNorm, Flash
     # attention"; their kernels hold convolutions and no attention
     a = analyzed(
-        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+        ROOT / "fixtures" / "corpus" / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz"
     )
     f = next(f for f in a.findings if f.id == "elementwise_heavy")
     assert "attention" not in f.recommendation.lower() and "LayerNorm" not in f.recommendation

@@ -249,15 +249,15 @@ def test_v100_resnet50_trained_in_fp32_reads_as_fp32():
     """The 2021 plugin sample (ResNet-50 on a V100, fixtures/corpus) trains in fp32: no kernel in
     the raw file has a tensor-core or half-precision name, so the fp32 share of math must be ~1
     (it was 0.20 when cuDNN's float engines were not recognised)."""
-    import gzip
+    import lzma
 
     import orjson
 
     path = (
         Path(__file__).parents[1]
-        / "fixtures/corpus/plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz"
+        / "fixtures/corpus/plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz"
     )
-    with gzip.open(path, "rb") as f:
+    with lzma.open(path, "rb") as f:
         kernels = [e for e in orjson.loads(f.read()) if e.get("cat") == "Kernel"]
     names = {e["name"] for e in kernels}
     assert not any(re.search(r"(?i)884|1688|tensorop|hmma|fp16|half|bf16|f16", n) for n in names)

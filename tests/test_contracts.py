@@ -21,7 +21,7 @@ from .conftest import CORPUS, FIXTURES, H200, ROOT, TINY
 PARSER_SAMPLES = [
     TINY / "step_dataloader_sync.json",  # Kineto, hand-made
     H200 / "healthy_bf16.pt.trace.json.xz",  # Kineto, PyTorch 2.11 gzip
-    CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",  # Kineto 2021 era
+    CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz",  # Kineto 2021 era
     CORPUS / "libkineto_test_after_fix_trace.json",  # libkineto's own test trace
     FIXTURES / "nsys" / "nsys-ai__mock.sqlite.xz",  # Nsight Systems export
     FIXTURES / "nsys" / "nsys-ai__mfu_2gpu_after.sqlite.xz",  # two processes in one export

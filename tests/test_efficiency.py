@@ -634,10 +634,10 @@ def test_flops_follow_the_op_around_the_launch_where_external_ids_are_shifted():
     TFLOP/s" above the fp32 peak). Summed by hand: the 111 GEMM kernels' innermost enclosing
     ops on the launching thread (91 aten::addmm, 20 aten::bmm) do 2*M*N*K = 25,989,734,400."""
     import bisect
-    import gzip
+    import lzma
 
-    path = ROOT / "fixtures" / "foreign" / "switchtransformers_trace.json.gz"
-    with gzip.open(path) as f:
+    path = ROOT / "fixtures" / "foreign" / "switchtransformers_trace.json.xz"
+    with lzma.open(path) as f:
         ev = [e for e in json.loads(f.read())["traceEvents"] if e.get("ph") == "X"]
     calls = {e["args"].get("correlation"): e for e in ev if e.get("cat") == "cuda_runtime"}
     ops = sorted((e for e in ev if e.get("cat") == "cpu_op"), key=lambda e: e["ts"])

@@ -17,7 +17,7 @@ CASES = [
     H200 / "healthy_bf16.pt.trace.json.xz",
     H200 / "ddp_straggler" / "rank1.pt.trace.json.xz",
     H200 / "h2d_pageable.pt.trace.json.xz",
-    CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",  # bare array era
+    CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz",  # bare array era
     CORPUS / "libkineto_test_after_fix_trace.json",
     CORPUS / "inference_vllm_decode_full_graph_execution.json.gz",
     TINY / "step_dataloader_sync.json",
@@ -98,7 +98,7 @@ def test_streamed_path_is_taken(monkeypatch):
     """The streamed decoder accepts kineto's layouts (object and bare array) and declines others."""
     for path in (
         H200 / "healthy_bf16.pt.trace.json.xz",
-        CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",
+        CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz",
     ):
         assert fast.decode_path(path, None) is not None, path
 

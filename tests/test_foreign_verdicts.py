@@ -31,11 +31,11 @@ from traceinsight.api import analyze
 from traceinsight.model.classify import DEVICE_ALLOC_API
 
 FOREIGN = FIXTURES / "foreign"
-NORMALIZATION = FOREIGN / "tl_normalization_test.json.gz"  # MI300X, each op once
-SWITCH = FOREIGN / "switchtransformers_trace.json.gz"  # A100, first forward
-PART_COLD = FOREIGN / "part_a100_gpu_working.json.gz"  # A100, first forward, 1.34 s launch
-PART_BS2 = FOREIGN / "part_a100_fwd_bs2.json.gz"  # A100, warm, launch-bound
-PART_BS128 = FOREIGN / "part_a100_fwd_bs128.json.gz"  # A100, warm, eager MHA
+NORMALIZATION = FOREIGN / "tl_normalization_test.json.xz"  # MI300X, each op once
+SWITCH = FOREIGN / "switchtransformers_trace.json.xz"  # A100, first forward
+PART_COLD = FOREIGN / "part_a100_gpu_working.json.xz"  # A100, first forward, 1.34 s launch
+PART_BS2 = FOREIGN / "part_a100_fwd_bs2.json.xz"  # A100, warm, launch-bound
+PART_BS128 = FOREIGN / "part_a100_fwd_bs128.json.xz"  # A100, warm, eager MHA
 DDP = FOREIGN / "tl_mi300_ddp_resnet18.json.xz"  # MI300X, caching allocator off
 TIMESFORMER = FOREIGN / "tl_h100_timesformer.json.xz"  # H100, eager attention
 VLLM_EXEC = FOREIGN / "tl_vllm_piecewise_exec.json.xz"  # MI300X, GPU-bound: healthy

@@ -11,7 +11,7 @@ from pathlib import Path
 from traceinsight.pipeline import analyze_trace
 
 from .builder import Events
-from .conftest import FIXTURES, _analyzed_once
+from .conftest import FIXTURES, _analyzed_once, raw_json
 
 STEP_US = 200.0
 
@@ -74,12 +74,11 @@ def _nested_casts(path: Path) -> tuple[int, int]:
     """From the raw events: ``aten::to`` calls inside one of autocast's ops on their thread
     (the innermost enclosing op), with a kernel launch inside the cast; their count and host
     time (us)."""
-    import gzip
     import json
 
     from traceinsight.analyzers.host_ops import AUTOCAST_OPS
 
-    ev = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    ev = json.loads(raw_json(path))["traceEvents"]
     ops = sorted(
         (e for e in ev if e.get("ph") == "X" and e.get("cat") == "cpu_op"),
         key=lambda e: (e["tid"], e["ts"], -e["dur"]),
@@ -108,7 +107,7 @@ def test_a_public_fp16_inference_pass_recasts_at_every_call() -> None:
     """A public Particle Transformer forward (A100, fp16 autocast over fp32 weights, batch 128):
     197 casts inside autocast's ops (linear, layer_norm, baddbmm, bmm, einsum...) launching a
     kernel, 6.16 ms of host time; the advice names float16, the cast kernels' type."""
-    path = FIXTURES / "foreign" / "part_a100_fwd_bs128.json.gz"
+    path = FIXTURES / "foreign" / "part_a100_fwd_bs128.json.xz"
     n, host_us = _nested_casts(path)
     a = _analyzed_once(path)
     h = a.results.host_ops

@@ -39,7 +39,7 @@ def test_relative_ns_timestamps_are_exact():
 
 
 def test_2020_bare_array_with_string_tids():
-    t = load_trace(CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz")
+    t = load_trace(CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz")
     assert t.meta.format_version == "2020 bare event array"
     k = t.events.filter(pl.col("kind") == "kernel")
     assert k.height == 9538 and k["stream"].unique().to_list() == [7]

@@ -55,7 +55,7 @@ REAL = [
     H200 / "healthy_bf16.pt.trace.json.xz",
     H200 / "memory" / "mem_leak.pt.trace.json.xz",  # [memory] instants, shapes
     H200 / "ddp_straggler" / "rank1.pt.trace.json.xz",  # NCCL kernels: collective names
-    CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",  # bare array, string tids
+    CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz",  # bare array, string tids
     CORPUS / "libkineto_test_after_fix_trace.json",
     TINY / "step_dataloader_sync.json",
 ]

@@ -760,7 +760,7 @@ def test_a_one_shot_programs_copies_are_no_lever(tmp_path: Path) -> None:
 
 
 FALCONSAI = (
-    Path(__file__).resolve().parents[1] / "fixtures" / "foreign" / "tl_mi300_falconsai.json.gz"
+    Path(__file__).resolve().parents[1] / "fixtures" / "foreign" / "tl_mi300_falconsai.json.xz"
 )
 
 
@@ -772,13 +772,13 @@ def test_a_small_gemm_that_cannot_fill_the_device_is_not_misaligned() -> None:
     bounds them, not the alignment. Their output grids (128-square tiles: 42 and 168) are under
     the device's 304 CUs, so no roofline judges them; a GEMM of no more work also bounds what
     one can take from below."""
-    import gzip
+    import lzma
     from collections import defaultdict
 
     from traceinsight.analyzers.gemm_shapes import _judged
     from traceinsight.model.devices import lookup
 
-    doc = json.loads(gzip.decompress(FALCONSAI.read_bytes()))
+    doc = json.loads(lzma.decompress(FALCONSAI.read_bytes()))
     ops = {e["args"]["External id"]: e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e["name"] == "aten::addmm"}  # fmt: skip
     by_shape: dict[tuple[int, int, int], list[float]] = defaultdict(list)
     for e in doc["traceEvents"]:

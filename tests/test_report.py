@@ -32,7 +32,7 @@ HOSTILE = [
     [
         H200 / "dataloader_starved.pt.trace.json.xz",
         H200 / "ddp_overlap" / "rank0.pt.trace.json.xz",
-        CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.gz",
+        CORPUS / "plugin_2021-01_resnet50_nw0_worker0.pt.trace.json.xz",
         CORPUS / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
     ],
 )
