@@ -91,6 +91,8 @@ APPLIED = {
     "deberta": ["fp32_compute,memory_headroom@2,dataloader_stall"],
     # the H100, session 65 (held out): SDPA, the default compile (the fusion), fused AdamW
     "gpt2_eager": ["attention_unfused,elementwise_heavy,unfused_optimizer"],
+    # the H100, session 66 (held out): the same three fixes on a Llama (RMSNorm, rotary, SiLU)
+    "llama_eager": ["attention_unfused,elementwise_heavy,unfused_optimizer"],
 }
 # the loops whose recorded workers kept pin_memory=False: their band is the unpinned variant's
 UNPINNED_WORKERS = ("gnn", "timm_jpeg", "sbert", "wav2vec2")
@@ -151,6 +153,12 @@ FIX_NAMES = {
         "unfused_optimizer": "fused_adamw",
         "memory_headroom": "batch_2x",
         "small_batch": "batch_2x",
+    },
+    # the H100, session 66: the same fixes on transformers' Llama (no batch recorded)
+    "llama_eager": {
+        "attention_unfused": "sdpa",
+        "elementwise_heavy": "compile",
+        "unfused_optimizer": "fused_adamw",
     },
     # the Trainer's evaluation (session 64): bf16_full_eval casts the model once
     "eval_glue": {
@@ -335,6 +343,7 @@ def main() -> None:
         "infer_resnet",
         "eval_glue",
         "gpt2_eager",  # the H100, session 65: eager attention, GPU-bound
+        "llama_eager",  # the H100, session 66: eager attention, GPU-bound
     ]
     print("| loop | finding | severity | predicted | measured fix | measured band | ratio |")
     print("|---|---|---|---|---|---|---|")

@@ -109,6 +109,46 @@ def test_fused_elementwise_chain_drops_its_dispatch_once():
     assert step_us(whatif.elementwise_fused(graphs)) == 30
 
 
+def test_fused_chain_reads_its_input_and_writes_its_output_once():
+    # three chained elementwise kernels of 10, 40 and 20 us (the middle one writes a wider
+    # intermediate, as an fp32 upcast does), back to back from 10 us: the GPU ends at 80
+    ev = Events().step(0, 0, 20)
+    for i, (start, dur) in enumerate([(10, 10), (20, 40), (60, 20)]):
+        ev.op("aten::mul", 5 * i, 4)
+        ev.kernel(
+            f"vectorized_elementwise_kernel<{i}>", start, dur, launch_us=5 * i + 1,
+            launch_dur_us=2,
+        )  # fmt: skip
+    m = model_of(ev)
+    assert step_us(m) == 80
+    # fused, one kernel reads what the first read and writes what the last wrote: (10 + 20) / 2
+    # = 15 us from 10 us (the chain's longest kernel, 40 us, had priced it at 50)
+    assert step_us(whatif.elementwise_fused(m)) == 25
+
+
+def test_fused_attention_drops_the_eager_ops_and_keeps_one_kernel_a_call():
+    # five eager ops of one attention call, each 48 us (its 2 us kernel launched 40 us in by an
+    # 8 us call), 2 us apart: host-bound at 250 us
+    ev = Events().step(0, 0, 250)
+    for i in range(5):
+        ev.op("aten::_softmax" if i == 2 else "aten::bmm", 50 * i, 48)
+        ev.kernel(
+            f"vectorized_elementwise_kernel<{i}>", 50 * i + 45, 2, launch_us=50 * i + 40,
+            launch_dur_us=8,
+        )  # fmt: skip
+    m = model_of(ev)
+    assert step_us(m) == 250
+    # the fused kernel (30 us) where the softmax's ran, the other four gone with their calls
+    # and their ops' dispatch: 2 + 2 us of Python, the softmax's 40 us dispatch and its call
+    # at 44 us, its kernel 5 us after the call's start (49-79); the host ends at 60
+    keys = m.gpu.select(
+        "device",
+        "start_ns",
+        pl.when(pl.int_range(pl.len()) == 2).then(30 * US).otherwise(0).alias("dur_ns"),
+    )
+    assert step_us(whatif.kernels_fused(keys)(m)) == 79
+
+
 def test_graph_replays_keep_launch_order_between_streams_that_never_ran_together():
     # ten kernels alternating between streams 7 and 8, each launched 40 us into a 48 us torch op
     # (dispatch, which a capture removes), the ops 2 us apart (Python, which it keeps)

@@ -107,6 +107,36 @@ def _scores(dims: list[Any]) -> set[tuple[int, int]]:
     return out
 
 
+def _fused_transform(
+    ek: pl.DataFrame, eager_ops: pl.DataFrame, fused_ns: float, kernel_ns: int
+) -> transforms.Transform:
+    """The eager kernels ``ek`` replaced by the fused kernel: its time ``fused_ns`` spread over
+    the softmax kernels (forward and backward: one per call, where the fused kernel runs), the
+    other eager kernels gone with their launches and their ops' dispatch. Where no softmax
+    launched a kernel of its own, every eager kernel is scaled to the fused time instead."""
+    softmax = eager_ops.filter(pl.col("name").is_in(SOFTMAX_OPS + SOFTMAX_BACKWARD_OPS))
+    kept = ek.join(softmax.select("rank", "external_id").unique(), on=["rank", "external_id"])
+    kept_ns = int(kept.get_column("dur_ns").sum()) if kept.height else 0
+    if kept_ns <= 0:
+        factor = min(1.0, fused_ns / kernel_ns) if kernel_ns else 1.0
+        keys = ek.select("device", "start_ns", pl.lit(factor).alias("factor"))
+        return transforms.scaled_kernels(keys)
+    share = fused_ns / kept_ns
+    keys = ek.join(
+        kept.select("device", "start_ns", pl.lit(True).alias("_kept")),
+        on=["device", "start_ns"],
+        how="left",
+    ).select(
+        "device",
+        "start_ns",
+        pl.when(pl.col("_kept"))
+        .then((pl.col("dur_ns") * share).round().cast(pl.Int64).clip(1))
+        .otherwise(0)
+        .alias("dur_ns"),
+    )
+    return transforms.kernels_fused(keys)
+
+
 def eager_attention(
     ctx: Context,
     k: pl.DataFrame,
@@ -231,9 +261,7 @@ def eager_attention(
     saving = max(0.0, kernel_ns - fused_ns)
     what_if = None
     if replay is not None and replay.model is not None:
-        factor = min(1.0, fused_ns / kernel_ns) if kernel_ns else 1.0
-        keys = ek.select("device", "start_ns", pl.lit(factor).alias("factor"))
-        what_if = replay.predict(transforms.scaled_kernels(keys))
+        what_if = replay.predict(_fused_transform(ek, eager_ops, fused_ns, kernel_ns))
     elif step_ns:
         per_step = saving / max(1, steps)
         what_if = WhatIf.of(step_ns, max(0.0, step_ns - per_step))

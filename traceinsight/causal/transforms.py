@@ -819,7 +819,10 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
     runs = (
         pl.DataFrame({"_run": run, "_ew": flags["_ew"], "dur_ns": g["dur_ns"]})
         .group_by("_run")
-        .agg(pl.len().alias("_n"), pl.col("dur_ns").max().alias("_max"))
+        .agg(
+            pl.len().alias("_n"),
+            ((pl.col("dur_ns").first() + pl.col("dur_ns").last()) // 2).alias("_max"),
+        )
     )
     per_row = pl.DataFrame({"_run": run}).join(runs, on="_run", how="left", maintain_order="left")
     fused = flags["_ew"] & (per_row["_n"] > 1)
@@ -829,8 +832,18 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
     ):
         return None
     head = fused & starts
-    # a host call goes with its launches only where all of them went: a CUDA graph's launch
-    # replays many kernels, and one call can launch kernels that stay unfused
+    g = g.with_columns(
+        pl.when(head).then(per_row["_max"]).otherwise(pl.col("dur_ns")).alias("dur_ns")
+    )
+    return _kernels_gone(model, g, gone)
+
+
+def _kernels_gone(model: StepModel, g: pl.DataFrame, gone: pl.Series) -> StepModel:
+    """``model`` with its GPU table ``g`` less the kernels flagged ``gone`` (their time, wait
+    and latency), and each host call whose launches all went, with its op's dispatch: a
+    fusion's (one op for the chain, or a compiled graph's one launch). A host call goes only
+    where all its launches went: a CUDA graph's launch replays many kernels, and one call can
+    launch kernels that stay."""
     launches = pl.DataFrame({"launch": g["launch"], "_gone": gone}).filter(pl.col("launch") >= 0)
     dropped = (
         launches.group_by("launch")
@@ -840,21 +853,14 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
         .implode()
     )
     g = g.with_columns(
-        pl.when(head)
-        .then(per_row["_max"])
-        .when(gone)
-        .then(0)
-        .otherwise(pl.col("dur_ns"))
-        .alias("dur_ns"),
-        pl.when(gone).then(0).otherwise(pl.col("gap_ns")).alias("gap_ns"),
-        pl.when(gone).then(0).otherwise(pl.col("latency_ns")).alias("latency_ns"),
+        pl.when(gone).then(0).otherwise(pl.col(c)).alias(c)
+        for c in ("dur_ns", "gap_ns", "latency_ns")
     )
     h = model.host
     gone_call = pl.col("node").cast(pl.Int64).is_in(dropped)
-    # the fused ops' dispatch goes with their launches (one op for the chain, or a compiled
-    # graph's one launch): the op time before each dropped launch, capped as a graph's
-    # capture caps it (:func:`_graphed`); the Python outside any op stays. A held-out GPT-2
-    # whose fused step the eager host then bounded at 56.8 ms: the default compile ran 46.2
+    # the dropped launch's op time before it, capped as a graph's capture caps it
+    # (:func:`_graphed`); the Python outside any op stays. A held-out GPT-2 whose fused step
+    # the eager host then bounded at 56.8 ms: the default compile ran 46.2
     dispatch = _dispatch(h, pl.lit(True))
     h = h.with_columns(
         pl.when(gone_call).then(0).otherwise(pl.col("dur_ns")).alias("dur_ns"),
@@ -1270,6 +1276,31 @@ def scaled_kernels(keys: pl.DataFrame) -> Transform:
         return model.with_gpu(g)
 
     return Transform("scaled_kernels", transform, gpu_reads=frozenset({"device"}))
+
+
+def kernels_fused(keys: pl.DataFrame) -> Transform:
+    """A transform: the eager kernels at ``keys`` (device, start_ns, dur_ns) replaced by fused
+    ones: each takes its ``dur_ns``, and those at 0 go with their launches and, where all of a
+    host call's launches go, the call and its op's dispatch (:func:`_kernels_gone`). A fused
+    attention kernel replaces the matmuls, scaling, masking, casts and softmax of each call, and
+    their ops are no longer dispatched (a Llama's eager attention: 917 fewer ops and 105 fewer
+    launches a step under SDPA)."""
+
+    def transform(model: StepModel) -> StepModel | None:
+        g = model.gpu
+        k = keys.select(
+            pl.col("device").cast(g.schema["device"]),
+            pl.col("start_ns").cast(pl.Int64),
+            pl.col("dur_ns").cast(pl.Int64).alias("_new"),
+        ).unique(subset=["device", "start_ns"])
+        g = g.join(k, on=["device", "start_ns"], how="left", maintain_order="left")
+        if g.get_column("_new").null_count() == g.height:
+            return None
+        gone = (g.get_column("_new") == 0).fill_null(False)
+        g = g.with_columns(pl.col("_new").fill_null(pl.col("dur_ns")).alias("dur_ns")).drop("_new")
+        return _kernels_gone(model, g, gone)
+
+    return Transform("kernels_fused", transform, gpu_reads=frozenset({"device"}))
 
 
 def _on_threads(rows: pl.DataFrame, **columns: str) -> pl.DataFrame:
