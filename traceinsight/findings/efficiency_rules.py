@@ -235,7 +235,14 @@ def attention_unfused(x: RuleInput) -> Draft | None:
         a.saving_ns if a.saving_ns is not None else a.kernel_ns,
         f"Eager attention: softmax over {a.seq_len}x{a.seq_len} scores ({a.batch_heads} batch x "
         f"heads{d}) and its matmuls take {fmt_pct(a.kernel_time_ratio)} of kernel time "
-        f"({fmt_ms(a.kernel_ns)}); a fused kernel would not write the score matrix",
+        f"({fmt_ms(a.kernel_ns)}); a fused kernel would not write the score matrix"
+        + (
+            # torch.compile fused the softmax with its mask and casts, not the attention
+            "; compiled, it still runs eager: inductor's Triton softmax reads and writes the "
+            "scores between two matmuls"
+            if a.compiled
+            else ""
+        ),
         {
             "seq_len": a.seq_len,
             "batch_heads": a.batch_heads,
@@ -247,5 +254,6 @@ def attention_unfused(x: RuleInput) -> Draft | None:
             "eager_kernel_count": a.kernel_count,
             "eager_kernel_time_ratio": a.kernel_time_ratio,
             "fused_estimate_ns": a.fused_estimate_ns,
+            "compiled": a.compiled,
         },
     )
