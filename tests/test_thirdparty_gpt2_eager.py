@@ -140,3 +140,16 @@ def test_compiled_eager_attention_is_found_and_priced() -> None:
     lo = LOOP.band("all")["low"] / LOOP.band("compile")["high"]
     hi = LOOP.band("all")["high"] / LOOP.band("compile")["low"]
     assert within_band(left.speedup, lo, hi)
+
+
+def test_input_copies_and_the_masks_device_constant_are_told_apart() -> None:
+    """Six syncing host-to-device copies in three steps: each step's input batch (.to() without
+    non_blocking) and the eager mask's torch.tensor(0.0, device=...) (followed by its
+    aten::lift_fresh). The title counts both, the advice stays the inputs'."""
+    f = next(f for f in LOOP.analysis().findings if f.id == "sync_input_copy")
+    assert (f.evidence["input_copy_sync_count"], f.evidence["constructed_copy_sync_count"]) == (
+        6,
+        3,
+    )
+    assert "(3 of them tensors built from Python data" in f.title
+    assert "pin_memory=True" in f.recommendation

@@ -161,3 +161,23 @@ def test_compiled_eager_attention_is_found_and_priced() -> None:
     lo = LOOP.band("all")["low"] / LOOP.band("compile")["high"]
     hi = LOOP.band("all")["high"] / LOOP.band("compile")["low"]
     assert within_band(left.speedup, lo, hi)
+
+
+def test_the_masks_device_constant_is_named_not_an_input_copy() -> None:
+    """The step's one sync: transformers' eager masking makes ``torch.tensor(0.0,
+    device=...)`` each forward, a pageable copy that syncs (raw: a cudaStreamSynchronize inside
+    aten::to, then aten::lift_fresh on the same thread, once a step). Named as a tensor built
+    from Python data, advised where the constant is made, not as an input's .to()."""
+    ev = sorted((e for e in raw_events(LOOP.before) if e.get("ph") == "X"), key=lambda e: e["ts"])
+    syncs = [e for e in ev if e["name"] == "cudaStreamSynchronize"]
+    after = [
+        next(o["name"] for o in ev if o["tid"] == s["tid"] and o["ts"] >= s["ts"] + s["dur"])
+        for s in syncs
+    ]
+    assert len(syncs) == 3 and after == ["aten::lift_fresh"] * 3
+    f = LOOP.finding("sync_input_copy")
+    assert f.evidence["constructed_copy_sync_count"] == f.evidence["input_copy_sync_count"] == 3
+    assert f.title.startswith("3 tensors built from Python data on the device wait for the GPU")
+    assert "torch.tensor(x, device=...)" in f.recommendation
+    assert 'attn_implementation="sdpa"' in f.recommendation
+    assert "pin_memory" not in f.recommendation

@@ -30,6 +30,9 @@ class SyncResult:
     input_copy_blocked_ns: int = 0
     # the part of that blocked time the GPU sat idle (the rest it ran queued work)
     input_copy_idle_ns: int = 0
+    # of those, tensors built from Python data on the device (torch.tensor(x, device=...)):
+    # the copy is followed by the new tensor's aten::lift_fresh, no input's .to()
+    constructed_copy_sync_count: int = 0
     # cudnn.benchmark's timing syncs inside convolution ops (context.py autotune_syncs): one-time
     # tuning, left out of the counts above
     autotune_syncs: int = 0
@@ -60,6 +63,7 @@ def analyze_syncs(ctx: Context) -> SyncResult:
     )
     steps = ctx.steps.height
     inputs = calls.filter(_after_host_to_device(ctx, calls))
+    constructed = int(_before_lift_fresh(ctx, inputs).sum()) if inputs.height else 0
     return SyncResult(
         host_sync_count=calls.height,
         host_sync_blocked_ns=int(calls["dur_ns"].sum()) if calls.height else 0,
@@ -69,6 +73,7 @@ def analyze_syncs(ctx: Context) -> SyncResult:
         input_copy_sync_count=inputs.height,
         input_copy_blocked_ns=int(inputs["dur_ns"].sum()) if inputs.height else 0,
         input_copy_idle_ns=_idle_during(ctx, inputs),
+        constructed_copy_sync_count=constructed,
         autotune_syncs=before - calls.height,
     )
 
@@ -116,6 +121,36 @@ def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
         .sort("call_id")
     )
     return prev.get_column("_h2d").fill_null(False)
+
+
+# torch.tensor(data, device=...) makes the tensor on the CPU, copies it, then lifts it: the
+# lift starts right after the copy's ops return (61 us after the sync, a Llama's eager mask)
+LIFT_AFTER_MAX_NS = 500_000
+
+
+def _before_lift_fresh(ctx: Context, calls: pl.DataFrame) -> pl.Series:
+    """Per sync call (in ``calls`` order): the next op its thread starts after the call is the
+    new tensor's ``aten::lift_fresh``, within :data:`LIFT_AFTER_MAX_NS`: a tensor built from
+    Python data on the device (``torch.tensor(0.0, device=...)``, pageable, so blocking)."""
+    ops = ctx.ops.select("tid", "start_ns", "name").sort("start_ns")
+    nxt = (
+        calls.with_row_index("_i")
+        .select("_i", "tid", "end_ns")
+        .sort("end_ns")
+        .join_asof(
+            ops.rename({"start_ns": "_next"}),
+            left_on="end_ns",
+            right_on="_next",
+            by="tid",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .sort("_i")
+    )
+    lift = (pl.col("name") == "aten::lift_fresh") & (
+        pl.col("_next") - pl.col("end_ns") <= LIFT_AFTER_MAX_NS
+    )
+    return nxt.select(lift.fill_null(False).alias("_lift")).get_column("_lift")
 
 
 def enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:

@@ -25,6 +25,7 @@ from traceinsight.analyzers.idle import (
     IdleSegment,
 )
 from traceinsight.analyzers.sources import Source
+from traceinsight.analyzers.syncs import SyncResult
 from traceinsight.causal.build import CUDNN_SDPA_PLAN_NS
 from traceinsight.causal.columns import HOST_INPUT_OPS
 from traceinsight.causal.transforms import BF16_KNOWN_SHAPES
@@ -502,6 +503,35 @@ _INPUT_COPY_SNIPPET = (
     "loader = DataLoader(dataset, batch_size=B, pin_memory=True)\n"
     "x = x.to(device, non_blocking=True)   # no stream sync after the copy"
 )
+# torch.tensor(x, device=...) each step: a tensor built on the CPU and copied from pageable
+# memory, which syncs (a held-out Llama's and GPT-2's eager attention masks: transformers'
+# masking makes its zero this way each forward; SDPA builds no such mask)
+_CONSTRUCTED_COPY_ADVICE = (
+    "Do not build device tensors from Python data each step: torch.tensor(x, device=...) (and "
+    "t.new_tensor(x)) makes the tensor on the CPU and copies it from pageable memory, which synchronizes the stream, so "
+    "the host waits for all queued GPU work. A constant: create it once outside the step, or on "
+    "the device (torch.full((), x, device=...)), or pass a Python number where the op takes one "
+    "(torch.where(mask, 0.0, x)). Data that changes each step: build it on the CPU, pin it and "
+    "copy it with non_blocking=True. Inside a library the call is not yours: transformers' "
+    'eager attention builds its mask this way each forward, and attn_implementation="sdpa" '
+    "builds none."
+)
+_CONSTRUCTED_COPY_SNIPPET = (
+    "# before, each step: zero = torch.tensor(0.0, device=x.device)\n"
+    'zero = torch.zeros((), device="cuda")  # once, outside the loop\n'
+    "y = torch.where(mask, zero, x)          # or torch.where(mask, 0.0, x)\n"
+    "# data: torch.tensor(obs).pin_memory().to(device, non_blocking=True)"
+)
+
+
+def _copy_advice(syncs: SyncResult) -> tuple[str, str]:
+    """The copies' advice and snippet: where the tensor is made, where every syncing copy built
+    a tensor from Python data; the input copies' otherwise."""
+    if syncs.constructed_copy_sync_count >= syncs.input_copy_sync_count > 0:
+        return _CONSTRUCTED_COPY_ADVICE, _CONSTRUCTED_COPY_SNIPPET
+    return _INPUT_COPY_ADVICE, _INPUT_COPY_SNIPPET
+
+
 _SYNC_ADVICE = (
     "Remove per-step .item(), .cpu(), print(tensor) and tensor-valued if-conditions from the "
     "loop; accumulate metrics on the GPU and read them every N steps; time with CUDA events."
@@ -567,15 +597,16 @@ def host_sync(x: RuleInput) -> Draft | None:
     elif 0 < syncs.host_sync_count <= syncs.input_copy_sync_count:
         # every sync is an input copy's, .to(device) without non_blocking (audit 17: a V100
         # ResNet's 12 syncs all in aten::to, told to remove .item())
-        advice = {"recommendation": _INPUT_COPY_ADVICE, "snippet": _INPUT_COPY_SNIPPET}
+        text, code = _copy_advice(syncs)
+        advice = {"recommendation": text, "snippet": code}
     elif 0 < syncs.host_sync_count < 2 * syncs.input_copy_sync_count:
         # most are (audit s60: 11 of 13 syncs after Tensor.cuda() copies, told to remove
         # .item()): their lever first, then the others'
         rest = syncs.host_sync_count - syncs.input_copy_sync_count
+        text, code = _copy_advice(syncs)
         advice = {
-            "recommendation": f"{_INPUT_COPY_ADVICE} The other {plural(rest, 'sync')}: "
-            + _SYNC_ADVICE_AFTER,
-            "snippet": _INPUT_COPY_SNIPPET,
+            "recommendation": f"{text} The other {plural(rest, 'sync')}: " + _SYNC_ADVICE_AFTER,
+            "snippet": code,
         }
     elif site is not None and site.library_call:
         advice["recommendation"] = (
@@ -726,20 +757,42 @@ def sync_input_copy(x: RuleInput) -> Draft | None:
         or blocked < x.t["input_copy_blocked_min_ratio"] * x.window_ns
     ):
         return None
+    n, built = syncs.input_copy_sync_count, syncs.constructed_copy_sync_count
+    evidence = {
+        "input_copy_sync_count": n,
+        "input_copy_blocked_ns": blocked,
+        "input_copy_idle_ns": syncs.input_copy_idle_ns,
+        "host_sync_count": syncs.host_sync_count,
+        "constructed_copy_sync_count": built,
+    }
     # attributed: the GPU idle while those syncs held the host (blocked time with the GPU busy
     # costs nothing by itself; the model prices the rest where there is one)
+    if built >= n:
+        # every one is a tensor built from Python data, not an input's .to(): the advice is
+        # where the constant is made (audit of a held-out Llama: "each .to(device) without
+        # non_blocking" named a copy inside transformers' eager masking)
+        return Draft(
+            syncs.input_copy_idle_ns,
+            f"{plural(n, 'tensor')} built from Python data on the device "
+            f"{'waits' if n == 1 else 'wait'} for the GPU: torch.tensor(x, device=...) (or "
+            f"t.new_tensor(x)) copies "
+            f"from pageable memory and syncs the stream, {fmt_ms(blocked)} of host time blocked",
+            evidence,
+            recommendation=_CONSTRUCTED_COPY_ADVICE,
+            snippet=_CONSTRUCTED_COPY_SNIPPET,
+        )
+    of_them = (
+        f" ({built} of them tensors built from Python data: torch.tensor(x, device=...) or "
+        "t.new_tensor(x))"
+        if built
+        else ""
+    )
     return Draft(
         syncs.input_copy_idle_ns,
-        f"{plural(syncs.input_copy_sync_count, 'input copy', 'input copies')} "
-        f"{'waits' if syncs.input_copy_sync_count == 1 else 'wait'} for the GPU: each .to(device) "
-        "without "
+        f"{plural(n, 'input copy', 'input copies')}{of_them} "
+        f"{'waits' if n == 1 else 'wait'} for the GPU: each .to(device) without "
         f"non_blocking syncs the stream, {fmt_ms(blocked)} of host time blocked",
-        {
-            "input_copy_sync_count": syncs.input_copy_sync_count,
-            "input_copy_blocked_ns": blocked,
-            "input_copy_idle_ns": syncs.input_copy_idle_ns,
-            "host_sync_count": syncs.host_sync_count,
-        },
+        evidence,
     )
 
 
