@@ -97,28 +97,19 @@ def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
     host-to-device copy (the sync is that copy's)."""
     if calls.height == 0:
         return pl.Series([], dtype=pl.Boolean)
-    api = ctx.rows(API_KINDS).select("tid", "start_ns").sort("start_ns")
+    api = ctx.rows(API_KINDS).select("tid", "start_ns")
     h2d = launched(
         ctx.launches,
         [pl.col("launch_tid").alias("tid"), pl.col("launch_start_ns").alias("start_ns")],
         (pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "HtoD"),
     ).with_columns(pl.lit(True).alias("_h2d"))
-    prev = (
-        calls.select("call_id", "tid", (pl.col("start_ns") - 1).alias("_before"))
-        .sort("_before")
-        .join_asof(
-            api.rename({"start_ns": "_prev"}),
-            left_on="_before",
-            right_on="_prev",
-            by="tid",
-            check_sortedness=False,
-        )
-        .join(
-            h2d.unique(["tid", "start_ns"]).rename({"start_ns": "_prev"}),
-            on=["tid", "_prev"],
-            how="left",
-        )
-        .sort("call_id")
+    prev = _thread_neighbour(
+        calls.with_columns((pl.col("start_ns") - 1).alias("_before")), api, "_before", "backward"
+    ).join(
+        h2d.unique(["tid", "start_ns"]).rename({"start_ns": "_at"}),
+        on=["tid", "_at"],
+        how="left",
+        maintain_order="left",
     )
     return prev.get_column("_h2d").fill_null(False)
 
@@ -132,25 +123,34 @@ def _before_lift_fresh(ctx: Context, calls: pl.DataFrame) -> pl.Series:
     """Per sync call (in ``calls`` order): the next op its thread starts after the call is the
     new tensor's ``aten::lift_fresh``, within :data:`LIFT_AFTER_MAX_NS`: a tensor built from
     Python data on the device (``torch.tensor(0.0, device=...)``, pageable, so blocking)."""
-    ops = ctx.ops.select("tid", "start_ns", "name").sort("start_ns")
-    nxt = (
+    nxt = _thread_neighbour(calls, ctx.ops.select("tid", "start_ns", "name"), "end_ns", "forward")
+    lift = (pl.col("name") == "aten::lift_fresh") & (
+        pl.col("_at") - pl.col("end_ns") <= LIFT_AFTER_MAX_NS
+    )
+    return nxt.select(lift.fill_null(False).alias("_lift")).get_column("_lift")
+
+
+def _thread_neighbour(
+    calls: pl.DataFrame, rows: pl.DataFrame, at: str, strategy: str
+) -> pl.DataFrame:
+    """Each of ``calls`` (tid and the time column ``at``), in their order, with the row of
+    ``rows`` (tid, start_ns, ...) whose start is nearest ``at`` on the same thread in
+    ``strategy``'s direction ("backward": at or before it; "forward": at or after), that start
+    as ``_at`` (null where none)."""
+    return (
         calls.with_row_index("_i")
-        .select("_i", "tid", "end_ns")
-        .sort("end_ns")
+        .select("_i", "tid", at)
+        .sort(at)
         .join_asof(
-            ops.rename({"start_ns": "_next"}),
-            left_on="end_ns",
-            right_on="_next",
+            rows.rename({"start_ns": "_at"}).sort("_at"),
+            left_on=at,
+            right_on="_at",
             by="tid",
-            strategy="forward",
+            strategy=strategy,
             check_sortedness=False,
         )
         .sort("_i")
     )
-    lift = (pl.col("name") == "aten::lift_fresh") & (
-        pl.col("_next") - pl.col("end_ns") <= LIFT_AFTER_MAX_NS
-    )
-    return nxt.select(lift.fill_null(False).alias("_lift")).get_column("_lift")
 
 
 def enclosing_op(host_ops: pl.DataFrame, calls: pl.DataFrame) -> pl.DataFrame:
