@@ -24,6 +24,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context, outermost
 from traceinsight.analyzers.replay import ReplayResult
+from traceinsight.analyzers.syncs import constructed_copy_syncs
 from traceinsight.causal import transforms
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.devices import DeviceSpec
@@ -81,6 +82,10 @@ class EagerAttention:
     saving_ns: int | None = None
     # the softmax is inductor's Triton kernel: compiled code whose attention stays eager
     compiled: bool = False
+    # syncs of device constants made for the attention's mask (a torch.tensor(x, device=...)
+    # whose next op takes a [..., T, T] mask: transformers' eager masking), which a fused
+    # kernel's causal flag does without (:func:`mask_syncs`)
+    mask_syncs: int = 0
     what_if: WhatIf | None = field(default=None, metadata=OMIT_NONE)
     why_no_estimate: str | None = field(default=None, metadata=OMIT_NONE)
 
@@ -127,6 +132,47 @@ def _scores(dims: list[Any]) -> set[tuple[int, int]]:
         if square and d[-1] == d[-2] >= MIN_SEQ_LEN:
             out.add((math.prod(d), int(d[-1])))
     return out
+
+
+# the constant's lift and the mask op that takes it follow the copy's sync within this (61 and
+# 78 us after it on a Llama: aten::lift_fresh, detach_, then aten::where on [4, 1, 2048, 2048])
+MASK_OP_AFTER_MAX_NS = 1_000_000
+
+
+def mask_syncs(ctx: Context, seqs: set[int]) -> pl.DataFrame:
+    """The syncs (tid, start_ns) of device constants made for an attention mask: a copy that
+    built a tensor from Python data (syncs.constructed_copy_syncs) whose thread's next op with
+    a tensor input, within :data:`MASK_OP_AFTER_MAX_NS`, takes a [..., T, T] one with T an eager
+    softmax's side. transformers' eager masking makes its zero so each forward (a Llama's one
+    sync a step, 24-49 ms of waiting); its SDPA path builds no mask for a causal model, as
+    F.scaled_dot_product_attention(..., is_causal=True) needs none."""
+    syncs = constructed_copy_syncs(ctx).with_columns(pl.col("tid").cast(pl.Int64))
+    none = pl.DataFrame(schema={"tid": pl.Int64, "start_ns": pl.Int64})
+    if syncs.height == 0 or not seqs:
+        return none
+    oa = ctx.op_args.select(pl.col("tid").cast(pl.Int64), "start_ns", "input_dims")
+    shaped = oa.filter(pl.col("input_dims").str.contains(r"\[\d"))  # an input with a shape
+    masks = {
+        d
+        for d in shaped.get_column("input_dims").unique().to_list()
+        if any(t in seqs for _, t in _scores(_loads(d)))
+    }
+    nxt = (
+        syncs.sort("end_ns")
+        .join_asof(
+            shaped.rename({"start_ns": "_next"}).sort("_next"),
+            left_on="end_ns",
+            right_on="_next",
+            by="tid",
+            strategy="forward",
+            check_sortedness=False,
+        )
+        .filter(
+            pl.col("input_dims").is_in(list(masks))
+            & (pl.col("_next") - pl.col("end_ns") <= MASK_OP_AFTER_MAX_NS)
+        )
+    )
+    return nxt.select(pl.col("tid").cast(pl.Int64), pl.col("start_ns").cast(pl.Int64))
 
 
 def _fused_transform(
@@ -269,6 +315,8 @@ def eager_attention(
         kernel_time_ratio=kernel_ns / all_ns if all_ns else None,
         compiled=bool(fwd.get_column("name").str.starts_with("triton_").any()),
     )
+    masked = mask_syncs(ctx, seqs)
+    result = replace(result, mask_syncs=masked.height)
     why = None
     peak = spec.peak_tflops.get(dtype or "") if spec is not None else None
     if head_dim is None:
@@ -284,7 +332,11 @@ def eager_attention(
     saving = max(0.0, kernel_ns - fused_ns)
     what_if = None
     if replay is not None and replay.model is not None:
-        what_if = replay.predict(_fused_transform(ek, eager_ops, fused_ns, kernel_ns))
+        fused = _fused_transform(ek, eager_ops, fused_ns, kernel_ns)
+        if masked.height:
+            # the mask's constants go with the mask: the fused kernel's causal flag needs none
+            fused = transforms.combined([fused, transforms.remove_syncs_at(masked)])
+        what_if = replay.predict(fused)
     elif step_ns:
         per_step = saving / max(1, steps)
         what_if = WhatIf.of(step_ns, max(0.0, step_ns - per_step))

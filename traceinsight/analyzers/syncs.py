@@ -114,6 +114,19 @@ def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
     return prev.get_column("_h2d").fill_null(False)
 
 
+def constructed_copy_syncs(ctx: Context) -> pl.DataFrame:
+    """The window's syncs (tid, start_ns, end_ns) of host-to-device copies that built a tensor
+    from Python data on the device (:func:`_before_lift_fresh`), cudnn.benchmark's left out as
+    :func:`analyze_syncs` leaves them."""
+    lo, hi = ctx.window_start_ns, ctx.window_end_ns
+    calls = ctx.sync_calls.filter(iv.overlapping(lo, hi)).select("tid", "start_ns", "end_ns")
+    tuning = autotune_syncs(ctx).select("tid", "start_ns")
+    if tuning.height:
+        calls = calls.join(tuning, on=["tid", "start_ns"], how="anti")
+    inputs = calls.filter(_after_host_to_device(ctx, calls))
+    return inputs.filter(_before_lift_fresh(ctx, inputs)) if inputs.height else inputs
+
+
 # torch.tensor(data, device=...) makes the tensor on the CPU, copies it, then lifts it: the
 # lift starts right after the copy's ops return (61 us after the sync, a Llama's eager mask)
 LIFT_AFTER_MAX_NS = 500_000

@@ -9,7 +9,7 @@ from traceinsight.analyzers import Results
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.findings.model import Advice, Draft
 from traceinsight.findings.rules import RuleInput, compiled_code, rule
-from traceinsight.report.format import fmt_ms, fmt_pct, fmt_small_pct, kernel_words
+from traceinsight.report.format import fmt_ms, fmt_pct, fmt_small_pct, kernel_words, plural
 
 
 def unaligned_gemms_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
@@ -242,6 +242,15 @@ def attention_unfused(x: RuleInput) -> Draft | None:
             "scores between two matmuls"
             if a.compiled
             else ""
+        )
+        + (
+            # transformers' eager masking makes a device constant per forward (pageable, so it
+            # syncs); the fused path builds no mask for a causal model
+            f"; its mask's device constants sync the stream {plural(a.mask_syncs, 'time')} "
+            "(torch.tensor(x, device=...) before the mask), which a causal fused kernel does "
+            "without"
+            if a.mask_syncs
+            else ""
         ),
         {
             "seq_len": a.seq_len,
@@ -255,5 +264,6 @@ def attention_unfused(x: RuleInput) -> Draft | None:
             "eager_kernel_time_ratio": a.kernel_time_ratio,
             "fused_estimate_ns": a.fused_estimate_ns,
             "compiled": a.compiled,
+            "mask_syncs": a.mask_syncs,
         },
     )
