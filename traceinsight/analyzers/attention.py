@@ -39,20 +39,6 @@ SOFTMAX_BACKWARD_OPS = ("aten::_softmax_backward_data",)
 # Llama: 6.85 ms a step forward, 5.96 backward, beside the score matmuls)
 TRITON_SOFTMAX = r"^triton_\w*_softmax"
 TRITON_SOFTMAX_BACKWARD = r"^triton_\w*_softmax_backward"
-
-
-def _softmax_forward() -> pl.Expr:
-    name = pl.col("name")
-    return name.is_in(SOFTMAX_OPS) | (
-        name.str.contains(TRITON_SOFTMAX) & ~name.str.contains(TRITON_SOFTMAX_BACKWARD)
-    )
-
-
-def _softmax_backward() -> pl.Expr:
-    name = pl.col("name")
-    return name.is_in(SOFTMAX_BACKWARD_OPS) | name.str.contains(TRITON_SOFTMAX_BACKWARD)
-
-
 MATMUL_OPS = ("aten::bmm", "aten::matmul", "aten::baddbmm", "aten::mm")
 # A score matrix this long on a side is attention (short ones are cheap either way).
 MIN_SEQ_LEN = 128
@@ -60,6 +46,20 @@ MIN_SEQ_LEN = 128
 # FlashAttention-3 about 75% of an H100's: half the peak is the assumption, stated.
 FUSED_ATTENTION_EFFICIENCY = 0.5
 FUSED_MEMORY_EFFICIENCY = 0.8  # of the datasheet's HBM bandwidth
+
+
+def _softmax_forward() -> pl.Expr:
+    """A forward softmax: ATen's, or an inductor kernel's that is not a backward."""
+    name = pl.col("name")
+    return name.is_in(SOFTMAX_OPS) | (
+        name.str.contains(TRITON_SOFTMAX) & ~name.str.contains(TRITON_SOFTMAX_BACKWARD)
+    )
+
+
+def _softmax_backward() -> pl.Expr:
+    """A softmax backward: ATen's, or an inductor kernel's (a recompute fused in counts here)."""
+    name = pl.col("name")
+    return name.is_in(SOFTMAX_BACKWARD_OPS) | name.str.contains(TRITON_SOFTMAX_BACKWARD)
 
 
 @dataclass(frozen=True)
