@@ -192,6 +192,9 @@ def test_the_masks_device_constant_is_named_not_an_input_copy() -> None:
     f = LOOP.finding("sync_input_copy")
     assert f.evidence["constructed_copy_sync_count"] == f.evidence["input_copy_sync_count"] == 3
     assert f.title.startswith("3 tensors built from Python data on the device wait for the GPU")
+    # the same syncs the fused attention's what-if removes: not an extra saving
+    assert f.title.endswith("attention_unfused's fix removes them too")
+    assert f.evidence["saving_shared_with"] == "attention_unfused"
     assert "torch.tensor(x, device=...)" in f.recommendation
     assert 'attn_implementation="sdpa"' in f.recommendation
     assert "pin_memory" not in f.recommendation

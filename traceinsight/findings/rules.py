@@ -771,12 +771,21 @@ def sync_input_copy(x: RuleInput) -> Draft | None:
         # every one is a tensor built from Python data, not an input's .to(): the advice is
         # where the constant is made (audit of a held-out Llama: "each .to(device) without
         # non_blocking" named a copy inside transformers' eager masking)
+        att = x.r.efficiency.attention
+        shared = (
+            # the eager attention's mask makes them: its fused fix removes them too
+            "; they make the eager attention's mask: attention_unfused's fix removes them too"
+            if att is not None and att.mask_syncs >= n
+            else ""
+        )
+        if shared:
+            evidence["saving_shared_with"] = "attention_unfused"
         return Draft(
             syncs.input_copy_idle_ns,
             f"{plural(n, 'tensor')} built from Python data on the device "
             f"{'waits' if n == 1 else 'wait'} for the GPU: torch.tensor(x, device=...) (or "
-            f"t.new_tensor(x)) copies "
-            f"from pageable memory and syncs the stream, {fmt_ms(blocked)} of host time blocked",
+            f"t.new_tensor(x)) copies from pageable memory and syncs the stream, "
+            f"{fmt_ms(blocked)} of host time blocked{shared}",
             evidence,
             recommendation=_CONSTRUCTED_COPY_ADVICE,
             snippet=_CONSTRUCTED_COPY_SNIPPET,

@@ -175,7 +175,7 @@ LABELS = {
     "peer_wait_ns": "their time beyond that: this rank waiting for the others, at least",
     "peer_wait_ratio": "share of the recorded collectives' time spent waiting for other ranks",
     "host_ns_per_kernel": "optimizer host time per kernel",
-    "saving_shared_with": "the finding whose fix (pin_memory=True) also makes these copies async: the two savings are not additive",
+    "saving_shared_with": "the finding whose fix also removes these (pin_memory=True makes the copies async; a fused causal attention builds no mask): the two savings are not additive",
     "exposed_wait_ns": "waiting for peers, not hidden",
     "worst_rank": "worst rank",
     "ranks": "ranks with it",
