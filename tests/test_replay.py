@@ -85,17 +85,22 @@ def test_launch_bound_loop_under_cuda_graphs():
     assert step_us(whatif.cuda_graphs(m)) == 30
 
 
-def test_fused_elementwise_chain_drops_its_dispatch_once():
-    # ten elementwise ops, each 48 us (its kernel launched 40 us in by an 8 us call: the op's
-    # dispatch), 2 us apart (Python outside any op), each 2 us kernel running 5 us after its call
-    ev = Events().step(0, 0, 500)
-    for i in range(10):
-        ev.op("aten::add", 50 * i, 48)
+def dispatched_ops(names: list[str]) -> Events:
+    """One op a name, each 48 us (its 2 us kernel launched 40 us in by an 8 us call: the op's
+    dispatch), 2 us apart (Python outside any op), each kernel running 5 us after its call."""
+    ev = Events().step(0, 0, 50 * len(names))
+    for i, name in enumerate(names):
+        ev.op(name, 50 * i, 48)
         ev.kernel(
             f"vectorized_elementwise_kernel<{i}>", 50 * i + 45, 2, launch_us=50 * i + 40,
             launch_dur_us=8,
         )  # fmt: skip
-    m = model_of(ev)
+    return ev
+
+
+def test_fused_elementwise_chain_drops_its_dispatch_once():
+    # ten elementwise ops (dispatched_ops): host-bound at 500 us
+    m = model_of(dispatched_ops(["aten::add"] * 10))
     assert step_us(m) == 500
     # fused into one kernel: the first call keeps its 40 us of dispatch and its 8 us; the other
     # nine lose their call and their op's dispatch, keeping the 2 us of Python before each:
@@ -127,16 +132,8 @@ def test_fused_chain_reads_its_input_and_writes_its_output_once():
 
 
 def test_fused_attention_drops_the_eager_ops_and_keeps_one_kernel_a_call():
-    # five eager ops of one attention call, each 48 us (its 2 us kernel launched 40 us in by an
-    # 8 us call), 2 us apart: host-bound at 250 us
-    ev = Events().step(0, 0, 250)
-    for i in range(5):
-        ev.op("aten::_softmax" if i == 2 else "aten::bmm", 50 * i, 48)
-        ev.kernel(
-            f"vectorized_elementwise_kernel<{i}>", 50 * i + 45, 2, launch_us=50 * i + 40,
-            launch_dur_us=8,
-        )  # fmt: skip
-    m = model_of(ev)
+    # five eager ops of one attention call (dispatched_ops): host-bound at 250 us
+    m = model_of(dispatched_ops(["aten::bmm"] * 2 + ["aten::_softmax"] + ["aten::bmm"] * 2))
     assert step_us(m) == 250
     # the fused kernel (30 us) where the softmax's ran, the other four gone with their calls
     # and their ops' dispatch: 2 + 2 us of Python, the softmax's 40 us dispatch and its call

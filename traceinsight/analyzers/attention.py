@@ -24,7 +24,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context, outermost
 from traceinsight.analyzers.replay import ReplayResult
-from traceinsight.analyzers.syncs import constructed_copy_syncs
+from traceinsight.analyzers.syncs import input_copy_syncs, thread_neighbour
 from traceinsight.causal import transforms
 from traceinsight.causal.whatif import WhatIf
 from traceinsight.model.devices import DeviceSpec
@@ -141,38 +141,29 @@ MASK_OP_AFTER_MAX_NS = 1_000_000
 
 def mask_syncs(ctx: Context, seqs: set[int]) -> pl.DataFrame:
     """The syncs (tid, start_ns) of device constants made for an attention mask: a copy that
-    built a tensor from Python data (syncs.constructed_copy_syncs) whose thread's next op with
+    built a tensor from Python data (syncs.input_copy_syncs) whose thread's next op with
     a tensor input, within :data:`MASK_OP_AFTER_MAX_NS`, takes a [..., T, T] one with T an eager
     softmax's side. transformers' eager masking makes its zero so each forward (a Llama's one
     sync a step, 24-49 ms of waiting); its SDPA path builds no mask for a causal model, as
     F.scaled_dot_product_attention(..., is_causal=True) needs none."""
-    syncs = constructed_copy_syncs(ctx).with_columns(pl.col("tid").cast(pl.Int64))
+    syncs = input_copy_syncs(ctx).filter(pl.col("constructed"))
+    syncs = syncs.select(pl.col("tid").cast(pl.Int64), "start_ns", "end_ns")
     none = pl.DataFrame(schema={"tid": pl.Int64, "start_ns": pl.Int64})
     if syncs.height == 0 or not seqs:
         return none
-    oa = ctx.op_args.select(pl.col("tid").cast(pl.Int64), "start_ns", "input_dims")
-    shaped = oa.filter(pl.col("input_dims").str.contains(r"\[\d"))  # an input with a shape
+    shaped = ctx.op_args.filter(pl.col("input_dims").str.contains(r"\[\d"))  # a shaped input
     masks = {
         d
         for d in shaped.get_column("input_dims").unique().to_list()
         if any(t in seqs for _, t in _scores(_loads(d)))
     }
-    nxt = (
-        syncs.sort("end_ns")
-        .join_asof(
-            shaped.rename({"start_ns": "_next"}).sort("_next"),
-            left_on="end_ns",
-            right_on="_next",
-            by="tid",
-            strategy="forward",
-            check_sortedness=False,
-        )
-        .filter(
-            pl.col("input_dims").is_in(list(masks))
-            & (pl.col("_next") - pl.col("end_ns") <= MASK_OP_AFTER_MAX_NS)
-        )
+    ops = shaped.select(pl.col("tid").cast(pl.Int64), "start_ns", "input_dims")
+    # each sync's next shaped op, in the syncs' order
+    nxt = thread_neighbour(syncs, ops, "end_ns", "forward").with_columns(syncs["start_ns"])
+    mask = pl.col("input_dims").is_in(list(masks)) & (
+        pl.col("_at") - pl.col("end_ns") <= MASK_OP_AFTER_MAX_NS
     )
-    return nxt.select(pl.col("tid").cast(pl.Int64), pl.col("start_ns").cast(pl.Int64))
+    return nxt.filter(mask).select("tid", pl.col("start_ns").cast(pl.Int64))
 
 
 def _fused_transform(

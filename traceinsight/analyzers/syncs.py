@@ -39,20 +39,7 @@ class SyncResult:
 
 
 def analyze_syncs(ctx: Context) -> SyncResult:
-    lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    calls = ctx.sync_calls.filter(iv.overlapping(lo, hi)).with_row_index("call_id")
-    calls = calls.join(enclosing_op(ctx.ops, calls), on="call_id", how="left")
-    profiler = 0
-    closing = closing_profiler_sync(ctx)
-    if closing is not None:
-        # called by the profiler itself, so no op of the user's encloses it
-        is_prof = closing & pl.col("op").is_null()
-        profiler = calls.filter(is_prof).height
-        calls = calls.filter(~is_prof)
-    tuning = autotune_syncs(ctx).select("tid", "start_ns")
-    before = calls.height
-    if tuning.height:
-        calls = calls.join(tuning, on=["tid", "start_ns"], how="anti")
+    calls, profiler, tuned = _counted_syncs(ctx)
     by_op = (
         calls.with_columns(pl.coalesce(pl.col("op"), pl.lit("(no enclosing op)")).alias("op"))
         .group_by("op", "name")
@@ -62,8 +49,7 @@ def analyze_syncs(ctx: Context) -> SyncResult:
         .head(10)
     )
     steps = ctx.steps.height
-    inputs = calls.filter(_after_host_to_device(ctx, calls))
-    constructed = int(_before_lift_fresh(ctx, inputs).sum()) if inputs.height else 0
+    inputs = input_copy_syncs(ctx)
     return SyncResult(
         host_sync_count=calls.height,
         host_sync_blocked_ns=int(calls["dur_ns"].sum()) if calls.height else 0,
@@ -73,9 +59,51 @@ def analyze_syncs(ctx: Context) -> SyncResult:
         input_copy_sync_count=inputs.height,
         input_copy_blocked_ns=int(inputs["dur_ns"].sum()) if inputs.height else 0,
         input_copy_idle_ns=_idle_during(ctx, inputs),
-        constructed_copy_sync_count=constructed,
-        autotune_syncs=before - calls.height,
+        constructed_copy_sync_count=int(inputs.get_column("constructed").sum()),
+        autotune_syncs=tuned,
     )
+
+
+def _counted_syncs(ctx: Context) -> tuple[pl.DataFrame, int, int]:
+    """The window's sync calls the counts take (each with its enclosing ``op``), less the
+    profiler's closing sync and cudnn.benchmark's timing syncs, and how many of each left out.
+    Computed once a trace (the attention's mask reads the input copies too)."""
+
+    def make() -> tuple[pl.DataFrame, int, int]:
+        lo, hi = ctx.window_start_ns, ctx.window_end_ns
+        calls = ctx.sync_calls.filter(iv.overlapping(lo, hi)).with_row_index("call_id")
+        calls = calls.join(enclosing_op(ctx.ops, calls), on="call_id", how="left")
+        profiler = 0
+        closing = closing_profiler_sync(ctx)
+        if closing is not None:
+            # called by the profiler itself, so no op of the user's encloses it
+            is_prof = closing & pl.col("op").is_null()
+            profiler = calls.filter(is_prof).height
+            calls = calls.filter(~is_prof)
+        tuning = autotune_syncs(ctx).select("tid", "start_ns")
+        before = calls.height
+        if tuning.height:
+            calls = calls.join(tuning, on=["tid", "start_ns"], how="anti")
+        return calls, profiler, before - calls.height
+
+    return ctx.host.derived("counted_syncs", make)
+
+
+def input_copy_syncs(ctx: Context) -> pl.DataFrame:
+    """The counted syncs (:func:`_counted_syncs`) right after their thread's host-to-device
+    copy, each with ``constructed``: the copy built a tensor from Python data on the device
+    (:func:`_before_lift_fresh`)."""
+
+    def make() -> pl.DataFrame:
+        calls = _counted_syncs(ctx)[0]
+        inputs = calls.filter(_after_host_to_device(ctx, calls))
+        return inputs.with_columns(
+            _before_lift_fresh(ctx, inputs).alias("constructed")
+            if inputs.height
+            else pl.lit(False).alias("constructed")
+        )
+
+    return ctx.host.derived("input_copy_syncs", make)
 
 
 def _idle_during(ctx: Context, calls: pl.DataFrame) -> int:
@@ -103,7 +131,7 @@ def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
         [pl.col("launch_tid").alias("tid"), pl.col("launch_start_ns").alias("start_ns")],
         (pl.col("kind") == "memcpy") & (pl.col("copy_kind") == "HtoD"),
     ).with_columns(pl.lit(True).alias("_h2d"))
-    prev = _thread_neighbour(
+    prev = thread_neighbour(
         calls.with_columns((pl.col("start_ns") - 1).alias("_before")), api, "_before", "backward"
     ).join(
         h2d.unique(["tid", "start_ns"]).rename({"start_ns": "_at"}),
@@ -112,19 +140,6 @@ def _after_host_to_device(ctx: Context, calls: pl.DataFrame) -> pl.Series:
         maintain_order="left",
     )
     return prev.get_column("_h2d").fill_null(False)
-
-
-def constructed_copy_syncs(ctx: Context) -> pl.DataFrame:
-    """The window's syncs (tid, start_ns, end_ns) of host-to-device copies that built a tensor
-    from Python data on the device (:func:`_before_lift_fresh`), cudnn.benchmark's left out as
-    :func:`analyze_syncs` leaves them."""
-    lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    calls = ctx.sync_calls.filter(iv.overlapping(lo, hi)).select("tid", "start_ns", "end_ns")
-    tuning = autotune_syncs(ctx).select("tid", "start_ns")
-    if tuning.height:
-        calls = calls.join(tuning, on=["tid", "start_ns"], how="anti")
-    inputs = calls.filter(_after_host_to_device(ctx, calls))
-    return inputs.filter(_before_lift_fresh(ctx, inputs)) if inputs.height else inputs
 
 
 # torch.tensor(data, device=...) makes the tensor on the CPU, copies it, then lifts it: the
@@ -145,12 +160,12 @@ def _before_lift_fresh(ctx: Context, calls: pl.DataFrame) -> pl.Series:
     ops = ctx.ops.filter(near).select(
         "tid", "start_ns", (pl.col("name") == "aten::lift_fresh").alias("_is_lift")
     )
-    nxt = _thread_neighbour(calls, ops, "end_ns", "forward")
+    nxt = thread_neighbour(calls, ops, "end_ns", "forward")
     lift = pl.col("_is_lift") & (pl.col("_at") - pl.col("end_ns") <= LIFT_AFTER_MAX_NS)
     return nxt.select(lift.fill_null(False).alias("_lift")).get_column("_lift")
 
 
-def _thread_neighbour(
+def thread_neighbour(
     calls: pl.DataFrame, rows: pl.DataFrame, at: str, strategy: str
 ) -> pl.DataFrame:
     """Each of ``calls`` (tid and the time column ``at``), in their order, with the row of

@@ -792,7 +792,8 @@ def h2d_overlapped(model: StepModel) -> StepModel | None:
 # (inductor fuses a norm's or softmax's pointwise prologue and epilogue into its reduction). On a
 # held-out GPT-2 (eager attention, gelu_new, bf16) torch.compile's default mode measured 2.43x;
 # runs of elementwise kernels alone priced 1.44x, with the reductions 1.97x, with the fused ops'
-# dispatch gone too 2.04x (the rest: inductor's GEMM padding, gemm_shape_inefficient's fix).
+# dispatch gone too 2.04x, each run priced by its first and last kernels 2.63x (inductor also
+# padded the GEMMs: gemm_shape_inefficient's fix).
 # Inductor's own kernels (triton_*) are already fused: consecutive ones could not be merged.
 FUSED_CLASSES: tuple[str, ...] = ("elementwise", "reduction")
 COMPILED_KERNELS = r"^triton_"
@@ -801,9 +802,10 @@ COMPILED_KERNELS = r"^triton_"
 def elementwise_fused(model: StepModel) -> StepModel | None:
     """Chains of elementwise kernels fused (torch.compile, fused norms): a run of consecutive
     elementwise and reduction kernels on one stream (:data:`FUSED_CLASSES`) becomes one kernel.
-    Memory-bound, the fused kernel reads the run's input and writes its output once, so it
-    takes as long as the run's longest kernel; the other launches go, with their host calls and
-    their ops' dispatch. The Python outside any op is kept: for torch.compile the estimate
+    Memory-bound, the fused kernel reads the run's input and writes its output once: it takes
+    the mean of the run's first and last kernels, which read that input and wrote that output
+    (the longest kernel, often an intermediate the eager ops widen to fp32, overstates it); the
+    other launches go, with their host calls and their ops' dispatch. The Python outside any op is kept: for torch.compile the estimate
     assumes the model compiles without graph breaks and keeps the rest of the host's work."""
     g = model.gpu
     ew = (
@@ -821,7 +823,7 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
         .group_by("_run")
         .agg(
             pl.len().alias("_n"),
-            ((pl.col("dur_ns").first() + pl.col("dur_ns").last()) // 2).alias("_max"),
+            ((pl.col("dur_ns").first() + pl.col("dur_ns").last()) // 2).alias("_fused_ns"),
         )
     )
     per_row = pl.DataFrame({"_run": run}).join(runs, on="_run", how="left", maintain_order="left")
@@ -833,7 +835,7 @@ def elementwise_fused(model: StepModel) -> StepModel | None:
         return None
     head = fused & starts
     g = g.with_columns(
-        pl.when(head).then(per_row["_max"]).otherwise(pl.col("dur_ns")).alias("dur_ns")
+        pl.when(head).then(per_row["_fused_ns"]).otherwise(pl.col("dur_ns")).alias("dur_ns")
     )
     return _kernels_gone(model, g, gone)
 
@@ -1261,14 +1263,8 @@ def scaled_kernels(keys: pl.DataFrame) -> Transform:
     time (e.g. unaligned GEMMs at the rate of aligned ones); the rest of the model is kept."""
 
     def transform(model: StepModel) -> StepModel | None:
-        g = model.gpu
-        k = keys.select(
-            pl.col("device").cast(g.schema["device"]),
-            pl.col("start_ns").cast(pl.Int64),
-            pl.col("factor").cast(pl.Float64),
-        ).unique(subset=["device", "start_ns"])
-        g = g.join(k, on=["device", "start_ns"], how="left", maintain_order="left")
-        if g.get_column("factor").null_count() == g.height:
+        g = _keyed(model.gpu, keys, pl.col("factor").cast(pl.Float64))
+        if g is None:
             return None
         g = g.with_columns(
             (pl.col("dur_ns") * pl.col("factor").fill_null(1.0)).cast(pl.Int64).alias("dur_ns")
@@ -1287,20 +1283,30 @@ def kernels_fused(keys: pl.DataFrame) -> Transform:
     launches a step under SDPA)."""
 
     def transform(model: StepModel) -> StepModel | None:
-        g = model.gpu
-        k = keys.select(
-            pl.col("device").cast(g.schema["device"]),
-            pl.col("start_ns").cast(pl.Int64),
-            pl.col("dur_ns").cast(pl.Int64).alias("_new"),
-        ).unique(subset=["device", "start_ns"])
-        g = g.join(k, on=["device", "start_ns"], how="left", maintain_order="left")
-        if g.get_column("_new").null_count() == g.height:
+        g = _keyed(model.gpu, keys, pl.col("dur_ns").cast(pl.Int64).alias("_new"))
+        if g is None:
             return None
         gone = (g.get_column("_new") == 0).fill_null(False)
         g = g.with_columns(pl.col("_new").fill_null(pl.col("dur_ns")).alias("dur_ns")).drop("_new")
         return _kernels_gone(model, g, gone)
 
-    return Transform("kernels_fused", transform, gpu_reads=frozenset({"device"}))
+    return Transform(
+        "kernels_fused",
+        transform,
+        host_reads=frozenset({"is_launch", "gap_ops_ns"}),
+        gpu_reads=frozenset({"device"}),
+    )
+
+
+def _keyed(g: pl.DataFrame, keys: pl.DataFrame, value: pl.Expr) -> pl.DataFrame | None:
+    """The GPU table ``g`` with ``value`` of ``keys`` (device, start_ns, ...) on the GPU ops
+    they name (null elsewhere); None where they name none."""
+    k = keys.select(
+        pl.col("device").cast(g.schema["device"]), pl.col("start_ns").cast(pl.Int64), value
+    ).unique(subset=["device", "start_ns"])
+    name = k.columns[-1]
+    g = g.join(k, on=["device", "start_ns"], how="left", maintain_order="left")
+    return None if g.get_column(name).null_count() == g.height else g
 
 
 def _on_threads(rows: pl.DataFrame, **columns: str) -> pl.DataFrame:

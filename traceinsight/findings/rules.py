@@ -508,8 +508,8 @@ _INPUT_COPY_SNIPPET = (
 # masking makes its zero this way each forward; SDPA builds no such mask)
 _CONSTRUCTED_COPY_ADVICE = (
     "Do not build device tensors from Python data each step: torch.tensor(x, device=...) (and "
-    "t.new_tensor(x)) makes the tensor on the CPU and copies it from pageable memory, which synchronizes the stream, so "
-    "the host waits for all queued GPU work. A constant: create it once outside the step, or on "
+    "t.new_tensor(x)) makes the tensor on the CPU and copies it from pageable memory, which "
+    "synchronizes the stream, so the host waits for all queued GPU work. A constant: create it once outside the step, or on "
     "the device (torch.full((), x, device=...)), or pass a Python number where the op takes one "
     "(torch.where(mask, 0.0, x)). Data that changes each step: build it on the CPU, pin it and "
     "copy it with non_blocking=True. Inside a library the call is not yours: transformers' "
@@ -524,10 +524,15 @@ _CONSTRUCTED_COPY_SNIPPET = (
 )
 
 
+def _all_constructed(syncs: SyncResult) -> bool:
+    """Every syncing host-to-device copy built a tensor from Python data (none an input's)."""
+    return syncs.constructed_copy_sync_count >= syncs.input_copy_sync_count > 0
+
+
 def _copy_advice(syncs: SyncResult) -> tuple[str, str]:
     """The copies' advice and snippet: where the tensor is made, where every syncing copy built
     a tensor from Python data; the input copies' otherwise."""
-    if syncs.constructed_copy_sync_count >= syncs.input_copy_sync_count > 0:
+    if _all_constructed(syncs):
         return _CONSTRUCTED_COPY_ADVICE, _CONSTRUCTED_COPY_SNIPPET
     return _INPUT_COPY_ADVICE, _INPUT_COPY_SNIPPET
 
@@ -767,7 +772,7 @@ def sync_input_copy(x: RuleInput) -> Draft | None:
     }
     # attributed: the GPU idle while those syncs held the host (blocked time with the GPU busy
     # costs nothing by itself; the model prices the rest where there is one)
-    if built >= n:
+    if _all_constructed(syncs):
         # every one is a tensor built from Python data, not an input's .to(): the advice is
         # where the constant is made (audit of a held-out Llama: "each .to(device) without
         # non_blocking" named a copy inside transformers' eager masking)
