@@ -1289,6 +1289,9 @@ def test_a_transformer_with_a_conv_stem_keeps_its_elementwise_advice():
     a = analyzed(ROOT / "fixtures" / "foreign" / "tl_h100_timesformer.json.xz")
     f = next(f for f in a.findings if f.id == "elementwise_heavy")
     assert "batch norm" not in f.recommendation and "LayerNorm" in f.recommendation
+    # audit s67: the class's 235 kernels, counted over the raw events: 197 ATen elementwise
+    # and 38 CatArrayBatchedCopy, which the title had left out of its parts
+    assert "52.7% of kernels (197 eager, 0 Triton-fused, 38 other)" in f.title
 
 
 def test_a_forward_only_trace_is_not_advised_a_fused_optimizer():

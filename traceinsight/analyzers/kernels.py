@@ -32,8 +32,8 @@ class KernelResult:
     by_class: tuple[dict[str, Any], ...]
     elementwise_kernel_time_ratio: float | None
     elementwise_kernel_count_ratio: float | None
-    elementwise_eager_count: int
-    elementwise_triton_count: int
+    elementwise_eager_count: int  # of the elementwise kernels, ATen's eager ones
+    elementwise_triton_count: int  # and Inductor's; the rest (cat copies, libraries') neither
     kernels_per_step: float | None
     top_kernels: tuple[dict[str, Any], ...]
     math_ns: int  # GEMM + conv + attention kernel time
@@ -56,6 +56,8 @@ class KernelResult:
     layout_transpose_ns: int = 0
     layout_transpose_count: int = 0
     nchw_batch_norm_ns: int = 0
+    # the elementwise class's kernels, of which the eager and Triton counts are parts
+    elementwise_count: int = 0
     # the most kernels one stream ran, counted in small windows only (under
     # SMALL_WINDOW_KERNELS, all a one-pass program's test reads): 1 where each stream ran one
     # kernel, so no copy on it fed a later pass (a chunked vecAdd over 4 streams), more where a
@@ -149,6 +151,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         elementwise_kernel_count_ratio=(ew.height / n) if n else None,
         elementwise_eager_count=eager,
         elementwise_triton_count=triton,
+        elementwise_count=ew.height,
         kernels_per_step=(n / steps) if steps else None,
         top_kernels=tuple(top.iter_rows(named=True)),
         math_ns=math_ns,
