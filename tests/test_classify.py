@@ -7,7 +7,13 @@ import pytest
 
 from tests.builder import Events
 from traceinsight.api import analyze_trace
-from traceinsight.model.classify import FP32_RULES, KERNEL_RULES, classify_names, is_fp32_math
+from traceinsight.model.classify import (
+    FP32_RULES,
+    KERNEL_RULES,
+    classify_names,
+    is_fp32_math,
+    is_half_math,
+)
 
 # One real kernel name per class (from the shared corpus and the H200 fixtures).
 CASES = [
@@ -283,3 +289,31 @@ def test_v100_resnet50_trained_in_fp32_reads_as_fp32():
     classes = dict(zip(distinct, classify_names(pl.Series(distinct)).cast(pl.String), strict=True))
     conv_us = sum(e["dur"] for e in kernels if classes[e["name"]] == "conv")
     assert by["conv"] == pytest.approx(conv_us * 1000, rel=1e-3)
+
+
+def test_half_math_by_name_and_never_fp32_or_tf32():
+    """16-bit (or narrower) math by its library's dtype tags: nvjet's operand letters, cuDNN's
+    generated attention, flash attention's element type, Volta's h884; never a name the fp32
+    or TF32 readings claim (the real names above: the three are disjoint)."""
+    half = [
+        "nvjet_sm90_hsh_128x192_64x5_2x1_v_bz_coopB_bias_TNN",
+        "cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_7_64x128x64",
+        "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4, "
+        "false, false, cutlass::bfloat16_t>>",
+        "volta_h884gemm_64x64_ldg8_nn",
+        "ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn",
+    ]
+    not_half = [
+        "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
+        "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x64x8_stage3",
+        "sm90_xmma_gemm_f32f32_tf32f32_f32_tn_n_tilesize128x128x32",
+        "fmha_cutlassF_f32_aligned_64x64_rf_sm80",
+        "void implicit_convolve_sgemm<float, float, 1024, 6, 7, 3, 3, 5, 1, false, true, true>",
+    ]
+    assert is_half_math(pl.Series(half)).to_list() == [True] * len(half)
+    assert is_half_math(pl.Series(not_half)).to_list() == [False] * len(not_half)
+    names = pl.Series([r["name"] for r in NAMES if r["expected_class"] in MATH])
+    both = is_half_math(names) & (
+        is_fp32_math(names) | names.str.to_lowercase().str.contains("tf32")
+    )
+    assert not both.any()

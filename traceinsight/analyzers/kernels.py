@@ -17,6 +17,7 @@ from traceinsight.model.classify import (
     TRITON_POINTWISE,
     coded_names,
     is_fp32_math,
+    is_half_math,
     is_tf32_math,
     names_matching,
 )
@@ -43,6 +44,9 @@ class KernelResult:
     # of math_ns, on TF32 tensor cores (cuDNN's default for fp32 convolutions): bf16 runs it on
     # tensor cores twice as fast at peak
     tf32_math_ns: int = 0
+    # of math_ns, on 16-bit or narrower inputs by the kernel's name (model/classify.py
+    # is_half_math): beside fp32 math, a mixed-precision step with work left outside autocast
+    half_math_ns: int = 0
     # of kernel_count, torch.compile's (Inductor's Triton kernels): compiled code, whose advice
     # is not "torch.compile" again (audit 19)
     compiled_kernel_ratio: float | None = None
@@ -128,6 +132,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
     names = math["name"].drop_nulls().unique()
     fp32 = math.filter(pl.col("name").is_in(names.filter(is_fp32_math(names)).implode()))
     tf32 = math.filter(pl.col("name").is_in(names.filter(is_tf32_math(names)).implode()))
+    half = math.filter(pl.col("name").is_in(names.filter(is_half_math(names)).implode()))
     math_ns = int(math["dur_ns"].sum()) if math.height else 0
     fp32_ns = int(fp32["dur_ns"].sum()) if fp32.height else 0
     tf32_ns = int(tf32["dur_ns"].sum()) if tf32.height else 0
@@ -160,6 +165,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         top_fp32_kernels=tuple(top_fp32.iter_rows(named=True)),
         compiled_kernel_ratio=(compiled / n) if n else None,
         tf32_math_ns=tf32_ns,
+        half_math_ns=int(half["dur_ns"].sum()) if half.height else 0,
         aten_depthwise_ns=int(dw["dur_ns"].sum()) if dw.height else 0,
         aten_depthwise_count=dw.height,
         layout_transpose_ns=int(layout["dur_ns"].sum()) if layout.height else 0,

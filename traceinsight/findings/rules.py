@@ -2461,6 +2461,9 @@ _SHAPES_BEFORE_BF16 = (
         # per-shape setup over this share of the window (new_shape_setup's own threshold) puts
         # fixing the shapes before the switch
         "shapes_first_min_ratio": 0.05,
+        # 16-bit math over this share of the math time: the step runs mixed precision already,
+        # and its fp32 math is work left outside the autocast region
+        "half_math_min_ratio": 0.05,
     },
 )
 def fp32_compute(x: RuleInput) -> Draft | None:
@@ -2481,6 +2484,14 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             f"Matrix math runs in TF32 and fp32: {fmt_pct(tf32)} and {fmt_pct(fp32)} of "
             "GEMM/conv/attention time, where bf16 tensor cores run twice TF32's peak"
         )
+    # the math on 16-bit (or narrower) inputs, by the kernels' names
+    half_ns = kern.half_math_ns
+    half = half_ns / kern.math_ns if kern.math_ns else 0.0
+    mixed = half >= x.t["half_math_min_ratio"]
+    if mixed:
+        title += (
+            f", beside {fmt_pct(half)} already in 16-bit: mixed precision leaves this part in fp32"
+        )
     device = x.r.efficiency.device
     rec, snippet = _fp32_advice(
         device.has_bf16,
@@ -2489,6 +2500,7 @@ def fp32_compute(x: RuleInput) -> Draft | None:
         x.t["shapes_first_min_ratio"],
         tf32_bound=tf32_bound,
         tf32_faster=device.tf32_faster,
+        mixed=mixed,
     )
     priced = x.r.replay is not None and "bf16_gemms" in x.r.replay.what_if
     plans = _sdpa_plan_steps(x.r) if priced else 0
@@ -2518,6 +2530,8 @@ def fp32_compute(x: RuleInput) -> Draft | None:
             "tf32_gemm_time_ratio": kern.tf32_gemm_time_ratio,
             "fp32_math_ns": kern.fp32_math_ns,
             "math_ns": kern.math_ns,
+            # 16-bit math beside it: a mixed-precision step whose fp32 math is left outside
+            "half_math_ns": half_ns,
             "top_fp32_kernels": list(kern.top_fp32_kernels),
             # a device the table lacks: the saving assumes the family's weakest card
             **({"peaks_assumed": device.priced_by} if device.priced_by else {}),
@@ -2633,6 +2647,34 @@ BF16_ONLY_ADVICE = (
 )
 
 
+# A step that runs part of its math in 16-bit already: its fp32 math is work the autocast
+# region leaves out. Session 67's held-out distillation loop: the Trainer's fp16 autocasts the
+# student it prepared (accelerate wraps that model's forward), while the teacher, called in
+# compute_loss, ran its GEMMs in fp32: 87.6% of the math time beside 12.4% in fp16; advised
+# "train in bf16 with torch.autocast", which the loop already did.
+_MIXED_ADVICE = (
+    "Part of the step's math already runs in 16-bit, so its fp32 math is work the mixed "
+    "precision leaves out: a second model called directly (a distillation teacher, an EMA or "
+    "reference model: a framework's mixed precision wraps only the model it prepared), code "
+    "under autocast(enabled=False), or modules kept in fp32 beside 16-bit weights (PEFT's "
+    "LoRA adapters, upcast by default). Run that work under the same torch.autocast (the "
+    "dtype the rest of the step uses), or cast a model that is not trained to that "
+    "dtype{tf32}."
+)
+_MIXED_TF32 = ", or at least enable TF32 (torch.set_float32_matmul_precision('high'))"
+
+
+def _mixed_advice(has_bf16: bool | None, tf32_gains: bool | None) -> tuple[str, str]:
+    """(recommendation, snippet) for fp32 math beside 16-bit math in one step."""
+    dtype = "bfloat16" if has_bf16 is not False else "float16"
+    return (
+        _MIXED_ADVICE.format(tf32=_MIXED_TF32 if tf32_gains else ""),
+        "# the model called outside the prepared one (here a frozen teacher), under the same autocast\n"
+        f'with torch.no_grad(), torch.autocast("cuda", dtype=torch.{dtype}):\n'
+        "    teacher_out = teacher(**inputs)",
+    )
+
+
 def _fp32_advice(
     has_bf16: bool | None,
     has_tf32: bool | None,
@@ -2641,14 +2683,20 @@ def _fp32_advice(
     *,
     tf32_bound: bool = False,
     tf32_faster: bool | None = None,
+    mixed: bool = False,
 ) -> tuple[str | None, str | None]:
     """(recommendation, snippet) for the device; (None, None): the rule's own (bf16 or TF32).
     Where new input shapes cost per-shape setup (at least ``shapes_min_ratio`` of the window,
     in more than one step), fixing the shapes comes first. ``tf32_bound``: the math is TF32
     already, so the advice is bf16 (with channels_last for convolutions); ``tf32_faster``
-    False: TF32 runs at the fp32 rate (GeForce), so the advice is bf16 alone."""
+    False: TF32 runs at the fp32 rate (GeForce), so the advice is bf16 alone; ``mixed``: part
+    of the math runs in 16-bit already, so the advice is the work left outside autocast."""
     rec, snippet = None, None
-    if has_bf16 is False and has_tf32 is False:
+    if mixed:
+        rec, snippet = _mixed_advice(
+            has_bf16, has_tf32 and tf32_faster is not False and not tf32_bound
+        )
+    elif has_bf16 is False and has_tf32 is False:
         rec, snippet = INFERENCE_FP16_ADVICE if host.forward_only else FP16_ADVICE
     elif host.forward_only and tf32_bound:
         rec, snippet = INFERENCE_TF32_TO_BF16_ADVICE

@@ -265,6 +265,23 @@ TENSOR_CORE_PATTERN = (
 TF32_MATH_PATTERN = r"tf32"
 
 
+# Math on 16-bit (or narrower) inputs, named by its library: cuBLAS/CUTLASS/cuDNN dtype tags
+# ("f16f16", "bf16", "s16816gemm_fp16", Volta's h884 and Turing's h1688), nvjet's operand
+# letters ("nvjet_sm90_hsh_...": half inputs), flash and memory-efficient attention's element
+# types ("cutlass::half_t", "bfloat16_t", "cutlassF_f16"), fp8 and int8. A kernel whose name
+# carries no dtype (a cuDNN engine of unknown inputs) is not counted.
+HALF_MATH_PATTERN = (
+    r"bf16|f16|fp16|float16|half|bfloat16|h884|h1688|h16816|nvjet_sm\d+_[hb]|e4m3|e5m2|fp8"
+    r"|int8|i8816"
+)
+
+
+def is_half_math(names: pl.Series) -> pl.Series:
+    """Whether each (math-class) kernel name runs on 16-bit or narrower inputs."""
+    lower = names.str.to_lowercase()
+    return lower.str.contains(HALF_MATH_PATTERN) & ~lower.str.contains(TF32_MATH_PATTERN)
+
+
 def is_tf32_math(names: pl.Series) -> pl.Series:
     """Whether each kernel name runs TF32 tensor-core math."""
     return names.str.to_lowercase().str.contains(TF32_MATH_PATTERN)
