@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ class KernelResult:
     # tensor cores twice as fast at peak
     tf32_math_ns: int = 0
     # of math_ns, on 16-bit or narrower inputs by the kernel's name (model/classify.py
-    # is_half_math): beside fp32 math, a mixed-precision step with work left outside autocast
+    # is_half_math): beside fp32 math, a mixed-precision step with work its autocast left out
     half_math_ns: int = 0
     # of kernel_count, torch.compile's (Inductor's Triton kernels): compiled code, whose advice
     # is not "torch.compile" again (audit 19)
@@ -130,12 +131,13 @@ def analyze_kernels(ctx: Context) -> KernelResult:
     if layout_names.len():
         math = math.filter(~pl.col("name").is_in(layout_names.implode()))
     names = math["name"].drop_nulls().unique()
-    fp32 = math.filter(pl.col("name").is_in(names.filter(is_fp32_math(names)).implode()))
-    tf32 = math.filter(pl.col("name").is_in(names.filter(is_tf32_math(names)).implode()))
-    half = math.filter(pl.col("name").is_in(names.filter(is_half_math(names)).implode()))
-    math_ns = int(math["dur_ns"].sum()) if math.height else 0
-    fp32_ns = int(fp32["dur_ns"].sum()) if fp32.height else 0
-    tf32_ns = int(tf32["dur_ns"].sum()) if tf32.height else 0
+
+    def of_precision(is_kind: Callable[[pl.Series], pl.Series]) -> pl.DataFrame:
+        """The math kernels whose names ``is_kind`` reads as that precision."""
+        return math.filter(pl.col("name").is_in(names.filter(is_kind(names)).implode()))
+
+    fp32, tf32, half = (of_precision(p) for p in (is_fp32_math, is_tf32_math, is_half_math))
+    math_ns, fp32_ns, tf32_ns, half_ns = (int(d["dur_ns"].sum()) for d in (math, fp32, tf32, half))
     top_fp32 = (
         fp32.group_by("name")
         .agg(pl.len().alias("count"), pl.col("dur_ns").sum().alias("total_ns"))
@@ -165,7 +167,7 @@ def analyze_kernels(ctx: Context) -> KernelResult:
         top_fp32_kernels=tuple(top_fp32.iter_rows(named=True)),
         compiled_kernel_ratio=(compiled / n) if n else None,
         tf32_math_ns=tf32_ns,
-        half_math_ns=int(half["dur_ns"].sum()) if half.height else 0,
+        half_math_ns=half_ns,
         aten_depthwise_ns=int(dw["dur_ns"].sum()) if dw.height else 0,
         aten_depthwise_count=dw.height,
         layout_transpose_ns=int(layout["dur_ns"].sum()) if layout.height else 0,
