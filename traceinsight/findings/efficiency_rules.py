@@ -25,6 +25,7 @@ def unaligned_gemms_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 
 @rule(
     "gemm_shape_inefficient",
+    gpu_work=True,
     advice={"cuda_app": None},  # the GEMMs' shapes come from ATen's recorded inputs
     estimate=unaligned_gemms_what_if,
     recommendation="Pad the GEMM dimensions to multiples of 8 for bf16/fp16 (64 where the trace shows it pays): "
@@ -67,6 +68,7 @@ def gemm_shape_inefficient(x: RuleInput) -> Draft | None:
 
 @rule(
     "low_occupancy",
+    gpu_work=True,
     advice={
         "cuda_app": Advice(
             "Give the low-occupancy kernels more parallel work: a larger grid (more, smaller "
@@ -212,6 +214,7 @@ def fused_attention_what_if(r: Results) -> tuple[WhatIf | None, str | None]:
 
 @rule(
     "attention_unfused",
+    gpu_work=True,
     advice={"cuda_app": None},  # ATen's matmul-softmax-matmul
     estimate=fused_attention_what_if,
     recommendation="Attention runs eagerly: softmax over the T x T score matrix between two batched "

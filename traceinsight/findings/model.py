@@ -145,6 +145,9 @@ class Rule:
     no_estimate: str | None = None
     per_site: bool = False
     advice: Mapping[str, Advice | None] = field(default_factory=dict)
+    # the fix saves GPU time alone (kernels shorter or gone, the host as it is): where no step
+    # model prices it, graded by what the window's GPU timeline would save (findings/savings.py)
+    gpu_work: bool = False
 
     def applies(self, framework: Framework) -> bool:
         return framework == FRAMEWORKS[0] or self.advice.get(framework, Advice("")) is not None

@@ -120,6 +120,7 @@ def rule(
     no_estimate: str | None = None,
     per_site: bool = False,
     advice: Mapping[str, Advice | None] | None = None,
+    gpu_work: bool = False,
 ) -> Callable[[Callable[[RuleInput], Draft | None]], Callable[[RuleInput], Draft | None]]:
     """Register the decorated check as a rule (registry order = checking order) with its fix's
     prediction: exactly one of ``fix`` (a transform's name, causal/transforms.py), ``estimate``
@@ -142,6 +143,7 @@ def rule(
                 no_estimate=no_estimate,
                 per_site=per_site,
                 advice=dict(advice or {}),
+                gpu_work=gpu_work,
             )
         )
         return check
@@ -2045,6 +2047,7 @@ def comm_not_overlapped(x: RuleInput) -> Draft | None:
 
 @rule(
     "elementwise_heavy",
+    gpu_work=True,
     advice={
         "cuda_app": Advice(
             "Fuse elementwise kernels: compute a chain of elementwise operations in one kernel so"
@@ -2205,6 +2208,7 @@ _EW_ADVICE_FUSED_ATTENTION = (
 
 @rule(
     "channels_first_layers",
+    gpu_work=True,
     advice={"cuda_app": None},  # ATen's and cuDNN's kernels for torch tensors: a PyTorch program
     fix="channels_last_layers",
     recommendation="Put the model and its inputs in channels_last memory format "
@@ -2433,6 +2437,7 @@ _SHAPES_BEFORE_BF16 = (
 
 @rule(
     "fp32_compute",
+    gpu_work=True,
     advice={
         "cuda_app": Advice(
             "Matrix math runs in fp32 on CUDA cores: put it on tensor cores, with cuBLAS's TF32 "

@@ -119,6 +119,8 @@ LABELS = {
     "what_if_lower_bound": "the prediction is a lower bound",
     "what_if_unsettled": "the step it starts from did not settle in the replay",
     "graded_on_range": "severity from what both ends of the un-profiled range assure",
+    "gpu_timeline_saving_ratio": "of a GPU-time saving, the share the window's GPU timeline keeps (no step model)",
+    "graded_on_gpu_timeline": "severity from what the window's GPU timeline keeps of the saving",
     "gpu_busy_ratio": "GPU busy",
     "unexplained_idle_ns": "idle with no named cause",
     "cpu_work_idle_ns": "idle while the host computed",
