@@ -185,6 +185,20 @@ def test_reporters_say_what_a_prediction_applies_to(tiny_analysis):
         assert mixed not in html
 
 
+def test_a_step_without_gpu_activity_is_its_step_range():
+    """Audit 68: a trace with two ProfilerSteps and launch calls but no device activity read
+    "profiled step (to the end of its GPU work)": no step end was moved to GPU work there."""
+    ev = Events()
+    for n, start in ((1, 0), (2, 400)):
+        ev.step(n, start, 300).runtime("cudaLaunchKernel", start + 10, 5)
+    doc = analyze_trace(ev.trace(), Options()).to_json()
+    words = "profiled step (its step range: no GPU activity): median 300.0 us"
+    assert words in terminal.render(doc)
+    assert words in markdown.render(doc)
+    assert "profiled step (its step range: no GPU activity), median (2 steps)" in render_html(doc)
+    assert "end of its GPU work" not in terminal.render(doc)
+
+
 def test_real_finding_saving_is_per_step_and_the_window_total_labelled():
     """The issue's dataloader_starved: "saves 152.47 ms over the window (75.2% of the step)"
     mixed the window's total with the un-profiled step's share. The saving per step is the

@@ -323,6 +323,15 @@ def measured_words(measured: int | None, unprofiled: float) -> str:
     )
 
 
+def profiled_step_words(m: dict[str, Any]) -> str:
+    """What the header's profiled step is: to the end of its GPU work where the trace has GPU
+    activity (the steps' ends moved there), else the step range as recorded (audit 68: a trace
+    with launch calls and no device activity read "to the end of its GPU work")."""
+    if m.get("gpu_busy_ratio") is None:
+        return "profiled step (its step range: no GPU activity)"
+    return "profiled step (to the end of its GPU work)"
+
+
 def prediction_basis(doc: dict[str, Any]) -> str | None:
     """The one sentence every reporter puts near its headline: what a predicted saving or
     speedup applies to (None without a step model)."""

@@ -28,6 +28,7 @@ from traceinsight.report.format import (
     per_step,
     plural,
     prediction_basis,
+    profiled_step_words,
     saved_words,
     saving_text,
     sources_coverage,
@@ -95,7 +96,7 @@ def _headline(doc: dict[str, Any]) -> list[str]:
     out = [f"- **Trace**: {_code(str(src['path']))} ({src['format']}, {devs})"]
     steps = m.get("steps") or 0
     step_txt = (
-        f"{plural(steps, 'step')}; profiled step (to the end of its GPU work): median {fmt_ns(m['step_time_median_ns'])}"
+        f"{plural(steps, 'step')}; {profiled_step_words(m)}: median {fmt_ns(m['step_time_median_ns'])}"
         if steps and m.get("step_time_median_ns") is not None
         else "no step markers"
     )

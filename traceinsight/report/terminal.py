@@ -31,6 +31,7 @@ from traceinsight.report.format import (
     per_step,
     plural,
     prediction_basis,
+    profiled_step_words,
     saving_text,
     sources_coverage,
 )
@@ -55,7 +56,7 @@ def render_summary(
     )
     steps = m.get("steps") or 0
     step_txt = (
-        f"{plural(steps, 'step')}; profiled step (to the end of its GPU work): median {fmt_ns(m['step_time_median_ns'])}, "
+        f"{plural(steps, 'step')}; {profiled_step_words(m)}: median {fmt_ns(m['step_time_median_ns'])}, "
         f"CV {m['step_time_cv']:.2f}"
         if steps and m.get("step_time_cv") is not None
         else "no step markers"
