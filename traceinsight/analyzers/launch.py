@@ -199,10 +199,22 @@ def gpu_timeline_saving_ratio(ctx: Context) -> float | None:
             & (pl.col("dur_ns") >= 0)
         )
         .select(*keys, "start_ns", "end_ns", "dur_ns", "launch_start_ns", "launch_end_ns")
-        .sort([*keys, "start_ns"])
+        .collect()
+    )
+    if ops.height == 0:
+        return None
+
+    def per_stream(e: pl.Expr) -> pl.Expr:
+        # one stream (most step-less windows, a 1 GB nsys export's ranks): no grouping
+        return e.over(keys) if many else e
+
+    many = ops.select(pl.struct(keys).n_unique()).item() > 1
+    ordered = not many and ops.get_column("start_ns").is_sorted()
+    ops = (
+        (ops.lazy() if ordered else ops.lazy().sort([*keys, "start_ns"]))
         .with_columns(
-            pl.col("end_ns").shift(1).over(keys).alias("_prev_end"),
-            (pl.col("dur_ns") * TIMELINE_SCALE).alias("_d"),
+            per_stream(pl.col("end_ns").shift(1)).alias("_prev_end"),
+            (pl.col("dur_ns") * TIMELINE_SCALE).round().cast(pl.Int64).alias("_d"),
         )
         .with_columns(
             pl.when(pl.col("launch_start_ns").is_not_null())
@@ -210,26 +222,25 @@ def gpu_timeline_saving_ratio(ctx: Context) -> float | None:
             .otherwise(pl.col("start_ns") - pl.col("_prev_end") <= QUEUED_GAP_NS)
             .fill_null(False)
             .alias("_queued"),
-            pl.col("_d").cum_sum().over(keys).alias("_p"),
+            per_stream(pl.col("_d").cum_sum()).alias("_p"),
         )
         .with_columns(
             # queued without a known launch: ready whenever its predecessor is done
             pl.when(pl.col("_queued"))
             .then(pl.min_horizontal("launch_end_ns", "start_ns").fill_null(pl.lit(-(2**62))))
             .otherwise(pl.col("start_ns"))
-            .cast(pl.Float64)
             .alias("_ready")
         )
         .with_columns(
             (
                 pl.col("_p")
-                + (pl.col("_ready") - (pl.col("_p") - pl.col("_d"))).cum_max().over(keys)
+                + per_stream((pl.col("_ready") - (pl.col("_p") - pl.col("_d"))).cum_max())
             ).alias("_end")
         )
         .group_by("device")
         .agg(
             (pl.col("end_ns").max() - pl.col("_end").max()).alias("saved_ns"),
-            (pl.col("dur_ns").sum() * (1 - TIMELINE_SCALE)).alias("less_ns"),
+            (pl.col("dur_ns") - pl.col("_d")).sum().alias("less_ns"),
         )
         .collect()
     )
