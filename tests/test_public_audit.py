@@ -592,6 +592,30 @@ def test_copy_calls_without_copies_are_said_and_nothing_rests_on_them(tmp_path: 
     assert "copy_activity_missing" not in _checks(run("copy_recorded", with_copy=True))
 
 
+def test_memset_calls_without_memsets_are_said_and_downgrade_nothing(tmp_path: Path) -> None:
+    """Audit 68: a Colab T4 trace traced 34 cudaMemsetAsync calls (inside cuDNN's
+    convolutions) and recorded no memset. Said as a warning affecting no finding: memsets are
+    short beside the kernels."""
+    rt = "cuda_runtime"
+
+    def run(name: str, recorded: bool) -> Any:
+        events = [
+            *_launch("aten::mm", "cudaLaunchKernel", 0.0, "gemm_0", 10.0, 80.0, 7, 1),
+            _x("cudaMemsetAsync", rt, 100.0, 4.0, correlation=2),
+            *_launch("aten::mm", "cudaLaunchKernel", 200.0, "gemm_1", 210.0, 80.0, 7, 3),
+        ]
+        if recorded:
+            events.append(_dev("Memset (Device)", "gpu_memset", 105.0, 1.5, 7, 2))
+        return traceinsight.analyze(_write(tmp_path, events, name))
+
+    a = run("memset_missing", recorded=False)
+    (check,) = [c for c in a.results.health.checks if c["check"] == "memset_activity_missing"]
+    assert (check["severity"], check["count"], check["affects"]) == ("warning", 1, [])
+    assert "1 memset call traced (cudaMemsetAsync) but no memset recorded" in check["message"]
+    assert not any("data_quality" in f.tags for f in a.findings)
+    assert "memset_activity_missing" not in _checks(run("memset_recorded", recorded=True))
+
+
 def test_a_sync_with_no_gpu_work_is_no_finding(tmp_path: Path) -> None:
     """Session 53: a course's baseline trace, no kernel, one cudaDeviceSynchronize, read
     host_sync "1 host sync leaves the GPU idle 0.00 ms". Nothing ran on the GPU to idle."""
