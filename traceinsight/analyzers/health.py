@@ -752,20 +752,34 @@ COPY_CALL_API = r"Memcpy"
 COPY_RULES = ("copy_bound", "h2d_not_overlapped")
 
 
-def _copy_activity_missing(api: pl.DataFrame, count: dict[str, int]) -> dict[str, Any] | None:
-    """Kernels recorded and copy calls traced, but no copy: the copies were not recorded."""
-    if not count.get("kernel") or count.get("memcpy"):
+def _calls_without_activity(
+    api: pl.DataFrame, count: dict[str, int], kind: str, pattern: str, noun: str
+) -> tuple[int, str] | None:
+    """Kernels recorded and calls matching ``pattern`` traced, but no GPU activity of ``kind``:
+    how many such calls, and the words "N NOUN calls traced (names) but no NOUN recorded"."""
+    if not count.get("kernel") or count.get(kind):
         return None
-    calls = names_matching(api, COPY_CALL_API)
+    calls = names_matching(api, pattern)
     if calls.height == 0:
         return None
     names = ", ".join(sorted(calls.get_column("name").cast(pl.String).unique().to_list())[:3])
-    message = (
-        f"{plural(calls.height, 'copy call')} traced ({names}) but no copy recorded: copy "
-        "tracing was off (rocprofv3 --memory-copy-trace; nsys --trace=cuda), so the copies' "
-        "time reads as GPU idle and a blocking copy's as a host sync. Re-record with copies."
+    return (
+        calls.height,
+        f"{plural(calls.height, noun + ' call')} traced ({names}) but no {noun} recorded",
     )
-    return _check("copy_activity_missing", "error", calls.height, message, IDLE_RULES + COPY_RULES)
+
+
+def _copy_activity_missing(api: pl.DataFrame, count: dict[str, int]) -> dict[str, Any] | None:
+    """Kernels recorded and copy calls traced, but no copy: the copies were not recorded."""
+    found = _calls_without_activity(api, count, "memcpy", COPY_CALL_API, "copy")
+    if found is None:
+        return None
+    message = (
+        f"{found[1]}: copy tracing was off (rocprofv3 --memory-copy-trace; nsys --trace=cuda), "
+        "so the copies' time reads as GPU idle and a blocking copy's as a host sync. Re-record "
+        "with copies."
+    )
+    return _check("copy_activity_missing", "error", found[0], message, IDLE_RULES + COPY_RULES)
 
 
 # the memset calls: each makes a memset on the device (CUPTI's MEMSET activity)
@@ -777,17 +791,11 @@ def _memset_activity_missing(api: pl.DataFrame, count: dict[str, int]) -> dict[s
     (audit 68: a Colab T4 trace's 34 cudaMemsetAsync calls inside cuDNN convolutions, no
     memset recorded). A warning affecting no finding: memsets are short beside the kernels,
     so a finding resting on idle time is not downgraded for them."""
-    if not count.get("kernel") or count.get("memset"):
+    found = _calls_without_activity(api, count, "memset", MEMSET_CALL_API, "memset")
+    if found is None:
         return None
-    calls = names_matching(api, MEMSET_CALL_API)
-    if calls.height == 0:
-        return None
-    names = ", ".join(sorted(calls.get_column("name").cast(pl.String).unique().to_list())[:3])
-    message = (
-        f"{plural(calls.height, 'memset call')} traced ({names}) but no memset recorded: "
-        "their GPU time, if any, reads as idle"
-    )
-    return _check("memset_activity_missing", "warning", calls.height, message, ())
+    message = f"{found[1]}: their GPU time, if any, reads as idle"
+    return _check("memset_activity_missing", "warning", found[0], message, ())
 
 
 def _truncated(ctx: Context) -> dict[str, Any] | None:
