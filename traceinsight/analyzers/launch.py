@@ -8,6 +8,7 @@ import polars as pl
 
 from traceinsight.analyzers.context import Context, host_ranges, shaped_ops
 from traceinsight.analyzers.optimizer import OPTIMIZER_PATTERN
+from traceinsight.causal.graph import chain_ends
 from traceinsight.model import intervals as iv
 from traceinsight.model.classify import API_KINDS, DATALOADER_PATTERN, LAUNCH_API, names_matching
 
@@ -190,7 +191,6 @@ def gpu_timeline_saving_ratio(ctx: Context) -> float | None:
     math halved). Streams are replayed apart (a wait on another stream is its recorded start).
     None without GPU work in the window."""
     lo, hi = ctx.window_start_ns, ctx.window_end_ns
-    keys = ["device", "stream"]
     ops = (
         ctx.launches.lazy()
         .filter(
@@ -198,56 +198,62 @@ def gpu_timeline_saving_ratio(ctx: Context) -> float | None:
             & pl.col("start_ns").is_between(lo, hi)
             & (pl.col("dur_ns") >= 0)
         )
-        .select(*keys, "start_ns", "end_ns", "dur_ns", "launch_start_ns", "launch_end_ns")
+        # one chain a stream, in start order (a stream's id is a small integer)
+        .with_columns(
+            (pl.col("device").cast(pl.Int64) * (1 << 32) + pl.col("stream").fill_null(-1)).alias(
+                "chain"
+            ),
+            (pl.col("dur_ns") * TIMELINE_SCALE).round().cast(pl.Int64).alias("dur"),
+        )
+        .collect()
+    )
+    # in order already where one stream's rows come sorted (no multi-key sort then)
+    ops = (
+        iv.sort_keys(ops, ["chain", "start_ns"])
+        .lazy()
+        .with_columns(
+            # the stream predecessor's end (sorted by chain: no per-chain window)
+            pl.when(pl.col("chain") == pl.col("chain").shift(1))
+            .then(pl.col("end_ns").shift(1))
+            .alias("_prev_end")
+        )
+        .with_columns(
+            # queued: ready at its launch call's end, or (no launch recorded) whenever its
+            # predecessor is done; else at its recorded start
+            pl.when(
+                pl.when(pl.col("launch_start_ns").is_not_null())
+                .then(pl.col("launch_start_ns") < pl.col("_prev_end"))
+                .otherwise(pl.col("start_ns") - pl.col("_prev_end") <= QUEUED_GAP_NS)
+                .fill_null(False)
+            )
+            .then(pl.min_horizontal("launch_end_ns", "start_ns").fill_null(pl.lit(-(2**62))))
+            .otherwise(pl.col("start_ns"))
+            .alias("anchor")
+        )
+        .select(
+            "chain",
+            "device",
+            "end_ns",
+            "dur_ns",
+            "dur",
+            "anchor",
+            pl.lit(0, pl.Int64).alias("gap"),
+            (pl.col("anchor") + pl.col("dur")).alias("floor"),
+        )
         .collect()
     )
     if ops.height == 0:
         return None
-
-    def per_stream(e: pl.Expr) -> pl.Expr:
-        # one stream (most step-less windows, a 1 GB nsys export's ranks): no grouping
-        return e.over(keys) if many else e
-
-    many = ops.select(pl.struct(keys).n_unique()).item() > 1
-    ordered = not many and ops.get_column("start_ns").is_sorted()
-    ops = (
-        (ops.lazy() if ordered else ops.lazy().sort([*keys, "start_ns"]))
-        .with_columns(
-            per_stream(pl.col("end_ns").shift(1)).alias("_prev_end"),
-            (pl.col("dur_ns") * TIMELINE_SCALE).round().cast(pl.Int64).alias("_d"),
-        )
-        .with_columns(
-            pl.when(pl.col("launch_start_ns").is_not_null())
-            .then(pl.col("launch_start_ns") < pl.col("_prev_end"))
-            .otherwise(pl.col("start_ns") - pl.col("_prev_end") <= QUEUED_GAP_NS)
-            .fill_null(False)
-            .alias("_queued"),
-            per_stream(pl.col("_d").cum_sum()).alias("_p"),
-        )
-        .with_columns(
-            # queued without a known launch: ready whenever its predecessor is done
-            pl.when(pl.col("_queued"))
-            .then(pl.min_horizontal("launch_end_ns", "start_ns").fill_null(pl.lit(-(2**62))))
-            .otherwise(pl.col("start_ns"))
-            .alias("_ready")
-        )
-        .with_columns(
-            (
-                pl.col("_p")
-                + per_stream((pl.col("_ready") - (pl.col("_p") - pl.col("_d"))).cum_max())
-            ).alias("_end")
-        )
-        .group_by("device")
-        .agg(
-            (pl.col("end_ns").max() - pl.col("_end").max()).alias("saved_ns"),
-            (pl.col("dur_ns") - pl.col("_d")).sum().alias("less_ns"),
-        )
-        .collect()
+    # the step model's chain recurrence: end_i = max(end_{i-1}, ready_i) + dur_i
+    replayed = ops.with_columns(chain_ends(ops, "chain").get_column("end").alias("_end"))
+    per_device = replayed.group_by("device").agg(
+        (pl.col("end_ns").max() - pl.col("_end").max()).alias("saved_ns"),
+        (pl.col("dur_ns") - pl.col("dur")).sum().alias("less_ns"),
     )
-    less = float(ops.get_column("less_ns").sum()) if ops.height else 0.0
+    less = float(per_device.get_column("less_ns").sum())
     if less <= 0:
         return None
-    return min(1.0, max(0.0, float(ops.get_column("saved_ns").sum()) / less))
+    return min(1.0, max(0.0, float(per_device.get_column("saved_ns").sum()) / less))
 
 
 # torch.compile's range around each call of a compiled frame: "Torch-Compiled Region: F/R"

@@ -235,11 +235,9 @@ def _assured_share(r: Results, share: float | None) -> float | None:
     return max(0.0, share - max(0.0, 1.0 - low / profiled))
 
 
-def _timeline_share(
-    rule: Rule, r: Results, share: float | None, window_ns: int
-) -> tuple[float, float] | None:
-    """A GPU-time finding's share of the window where no step model prices it, and the share
-    of a GPU-time saving the window's GPU timeline keeps with the host as recorded
+def _timeline_share(rule: Rule, r: Results, share: float | None, window_ns: int) -> float | None:
+    """A GPU-time finding's share of the window where no step model prices it: its share times
+    what the window's GPU timeline keeps of a GPU-time saving with the host as recorded
     (:func:`analyzers.launch.gpu_timeline_saving_ratio`; launch-bound: none of it). A host
     blocked on the GPU would return from each wait sooner, by at most the time it waited: the
     window's blocked time is added to the saving. None where the rule saves more than GPU time,
@@ -249,7 +247,7 @@ def _timeline_share(
     if not rule.gpu_work or modelled or ratio is None or share is None or window_ns <= 0:
         return None
     waited = r.syncs.host_sync_blocked_ns / window_ns
-    return min(share, share * ratio + waited), ratio
+    return min(share, share * ratio + waited)
 
 
 def what_if_of(rule: Rule, r: Results, fix: str | None = None) -> tuple[WhatIf | None, str | None]:
@@ -319,14 +317,15 @@ def with_savings(
                 evidence["graded_on_range"] = True
             timeline = _timeline_share(rule, r, f.cost_ratio, window_ns)
             if timeline is not None:
-                evidence["gpu_timeline_saving_ratio"] = timeline[1]
-                lowered = _lowered(t, f.severity, timeline[0])
+                kept = r.launch.gpu_timeline_saving_ratio
+                evidence["gpu_timeline_saving_ratio"] = kept
+                lowered = _lowered(t, f.severity, timeline)
                 if lowered is not None:
                     f = replace(f, severity=lowered)
                     evidence["graded_on_gpu_timeline"] = True
                     evidence["severity_cap_reason"] = (
                         "no step model prices it, and with the GPU's work at half its time the "
-                        f"window's GPU work ends {timeline[1]:.1%} of that sooner (plus at most "
+                        f"window's GPU work ends {kept:.1%} of that sooner (plus at most "
                         "the host's waits for the GPU): the host's launches pace the GPU, so "
                         "shorter kernels barely shorten the window"
                     )
